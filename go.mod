@@ -1,0 +1,5 @@
+module github.com/idemkit/idemkit
+
+go 1.26.0
+
+require golang.org/x/text v0.44.0

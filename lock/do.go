@@ -1,0 +1,361 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+)
+
+// ErrLeaseLost is matched (errors.Is) by the error [Do] returns when the
+// lease ran out or passed to another holder while fn was running, and by
+// context.Cause of fn's ctx, which Do cancels at that moment.
+var ErrLeaseLost = errors.New("lock: lease lost")
+
+// Backoff is how [Do] grows its delay between attempts.
+type Backoff uint8
+
+const (
+	// BackoffExponential: the n-th delay is base·2^(n−1).
+	BackoffExponential Backoff = iota
+	// BackoffFixed: every delay is base.
+	BackoffFixed
+)
+
+// Jitter is how [Do] randomises a delay d.
+type Jitter uint8
+
+const (
+	// JitterEqual: a delay in [d/2, d).
+	JitterEqual Jitter = iota
+	// JitterFull: a delay in [0, d).
+	JitterFull
+	// JitterNone: exactly d.
+	JitterNone
+)
+
+// Defaults of [Do].
+const (
+	DefaultTTL        = 30 * time.Second
+	DefaultRetryDelay = 100 * time.Millisecond
+	DefaultMaxDelay   = 2 * time.Second
+	DefaultTimeout    = 5 * time.Second
+	DefaultMaxRetries = 10
+)
+
+// Option configures [Do].
+type Option func(*doConfig)
+
+type doConfig struct {
+	ttl            time.Duration
+	retryDelay     time.Duration
+	maxDelay       time.Duration
+	backoff        Backoff
+	jitter         Jitter
+	timeout        time.Duration
+	maxRetries     int
+	retryTransient bool
+	renewEvery     time.Duration // 0: ttl/3; < 0: never
+	releaseTimeout time.Duration
+	onReleaseError ReleaseErrorFunc
+	onLeaseLost    func(Lease, error)
+	logger         *slog.Logger
+	random         func() float64
+}
+
+// WithTTL sets the lease's TTL. Default: 30 s ([DefaultTTL]).
+func WithTTL(d time.Duration) Option { return func(c *doConfig) { c.ttl = d } }
+
+// WithRetryDelay sets the base delay between attempts. Default: 100 ms.
+func WithRetryDelay(d time.Duration) Option { return func(c *doConfig) { c.retryDelay = d } }
+
+// WithMaxDelay caps any single delay between attempts (before jitter).
+// Default: 2 s.
+func WithMaxDelay(d time.Duration) Option { return func(c *doConfig) { c.maxDelay = d } }
+
+// WithBackoff sets how delays grow. Default: [BackoffExponential].
+func WithBackoff(b Backoff) Option { return func(c *doConfig) { c.backoff = b } }
+
+// WithJitter sets how delays are randomised. Default: [JitterEqual].
+func WithJitter(j Jitter) Option { return func(c *doConfig) { c.jitter = j } }
+
+// WithTimeout bounds the whole wait for the lock, from the first attempt to
+// the last; fn's running time is not counted. Do makes one last attempt at
+// the deadline and never sleeps past it. Default: 5 s. Zero means a single
+// attempt.
+func WithTimeout(d time.Duration) Option { return func(c *doConfig) { c.timeout = d } }
+
+// WithMaxRetries bounds the attempts after the first. Default: 10.
+func WithMaxRetries(n int) Option { return func(c *doConfig) { c.maxRetries = n } }
+
+// WithRetryTransient makes Do retry transient backend errors
+// (ServiceUnavailable, NetworkTimeout, RateLimited) like contention, within
+// the same deadline and retry limit. When time or retries run out the error
+// is AcquisitionTimeout wrapping the last cause. Default: off (a backend
+// error ends Do at once).
+func WithRetryTransient(on bool) Option { return func(c *doConfig) { c.retryTransient = on } }
+
+// WithRenewInterval sets how often the lease is extended (to now + TTL)
+// while fn runs. Default: TTL/3. A negative interval turns renewal off.
+func WithRenewInterval(d time.Duration) Option { return func(c *doConfig) { c.renewEvery = d } }
+
+// WithReleaseTimeout bounds the release after fn returns, which runs on a
+// context detached from the caller's. Default: 5 s.
+func WithReleaseTimeout(d time.Duration) Option { return func(c *doConfig) { c.releaseTimeout = d } }
+
+// WithOnReleaseError sets the callback for a failed release after fn. A
+// release failure never changes what Do returns. Default: a warning on the
+// logger.
+func WithOnReleaseError(f ReleaseErrorFunc) Option {
+	return func(c *doConfig) { c.onReleaseError = f }
+}
+
+// WithOnLeaseLost sets a callback that runs when renewal finds the lease
+// lost, at the moment fn's ctx is cancelled. Default: none (Do's error
+// reports the loss in any case).
+func WithOnLeaseLost(f func(lease Lease, cause error)) Option {
+	return func(c *doConfig) { c.onLeaseLost = f }
+}
+
+// WithLogger sets the logger for release failures without a callback.
+// Default: slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *doConfig) { c.logger = l } }
+
+func defaultConfig() doConfig {
+	return doConfig{
+		ttl:            DefaultTTL,
+		retryDelay:     DefaultRetryDelay,
+		maxDelay:       DefaultMaxDelay,
+		timeout:        DefaultTimeout,
+		maxRetries:     DefaultMaxRetries,
+		releaseTimeout: DefaultReleaseTimeout,
+		random:         rand.Float64,
+	}
+}
+
+func (c *doConfig) validate() error {
+	switch {
+	case c.ttl < time.Millisecond:
+		return invalid("do", "ttl must be at least 1ms")
+	case c.retryDelay <= 0:
+		return invalid("do", "retry delay must be positive")
+	case c.maxDelay <= 0:
+		return invalid("do", "max delay must be positive")
+	case c.timeout < 0:
+		return invalid("do", "timeout must not be negative")
+	case c.maxRetries < 0:
+		return invalid("do", "max retries must not be negative")
+	case c.releaseTimeout <= 0:
+		return invalid("do", "release timeout must be positive")
+	case c.backoff > BackoffFixed:
+		return invalid("do", "unknown backoff")
+	case c.jitter > JitterNone:
+		return invalid("do", "unknown jitter")
+	}
+	if c.renewEvery == 0 {
+		c.renewEvery = c.ttl / 3
+	}
+	return nil
+}
+
+// delay returns the sleep before attempt n+1, after n failed attempts.
+func (c *doConfig) delay(n int) time.Duration {
+	d := c.retryDelay
+	if c.backoff == BackoffExponential {
+		for i := 1; i < n && d < c.maxDelay; i++ {
+			d *= 2
+		}
+	}
+	d = min(d, c.maxDelay)
+	switch c.jitter {
+	case JitterEqual:
+		half := d / 2
+		return half + time.Duration(c.random()*float64(d-half))
+	case JitterFull:
+		return time.Duration(c.random() * float64(d))
+	}
+	return d
+}
+
+// Do runs fn while holding the lock on key: the auto-managed lock.
+//
+// It acquires with retries on contention (capped exponential back-off with
+// jitter by default; see the options), returning at once when ctx ends and
+// never sleeping past its timeout. When the locker is a [Watcher], a waiter
+// retries as soon as the lock is released instead of sleeping out its
+// delay.
+//
+// While fn runs, the lease is renewed every TTL/3. If renewal finds the
+// lease lost (or cannot renew before it runs out), fn's ctx is cancelled
+// with a cause matching [ErrLeaseLost], and Do's error matches
+// ErrLeaseLost too.
+//
+// The lease is released when fn returns, panics (the panic goes on after the
+// release) or is cancelled, on a context detached from ctx with its own
+// timeout. A failed release goes to the release-error callback and never
+// changes Do's result.
+//
+// Errors: InvalidArgument for a bad key or option; AcquisitionTimeout when
+// time or retries run out (also when ctx's deadline passes while waiting);
+// Aborted when ctx is cancelled; a backend's own error (unless
+// [WithRetryTransient]); otherwise whatever fn returned.
+func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lease Lease) error, opts ...Option) (err error) {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	key, err = NormalizeKey(key)
+	if err != nil {
+		return err
+	}
+	lease, granted, err := acquireWithRetry(ctx, l, key, &cfg)
+	if err != nil {
+		return err
+	}
+
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopRenew := func() error { return nil }
+	if cfg.renewEvery > 0 {
+		stopRenew = startRenewal(fnCtx, cancel, l, lease, granted, &cfg)
+	}
+	defer func() {
+		lost := stopRenew()
+		releaseAfter(ctx, l, lease, &cfg)
+		if lost != nil {
+			err = errors.Join(err, lost)
+		}
+	}()
+	return fn(fnCtx, lease)
+}
+
+// acquireWithRetry runs Do's acquire loop. It returns the lease and the
+// local time at which the successful attempt was sent: the lease runs out no
+// earlier than that time plus the TTL, whatever the backend's clock says.
+func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) (Lease, time.Time, error) {
+	start := time.Now()
+	deadline := start.Add(cfg.timeout)
+	watcher, _ := l.(Watcher)
+	var lastErr error
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return Lease{}, time.Time{}, waitEnded(ctx, attempt-1, lastErr)
+		}
+		var (
+			watch <-chan struct{}
+			stop  = func() {}
+		)
+		sent := time.Now()
+		lease, ok, err := l.Acquire(ctx, key, cfg.ttl)
+		switch {
+		case err == nil && ok:
+			return lease, sent, nil
+		case err != nil && !(cfg.retryTransient && CodeOf(err).Transient()):
+			if ctx.Err() != nil {
+				return Lease{}, time.Time{}, waitEnded(ctx, attempt, lastErr)
+			}
+			return Lease{}, time.Time{}, err
+		case err != nil:
+			lastErr = err
+		case watcher != nil:
+			watch, stop = watcher.Watch(ctx, key)
+		}
+		remaining := time.Until(deadline)
+		if attempt > cfg.maxRetries || remaining <= 0 {
+			stop()
+			return Lease{}, time.Time{}, NewError(CodeAcquisitionTimeout, "do",
+				fmt.Sprintf("lock not acquired after %d attempts in %v", attempt, time.Since(start).Round(time.Millisecond)), lastErr)
+		}
+		t := time.NewTimer(min(cfg.delay(attempt), remaining))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		case <-watch:
+		}
+		t.Stop()
+		stop()
+	}
+}
+
+// waitEnded is Do's error when ctx ends while it waits for the lock.
+func waitEnded(ctx context.Context, attempts int, lastErr error) error {
+	cause := context.Cause(ctx)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return NewError(CodeAcquisitionTimeout, "do",
+			fmt.Sprintf("context deadline passed after %d attempts", attempts), errors.Join(cause, lastErr))
+	}
+	return CheckContext(ctx, "do")
+}
+
+// startRenewal extends the lease every cfg.renewEvery until the returned
+// stop function is called. stop waits for the renewer to finish and returns
+// the loss, if the lease was lost.
+func startRenewal(ctx context.Context, cancel context.CancelCauseFunc, l Locker, lease Lease, granted time.Time, cfg *doConfig) (stop func() error) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	var lost error
+	go func() {
+		defer close(finished)
+		// validUntil is the local instant before which the lease is
+		// certainly still ours: the send time of the last successful
+		// acquire or extend, plus the TTL.
+		validUntil := granted.Add(cfg.ttl)
+		next := cfg.renewEvery
+		base := context.WithoutCancel(ctx)
+		for {
+			t := time.NewTimer(next)
+			select {
+			case <-done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			sent := time.Now()
+			rctx, rcancel := context.WithDeadline(base, validUntil)
+			out, err := l.Extend(rctx, lease.ID, cfg.ttl)
+			rcancel()
+			switch {
+			case err == nil && out.OK:
+				validUntil = sent.Add(cfg.ttl)
+				next = cfg.renewEvery
+				continue
+			case err == nil:
+				lost = fmt.Errorf("%w: renewal found the lease %s", ErrLeaseLost, out.Reason)
+			case time.Now().Before(validUntil):
+				// A transient failure with time left: try again soon.
+				next = max(min(cfg.renewEvery/4, time.Until(validUntil)/2), time.Millisecond)
+				continue
+			default:
+				lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", ErrLeaseLost, err)
+			}
+			cancel(lost)
+			if cfg.onLeaseLost != nil {
+				func() {
+					defer func() { _ = recover() }()
+					cfg.onLeaseLost(lease, lost)
+				}()
+			}
+			return
+		}
+	}()
+	return func() error {
+		close(done)
+		<-finished
+		return lost
+	}
+}
+
+// releaseAfter releases the lease on a context detached from ctx and
+// reports a failure to the callback.
+func releaseAfter(ctx context.Context, l Locker, lease Lease, cfg *doConfig) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
+	defer cancel()
+	if _, err := l.Release(rctx, lease.ID); err != nil {
+		reportRelease(cfg.onReleaseError, cfg.logger, ReleaseFailure{Lease: lease, Source: "do", Err: err})
+	}
+}

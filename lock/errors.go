@@ -1,0 +1,188 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Code classifies a failure. Contention and "not found" are results, never
+// codes: a Code always means the operation could not give an answer.
+type Code uint8
+
+// The failure codes. Their zero value, CodeUnknown, is never produced by this
+// package; [CodeOf] reports it for errors that carry no code.
+const (
+	CodeUnknown            Code = iota
+	CodeInvalidArgument         // the caller passed a malformed key, lock id, TTL or option
+	CodeServiceUnavailable      // the backend cannot be reached or refused the connection
+	CodeNetworkTimeout          // the backend did not answer in time (includes a ctx deadline)
+	CodeAcquisitionTimeout      // lock.Do ran out of time or attempts waiting for the lock
+	CodeAborted                 // the caller's ctx was cancelled
+	CodeAuthFailed              // the backend rejected the credentials or permissions
+	CodeRateLimited             // the backend refused for quota or too many connections
+	CodeInternal                // an invariant broke: fence overflow, a malformed backend reply
+)
+
+// Sentinels, one per code. Every [*Error] matches the sentinel of its code
+// with errors.Is.
+var (
+	ErrInvalidArgument    = errors.New("lock: invalid argument")
+	ErrServiceUnavailable = errors.New("lock: service unavailable")
+	ErrNetworkTimeout     = errors.New("lock: network timeout")
+	ErrAcquisitionTimeout = errors.New("lock: acquisition timeout")
+	ErrAborted            = errors.New("lock: aborted")
+	ErrAuthFailed         = errors.New("lock: authentication failed")
+	ErrRateLimited        = errors.New("lock: rate limited")
+	ErrInternal           = errors.New("lock: internal error")
+)
+
+var codeNames = [...]string{
+	CodeUnknown:            "Unknown",
+	CodeInvalidArgument:    "InvalidArgument",
+	CodeServiceUnavailable: "ServiceUnavailable",
+	CodeNetworkTimeout:     "NetworkTimeout",
+	CodeAcquisitionTimeout: "AcquisitionTimeout",
+	CodeAborted:            "Aborted",
+	CodeAuthFailed:         "AuthFailed",
+	CodeRateLimited:        "RateLimited",
+	CodeInternal:           "Internal",
+}
+
+var codeSentinels = [...]error{
+	CodeInvalidArgument:    ErrInvalidArgument,
+	CodeServiceUnavailable: ErrServiceUnavailable,
+	CodeNetworkTimeout:     ErrNetworkTimeout,
+	CodeAcquisitionTimeout: ErrAcquisitionTimeout,
+	CodeAborted:            ErrAborted,
+	CodeAuthFailed:         ErrAuthFailed,
+	CodeRateLimited:        ErrRateLimited,
+	CodeInternal:           ErrInternal,
+}
+
+// String returns the code's name, such as "InvalidArgument".
+func (c Code) String() string {
+	if int(c) < len(codeNames) {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("Code(%d)", uint8(c))
+}
+
+// Sentinel returns the sentinel error of the code, or nil for CodeUnknown.
+func (c Code) Sentinel() error {
+	if int(c) < len(codeSentinels) {
+		return codeSentinels[c]
+	}
+	return nil
+}
+
+// Transient reports whether an operation that failed with this code may
+// succeed if tried again unchanged: ServiceUnavailable, NetworkTimeout and
+// RateLimited.
+func (c Code) Transient() bool {
+	return c == CodeServiceUnavailable || c == CodeNetworkTimeout || c == CodeRateLimited
+}
+
+// Error is the one error type of the lock layer. It carries a [Code], the
+// operation that failed ("acquire", "release", ...), an optional detail and
+// the native cause. errors.Is matches both the code's sentinel and anything
+// the cause matches; errors.As reaches the cause (a go-redis error, a
+// *pgconn.PgError, a gRPC status, a context error).
+//
+// Messages never contain a raw key or lock id.
+type Error struct {
+	Code   Code
+	Op     string // the operation: "acquire", "release", "extend", "is-locked", "lookup", "do", ...
+	Detail string // a human-readable detail, free of raw keys and lock ids; may be empty
+	Err    error  // the native cause; may be nil
+}
+
+// Error formats the error as "lock: <op>: <Code>: <detail>: <cause>".
+func (e *Error) Error() string {
+	s := "lock: "
+	if e.Op != "" {
+		s += e.Op + ": "
+	}
+	s += e.Code.String()
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the code's sentinel and the cause, so errors.Is and
+// errors.As see both.
+func (e *Error) Unwrap() []error {
+	errs := make([]error, 0, 2)
+	if s := e.Code.Sentinel(); s != nil {
+		errs = append(errs, s)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// NewError returns an *Error. Backends use it to report failures; detail must
+// not contain raw keys or lock ids.
+func NewError(code Code, op, detail string, cause error) *Error {
+	return &Error{Code: code, Op: op, Detail: detail, Err: cause}
+}
+
+// CodeOf returns the code of the first [*Error] in err's tree. For an error
+// without one it maps context.Canceled to CodeAborted and
+// context.DeadlineExceeded to CodeNetworkTimeout, and returns CodeUnknown for
+// anything else, including nil.
+func CodeOf(err error) Code {
+	if err == nil {
+		return CodeUnknown
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return CodeAborted
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeNetworkTimeout
+	}
+	return CodeUnknown
+}
+
+// ContextError maps a context error to an *Error: context.Canceled becomes
+// Aborted and context.DeadlineExceeded becomes NetworkTimeout, both wrapping
+// the original. It returns nil for nil, and Aborted for any other error a
+// context may report.
+func ContextError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return NewError(CodeNetworkTimeout, op, "context deadline exceeded", err)
+	}
+	return NewError(CodeAborted, op, "context canceled", err)
+}
+
+// CheckContext returns [ContextError] of ctx.Err(): nil while ctx is live.
+// Backends call it before dispatching any I/O.
+//
+// When ctx was cancelled with a cause (context.WithCancelCause), the error
+// wraps both ctx.Err() and the cause.
+func CheckContext(ctx context.Context, op string) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		err = fmt.Errorf("%w: %w", err, cause)
+	}
+	return ContextError(op, err)
+}
+
+func invalid(op, detail string) error {
+	return NewError(CodeInvalidArgument, op, detail, nil)
+}

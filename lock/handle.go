@@ -1,0 +1,223 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// ReleaseFailure is what a release-error callback receives when releasing a
+// lease failed after the caller was done with it (a [Handle]'s Close, or the
+// release at the end of [Do]).
+type ReleaseFailure struct {
+	Lease  Lease  // the lease that could not be released; it runs out at Lease.ExpiresAt
+	Source string // "close" or "do"
+	Err    error  // the failure: a backend error, or a timeout (NetworkTimeout)
+}
+
+// ReleaseErrorFunc receives release failures. It runs synchronously; a
+// panic in it is recovered and ignored.
+type ReleaseErrorFunc func(ReleaseFailure)
+
+// DefaultReleaseTimeout bounds a release that runs after the caller is done:
+// in [Handle.Close] and at the end of [Do].
+const DefaultReleaseTimeout = 5 * time.Second
+
+// HandleOption configures [Acquire].
+type HandleOption func(*handleConfig)
+
+type handleConfig struct {
+	onReleaseError ReleaseErrorFunc
+	closeTimeout   time.Duration
+	logger         *slog.Logger
+}
+
+// WithCloseTimeout bounds the release that [Handle.Close] makes. Default:
+// [DefaultReleaseTimeout]. When it passes, Close returns, the in-flight
+// request is cancelled through its ctx, and the callback receives a
+// NetworkTimeout failure.
+func WithCloseTimeout(d time.Duration) HandleOption {
+	return func(c *handleConfig) { c.closeTimeout = d }
+}
+
+// WithReleaseErrorHandler sets the callback for failures of the release
+// that [Handle.Close] makes. Default: a warning on the logger (see
+// [WithHandleLogger]) naming the lease by hashes only.
+func WithReleaseErrorHandler(f ReleaseErrorFunc) HandleOption {
+	return func(c *handleConfig) { c.onReleaseError = f }
+}
+
+// WithHandleLogger sets the logger of the default release-error handler.
+// Default: slog.Default().
+func WithHandleLogger(l *slog.Logger) HandleOption {
+	return func(c *handleConfig) { c.logger = l }
+}
+
+// Handle is a held lease together with the [Locker] that granted it, with
+// at-most-once release. Its methods are safe for concurrent use, and safe on
+// a nil *Handle, which stands for a lock that was not acquired: they do
+// nothing and report OK = false, so
+//
+//	h, ok, err := lock.Acquire(ctx, locker, key, ttl)
+//	defer h.Close()
+//
+// is correct whatever the outcome.
+type Handle struct {
+	locker Locker
+	lease  Lease
+	cfg    handleConfig
+
+	mu       sync.Mutex
+	released bool          // a release has been started
+	done     chan struct{} // closed when that release has finished
+	outcome  Outcome
+	err      error
+}
+
+// Acquire makes one attempt to take the lock on key for ttl and returns a
+// [Handle] for it. When the key is held it returns a nil handle, ok = false
+// and a nil error.
+func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...HandleOption) (*Handle, bool, error) {
+	cfg := handleConfig{closeTimeout: DefaultReleaseTimeout}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.closeTimeout <= 0 {
+		return nil, false, invalid("acquire", "close timeout must be positive")
+	}
+	lease, ok, err := l.Acquire(ctx, key, ttl)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	return &Handle{locker: l, lease: lease, cfg: cfg}, true, nil
+}
+
+// Lease returns the held lease (the zero Lease for a nil handle). Its
+// ExpiresAt is the one granted at acquire time; extends do not update it.
+func (h *Handle) Lease() Lease {
+	if h == nil {
+		return Lease{}
+	}
+	return h.lease
+}
+
+// Release releases the lease. Only the first call on a handle (Release or
+// Close) reaches the backend; later calls report OK = false with
+// ReasonNotFound and do no I/O. Errors are returned to the caller, not to
+// the release-error callback.
+func (h *Handle) Release(ctx context.Context) (Outcome, error) {
+	if h == nil || !h.start() {
+		return Outcome{Reason: ReasonNotFound}, nil
+	}
+	out, err := h.locker.Release(ctx, h.lease.ID)
+	h.finish(out, err)
+	return out, err
+}
+
+// Extend extends the lease to now + ttl through the locker. It is not gated
+// on the handle's state: after a release the backend answers OK = false.
+func (h *Handle) Extend(ctx context.Context, ttl time.Duration) (Outcome, error) {
+	if h == nil {
+		return Outcome{Reason: ReasonNotFound}, nil
+	}
+	return h.locker.Extend(ctx, h.lease.ID, ttl)
+}
+
+// Close releases the lease if nothing has released it yet, on a context of
+// its own bounded by the close timeout, and waits for a release already in
+// flight. It never returns an error: failures go to the release-error
+// callback. Concurrent and repeated calls share one backend call.
+func (h *Handle) Close() {
+	if h == nil {
+		return
+	}
+	if !h.start() {
+		h.wait(h.cfg.closeTimeout)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.closeTimeout)
+	defer cancel()
+	result := make(chan struct{})
+	var out Outcome
+	var err error
+	go func() {
+		out, err = h.locker.Release(ctx, h.lease.ID)
+		close(result)
+	}()
+	select {
+	case <-result:
+		h.finish(out, err)
+		if err != nil {
+			h.report(err)
+		}
+	case <-ctx.Done():
+		// The backend did not answer in time. The cancelled ctx aborts
+		// its I/O; the lease runs out at its expiry.
+		terr := NewError(CodeNetworkTimeout, "close", "release did not finish within the close timeout", ctx.Err())
+		h.finish(Outcome{}, terr)
+		h.report(terr)
+	}
+}
+
+// start marks the handle released and reports whether the caller is the
+// one that must call the backend.
+func (h *Handle) start() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return false
+	}
+	h.released = true
+	h.done = make(chan struct{})
+	return true
+}
+
+func (h *Handle) finish(out Outcome, err error) {
+	h.mu.Lock()
+	h.outcome, h.err = out, err
+	close(h.done)
+	h.mu.Unlock()
+}
+
+func (h *Handle) wait(limit time.Duration) {
+	h.mu.Lock()
+	done := h.done
+	h.mu.Unlock()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+func (h *Handle) report(err error) {
+	reportRelease(h.cfg.onReleaseError, h.cfg.logger, ReleaseFailure{Lease: h.lease, Source: "close", Err: err})
+}
+
+// reportRelease hands f to the callback, or logs it when there is none. A
+// panicking callback is recovered.
+func reportRelease(cb ReleaseErrorFunc, logger *slog.Logger, f ReleaseFailure) {
+	if cb == nil {
+		if logger == nil {
+			logger = slog.Default()
+		}
+		logger.Warn("lock: release failed; the lease will run out at its expiry",
+			slog.String("source", f.Source),
+			slog.String("key_hash", processHasher.Hash(f.Lease.Key)),
+			slog.String("id_hash", processHasher.Hash(f.Lease.ID)),
+			slog.String("code", CodeOf(f.Err).String()),
+			slog.String("error", f.Err.Error()))
+		return
+	}
+	defer func() { _ = recover() }()
+	cb(f)
+}
+
+// errIsCode reports whether err carries code.
+func errIsCode(err error, code Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}

@@ -1,0 +1,79 @@
+package lock
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"unicode/utf16"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// A Hasher turns a key or lock id into an identifier that can appear in
+// lookups, telemetry and logs without revealing the raw value.
+type Hasher interface {
+	Hash(s string) string
+}
+
+// HasherFunc adapts a function to [Hasher].
+type HasherFunc func(s string) string
+
+// Hash calls f(s).
+func (f HasherFunc) Hash(s string) string { return f(s) }
+
+// HMACHasher hashes with HMAC-SHA-256 under a secret and returns the first
+// 12 bytes as 24 lowercase hex characters. Processes that share the secret
+// produce the same hashes, so events from several nodes can be correlated;
+// without the secret a hash cannot be reversed by guessing short keys.
+type HMACHasher struct {
+	secret []byte
+}
+
+// NewHMACHasher returns an HMACHasher keyed by secret, which should hold at
+// least 16 random bytes. The secret is copied.
+func NewHMACHasher(secret []byte) *HMACHasher {
+	return &HMACHasher{secret: append([]byte(nil), secret...)}
+}
+
+// Hash returns the keyed hash of s as 24 hex characters.
+func (h *HMACHasher) Hash(s string) string {
+	m := hmac.New(sha256.New, h.secret)
+	m.Write([]byte(s))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:12])
+}
+
+// processHasher is the default hasher: HMAC-SHA-256 under a secret drawn
+// from crypto/rand when the process starts. It never changes afterwards, so
+// hashes are stable within one process and meaningless outside it. Use
+// [NewHMACHasher] with a shared secret (for example through
+// [WithHasher]) to correlate across processes.
+var processHasher = func() *HMACHasher {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return NewHMACHasher(b[:])
+}()
+
+// DefaultHasher returns the process-wide default hasher: HMAC-SHA-256 under a
+// random secret drawn once per process.
+func DefaultHasher() Hasher { return processHasher }
+
+// SyncGuardHasher reproduces the keyHash of the SyncGuard TypeScript
+// library, for users who correlate identifiers with a SyncGuard deployment.
+// It is not cryptographic (short keys are trivially reversible); prefer
+// [HMACHasher]. The input is NFC-normalised and hashed over its UTF-16 code
+// units with three 32-bit polynomial accumulators.
+var SyncGuardHasher Hasher = HasherFunc(syncGuardHash)
+
+func syncGuardHash(s string) string {
+	var h1, h2, h3 uint32
+	for _, c := range utf16.Encode([]rune(norm.NFC.String(s))) {
+		u := uint32(c)
+		h1 = h1*31 + u
+		h2 = h2*127 + 3*u
+		h3 = h3*2047 + 7*u
+	}
+	return fmt.Sprintf("%08x%08x%08x", h1, h2, h3)
+}

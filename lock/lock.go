@@ -1,0 +1,238 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Lease is a held lock: what a successful [Locker.Acquire] returns.
+type Lease struct {
+	Key        string    // the normalised key
+	ID         string    // the lock id; the only handle for release and extend
+	Fence      Fence     // the fencing token issued with this lease
+	AcquiredAt time.Time // when the backend granted the lease, by its time authority
+	ExpiresAt  time.Time // when the lease runs out unless extended, by the same clock
+}
+
+// String describes the lease without its raw key or lock id.
+func (l Lease) String() string {
+	return fmt.Sprintf("lock.Lease{key_hash:%s id_hash:%s fence:%s expires_at:%s}",
+		processHasher.Hash(l.Key), processHasher.Hash(l.ID), l.Fence, l.ExpiresAt.Format(time.RFC3339Nano))
+}
+
+// GoString is [Lease.String], so %#v does not print raw identifiers either.
+func (l Lease) GoString() string { return l.String() }
+
+// Info describes a live lock found by a lookup. It names the key and lock id
+// only by their hashes; the raw values travel with it but are reachable only
+// through [LookupKeyRaw] and [LookupIDRaw].
+type Info struct {
+	KeyHash    string    // the key hashed by the default hasher (see [DefaultHasher])
+	IDHash     string    // the lock id hashed the same way
+	Fence      Fence     // the lease's fence
+	AcquiredAt time.Time // when the lease was granted
+	ExpiresAt  time.Time // when it runs out
+
+	key, id string
+}
+
+// NewInfo builds the Info a backend's lookup returns for a live lock. It
+// hashes key and id with the default hasher and keeps the raw values for the
+// explicit raw lookups.
+func NewInfo(key, id string, fence Fence, acquiredAt, expiresAt time.Time) Info {
+	return Info{
+		KeyHash:    processHasher.Hash(key),
+		IDHash:     processHasher.Hash(id),
+		Fence:      fence,
+		AcquiredAt: acquiredAt,
+		ExpiresAt:  expiresAt,
+		key:        key,
+		id:         id,
+	}
+}
+
+// String describes the lock by hashes only.
+func (i Info) String() string {
+	return fmt.Sprintf("lock.Info{key_hash:%s id_hash:%s fence:%s acquired_at:%s expires_at:%s}",
+		i.KeyHash, i.IDHash, i.Fence, i.AcquiredAt.Format(time.RFC3339Nano), i.ExpiresAt.Format(time.RFC3339Nano))
+}
+
+// GoString is [Info.String], so %#v does not print raw identifiers either.
+func (i Info) GoString() string { return i.String() }
+
+// RawInfo is an [Info] together with the raw key and lock id. Only the
+// explicit raw lookups return it.
+type RawInfo struct {
+	Info
+	Key string
+	ID  string
+}
+
+// TimeAuthority names the clock that judges expiry.
+type TimeAuthority uint8
+
+const (
+	// TimeServer: the backend's own clock (Redis TIME, PostgreSQL
+	// clock_timestamp(), the process clock for the in-memory backend).
+	TimeServer TimeAuthority = iota + 1
+	// TimeClient: each client's clock (Firestore); clients need NTP.
+	TimeClient
+)
+
+// String returns "server" or "client".
+func (t TimeAuthority) String() string {
+	switch t {
+	case TimeServer:
+		return "server"
+	case TimeClient:
+		return "client"
+	}
+	return "unknown"
+}
+
+// Capabilities describe a backend.
+type Capabilities struct {
+	Backend       string        // a short name: "memory", "redis", "postgres", "firestore"
+	Fencing       bool          // whether leases carry fences
+	TimeAuthority TimeAuthority // whose clock judges expiry
+}
+
+// Reason says why a release, extend or acquire did not take effect.
+type Reason uint8
+
+const (
+	// ReasonNone: the operation took effect.
+	ReasonNone Reason = iota
+	// ReasonLocked: acquire found the key held by a live lease.
+	ReasonLocked
+	// ReasonNotFound: no live lock has this id (it never existed, was
+	// released, was cleaned up, or the key now belongs to another holder).
+	ReasonNotFound
+	// ReasonExpired: the lock with this id is still recorded but its lease
+	// has run out.
+	ReasonExpired
+)
+
+// String returns "", "locked", "not-found" or "expired".
+func (r Reason) String() string {
+	switch r {
+	case ReasonLocked:
+		return "locked"
+	case ReasonNotFound:
+		return "not-found"
+	case ReasonExpired:
+		return "expired"
+	}
+	return ""
+}
+
+// Outcome is the result of a release or extend. OK reports whether the call
+// took effect; otherwise Reason says why not. A release or extend that does
+// not take effect is a result, not an error.
+type Outcome struct {
+	OK        bool
+	Reason    Reason
+	ExpiresAt time.Time // extend: the new expiry, by the backend's clock
+}
+
+// Locker is the contract every lock backend implements. All methods are safe
+// for concurrent use. Every method checks its ctx before any I/O (an ended
+// ctx gives Aborted or NetworkTimeout) and validates its arguments before
+// any I/O (InvalidArgument). Failures are [*Error] values with a [Code];
+// contention and absence are results.
+//
+// Liveness is one rule on every backend: a lease is live while now <
+// ExpiresAt by the backend's time authority, and expired from ExpiresAt on.
+// There is no grace period (see [Live]).
+type Locker interface {
+	// Acquire makes one attempt to take the lock on key for ttl. On success
+	// it returns the lease and ok = true. When a live lease holds the key it
+	// returns ok = false and a nil error, and changes nothing: no fence is
+	// consumed. Acquiring over an expired lease replaces it. The fence is
+	// the key's counter plus one; past [FenceMax] the acquire fails with
+	// Internal and writes nothing.
+	Acquire(ctx context.Context, key string, ttl time.Duration) (lease Lease, ok bool, err error)
+
+	// Release deletes the live lock whose id is id. It reports OK only when
+	// this call released it; a second release of the same id, a foreign
+	// or unknown id and an expired lease all give OK = false with a Reason.
+	// The fence counter is never touched.
+	Release(ctx context.Context, id string) (Outcome, error)
+
+	// Extend replaces the expiry of the live lock whose id is id with now +
+	// ttl (a shorter ttl shortens it) and returns the new expiry. It keeps
+	// AcquiredAt and Fence. An expired lease cannot be extended.
+	Extend(ctx context.Context, id string, ttl time.Duration) (Outcome, error)
+
+	// IsLocked reports whether a live lease holds key. It is a pure read
+	// unless the backend was built with cleanup enabled, in which case it
+	// may also delete the key's lock record if it expired more than
+	// [CleanupGrace] ago (never the fence counter); the answer is the same
+	// either way.
+	IsLocked(ctx context.Context, key string) (bool, error)
+
+	// LookupKey returns the live lock on key, or ok = false. It never
+	// changes the lock.
+	LookupKey(ctx context.Context, key string) (info Info, ok bool, err error)
+
+	// LookupID returns the live lock whose id is id, or ok = false (also
+	// when the key has since passed to another holder). It never changes
+	// the lock. Lookups are diagnostics: never gate a mutation on one.
+	LookupID(ctx context.Context, id string) (info Info, ok bool, err error)
+
+	// Capabilities describes the backend.
+	Capabilities() Capabilities
+}
+
+// Watcher is an optional interface of a [Locker] that can tell waiters when
+// a key may have become free, so that [Do] retries at once instead of
+// sleeping out its back-off.
+type Watcher interface {
+	// Watch returns a channel that is closed when the lock on key is
+	// released or replaced, or at once if key is not held now. The channel
+	// may also close spuriously; callers retry their acquire either way.
+	// Stop the watch with the returned function (it is safe to call more
+	// than once) to free its resources if it has not fired.
+	//
+	// ctx bounds the setup of the watch only; the channel outlives it.
+	Watch(ctx context.Context, key string) (ch <-chan struct{}, stop func())
+}
+
+// CleanupGrace is how long after its expiry a lock record must stay before
+// IsLocked's optional cleanup may delete it.
+const CleanupGrace = 2 * time.Second
+
+// Live reports whether a lease that expires at expiresAt is live at now:
+// now < expiresAt. Every backend applies this one rule, with its own time
+// authority, so behaviour at and around the expiry is the same everywhere.
+func Live(expiresAt, now time.Time) bool {
+	return now.Before(expiresAt)
+}
+
+// Owns reports whether id names a live lock, like [Locker.LookupID] != nil.
+// It is a diagnostic: never gate a mutation on it; use fences.
+func Owns(ctx context.Context, l Locker, id string) (bool, error) {
+	_, ok, err := l.LookupID(ctx, id)
+	return ok, err
+}
+
+// LookupKeyRaw is [Locker.LookupKey] with the raw key and lock id included.
+// Use it only where printing raw identifiers is acceptable.
+func LookupKeyRaw(ctx context.Context, l Locker, key string) (RawInfo, bool, error) {
+	info, ok, err := l.LookupKey(ctx, key)
+	if err != nil || !ok {
+		return RawInfo{}, ok, err
+	}
+	return RawInfo{Info: info, Key: info.key, ID: info.id}, true, nil
+}
+
+// LookupIDRaw is [Locker.LookupID] with the raw key and lock id included.
+// Use it only where printing raw identifiers is acceptable.
+func LookupIDRaw(ctx context.Context, l Locker, id string) (RawInfo, bool, error) {
+	info, ok, err := l.LookupID(ctx, id)
+	if err != nil || !ok {
+		return RawInfo{}, ok, err
+	}
+	return RawInfo{Info: info, Key: info.key, ID: info.id}, true, nil
+}

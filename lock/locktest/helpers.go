@@ -1,0 +1,658 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/lock"
+)
+
+func init() {
+	register(
+		testCase{"SG38_DoRunsFnWhileHolding", testDoHolds},
+		testCase{"SG38_DoReleasesOnPanic", testDoPanic},
+		testCase{"SG39_DoRetriesOnlyOnContention", testDoRetries},
+		testCase{"GO56_DoRetriesTransientErrorsWhenAsked", testDoTransient},
+		testCase{"SG41_GO55_DoFinalAttemptAtDeadline", testDoDeadline},
+		testCase{"GO55_DoStopsWhenContextEnds", testDoContext},
+		testCase{"DoWakesWhenLockReleased", testDoWakes},
+		testCase{"GO57_DoReleasesOnDetachedContext", testDoDetached},
+		testCase{"GO58_DoRenewsLease", testDoRenews},
+		testCase{"GO58_DoReportsLeaseLoss", testDoLeaseLost},
+		testCase{"SG42_DoReleaseFailureToCallback", testDoReleaseFailure},
+		testCase{"SG43_HandleReleaseAtMostOnce", testHandleOnce},
+		testCase{"SG43_CloseWaitsForInFlightRelease", testHandleCloseWaits},
+		testCase{"SG44_GO59_CloseTimeoutReported", testHandleCloseTimeout},
+		testCase{"SG45_FailedAcquireHandleIsNoOp", testHandleNil},
+		testCase{"SG46_TelemetryOneEventPerOp", testTelemetry},
+		testCase{"SG46_TelemetryRawOnlyWhenAllowed", testTelemetryRaw},
+		testCase{"SG47_TelemetryHookCannotChangeResults", testTelemetryHookFaults},
+		testCase{"GO61_TelemetryReportsErrors", testTelemetryErrors},
+	)
+}
+
+// recorder collects telemetry events.
+type recorder struct {
+	mu     sync.Mutex
+	events []lock.Event
+	notify chan lock.Event
+}
+
+func newRecorder() *recorder { return &recorder{notify: make(chan lock.Event, 1024)} }
+
+func (r *recorder) LockEvent(e lock.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+	select {
+	case r.notify <- e:
+	default:
+	}
+}
+
+func (r *recorder) all() []lock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]lock.Event(nil), r.events...)
+}
+
+func (r *recorder) count(op lock.Op) int {
+	n := 0
+	for _, e := range r.all() {
+		if e.Op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// waitFor waits until an event of op satisfying ok arrives, and reports
+// whether one did. It may run on any goroutine: a missing event is a test
+// error, not a FailNow.
+func (r *recorder) waitFor(t *testing.T, op lock.Op, ok func(lock.Event) bool) bool {
+	t.Helper()
+	guard := time.NewTimer(30 * time.Second)
+	defer guard.Stop()
+	for {
+		select {
+		case e := <-r.notify:
+			if e.Op == op && ok(e) {
+				return true
+			}
+		case <-guard.C:
+			t.Errorf("no %s event arrived within 30s", op)
+			return false
+		}
+	}
+}
+
+// instrumented wraps the Env's locker with a recorder.
+func instrumented(e *Env) (*lock.Instrumented, *recorder) {
+	r := newRecorder()
+	return lock.WithTelemetry(e.Locker, r), r
+}
+
+var errFn = errors.New("locktest: fn failed")
+
+func testDoHolds(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	ran := false
+	err := lock.Do(t.Context(), e.Locker, k, func(ctx context.Context, lease lock.Lease) error {
+		ran = true
+		if !isLocked(t, e, k) {
+			t.Error("fn runs without the lock held")
+		}
+		if _, ok, _ := e.Locker.Acquire(ctx, k, longTTL); ok {
+			t.Error("another acquire succeeded while fn held the lock")
+		}
+		if info, ok := lookupKey(t, e, k); !ok || info.Fence != lease.Fence {
+			t.Errorf("fn's lease %v is not the live lock %v", lease, info)
+		}
+		return errFn
+	}, lock.WithTTL(longTTL))
+	if !ran {
+		t.Fatal("fn did not run")
+	}
+	if !errors.Is(err, errFn) {
+		t.Fatalf("Do returned %v; want fn's error", err)
+	}
+	if isLocked(t, e, k) {
+		t.Fatal("still locked after Do returned")
+	}
+	if err := lock.Do(t.Context(), e.Locker, k, func(context.Context, lock.Lease) error { return nil }); err != nil {
+		t.Fatalf("Do with a nil-returning fn: %v", err)
+	}
+}
+
+func testDoPanic(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v; want the fn's panic to go on", r)
+			}
+		}()
+		_ = lock.Do(t.Context(), e.Locker, k, func(context.Context, lock.Lease) error { panic("boom") })
+		t.Fatal("Do returned after fn panicked")
+	}()
+	if isLocked(t, e, k) {
+		t.Fatal("the lock is still held after fn panicked")
+	}
+}
+
+func testDoRetries(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	acquire(t, e, k, longTTL)
+	l, rec := instrumented(e)
+	const retries = 3
+	err := lock.Do(t.Context(), l, k, func(context.Context, lock.Lease) error {
+		t.Error("fn ran without the lock")
+		return nil
+	}, lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond), lock.WithTimeout(time.Minute))
+	wantCode(t, "Do on a held key", err, lock.CodeAcquisitionTimeout)
+	if n := rec.count(lock.OpAcquire); n != retries+1 {
+		t.Fatalf("%d acquire attempts; want maxRetries+1 = %d", n, retries+1)
+	}
+
+	// A backend error is not contention: no retry by default.
+	b := s.env(t)
+	bl, brec := instrumented(b)
+	b.Break()
+	err = lock.Do(t.Context(), bl, k, func(context.Context, lock.Lease) error { return nil },
+		lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond))
+	if code := lock.CodeOf(err); code != lock.CodeServiceUnavailable && code != lock.CodeNetworkTimeout {
+		t.Fatalf("Do on a broken backend: %v; want the backend's error", err)
+	}
+	if n := brec.count(lock.OpAcquire); n != 1 {
+		t.Fatalf("%d attempts on a backend error; want 1 (no retry)", n)
+	}
+}
+
+func testDoTransient(t *testing.T, s *suite) {
+	e := s.env(t)
+	l, rec := instrumented(e)
+	e.Break()
+	const retries = 2
+	err := lock.Do(t.Context(), l, key(t, "k"), func(context.Context, lock.Lease) error { return nil },
+		lock.WithRetryTransient(true), lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond))
+	wantCode(t, "Do with transient retries", err, lock.CodeAcquisitionTimeout)
+	if !errors.Is(err, lock.ErrServiceUnavailable) && !errors.Is(err, lock.ErrNetworkTimeout) {
+		t.Fatalf("the final error %v does not wrap the last backend failure", err)
+	}
+	if n := rec.count(lock.OpAcquire); n != retries+1 {
+		t.Fatalf("%d attempts; want %d", n, retries+1)
+	}
+}
+
+func testDoDeadline(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	acquire(t, e, k, longTTL)
+	l, rec := instrumented(e)
+	timeout := 3 * e.Margin
+	start := time.Now()
+	err := lock.Do(t.Context(), l, k, func(context.Context, lock.Lease) error { return nil },
+		lock.WithTimeout(timeout), lock.WithRetryDelay(time.Hour), lock.WithMaxDelay(time.Hour))
+	elapsed := time.Since(start)
+	wantCode(t, "Do past its timeout", err, lock.CodeAcquisitionTimeout)
+	// The hour-long delay is clamped to the deadline, and one last attempt
+	// is made there.
+	if n := rec.count(lock.OpAcquire); n != 2 {
+		t.Fatalf("%d attempts; want 2 (the first, and a last one at the deadline)", n)
+	}
+	if elapsed < timeout {
+		t.Fatalf("Do gave up after %v, before its timeout %v", elapsed, timeout)
+	}
+}
+
+func testDoContext(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	acquire(t, e, k, longTTL)
+	l, rec := instrumented(e)
+	long := []lock.Option{lock.WithTimeout(time.Hour), lock.WithRetryDelay(time.Hour), lock.WithMaxDelay(time.Hour)}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		rec.waitFor(t, lock.OpAcquire, func(lock.Event) bool { return true })
+		cancel()
+	}()
+	err := lock.Do(ctx, l, k, func(context.Context, lock.Lease) error { return nil }, long...)
+	wantCode(t, "Do cancelled while waiting", err, lock.CodeAborted)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%v does not match context.Canceled", err)
+	}
+
+	dctx, dcancel := context.WithTimeout(t.Context(), 2*e.Margin)
+	defer dcancel()
+	err = lock.Do(dctx, l, k, func(context.Context, lock.Lease) error { return nil }, long...)
+	wantCode(t, "Do whose ctx deadline passed while waiting", err, lock.CodeAcquisitionTimeout)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("%v does not match context.DeadlineExceeded", err)
+	}
+}
+
+func testDoWakes(t *testing.T, s *suite) {
+	e := s.env(t)
+	if _, ok := e.Locker.(lock.Watcher); !ok {
+		t.Skip("the provider is not a lock.Watcher; waiters wake by back-off only")
+	}
+	k := key(t, "k")
+	holder := acquire(t, e, k, longTTL)
+	l, rec := instrumented(e)
+	go func() {
+		rec.waitFor(t, lock.OpAcquire, func(ev lock.Event) bool { return ev.Reason == lock.ReasonLocked })
+		if out, err := e.Locker.Release(t.Context(), holder.ID); err != nil || !out.OK {
+			t.Errorf("the holder's release: %+v, %v", out, err)
+		}
+	}()
+	// An hour-long delay: only the release notification can wake Do
+	// before its ctx runs out.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := lock.Do(ctx, l, k, func(context.Context, lock.Lease) error { return nil },
+		lock.WithTimeout(time.Hour), lock.WithRetryDelay(time.Hour), lock.WithMaxDelay(time.Hour))
+	if err != nil {
+		t.Fatalf("Do was not woken by the release: %v", err)
+	}
+}
+
+func testDoDetached(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	ctx, cancel := context.WithCancel(t.Context())
+	err := lock.Do(ctx, e.Locker, k, func(ctx context.Context, _ lock.Lease) error {
+		cancel() // the caller goes away while fn runs
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do: %v; want fn's context.Canceled", err)
+	}
+	if isLocked(t, e, k) {
+		t.Fatal("the lease was not released after the caller's ctx was cancelled")
+	}
+}
+
+func testDoRenews(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	l, rec := instrumented(e)
+	ttl := 6 * e.Margin
+	const renewals = 4
+	err := lock.Do(t.Context(), l, k, func(ctx context.Context, lease lock.Lease) error {
+		// Outlive the TTL several times over; each renewal must keep
+		// the lease.
+		for range renewals {
+			if !rec.waitFor(t, lock.OpExtend, func(ev lock.Event) bool {
+				if !ev.OK {
+					t.Errorf("a renewal failed: %+v", ev)
+				}
+				return true
+			}) {
+				return nil
+			}
+			if e.fake() {
+				e.Advance(ttl / 2)
+			}
+		}
+		if ctx.Err() != nil {
+			t.Errorf("fn's ctx ended although renewals succeeded: %v", context.Cause(ctx))
+		}
+		info, ok := lookupKey(t, e, k)
+		if !ok || info.Fence != lease.Fence {
+			t.Errorf("the lease was lost despite renewal: %v, %v", info, ok)
+		}
+		return nil
+	}, lock.WithTTL(ttl))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+}
+
+func testDoLeaseLost(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	var lostCalls atomic.Int32
+	err := lock.Do(t.Context(), e.Locker, k, func(ctx context.Context, lease lock.Lease) error {
+		// Someone else removes the lease (as an expiry and takeover would).
+		release(t, e, lease.ID)
+		select {
+		case <-ctx.Done():
+		case <-time.After(30 * time.Second):
+			t.Error("fn's ctx was not cancelled after the lease was lost")
+		}
+		if !errors.Is(context.Cause(ctx), lock.ErrLeaseLost) {
+			t.Errorf("fn's ctx cause %v; want ErrLeaseLost", context.Cause(ctx))
+		}
+		return nil
+	}, lock.WithTTL(longTTL), lock.WithRenewInterval(e.Margin),
+		lock.WithOnLeaseLost(func(lock.Lease, error) { lostCalls.Add(1) }))
+	if !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("Do: %v; want an error matching ErrLeaseLost", err)
+	}
+	if lostCalls.Load() != 1 {
+		t.Fatalf("the lease-lost callback ran %d times; want 1", lostCalls.Load())
+	}
+}
+
+func testDoReleaseFailure(t *testing.T, s *suite) {
+	for _, panicking := range []bool{false, true} {
+		e := s.env(t)
+		var failures []lock.ReleaseFailure
+		err := lock.Do(t.Context(), e.Locker, key(t, "k"), func(context.Context, lock.Lease) error {
+			e.Break() // the release after fn will fail
+			return errFn
+		}, lock.WithOnReleaseError(func(f lock.ReleaseFailure) {
+			failures = append(failures, f)
+			if panicking {
+				panic("callback panic")
+			}
+		}))
+		if !errors.Is(err, errFn) || lock.CodeOf(err) != lock.CodeUnknown {
+			t.Fatalf("Do: %v; want exactly fn's error, unmasked by the release failure", err)
+		}
+		if len(failures) != 1 {
+			t.Fatalf("%d release failures reported; want 1", len(failures))
+		}
+		f := failures[0]
+		if f.Source != "do" || f.Err == nil || lock.CodeOf(f.Err) == lock.CodeUnknown {
+			t.Fatalf("release failure %+v; want source do and a coded error", f)
+		}
+	}
+}
+
+func testHandleOnce(t *testing.T, s *suite) {
+	e := s.env(t)
+	l, rec := instrumented(e)
+	h, ok, err := lock.Acquire(t.Context(), l, key(t, "k"), longTTL)
+	if err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	if out, err := h.Release(t.Context()); err != nil || !out.OK {
+		t.Fatalf("first release: %+v, %v", out, err)
+	}
+	if out, err := h.Release(t.Context()); err != nil || out.OK {
+		t.Fatalf("second release: %+v, %v; want not OK", out, err)
+	}
+	h.Close()
+	h.Close()
+	if n := rec.count(lock.OpRelease); n != 1 {
+		t.Fatalf("%d backend releases; want exactly 1", n)
+	}
+
+	// Concurrent closes share one backend call.
+	h2, _, err := lock.Acquire(t.Context(), l, key(t, "k2"), longTTL)
+	if err != nil || h2 == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() { defer wg.Done(); h2.Close() }()
+	}
+	wg.Wait()
+	if n := rec.count(lock.OpRelease); n != 2 {
+		t.Fatalf("%d backend releases after 8 concurrent closes; want 2 in all", n)
+	}
+	if isLocked(t, e, key(t, "k2")) {
+		t.Fatal("still locked after Close")
+	}
+}
+
+// slowRelease delays every Release of the locker it wraps until gate is
+// closed or the call's ctx ends, and records when the real release started
+// and finished. It injects a slow network into a real provider.
+type slowRelease struct {
+	lock.Locker
+	gate     chan struct{}
+	started  chan struct{} // receives one value per Release call
+	finished atomic.Bool
+}
+
+func newSlowRelease(l lock.Locker) *slowRelease {
+	return &slowRelease{Locker: l, gate: make(chan struct{}), started: make(chan struct{}, 16)}
+}
+
+func (s *slowRelease) Release(ctx context.Context, id string) (lock.Outcome, error) {
+	s.started <- struct{}{}
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return lock.Outcome{}, lock.CheckContext(ctx, "release")
+	}
+	out, err := s.Locker.Release(ctx, id)
+	s.finished.Store(true)
+	return out, err
+}
+
+func testHandleCloseWaits(t *testing.T, s *suite) {
+	e := s.env(t)
+	slow := newSlowRelease(e.Locker)
+	h, _, err := lock.Acquire(t.Context(), slow, key(t, "k"), longTTL, lock.WithCloseTimeout(time.Minute))
+	if err != nil || h == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	released := make(chan lock.Outcome, 1)
+	go func() {
+		out, _ := h.Release(t.Context())
+		released <- out
+	}()
+	<-slow.started // the manual release is in flight
+	closed := make(chan bool, 1)
+	go func() {
+		h.Close()
+		closed <- slow.finished.Load()
+	}()
+	time.Sleep(e.Margin) // give a wrong Close time to return early
+	close(slow.gate)
+	if out := <-released; !out.OK {
+		t.Fatalf("the manual release: %+v", out)
+	}
+	if finished := <-closed; !finished {
+		t.Fatal("Close returned before the in-flight release finished")
+	}
+}
+
+func testHandleCloseTimeout(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	slow := newSlowRelease(e.Locker) // its gate never opens
+	var mu sync.Mutex
+	var failures []lock.ReleaseFailure
+	h, _, err := lock.Acquire(t.Context(), slow, k, longTTL,
+		lock.WithCloseTimeout(2*e.Margin),
+		lock.WithReleaseErrorHandler(func(f lock.ReleaseFailure) {
+			mu.Lock()
+			failures = append(failures, f)
+			mu.Unlock()
+		}))
+	if err != nil || h == nil {
+		t.Fatalf("Acquire: %v", err)
+	}
+	h.Close() // must return by its deadline, not hang
+	mu.Lock()
+	defer mu.Unlock()
+	if len(failures) != 1 {
+		t.Fatalf("%d failures reported; want 1", len(failures))
+	}
+	if f := failures[0]; f.Source != "close" || lock.CodeOf(f.Err) != lock.CodeNetworkTimeout {
+		t.Fatalf("failure %+v; want a NetworkTimeout from close", f)
+	}
+	if !isLocked(t, e, k) {
+		t.Fatal("the lock is gone although its release never reached the backend")
+	}
+}
+
+func testHandleNil(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	acquire(t, e, k, longTTL)
+	l, rec := instrumented(e)
+	h, ok, err := lock.Acquire(t.Context(), l, k, longTTL)
+	if err != nil || ok || h != nil {
+		t.Fatalf("Acquire on a held key = %v, %v, %v; want nil, false, nil", h, ok, err)
+	}
+	if out, err := h.Release(t.Context()); err != nil || out.OK {
+		t.Fatalf("nil handle Release = %+v, %v", out, err)
+	}
+	if out, err := h.Extend(t.Context(), time.Second); err != nil || out.OK {
+		t.Fatalf("nil handle Extend = %+v, %v", out, err)
+	}
+	h.Close()
+	if (h.Lease() != lock.Lease{}) {
+		t.Fatal("nil handle has a lease")
+	}
+	if n := len(rec.all()); n != 1 {
+		t.Fatalf("%d backend calls; want only the failed acquire", n)
+	}
+}
+
+func testTelemetry(t *testing.T, s *suite) {
+	e := s.env(t)
+	l, rec := instrumented(e)
+	ctx := t.Context()
+	k := key(t, "k")
+	lease, _, _ := l.Acquire(ctx, k, longTTL)
+	_, _, _ = l.Acquire(ctx, k, longTTL)
+	_, _ = l.Extend(ctx, lease.ID, longTTL)
+	_, _ = l.IsLocked(ctx, k)
+	_, _, _ = l.LookupKey(ctx, k)
+	_, _, _ = l.LookupID(ctx, lease.ID)
+	_, _ = l.Release(ctx, lease.ID)
+	_, _ = l.Release(ctx, lease.ID)
+	_, _ = l.Extend(ctx, lease.ID, longTTL)
+	_, _ = l.IsLocked(ctx, k)
+
+	want := []struct {
+		op     lock.Op
+		ok     bool
+		reason lock.Reason
+		byKey  bool
+	}{
+		{lock.OpAcquire, true, lock.ReasonNone, true},
+		{lock.OpAcquire, false, lock.ReasonLocked, true},
+		{lock.OpExtend, true, lock.ReasonNone, false},
+		{lock.OpIsLocked, true, lock.ReasonNone, true},
+		{lock.OpLookupKey, true, lock.ReasonNone, true},
+		{lock.OpLookupID, true, lock.ReasonNone, false},
+		{lock.OpRelease, true, lock.ReasonNone, false},
+		{lock.OpRelease, false, lock.ReasonNotFound, false},
+		{lock.OpExtend, false, lock.ReasonNotFound, false},
+		{lock.OpIsLocked, false, lock.ReasonNone, true},
+	}
+	got := rec.all()
+	if len(got) != len(want) {
+		t.Fatalf("%d events for %d operations", len(got), len(want))
+	}
+	keyHash := lock.DefaultHasher().Hash(k)
+	idHash := lock.DefaultHasher().Hash(lease.ID)
+	for i, w := range want {
+		ev := got[i]
+		if ev.Op != w.op || ev.OK != w.ok || ev.Reason != w.reason || ev.Err != nil {
+			t.Fatalf("event %d = %+v; want op %s ok %v reason %q", i, ev, w.op, w.ok, w.reason)
+		}
+		if w.byKey && ev.KeyHash != keyHash {
+			t.Fatalf("event %d: key hash %q; want %q", i, ev.KeyHash, keyHash)
+		}
+		if !w.byKey && ev.IDHash != idHash {
+			t.Fatalf("event %d: id hash %q; want %q", i, ev.IDHash, idHash)
+		}
+		if ev.Key != "" || ev.ID != "" {
+			t.Fatalf("event %d carries raw identifiers by default", i)
+		}
+		if ev.Duration <= 0 {
+			t.Fatalf("event %d has no duration", i)
+		}
+	}
+	if got[0].Fence != lease.Fence || got[0].IDHash != idHash {
+		t.Fatalf("the acquire event does not name the lease: %+v", got[0])
+	}
+}
+
+func testTelemetryRaw(t *testing.T, s *suite) {
+	e := s.env(t)
+	ctx := t.Context()
+	k := key(t, "k")
+	var events []lock.Event
+	hook := lock.HookFunc(func(ev lock.Event) { events = append(events, ev) })
+	allowAcquire := lock.WithRawIdentifiers(func(ev lock.Event) bool {
+		if ev.Key != "" || ev.ID != "" {
+			t.Error("the predicate saw raw identifiers")
+		}
+		if ev.Op == lock.OpIsLocked {
+			panic("predicate panic")
+		}
+		return ev.Op == lock.OpAcquire
+	})
+	l := lock.WithTelemetry(e.Locker, hook, allowAcquire, lock.WithHasher(lock.NewHMACHasher([]byte("shared secret"))))
+	lease, _, _ := l.Acquire(ctx, k, longTTL)
+	_, _ = l.IsLocked(ctx, k)
+	_, _ = l.Release(ctx, lease.ID)
+	if len(events) != 3 {
+		t.Fatalf("%d events; want 3", len(events))
+	}
+	if events[0].Key != k || events[0].ID != lease.ID {
+		t.Fatalf("allowed acquire event lacks raw values: %+v", events[0])
+	}
+	if events[1].Key != "" || events[2].ID != "" {
+		t.Fatal("raw values leaked past a refusing or panicking predicate")
+	}
+	if want := lock.NewHMACHasher([]byte("shared secret")).Hash(k); events[1].KeyHash != want {
+		t.Fatalf("key hash %q under the shared secret; want %q", events[1].KeyHash, want)
+	}
+}
+
+func testTelemetryHookFaults(t *testing.T, s *suite) {
+	for _, hook := range []lock.HookFunc{
+		func(lock.Event) { panic("hook panic") },
+		func(lock.Event) { time.Sleep(time.Millisecond) },
+	} {
+		e := s.env(t)
+		l := lock.WithTelemetry(e.Locker, hook)
+		k := key(t, "k")
+		lease, ok, err := l.Acquire(t.Context(), k, longTTL)
+		if err != nil || !ok {
+			t.Fatalf("Acquire through a faulty hook: %v, %v", ok, err)
+		}
+		if locked, err := l.IsLocked(t.Context(), k); err != nil || !locked {
+			t.Fatalf("IsLocked through a faulty hook: %v, %v", locked, err)
+		}
+		if out, err := l.Release(t.Context(), lease.ID); err != nil || !out.OK {
+			t.Fatalf("Release through a faulty hook: %+v, %v", out, err)
+		}
+	}
+}
+
+func testTelemetryErrors(t *testing.T, s *suite) {
+	e := s.env(t)
+	l, rec := instrumented(e)
+	k := key(t, "secret-key")
+	lease, _, _ := l.Acquire(t.Context(), k, longTTL)
+	_, _, err := l.Acquire(t.Context(), "", longTTL)
+	wantCode(t, "empty key", err, lock.CodeInvalidArgument)
+	e.Break()
+	_, _ = l.Release(t.Context(), lease.ID)
+	evs := rec.all()
+	if len(evs) != 3 {
+		t.Fatalf("%d events; want 3 (errors included)", len(evs))
+	}
+	for _, ev := range evs[1:] {
+		if ev.Err == nil || ev.Code == lock.CodeUnknown || ev.OK {
+			t.Fatalf("error event %+v lacks its error or code", ev)
+		}
+		if strings.Contains(ev.Err.Error(), "secret-key") || strings.Contains(ev.Err.Error(), lease.ID) {
+			t.Fatalf("error message contains a raw identifier: %v", ev.Err)
+		}
+	}
+	if evs[1].Code != lock.CodeInvalidArgument {
+		t.Fatalf("invalid-key event code %v", evs[1].Code)
+	}
+}
