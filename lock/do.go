@@ -87,7 +87,10 @@ func WithJitter(j Jitter) Option { return func(c *doConfig) { c.jitter = j } }
 // attempt.
 func WithTimeout(d time.Duration) Option { return func(c *doConfig) { c.timeout = d } }
 
-// WithMaxRetries bounds the attempts after the first. Default: 10.
+// WithMaxRetries bounds the attempts after the first that Do makes when a
+// back-off delay runs out. Default: 10. Attempts made at once because a
+// [Watcher] reported the lock released do not count: their rate follows the
+// holders' releases, and WithTimeout still bounds the whole wait.
 func WithMaxRetries(n int) Option { return func(c *doConfig) { c.maxRetries = n } }
 
 // WithRetryTransient makes Do retry transient backend errors
@@ -242,14 +245,16 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 	deadline := start.Add(cfg.timeout)
 	watcher, _ := l.(Watcher)
 	var lastErr error
-	for attempt := 1; ; attempt++ {
+	attempts, retries := 0, 0 // retries: attempts after a back-off delay ran out
+	for {
 		if err := ctx.Err(); err != nil {
-			return Lease{}, time.Time{}, waitEnded(ctx, attempt-1, lastErr)
+			return Lease{}, time.Time{}, waitEnded(ctx, attempts, lastErr)
 		}
 		var (
 			watch <-chan struct{}
 			stop  = func() {}
 		)
+		attempts++
 		sent := time.Now()
 		lease, ok, err := l.Acquire(ctx, key, cfg.ttl)
 		switch {
@@ -257,7 +262,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 			return lease, sent, nil
 		case err != nil && !(cfg.retryTransient && CodeOf(err).Transient()):
 			if ctx.Err() != nil {
-				return Lease{}, time.Time{}, waitEnded(ctx, attempt, lastErr)
+				return Lease{}, time.Time{}, waitEnded(ctx, attempts, lastErr)
 			}
 			return Lease{}, time.Time{}, err
 		case err != nil:
@@ -266,16 +271,20 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 			watch, stop = watcher.Watch(ctx, key)
 		}
 		remaining := time.Until(deadline)
-		if attempt > cfg.maxRetries || remaining <= 0 {
+		if retries >= cfg.maxRetries || remaining <= 0 {
 			stop()
 			return Lease{}, time.Time{}, NewError(CodeAcquisitionTimeout, "do",
-				fmt.Sprintf("lock not acquired after %d attempts in %v", attempt, time.Since(start).Round(time.Millisecond)), lastErr)
+				fmt.Sprintf("lock not acquired after %d attempts in %v", attempts, time.Since(start).Round(time.Millisecond)), lastErr)
 		}
-		t := time.NewTimer(min(cfg.delay(attempt), remaining))
+		t := time.NewTimer(min(cfg.delay(retries+1), remaining))
 		select {
 		case <-ctx.Done():
 		case <-t.C:
+			retries++
 		case <-watch:
+			// Woken because the lock was released: this attempt is not a
+			// retry, since its load on the backend follows the holders'
+			// releases, not the waiter's polling.
 		}
 		t.Stop()
 		stop()

@@ -92,11 +92,11 @@ func TestWatchFiresOnReleaseAndClose(t *testing.T) {
 	if _, err := l.Release(ctx, lease.ID); err != nil {
 		t.Fatal(err)
 	}
-	<-ch // fires on release
+	fired(t, ch, "release")
 
 	free, stopFree := l.Watch(ctx, "free")
 	defer stopFree()
-	<-free // fires at once for a free key
+	fired(t, free, "free key")
 
 	if _, _, err := l.Acquire(ctx, "k", time.Minute); err != nil {
 		t.Fatal(err)
@@ -107,11 +107,22 @@ func TestWatchFiresOnReleaseAndClose(t *testing.T) {
 	ch3, stop3 := l.Watch(ctx, "k")
 	defer stop3()
 	_ = l.Close()
-	<-ch3 // Close wakes every watcher
+	fired(t, ch3, "close")
 	select {
 	case <-ch2:
 		t.Fatal("a stopped watch fired")
 	default:
+	}
+}
+
+// fired fails the test unless ch is closed within a generous bound (a
+// guard against hanging, not a timing assertion).
+func fired(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the watch did not fire on %s", what)
 	}
 }
 

@@ -1,0 +1,80 @@
+package lock_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idemkit/lock"
+)
+
+func TestFenceForms(t *testing.T) {
+	cases := []struct {
+		f lock.Fence
+		s string
+	}{
+		{0, "000000000000000"}, {1, "000000000000001"}, {42, "000000000000042"},
+		{lock.FenceWarn, "090000000000000"}, {lock.FenceMax, "900000000000000"}, {999_999_999_999_999, "999999999999999"},
+	}
+	for _, c := range cases {
+		if c.f.String() != c.s {
+			t.Fatalf("%d.String() = %q; want %q", c.f, c.f.String(), c.s)
+		}
+		p, err := lock.ParseFence(c.s)
+		if err != nil || p != c.f || p.Uint64() != uint64(c.f) {
+			t.Fatalf("ParseFence(%q) = %v, %v", c.s, p, err)
+		}
+	}
+	for _, bad := range []string{"", "1", "00000000000001", "0000000000000001", "-00000000000001", "00000000000000a", "+00000000000001"} {
+		if _, err := lock.ParseFence(bad); lock.CodeOf(err) != lock.CodeInvalidArgument {
+			t.Fatalf("ParseFence(%q) = %v", bad, err)
+		}
+	}
+	// String order is numeric order.
+	for a := lock.Fence(0); a < 1200; a += 7 {
+		for _, b := range []lock.Fence{a + 1, a * 10, a + 999, lock.FenceMax} {
+			if (a < b) != (a.String() < b.String()) || a.Compare(b) != strings.Compare(a.String(), b.String()) {
+				t.Fatalf("order of %v and %v differs between numbers and strings", a, b)
+			}
+		}
+	}
+	if lock.Fence(3).Compare(3) != 0 || lock.Fence(4).Compare(3) != 1 || lock.Fence(2).Compare(3) != -1 {
+		t.Fatal("Compare")
+	}
+	js, err := json.Marshal(struct{ F lock.Fence }{7})
+	if err != nil || string(js) != `{"F":"000000000000007"}` {
+		t.Fatalf("JSON %s, %v", js, err)
+	}
+	var back struct{ F lock.Fence }
+	if err := json.Unmarshal(js, &back); err != nil || back.F != 7 {
+		t.Fatalf("JSON round trip %v, %v", back.F, err)
+	}
+	if err := json.Unmarshal([]byte(`{"F":"7"}`), &back); err == nil {
+		t.Fatal("a short fence string was accepted")
+	}
+}
+
+func TestCheckFence(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	ctx := context.Background()
+	if err := lock.CheckFence(ctx, logger, nil, "secret-key", lock.FenceWarn); err != nil || buf.Len() != 0 {
+		t.Fatalf("at the warning threshold: %v, log %q", err, buf.String())
+	}
+	if err := lock.CheckFence(ctx, logger, nil, "secret-key", lock.FenceWarn+1); err != nil || buf.Len() == 0 {
+		t.Fatalf("above the warning threshold: %v, log %q", err, buf.String())
+	}
+	if strings.Contains(buf.String(), "secret-key") || !strings.Contains(buf.String(), lock.DefaultHasher().Hash("secret-key")) {
+		t.Fatalf("the warning must name the key by hash only: %q", buf.String())
+	}
+	if err := lock.CheckFence(ctx, nil, nil, "k", lock.FenceMax); err != nil {
+		t.Fatalf("the maximum itself is refused: %v", err)
+	}
+	err := lock.CheckFence(ctx, nil, nil, "secret-key", lock.FenceMax+1)
+	if lock.CodeOf(err) != lock.CodeInternal || strings.Contains(err.Error(), "secret-key") {
+		t.Fatalf("past the maximum: %v", err)
+	}
+}
