@@ -101,7 +101,8 @@ func WithMaxRetries(n int) Option { return func(c *doConfig) { c.maxRetries = n 
 func WithRetryTransient(on bool) Option { return func(c *doConfig) { c.retryTransient = on } }
 
 // WithRenewInterval sets how often the lease is extended (to now + TTL)
-// while fn runs. Default: TTL/3. A negative interval turns renewal off.
+// while fn runs; it must be shorter than the TTL. Default: TTL/3. A
+// negative interval turns renewal off.
 func WithRenewInterval(d time.Duration) Option { return func(c *doConfig) { c.renewEvery = d } }
 
 // WithReleaseTimeout bounds the release after fn returns, which runs on a
@@ -159,6 +160,9 @@ func (c *doConfig) validate() error {
 	}
 	if c.renewEvery == 0 {
 		c.renewEvery = c.ttl / 3
+	}
+	if c.renewEvery >= c.ttl {
+		return invalid("do", "renew interval must be shorter than the ttl")
 	}
 	return nil
 }

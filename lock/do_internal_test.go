@@ -60,6 +60,7 @@ func TestDoOptionValidation(t *testing.T) {
 	bad := []Option{
 		WithTTL(0), WithTTL(time.Microsecond), WithRetryDelay(0), WithMaxDelay(-1), WithTimeout(-1),
 		WithMaxRetries(-1), WithReleaseTimeout(0), WithBackoff(9), WithJitter(9),
+		func(c *doConfig) { c.ttl, c.renewEvery = time.Second, time.Second },
 	}
 	for i, o := range bad {
 		cfg := defaultConfig()

@@ -34,13 +34,24 @@ func NormalizeKey(key string) (string, error) {
 		return "", invalid("validate", fmt.Sprintf("key exceeds %d bytes after normalisation", MaxKeyBytes))
 	}
 	n := key
-	if !norm.NFC.IsNormalString(key) {
+	if !isASCII(key) && !norm.NFC.IsNormalString(key) {
 		n = norm.NFC.String(key)
 	}
 	if len(n) > MaxKeyBytes {
 		return "", invalid("validate", fmt.Sprintf("key exceeds %d bytes after normalisation (%d bytes)", MaxKeyBytes, len(n)))
 	}
 	return n, nil
+}
+
+// isASCII reports whether s is pure ASCII, which is always in NFC: the
+// common case (UUIDs, routes) skips the normaliser.
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // NewID returns a fresh lock id: 16 bytes from crypto/rand, encoded as 22

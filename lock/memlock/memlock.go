@@ -127,14 +127,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return lock.Lease{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := l.enter(ctx, op); err != nil {
 		return lock.Lease{}, false, err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return lock.Lease{}, false, closedErr(op)
-	}
 	now := l.now()
 	old := l.locks[key]
 	if old != nil && lock.Live(old.expires, now) {
@@ -192,14 +188,10 @@ func (l *Locker) byID(ctx context.Context, op, id string, f func(key string, e *
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := l.enter(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return lock.Outcome{}, closedErr(op)
-	}
 	key, ok := l.ids[id]
 	if !ok {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
@@ -222,14 +214,10 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := l.enter(ctx, op); err != nil {
 		return false, err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return false, closedErr(op)
-	}
 	e := l.locks[key]
 	if e == nil {
 		return false, nil
@@ -252,14 +240,10 @@ func (l *Locker) LookupKey(ctx context.Context, key string) (lock.Info, bool, er
 	if err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := l.enter(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return lock.Info{}, false, closedErr(op)
-	}
 	return l.info(key)
 }
 
@@ -269,14 +253,10 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := l.enter(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
-		return lock.Info{}, false, closedErr(op)
-	}
 	key, ok := l.ids[id]
 	if !ok || l.locks[key] == nil || l.locks[key].id != id {
 		return lock.Info{}, false, nil
@@ -429,6 +409,16 @@ func (l *Locker) RaiseFence(key string, f lock.Fence) error {
 	return nil
 }
 
-func closedErr(op string) error {
-	return lock.NewError(lock.CodeServiceUnavailable, op, "locker closed", ErrClosed)
+// enter checks ctx and takes l.mu; on success the caller must unlock. It
+// fails, without the mutex held, when ctx has ended or the locker is closed.
+func (l *Locker) enter(ctx context.Context, op string) error {
+	if err := lock.CheckContext(ctx, op); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return lock.NewError(lock.CodeServiceUnavailable, op, "locker closed", ErrClosed)
+	}
+	return nil
 }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Checks and tests every Go module in the repository, each on its own
+# (GOWORK=off): gofmt, go vet, go mod tidy -diff, go test -race.
+# Prints one closing line per module and exits non-zero if any failed.
+#
+#   scripts/test.sh            all modules
+#   scripts/test.sh lock/...   extra arguments go to go test (default ./...)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export GOWORK=off
+pkgs=("${@:-./...}")
+
+mapfile -t modules < <(find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
+failed=()
+for m in "${modules[@]}"; do
+	name=${m#./}; name=${name:-.}
+	echo "=== module $name"
+	step=""
+	(
+		cd "$m" || exit 1
+		dirs=$(go list -f '{{.Dir}}' ./...) || exit 1
+		unformatted=$(gofmt -l $dirs)
+		if [ -n "$unformatted" ]; then echo "gofmt: these files need formatting:"; echo "$unformatted"; exit 2; fi
+		go vet ./... || exit 3
+		go mod tidy -diff || exit 4
+		go test -race -shuffle=on -count=1 "${pkgs[@]}" || exit 5
+	)
+	rc=$?
+	case $rc in
+	0) echo "--- ok    $name: gofmt, vet, tidy, tests (race) all pass" ;;
+	2) step=gofmt ;; 3) step=vet ;; 4) step="go mod tidy -diff" ;; 5) step=tests ;; *) step="go list" ;;
+	esac
+	if [ $rc -ne 0 ]; then
+		echo "--- FAIL  $name: $step failed"
+		failed+=("$name")
+	fi
+done
+echo
+if [ ${#failed[@]} -ne 0 ]; then
+	echo "FAIL: ${#failed[@]} of ${#modules[@]} modules failed: ${failed[*]}"
+	exit 1
+fi
+echo "ok: all ${#modules[@]} modules pass"
