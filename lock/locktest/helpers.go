@@ -45,6 +45,7 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{notify: make(chan lock.Event, 1024)} }
 
+// LockEvent records e and offers it to waiters.
 func (r *recorder) LockEvent(e lock.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
@@ -421,6 +422,7 @@ func newSlowRelease(l lock.Locker) *slowRelease {
 	return &slowRelease{Locker: l, gate: make(chan struct{}), started: make(chan struct{}, 16)}
 }
 
+// Release waits for the gate (or ctx), then releases through the real locker.
 func (s *slowRelease) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	s.started <- struct{}{}
 	select {

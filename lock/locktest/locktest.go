@@ -292,6 +292,7 @@ type logBuffer struct {
 	lines int
 }
 
+// Write appends p and counts its lines.
 func (b *logBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -309,6 +310,7 @@ func (b *logBuffer) count() int {
 	return b.lines
 }
 
+// String returns everything logged so far.
 func (b *logBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
