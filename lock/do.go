@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 )
 
@@ -34,6 +35,9 @@ const (
 	JitterFull
 	// JitterNone: exactly d.
 	JitterNone
+	// JitterAdd: d plus a random extra in [0, base), where base is the
+	// retry delay: base·2^(n−1) + random(0, base).
+	JitterAdd
 )
 
 // Defaults of [Do].
@@ -63,7 +67,19 @@ type doConfig struct {
 	onLeaseLost    func(Lease, error)
 	logger         *slog.Logger
 	random         func() float64
+	stats          *Stats
 }
+
+// Stats reports how an acquisition went; see [WithStats].
+type Stats struct {
+	Attempts int           // acquire attempts made
+	Waited   time.Duration // time from the first attempt to the last answer
+}
+
+// WithStats makes Do and Hold fill s with the number of acquire attempts
+// and the time spent acquiring, whether or not the lock was acquired.
+// Default: none.
+func WithStats(s *Stats) Option { return func(c *doConfig) { c.stats = s } }
 
 // WithTTL sets the lease's TTL. Default: 30 s ([DefaultTTL]).
 func WithTTL(d time.Duration) Option { return func(c *doConfig) { c.ttl = d } }
@@ -155,7 +171,7 @@ func (c *doConfig) validate() error {
 		return invalid("do", "release timeout must be positive")
 	case c.backoff > BackoffFixed:
 		return invalid("do", "unknown backoff")
-	case c.jitter > JitterNone:
+	case c.jitter > JitterAdd:
 		return invalid("do", "unknown jitter")
 	}
 	if c.renewEvery == 0 {
@@ -182,11 +198,14 @@ func (c *doConfig) delay(n int) time.Duration {
 		return half + time.Duration(c.random()*float64(d-half))
 	case JitterFull:
 		return time.Duration(c.random() * float64(d))
+	case JitterAdd:
+		return d + time.Duration(c.random()*float64(c.retryDelay))
 	}
 	return d
 }
 
-// Do runs fn while holding the lock on key: the auto-managed lock.
+// Do runs fn while holding the lock on key: the auto-managed lock. It is
+// [Hold], fn, then [Held.Release].
 //
 // It acquires with retries on contention (capped exponential back-off with
 // jitter by default; see the options), returning at once when ctx ends and
@@ -209,47 +228,184 @@ func (c *doConfig) delay(n int) time.Duration {
 // Aborted when ctx is cancelled; a backend's own error (unless
 // [WithRetryTransient]); otherwise whatever fn returned.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lease Lease) error, opts ...Option) (err error) {
+	h, err := Hold(ctx, l, key, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		h.Release()
+		if lost := h.Lost(); lost != nil {
+			err = errors.Join(err, lost)
+		}
+	}()
+	return fn(h.Context(), h.Lease())
+}
+
+// Held is a lease that [Hold] acquired and keeps renewing until it is
+// released or abandoned. Its methods are safe for concurrent use.
+type Held struct {
+	locker Locker
+	lease  Lease
+	cfg    doConfig
+	ctx    context.Context // the caller's, detached: for release
+	work   context.Context
+	cancel context.CancelCauseFunc
+
+	stop     chan struct{} // closed to stop the renewer
+	finished chan struct{} // closed when the renewer has stopped
+	once     sync.Once     // guards the end (release or abandon)
+
+	mu   sync.Mutex
+	lost error
+}
+
+// Hold acquires the lock on key with the retry behaviour of [Do] and keeps
+// renewing the lease (every TTL/3 by default) until [Held.Release] or
+// [Held.Abandon]. It takes the same options as Do. Use it where the work
+// does not fit one function call, or where the lease must sometimes be left
+// to run out instead of released.
+func Hold(ctx context.Context, l Locker, key string, opts ...Option) (*Held, error) {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if err := cfg.validate(); err != nil {
-		return err
+		return nil, err
 	}
-	key, err = NormalizeKey(key)
+	key, err := NormalizeKey(key)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	lease, granted, err := acquireWithRetry(ctx, l, key, &cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stopRenew := func() error { return nil }
+	work, cancel := context.WithCancelCause(ctx)
+	h := &Held{
+		locker: l, lease: lease, cfg: cfg, ctx: context.WithoutCancel(ctx), work: work, cancel: cancel,
+		stop: make(chan struct{}), finished: make(chan struct{}),
+	}
 	if cfg.renewEvery > 0 {
-		stopRenew = startRenewal(fnCtx, cancel, l, lease, granted, &cfg)
+		go h.renew(granted)
+	} else {
+		close(h.finished)
 	}
-	defer func() {
-		lost := stopRenew()
-		releaseAfter(ctx, l, lease, &cfg)
-		if lost != nil {
-			err = errors.Join(err, lost)
-		}
-	}()
-	return fn(fnCtx, lease)
+	return h, nil
 }
 
-// acquireWithRetry runs Do's acquire loop. It returns the lease and the
-// local time at which the successful attempt was sent: the lease runs out no
-// earlier than that time plus the TTL, whatever the backend's clock says.
-func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) (Lease, time.Time, error) {
+// Lease returns the held lease as acquired (renewals do not update its
+// ExpiresAt).
+func (h *Held) Lease() Lease { return h.lease }
+
+// Context returns a context derived from the one given to Hold that is
+// cancelled, with a cause matching [ErrLeaseLost], when the lease is found
+// lost, and after Release or Abandon.
+func (h *Held) Context() context.Context { return h.work }
+
+// Lost returns the loss (matching [ErrLeaseLost]) once renewal has found
+// the lease lost or unrenewable, and nil before that. After Release or
+// Abandon its answer is final.
+func (h *Held) Lost() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lost
+}
+
+// Release stops renewal and releases the lease on a context detached from
+// Hold's, bounded by the release timeout. A failure goes to the
+// release-error callback. Only the first Release or Abandon has an effect.
+func (h *Held) Release() {
+	h.once.Do(func() {
+		h.stopRenewal()
+		releaseAfter(h.ctx, h.locker, h.lease, &h.cfg)
+		h.cancel(context.Canceled)
+	})
+}
+
+// Abandon stops renewal without releasing: the lease runs out at its
+// expiry and, until then, the key stays locked. Use it when releasing would
+// let another holder redo work whose outcome could not be recorded. Only the
+// first Release or Abandon has an effect.
+func (h *Held) Abandon() {
+	h.once.Do(func() {
+		h.stopRenewal()
+		h.cancel(context.Canceled)
+	})
+}
+
+func (h *Held) stopRenewal() {
+	select {
+	case <-h.stop:
+	default:
+		close(h.stop)
+	}
+	<-h.finished
+}
+
+// renew extends the lease every cfg.renewEvery until stopped, and records
+// and signals a loss.
+func (h *Held) renew(granted time.Time) {
+	defer close(h.finished)
+	cfg := &h.cfg
+	// validUntil is the local instant before which the lease is certainly
+	// still ours: the send time of the last successful acquire or extend,
+	// plus the TTL.
+	validUntil := granted.Add(cfg.ttl)
+	next := cfg.renewEvery
+	for {
+		t := time.NewTimer(next)
+		select {
+		case <-h.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		sent := time.Now()
+		rctx, rcancel := context.WithDeadline(h.ctx, validUntil)
+		out, err := h.locker.Extend(rctx, h.lease.ID, cfg.ttl)
+		rcancel()
+		var lost error
+		switch {
+		case err == nil && out.OK:
+			validUntil = sent.Add(cfg.ttl)
+			next = cfg.renewEvery
+			continue
+		case err == nil:
+			lost = fmt.Errorf("%w: renewal found the lease %s", ErrLeaseLost, out.Reason)
+		case time.Now().Before(validUntil):
+			// A transient failure with time left: try again soon.
+			next = max(min(cfg.renewEvery/4, time.Until(validUntil)/2), time.Millisecond)
+			continue
+		default:
+			lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", ErrLeaseLost, err)
+		}
+		h.mu.Lock()
+		h.lost = lost
+		h.mu.Unlock()
+		h.cancel(lost)
+		if cfg.onLeaseLost != nil {
+			func() {
+				defer func() { _ = recover() }()
+				cfg.onLeaseLost(h.lease, lost)
+			}()
+		}
+		return
+	}
+}
+
+// acquireWithRetry runs the acquire loop of Do and Hold. It returns the
+// lease and the local time at which the successful attempt was sent: the
+// lease runs out no earlier than that time plus the TTL, whatever the
+// backend's clock says.
+func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) (lease Lease, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(cfg.timeout)
 	watcher, _ := l.(Watcher)
 	var lastErr error
 	attempts, retries := 0, 0 // retries: attempts after a back-off delay ran out
+	if cfg.stats != nil {
+		defer func() { *cfg.stats = Stats{Attempts: attempts, Waited: time.Since(start)} }()
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return Lease{}, time.Time{}, waitEnded(ctx, attempts, lastErr)
@@ -259,7 +415,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 			stop  = func() {}
 		)
 		attempts++
-		sent := time.Now()
+		sent = time.Now()
 		lease, ok, err := l.Acquire(ctx, key, cfg.ttl)
 		switch {
 		case err == nil && ok:
@@ -295,7 +451,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 	}
 }
 
-// waitEnded is Do's error when ctx ends while it waits for the lock.
+// waitEnded is the error when ctx ends while Do or Hold waits for the lock.
 func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 	cause := context.Cause(ctx)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -303,64 +459,6 @@ func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 			fmt.Sprintf("context deadline passed after %d attempts", attempts), errors.Join(cause, lastErr))
 	}
 	return CheckContext(ctx, "do")
-}
-
-// startRenewal extends the lease every cfg.renewEvery until the returned
-// stop function is called. stop waits for the renewer to finish and returns
-// the loss, if the lease was lost.
-func startRenewal(ctx context.Context, cancel context.CancelCauseFunc, l Locker, lease Lease, granted time.Time, cfg *doConfig) (stop func() error) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	var lost error
-	go func() {
-		defer close(finished)
-		// validUntil is the local instant before which the lease is
-		// certainly still ours: the send time of the last successful
-		// acquire or extend, plus the TTL.
-		validUntil := granted.Add(cfg.ttl)
-		next := cfg.renewEvery
-		base := context.WithoutCancel(ctx)
-		for {
-			t := time.NewTimer(next)
-			select {
-			case <-done:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			sent := time.Now()
-			rctx, rcancel := context.WithDeadline(base, validUntil)
-			out, err := l.Extend(rctx, lease.ID, cfg.ttl)
-			rcancel()
-			switch {
-			case err == nil && out.OK:
-				validUntil = sent.Add(cfg.ttl)
-				next = cfg.renewEvery
-				continue
-			case err == nil:
-				lost = fmt.Errorf("%w: renewal found the lease %s", ErrLeaseLost, out.Reason)
-			case time.Now().Before(validUntil):
-				// A transient failure with time left: try again soon.
-				next = max(min(cfg.renewEvery/4, time.Until(validUntil)/2), time.Millisecond)
-				continue
-			default:
-				lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", ErrLeaseLost, err)
-			}
-			cancel(lost)
-			if cfg.onLeaseLost != nil {
-				func() {
-					defer func() { _ = recover() }()
-					cfg.onLeaseLost(lease, lost)
-				}()
-			}
-			return
-		}
-	}()
-	return func() error {
-		close(done)
-		<-finished
-		return lost
-	}
 }
 
 // releaseAfter releases the lease on a context detached from ctx and

@@ -32,6 +32,7 @@ func TestDelays(t *testing.T) {
 			{JitterNone, func(d time.Duration) time.Duration { return d }, func(d time.Duration) time.Duration { return d + 1 }},
 			{JitterEqual, func(d time.Duration) time.Duration { return d / 2 }, func(d time.Duration) time.Duration { return d }},
 			{JitterFull, func(time.Duration) time.Duration { return 0 }, func(d time.Duration) time.Duration { return d }},
+			{JitterAdd, func(d time.Duration) time.Duration { return d }, func(d time.Duration) time.Duration { return d + base }},
 		} {
 			for _, r := range []float64{0, 0.5, 0.999999} {
 				cfg := defaultConfig()

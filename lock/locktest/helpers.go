@@ -24,6 +24,7 @@ func init() {
 		testCase{"GO57_DoReleasesOnDetachedContext", testDoDetached},
 		testCase{"GO58_DoRenewsLease", testDoRenews},
 		testCase{"GO58_DoReportsLeaseLoss", testDoLeaseLost},
+		testCase{"HoldAbandonLeavesLeaseToRunOut", testHoldAbandon},
 		testCase{"SG42_DoReleaseFailureToCallback", testDoReleaseFailure},
 		testCase{"SG43_HandleReleaseAtMostOnce", testHandleOnce},
 		testCase{"SG43_CloseWaitsForInFlightRelease", testHandleCloseWaits},
@@ -154,13 +155,14 @@ func testDoRetries(t *testing.T, s *suite) {
 	acquire(t, e, k, longTTL)
 	l, rec := instrumented(e)
 	const retries = 3
+	var stats lock.Stats
 	err := lock.Do(t.Context(), l, k, func(context.Context, lock.Lease) error {
 		t.Error("fn ran without the lock")
 		return nil
-	}, lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond), lock.WithTimeout(time.Minute))
+	}, lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond), lock.WithTimeout(time.Minute), lock.WithStats(&stats))
 	wantCode(t, "Do on a held key", err, lock.CodeAcquisitionTimeout)
-	if n := rec.count(lock.OpAcquire); n != retries+1 {
-		t.Fatalf("%d acquire attempts; want maxRetries+1 = %d", n, retries+1)
+	if n := rec.count(lock.OpAcquire); n != retries+1 || stats.Attempts != n {
+		t.Fatalf("%d acquire attempts, stats say %d; want maxRetries+1 = %d", n, stats.Attempts, retries+1)
 	}
 
 	// A backend error is not contention: no retry by default.
@@ -656,5 +658,46 @@ func testTelemetryErrors(t *testing.T, s *suite) {
 	}
 	if evs[1].Code != lock.CodeInvalidArgument {
 		t.Fatalf("invalid-key event code %v", evs[1].Code)
+	}
+}
+
+func testHoldAbandon(t *testing.T, s *suite) {
+	e := s.env(t)
+	k := key(t, "k")
+	ttl := e.shortTTL()
+	var stats lock.Stats
+	h, err := lock.Hold(t.Context(), e.Locker, k, lock.WithTTL(ttl), lock.WithStats(&stats))
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	if stats.Attempts != 1 {
+		t.Fatalf("stats report %d attempts; want 1", stats.Attempts)
+	}
+	granted := time.Now()
+	h.Abandon()
+	h.Release() // a no-op after Abandon
+	if h.Context().Err() == nil {
+		t.Fatal("the held context is still live after Abandon")
+	}
+	if !isLocked(t, e, k) {
+		t.Fatal("Abandon released the lease; it must be left to run out")
+	}
+	refused(t, e, k)
+	e.expire(granted, ttl)
+	if isLocked(t, e, k) {
+		t.Fatal("the abandoned lease did not run out")
+	}
+	if h.Lost() != nil {
+		t.Fatalf("Lost() = %v after Abandon; want nil (renewal never found a loss)", h.Lost())
+	}
+
+	h2, err := lock.Hold(t.Context(), e.Locker, k, lock.WithTTL(longTTL))
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	h2.Release()
+	h2.Abandon() // a no-op after Release
+	if isLocked(t, e, k) {
+		t.Fatal("Release did not release")
 	}
 }
