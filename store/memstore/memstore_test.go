@@ -1,0 +1,64 @@
+package memstore_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/storetest"
+)
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) *storetest.Env {
+		clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		s := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxResponseBytes(1<<20))
+		return &storetest.Env{Store: s, Advance: clock.Advance, Break: func() { _ = s.Close() }, MaxResponseBytes: 1 << 20}
+	})
+}
+
+func TestConformanceRealClock(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) *storetest.Env {
+		s := memstore.New(memstore.WithMaxResponseBytes(2 << 20))
+		return &storetest.Env{Store: s, Break: func() { _ = s.Close() }, Margin: 30 * time.Millisecond, MaxResponseBytes: 2 << 20}
+	})
+}
+
+func TestSweepDropsExpiredRecords(t *testing.T) {
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	s := memstore.New(memstore.WithClock(clock.Now))
+	for i := range 100 {
+		if _, err := s.Put(ctx, store.Record{Key: string(rune(0x4e00 + i)), State: store.StateCompleted}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(time.Second)
+	for i := range 300 {
+		if _, err := s.Put(ctx, store.Record{Key: "live" + string(rune(0x4e00+i)), State: store.StateCompleted}, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 300 {
+		t.Fatalf("%d records kept; want the 300 live ones after a sweep", n)
+	}
+}
