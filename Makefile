@@ -2,10 +2,18 @@
 GO ?= go
 export GOWORK := off
 
-.PHONY: demo test lockdemo bench fuzz
+.PHONY: demo test quickstart lockdemo serve bench fuzz
 
 ## demo: run the demo (the examples module is a module of its own)
-demo: lockdemo
+demo: quickstart
+
+## quickstart: a retry storm against the demo service, executed once
+quickstart:
+	cd examples && $(GO) run ./quickstart
+
+## serve: the demo service on net/http at 127.0.0.1:8080 (memory backends)
+serve:
+	cd examples && $(GO) run ./nethttp -addr 127.0.0.1:8080
 
 ## lockdemo: the lock layer on the in-memory backend
 lockdemo:
@@ -19,9 +27,7 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-## fuzz: each fuzz target for FUZZTIME (default 30s)
+## fuzz: every fuzz target for FUZZTIME each (default 30s)
 FUZZTIME ?= 30s
 fuzz:
-	@for t in FuzzNormalizeKey FuzzStorageKey FuzzValidateID; do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./lock/ || exit 1; \
-	done
+	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh

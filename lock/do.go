@@ -247,16 +247,20 @@ type Held struct {
 	locker Locker
 	lease  Lease
 	cfg    doConfig
-	ctx    context.Context // the caller's, detached: for release
+	ctx    context.Context // the caller's, detached: for renewals and the release
 	work   context.Context
 	cancel context.CancelCauseFunc
+	once   sync.Once // guards the end (release or abandon)
 
-	stop     chan struct{} // closed to stop the renewer
-	finished chan struct{} // closed when the renewer has stopped
-	once     sync.Once     // guards the end (release or abandon)
+	// Renewal runs on a timer (no goroutine until it fires); tick holds
+	// ticking while it talks to the backend, so stopping can wait for it.
+	ticking    sync.Mutex
+	timer      *time.Timer
+	validUntil time.Time // only the tick (and Hold, before it) touches it
 
-	mu   sync.Mutex
-	lost error
+	mu      sync.Mutex
+	stopped bool
+	lost    error
 }
 
 // Hold acquires the lock on key with the retry behaviour of [Do] and keeps
@@ -281,14 +285,15 @@ func Hold(ctx context.Context, l Locker, key string, opts ...Option) (*Held, err
 		return nil, err
 	}
 	work, cancel := context.WithCancelCause(ctx)
-	h := &Held{
-		locker: l, lease: lease, cfg: cfg, ctx: context.WithoutCancel(ctx), work: work, cancel: cancel,
-		stop: make(chan struct{}), finished: make(chan struct{}),
-	}
+	h := &Held{locker: l, lease: lease, cfg: cfg, ctx: context.WithoutCancel(ctx), work: work, cancel: cancel}
 	if cfg.renewEvery > 0 {
-		go h.renew(granted)
-	} else {
-		close(h.finished)
+		// validUntil is the local instant before which the lease is
+		// certainly still ours: the send time of the last successful
+		// acquire or extend, plus the TTL.
+		h.validUntil = granted.Add(cfg.ttl)
+		h.mu.Lock()
+		h.timer = time.AfterFunc(cfg.renewEvery, h.tick)
+		h.mu.Unlock()
 	}
 	return h, nil
 }
@@ -333,63 +338,70 @@ func (h *Held) Abandon() {
 	})
 }
 
+// stopRenewal stops the timer and waits for a renewal in flight.
 func (h *Held) stopRenewal() {
-	select {
-	case <-h.stop:
-	default:
-		close(h.stop)
+	h.mu.Lock()
+	h.stopped = true
+	timer := h.timer
+	h.mu.Unlock()
+	if timer != nil && !timer.Stop() {
+		h.ticking.Lock() // a tick is running or has run: wait for it
+		h.ticking.Unlock()
 	}
-	<-h.finished
 }
 
-// renew extends the lease every cfg.renewEvery until stopped, and records
-// and signals a loss.
-func (h *Held) renew(granted time.Time) {
-	defer close(h.finished)
-	cfg := &h.cfg
-	// validUntil is the local instant before which the lease is certainly
-	// still ours: the send time of the last successful acquire or extend,
-	// plus the TTL.
-	validUntil := granted.Add(cfg.ttl)
-	next := cfg.renewEvery
-	for {
-		t := time.NewTimer(next)
-		select {
-		case <-h.stop:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		sent := time.Now()
-		rctx, rcancel := context.WithDeadline(h.ctx, validUntil)
-		out, err := h.locker.Extend(rctx, h.lease.ID, cfg.ttl)
-		rcancel()
-		var lost error
-		switch {
-		case err == nil && out.OK:
-			validUntil = sent.Add(cfg.ttl)
-			next = cfg.renewEvery
-			continue
-		case err == nil:
-			lost = fmt.Errorf("%w: renewal found the lease %s", ErrLeaseLost, out.Reason)
-		case time.Now().Before(validUntil):
-			// A transient failure with time left: try again soon.
-			next = max(min(cfg.renewEvery/4, time.Until(validUntil)/2), time.Millisecond)
-			continue
-		default:
-			lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", ErrLeaseLost, err)
-		}
-		h.mu.Lock()
-		h.lost = lost
-		h.mu.Unlock()
-		h.cancel(lost)
-		if cfg.onLeaseLost != nil {
-			func() {
-				defer func() { _ = recover() }()
-				cfg.onLeaseLost(h.lease, lost)
-			}()
-		}
+// tick extends the lease once and schedules the next tick, or records and
+// signals a loss.
+func (h *Held) tick() {
+	h.ticking.Lock()
+	defer h.ticking.Unlock()
+	if h.isStopped() {
 		return
+	}
+	cfg := &h.cfg
+	sent := time.Now()
+	rctx, rcancel := context.WithDeadline(h.ctx, h.validUntil)
+	out, err := h.locker.Extend(rctx, h.lease.ID, cfg.ttl)
+	rcancel()
+	var lost error
+	switch {
+	case err == nil && out.OK:
+		h.validUntil = sent.Add(cfg.ttl)
+		h.rearm(cfg.renewEvery)
+		return
+	case err == nil:
+		lost = fmt.Errorf("%w: renewal found the lease %s", ErrLeaseLost, out.Reason)
+	case time.Now().Before(h.validUntil):
+		// A transient failure with time left: try again soon.
+		h.rearm(max(min(cfg.renewEvery/4, time.Until(h.validUntil)/2), time.Millisecond))
+		return
+	default:
+		lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", ErrLeaseLost, err)
+	}
+	h.mu.Lock()
+	h.lost = lost
+	h.mu.Unlock()
+	h.cancel(lost)
+	if cfg.onLeaseLost != nil {
+		func() {
+			defer func() { _ = recover() }()
+			cfg.onLeaseLost(h.lease, lost)
+		}()
+	}
+}
+
+func (h *Held) isStopped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped
+}
+
+// rearm schedules the next tick unless renewal was stopped meanwhile.
+func (h *Held) rearm(d time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped {
+		h.timer.Reset(d)
 	}
 }
 

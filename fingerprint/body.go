@@ -1,0 +1,71 @@
+package fingerprint
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+)
+
+// ErrBodyTooLarge is matched (with errors.Is) by the [*BodyTooLargeError]
+// that [ReadBody] returns for a body over its limit.
+var ErrBodyTooLarge = errors.New("fingerprint: request body too large")
+
+// BodyTooLargeError reports a request body longer than the limit given to
+// [ReadBody]. It unwraps to [ErrBodyTooLarge]; HTTP adapters answer it with
+// 413 Content Too Large.
+type BodyTooLargeError struct {
+	Limit int64 // the limit in bytes that the body exceeded
+}
+
+// Error returns "fingerprint: request body too large (limit N bytes)".
+func (e *BodyTooLargeError) Error() string {
+	return fmt.Sprintf("%v (limit %d bytes)", ErrBodyTooLarge, e.Limit)
+}
+
+// Unwrap returns [ErrBodyTooLarge].
+func (e *BodyTooLargeError) Unwrap() error { return ErrBodyTooLarge }
+
+// ReadBody reads r to its end and returns what it read. With limit > 0 it
+// asks r for at most limit+1 bytes in all (enough to tell that a body is too
+// long, never the rest of an oversized or endless stream) and refuses a body
+// longer than limit bytes with a [*BodyTooLargeError]. limit <= 0 means no
+// limit. A nil r reads as an empty body. A chunked request body is just a
+// reader here: its length need not be known in advance.
+//
+// Other read errors are returned wrapped, with no data: errors.Is and
+// errors.As reach them (a [net/http.MaxBytesError], for one).
+func ReadBody(r io.Reader, limit int64) ([]byte, error) {
+	if r == nil {
+		return []byte{}, nil
+	}
+	if limit <= 0 || limit == math.MaxInt64 {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return nil, fmt.Errorf("fingerprint: reading request body: %w", err)
+		}
+		return b, nil
+	}
+	want := limit + 1 // the most we ever ask r for
+	b := make([]byte, 0, min(want, 512))
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // let append pick the growth
+		}
+		room := b[len(b):cap(b)]
+		if rest := want - int64(len(b)); int64(len(room)) > rest {
+			room = room[:rest]
+		}
+		n, err := r.Read(room)
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			return nil, &BodyTooLargeError{Limit: limit}
+		}
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fingerprint: reading request body: %w", err)
+		}
+	}
+}

@@ -1,0 +1,127 @@
+package fingerprint_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math"
+	"strings"
+	"testing"
+	"testing/iotest"
+
+	"github.com/idemkit/idemkit/fingerprint"
+)
+
+// countingReader counts the bytes its reader hands out.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// endless yields 'x' forever.
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'x'
+	}
+	return len(p), nil
+}
+
+// pieces returns its data a few bytes per Read, as a chunked body arrives.
+type pieces struct {
+	data []byte
+	size int
+}
+
+func (p *pieces) Read(b []byte) (int, error) {
+	if len(p.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(b[:min(len(b), p.size)], p.data)
+	p.data = p.data[n:]
+	return n, nil
+}
+
+func TestReadBody(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789"), 100) // 1000 bytes
+	tests := []struct {
+		name    string
+		r       func() io.Reader
+		limit   int64
+		want    []byte
+		tooBig  bool
+		wantErr error
+	}{
+		{"exactly the limit", func() io.Reader { return bytes.NewReader(data) }, 1000, data, false, nil},
+		{"under the limit", func() io.Reader { return bytes.NewReader(data) }, 5000, data, false, nil},
+		{"one byte over", func() io.Reader { return bytes.NewReader(data) }, 999, nil, true, nil},
+		{"far over", func() io.Reader { return bytes.NewReader(data) }, 10, nil, true, nil},
+		{"no limit (0)", func() io.Reader { return bytes.NewReader(data) }, 0, data, false, nil},
+		{"no limit (negative)", func() io.Reader { return bytes.NewReader(data) }, -1, data, false, nil},
+		{"max limit", func() io.Reader { return bytes.NewReader(data) }, math.MaxInt64, data, false, nil},
+		{"empty", func() io.Reader { return strings.NewReader("") }, 10, []byte{}, false, nil},
+		{"nil reader", func() io.Reader { return nil }, 10, []byte{}, false, nil},
+		{"chunked pieces", func() io.Reader { return &pieces{data: data, size: 7} }, 1000, data, false, nil},
+		{"chunked pieces over", func() io.Reader { return &pieces{data: data, size: 7} }, 999, nil, true, nil},
+		{"one byte at a time", func() io.Reader { return iotest.OneByteReader(bytes.NewReader(data)) }, 1000, data, false, nil},
+		{"data with EOF", func() io.Reader { return iotest.DataErrReader(bytes.NewReader(data)) }, 1000, data, false, nil},
+		{"read error", func() io.Reader { return iotest.ErrReader(iotest.ErrTimeout) }, 1000, nil, false, iotest.ErrTimeout},
+		{"read error without limit", func() io.Reader { return iotest.ErrReader(iotest.ErrTimeout) }, 0, nil, false, iotest.ErrTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := fingerprint.ReadBody(tt.r(), tt.limit)
+			switch {
+			case tt.tooBig:
+				if !errors.Is(err, fingerprint.ErrBodyTooLarge) {
+					t.Fatalf("err = %v, want ErrBodyTooLarge", err)
+				}
+				var tl *fingerprint.BodyTooLargeError
+				if !errors.As(err, &tl) || tl.Limit != tt.limit {
+					t.Fatalf("errors.As(%v, *BodyTooLargeError) failed or wrong limit", err)
+				}
+				if got != nil {
+					t.Errorf("data returned with the error: %d bytes", len(got))
+				}
+			case tt.wantErr != nil:
+				if !errors.Is(err, tt.wantErr) || got != nil {
+					t.Fatalf("ReadBody = %q, %v; want nil, %v", got, err, tt.wantErr)
+				}
+			default:
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, tt.want) {
+					t.Errorf("ReadBody = %d bytes, want %d", len(got), len(tt.want))
+				}
+			}
+		})
+	}
+}
+
+func TestReadBodyEndless(t *testing.T) {
+	for _, limit := range []int64{1, 511, 512, 513, 1 << 20} {
+		cr := &countingReader{r: endless{}}
+		_, err := fingerprint.ReadBody(cr, limit)
+		if !errors.Is(err, fingerprint.ErrBodyTooLarge) {
+			t.Fatalf("limit %d: err = %v, want ErrBodyTooLarge", limit, err)
+		}
+		if cr.n > limit+1 {
+			t.Errorf("limit %d: read %d bytes, want at most %d", limit, cr.n, limit+1)
+		}
+	}
+}
+
+func TestBodyTooLargeErrorMessage(t *testing.T) {
+	err := &fingerprint.BodyTooLargeError{Limit: 1 << 20}
+	if got, want := err.Error(), "fingerprint: request body too large (limit 1048576 bytes)"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+}

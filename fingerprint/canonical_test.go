@@ -1,0 +1,296 @@
+package fingerprint_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idemkit/fingerprint"
+)
+
+func TestCanonicalJSON(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{
+			name: "RFC 8785 section 3.2.3 example",
+			in: `{
+				"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+				"string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+				"literals": [null, true, false]
+			}`,
+			want: `{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`,
+		},
+		{
+			name: "RFC 8785 section 3.2.3 sorting example",
+			in: `{
+				"\u20ac": "Euro Sign",
+				"\r": "Carriage Return",
+				"\ufb33": "Hebrew Letter Dalet With Dagesh",
+				"1": "One",
+				"\ud83d\ude00": "Emoji: Grinning Face",
+				"\u0080": "Control",
+				"\u00f6": "Latin Small Letter O With Diaeresis"
+			}`,
+			want: "{" +
+				`"\r":"Carriage Return",` +
+				`"1":"One",` +
+				"\"\u0080\":\"Control\"," +
+				"\"\u00f6\":\"Latin Small Letter O With Diaeresis\"," +
+				"\"\u20ac\":\"Euro Sign\"," +
+				"\"\U0001F600\":\"Emoji: Grinning Face\"," +
+				"\"\uFB33\":\"Hebrew Letter Dalet With Dagesh\"" +
+				"}",
+		},
+		{
+			name: "UTF-16 order: U+1F600 before U+FB33 (literal UTF-8 keys)",
+			in:   "{\"\uFB33\":1,\"\U0001F600\":2}",
+			want: "{\"\U0001F600\":2,\"\uFB33\":1}",
+		},
+		{"whitespace", " \t\r\n[ 1 , { } , [ ] , \"\" ] \n", `[1,{},[],""]`},
+		{"nested objects sorted", `{"b":{"y":1,"x":[{"d":0,"c":0}]},"a":null}`, `{"a":null,"b":{"x":[{"c":0,"d":0}],"y":1}}`},
+		{"sorted prefix keys", `{"ab":1,"a":2,"":3}`, `{"":3,"a":2,"ab":1}`},
+		{"scalar string", `"x"`, `"x"`},
+		{"scalar true", `true`, `true`},
+		{"scalar null", ` null `, `null`},
+		{"escapes short forms", `"\b\f\n\r\t\"\\\/"`, `"\b\f\n\r\t\"\\/"`},
+		{"escapes control", `"\u0000\u001f\u0001\u007f"`, "\"\\u0000\\u001f\\u0001\u007f\""},
+		{"escapes uppercase hex", `"\u001F\u00E9"`, "\"\\u001f\u00e9\""},
+		{"U+2028 and U+2029 literal", `"\u2028\u2029"`, "\"\u2028\u2029\""},
+		{"surrogate pair", `"\uD83D\uDE00"`, "\"\U0001F600\""},
+		{"literal non-ASCII kept", "\"h\u00e9llo \u20ac\"", "\"h\u00e9llo \u20ac\""},
+		{"literal U+FFFD kept", "\"\uFFFD\"", "\"\uFFFD\""},
+		{"escaped key", `{"\u0061":1,"b":2}`, `{"a":1,"b":2}`},
+		{"key with quote", `{"\"":1,"!":2}`, `{"!":2,"\"":1}`},
+		{"key order by decoded value", `{"\n":1,"!":2}`, `{"\n":1,"!":2}`},
+		{"integer", `[0, -0, 1, -1, 10, 1000000]`, `[0,0,1,-1,10,1000000]`},
+		{"floats", `[1.0, -0.0, 0.5, 1.50, 100e0, 1e2, 1E+2, 1e-2]`, `[1,0,0.5,1.5,100,100,100,0.01]`},
+		{"RFC numbers", `[1e+30, 4.50, 2e-3, 0.000001, 1e-7, 1.7976931348623157e308, 5e-324, 1e21, 1.0e21, 295147905179352830000.0, 9007199254740992]`,
+			`[1e+30,4.5,0.002,0.000001,1e-7,1.7976931348623157e+308,5e-324,1e+21,1e+21,295147905179352830000,9007199254740992]`},
+		{"exponent forms", `[0.0000001, 1.5e-7, 123e20, 1.23e22, -4e-10]`, `[1e-7,1.5e-7,1.23e+22,1.23e+22,-4e-10]`},
+		{"underflow becomes zero", `1e-400`, `0`},
+		{"short decimals kept", `[0.1, 19.99, -0.000123, 123456789.12345]`, `[0.1,19.99,-0.000123,123456789.12345]`},
+		{"long decimal rounded", `0.12345678901234567890`, `0.12345678901234568`},
+		{"big integer kept (extension)", `[12345678901234567890, 12345678901234567891, -98765432109876543210]`,
+			`[12345678901234567890,12345678901234567891,-98765432109876543210]`},
+		{"2^53+1 kept (extension)", `9007199254740993`, `9007199254740993`},
+		{"2^53+1 with fraction rounded", `9007199254740993.0`, `9007199254740992`},
+		{"huge integer digits kept (extension)", "1" + strings.Repeat("0", 400), "1" + strings.Repeat("0", 400)},
+		{"max depth", strings.Repeat("[", fingerprint.MaxDepth) + strings.Repeat("]", fingerprint.MaxDepth),
+			strings.Repeat("[", fingerprint.MaxDepth) + strings.Repeat("]", fingerprint.MaxDepth)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := fingerprint.CanonicalJSON([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("CanonicalJSON(%q): %v", tt.in, err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("CanonicalJSON(%q)\n got %s\nwant %s", tt.in, got, tt.want)
+			}
+			again, err := fingerprint.CanonicalJSON(got)
+			if err != nil || !bytes.Equal(again, got) {
+				t.Errorf("not idempotent: %s -> %s, %v", got, again, err)
+			}
+		})
+	}
+}
+
+func TestCanonicalJSONInvariance(t *testing.T) {
+	a := `{"id":12345678901234567890,"items":[{"sku":"a-1","qty":2},{"sku":"b-2","qty":1.0}],"note":"caf\u00e9","amount":19.990}`
+	variants := []string{
+		"{\n  \"amount\": 19.99,\n  \"note\": \"café\",\n  \"items\": [ { \"qty\": 2, \"sku\": \"a-1\" }, { \"qty\": 1, \"sku\": \"b-2\" } ],\n  \"id\": 12345678901234567890\n}",
+		`{"note":"caf\u00E9","amount":1999e-2,"id":12345678901234567890,"items":[{"qty":2e0,"sku":"\u0061-1"},{"sku":"b\u002d2","qty":1}]}`,
+	}
+	want, err := fingerprint.CanonicalJSON([]byte(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range variants {
+		got, err := fingerprint.CanonicalJSON([]byte(v))
+		if err != nil {
+			t.Fatalf("CanonicalJSON(%q): %v", v, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("CanonicalJSON(%q)\n got %s\nwant %s", v, got, want)
+		}
+	}
+	// Different content stays different.
+	for _, v := range []string{
+		`{"id":12345678901234567891,"items":[{"sku":"a-1","qty":2},{"sku":"b-2","qty":1}],"note":"café","amount":19.99}`,
+		`{"id":12345678901234567890,"items":[{"sku":"b-2","qty":1},{"sku":"a-1","qty":2}],"note":"café","amount":19.99}`,
+		`{"id":12345678901234567890,"items":[{"sku":"a-1","qty":2},{"sku":"b-2","qty":1}],"note":"cafe","amount":19.99}`,
+		`{"id":"12345678901234567890","items":[{"sku":"a-1","qty":2},{"sku":"b-2","qty":1}],"note":"café","amount":19.99}`,
+	} {
+		got, err := fingerprint.CanonicalJSON([]byte(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Equal(got, want) {
+			t.Errorf("CanonicalJSON(%q) equals the canonical form of a different document", v)
+		}
+	}
+}
+
+func TestCanonicalJSONRefuses(t *testing.T) {
+	tests := []struct {
+		name, in string
+		offset   int64 // -1: do not check
+	}{
+		{"empty", "", 0},
+		{"only whitespace", "  ", 2},
+		{"trailing data", `{} {}`, 3},
+		{"trailing comma array", `[1,]`, 3},
+		{"trailing comma object", `{"a":1,}`, 7},
+		{"missing colon", `{"a" 1}`, 5},
+		{"missing value", `{"a":}`, 5},
+		{"unquoted key", `{a:1}`, 1},
+		{"single quotes", `'a'`, 0},
+		{"unterminated string", `"abc`, 4},
+		{"unterminated array", `[1`, 2},
+		{"unterminated object", `{"a":1`, 6},
+		{"raw control char", "\"a\x01\"", 2},
+		{"raw newline", "\"a\nb\"", 2},
+		{"invalid escape", `"\x"`, 1},
+		{"backslash at the end", `"\`, 1},
+		{"bad hex in low surrogate", `"\ud800\uDZ00"`, 7},
+		{"array without comma", `[1 2]`, 3},
+		{"object without comma", `{"a":1 "b":2}`, 7},
+		{"duplicate empty name", `{"":1,"":2}`, 6},
+		{"short unicode escape", `"\u12"`, 1},
+		{"lone high surrogate", `"\ud800"`, 1},
+		{"lone high surrogate then text", `"\ud800abcdef"`, 1},
+		{"high surrogate then non-low", `"\ud800\u0041"`, 1},
+		{"lone low surrogate", `"\udc00"`, 1},
+		{"reversed surrogates", `"\ude00\ud83d"`, 1},
+		{"invalid UTF-8", "\"\xff\"", 1},
+		{"invalid UTF-8 in key", "{\"\xc3\x28\":1}", 2},
+		{"UTF-8 encoded surrogate", "\"\xed\xa0\x80\"", 1},
+		{"overlong UTF-8", "\"\xc0\xaf\"", 1},
+		{"truncated UTF-8", "\"\xe2\x82\"", 1},
+		{"invalid UTF-8 outside strings", "[1]\xff", 3},
+		{"BOM", "\xef\xbb\xbf{}", 0},
+		{"duplicate key", `{"a":1,"a":2}`, 7},
+		{"duplicate key unsorted", `{"b":1,"a":2,"b":3}`, 13},
+		{"duplicate key after unescaping", `{"a":1,"\u0061":2}`, 7},
+		{"duplicate key nested", `[{"x":{"k":1,"k":1}}]`, 13},
+		{"number overflow", `1e400`, 0},
+		{"number overflow negative", `[-1.5e309]`, 1},
+		{"leading zero", `01`, 1},
+		{"leading plus", `+1`, 0},
+		{"bare minus", `-`, 1},
+		{"no digits after point", `1.`, 2},
+		{"no digits in exponent", `1e+`, 3},
+		{"leading point", `.5`, 0},
+		{"NaN", `NaN`, 0},
+		{"Infinity", `-Infinity`, 1},
+		{"hex number", `0x10`, 1},
+		{"bad literal", `tru`, 0},
+		{"capital literal", `True`, 0},
+		{"too deep arrays", strings.Repeat("[", fingerprint.MaxDepth+1) + strings.Repeat("]", fingerprint.MaxDepth+1), fingerprint.MaxDepth},
+		{"too deep objects", strings.Repeat(`{"a":`, fingerprint.MaxDepth+1) + "1" + strings.Repeat("}", fingerprint.MaxDepth+1), 5 * fingerprint.MaxDepth},
+		{"hostile depth", strings.Repeat("[", 1<<20), -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := fingerprint.CanonicalJSON([]byte(tt.in))
+			if err == nil {
+				t.Fatalf("CanonicalJSON(%q) = %s, want an error", tt.in, got)
+			}
+			if got != nil {
+				t.Errorf("CanonicalJSON returned %q with its error", got)
+			}
+			if !errors.Is(err, fingerprint.ErrInvalidJSON) {
+				t.Errorf("errors.Is(%v, ErrInvalidJSON) = false", err)
+			}
+			var se *fingerprint.SyntaxError
+			if !errors.As(err, &se) {
+				t.Fatalf("errors.As(%v, *SyntaxError) = false", err)
+			}
+			if tt.offset >= 0 && se.Offset != tt.offset {
+				t.Errorf("offset = %d, want %d (%v)", se.Offset, tt.offset, err)
+			}
+			if len(err.Error()) > 200 {
+				t.Errorf("error message too long (%d bytes): %.80s...", len(err.Error()), err)
+			}
+		})
+	}
+}
+
+// TestCanonicalJSONDeepUnsorted orders members at every level of a deep
+// document large enough for the recorded (not in-place) ordering.
+func TestCanonicalJSONDeepUnsorted(t *testing.T) {
+	big := strings.Repeat("x", 64<<10)
+	const depth = 300
+	in := strings.Repeat(`{"b":[`, depth) + `"` + big + `"` + strings.Repeat(`],"a":{"d":0,"c":[{"f":1,"e":2}]}}`, depth)
+	want := strings.Repeat(`{"a":{"c":[{"e":2,"f":1}],"d":0},"b":[`, depth) + `"` + big + `"` + strings.Repeat(`]}`, depth)
+	got, err := fingerprint.CanonicalJSON([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want {
+		t.Errorf("got  %.120s...\nwant %.120s...", got, want)
+	}
+}
+
+func TestCanonicalJSONErrorNoInput(t *testing.T) {
+	secret := strings.Repeat("s3cr3t", 50)
+	_, err := fingerprint.CanonicalJSON([]byte(`{"password":"` + secret + `",}`))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if strings.Contains(err.Error(), "s3cr3t") || strings.Contains(err.Error(), "password") {
+		t.Errorf("error message quotes the input: %v", err)
+	}
+}
+
+func TestCanonicalJSONDoesNotModifyInput(t *testing.T) {
+	in := []byte(`{"b":"\u00e9","a":[3,2,1]}`)
+	orig := bytes.Clone(in)
+	if _, err := fingerprint.CanonicalJSON(in); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(in, orig) {
+		t.Errorf("input modified: %s", in)
+	}
+}
+
+// TestCanonicalJSONManyMembers sorts an object large enough to leave the
+// fast paths, with escaped names and nested objects between them.
+func TestCanonicalJSONManyMembers(t *testing.T) {
+	const n = 300
+	var in, want strings.Builder
+	in.WriteString("{")
+	for i := n - 1; i >= 0; i-- {
+		if i != n-1 {
+			in.WriteString(",")
+		}
+		if i%2 == 1 { // escaped name, nested object in reverse order
+			fmt.Fprintf(&in, `"\u006b%03d":{"z":1,"y":[%d]}`, i, i)
+		} else {
+			fmt.Fprintf(&in, `"k%03d":%d`, i, i)
+		}
+	}
+	in.WriteString("}")
+	want.WriteString("{")
+	for i := range n {
+		if i != 0 {
+			want.WriteString(",")
+		}
+		if i%2 == 1 {
+			fmt.Fprintf(&want, `"k%03d":{"y":[%d],"z":1}`, i, i)
+		} else {
+			fmt.Fprintf(&want, `"k%03d":%d`, i, i)
+		}
+	}
+	want.WriteString("}")
+	got, err := fingerprint.CanonicalJSON([]byte(in.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != want.String() {
+		t.Errorf("got  %.200s\nwant %.200s", got, want.String())
+	}
+}

@@ -1,0 +1,88 @@
+package middleware
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/idemkit/idemkit/lock"
+)
+
+// Sentinels. Every error the guard returns for a request it refused matches
+// exactly one of them with errors.Is.
+var (
+	// ErrInProgress: another request with the same key holds the lock and
+	// did not finish within the wait budget. Retry later (HTTP 409).
+	ErrInProgress = errors.New("idempotency: a request with this key is in progress")
+	// ErrMismatch: the key was already used for a different request (HTTP
+	// 422). Never retry with this key.
+	ErrMismatch = errors.New("idempotency: the key was used for a different request")
+	// ErrNotReplayable: the request was executed, but its response could
+	// not be recorded for replay (too large, streamed, hijacked). It will
+	// never be executed again under this key (HTTP 409).
+	ErrNotReplayable = errors.New("idempotency: the request was executed but its response cannot be replayed")
+	// ErrUnavailable: the lock or record backend failed, so the guard
+	// cannot tell whether the request already ran (HTTP 503).
+	ErrUnavailable = errors.New("idempotency: the idempotency backend is unavailable")
+	// ErrInvalidKey: the key is empty or otherwise unusable.
+	ErrInvalidKey = errors.New("idempotency: invalid key")
+)
+
+// LockAcquisitionError is the in-progress error: the lock on the key could
+// not be taken within the wait budget and retry limit. It matches
+// [ErrInProgress]; Err, if not nil, is the lock layer's error.
+type LockAcquisitionError struct {
+	Attempts int           // lock acquire attempts made
+	Waited   time.Duration // time spent waiting
+	Err      error
+}
+
+// Error describes the error.
+func (e *LockAcquisitionError) Error() string {
+	return fmt.Sprintf("%v (lock not acquired after %d attempts in %v)", ErrInProgress, e.Attempts, e.Waited.Round(time.Millisecond))
+}
+
+// Unwrap returns [ErrInProgress] and the lock layer's error.
+func (e *LockAcquisitionError) Unwrap() []error { return []error{ErrInProgress, e.Err} }
+
+// MismatchError reports a key reused with another request. It matches
+// [ErrMismatch].
+type MismatchError struct {
+	Stored string // the fingerprint recorded with the key
+	Got    string // the fingerprint of this request
+}
+
+// Error describes the error.
+func (e *MismatchError) Error() string { return ErrMismatch.Error() }
+
+// Unwrap returns [ErrMismatch].
+func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+// NotReplayableError reports that the key's request ran but its response
+// cannot be replayed. It matches [ErrNotReplayable].
+type NotReplayableError struct {
+	CreatedAt time.Time  // when the execution was recorded
+	Fence     lock.Fence // the fence it ran under
+}
+
+// Error describes the error.
+func (e *NotReplayableError) Error() string { return ErrNotReplayable.Error() }
+
+// Unwrap returns [ErrNotReplayable].
+func (e *NotReplayableError) Unwrap() error { return ErrNotReplayable }
+
+// UnavailableError reports a backend failure. It matches [ErrUnavailable]
+// and, through Err, the backend's coded error ([lock.Error]) and its native
+// cause.
+type UnavailableError struct {
+	Op  string // "get", "lock", "put"
+	Err error
+}
+
+// Error describes the error.
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("%v: %s: %v", ErrUnavailable, e.Op, e.Err)
+}
+
+// Unwrap returns [ErrUnavailable] and the backend's error.
+func (e *UnavailableError) Unwrap() []error { return []error{ErrUnavailable, e.Err} }

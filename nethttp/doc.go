@@ -1,0 +1,55 @@
+// Package nethttp makes net/http handlers idempotent: one line of
+// middleware in front of a handler, and a retried POST with the same
+// Idempotency-Key runs the handler exactly once, across every process that
+// shares the guard's backends.
+//
+//	guard, _ := middleware.New(memstore.New(), memlock.New())
+//	mux.Handle("POST /orders", nethttp.Middleware(guard, nethttp.WithKeyRequired(true))(orders))
+//
+// # Behaviour
+//
+//	method not guarded (default: POST and PATCH guarded)    pass through
+//	no key, key optional (the default)                      pass through
+//	no key, key required                                    400 idempotency-key-missing
+//	key malformed (empty, > 255 chars, control chars,
+//	  a list, repeated header lines)                        400 idempotency-key-malformed
+//	body over the limit (default 1 MiB)                     413 request-body-too-large
+//	same key, same request, first still running
+//	  past the wait budget                                  409 idempotency-key-in-progress + Retry-After
+//	same key, another request (method, route, query,
+//	  content type or body)                                 422 idempotency-key-reused
+//	same key, same request, completed                       the stored status, allow-listed headers and
+//	                                                        body, with Idempotent-Replayed: true
+//	completed but not replayable (streamed, hijacked,
+//	  larger than the capture limit)                        409 response-not-replayable; never re-executed
+//	backend unreachable                                     503 idempotency-unavailable + Retry-After
+//	                                                        (fail closed; WithFailOpen passes through)
+//	handler answered 5xx / panicked                         delivered / 500; not stored (see StorePolicy);
+//	                                                        the lock is released so a retry runs again
+//
+// Error answers are RFC 9457 application/problem+json with stable type URIs
+// and Cache-Control: no-store.
+//
+// # Keys, scope and fingerprint
+//
+// The key header is an RFC 8941 string ("abc"); by default a bare token
+// (abc) is accepted too and spells the same key. Keys are case-sensitive.
+// The scope ([WithScope]) is the namespace a key lives in, typically the
+// tenant or principal, so one client's key never replays another client's
+// response. The fingerprint covers method, route, query, content type and
+// the body (canonical JSON for JSON bodies), so a key reused on another
+// route or with another body is a 422, never a replay of the wrong response
+// and never a second execution.
+//
+// # Streaming and the response writer
+//
+// Handlers write through a [Capture], which passes everything on at once;
+// it implements Unwrap for http.ResponseController and advertises Flusher,
+// Hijacker and Pusher exactly when the underlying writer does. A flushed or
+// hijacked response is delivered and recorded as executed-not-replayable.
+//
+// # Reuse
+//
+// [Core] holds all of this independently of the router; the gin and echo
+// adapters call [Core.Serve].
+package nethttp

@@ -1,0 +1,197 @@
+package nethttp
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit/fingerprint"
+)
+
+// Defaults of the middleware.
+const (
+	DefaultHeader           = "Idempotency-Key"
+	DefaultMaxKeyLength     = 255
+	DefaultMaxBodyBytes     = 1 << 20 // 1 MiB
+	DefaultMaxResponseBytes = 1 << 20 // 1 MiB
+	DefaultRetryAfter       = time.Second
+)
+
+// DefaultReplayHeaders are the response headers a replay repeats.
+var DefaultReplayHeaders = []string{"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language"}
+
+// neverReplayed are headers a replay never repeats, whatever the
+// allow-list says: per-response or per-connection ones.
+var neverReplayed = map[string]bool{
+	"Set-Cookie": true, "Date": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+	"Keep-Alive": true, "Trailer": true, "Upgrade": true, "Idempotent-Replayed": true,
+}
+
+// StorePolicy says which outcomes are recorded, by status class. What is
+// not recorded is delivered once and forgotten: the lock is released and a
+// retry runs the handler again.
+type StorePolicy struct {
+	Success     bool // 2xx
+	Redirection bool // 3xx
+	ClientError bool // 4xx
+	ServerError bool // 5xx
+	Panic       bool // the handler panicked (answered 500 by the middleware)
+}
+
+// DefaultStorePolicy records 2xx, 3xx and 4xx, and forgets 5xx and panics,
+// so a transient failure can be retried.
+var DefaultStorePolicy = StorePolicy{Success: true, Redirection: true, ClientError: true}
+
+// StripeStorePolicy records everything, 5xx and panics included, as
+// Stripe's API does: a retry always gets the first answer.
+var StripeStorePolicy = StorePolicy{Success: true, Redirection: true, ClientError: true, ServerError: true, Panic: true}
+
+func (p StorePolicy) stores(status int) bool {
+	switch {
+	case status >= 500:
+		return p.ServerError
+	case status >= 400:
+		return p.ClientError
+	case status >= 300:
+		return p.Redirection
+	}
+	return p.Success
+}
+
+// Option configures the middleware.
+type Option func(*config)
+
+type config struct {
+	methods       map[string]bool
+	header        string
+	required      bool
+	strict        bool
+	maxKeyLen     int
+	scope         func(*http.Request) string
+	route         func(*http.Request) string
+	fingerprint   func(r *http.Request, route string, body []byte) fingerprint.Fingerprint
+	maxBody       int64
+	maxResponse   int
+	replayHeaders map[string]bool
+	policy        StorePolicy
+	wait          bool
+	failOpen      bool
+	retryAfter    time.Duration
+	problemBase   string
+	logger        *slog.Logger
+}
+
+func defaults() config {
+	c := config{
+		methods:     map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		header:      DefaultHeader,
+		maxKeyLen:   DefaultMaxKeyLength,
+		maxBody:     DefaultMaxBodyBytes,
+		maxResponse: DefaultMaxResponseBytes,
+		policy:      DefaultStorePolicy,
+		wait:        true,
+		retryAfter:  DefaultRetryAfter,
+		problemBase: DefaultProblemTypeBase,
+	}
+	WithReplayHeaders(DefaultReplayHeaders...)(&c)
+	return c
+}
+
+// WithMethods sets the guarded methods; others pass through. Default: POST
+// and PATCH.
+func WithMethods(methods ...string) Option {
+	return func(c *config) {
+		c.methods = make(map[string]bool, len(methods))
+		for _, m := range methods {
+			c.methods[m] = true
+		}
+	}
+}
+
+// WithHeader sets the key header's name. Default: "Idempotency-Key".
+func WithHeader(name string) Option {
+	return func(c *config) { c.header = http.CanonicalHeaderKey(name) }
+}
+
+// WithKeyRequired makes a guarded request without a key a 400. Default:
+// false (such requests pass through unguarded).
+func WithKeyRequired(required bool) Option { return func(c *config) { c.required = required } }
+
+// WithStrictKeys accepts only RFC 8941 quoted strings as keys. Default:
+// false (bare tokens such as an unquoted UUID are accepted too, and spell
+// the same key as their quoted form).
+func WithStrictKeys(strict bool) Option { return func(c *config) { c.strict = strict } }
+
+// WithMaxKeyLength bounds a key's length in characters. Default: 255.
+func WithMaxKeyLength(n int) Option { return func(c *config) { c.maxKeyLen = n } }
+
+// WithScope sets the namespace a key lives in, from the request: typically
+// the tenant or the authenticated principal, so one client's key can never
+// replay another client's response. Default: one namespace for the whole
+// service.
+func WithScope(scope func(r *http.Request) string) Option { return func(c *config) { c.scope = scope } }
+
+// WithRoute sets how the route that goes into the fingerprint is found.
+// Default: the URL path. Not the mux pattern: a pattern such as "/" or
+// "POST /orders/{id}/pay" covers requests that must never replay each
+// other's response (paying order 2 with the key used for order 1 must be a
+// 422, not order 1's receipt).
+func WithRoute(route func(r *http.Request) string) Option { return func(c *config) { c.route = route } }
+
+// WithFingerprint replaces the request fingerprint. Default: method, route,
+// query, content type and body (canonical JSON for JSON bodies); see
+// fingerprint.HTTP.
+func WithFingerprint(f func(r *http.Request, route string, body []byte) fingerprint.Fingerprint) Option {
+	return func(c *config) { c.fingerprint = f }
+}
+
+// WithMaxBodyBytes bounds the request body the middleware reads (and
+// buffers for the handler); beyond it the answer is 413. Default: 1 MiB.
+func WithMaxBodyBytes(n int64) Option { return func(c *config) { c.maxBody = n } }
+
+// WithMaxResponseBytes bounds the response body kept for replay; a larger
+// response is delivered and recorded as executed-not-replayable. Default:
+// 1 MiB.
+func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
+
+// WithReplayHeaders sets the response headers a replay repeats. Default:
+// Content-Type, Location, ETag, Last-Modified, Link, Content-Language.
+// Set-Cookie, Date and hop-by-hop headers are never replayed.
+func WithReplayHeaders(names ...string) Option {
+	return func(c *config) {
+		c.replayHeaders = make(map[string]bool, len(names))
+		for _, n := range names {
+			n = http.CanonicalHeaderKey(strings.TrimSpace(n))
+			if !neverReplayed[n] {
+				c.replayHeaders[n] = true
+			}
+		}
+	}
+}
+
+// WithStorePolicy sets which outcomes are recorded. Default:
+// [DefaultStorePolicy]; [StripeStorePolicy] records everything.
+func WithStorePolicy(p StorePolicy) Option { return func(c *config) { c.policy = p } }
+
+// WithWaitForResult makes a duplicate of a running request wait (up to the
+// guard's wait budget) and then get its response. Set it to false to answer
+// such duplicates 409 at once. Default: true.
+func WithWaitForResult(wait bool) Option { return func(c *config) { c.wait = wait } }
+
+// WithFailOpen lets requests through unguarded when the idempotency backend
+// is unreachable. Default: false (fail closed: 503 with Retry-After, so a
+// request is never run without knowing whether it already ran).
+func WithFailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
+
+// WithRetryAfter sets the Retry-After of 409 (in progress) and 503 answers,
+// rounded up to whole seconds. Default: 1 s.
+func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.retryAfter = d } }
+
+// WithProblemTypeBase sets the prefix of problem "type" URIs, for example
+// the URL of your API's error documentation. Default:
+// "urn:idemkit:problem:".
+func WithProblemTypeBase(base string) Option { return func(c *config) { c.problemBase = base } }
+
+// WithLogger sets the logger for handler panics. Default: slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
