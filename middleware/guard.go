@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -263,11 +264,12 @@ func WaitBudget(d time.Duration) CallOption {
 // Backend failures give [ErrUnavailable] ([*UnavailableError]); the guard
 // never runs fn when it cannot tell whether fn already ran.
 func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerprint, fn Func, opts ...CallOption) (Outcome, error) {
-	c := g.call(key, opts)
+	c := g.newCall(key, opts)
 	if key == "" {
 		return Outcome{}, fmt.Errorf("%w: the key is empty", ErrInvalidKey)
 	}
-	recordKey, lockKey := g.keys(key)
+	base := g.base(key)
+	recordKey := g.cfg.namespace + ":record:" + base
 
 	// 1. Replays never take the lock.
 	rec, found, err := g.store.Get(ctx, recordKey)
@@ -280,7 +282,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 
 	// 2. The lock.
 	var stats lock.Stats
-	held, err := lock.Hold(ctx, g.locker, lockKey, g.lockOptions(c, &stats)...)
+	held, err := lock.Hold(ctx, g.locker, g.cfg.namespace+":lock:"+base, g.lockOptions(c, &stats)...)
 	c.attempts, c.waited = stats.Attempts, stats.Waited
 	if err != nil {
 		switch lock.CodeOf(err) {
@@ -403,12 +405,12 @@ func (g *Guard) lockOptions(c *call, stats *lock.Stats) []lock.Option {
 	return append(opts, lock.WithTimeout(c.waitBudget), lock.WithStats(stats))
 }
 
-// keys derives the record and lock keys of a caller's (scoped) key. Keys
-// that are long or not printable ASCII are hashed, so that every backend can
-// store them and the lock key stays within the lock layer's limit.
-func (g *Guard) keys(key string) (recordKey, lockKey string) {
-	base := lock.StorageKey(key, 400, printableASCII)
-	return g.cfg.namespace + ":record:" + base, g.cfg.namespace + ":lock:" + base
+// base derives the part of the record and lock keys ("<ns>:record:<base>",
+// "<ns>:lock:<base>") that stands for a caller's (scoped) key. Keys that are
+// long or not printable ASCII are hashed, so that every backend can store
+// them and the lock key stays within the lock layer's limit.
+func (g *Guard) base(key string) string {
+	return lock.StorageKey(key, 400, printableASCII)
 }
 
 func printableASCII(s string) bool {
@@ -431,22 +433,22 @@ type call struct {
 	waited     time.Duration
 }
 
-func (g *Guard) call(key string, opts []CallOption) *call {
-	cc := callConfig{waitBudget: g.cfg.waitBudget}
+func (g *Guard) newCall(key string, opts []CallOption) *call {
+	c := &call{g: g, key: key, start: g.cfg.now(), waitBudget: g.cfg.waitBudget}
 	for _, o := range opts {
+		cc := callConfig{waitBudget: c.waitBudget} // per option, so no call without options allocates it
 		o(&cc)
+		c.waitBudget = cc.waitBudget
 	}
-	return &call{g: g, key: key, start: g.cfg.now(), waitBudget: cc.waitBudget}
+	return c
 }
 
 // answer turns a found record into the call's result.
 func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
-	if stored, err := fingerprint.Parse(rec.Fingerprint); err == nil {
-		if same, comparable := stored.Compare(fp); comparable && !same {
-			e := &MismatchError{Stored: rec.Fingerprint, Got: fp.String()}
-			c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
-			return Outcome{}, e
-		}
+	if same, comparable := compareStored(rec.Fingerprint, fp); comparable && !same {
+		e := &MismatchError{Stored: rec.Fingerprint, Got: fp.String()}
+		c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
+		return Outcome{}, e
 	}
 	if rec.State == store.StateNotReplayable {
 		e := &NotReplayableError{CreatedAt: rec.CreatedAt, Fence: rec.Fence}
@@ -455,6 +457,24 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 	}
 	c.emit(Event{Kind: EventReplayed, Fence: rec.Fence})
 	return Outcome{Replayed: true, Value: rec.Response, Fence: rec.Fence, CreatedAt: rec.CreatedAt}, nil
+}
+
+// compareStored compares a stored fingerprint (in its string form) with
+// fp, like fingerprint.Fingerprint.Compare, without allocating in the
+// common case of equal algorithms.
+func compareStored(stored string, fp fingerprint.Fingerprint) (same, comparable bool) {
+	alg := fp.Alg()
+	if alg == "" || len(stored) != len(alg)+1+64 || stored[:len(alg)] != alg || stored[len(alg)] != ':' {
+		s, err := fingerprint.Parse(stored)
+		if err != nil {
+			return false, false // unreadable: never a mismatch
+		}
+		return s.Compare(fp)
+	}
+	var hexSum [64]byte
+	sum := fp.Sum()
+	hex.Encode(hexSum[:], sum[:])
+	return stored[len(alg)+1:] == string(hexSum[:]), true
 }
 
 // backend wraps a backend failure, reports it and returns it. An ended

@@ -240,25 +240,26 @@ func (c *Core) keepHeader(name string) bool { return c.cfg.replayHeaders[name] }
 
 // replay writes a recorded response.
 func (c *Core) replay(w http.ResponseWriter, value []byte) {
-	resp, err := DecodeResponse(value)
-	if err != nil {
-		c.cfg.logger.Error("nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
-		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
-		return
-	}
 	h := w.Header()
-	for name, values := range resp.Header {
+	status, body, err := decodeInto(value, func(name string, values []string) {
 		if c.keepHeader(name) {
 			h[name] = values
 		}
+	})
+	if err != nil {
+		// Undo the headers set before the corruption was found.
+		_, _, _ = decodeInto(value, func(name string, _ []string) { delete(h, name) })
+		c.cfg.logger.Error("nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
+		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
+		return
 	}
 	h["Idempotent-Replayed"] = []string{"true"}
 	if h.Get("Access-Control-Allow-Origin") != "" {
 		exposeHeader(h, "Idempotent-Replayed")
 	}
-	h["Content-Length"] = []string{strconv.Itoa(len(resp.Body))}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
+	h["Content-Length"] = []string{strconv.Itoa(len(body))}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
 }
 
 // exposeHeader adds name to Access-Control-Expose-Headers unless it is

@@ -59,41 +59,65 @@ func appendString(b []byte, s string) []byte {
 // DecodeResponse decodes what EncodeResponse produced. Any other input is
 // an error, never a panic.
 func DecodeResponse(b []byte) (Response, error) {
-	if len(b) < 3 || b[0] != encodingVersion {
-		return Response{}, errCorrupt
+	r := Response{Header: make(http.Header)}
+	status, body, err := decodeInto(b, func(name string, values []string) { r.Header[name] = values })
+	r.Status, r.Body = status, body
+	if err != nil {
+		return Response{}, err
 	}
-	r := Response{Status: int(binary.BigEndian.Uint16(b[1:3]))}
-	if r.Status < 100 || r.Status > 999 {
-		return Response{}, errCorrupt
+	return r, nil
+}
+
+// decodeInto decodes an encoded response, handing each header to set, and
+// returns the status and the body (which aliases b). Well-known header
+// names are interned, so they cost no allocation.
+func decodeInto(b []byte, set func(name string, values []string)) (int, []byte, error) {
+	if len(b) < 3 || b[0] != encodingVersion {
+		return 0, nil, errCorrupt
+	}
+	status := int(binary.BigEndian.Uint16(b[1:3]))
+	if status < 100 || status > 999 {
+		return 0, nil, errCorrupt
 	}
 	b = b[3:]
 	n, b, ok := uvarint(b)
 	if !ok || n > maxHeaderEntries {
-		return Response{}, errCorrupt
+		return 0, nil, errCorrupt
 	}
-	r.Header = make(http.Header, n)
 	for range n {
-		var name string
-		if name, b, ok = str(b); !ok || name == "" {
-			return Response{}, errCorrupt
+		var nb []byte
+		if nb, b, ok = field(b); !ok || len(nb) == 0 {
+			return 0, nil, errCorrupt
+		}
+		name, known := internedNames[string(nb)] // no allocation for the lookup
+		if !known {
+			name = string(nb)
 		}
 		var count uint64
-		if count, b, ok = uvarint(b); !ok || count > maxHeaderEntries {
-			return Response{}, errCorrupt
+		if count, b, ok = uvarint(b); !ok || count > maxHeaderEntries || count > uint64(len(b)) {
+			return 0, nil, errCorrupt
 		}
 		values := make([]string, 0, count)
 		for range count {
-			var v string
-			if v, b, ok = str(b); !ok {
-				return Response{}, errCorrupt
+			var vb []byte
+			if vb, b, ok = field(b); !ok {
+				return 0, nil, errCorrupt
 			}
-			values = append(values, v)
+			values = append(values, string(vb))
 		}
-		r.Header[name] = values
+		set(name, values)
 	}
-	r.Body = b
-	return r, nil
+	return status, b, nil
 }
+
+// internedNames are the header names replays usually carry.
+var internedNames = func() map[string]string {
+	m := make(map[string]string)
+	for _, n := range append(DefaultReplayHeaders, "Content-Location", "Cache-Control", "Vary", "Etag") {
+		m[n] = n
+	}
+	return m
+}()
 
 func uvarint(b []byte) (uint64, []byte, bool) {
 	v, n := binary.Uvarint(b)
@@ -103,10 +127,11 @@ func uvarint(b []byte) (uint64, []byte, bool) {
 	return v, b[n:], true
 }
 
-func str(b []byte) (string, []byte, bool) {
+// field reads a length-prefixed field.
+func field(b []byte) ([]byte, []byte, bool) {
 	n, b, ok := uvarint(b)
 	if !ok || n > uint64(len(b)) {
-		return "", nil, false
+		return nil, nil, false
 	}
-	return string(b[:n]), b[n:], true
+	return b[:n], b[n:], true
 }
