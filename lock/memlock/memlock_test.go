@@ -2,36 +2,14 @@ package memlock_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/locktest"
 	"github.com/idemkit/idemkit/lock/memlock"
 )
-
-// fakeClock is an injectable clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock {
-	return &fakeClock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 func env(l *memlock.Locker) *locktest.Env {
 	return &locktest.Env{
@@ -53,7 +31,7 @@ func env(l *memlock.Locker) *locktest.Env {
 // boundaries are stepped exactly.
 func TestConformance(t *testing.T) {
 	locktest.Run(t, func(t *testing.T, cfg locktest.Config) *locktest.Env {
-		clock := newFakeClock()
+		clock := fakeclock.New()
 		l := memlock.New(memlock.WithClock(clock.Now), memlock.WithCleanupInIsLocked(cfg.CleanupInIsLocked), memlock.WithLogger(cfg.Logger))
 		e := env(l)
 		e.Advance = clock.Advance
@@ -128,7 +106,7 @@ func fired(t *testing.T, ch <-chan struct{}, what string) {
 
 func TestFenceRetentionKeepsFencesMonotone(t *testing.T) {
 	ctx := t.Context()
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	l := memlock.New(memlock.WithClock(clock.Now), memlock.WithFenceRetention(time.Hour))
 	var last lock.Fence
 	for range 5 {
@@ -166,7 +144,7 @@ func TestFenceRetentionKeepsFencesMonotone(t *testing.T) {
 
 func TestSweepDropsLongExpiredRecords(t *testing.T) {
 	ctx := t.Context()
-	clock := newFakeClock()
+	clock := fakeclock.New()
 	l := memlock.New(memlock.WithClock(clock.Now))
 	for i := range 100 {
 		if _, _, err := l.Acquire(ctx, "expiring-"+string(rune(0x4e00+i)), time.Second); err != nil {

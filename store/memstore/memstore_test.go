@@ -2,35 +2,18 @@ package memstore_test
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/storetest"
 )
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) *storetest.Env {
-		clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+		clock := fakeclock.New()
 		s := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxResponseBytes(1<<20))
 		return &storetest.Env{Store: s, Advance: clock.Advance, Break: func() { _ = s.Close() }, MaxResponseBytes: 1 << 20}
 	})
@@ -45,7 +28,7 @@ func TestConformanceRealClock(t *testing.T) {
 
 func TestSweepDropsExpiredRecords(t *testing.T) {
 	ctx := context.Background()
-	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clock := fakeclock.New()
 	s := memstore.New(memstore.WithClock(clock.Now))
 	for i := range 100 {
 		if _, err := s.Put(ctx, store.Record{Key: string(rune(0x4e00 + i)), State: store.StateCompleted}, time.Second); err != nil {
