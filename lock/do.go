@@ -68,6 +68,16 @@ type doConfig struct {
 	logger         *slog.Logger
 	random         func() float64
 	stats          *Stats
+	acquire        func(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error)
+}
+
+// WithAcquireFunc makes Do and Hold take the lock with f instead of the
+// locker's Acquire, for a backend that does more in the same round trip (a
+// record store that reads a record under the new lease, say). f must behave
+// exactly like [Locker.Acquire] on the same locker; renewal and release
+// still go through the locker. Default: the locker's Acquire.
+func WithAcquireFunc(f func(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error)) Option {
+	return func(c *doConfig) { c.acquire = f }
 }
 
 // Stats reports how an acquisition went; see [WithStats].
@@ -361,7 +371,7 @@ func (h *Held) tick() {
 	cfg := &h.cfg
 	sent := time.Now()
 	rctx, rcancel := context.WithDeadline(h.ctx, h.validUntil)
-	out, err := h.locker.Extend(rctx, h.lease.ID, cfg.ttl)
+	out, err := ExtendLease(rctx, h.locker, h.lease, cfg.ttl)
 	rcancel()
 	var lost error
 	switch {
@@ -413,6 +423,10 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 	start := time.Now()
 	deadline := start.Add(cfg.timeout)
 	watcher, _ := l.(Watcher)
+	acquire := l.Acquire
+	if cfg.acquire != nil {
+		acquire = cfg.acquire
+	}
 	var lastErr error
 	attempts, retries := 0, 0 // retries: attempts after a back-off delay ran out
 	if cfg.stats != nil {
@@ -428,7 +442,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 		)
 		attempts++
 		sent = time.Now()
-		lease, ok, err := l.Acquire(ctx, key, cfg.ttl)
+		lease, ok, err := acquire(ctx, key, cfg.ttl)
 		switch {
 		case err == nil && ok:
 			return lease, sent, nil
@@ -478,7 +492,7 @@ func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 func releaseAfter(ctx context.Context, l Locker, lease Lease, cfg *doConfig) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
 	defer cancel()
-	if _, err := l.Release(rctx, lease.ID); err != nil {
+	if _, err := ReleaseLease(rctx, l, lease); err != nil {
 		reportRelease(cfg.onReleaseError, cfg.logger, ReleaseFailure{Lease: lease, Source: "do", Err: err})
 	}
 }

@@ -111,7 +111,7 @@ func (h *Handle) Release(ctx context.Context) (Outcome, error) {
 	if h == nil || !h.start() {
 		return Outcome{Reason: ReasonNotFound}, nil
 	}
-	out, err := h.locker.Release(ctx, h.lease.ID)
+	out, err := ReleaseLease(ctx, h.locker, h.lease)
 	h.finish(out, err)
 	return out, err
 }
@@ -122,7 +122,7 @@ func (h *Handle) Extend(ctx context.Context, ttl time.Duration) (Outcome, error)
 	if h == nil {
 		return Outcome{Reason: ReasonNotFound}, nil
 	}
-	return h.locker.Extend(ctx, h.lease.ID, ttl)
+	return ExtendLease(ctx, h.locker, h.lease, ttl)
 }
 
 // Close releases the lease if nothing has released it yet, on a context of
@@ -143,7 +143,7 @@ func (h *Handle) Close() {
 	var out Outcome
 	var err error
 	go func() {
-		out, err = h.locker.Release(ctx, h.lease.ID)
+		out, err = ReleaseLease(ctx, h.locker, h.lease)
 		close(result)
 	}()
 	select {

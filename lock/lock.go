@@ -199,6 +199,36 @@ type Watcher interface {
 	Watch(ctx context.Context, key string) (ch <-chan struct{}, stop func())
 }
 
+// KeyedLocker is an optional interface of a [Locker] that releases and
+// extends faster when it is also given the lease's key: where the lock id
+// alone would first have to be resolved to its key (an index read), the key
+// lets the backend go straight to the lock, in one round trip. Ownership is
+// still checked by the id, atomically: a key that does not hold the lock
+// with this id gives OK = false, ReasonNotFound. [Handle], [Hold] and [Do]
+// use it when the locker has it.
+type KeyedLocker interface {
+	ReleaseKey(ctx context.Context, key, id string) (Outcome, error)
+	ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (Outcome, error)
+}
+
+// ReleaseLease releases lease through l, with its key when l is a
+// [KeyedLocker].
+func ReleaseLease(ctx context.Context, l Locker, lease Lease) (Outcome, error) {
+	if k, ok := l.(KeyedLocker); ok {
+		return k.ReleaseKey(ctx, lease.Key, lease.ID)
+	}
+	return l.Release(ctx, lease.ID)
+}
+
+// ExtendLease extends lease through l to now + ttl, with its key when l is
+// a [KeyedLocker].
+func ExtendLease(ctx context.Context, l Locker, lease Lease, ttl time.Duration) (Outcome, error) {
+	if k, ok := l.(KeyedLocker); ok {
+		return k.ExtendKey(ctx, lease.Key, lease.ID, ttl)
+	}
+	return l.Extend(ctx, lease.ID, ttl)
+}
+
 // CleanupGrace is how long after its expiry a lock record must stay before
 // IsLocked's optional cleanup may delete it.
 const CleanupGrace = 2 * time.Second

@@ -87,8 +87,9 @@ type Instrumented struct {
 }
 
 var (
-	_ Locker  = (*Instrumented)(nil)
-	_ Watcher = (*Instrumented)(nil)
+	_ Locker      = (*Instrumented)(nil)
+	_ Watcher     = (*Instrumented)(nil)
+	_ KeyedLocker = (*Instrumented)(nil)
 )
 
 // WithTelemetry wraps l so that every operation is reported to hook.
@@ -135,6 +136,24 @@ func (t *Instrumented) Release(ctx context.Context, id string) (Outcome, error) 
 func (t *Instrumented) Extend(ctx context.Context, id string, ttl time.Duration) (Outcome, error) {
 	start := time.Now()
 	out, err := t.inner.Extend(ctx, id, ttl)
+	t.emit(Event{Op: OpExtend, OK: out.OK, Reason: out.Reason, IDHash: t.hasher.Hash(id), ID: id}, start, err)
+	return out, err
+}
+
+// ReleaseKey releases through the wrapped locker (with the key when it is a
+// [KeyedLocker]) and reports it as a release.
+func (t *Instrumented) ReleaseKey(ctx context.Context, key, id string) (Outcome, error) {
+	start := time.Now()
+	out, err := ReleaseLease(ctx, t.inner, Lease{Key: key, ID: id})
+	t.emit(Event{Op: OpRelease, OK: out.OK, Reason: out.Reason, IDHash: t.hasher.Hash(id), ID: id}, start, err)
+	return out, err
+}
+
+// ExtendKey extends through the wrapped locker (with the key when it is a
+// [KeyedLocker]) and reports it as an extend.
+func (t *Instrumented) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (Outcome, error) {
+	start := time.Now()
+	out, err := ExtendLease(ctx, t.inner, Lease{Key: key, ID: id}, ttl)
 	t.emit(Event{Op: OpExtend, OK: out.OK, Reason: out.Reason, IDHash: t.hasher.Hash(id), ID: id}, start, err)
 	return out, err
 }

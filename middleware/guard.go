@@ -86,7 +86,7 @@ func WithRecordWriteTimeout(d time.Duration) Option {
 func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
 
 // WithNamespace sets the prefix of the guard's lock and record keys
-// ("<ns>:lock:..." and "<ns>:record:..."). Default: "idempotency".
+// ("<ns>:lock:{...}" and "<ns>:record:{...}"). Default: "idempotency".
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
 // WithClock sets the clock for durations in outcomes and events. Record and
@@ -118,6 +118,7 @@ func WithValueFingerprint(f func(input any) (fingerprint.Fingerprint, error)) Op
 type Guard struct {
 	store    store.Store
 	locker   lock.Locker
+	combiner store.Combiner // the store, when it can fold lock operations into its own round trips
 	cfg      config
 	lockOpts []lock.Option // the lock options every call shares
 }
@@ -164,6 +165,9 @@ func New(s store.Store, l lock.Locker, opts ...Option) (*Guard, error) {
 		return nil, bad("clock and value fingerprint must not be nil")
 	}
 	g := &Guard{store: s, locker: l, cfg: cfg}
+	if c, ok := s.(store.Combiner); ok && c.Combines(l) {
+		g.combiner = c
+	}
 	g.lockOpts = []lock.Option{
 		lock.WithTTL(cfg.lockTTL),
 		lock.WithRetryDelay(cfg.baseDelay),
@@ -269,7 +273,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		return Outcome{}, fmt.Errorf("%w: the key is empty", ErrInvalidKey)
 	}
 	base := g.base(key)
-	recordKey := g.cfg.namespace + ":record:" + base
+	recordKey := g.cfg.namespace + ":record:{" + base + "}"
 
 	// 1. Replays never take the lock.
 	rec, found, err := g.store.Get(ctx, recordKey)
@@ -280,9 +284,25 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		return c.answer(rec, fp)
 	}
 
-	// 2. The lock.
+	// 2. The lock. A combining store reads the record in the same round
+	// trip as the acquire.
 	var stats lock.Stats
-	held, err := lock.Hold(ctx, g.locker, g.cfg.namespace+":lock:"+base, g.lockOptions(c, &stats)...)
+	opts2 := g.lockOptions(c, &stats)
+	var pre struct {
+		rec   store.Record
+		found bool
+		err   error
+	}
+	if g.combiner != nil {
+		opts2 = append(opts2, lock.WithAcquireFunc(func(ctx context.Context, lockKey string, ttl time.Duration) (lock.Lease, bool, error) {
+			lease, ok, rec, found, err := g.combiner.AcquireGet(ctx, lockKey, ttl, recordKey)
+			if ok {
+				pre.rec, pre.found = rec, found
+			}
+			return lease, ok, err
+		}))
+	}
+	held, err := lock.Hold(ctx, g.locker, g.cfg.namespace+":lock:{"+base+"}", opts2...)
 	c.attempts, c.waited = stats.Attempts, stats.Waited
 	if err != nil {
 		switch lock.CodeOf(err) {
@@ -297,7 +317,11 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	}
 
 	// 3. The double check, under the lock.
-	rec, found, err = g.store.Get(ctx, recordKey)
+	if g.combiner != nil {
+		rec, found = pre.rec, pre.found
+	} else {
+		rec, found, err = g.store.Get(ctx, recordKey)
+	}
 	if err != nil {
 		held.Release()
 		return Outcome{}, c.backend("get", err)
@@ -326,6 +350,24 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	rec = store.Record{Key: recordKey, Fingerprint: fp.String(), State: store.StateCompleted, Response: res.Value, Fence: fence}
 	if res.Verdict == RecordNotReplayable {
 		rec.State, rec.Response = store.StateNotReplayable, nil
+	}
+	if g.combiner != nil && held.Lost() == nil {
+		// One round trip for the record and the release.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.opTimeout)
+		stored, _, err := g.combiner.PutRelease(pctx, rec, g.cfg.recordTTL, held.Lease())
+		cancel()
+		if err == nil {
+			held.Abandon() // released by the store: only stop renewing
+			if !stored {
+				lost := fmt.Errorf("%w: the record already carries a higher fence", lock.ErrLeaseLost)
+				c.emit(Event{Kind: EventLeaseLost, Fence: fence, Err: lost})
+				c.notRecorded(rec, lost)
+			}
+			out.Recorded = stored
+			c.emit(Event{Kind: EventExecuted, Fence: fence, Recorded: stored})
+			return out, nil
+		}
+		// Fall back to separate writes, retried while the lease holds.
 	}
 	out.Recorded = g.record(ctx, held, rec, c)
 	// 6. The release, unless the outcome is unrecorded: then a retry must
@@ -405,17 +447,19 @@ func (g *Guard) lockOptions(c *call, stats *lock.Stats) []lock.Option {
 	return append(opts, lock.WithTimeout(c.waitBudget), lock.WithStats(stats))
 }
 
-// base derives the part of the record and lock keys ("<ns>:record:<base>",
-// "<ns>:lock:<base>") that stands for a caller's (scoped) key. Keys that are
-// long or not printable ASCII are hashed, so that every backend can store
-// them and the lock key stays within the lock layer's limit.
+// base derives the part of the record and lock keys ("<ns>:record:{<base>}",
+// "<ns>:lock:{<base>}") that stands for a caller's (scoped) key. Keys that
+// are long, not printable ASCII or hold braces are hashed, so that every
+// backend can store them, the lock key stays within the lock layer's limit,
+// and the braces form a Redis hash tag that puts a key's lock and record on
+// one cluster node.
 func (g *Guard) base(key string) string {
-	return lock.StorageKey(key, 400, printableASCII)
+	return lock.StorageKey(key, 400, plainASCII)
 }
 
-func printableASCII(s string) bool {
+func plainASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
+		if s[i] < 0x20 || s[i] > 0x7e || s[i] == '{' || s[i] == '}' {
 			return false
 		}
 	}

@@ -527,3 +527,91 @@ func TestHookPanicIsContained(t *testing.T) {
 		t.Fatalf("Execute with a panicking hook: %+v, %v", out, err)
 	}
 }
+
+// countingCombiner counts the calls a combining store receives.
+type countingCombiner struct {
+	*memstore.Store
+	gets, acquireGets, putReleases, puts atomic.Int32
+}
+
+func (c *countingCombiner) Get(ctx context.Context, key string) (store.Record, bool, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *countingCombiner) Put(ctx context.Context, r store.Record, ttl time.Duration) (bool, error) {
+	c.puts.Add(1)
+	return c.Store.Put(ctx, r, ttl)
+}
+
+func (c *countingCombiner) AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lock.Lease, bool, store.Record, bool, error) {
+	c.acquireGets.Add(1)
+	return c.Store.AcquireGet(ctx, lockKey, ttl, recordKey)
+}
+
+func (c *countingCombiner) PutRelease(ctx context.Context, r store.Record, ttl time.Duration, lease lock.Lease) (bool, lock.Outcome, error) {
+	c.putReleases.Add(1)
+	return c.Store.PutRelease(ctx, r, ttl, lease)
+}
+
+// TestCombinedRoundTrips: with a store that combines lock operations, a
+// first execution costs three calls (get, acquire+get, put+release) and a
+// replay one.
+func TestCombinedRoundTrips(t *testing.T) {
+	l := memlock.New()
+	cs := &countingCombiner{Store: memstore.New(memstore.WithLocker(l))}
+	g := newGuard(t, cs, l)
+	var runs atomic.Int32
+	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v"))
+	if err != nil || !out.Recorded || out.Fence != 1 {
+		t.Fatalf("first: %+v, %v", out, err)
+	}
+	if cs.gets.Load() != 1 || cs.acquireGets.Load() != 1 || cs.putReleases.Load() != 1 || cs.puts.Load() != 0 {
+		t.Fatalf("calls: %d get, %d acquire+get, %d put+release, %d put; want 1, 1, 1, 0",
+			cs.gets.Load(), cs.acquireGets.Load(), cs.putReleases.Load(), cs.puts.Load())
+	}
+	if locked, _ := l.IsLocked(t.Context(), "idempotency:lock:{k:k}"); locked {
+		t.Fatal("the lock is still held after put+release")
+	}
+	out, err = g.Execute(t.Context(), "k", fpA, value(&runs, "again"))
+	if err != nil || !out.Replayed || cs.gets.Load() != 2 || cs.acquireGets.Load() != 1 {
+		t.Fatalf("replay: %+v, %v, %d gets", out, err, cs.gets.Load())
+	}
+	// A duplicate racing under the lock replays through the combined read.
+	if _, err := g.Execute(t.Context(), "k2", fpA, value(&runs, "v2")); err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("fn ran %d times", runs.Load())
+	}
+}
+
+// TestExactlyOnceCombined is the race of TestExactlyOnceAcrossGuards on the
+// combined path.
+func TestExactlyOnceCombined(t *testing.T) {
+	l := memlock.New()
+	s := memstore.New(memstore.WithLocker(l))
+	guards := make([]*middleware.Guard, 4)
+	for i := range guards {
+		guards[i] = newGuard(t, s, l, middleware.WithWaitBudget(30*time.Second))
+	}
+	for round := range 50 {
+		key := fmt.Sprint("combined-", round)
+		var runs atomic.Int32
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := guards[i%4].Execute(t.Context(), key, fpA, value(&runs, key))
+				if err != nil || string(out.Value) != key {
+					t.Errorf("%+v, %v", out, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if runs.Load() != 1 {
+			t.Fatalf("round %d: fn ran %d times", round, runs.Load())
+		}
+	}
+}

@@ -71,6 +71,33 @@ type Store interface {
 	Delete(ctx context.Context, key string) (deleted bool, err error)
 }
 
+// Combiner is an optional interface of a [Store] that shares a server with
+// a locker and can fold lock operations into its own round trips. The guard
+// then takes the lock and reads the record under it in one round trip, and
+// writes the record and releases the lock in another: a first execution
+// costs three round trips instead of five.
+//
+// The guard uses it only when Combines reports true for its locker, and
+// passes lock and record keys that share a Redis-style hash tag ("{...}"),
+// so that a clustered backend finds both on one node.
+type Combiner interface {
+	// Combines reports whether this store can take and release the locks
+	// of l itself: the same server, the same key layout.
+	Combines(l lock.Locker) bool
+
+	// AcquireGet behaves as l.Acquire(ctx, lockKey, ttl) and, when it
+	// acquired, as Get(ctx, recordKey) under the new lease, in one round
+	// trip.
+	AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lease lock.Lease, acquired bool, rec Record, found bool, err error)
+
+	// PutRelease behaves as Put(ctx, rec, ttl) followed, when that did not
+	// fail, by releasing lease, in one round trip. stored is Put's answer;
+	// the release is attempted whether or not a higher fence refused the
+	// write. On an error nothing is released and the caller falls back to
+	// separate calls.
+	PutRelease(ctx context.Context, rec Record, ttl time.Duration, lease lock.Lease) (stored bool, released lock.Outcome, err error)
+}
+
 // MaxKeyBytes is the longest record key every store accepts.
 const MaxKeyBytes = 1024
 

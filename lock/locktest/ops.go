@@ -32,6 +32,7 @@ func init() {
 		testCase{"SG30_OwnsEqualsLookupID", testOwns},
 		testCase{"SG34_EndedContextBeforeDispatch", testEndedContext},
 		testCase{"SG35_TransportFailuresAreCodedErrors", testBroken},
+		testCase{"KeyedReleaseAndExtend", testKeyed},
 	)
 }
 
@@ -495,4 +496,61 @@ func testBroken(t *testing.T, s *suite) {
 	check("lookup-key", err)
 	_, _, err = e.Locker.LookupID(ctx, held.ID)
 	check("lookup-id", err)
+}
+
+func testKeyed(t *testing.T, s *suite) {
+	e := s.env(t)
+	kl, ok := e.Locker.(lock.KeyedLocker)
+	if !ok {
+		t.Skip("the provider is not a lock.KeyedLocker (an optional interface)")
+	}
+	ctx := t.Context()
+	a, b := key(t, "caf\u00e9"), key(t, "b")
+	la := acquire(t, e, a, longTTL)
+	lb := acquire(t, e, b, longTTL)
+	before, _ := lookupKey(t, e, a)
+	// The wrong key, or a foreign id, changes nothing.
+	for _, c := range []struct{ key, id string }{{b, la.ID}, {a, lb.ID}, {a, randomID()}, {key(t, "never"), la.ID}} {
+		out, err := kl.ExtendKey(ctx, c.key, c.id, time.Hour)
+		if err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+			t.Fatalf("ExtendKey with a mismatched key and id: %+v, %v; want not found", out, err)
+		}
+		out, err = kl.ReleaseKey(ctx, c.key, c.id)
+		if err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+			t.Fatalf("ReleaseKey with a mismatched key and id: %+v, %v; want not found", out, err)
+		}
+	}
+	after, _ := lookupKey(t, e, a)
+	sameInfo(t, "mismatched keyed operations", before, after)
+	// The right pair works, with either spelling of the key.
+	out, err := kl.ExtendKey(ctx, key(t, "cafe\u0301"), la.ID, 2*longTTL)
+	if err != nil || !out.OK || !out.ExpiresAt.After(la.ExpiresAt) {
+		t.Fatalf("ExtendKey: %+v, %v", out, err)
+	}
+	if out, err := kl.ReleaseKey(ctx, a, la.ID); err != nil || !out.OK {
+		t.Fatalf("ReleaseKey: %+v, %v", out, err)
+	}
+	if isLocked(t, e, a) || !isLocked(t, e, b) {
+		t.Fatal("ReleaseKey released the wrong lock")
+	}
+	if out, _ := kl.ReleaseKey(ctx, a, la.ID); out.OK {
+		t.Fatal("a second ReleaseKey took effect")
+	}
+	// Expired leases can be neither extended nor released.
+	ttl := e.shortTTL()
+	lc := acquire(t, e, key(t, "c"), ttl)
+	e.expire(time.Now(), ttl)
+	if out, _ := kl.ExtendKey(ctx, key(t, "c"), lc.ID, time.Hour); out.OK {
+		t.Fatal("ExtendKey resurrected an expired lease")
+	}
+	if out, _ := kl.ReleaseKey(ctx, key(t, "c"), lc.ID); out.OK {
+		t.Fatal("ReleaseKey released an expired lease")
+	}
+	// Arguments are validated before any I/O.
+	_, err = kl.ReleaseKey(ctx, "", lb.ID)
+	wantCode(t, "ReleaseKey(empty key)", err, lock.CodeInvalidArgument)
+	_, err = kl.ExtendKey(ctx, b, "bad id", time.Second)
+	wantCode(t, "ExtendKey(bad id)", err, lock.CodeInvalidArgument)
+	_, err = kl.ExtendKey(ctx, b, lb.ID, 0)
+	wantCode(t, "ExtendKey(zero ttl)", err, lock.CodeInvalidArgument)
 }

@@ -83,8 +83,9 @@ type counter struct {
 }
 
 var (
-	_ lock.Locker  = (*Locker)(nil)
-	_ lock.Watcher = (*Locker)(nil)
+	_ lock.Locker      = (*Locker)(nil)
+	_ lock.Watcher     = (*Locker)(nil)
+	_ lock.KeyedLocker = (*Locker)(nil)
 )
 
 // New returns an empty in-memory locker.
@@ -161,7 +162,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 
 // Release implements [lock.Locker].
 func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
-	return l.byID(ctx, "release", id, func(key string, e *entry, now time.Time) lock.Outcome {
+	return l.byID(ctx, "release", id, l.release(id))
+}
+
+// release deletes the live lock with id. The caller holds l.mu.
+func (l *Locker) release(id string) func(key string, e *entry, now time.Time) lock.Outcome {
+	return func(key string, e *entry, now time.Time) lock.Outcome {
 		delete(l.locks, key)
 		delete(l.ids, id)
 		if c := l.fences[key]; c != nil {
@@ -169,7 +175,7 @@ func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 		}
 		l.notify(key)
 		return lock.Outcome{OK: true}
-	})
+	}
 }
 
 // Extend implements [lock.Locker].
@@ -177,14 +183,48 @@ func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return lock.Outcome{}, err
 	}
-	return l.byID(ctx, "extend", id, func(_ string, e *entry, now time.Time) lock.Outcome {
+	return l.byID(ctx, "extend", id, extendBy(ttl))
+}
+
+// extendBy replaces a live lock's expiry with now + ttl.
+func extendBy(ttl time.Duration) func(key string, e *entry, now time.Time) lock.Outcome {
+	return func(_ string, e *entry, now time.Time) lock.Outcome {
 		e.expires = now.Add(ttl)
 		return lock.Outcome{OK: true, ExpiresAt: e.expires}
-	})
+	}
+}
+
+// ReleaseKey implements [lock.KeyedLocker]: Release, refusing (not found)
+// when the lock with this id is not on key.
+func (l *Locker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, error) {
+	key, err := lock.NormalizeKey(key)
+	if err != nil {
+		return lock.Outcome{}, err
+	}
+	return l.byKeyAndID(ctx, "release", key, id, l.release(id))
+}
+
+// ExtendKey implements [lock.KeyedLocker]: Extend, refusing (not found)
+// when the lock with this id is not on key.
+func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (lock.Outcome, error) {
+	key, err := lock.NormalizeKey(key)
+	if err != nil {
+		return lock.Outcome{}, err
+	}
+	if err := lock.ValidateTTL(ttl); err != nil {
+		return lock.Outcome{}, err
+	}
+	return l.byKeyAndID(ctx, "extend", key, id, extendBy(ttl))
 }
 
 // byID resolves id to its live lock under the mutex and applies f to it.
 func (l *Locker) byID(ctx context.Context, op, id string, f func(key string, e *entry, now time.Time) lock.Outcome) (lock.Outcome, error) {
+	return l.byKeyAndID(ctx, op, "", id, f)
+}
+
+// byKeyAndID is byID that also requires the lock to be on key, unless key
+// is empty.
+func (l *Locker) byKeyAndID(ctx context.Context, op, want, id string, f func(key string, e *entry, now time.Time) lock.Outcome) (lock.Outcome, error) {
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
 	}
@@ -193,7 +233,7 @@ func (l *Locker) byID(ctx context.Context, op, id string, f func(key string, e *
 	}
 	defer l.mu.Unlock()
 	key, ok := l.ids[id]
-	if !ok {
+	if !ok || want != "" && key != want {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
 	}
 	e := l.locks[key]

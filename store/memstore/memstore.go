@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -21,6 +22,13 @@ type Option func(*Store)
 // time.Now.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
 
+// WithLocker lets the store combine its operations with l's ([store.Combiner]):
+// a guard built on this store and l then reads the record in the same call
+// that takes the lock, and releases the lock in the same call that writes
+// the record. In memory this saves nothing but exercises the guard's
+// combined path exactly as a network store does. Default: none.
+func WithLocker(l *memlock.Locker) Option { return func(s *Store) { s.locker = l } }
+
 // WithMaxResponseBytes refuses responses larger than n bytes with an error
 // matching [store.ErrTooLarge], as a network store with a size limit
 // would. Default: 0, no limit.
@@ -34,6 +42,7 @@ func WithMaxResponseBytes(n int) Option { return func(s *Store) { s.maxResponse 
 type Store struct {
 	now         func() time.Time
 	maxResponse int
+	locker      *memlock.Locker
 
 	mu      sync.RWMutex
 	closed  bool
@@ -41,7 +50,10 @@ type Store struct {
 	untilGC int
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Combiner = (*Store)(nil)
+)
 
 // New returns an empty in-memory store.
 func New(opts ...Option) *Store {
@@ -122,6 +134,43 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	r := s.records[key]
 	delete(s.records, key)
 	return r != nil && lock.Live(r.ExpiresAt, s.now()), nil
+}
+
+// Combines implements [store.Combiner]: true for the locker given to
+// [WithLocker].
+func (s *Store) Combines(l lock.Locker) bool { return s.locker != nil && l == lock.Locker(s.locker) }
+
+// AcquireGet implements [store.Combiner].
+func (s *Store) AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lock.Lease, bool, store.Record, bool, error) {
+	if s.locker == nil {
+		return lock.Lease{}, false, store.Record{}, false, lock.NewError(lock.CodeInvalidArgument, "acquire-get", "the store has no locker", nil)
+	}
+	if err := store.ValidateKey(recordKey); err != nil {
+		return lock.Lease{}, false, store.Record{}, false, err
+	}
+	lease, ok, err := s.locker.Acquire(ctx, lockKey, ttl)
+	if err != nil || !ok {
+		return lease, ok, store.Record{}, false, err
+	}
+	rec, found, err := s.Get(context.WithoutCancel(ctx), recordKey)
+	if err != nil {
+		_, _ = s.locker.ReleaseKey(context.WithoutCancel(ctx), lease.Key, lease.ID)
+		return lock.Lease{}, false, store.Record{}, false, err
+	}
+	return lease, true, rec, found, nil
+}
+
+// PutRelease implements [store.Combiner].
+func (s *Store) PutRelease(ctx context.Context, rec store.Record, ttl time.Duration, lease lock.Lease) (bool, lock.Outcome, error) {
+	if s.locker == nil {
+		return false, lock.Outcome{}, lock.NewError(lock.CodeInvalidArgument, "put-release", "the store has no locker", nil)
+	}
+	stored, err := s.Put(ctx, rec, ttl)
+	if err != nil {
+		return false, lock.Outcome{}, err
+	}
+	out, err := s.locker.ReleaseKey(context.WithoutCancel(ctx), lease.Key, lease.ID)
+	return stored, out, err
 }
 
 // Close makes every later operation fail with ServiceUnavailable (wrapping
