@@ -1,0 +1,317 @@
+package testenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const redisMissing = "redis-server was not found on PATH: install Debian's redis-server package (apt-get install redis-server), " +
+	"or set IDEMKIT_REDIS_ADDR (and IDEMKIT_REDIS_CLUSTER_ADDRS for the cluster) to use running servers"
+
+// RedisServer is a redis-server the tests can reach at Addr.
+type RedisServer struct {
+	Addr string // host:port
+
+	mu   sync.Mutex
+	dir  string
+	port int
+	args []string
+	proc *process
+}
+
+var (
+	sharedRedis     shared[*RedisServer]
+	sharedCluster   shared[*Cluster]
+	sharedPostgres  shared[*PostgresServer]
+	redisBinaryOnce = sync.OnceValues(func() (string, error) { return lookPath("redis-server") })
+)
+
+// shared is a server started once per test binary, on first use.
+type shared[T any] struct {
+	once sync.Once
+	val  T
+	err  error
+}
+
+func (s *shared[T]) get(t testing.TB, start func() (T, error)) T {
+	t.Helper()
+	s.once.Do(func() { s.val, s.err = start() })
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	return s.val
+}
+
+// Redis returns the package's shared redis-server, started on first use on
+// a free loopback port in a temporary directory with appendonly yes and
+// appendfsync always. With IDEMKIT_REDIS_ADDR set, that server is used
+// instead.
+func Redis(t testing.TB) *RedisServer {
+	t.Helper()
+	return sharedRedis.get(t, func() (*RedisServer, error) {
+		if addr := os.Getenv("IDEMKIT_REDIS_ADDR"); addr != "" {
+			return &RedisServer{Addr: addr}, nil
+		}
+		return startRedis("redis", nil)
+	})
+}
+
+// NewRedis starts a redis-server for this test alone, stopped when the test
+// ends, for fault tests that stop and restart it. It never uses
+// IDEMKIT_REDIS_ADDR.
+func NewRedis(t testing.TB) *RedisServer {
+	t.Helper()
+	s, err := startRedis("redis-"+Name(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kill() })
+	return s
+}
+
+func startRedis(name string, extra []string) (*RedisServer, error) {
+	if _, err := redisBinaryOnce(); err != nil {
+		return nil, errors.New(redisMissing)
+	}
+	dir, err := tempDir("idemkit-redis-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 3 { // a free port can be taken between probe and bind
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		s := &RedisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port}
+		s.args = append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--appendonly", "yes", "--appendfsync", "always", "--save", "",
+			"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
+		}, extra...)
+		if lastErr = s.launch(name); lastErr == nil {
+			return s, nil
+		}
+	}
+	return nil, lastErr
+}
+
+// launch starts the process and waits until it answers PING.
+func (s *RedisServer) launch(name string) error {
+	bin, err := redisBinaryOnce()
+	if err != nil {
+		return errors.New(redisMissing)
+	}
+	p, err := start(name, bin, s.args, filepath.Join(s.dir, "redis.log"), nil)
+	if err != nil {
+		return err
+	}
+	if err := waitFor(p, name, func() error { return expect(s.Addr, "+PONG", "PING") }); err != nil {
+		p.stop(syscall.SIGKILL)
+		return err
+	}
+	s.mu.Lock()
+	s.proc = p
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *RedisServer) kill() {
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	if p != nil {
+		p.stop(syscall.SIGKILL)
+	}
+}
+
+// Stop kills the server (SIGKILL): it is gone at once, as in a crash, and
+// its connections break. Only for servers from NewRedis.
+func (s *RedisServer) Stop(t testing.TB) {
+	t.Helper()
+	if s.dir == "" {
+		t.Fatal("testenv: Stop works only on servers started by NewRedis")
+	}
+	s.kill()
+}
+
+// Start starts a stopped server again on the same port and data directory
+// (the AOF keeps its data) and returns when it answers PING.
+func (s *RedisServer) Start(t testing.TB) {
+	t.Helper()
+	if s.dir == "" {
+		t.Fatal("testenv: Start works only on servers started by NewRedis")
+	}
+	if err := s.launch("redis (restarted)"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Restart shuts the server down cleanly (SHUTDOWN, which writes the AOF)
+// and starts it again.
+func (s *RedisServer) Restart(t testing.TB) {
+	t.Helper()
+	if s.dir == "" {
+		t.Fatal("testenv: Restart works only on servers started by NewRedis")
+	}
+	_ = send(s.Addr, "SHUTDOWN")
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	if p != nil {
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			p.stop(syscall.SIGKILL)
+		}
+	}
+	s.Start(t)
+}
+
+// Cluster is a 3-master Redis Cluster.
+type Cluster struct {
+	Addrs []string
+}
+
+// RedisCluster returns the package's shared 3-master Redis Cluster: three
+// processes, all 16384 slots assigned, cluster_state:ok on every node
+// before it returns. IDEMKIT_REDIS_CLUSTER_ADDRS (comma-separated) points at
+// a running cluster instead.
+func RedisCluster(t testing.TB) *Cluster {
+	t.Helper()
+	return sharedCluster.get(t, func() (*Cluster, error) {
+		if addrs := os.Getenv("IDEMKIT_REDIS_CLUSTER_ADDRS"); addrs != "" {
+			return &Cluster{Addrs: strings.Split(addrs, ",")}, nil
+		}
+		return startCluster()
+	})
+}
+
+func startCluster() (*Cluster, error) {
+	nodes := make([]*RedisServer, 3)
+	for i := range nodes {
+		n, err := startRedis(fmt.Sprintf("redis-cluster-%d", i), []string{
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
+		})
+		if err != nil {
+			return nil, err
+		}
+		nodes[i] = n
+	}
+	ranges := [3][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	for i, n := range nodes {
+		if err := expect(n.Addr, "+OK", "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(ranges[i][0]), strconv.Itoa(ranges[i][1])); err != nil {
+			return nil, fmt.Errorf("testenv: assign slots: %w", err)
+		}
+	}
+	for _, n := range nodes[1:] {
+		if err := expect(nodes[0].Addr, "+OK", "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.port)); err != nil {
+			return nil, fmt.Errorf("testenv: cluster meet: %w", err)
+		}
+	}
+	c := &Cluster{}
+	for _, n := range nodes {
+		c.Addrs = append(c.Addrs, n.Addr)
+		err := waitFor(n.proc, "redis cluster node "+n.Addr, func() error {
+			info, err := command(n.Addr, "CLUSTER", "INFO")
+			if err != nil {
+				return err
+			}
+			for _, want := range []string{"cluster_state:ok", "cluster_slots_assigned:16384", "cluster_known_nodes:3"} {
+				if !strings.Contains(info, want) {
+					return fmt.Errorf("cluster not ready: %q missing", want)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// expect sends a command and checks its simple-string reply.
+func expect(addr, want string, args ...string) error {
+	reply, err := roundTrip(addr, args)
+	if err != nil {
+		return err
+	}
+	if reply != want {
+		return fmt.Errorf("%s: %q", strings.Join(args, " "), reply)
+	}
+	return nil
+}
+
+// command sends a command and returns its reply (a bulk string's content).
+func command(addr string, args ...string) (string, error) {
+	return roundTrip(addr, args)
+}
+
+// send sends a command without waiting for its reply.
+func send(addr string, args ...string) error {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = conn.Write(encode(args))
+	time.Sleep(50 * time.Millisecond) // let the server read it before the connection closes
+	return err
+}
+
+// roundTrip speaks just enough RESP for the commands above: it returns a
+// simple string with its '+', or a bulk string's content; an error reply is
+// an error.
+func roundTrip(addr string, args []string) (string, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write(encode(args)); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(conn)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	switch {
+	case strings.HasPrefix(line, "-"):
+		return "", errors.New(line[1:])
+	case strings.HasPrefix(line, "$"):
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("bad bulk length %q", line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	return line, nil
+}
+
+func encode(args []string) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	return []byte(b.String())
+}

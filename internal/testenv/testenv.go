@@ -1,0 +1,299 @@
+// Package testenv starts real servers for idemkit's tests: redis-server as
+// a single node and as a 3-master Redis Cluster, and PostgreSQL. Each runs
+// on a free loopback port in a temporary directory and is stopped when the
+// test binary ends (call [Main] from TestMain), or when its test ends for the
+// dedicated servers of fault tests.
+//
+// Binaries are found on PATH and, for PostgreSQL, in Debian's
+// /usr/lib/postgresql/<version>/bin. A missing binary fails the test with a
+// message naming the package to install. Environment variables point the
+// shared servers at running ones instead:
+//
+//	IDEMKIT_REDIS_ADDR=host:port
+//	IDEMKIT_REDIS_CLUSTER_ADDRS=host:port,host:port,host:port
+//	IDEMKIT_POSTGRES_URL=postgres://user@host:port/db?sslmode=disable
+//
+// It uses the standard library only, so every module's tests can use it.
+package testenv
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTimeout bounds how long a server may take to become ready.
+const startTimeout = 60 * time.Second
+
+// The process registry: every server started by this package, so that Main
+// can stop those the tests did not.
+var (
+	registry   sync.Mutex
+	running    = map[*process]bool{}
+	tempDirs   []string
+	nameSerial atomic.Int64
+	runID      = func() string {
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		return hex.EncodeToString(b[:])
+	}()
+)
+
+// Main runs the package's tests and then stops every server they started.
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+func Main(m *testing.M) {
+	code := m.Run()
+	stopAll()
+	os.Exit(code)
+}
+
+func stopAll() {
+	registry.Lock()
+	procs := make([]*process, 0, len(running))
+	for p := range running {
+		procs = append(procs, p)
+	}
+	dirs := tempDirs
+	tempDirs = nil
+	registry.Unlock()
+	for _, p := range procs {
+		p.stop(syscall.SIGTERM)
+	}
+	for _, d := range dirs {
+		_ = os.RemoveAll(d)
+	}
+}
+
+// Name returns a short unique name for the test: [a-z0-9_], at most 40
+// bytes, starting with a letter, usable as a key prefix or an SQL
+// identifier. It is unique within the process and across runs.
+func Name(t testing.TB) string {
+	var b strings.Builder
+	b.WriteString("t_")
+	for _, r := range strings.ToLower(t.Name()) {
+		if b.Len() >= 24 {
+			break
+		}
+		switch {
+		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	fmt.Fprintf(&b, "_%s%d", runID, nameSerial.Add(1))
+	return b.String()
+}
+
+// process is one server process.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	log  string        // its log file
+}
+
+// start runs bin with args as a server process whose output goes to
+// logPath. The process dies with the test binary (Pdeathsig).
+func start(name, bin string, args []string, logPath string, cred *syscall.Credential) (*process, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("testenv: start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		registry.Lock()
+		delete(running, p)
+		registry.Unlock()
+		close(p.done)
+	}()
+	registry.Lock()
+	running[p] = true
+	registry.Unlock()
+	return p, nil
+}
+
+// stop signals the process and waits for it, killing it after a while.
+func (p *process) stop(sig syscall.Signal) {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// exited reports whether the process has exited.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// tail returns the end of the process's log, for failure messages.
+func (p *process) tail() string {
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return ""
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tempDir makes a directory that outlives the test that asked for it (a
+// shared server's) and is removed by Main, readable by others so that a
+// server running as another user can reach it.
+func tempDir(prefix string) (string, error) {
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		return "", err
+	}
+	registry.Lock()
+	tempDirs = append(tempDirs, d)
+	registry.Unlock()
+	return d, nil
+}
+
+// lookPath finds a binary on PATH or in extra directories.
+func lookPath(name string, extra ...string) (string, error) {
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	for _, d := range extra {
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+// waitFor polls ready until it succeeds, the process exits or the start
+// timeout passes.
+func waitFor(p *process, what string, ready func() error) error {
+	deadline := time.Now().Add(startTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if p != nil && p.exited() {
+			return fmt.Errorf("testenv: %s exited while starting:\n%s", p.name, p.tail())
+		}
+		if last = ready(); last == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tail := ""
+	if p != nil {
+		tail = p.tail()
+	}
+	return fmt.Errorf("testenv: %s not ready after %v: %v\n%s", what, startTimeout, last, tail)
+}
+
+// unprivileged returns credentials to run a server as an unprivileged user
+// when the tests run as root (PostgreSQL refuses to run as root), and nil
+// otherwise.
+func unprivileged() (*syscall.Credential, int, int, error) {
+	if os.Geteuid() != 0 {
+		return nil, -1, -1, nil
+	}
+	for _, name := range []string{"postgres", "nobody"} {
+		u, err := user.Lookup(name)
+		if err != nil {
+			continue
+		}
+		uid, err1 := strconv.Atoi(u.Uid)
+		gid, err2 := strconv.Atoi(u.Gid)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, uid, gid, nil
+	}
+	return nil, -1, -1, errors.New("testenv: running as root and neither the postgres nor the nobody user exists to run PostgreSQL as")
+}
+
+// chownAll gives a directory tree to uid:gid.
+func chownAll(dir string, uid, gid int) error {
+	return filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, gid)
+	})
+}
+
+// readLines reads a file's lines (missing file: none).
+func readLines(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+	}
+	return lines
+}
+
+// postgresBinDirs lists Debian's PostgreSQL binary directories, newest
+// version first.
+func postgresBinDirs() []string {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool {
+		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
+		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
+		return vi > vj
+	})
+	return dirs
+}
