@@ -262,7 +262,9 @@ func WaitBudget(d time.Duration) CallOption {
 //  6. Release the lock.
 //
 // A replay costs one store read; a first execution one acquire, two store
-// reads, one store write and one release. The fingerprint's algorithm is
+// reads, one store write and one release — three round trips in all when
+// the store is a [store.Combiner] for the locker (the double check rides on
+// the acquire, the release on the record write). The fingerprint's algorithm is
 // part of it: a record written under another algorithm is never a mismatch.
 //
 // Backend failures give [ErrUnavailable] ([*UnavailableError]); the guard
@@ -291,7 +293,6 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	var pre struct {
 		rec   store.Record
 		found bool
-		err   error
 	}
 	if g.combiner != nil {
 		opts2 = append(opts2, lock.WithAcquireFunc(func(ctx context.Context, lockKey string, ttl time.Duration) (lock.Lease, bool, error) {
