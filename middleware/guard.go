@@ -287,24 +287,47 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	}
 
 	// 2. The lock. A combining store reads the record in the same round
-	// trip as the acquire.
+	// trip as the acquire. A duplicate that finds the lock held looks for
+	// the record again before it waits on: once the first request has
+	// recorded its outcome, the duplicate replays it without the lock.
 	var stats lock.Stats
-	opts2 := g.lockOptions(c, &stats)
 	var pre struct {
 		rec   store.Record
 		found bool
 	}
-	if g.combiner != nil {
-		opts2 = append(opts2, lock.WithAcquireFunc(func(ctx context.Context, lockKey string, ttl time.Duration) (lock.Lease, bool, error) {
-			lease, ok, rec, found, err := g.combiner.AcquireGet(ctx, lockKey, ttl, recordKey)
+	tries := 0
+	acquire := func(ctx context.Context, lockKey string, ttl time.Duration) (lock.Lease, bool, error) {
+		tries++
+		var (
+			lease lock.Lease
+			ok    bool
+			err   error
+		)
+		if g.combiner != nil {
+			var rec store.Record
+			var found bool
+			lease, ok, rec, found, err = g.combiner.AcquireGet(ctx, lockKey, ttl, recordKey)
 			if ok {
 				pre.rec, pre.found = rec, found
 			}
-			return lease, ok, err
-		}))
+		} else {
+			lease, ok, err = g.locker.Acquire(ctx, lockKey, ttl)
+		}
+		if err != nil || ok || tries == 1 {
+			return lease, ok, err // step 1 has just read the record: no second look yet
+		}
+		if rec, found, gerr := g.store.Get(ctx, recordKey); gerr == nil && found {
+			return lock.Lease{}, false, &recordAppeared{rec}
+		}
+		return lease, false, nil
 	}
+	opts2 := append(g.lockOptions(c, &stats), lock.WithAcquireFunc(acquire))
 	held, err := lock.Hold(ctx, g.locker, g.cfg.namespace+":lock:{"+base+"}", opts2...)
 	c.attempts, c.waited = stats.Attempts, stats.Waited
+	var appeared *recordAppeared
+	if errors.As(err, &appeared) {
+		return c.answer(appeared.rec, fp)
+	}
 	if err != nil {
 		switch lock.CodeOf(err) {
 		case lock.CodeAcquisitionTimeout:
@@ -382,6 +405,14 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	return out, nil
 }
 
+// recordAppeared stops the wait for the lock: the record it was waiting for
+// is there.
+type recordAppeared struct{ rec store.Record }
+
+func (*recordAppeared) Error() string {
+	return "idempotency: the record appeared while waiting for the lock"
+}
+
 // run calls fn with the held lease's context. A panic releases the lock and
 // goes on.
 func (g *Guard) run(held *lock.Held, fn Func) (res Result, err error) {
@@ -443,7 +474,7 @@ func (g *Guard) record(ctx context.Context, held *lock.Held, rec store.Record, c
 // lockOptions are the lock.Hold options of one call: the shared ones, the
 // call's wait budget and its stats.
 func (g *Guard) lockOptions(c *call, stats *lock.Stats) []lock.Option {
-	opts := make([]lock.Option, len(g.lockOpts), len(g.lockOpts)+2)
+	opts := make([]lock.Option, len(g.lockOpts), len(g.lockOpts)+3)
 	copy(opts, g.lockOpts)
 	return append(opts, lock.WithTimeout(c.waitBudget), lock.WithStats(stats))
 }

@@ -615,3 +615,64 @@ func TestExactlyOnceCombined(t *testing.T) {
 		}
 	}
 }
+
+// gatedRelease holds every Release of a real locker until gate is closed.
+type gatedRelease struct {
+	lock.Locker
+	gate     chan struct{}
+	releases chan struct{}
+}
+
+func (g *gatedRelease) Release(ctx context.Context, id string) (lock.Outcome, error) {
+	g.releases <- struct{}{}
+	<-g.gate
+	return g.Locker.Release(ctx, id)
+}
+
+// TestDuplicateReplaysWithoutTheLock: a duplicate waiting for the lock
+// replays the record as soon as it appears, without taking the lock (here
+// the first request's release is held up, so the lock stays taken).
+func TestDuplicateReplaysWithoutTheLock(t *testing.T) {
+	gl := &gatedRelease{Locker: memlock.New(), gate: make(chan struct{}), releases: make(chan struct{}, 1)}
+	cl := &countingLocker{Locker: gl}
+	g := newGuard(t, memstore.New(), cl, middleware.WithBaseDelay(time.Millisecond), middleware.WithMaxDelay(5*time.Millisecond),
+		middleware.WithWaitBudget(time.Minute), middleware.WithLockRetries(1_000_000))
+	var runs atomic.Int32
+	finish := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := g.Execute(context.Background(), "k", fpA, func(context.Context) (middleware.Result, error) {
+			runs.Add(1)
+			<-finish
+			return middleware.Result{Value: []byte("v")}, nil
+		})
+		first <- err
+	}()
+	dup := make(chan middleware.Outcome, 1)
+	go func() {
+		for cl.acquires.Load() < 1 { // the first request holds the lock
+			time.Sleep(time.Millisecond)
+		}
+		out, err := g.Execute(context.Background(), "k", fpA, value(&runs, "dup"))
+		if err != nil {
+			t.Errorf("the duplicate: %v", err)
+		}
+		dup <- out
+	}()
+	for cl.acquires.Load() < 4 { // the duplicate is waiting: refused at least 3 times
+		time.Sleep(time.Millisecond)
+	}
+	close(finish) // the first request records its outcome...
+	<-gl.releases // ...and its release is held up: the lock stays taken
+	out := <-dup
+	if !out.Replayed || string(out.Value) != "v" {
+		t.Fatalf("the duplicate: %+v; want a replay while the lock was still taken", out)
+	}
+	close(gl.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("fn ran %d times", runs.Load())
+	}
+}

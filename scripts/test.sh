@@ -19,7 +19,9 @@ for m in "${modules[@]}"; do
 	(
 		cd "$m" || exit 1
 		dirs=$(go list -f '{{.Dir}}' ./...) || exit 1
-		unformatted=$(gofmt -l $dirs)
+		# Only this module's files: gofmt would recurse into nested modules.
+		files=$(for d in $dirs; do find "$d" -maxdepth 1 -name '*.go'; done)
+		unformatted=$(gofmt -l $files)
 		if [ -n "$unformatted" ]; then echo "gofmt: these files need formatting:"; echo "$unformatted"; exit 2; fi
 		go vet ./... || exit 3
 		go mod tidy -diff || exit 4
