@@ -47,7 +47,7 @@ func run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- s
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	guard, closeBackends, err := f.Guard(logger)
+	guard, closeBackends, err := f.Guard(ctx, logger)
 	if err != nil {
 		return err
 	}

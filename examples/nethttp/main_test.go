@@ -8,15 +8,40 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/testenv"
 )
 
-// TestDemoServer starts the demo on a free port, exercises its contract
-// with a real client and stops it gracefully.
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestDemoServer starts the demo on a free port on every backend, exercises
+// its contract with a real client and stops it gracefully.
 func TestDemoServer(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args func(t *testing.T) []string
+	}{
+		{"memory", func(*testing.T) []string { return nil }},
+		{"redis", func(t *testing.T) []string {
+			return []string{"-store", "redis", "-redis-addr", testenv.NewRedis(t).Addr}
+		}},
+		{"redis-cluster", func(t *testing.T) []string {
+			return []string{"-store", "redis-cluster", "-redis-addrs", strings.Join(testenv.RedisCluster(t).Addrs, ",")}
+		}},
+		{"postgres", func(t *testing.T) []string {
+			return []string{"-store", "postgres", "-postgres-url", testenv.NewPostgres(t).URL}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) { demoServer(t, c.args(t)) })
+	}
+}
+
+func demoServer(t *testing.T, args []string) {
 	ctx, cancel := context.WithCancel(t.Context())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0"}, slog.New(slog.DiscardHandler), ready) }()
+	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
+	go func() { done <- run(ctx, args, slog.New(slog.DiscardHandler), ready) }()
 	var addr string
 	select {
 	case addr = <-ready:

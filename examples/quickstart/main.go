@@ -68,7 +68,7 @@ func run(ctx context.Context, out io.Writer) (summary, error) {
 	svc := &demo.Service{}
 	logger := slog.New(slog.DiscardHandler)
 	flags := demo.Flags{Store: "memory"}
-	guard, closeBackends, err := flags.Guard(logger)
+	guard, closeBackends, err := flags.Guard(ctx, logger)
 	if err != nil {
 		return sum, err
 	}

@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/redisstore"
+)
+
+// orders is the demo's business handler: it counts executions and answers
+// 201 with a Location and a small JSON body.
+type orders struct{ n atomic.Int64 }
+
+func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := o.n.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/orders/%d", n))
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(map[string]any{"order": n, "request": json.RawMessage(body)})
+}
+
+// httpScenarios loads the demo handler through real loopback connections,
+// bare and behind the middleware on memory and on Redis: unique keys (every
+// request a first execution), then all requests retries of one key
+// (replays).
+func httpScenarios(t *testing.T, d time.Duration) []Result {
+	ctx := t.Context()
+	const workers = 16
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr, PoolSize: 64})
+	t.Cleanup(func() { _ = rdb.Close() })
+	prefix := testenv.Name(t)
+	rl, err := redislock.New(rdb, redislock.WithKeyPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := redisstore.New(rdb, redisstore.WithKeyPrefix(prefix), redisstore.WithLocker(rl))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type config struct {
+		name   string
+		store  store.Store
+		locker lock.Locker
+	}
+	ml := memlock.New()
+	configs := []config{
+		{name: "bare handler (no middleware)"},
+		{name: "middleware, memory backends", store: memstore.New(memstore.WithLocker(ml)), locker: ml},
+		{name: "middleware, Redis (combined round trips)", store: rs, locker: rl},
+	}
+	body := `{"item":"book","quantity":1}`
+	var results []Result
+	for _, mode := range []string{"unique keys", "retries of one key"} {
+		for _, c := range configs {
+			var h http.Handler = &orders{}
+			if c.store != nil {
+				g, err := middleware.New(c.store, c.locker, middleware.WithLogger(slog.New(slog.DiscardHandler)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				h = nethttp.Middleware(g, nethttp.WithLogger(slog.New(slog.DiscardHandler)))(h)
+			}
+			srv := httptest.NewServer(h)
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
+			keyPrefix := fmt.Sprint(testenv.Name(t), "-")
+			r := Run(ctx, workers, d, func(ctx context.Context, w, i int) error {
+				key := keyPrefix + "one"
+				if mode == "unique keys" {
+					key = fmt.Sprint(keyPrefix, w, "-", i)
+				}
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Idempotency-Key", key)
+				resp, err := client.Do(req)
+				if err != nil {
+					return err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					return fmt.Errorf("status %d", resp.StatusCode)
+				}
+				return nil
+			})
+			client.CloseIdleConnections()
+			srv.Close()
+			r.Group, r.Subject, r.Mode = "HTTP demo under load (16 clients, keep-alive)", c.name, mode
+			results = append(results, r)
+		}
+	}
+	return results
+}

@@ -1,0 +1,139 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	bsm "github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/redislock"
+)
+
+const lockTTL = 10 * time.Second
+
+// hotWait bounds how long a hot-key cycle may wait for the lock.
+const hotWait = 30 * time.Second
+
+// redisScenarios runs acquire+release cycles of the three Redis lock
+// libraries against one dedicated server: distinct keys and one hot key, at
+// 1 and 32 goroutines. Each library has its own client (one pool each,
+// same options).
+func redisScenarios(t *testing.T, d time.Duration) []Result {
+	srv := testenv.NewRedis(t)
+	newClient := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	ctx := t.Context()
+
+	ours, err := redislock.New(newClient(), redislock.WithKeyPrefix(testenv.Name(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bsmClient := bsm.New(newClient())
+	rs := redsync.New(goredis.NewPool(newClient()))
+
+	type subject struct {
+		name     string
+		distinct func(ctx context.Context, key string) error
+		hot      func(ctx context.Context, key string) error
+	}
+	subjects := []subject{
+		{
+			name: "idemkit redislock",
+			distinct: func(ctx context.Context, key string) error {
+				lease, ok, err := ours.Acquire(ctx, key, lockTTL)
+				if err != nil || !ok {
+					return errors.Join(err, errNotAcquired(ok))
+				}
+				_, err = ours.ReleaseKey(ctx, lease.Key, lease.ID)
+				return err
+			},
+			hot: func(ctx context.Context, key string) error {
+				// lock.Do with a short back-off; Redis waiters poll.
+				return lock.Do(ctx, ours, key, func(context.Context, lock.Lease) error { return nil },
+					lock.WithTTL(lockTTL), lock.WithRetryDelay(2*time.Millisecond), lock.WithMaxDelay(50*time.Millisecond),
+					lock.WithTimeout(hotWait), lock.WithMaxRetries(1<<20), lock.WithRenewInterval(-1))
+			},
+		},
+		{
+			name: "bsm/redislock",
+			distinct: func(ctx context.Context, key string) error {
+				l, err := bsmClient.Obtain(ctx, key, lockTTL, nil)
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			},
+			hot: func(ctx context.Context, key string) error {
+				wctx, cancel := context.WithTimeout(ctx, hotWait)
+				defer cancel()
+				l, err := bsmClient.Obtain(wctx, key, lockTTL, &bsm.Options{
+					RetryStrategy: bsm.ExponentialBackoff(2*time.Millisecond, 50*time.Millisecond),
+				})
+				if err != nil {
+					return err
+				}
+				return l.Release(ctx)
+			},
+		},
+		{
+			name: "redsync (one pool)",
+			distinct: func(ctx context.Context, key string) error {
+				m := rs.NewMutex(key, redsync.WithExpiry(lockTTL), redsync.WithTries(1))
+				if err := m.LockContext(ctx); err != nil {
+					return err
+				}
+				_, err := m.UnlockContext(ctx)
+				return err
+			},
+			hot: func(ctx context.Context, key string) error {
+				// redsync's own waiting: up to 32 tries, 50–250 ms random delays.
+				m := rs.NewMutex(key, redsync.WithExpiry(lockTTL), redsync.WithTries(1<<10))
+				if err := m.LockContext(ctx); err != nil {
+					return err
+				}
+				_, err := m.UnlockContext(ctx)
+				return err
+			},
+		},
+	}
+	var results []Result
+	for _, mode := range []string{"distinct keys", "one hot key"} {
+		for _, workers := range []int{1, 32} {
+			for _, s := range subjects {
+				run := s.distinct
+				if mode == "one hot key" {
+					run = s.hot
+				}
+				prefix := fmt.Sprintf("%s:%s:%d", testenv.Name(t), s.name, workers)
+				r := Run(ctx, workers, d, func(ctx context.Context, w, i int) error {
+					key := prefix + ":hot"
+					if mode == "distinct keys" {
+						key = fmt.Sprintf("%s:%d:%d", prefix, w, i)
+					}
+					return run(ctx, key)
+				})
+				r.Group, r.Subject, r.Mode = "Redis locks: acquire + release", s.name, mode
+				results = append(results, r)
+			}
+		}
+	}
+	return results
+}
+
+func errNotAcquired(ok bool) error {
+	if ok {
+		return nil
+	}
+	return errors.New("not acquired")
+}

@@ -1,0 +1,194 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/idemkit/idemkit/lock"
+)
+
+// maxRetries is how many times an operation is tried again after a
+// serialization failure, a deadlock or a connection loss that provably left
+// nothing behind.
+const maxRetries = 3
+
+// retryBase is the first back-off between tries; it doubles each time, with
+// jitter.
+const retryBase = 2 * time.Millisecond
+
+// attempt is one try of an operation. It reports, with its error, whether
+// the try can be repeated safely after a connection loss that may have
+// happened after the statement committed: a read, or a write whose
+// repetition leaves the same state (extend, cleanup, sweep).
+type attempt func(ctx context.Context) (repeatable bool, err error)
+
+// run tries f until it succeeds, fails with an error that is not worth a
+// retry, or has been tried 1 + maxRetries times, and maps the final error
+// (see mapError). Inside a caller's transaction (noRetry) it tries once:
+// the transaction is as broken as the try.
+func run(ctx context.Context, op string, noRetry bool, f attempt) error {
+	delay := retryBase
+	for try := 0; ; try++ {
+		repeatable, err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		if noRetry || try == maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
+			return mapError(ctx, op, err)
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return mapError(ctx, op, err)
+		case <-t.C:
+		}
+		delay *= 2
+	}
+}
+
+// retryable reports whether a failed try is worth repeating: the server
+// rolled it back for a serialization failure or a deadlock; pgx guarantees
+// it failed before anything was sent; or the connection was lost and the try
+// is repeatable. A closed pool or connection stays closed and is never
+// retried.
+func retryable(err error, repeatable bool) bool {
+	var le *lock.Error
+	if errors.As(err, &le) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01":
+			return true
+		}
+		return repeatable && connectionLost(pe.Code)
+	}
+	if errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, pgconn.ErrConnClosed) {
+		return false
+	}
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	return repeatable && transport(err)
+}
+
+// connectionLost reports whether a SQLSTATE says the session is gone: class
+// 08 (connection exception) and the shutdown and termination codes of class
+// 57 (57P01 admin_shutdown, which pg_terminate_backend sends, 57P02
+// crash_shutdown, 57P03 cannot_connect_now, 57P04 database_dropped, 57P05
+// idle_session_timeout).
+func connectionLost(code string) bool {
+	return strings.HasPrefix(code, "08") || (strings.HasPrefix(code, "57P") && code != "57P00")
+}
+
+// transport reports whether err is a failure of the connection rather than
+// of the statement: a network error, an end of stream, a refused or reset
+// connection, a failed connect.
+func transport(err error) bool {
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ne) || errors.As(err, &ce) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
+}
+
+// undefinedHint is the detail of the error for a missing table or column.
+const undefinedHint = "the lock tables are missing or out of date: run pglock.SetupSchema (or apply schema.sql) with the same table names"
+
+// classify returns the code and a detail for a native error (never nil), by
+// type and SQLSTATE, never by message text:
+//
+//	an ended ctx (context.Canceled / DeadlineExceeded)  Aborted / NetworkTimeout
+//	40001 serialization_failure, 40P01 deadlock_detected (after retries)  ServiceUnavailable
+//	class 08 connection_exception, 57P01..57P05 shutdown/termination      ServiceUnavailable
+//	25006 read_only_sql_transaction (a standby)         ServiceUnavailable
+//	57014 query_canceled, 55P03 lock_not_available      NetworkTimeout
+//	class 53 insufficient_resources (53300 too many connections, ...)  RateLimited
+//	class 28 invalid_authorization, 42501 insufficient_privilege  AuthFailed
+//	42P01 undefined_table, 3F000 invalid_schema_name, 42703 undefined_column  InvalidArgument (run SetupSchema)
+//	any other SQLSTATE                                   Internal
+//	pgconn timeouts, net.Error with Timeout()            NetworkTimeout
+//	connect errors, net errors, io.EOF, closed conn or pool, SafeToRetry errors  ServiceUnavailable
+//	anything else                                        Internal
+func classify(err error) (lock.Code, string) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return lock.CodeAborted, "context canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return lock.CodeNetworkTimeout, "context deadline exceeded"
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return classifySQLState(pe.Code)
+	}
+	var ne net.Error
+	switch {
+	case pgconn.Timeout(err), errors.As(err, &ne) && ne.Timeout():
+		return lock.CodeNetworkTimeout, "timed out talking to PostgreSQL"
+	case transport(err), pgconn.SafeToRetry(err):
+		return lock.CodeServiceUnavailable, "PostgreSQL is unreachable"
+	}
+	return lock.CodeInternal, "unexpected error from PostgreSQL"
+}
+
+// classifySQLState maps a SQLSTATE (see classify).
+func classifySQLState(code string) (lock.Code, string) {
+	switch code {
+	case "40001", "40P01":
+		return lock.CodeServiceUnavailable, "transaction conflict persisted after retries"
+	case "25006":
+		return lock.CodeServiceUnavailable, "the server is read-only (a standby?)"
+	case "57014":
+		return lock.CodeNetworkTimeout, "statement cancelled (statement_timeout or a cancel request)"
+	case "55P03":
+		return lock.CodeNetworkTimeout, "lock wait timed out (lock_timeout)"
+	case "42501":
+		return lock.CodeAuthFailed, "permission denied"
+	case "42P01", "3F000", "42703":
+		return lock.CodeInvalidArgument, undefinedHint
+	}
+	switch {
+	case connectionLost(code):
+		return lock.CodeServiceUnavailable, "the connection to PostgreSQL was lost"
+	case strings.HasPrefix(code, "53"):
+		return lock.CodeRateLimited, "the server is out of resources (connections, memory, disk)"
+	case strings.HasPrefix(code, "28"):
+		return lock.CodeAuthFailed, "authentication failed"
+	}
+	return lock.CodeInternal, "unexpected SQLSTATE " + code
+}
+
+// mapError turns a native error into a *lock.Error for op. A *lock.Error is
+// returned unchanged. When ctx has ended, the error is Aborted or
+// NetworkTimeout whatever pgx made of the interruption, and wraps both
+// ctx's error and the native one.
+func mapError(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var le *lock.Error
+	if errors.As(err, &le) {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		if !errors.Is(err, cerr) {
+			err = fmt.Errorf("%w: %w", cerr, err)
+		}
+		return lock.ContextError(op, err)
+	}
+	code, detail := classify(err)
+	return lock.NewError(code, op, detail, err)
+}

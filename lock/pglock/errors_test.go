@@ -1,0 +1,269 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+)
+
+// timeoutErr is a net.Error that timed out.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+func pgErr(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "m"} }
+
+func TestMapError(t *testing.T) {
+	opErr := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	cases := []struct {
+		name string
+		err  error
+		want lock.Code
+	}{
+		{"serialization failure after retries", pgErr("40001"), lock.CodeServiceUnavailable},
+		{"deadlock after retries", pgErr("40P01"), lock.CodeServiceUnavailable},
+		{"connection exception", pgErr("08006"), lock.CodeServiceUnavailable},
+		{"connection does not exist", pgErr("08003"), lock.CodeServiceUnavailable},
+		{"admin shutdown (pg_terminate_backend)", pgErr("57P01"), lock.CodeServiceUnavailable},
+		{"crash shutdown", pgErr("57P02"), lock.CodeServiceUnavailable},
+		{"cannot connect now", pgErr("57P03"), lock.CodeServiceUnavailable},
+		{"read-only standby", pgErr("25006"), lock.CodeServiceUnavailable},
+		{"query canceled", pgErr("57014"), lock.CodeNetworkTimeout},
+		{"lock timeout", pgErr("55P03"), lock.CodeNetworkTimeout},
+		{"too many connections", pgErr("53300"), lock.CodeRateLimited},
+		{"out of memory", pgErr("53200"), lock.CodeRateLimited},
+		{"disk full", pgErr("53100"), lock.CodeRateLimited},
+		{"invalid password", pgErr("28P01"), lock.CodeAuthFailed},
+		{"invalid authorization", pgErr("28000"), lock.CodeAuthFailed},
+		{"permission denied", pgErr("42501"), lock.CodeAuthFailed},
+		{"undefined table", pgErr("42P01"), lock.CodeInvalidArgument},
+		{"undefined schema", pgErr("3F000"), lock.CodeInvalidArgument},
+		{"undefined column", pgErr("42703"), lock.CodeInvalidArgument},
+		{"unique violation", pgErr("23505"), lock.CodeInternal},
+		{"check violation", pgErr("23514"), lock.CodeInternal},
+		{"syntax error", pgErr("42601"), lock.CodeInternal},
+		{"wrapped PgError", fmt.Errorf("exec: %w", pgErr("57P01")), lock.CodeServiceUnavailable},
+		{"connect error wrapping auth failure", &pgconn.ConnectError{Config: &pgconn.Config{}}, lock.CodeServiceUnavailable},
+		{"refused connection", opErr, lock.CodeServiceUnavailable},
+		{"reset connection", fmt.Errorf("read: %w", syscall.ECONNRESET), lock.CodeServiceUnavailable},
+		{"net timeout", timeoutErr{}, lock.CodeNetworkTimeout},
+		{"EOF", io.EOF, lock.CodeServiceUnavailable},
+		{"unexpected EOF", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), lock.CodeServiceUnavailable},
+		{"closed pool", puddle.ErrClosedPool, lock.CodeServiceUnavailable},
+		{"closed conn", pgconn.ErrConnClosed, lock.CodeServiceUnavailable},
+		{"closed network connection", net.ErrClosed, lock.CodeServiceUnavailable},
+		{"context canceled", context.Canceled, lock.CodeAborted},
+		{"context deadline", fmt.Errorf("timeout: %w", context.DeadlineExceeded), lock.CodeNetworkTimeout},
+		{"anything else", errors.New("something odd"), lock.CodeInternal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := mapError(context.Background(), "op", c.err)
+			var le *lock.Error
+			if !errors.As(err, &le) || le.Code != c.want {
+				t.Fatalf("mapError(%v) = %v; want code %v", c.err, err, c.want)
+			}
+			if !errors.Is(err, c.want.Sentinel()) || !errors.Is(err, c.err) {
+				t.Fatalf("%v does not match both its sentinel and its cause", err)
+			}
+			if le.Op != "op" {
+				t.Fatalf("op %q", le.Op)
+			}
+		})
+	}
+	t.Run("lock errors pass through", func(t *testing.T) {
+		in := lock.NewError(lock.CodeInternal, "acquire", "fence overflow", nil)
+		if err := mapError(context.Background(), "op", in); err != error(in) {
+			t.Fatalf("mapError changed a *lock.Error: %v", err)
+		}
+	})
+	t.Run("an ended ctx wins", func(t *testing.T) {
+		canceled, cancel := context.WithCancel(context.Background())
+		cancel()
+		expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		defer cancel2()
+		for _, c := range []struct {
+			ctx  context.Context
+			want lock.Code
+		}{{canceled, lock.CodeAborted}, {expired, lock.CodeNetworkTimeout}} {
+			err := mapError(c.ctx, "op", pgErr("57014"))
+			if lock.CodeOf(err) != c.want || !errors.Is(err, c.ctx.Err()) || !errors.Is(err, c.want.Sentinel()) {
+				t.Fatalf("mapError under an ended ctx = %v; want %v wrapping the ctx error", err, c.want)
+			}
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) {
+				t.Fatal("the native error is not reachable")
+			}
+		}
+	})
+	t.Run("missing table names the fix", func(t *testing.T) {
+		err := mapError(context.Background(), "op", pgErr("42P01"))
+		if !strings.Contains(err.Error(), "SetupSchema") {
+			t.Fatalf("%v does not say to run SetupSchema", err)
+		}
+	})
+}
+
+func TestRetryable(t *testing.T) {
+	cases := []struct {
+		name       string
+		err        error
+		repeatable bool
+		want       bool
+	}{
+		{"serialization failure", pgErr("40001"), false, true},
+		{"deadlock", pgErr("40P01"), false, true},
+		{"terminated backend, repeatable", pgErr("57P01"), true, true},
+		{"terminated backend, not repeatable", pgErr("57P01"), false, false},
+		{"connection exception, repeatable", pgErr("08006"), true, true},
+		{"unique violation", pgErr("23505"), true, false},
+		{"query canceled", pgErr("57014"), true, false},
+		{"EOF, repeatable", io.ErrUnexpectedEOF, true, true},
+		{"EOF, not repeatable", io.ErrUnexpectedEOF, false, false},
+		{"closed pool", puddle.ErrClosedPool, true, false},
+		{"closed conn", fmt.Errorf("x: %w", pgconn.ErrConnClosed), true, false},
+		{"lock error", lock.NewError(lock.CodeInternal, "acquire", "overflow", nil), true, false},
+		{"unknown", errors.New("odd"), true, false},
+	}
+	for _, c := range cases {
+		if got := retryable(c.err, c.repeatable); got != c.want {
+			t.Errorf("%s: retryable = %v; want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestErrorsFromServer provokes real server errors and checks their codes:
+// a missing table, statement_timeout (57014), a cancelled and a timed-out
+// ctx while a statement waits for a row lock, and a terminated backend.
+func TestErrorsFromServer(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 4)
+	ctx := t.Context()
+
+	t.Run("missing table", func(t *testing.T) {
+		l, err := New(admin, WithTable("no_such_schema_x.locks"), WithFenceTable("no_such_schema_x.fences"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = l.Acquire(ctx, "k", time.Second)
+		if lock.CodeOf(err) != lock.CodeInvalidArgument || !strings.Contains(err.Error(), "SetupSchema") {
+			t.Fatalf("Acquire on missing tables: %v; want InvalidArgument naming SetupSchema", err)
+		}
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "3F000" && pe.Code != "42P01" {
+			t.Fatalf("the native error is not reachable: %v", err)
+		}
+	})
+
+	opts := tables(t, admin)
+	l, err := New(admin, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, ok, err := l.Acquire(ctx, "busy", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	// hold keeps the lease's row locked in an open transaction until the
+	// returned function is called.
+	hold := func(t *testing.T) func() {
+		tx, err := admin.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+l.cfg.names.locks.sanitize()+" WHERE lock_id = $1 FOR UPDATE", lease.ID); err != nil {
+			t.Fatal(err)
+		}
+		return func() { _ = tx.Rollback(context.Background()) }
+	}
+
+	t.Run("statement timeout", func(t *testing.T) {
+		cfg, err := pgxpool.ParseConfig(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["statement_timeout"] = "100"
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		slow, _ := New(pool, opts...)
+		unhold := hold(t)
+		defer unhold()
+		_, err = slow.Extend(ctx, lease.ID, time.Minute)
+		var pe *pgconn.PgError
+		if lock.CodeOf(err) != lock.CodeNetworkTimeout || !errors.As(err, &pe) || pe.Code != "57014" {
+			t.Fatalf("Extend past statement_timeout: %v; want NetworkTimeout wrapping 57014", err)
+		}
+	})
+
+	for _, c := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want lock.Code
+		is   error
+	}{
+		{"ctx deadline mid-query", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(ctx, 100*time.Millisecond)
+		}, lock.CodeNetworkTimeout, context.DeadlineExceeded},
+		{"ctx cancelled mid-query", func() (context.Context, context.CancelFunc) {
+			c, cancel := context.WithCancel(ctx)
+			time.AfterFunc(100*time.Millisecond, cancel)
+			return c, cancel
+		}, lock.CodeAborted, context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pool := newPool(t, srv.URL, 2)
+			ml, _ := New(pool, opts...)
+			unhold := hold(t)
+			qctx, cancel := c.ctx()
+			defer cancel()
+			_, err := ml.Extend(qctx, lease.ID, time.Minute) // waits for the held row lock
+			unhold()
+			if lock.CodeOf(err) != c.want || !errors.Is(err, c.is) {
+				t.Fatalf("Extend interrupted by its ctx: %v; want %v matching %v", err, c.want, c.is)
+			}
+			// The pool recovers: the next operation works.
+			if _, _, err := ml.LookupID(ctx, lease.ID); err != nil {
+				t.Fatalf("the pool did not recover: %v", err)
+			}
+			if _, _, err := ml.Acquire(ctx, "other-"+c.name, time.Second); err != nil {
+				t.Fatalf("the pool did not recover: %v", err)
+			}
+		})
+	}
+
+	t.Run("terminated backend", func(t *testing.T) {
+		conn := connect(t, srv.URL)
+		tl, _ := New(conn, opts...)
+		var pid int
+		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tl.Release(ctx, lease.ID)
+		if code := lock.CodeOf(err); code != lock.CodeServiceUnavailable {
+			t.Fatalf("Release on a terminated connection: %v; want ServiceUnavailable", err)
+		}
+	})
+}

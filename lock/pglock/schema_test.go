@@ -1,0 +1,202 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+)
+
+// TestSchemaSQLMatchesSetupSchema checks that the shipped schema.sql is the
+// DDL SetupSchema runs for the default names, below a header of comments.
+func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
+	cfg, err := newConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := renderDDL(cfg.names)
+	header, ok := strings.CutSuffix(SchemaSQL(), body)
+	if !ok {
+		t.Fatalf("schema.sql is not the DDL of SetupSchema with the default names; want it to end with:\n%s", body)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(header), "\n") {
+		if !strings.HasPrefix(line, "--") {
+			t.Fatalf("schema.sql has a line that is not a comment before the DDL: %q", line)
+		}
+	}
+	if !strings.Contains(header, fmt.Sprint(SchemaLockID)) {
+		t.Fatal("the header of schema.sql does not name the advisory lock SetupSchema holds")
+	}
+}
+
+// TestSchemaSQLAppliesLikeSetupSchema applies schema.sql as a migration
+// tool would (in a schema of its own, through the search path) and compares
+// the catalog with what SetupSchema creates.
+func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	ctx := t.Context()
+	viaFile, viaSetup := testenv.Name(t), testenv.Name(t)
+	for _, s := range []string{viaFile, viaSetup} {
+		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = "+viaFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, SchemaSQL()); err != nil {
+		t.Fatalf("applying schema.sql: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetupSchema(ctx, admin, WithTable(viaSetup+"."+DefaultTable), WithFenceTable(viaSetup+"."+DefaultFenceTable)); err != nil {
+		t.Fatal(err)
+	}
+	a, b := catalog(t, admin, viaFile), catalog(t, admin, viaSetup)
+	if a != b {
+		t.Fatalf("schema.sql and SetupSchema disagree:\nschema.sql:\n%s\nSetupSchema:\n%s", a, b)
+	}
+	if !strings.Contains(a, "idemkit_locks_lock_id_key") || !strings.Contains(a, "fence bigint NO") {
+		t.Fatalf("the catalog lacks what the schema declares:\n%s", a)
+	}
+}
+
+// catalog describes the tables, columns and indexes of a schema, with the
+// schema's name left out.
+func catalog(t *testing.T, db *pgxpool.Pool, schema string) string {
+	t.Helper()
+	rows, err := db.Query(t.Context(), `
+		SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
+		FROM information_schema.columns WHERE table_schema = $1
+		UNION ALL
+		SELECT indexname || ': ' || replace(indexdef, $1 || '.', '')
+		FROM pg_indexes WHERE schemaname = $1
+		ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestSetupSchemaIdempotent runs SetupSchema twice in a row, then from
+// several goroutines at once on fresh names, each on a connection of its
+// own.
+func TestSetupSchemaIdempotent(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	ctx := t.Context()
+	opts := tables(t, admin) // the first run
+	if err := SetupSchema(ctx, admin, opts...); err != nil {
+		t.Fatalf("second SetupSchema: %v", err)
+	}
+	l, err := New(admin, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := l.Acquire(ctx, "k", lock.CleanupGrace); err != nil || !ok {
+		t.Fatalf("Acquire after two SetupSchema runs: %v, %v", ok, err)
+	}
+
+	schema := testenv.Name(t)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	fresh := []Option{WithTable(schema + ".locks"), WithFenceTable(schema + ".fences")}
+	const runners = 8
+	pool := newPool(t, srv.URL, runners)
+	var wg sync.WaitGroup
+	errs := make(chan error, runners)
+	start := make(chan struct{})
+	for range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs <- SetupSchema(ctx, pool, fresh...)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent SetupSchema: %v", err)
+		}
+	}
+	l, _ = New(pool, fresh...)
+	if _, ok, err := l.Acquire(ctx, "k", lock.CleanupGrace); err != nil || !ok {
+		t.Fatalf("Acquire after concurrent SetupSchema: %v, %v", ok, err)
+	}
+}
+
+// TestInvalidTableNames checks that bad names are refused with
+// InvalidArgument before any SQL: the client is a closed pool, so any I/O
+// would fail with ServiceUnavailable instead.
+func TestInvalidTableNames(t *testing.T) {
+	t.Parallel()
+	closed := newPool(t, testenv.Postgres(t).URL, 1)
+	closed.Close()
+	long := strings.Repeat("t", maxTableLen+1)
+	bad := []string{
+		"", " ", "1locks", "locks;drop table x", `lo"cks`, "lo-cks", "lo cks", "a.b.c", ".locks", "locks.",
+		"sch.1t", "s.", "ünïcode", "locks\x00", long, "s." + long, strings.Repeat("s", maxSchemaLen+1) + ".t",
+	}
+	for _, name := range bad {
+		for _, opt := range []Option{WithTable(name), WithFenceTable(name)} {
+			if _, err := New(closed, opt); lock.CodeOf(err) != lock.CodeInvalidArgument {
+				t.Fatalf("New with table %q: %v; want InvalidArgument", name, err)
+			}
+			if err := SetupSchema(t.Context(), closed, opt); lock.CodeOf(err) != lock.CodeInvalidArgument {
+				t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
+			}
+		}
+	}
+	good := []string{"locks", "_l", "L0cks", "s.locks", "S_1.T_2", strings.Repeat("t", maxTableLen), strings.Repeat("s", maxSchemaLen) + ".t"}
+	for _, name := range good {
+		if _, err := New(closed, WithTable(name)); err != nil {
+			t.Fatalf("New with table %q: %v", name, err)
+		}
+	}
+	if _, err := New(nil); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		t.Fatalf("New(nil): %v", err)
+	}
+	if _, err := New(closed, WithSweepBatch(0)); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		t.Fatalf("New with a zero sweep batch: %v", err)
+	}
+	// The lock and fence-counter tables must differ (SyncGuard checklist
+	// item 37), also when one name leaves the schema to the search path.
+	for _, pair := range [][2]string{{"x", "x"}, {"s.x", "s.x"}, {"s.x", "x"}, {"x", "s.x"}, {DefaultFenceTable, DefaultFenceTable}} {
+		_, err := New(closed, WithTable(pair[0]), WithFenceTable(pair[1]))
+		if lock.CodeOf(err) != lock.CodeInvalidArgument || !errors.Is(err, lock.ErrInvalidArgument) {
+			t.Fatalf("New with lock table %q and fence table %q: %v; want InvalidArgument", pair[0], pair[1], err)
+		}
+		if err := SetupSchema(context.Background(), closed, WithTable(pair[0]), WithFenceTable(pair[1])); lock.CodeOf(err) != lock.CodeInvalidArgument {
+			t.Fatalf("SetupSchema with one table for both: %v", err)
+		}
+	}
+	for _, pair := range [][2]string{{"a.x", "b.x"}, {"x", "X"}, {"locks", "fences"}} {
+		if _, err := New(closed, WithTable(pair[0]), WithFenceTable(pair[1])); err != nil {
+			t.Fatalf("New with lock table %q and fence table %q: %v", pair[0], pair[1], err)
+		}
+	}
+}

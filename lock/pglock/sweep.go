@@ -1,0 +1,85 @@
+package pglock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/idemkit/idemkit/lock"
+)
+
+// DefaultSweepInterval is how often a sweeper started with a non-positive
+// interval runs.
+const DefaultSweepInterval = time.Minute
+
+// Sweep deletes lock rows that expired more than [lock.CleanupGrace] ago,
+// in batches of at most the sweep batch ([WithSweepBatch]) rows, each its
+// own short transaction with an asynchronous commit, until a batch comes up
+// short. Rows locked by a concurrent operation are skipped. Fence counters
+// are never touched, so fences keep growing across sweeps. It returns how
+// many rows it deleted, also when it fails part way.
+func (l *Locker) Sweep(ctx context.Context) (int, error) {
+	const op = "sweep"
+	total := 0
+	for {
+		if err := lock.CheckContext(ctx, op); err != nil {
+			return total, err
+		}
+		var n int64
+		err := run(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+			tag, err := l.db.Exec(ctx, l.q.sweep, micros(lock.CleanupGrace), l.cfg.sweepBatch)
+			n = tag.RowsAffected()
+			return true, err
+		})
+		total += int(n)
+		if err != nil {
+			return total, err
+		}
+		if n < int64(l.cfg.sweepBatch) {
+			return total, nil
+		}
+	}
+}
+
+// StartSweeper runs [Locker.Sweep] every interval (a non-positive one means
+// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
+// is called; stop waits for a sweep in progress and may be called more than
+// once. Each sweep is bounded by the interval. Failures are logged (at warn
+// level, without keys) and the sweeper carries on.
+//
+// Do not start one on a locker built on a *pgx.Conn that other goroutines
+// use: a connection serves one statement at a time.
+func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sctx, scancel := context.WithTimeout(ctx, interval)
+			n, err := l.Sweep(sctx)
+			scancel()
+			if err != nil && ctx.Err() == nil {
+				l.cfg.logger.WarnContext(ctx, "pglock: sweeping expired locks failed",
+					slog.Int("deleted", n), slog.String("code", lock.CodeOf(err).String()), slog.String("error", err.Error()))
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+}

@@ -1,0 +1,144 @@
+package pglock
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+)
+
+// TestSweep checks that Sweep deletes, in batches, exactly the lock rows
+// expired for longer than the cleanup grace, and never a fence counter:
+// fences go on growing after a sweep.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opts := tables(t, admin)
+	l, err := New(newPool(t, srv.URL, 4), append(opts, WithSweepBatch(2))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProbes(t, admin, opts)
+	ctx := t.Context()
+	const old = 5
+	for i := range old {
+		k := fmt.Sprintf("old/%d", i)
+		lease := acquireOK(t, l, k, time.Millisecond)
+		if lease.Fence != 1 {
+			t.Fatalf("fence %v", lease.Fence)
+		}
+	}
+	time.Sleep(lock.CleanupGrace + 2*margin)
+	acquireOK(t, l, "recent", time.Millisecond) // expired, but not for long
+	acquireOK(t, l, "live", time.Hour)
+	held := acquireOK(t, l, "held-after-sweep", time.Hour)
+	time.Sleep(margin)
+
+	n, err := l.Sweep(ctx)
+	if err != nil || n != old {
+		t.Fatalf("Sweep = %d, %v; want %d", n, err, old)
+	}
+	for _, c := range []struct {
+		key    string
+		stored bool
+	}{{"old/0", false}, {"old/4", false}, {"recent", true}, {"live", true}, {"held-after-sweep", true}} {
+		if got, err := p.stored(ctx, c.key); err != nil || got != c.stored {
+			t.Fatalf("after Sweep, row of %q stored = %v, %v; want %v", c.key, got, err, c.stored)
+		}
+	}
+	if got := p.rows(t, p.n.fences); got != old+3 {
+		t.Fatalf("%d fence counters after Sweep; want %d (never deleted)", got, old+3)
+	}
+	if lease := acquireOK(t, l, "old/0", time.Hour); lease.Fence != 2 {
+		t.Fatalf("fence after a sweep: %v; want 2", lease.Fence)
+	}
+	if info, ok, err := l.LookupID(ctx, held.ID); err != nil || !ok {
+		t.Fatalf("a live lease was swept: %v, %v, %v", info, ok, err)
+	}
+	if n, err := l.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("second Sweep = %d, %v; want 0", n, err)
+	}
+}
+
+// TestSweeper checks the background sweeper: it collects expired rows on
+// its own, logs its failures without raw keys, and stops.
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opts := tables(t, admin)
+	var logs syncBuffer
+	pool := newPool(t, srv.URL, 2)
+	l, err := New(pool, append(opts, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProbes(t, admin, opts)
+	const k = "sweeper/secret-key"
+	acquireOK(t, l, k, time.Millisecond)
+	stop := l.StartSweeper(t.Context(), 50*time.Millisecond)
+	defer stop()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		stored, err := p.stored(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !stored {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not collect an expired row within 30s")
+		}
+	}
+	if f, _ := p.fence(t.Context(), k); f != 1 {
+		t.Fatalf("the sweeper touched the fence counter: %v", f)
+	}
+	pool.Close() // every sweep now fails
+	// Wait for a failure of the closed pool (a sweep may also have timed
+	// out earlier on a busy machine).
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "code=ServiceUnavailable"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper logged no failure within 30s")
+		}
+	}
+	stop()
+	stop() // idempotent
+	if s := logs.String(); strings.Contains(s, "secret-key") || !strings.Contains(s, "sweeping expired locks failed") {
+		t.Fatalf("sweeper log: %s", s)
+	}
+}
+
+// acquireOK acquires key on l and fails the test unless it gets it.
+func acquireOK(t *testing.T, l *Locker, key string, ttl time.Duration) lock.Lease {
+	t.Helper()
+	lease, ok, err := l.Acquire(t.Context(), key, ttl)
+	if err != nil || !ok {
+		t.Fatalf("Acquire(%q): %v, %v", key, ok, err)
+	}
+	return lease
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}

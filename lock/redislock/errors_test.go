@@ -1,0 +1,251 @@
+package redislock_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+const secretKey = "secret-key-7f3a"
+
+// noRetry is a client that reports the first error it meets (go-redis
+// would otherwise retry LOADING, READONLY, timeouts and the like).
+func noRetry(t testing.TB, o *redis.Options) *redis.Client {
+	o.MaxRetries = -1
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// serverReply makes a real server answer with the error reply msg, through
+// a script, so go-redis parses it as it would the server's own.
+func serverReply(msg string) func(t *testing.T) error {
+	return func(t *testing.T) error {
+		c := noRetry(t, &redis.Options{Addr: testenv.Redis(t).Addr})
+		return c.Eval(t.Context(), "return redis.error_reply(ARGV[1])", nil, msg).Err()
+	}
+}
+
+// TestMapError maps real go-redis errors, most of them provoked on real
+// servers, to codes.
+func TestMapError(t *testing.T) {
+	cases := []struct {
+		name string
+		err  func(t *testing.T) error
+		want lock.Code
+	}{
+		{"context canceled", func(t *testing.T) error {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			return clientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
+		}, lock.CodeAborted},
+		{"context deadline", func(t *testing.T) error {
+			ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+			defer cancel()
+			return clientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
+		}, lock.CodeNetworkTimeout},
+		{"read timeout (server paused)", func(t *testing.T) error {
+			srv := testenv.NewRedis(t)
+			admin := clientFor(t, srv.Addr)
+			c := noRetry(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond})
+			if err := c.Ping(t.Context()).Err(); err != nil { // connect before the pause
+				t.Fatal(err)
+			}
+			// The server is dedicated and killed when the test ends: no
+			// unpause (it would wait out the pause itself).
+			if err := admin.ClientPause(t.Context(), time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return c.Get(t.Context(), secretKey).Err()
+		}, lock.CodeNetworkTimeout},
+		{"closed client", func(t *testing.T) error {
+			c := clientFor(t, testenv.Redis(t).Addr)
+			_ = c.Close()
+			return c.Get(t.Context(), secretKey).Err()
+		}, lock.CodeServiceUnavailable},
+		{"connection refused", func(t *testing.T) error {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			addr := ln.Addr().String()
+			_ = ln.Close()
+			return noRetry(t, &redis.Options{Addr: addr}).Get(t.Context(), secretKey).Err()
+		}, lock.CodeServiceUnavailable},
+		{"server killed", func(t *testing.T) error {
+			srv := testenv.NewRedis(t)
+			c := noRetry(t, &redis.Options{Addr: srv.Addr})
+			if err := c.Ping(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			srv.Stop(t)
+			return c.Get(t.Context(), secretKey).Err()
+		}, lock.CodeServiceUnavailable},
+		{"WRONGTYPE", func(t *testing.T) error {
+			c := clientFor(t, testenv.Redis(t).Addr)
+			k := testenv.Name(t) + secretKey
+			if err := c.Set(t.Context(), k, "string", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return c.HGet(t.Context(), k, "f").Err()
+		}, lock.CodeInternal},
+		{"NOSCRIPT", func(t *testing.T) error {
+			return clientFor(t, testenv.Redis(t).Addr).EvalSha(t.Context(), strings.Repeat("0", 40), []string{secretKey}).Err()
+		}, lock.CodeInternal},
+		{"script runtime error", func(t *testing.T) error {
+			return clientFor(t, testenv.Redis(t).Addr).Eval(t.Context(), "return nil + 1", []string{secretKey}).Err()
+		}, lock.CodeInternal},
+		{"READONLY (a replica)", func(t *testing.T) error {
+			primary, replica := testenv.NewRedis(t), testenv.NewRedis(t)
+			host, port, _ := net.SplitHostPort(primary.Addr)
+			c := noRetry(t, &redis.Options{Addr: replica.Addr})
+			if err := c.SlaveOf(t.Context(), host, port).Err(); err != nil {
+				t.Fatal(err)
+			}
+			return c.Set(t.Context(), secretKey, "v", 0).Err()
+		}, lock.CodeServiceUnavailable},
+		{"MOVED (a cluster node asked for another's key)", func(t *testing.T) error {
+			// Two of the three masters do not own the key's slot.
+			for _, addr := range testenv.RedisCluster(t).Addrs {
+				err := noRetry(t, &redis.Options{Addr: addr}).Get(t.Context(), secretKey).Err()
+				if _, moved := redis.IsMovedError(err); moved {
+					return err
+				}
+			}
+			t.Fatal("no node answered MOVED")
+			return nil
+		}, lock.CodeServiceUnavailable},
+		{"CROSSSLOT", func(t *testing.T) error {
+			c := noRetry(t, &redis.Options{Addr: testenv.RedisCluster(t).Addrs[0]})
+			return c.MGet(t.Context(), "{a}"+secretKey, "{c}"+secretKey).Err()
+		}, lock.CodeInternal},
+		{"NOAUTH", func(t *testing.T) error {
+			srv := authServer(t)
+			return noRetry(t, &redis.Options{Addr: srv.Addr}).Get(t.Context(), secretKey).Err()
+		}, lock.CodeAuthFailed},
+		{"WRONGPASS", func(t *testing.T) error {
+			srv := authServer(t)
+			return noRetry(t, &redis.Options{Addr: srv.Addr, Password: "wrong"}).Get(t.Context(), secretKey).Err()
+		}, lock.CodeAuthFailed},
+		{"NOPERM", func(t *testing.T) error {
+			srv := authServer(t)
+			return noRetry(t, &redis.Options{Addr: srv.Addr, Username: "reader", Password: "reader-pw"}).Set(t.Context(), secretKey, "v", 0).Err()
+		}, lock.CodeAuthFailed},
+		{"OOM", func(t *testing.T) error {
+			srv := testenv.NewRedis(t)
+			c := noRetry(t, &redis.Options{Addr: srv.Addr})
+			if err := c.ConfigSet(t.Context(), "maxmemory-policy", "noeviction").Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ConfigSet(t.Context(), "maxmemory", "1").Err(); err != nil {
+				t.Fatal(err)
+			}
+			return c.Set(t.Context(), secretKey, "v", 0).Err()
+		}, lock.CodeRateLimited},
+		{"BUSY (a script holds the server)", busyError, lock.CodeServiceUnavailable},
+		{"LOADING reply", serverReply("LOADING Redis is loading the dataset in memory"), lock.CodeServiceUnavailable},
+		{"MASTERDOWN reply", serverReply("MASTERDOWN Link with MASTER is down"), lock.CodeServiceUnavailable},
+		{"CLUSTERDOWN reply", serverReply("CLUSTERDOWN The cluster is down"), lock.CodeServiceUnavailable},
+		{"TRYAGAIN reply", serverReply("TRYAGAIN Multiple keys request during rehashing of slot"), lock.CodeServiceUnavailable},
+		{"ASK reply", serverReply("ASK 3999 127.0.0.1:6381"), lock.CodeServiceUnavailable},
+		{"NOREPLICAS reply", serverReply("NOREPLICAS Not enough good replicas to write."), lock.CodeServiceUnavailable},
+		{"MISCONF reply", serverReply("MISCONF Errors writing to the AOF file"), lock.CodeServiceUnavailable},
+		{"unknown code", serverReply("FROBNICATED something " + secretKey), lock.CodeInternal},
+		{"no code at all", serverReply("lower case text " + secretKey), lock.CodeInternal},
+		{"a plain Go error", func(*testing.T) error { return errors.New("boom") }, lock.CodeInternal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			native := c.err(t)
+			if native == nil {
+				t.Fatal("the scenario produced no error")
+			}
+			err := redislock.MapError("get", native)
+			var le *lock.Error
+			if !errors.As(err, &le) || le.Code != c.want {
+				t.Fatalf("MapError(%v) = %v; want code %v", native, err, c.want)
+			}
+			if !errors.Is(err, c.want.Sentinel()) || !errors.Is(err, native) {
+				t.Fatalf("%v does not match both its sentinel and its cause", err)
+			}
+			if strings.Contains(le.Detail, secretKey) || strings.Contains(le.Detail, "something") || strings.Contains(le.Detail, "lower case") {
+				t.Fatalf("the detail quotes a key or server text: %q", le.Detail)
+			}
+		})
+	}
+}
+
+func TestMapErrorPassesNilAndAbsence(t *testing.T) {
+	c := clientFor(t, testenv.Redis(t).Addr)
+	absent := c.Get(t.Context(), testenv.Name(t)).Err()
+	if !errors.Is(absent, redis.Nil) {
+		t.Fatalf("GET of a missing key: %v; want redis.Nil", absent)
+	}
+	if err := redislock.MapError("get", absent); err != nil {
+		t.Fatalf("MapError(redis.Nil) = %v; want nil", err)
+	}
+	if err := redislock.MapError("get", nil); err != nil {
+		t.Fatalf("MapError(nil) = %v", err)
+	}
+	coded := lock.NewError(lock.CodeInvalidArgument, "x", "y", nil)
+	if err := redislock.MapError("get", coded); err != coded {
+		t.Fatalf("MapError changed a *lock.Error: %v", err)
+	}
+}
+
+// authServer is a dedicated server that requires a password and has a user
+// who may only read.
+func authServer(t *testing.T) *testenv.RedisServer {
+	srv := testenv.NewRedis(t)
+	c := clientFor(t, srv.Addr)
+	ctx := t.Context()
+	if err := c.Do(ctx, "ACL", "SETUSER", "reader", "on", ">reader-pw", "~*", "+get", "+hello", "+auth", "+ping").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "requirepass", "secret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srv
+}
+
+// busyError runs a script that never ends on a dedicated server, reads
+// the BUSY reply other clients then get, and kills the script.
+func busyError(t *testing.T) error {
+	srv := testenv.NewRedis(t)
+	admin := noRetry(t, &redis.Options{Addr: srv.Addr})
+	if err := admin.ConfigSet(t.Context(), "busy-reply-threshold", "10").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Ping(t.Context()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	looper := noRetry(t, &redis.Options{Addr: srv.Addr, ReadTimeout: time.Minute})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = looper.Eval(context.Background(), "while true do end", nil).Err()
+	}()
+	defer wg.Wait()
+	defer admin.ScriptKill(context.Background())
+	guard := time.Now().Add(30 * time.Second)
+	for time.Now().Before(guard) {
+		err := admin.Get(t.Context(), secretKey).Err()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("the server never answered BUSY")
+	return nil
+}

@@ -1,0 +1,46 @@
+package redislock_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/redis/go-redis/v9"
+)
+
+// A lock on a single Redis server, held while fn runs and renewed in the
+// background; the fence goes to the resource the work writes to.
+func ExampleNew() {
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer client.Close()
+	locker, err := redislock.New(client, redislock.WithKeyPrefix("billing"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lock.Do(context.Background(), locker, "invoice:42", func(ctx context.Context, lease lock.Lease) error {
+		fmt.Println("issuing invoice 42 under fence", lease.Fence)
+		return nil
+	}, lock.WithTTL(10*time.Second), lock.WithTimeout(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+// The same locker on Redis Cluster, with acquires that wait until a replica
+// has the fence, so a failover cannot reissue it.
+func ExampleWithWaitForReplicas() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"localhost:7000", "localhost:7001", "localhost:7002"}})
+	defer client.Close()
+	locker, err := redislock.New(client, redislock.WithWaitForReplicas(1, 500*time.Millisecond))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, ok, err := locker.Acquire(context.Background(), "report:2026-11", time.Minute)
+	if err != nil || !ok {
+		log.Fatal("not acquired: ", err)
+	}
+	defer locker.ReleaseKey(context.Background(), lease.Key, lease.ID)
+}
