@@ -88,8 +88,9 @@
 // the native error (*pgconn.PgError, net.Error, ...). Serialization failures
 // (40001), deadlocks (40P01), failures before anything was sent, and
 // connection losses in repeatable operations (reads, extends, cleanups,
-// sweeps) are retried inside the operation, up to three times with a short jittered
-// back-off that stops when ctx ends. Mapping, by type and SQLSTATE:
+// sweeps) are retried inside the operation ([Retry]), up to three times with
+// a short jittered back-off that stops when ctx ends. Mapping ([MapError]),
+// by type and SQLSTATE:
 //
 //	ctx cancelled / deadline                          Aborted / NetworkTimeout
 //	class 08, 57P01-57P05, 25006, 40001/40P01 after retries,
@@ -99,4 +100,19 @@
 //	class 28, 42501                                   AuthFailed
 //	42P01, 3F000, 42703 (run SetupSchema)             InvalidArgument
 //	anything else                                     Internal
+//
+// # Building blocks for a co-located store
+//
+// A store that keeps its rows in the same database, on the same client, and
+// should fail, retry and sweep the way the locker does, builds on the
+// locker's own pieces instead of copying them; store/pgstore does:
+//
+//   - [DB]: the client interface (*pgxpool.Pool, *pgx.Conn, pgx.Tx).
+//   - [Retry]: one statement, retried like the locker's, its last error
+//     mapped by [MapError] (the table above).
+//   - [ParseTableName], [TableName]: validated table names, always quoted.
+//   - [SetupDDL]: idempotent DDL in one transaction under the advisory lock
+//     [SchemaLockID].
+//   - [SweepBatches], [SweepEvery]: deletion of expired rows in batches, and
+//     the background loop that runs it.
 package pglock

@@ -26,31 +26,44 @@ const maxRetries = 3
 // jitter.
 const retryBase = 2 * time.Millisecond
 
-// attempt is one try of an operation. It reports, with its error, whether
-// the try can be repeated safely after a connection loss that may have
-// happened after the statement committed: a read, or a write whose
-// repetition leaves the same state (extend, cleanup, sweep).
-type attempt func(ctx context.Context) (repeatable bool, err error)
-
-// run tries f until it succeeds, fails with an error that is not worth a
-// retry, or has been tried 1 + maxRetries times, and maps the final error
-// (see mapError). Inside a caller's transaction (noRetry) it tries once:
-// the transaction is as broken as the try.
-func run(ctx context.Context, op string, noRetry bool, f attempt) error {
+// Retry runs one statement of an operation on PostgreSQL, the way every
+// [Locker] operation runs its own: it calls f until f succeeds, fails with
+// an error that is not worth a retry, or has been tried four times (one try
+// and three retries), with a jittered back-off from 2ms that doubles each
+// time and stops when ctx ends. It returns nil on success, else the last
+// error mapped by [MapError] for op.
+//
+// f reports, with its error, whether its try is repeatable: whether running
+// it again after a connection loss that may have happened after the
+// statement committed leaves the same state (a read, or a write whose
+// repetition changes nothing, such as an extend, a sweep or pgstore's put
+// of the same record). Serialization failures (40001), deadlocks (40P01) and
+// failures that pgx guarantees happened before anything was sent are
+// retried whatever f reports; a lost connection (class 08, 57P01..57P05, a
+// network error, io.EOF) only when the try is repeatable; a closed pool or
+// connection, or a [*lock.Error] that f returns, never.
+//
+// inTx says that f runs in a caller's transaction (a pgx.Tx), which any
+// failure aborts: f is then tried once.
+//
+// It is exported as a building block for a store that keeps its rows next
+// to the locker's, on the same client ([DB]), with the same retries and
+// error mapping (pgstore does).
+func Retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context) (repeatable bool, err error)) error {
 	delay := retryBase
 	for try := 0; ; try++ {
 		repeatable, err := f(ctx)
 		if err == nil {
 			return nil
 		}
-		if noRetry || try == maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
-			return mapError(ctx, op, err)
+		if inTx || try == maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
+			return MapError(ctx, op, err)
 		}
 		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return mapError(ctx, op, err)
+			return MapError(ctx, op, err)
 		case <-t.C:
 		}
 		delay *= 2
@@ -105,24 +118,14 @@ func transport(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
 }
 
-// undefinedHint is the detail of the error for a missing table or column.
-const undefinedHint = "the lock tables are missing or out of date: run pglock.SetupSchema (or apply schema.sql) with the same table names"
+// undefinedHint is the detail of the error for a missing table, schema or
+// column. The SQLSTATE does not say whose table is missing, so it names the
+// setup of both packages that map their errors here.
+const undefinedHint = "a table is missing or out of date: run SetupSchema (pglock.SetupSchema for the lock tables, pgstore.SetupSchema for the record table), or apply that package's schema.sql, with the same table names"
 
-// classify returns the code and a detail for a native error (never nil), by
-// type and SQLSTATE, never by message text:
-//
-//	an ended ctx (context.Canceled / DeadlineExceeded)  Aborted / NetworkTimeout
-//	40001 serialization_failure, 40P01 deadlock_detected (after retries)  ServiceUnavailable
-//	class 08 connection_exception, 57P01..57P05 shutdown/termination      ServiceUnavailable
-//	25006 read_only_sql_transaction (a standby)         ServiceUnavailable
-//	57014 query_canceled, 55P03 lock_not_available      NetworkTimeout
-//	class 53 insufficient_resources (53300 too many connections, ...)  RateLimited
-//	class 28 invalid_authorization, 42501 insufficient_privilege  AuthFailed
-//	42P01 undefined_table, 3F000 invalid_schema_name, 42703 undefined_column  InvalidArgument (run SetupSchema)
-//	any other SQLSTATE                                   Internal
-//	pgconn timeouts, net.Error with Timeout()            NetworkTimeout
-//	connect errors, net errors, io.EOF, closed conn or pool, SafeToRetry errors  ServiceUnavailable
-//	anything else                                        Internal
+// classify returns the code and a detail for a native error (never nil),
+// by type and SQLSTATE, never by message text (the table is in
+// [MapError]'s documentation).
 func classify(err error) (lock.Code, string) {
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -144,7 +147,7 @@ func classify(err error) (lock.Code, string) {
 	return lock.CodeInternal, "unexpected error from PostgreSQL"
 }
 
-// classifySQLState maps a SQLSTATE (see classify).
+// classifySQLState maps a SQLSTATE (see [MapError]).
 func classifySQLState(code string) (lock.Code, string) {
 	switch code {
 	case "40001", "40P01":
@@ -171,11 +174,30 @@ func classifySQLState(code string) (lock.Code, string) {
 	return lock.CodeInternal, "unexpected SQLSTATE " + code
 }
 
-// mapError turns a native error into a *lock.Error for op. A *lock.Error is
-// returned unchanged. When ctx has ended, the error is Aborted or
-// NetworkTimeout whatever pgx made of the interruption, and wraps both
-// ctx's error and the native one.
-func mapError(ctx context.Context, op string, err error) error {
+// MapError turns an error from pgx into a [*lock.Error] for op that
+// unwraps to both its code's sentinel and err; it returns nil for nil and a
+// *lock.Error unchanged. When ctx has ended, the error is Aborted
+// (cancelled) or NetworkTimeout (deadline) whatever pgx made of the
+// interruption, and unwraps to ctx's error as well. Otherwise the code
+// comes from the error's type and SQLSTATE, never from its message text:
+//
+//	context.Canceled / DeadlineExceeded in err           Aborted / NetworkTimeout
+//	40001 serialization_failure, 40P01 deadlock_detected (after retries)  ServiceUnavailable
+//	class 08 connection_exception, 57P01..57P05 shutdown/termination      ServiceUnavailable
+//	25006 read_only_sql_transaction (a standby)         ServiceUnavailable
+//	57014 query_canceled, 55P03 lock_not_available      NetworkTimeout
+//	class 53 insufficient_resources (53300 too many connections, ...)  RateLimited
+//	class 28 invalid_authorization, 42501 insufficient_privilege  AuthFailed
+//	42P01 undefined_table, 3F000 invalid_schema_name, 42703 undefined_column  InvalidArgument (run SetupSchema)
+//	any other SQLSTATE                                   Internal
+//	pgconn timeouts, net.Error with Timeout()            NetworkTimeout
+//	connect errors, net errors, io.EOF, closed conn or pool, SafeToRetry errors  ServiceUnavailable
+//	anything else                                        Internal
+//
+// The detail never holds a key or a statement's arguments. Every [Locker]
+// operation maps its errors with it (through [Retry]), and so does a store
+// built on pglock's building blocks (pgstore).
+func MapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}

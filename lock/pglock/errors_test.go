@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
 )
 
 // timeoutErr is a net.Error that timed out.
@@ -58,13 +59,16 @@ func TestMapError(t *testing.T) {
 		{"unique violation", pgErr("23505"), lock.CodeInternal},
 		{"check violation", pgErr("23514"), lock.CodeInternal},
 		{"syntax error", pgErr("42601"), lock.CodeInternal},
+		{"program limit exceeded", pgErr("54000"), lock.CodeInternal},
 		{"wrapped PgError", fmt.Errorf("exec: %w", pgErr("57P01")), lock.CodeServiceUnavailable},
 		{"connect error wrapping auth failure", &pgconn.ConnectError{Config: &pgconn.Config{}}, lock.CodeServiceUnavailable},
 		{"refused connection", opErr, lock.CodeServiceUnavailable},
+		{"refused dial, bare errno", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, lock.CodeServiceUnavailable},
 		{"reset connection", fmt.Errorf("read: %w", syscall.ECONNRESET), lock.CodeServiceUnavailable},
 		{"net timeout", timeoutErr{}, lock.CodeNetworkTimeout},
 		{"EOF", io.EOF, lock.CodeServiceUnavailable},
 		{"unexpected EOF", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), lock.CodeServiceUnavailable},
+		{"bare unexpected EOF", io.ErrUnexpectedEOF, lock.CodeServiceUnavailable},
 		{"closed pool", puddle.ErrClosedPool, lock.CodeServiceUnavailable},
 		{"closed conn", pgconn.ErrConnClosed, lock.CodeServiceUnavailable},
 		{"closed network connection", net.ErrClosed, lock.CodeServiceUnavailable},
@@ -74,10 +78,10 @@ func TestMapError(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := mapError(context.Background(), "op", c.err)
+			err := MapError(context.Background(), "op", c.err)
 			var le *lock.Error
 			if !errors.As(err, &le) || le.Code != c.want {
-				t.Fatalf("mapError(%v) = %v; want code %v", c.err, err, c.want)
+				t.Fatalf("MapError(%v) = %v; want code %v", c.err, err, c.want)
 			}
 			if !errors.Is(err, c.want.Sentinel()) || !errors.Is(err, c.err) {
 				t.Fatalf("%v does not match both its sentinel and its cause", err)
@@ -89,8 +93,8 @@ func TestMapError(t *testing.T) {
 	}
 	t.Run("lock errors pass through", func(t *testing.T) {
 		in := lock.NewError(lock.CodeInternal, "acquire", "fence overflow", nil)
-		if err := mapError(context.Background(), "op", in); err != error(in) {
-			t.Fatalf("mapError changed a *lock.Error: %v", err)
+		if err := MapError(context.Background(), "op", in); err != error(in) {
+			t.Fatalf("MapError changed a *lock.Error: %v", err)
 		}
 	})
 	t.Run("an ended ctx wins", func(t *testing.T) {
@@ -102,9 +106,9 @@ func TestMapError(t *testing.T) {
 			ctx  context.Context
 			want lock.Code
 		}{{canceled, lock.CodeAborted}, {expired, lock.CodeNetworkTimeout}} {
-			err := mapError(c.ctx, "op", pgErr("57014"))
+			err := MapError(c.ctx, "op", pgErr("57014"))
 			if lock.CodeOf(err) != c.want || !errors.Is(err, c.ctx.Err()) || !errors.Is(err, c.want.Sentinel()) {
-				t.Fatalf("mapError under an ended ctx = %v; want %v wrapping the ctx error", err, c.want)
+				t.Fatalf("MapError under an ended ctx = %v; want %v wrapping the ctx error", err, c.want)
 			}
 			var pe *pgconn.PgError
 			if !errors.As(err, &pe) {
@@ -113,9 +117,18 @@ func TestMapError(t *testing.T) {
 		}
 	})
 	t.Run("missing table names the fix", func(t *testing.T) {
-		err := mapError(context.Background(), "op", pgErr("42P01"))
-		if !strings.Contains(err.Error(), "SetupSchema") {
-			t.Fatalf("%v does not say to run SetupSchema", err)
+		err := MapError(context.Background(), "op", pgErr("42P01"))
+		// Both packages whose tables it may be (pglock's own, pgstore's
+		// on pglock's mapping).
+		for _, fix := range []string{"pglock.SetupSchema", "pgstore.SetupSchema"} {
+			if !strings.Contains(err.Error(), fix) {
+				t.Fatalf("%v does not say to run %s", err, fix)
+			}
+		}
+	})
+	t.Run("nil stays nil", func(t *testing.T) {
+		if err := MapError(context.Background(), "op", nil); err != nil {
+			t.Fatalf("MapError(nil) = %v", err)
 		}
 	})
 }
@@ -136,16 +149,87 @@ func TestRetryable(t *testing.T) {
 		{"query canceled", pgErr("57014"), true, false},
 		{"EOF, repeatable", io.ErrUnexpectedEOF, true, true},
 		{"EOF, not repeatable", io.ErrUnexpectedEOF, false, false},
+		{"bare EOF, repeatable", io.EOF, true, true},
+		{"bare EOF, not repeatable", io.EOF, false, false},
 		{"closed pool", puddle.ErrClosedPool, true, false},
 		{"closed conn", fmt.Errorf("x: %w", pgconn.ErrConnClosed), true, false},
 		{"lock error", lock.NewError(lock.CodeInternal, "acquire", "overflow", nil), true, false},
 		{"unknown", errors.New("odd"), true, false},
+		{"a store's sentinel", store.ErrTooLarge, true, false},
 	}
 	for _, c := range cases {
 		if got := retryable(c.err, c.repeatable); got != c.want {
 			t.Errorf("%s: retryable = %v; want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// TestRetry checks how often Retry tries a statement: until it succeeds, up
+// to four times for a failure worth repeating, once for any other failure
+// and once inside a caller's transaction, mapping the last error.
+func TestRetry(t *testing.T) {
+	lockErr := lock.NewError(lock.CodeInternal, "acquire", "overflow", nil)
+	cases := []struct {
+		name       string
+		fails      int // tries that fail before one succeeds
+		err        error
+		repeatable bool
+		inTx       bool
+		wantTries  int
+		want       lock.Code // of the error; 0 for success
+	}{
+		{"success at once", 0, nil, false, false, 1, 0},
+		{"serialization failures, then success", 2, pgErr("40001"), false, false, 3, 0},
+		{"deadlocks until the tries run out", 100, pgErr("40P01"), false, false, 1 + maxRetries, lock.CodeServiceUnavailable},
+		{"lost connection, repeatable", 1, io.ErrUnexpectedEOF, true, false, 2, 0},
+		{"lost connection, not repeatable", 1, io.ErrUnexpectedEOF, false, false, 1, lock.CodeServiceUnavailable},
+		{"in a caller's transaction", 1, pgErr("40001"), true, true, 1, lock.CodeServiceUnavailable},
+		{"not worth a retry", 100, pgErr("23505"), true, false, 1, lock.CodeInternal},
+		{"a lock error", 100, lockErr, true, false, 1, lock.CodeInternal},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tries := 0
+			err := Retry(t.Context(), "op", c.inTx, func(context.Context) (bool, error) {
+				tries++
+				if tries <= c.fails {
+					return c.repeatable, c.err
+				}
+				return c.repeatable, nil
+			})
+			if tries != c.wantTries {
+				t.Fatalf("%d tries; want %d", tries, c.wantTries)
+			}
+			if c.want == 0 {
+				if err != nil {
+					t.Fatalf("Retry = %v; want success", err)
+				}
+				return
+			}
+			if c.err == error(lockErr) {
+				if err != c.err {
+					t.Fatalf("Retry changed a *lock.Error: %v", err)
+				}
+				return
+			}
+			var le *lock.Error
+			if !errors.As(err, &le) || le.Code != c.want || le.Op != "op" || !errors.Is(err, c.err) {
+				t.Fatalf("Retry = %v; want code %v for op wrapping %v", err, c.want, c.err)
+			}
+		})
+	}
+	t.Run("an ended ctx stops the retries", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		tries := 0
+		err := Retry(ctx, "op", false, func(context.Context) (bool, error) {
+			tries++
+			cancel()
+			return true, pgErr("40001")
+		})
+		if tries != 1 || lock.CodeOf(err) != lock.CodeAborted || !errors.Is(err, context.Canceled) {
+			t.Fatalf("Retry under a cancelled ctx: %d tries, %v; want 1, Aborted", tries, err)
+		}
+	})
 }
 
 // TestErrorsFromServer provokes real server errors and checks their codes:
@@ -188,7 +272,7 @@ func TestErrorsFromServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+l.cfg.names.locks.sanitize()+" WHERE lock_id = $1 FOR UPDATE", lease.ID); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+l.cfg.names.locks.Sanitize()+" WHERE lock_id = $1 FOR UPDATE", lease.ID); err != nil {
 			t.Fatal(err)
 		}
 		return func() { _ = tx.Rollback(context.Background()) }

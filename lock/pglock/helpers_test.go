@@ -71,7 +71,7 @@ func (p probes) raiseFence(ctx context.Context, key string, f lock.Fence) error 
 		return err
 	}
 	sk, _ := storageKey(key)
-	tag, err := p.db.Exec(ctx, "INSERT INTO "+p.n.fences.sanitize()+` AS f (key, fence) VALUES ($1, $2)
+	tag, err := p.db.Exec(ctx, "INSERT INTO "+p.n.fences.Sanitize()+` AS f (key, fence) VALUES ($1, $2)
 		ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence`, sk, int64(f))
 	if err == nil && tag.RowsAffected() != 1 {
 		err = lock.NewError(lock.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
@@ -86,7 +86,7 @@ func (p probes) fence(ctx context.Context, key string) (lock.Fence, error) {
 	}
 	sk, _ := storageKey(key)
 	var f int64
-	err = p.db.QueryRow(ctx, "SELECT fence FROM "+p.n.fences.sanitize()+" WHERE key = $1", sk).Scan(&f)
+	err = p.db.QueryRow(ctx, "SELECT fence FROM "+p.n.fences.Sanitize()+" WHERE key = $1", sk).Scan(&f)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -100,15 +100,15 @@ func (p probes) stored(ctx context.Context, key string) (bool, error) {
 	}
 	sk, _ := storageKey(key)
 	var ok bool
-	err = p.db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+p.n.locks.sanitize()+" WHERE key = $1)", sk).Scan(&ok)
+	err = p.db.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+p.n.locks.Sanitize()+" WHERE key = $1)", sk).Scan(&ok)
 	return ok, err
 }
 
 // rows counts the rows of a table.
-func (p probes) rows(t testing.TB, table ident) int {
+func (p probes) rows(t testing.TB, table TableName) int {
 	t.Helper()
 	var n int
-	if err := p.db.QueryRow(context.Background(), "SELECT count(*) FROM "+table.sanitize()).Scan(&n); err != nil {
+	if err := p.db.QueryRow(context.Background(), "SELECT count(*) FROM "+table.Sanitize()).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -120,7 +120,7 @@ func needsRestart(t *testing.T) bool { return strings.Contains(t.Name(), "/SG10_
 
 // serialConn lets goroutines share one *pgx.Conn, which serves one
 // statement at a time, by holding a mutex from each call until its result
-// is consumed: a Row scanned, Rows closed, a Tx committed or rolled back.
+// is consumed: a Row scanned, a Tx committed or rolled back.
 // It only serialises; every statement still goes through the real
 // connection.
 type serialConn struct {
@@ -134,16 +134,6 @@ func (s *serialConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.conn.Exec(ctx, sql, args...)
-}
-
-func (s *serialConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	s.mu.Lock()
-	rows, err := s.conn.Query(ctx, sql, args...)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	return &serialRows{Rows: rows, unlock: sync.OnceFunc(s.mu.Unlock)}, nil
 }
 
 func (s *serialConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
@@ -180,24 +170,6 @@ type serialRow struct {
 func (r serialRow) Scan(dest ...any) error {
 	defer r.unlock()
 	return r.row.Scan(dest...)
-}
-
-type serialRows struct {
-	pgx.Rows
-	unlock func()
-}
-
-func (r *serialRows) Next() bool {
-	if r.Rows.Next() {
-		return true
-	}
-	r.unlock()
-	return false
-}
-
-func (r *serialRows) Close() {
-	r.Rows.Close()
-	r.unlock()
 }
 
 type serialTx struct {

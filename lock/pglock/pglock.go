@@ -25,6 +25,9 @@ import (
 // every lock operation part of that transaction: locks are taken, extended
 // and released only when it commits (Acquire runs in a savepoint, so that a
 // refused acquire leaves the transaction usable).
+//
+// It is also the client of the other building blocks ([SetupDDL],
+// [SweepBatches]); pgstore's DB is this interface.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -89,10 +92,10 @@ func newConfig(opts []Option) (config, error) {
 		o(&c)
 	}
 	var err error
-	if c.names.locks, err = parseIdent("lock table", c.table); err != nil {
+	if c.names.locks, err = ParseTableName("lock table", c.table); err != nil {
 		return config{}, err
 	}
-	if c.names.fences, err = parseIdent("fence table", c.fenceTable); err != nil {
+	if c.names.fences, err = ParseTableName("fence table", c.fenceTable); err != nil {
 		return config{}, err
 	}
 	if c.names.locks.same(c.names.fences) {
@@ -205,7 +208,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		acquired, expires time.Time
 		ok                bool
 	)
-	err = run(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+	err = Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		ok = false
 		err := l.acquire(ctx, sk, id, micros(ttl), raw, &fence, &acquired, &expires)
 		switch {
@@ -292,7 +295,7 @@ func (l *Locker) release(ctx context.Context, sql string, args ...any) (lock.Out
 		return lock.Outcome{}, err
 	}
 	var released, present bool
-	err := run(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+	err := Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		// Not repeatable: a release that committed before the connection
 		// was lost would be reported as not found.
 		return false, l.db.QueryRow(ctx, sql, args...).Scan(&released, &present)
@@ -347,7 +350,7 @@ func (l *Locker) extend(ctx context.Context, sql string, args ...any) (lock.Outc
 		expires *time.Time
 		present bool
 	)
-	err := run(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+	err := Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		// Repeatable: extending twice leaves the same state as once.
 		return true, l.db.QueryRow(ctx, sql, args...).Scan(&expires, &present)
 	})
@@ -380,7 +383,7 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 		sql, args = l.q.isLockedCleanup, []any{sk, micros(lock.CleanupGrace)}
 	}
 	var locked bool
-	err = run(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+	err = Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		return true, l.db.QueryRow(ctx, sql, args...).Scan(&locked)
 	})
 	return locked, err
@@ -420,7 +423,7 @@ func (l *Locker) lookup(ctx context.Context, sql string, arg string) (lock.Info,
 		acquired, expires time.Time
 		found             bool
 	)
-	err := run(ctx, "lookup", l.inTx, func(ctx context.Context) (bool, error) {
+	err := Retry(ctx, "lookup", l.inTx, func(ctx context.Context) (bool, error) {
 		err := l.db.QueryRow(ctx, sql, arg).Scan(&sk, &raw, &id, &fence, &acquired, &expires)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {

@@ -1,6 +1,11 @@
 package pglock
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/idemkit/idemkit/lock"
+)
 
 // queries holds the locker's SQL, built once with its table names.
 type queries struct {
@@ -30,11 +35,12 @@ const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS a
 // lets two holders in.
 const advisorySeed = "7594306392281412641"
 
-// ttlExpr turns a parameter holding microseconds into an interval.
+// ttlExpr turns a parameter (or a literal) holding microseconds into an
+// interval.
 func ttlExpr(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
 func buildQueries(n names, async bool) queries {
-	locks, fences := n.locks.sanitize(), n.fences.sanitize()
+	locks, fences := n.locks.Sanitize(), n.fences.Sanitize()
 	from := func(prefix string) string {
 		if !async {
 			return ""
@@ -42,6 +48,7 @@ func buildQueries(n names, async bool) queries {
 		return prefix + asyncCommit
 	}
 	r := strings.NewReplacer("{{locks}}", locks, "{{fences}}", fences)
+	grace := ttlExpr(strconv.FormatInt(micros(lock.CleanupGrace), 10)) // a constant
 	q := queries{
 		// One statement, one implicit transaction. admitted yields a row
 		// only when the key is free by the statement's snapshot (a plain
@@ -121,15 +128,16 @@ WHERE l.key = $1 AND l.expires_at > clock_timestamp()`,
 FROM {{locks}} AS l JOIN {{fences}} AS f ON f.key = l.key
 WHERE l.lock_id = $1 AND l.expires_at > clock_timestamp()`,
 
-		// One batch of the oldest rows expired for longer than the grace;
-		// rows locked by a concurrent operation are skipped, not waited for.
+		// One batch ($1 rows, for SweepBatches) of the oldest rows expired
+		// for longer than the grace; rows locked by a concurrent operation
+		// are skipped, not waited for.
 		sweep: `DELETE FROM {{locks}} AS l` + from("\nUSING ") + `
 WHERE l.key IN (
 	SELECT key FROM {{locks}}
-	WHERE expires_at < clock_timestamp() - ` + ttlExpr("$1") + `
-	ORDER BY expires_at LIMIT $2
+	WHERE expires_at < clock_timestamp() - ` + grace + `
+	ORDER BY expires_at LIMIT $1
 	FOR UPDATE SKIP LOCKED
-) AND l.expires_at < clock_timestamp() - ` + ttlExpr("$1"),
+) AND l.expires_at < clock_timestamp() - ` + grace,
 	}
 	for _, s := range []*string{&q.acquire, &q.release, &q.releaseKey, &q.extend, &q.extendKey,
 		&q.isLocked, &q.isLockedCleanup, &q.lookupKey, &q.lookupID, &q.sweep} {

@@ -77,11 +77,11 @@ CREATE TABLE IF NOT EXISTS {{fences}} (
 // renderDDL fills ddl with the names of n.
 func renderDDL(n names) string {
 	return strings.NewReplacer(
-		"{{locks}}", n.locks.sanitize(),
-		"{{locks_lock_id}}", n.locks.derived("_lock_id_key"),
-		"{{locks_expires_at}}", n.locks.derived("_expires_at_idx"),
-		"{{fences}}", n.fences.sanitize(),
-		"{{fences_max}}", n.fences.derived("_fence_max"),
+		"{{locks}}", n.locks.Sanitize(),
+		"{{locks_lock_id}}", n.locks.Derived("_lock_id_key"),
+		"{{locks_expires_at}}", n.locks.Derived("_expires_at_idx"),
+		"{{fences}}", n.fences.Sanitize(),
+		"{{fences_max}}", n.fences.Derived("_fence_max"),
 		"{{fence_max}}", strconv.FormatUint(lock.FenceMax.Uint64(), 10),
 	).Replace(ddl)
 }
@@ -89,40 +89,51 @@ func renderDDL(n names) string {
 // SetupSchema creates the lock and fence-counter tables and their indexes
 // if they do not exist, with the table names set by opts ([WithTable],
 // [WithFenceTable]; other options are ignored). It is idempotent and safe
-// to run concurrently from several processes: it runs the DDL in one
-// transaction that holds the advisory lock [SchemaLockID]. Invalid names are
-// refused with InvalidArgument before any SQL is sent.
+// to run concurrently from several processes: it runs the DDL through
+// [SetupDDL], in one transaction that holds the advisory lock
+// [SchemaLockID]. Invalid names are refused with InvalidArgument before any
+// SQL is sent.
 //
 // db may be a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (the tables then exist
 // when that transaction commits).
 func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
-	const op = "setup-schema"
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return err
 	}
+	return SetupDDL(ctx, db, renderDDL(cfg.names))
+}
+
+// SetupDDL runs ddl, idempotent DDL (CREATE ... IF NOT EXISTS throughout),
+// in one transaction on db that first takes the transaction-scoped advisory
+// lock [SchemaLockID], so that setups run by processes starting together
+// queue up instead of racing on CREATE TABLE IF NOT EXISTS (which can fail
+// when another transaction creates the same table). An ended ctx fails it
+// before any SQL is sent; other failures are mapped by [MapError] with op
+// "setup-schema". On a pgx.Tx it runs in a savepoint, and the DDL takes
+// effect when that transaction commits.
+//
+// [SetupSchema] runs the locker's DDL through it. It is exported as a
+// building block for a store that keeps its tables next to the locker's
+// (pgstore's SetupSchema runs its DDL through it, under the same lock).
+func SetupDDL(ctx context.Context, db DB, ddl string) error {
+	const op = "setup-schema"
 	if err := lock.CheckContext(ctx, op); err != nil {
 		return err
 	}
-	return runDDL(ctx, db, renderDDL(cfg.names))
-}
-
-// runDDL runs the DDL under the schema advisory lock, in one transaction.
-func runDDL(ctx context.Context, db DB, sql string) error {
-	const op = "setup-schema"
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return mapError(ctx, op, err)
+		return MapError(ctx, op, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", SchemaLockID); err != nil {
-		return mapError(ctx, op, err)
+		return MapError(ctx, op, err)
 	}
-	if _, err := tx.Exec(ctx, sql); err != nil {
-		return mapError(ctx, op, err)
+	if _, err := tx.Exec(ctx, ddl); err != nil {
+		return MapError(ctx, op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return mapError(ctx, op, err)
+		return MapError(ctx, op, err)
 	}
 	return nil
 }
@@ -139,20 +150,31 @@ const (
 	maxTableLen  = 48
 )
 
-// ident is a validated table name, optionally schema-qualified.
-type ident struct {
+// TableName is a validated table name, optionally schema-qualified, ready
+// to be put into SQL: every name it renders is quoted, so no table name can
+// inject SQL and its case is kept. Get one from [ParseTableName]; the zero
+// TableName names no table.
+//
+// It is exported as a building block for a store that names its tables the
+// way the locker does ([WithTable]); pgstore's WithTable is validated by it.
+type TableName struct {
 	schema, table string
 }
 
-// parseIdent validates a table name: "table" or "schema.table", each part
-// matching identPart. Names are always quoted, so their case is kept.
-func parseIdent(what, s string) (ident, error) {
-	bad := func(detail string) (ident, error) {
-		return ident{}, lock.NewError(lock.CodeInvalidArgument, "new", fmt.Sprintf("%s %q: %s", what, s, detail), nil)
+// ParseTableName validates name: "table" or "schema.table", each part a
+// letter or underscore followed by letters, digits and underscores, the
+// table part at most 48 bytes (so that the names derived from it, such as
+// "<table>_expires_at_idx", stay within PostgreSQL's 63) and the schema at
+// most 63. Anything else is refused with an InvalidArgument error (op
+// "new") whose detail starts with what ("lock table", "record table")
+// and the quoted name.
+func ParseTableName(what, name string) (TableName, error) {
+	bad := func(detail string) (TableName, error) {
+		return TableName{}, lock.NewError(lock.CodeInvalidArgument, "new", fmt.Sprintf("%s %q: %s", what, name, detail), nil)
 	}
-	schema, table, qualified := strings.Cut(s, ".")
+	schema, table, qualified := strings.Cut(name, ".")
 	if !qualified {
-		schema, table = "", s
+		schema, table = "", name
 	}
 	switch {
 	case qualified && !identPart.MatchString(schema):
@@ -164,30 +186,32 @@ func parseIdent(what, s string) (ident, error) {
 	case len(table) > maxTableLen:
 		return bad(fmt.Sprintf("the table name exceeds %d bytes", maxTableLen))
 	}
-	return ident{schema: schema, table: table}, nil
+	return TableName{schema: schema, table: table}, nil
 }
 
-// sanitize returns the quoted, possibly qualified name.
-func (i ident) sanitize() string {
-	if i.schema == "" {
-		return pgx.Identifier{i.table}.Sanitize()
+// Sanitize returns the quoted, possibly schema-qualified name, for SQL.
+func (n TableName) Sanitize() string {
+	if n.schema == "" {
+		return pgx.Identifier{n.table}.Sanitize()
 	}
-	return pgx.Identifier{i.schema, i.table}.Sanitize()
+	return pgx.Identifier{n.schema, n.table}.Sanitize()
 }
 
-// derived returns the quoted name of an index or constraint of the table:
-// the table name plus suffix, unqualified (it lives in the table's schema).
-func (i ident) derived(suffix string) string {
-	return pgx.Identifier{i.table + suffix}.Sanitize()
+// Derived returns the quoted name of an index or constraint of the table:
+// the table part plus suffix (such as "_expires_at_idx"), unqualified, as
+// CREATE INDEX and CONSTRAINT take it (the object lives in the table's
+// schema).
+func (n TableName) Derived(suffix string) string {
+	return pgx.Identifier{n.table + suffix}.Sanitize()
 }
 
-// same reports whether i and j may name the same table: equal table parts
+// same reports whether n and m may name the same table: equal table parts
 // in equal schemas, or with either schema left to the search path.
-func (i ident) same(j ident) bool {
-	return i.table == j.table && (i.schema == j.schema || i.schema == "" || j.schema == "")
+func (n TableName) same(m TableName) bool {
+	return n.table == m.table && (n.schema == m.schema || n.schema == "" || m.schema == "")
 }
 
 // names are the locker's tables.
 type names struct {
-	locks, fences ident
+	locks, fences TableName
 }

@@ -200,3 +200,46 @@ func TestInvalidTableNames(t *testing.T) {
 		}
 	}
 }
+
+// TestParseTableName checks the names a valid TableName renders, and that a
+// refusal names the table it is about.
+func TestParseTableName(t *testing.T) {
+	for _, c := range []struct {
+		name, sanitized, derived string
+	}{
+		{"records", `"records"`, `"records_expires_at_idx"`},
+		{"S_1.T_2", `"S_1"."T_2"`, `"T_2_expires_at_idx"`},
+	} {
+		n, err := ParseTableName("record table", c.name)
+		if err != nil {
+			t.Fatalf("ParseTableName(%q): %v", c.name, err)
+		}
+		if got := n.Sanitize(); got != c.sanitized {
+			t.Fatalf("%q sanitized: %s; want %s", c.name, got, c.sanitized)
+		}
+		if got := n.Derived("_expires_at_idx"); got != c.derived {
+			t.Fatalf("%q derived: %s; want %s", c.name, got, c.derived)
+		}
+	}
+	_, err := ParseTableName("record table", "r;drop table x")
+	if lock.CodeOf(err) != lock.CodeInvalidArgument || !strings.Contains(err.Error(), `record table "r;drop table x"`) {
+		t.Fatalf("ParseTableName of a bad name: %v; want InvalidArgument naming the record table", err)
+	}
+}
+
+// TestSetupDDLEndedContext checks that SetupDDL sends nothing under an
+// ended ctx: the client is a closed pool, so any I/O would fail with
+// ServiceUnavailable instead.
+func TestSetupDDLEndedContext(t *testing.T) {
+	t.Parallel()
+	closed := newPool(t, testenv.Postgres(t).URL, 1)
+	closed.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := SetupDDL(ctx, closed, "SELECT 1"); lock.CodeOf(err) != lock.CodeAborted || !errors.Is(err, context.Canceled) {
+		t.Fatalf("SetupDDL under a cancelled ctx: %v; want Aborted", err)
+	}
+	if err := SetupDDL(t.Context(), closed, "SELECT 1"); lock.CodeOf(err) != lock.CodeServiceUnavailable {
+		t.Fatalf("SetupDDL on a closed pool: %v; want ServiceUnavailable", err)
+	}
+}

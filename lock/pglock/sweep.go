@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -16,19 +18,55 @@ const DefaultSweepInterval = time.Minute
 // Sweep deletes lock rows that expired more than [lock.CleanupGrace] ago,
 // in batches of at most the sweep batch ([WithSweepBatch]) rows, each its
 // own short transaction with an asynchronous commit, until a batch comes up
-// short. Rows locked by a concurrent operation are skipped. Fence counters
-// are never touched, so fences keep growing across sweeps. It returns how
-// many rows it deleted, also when it fails part way.
+// short (see [SweepBatches]). Rows locked by a concurrent operation are
+// skipped. Fence counters are never touched, so fences keep growing across
+// sweeps. It returns how many rows it deleted, also when it fails part way.
 func (l *Locker) Sweep(ctx context.Context) (int, error) {
+	return SweepBatches(ctx, l.db, l.q.sweep, l.cfg.sweepBatch)
+}
+
+// StartSweeper runs [Locker.Sweep] every interval (a non-positive one means
+// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
+// is called; stop waits for a sweep in progress and may be called more than
+// once. Each sweep is bounded by the interval. Failures are logged (at warn
+// level, without keys) and the sweeper carries on (see [SweepEvery]).
+//
+// Do not start one on a locker built on a *pgx.Conn that other goroutines
+// use: a connection serves one statement at a time.
+func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
+	return SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "pglock: sweeping expired locks failed")
+}
+
+// SweepBatches runs sql, a DELETE of at most $1 rows (its only parameter),
+// with $1 set to batch, again and again until a run deletes fewer than
+// batch rows, and returns how many rows the runs deleted, also when one
+// fails part way. Each run is one statement, retried by [Retry] as a
+// repeatable try (op "sweep"), so in its own implicit transaction unless db
+// is a pgx.Tx (it is then tried once); ctx is checked before each. A batch
+// below 1 is refused with InvalidArgument.
+//
+// Keep the DELETE short and harmless to repeat: pick the batch's rows in a
+// subquery with ORDER BY, LIMIT $1 and FOR UPDATE SKIP LOCKED, so that a
+// run never waits for a row that an operation holds, and let it commit
+// asynchronously (a lost sweep is only repeated).
+//
+// [Locker.Sweep] runs through it. It is exported as a building block for a
+// store that keeps its rows next to the locker's (pgstore's Sweep runs
+// through it).
+func SweepBatches(ctx context.Context, db DB, sql string, batch int) (int, error) {
 	const op = "sweep"
+	if batch < 1 {
+		return 0, lock.NewError(lock.CodeInvalidArgument, op, "the sweep batch must be at least 1", nil)
+	}
+	_, inTx := db.(pgx.Tx)
 	total := 0
 	for {
 		if err := lock.CheckContext(ctx, op); err != nil {
 			return total, err
 		}
 		var n int64
-		err := run(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
-			tag, err := l.db.Exec(ctx, l.q.sweep, micros(lock.CleanupGrace), l.cfg.sweepBatch)
+		err := Retry(ctx, op, inTx, func(ctx context.Context) (bool, error) {
+			tag, err := db.Exec(ctx, sql, batch)
 			n = tag.RowsAffected()
 			return true, err
 		})
@@ -36,23 +74,34 @@ func (l *Locker) Sweep(ctx context.Context) (int, error) {
 		if err != nil {
 			return total, err
 		}
-		if n < int64(l.cfg.sweepBatch) {
+		if n < int64(batch) {
 			return total, nil
 		}
 	}
 }
 
-// StartSweeper runs [Locker.Sweep] every interval (a non-positive one means
+// SweepEvery calls sweep every interval (a non-positive one means
 // [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
 // is called; stop waits for a sweep in progress and may be called more than
-// once. Each sweep is bounded by the interval. Failures are logged (at warn
-// level, without keys) and the sweeper carries on.
+// once. Each call's ctx is bounded by the interval. When a call fails and
+// ctx has not ended, the failure is logged on logger (nil means
+// slog.Default()) at warn level with the message msg and the attributes
+// "deleted" (the rows the call deleted), "code" (the error's [lock.Code])
+// and "error" (its text, which must not hold a key), and the sweeper
+// carries on. A nil sweep starts nothing.
 //
-// Do not start one on a locker built on a *pgx.Conn that other goroutines
-// use: a connection serves one statement at a time.
-func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
+// [Locker.StartSweeper] is built on it. It is exported as a building block
+// for a store that keeps its rows next to the locker's (pgstore's
+// StartSweeper is built on it).
+func SweepEvery(ctx context.Context, interval time.Duration, sweep func(context.Context) (int, error), logger *slog.Logger, msg string) (stop func()) {
+	if sweep == nil {
+		return func() {}
+	}
 	if interval <= 0 {
 		interval = DefaultSweepInterval
+	}
+	if logger == nil {
+		logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -67,10 +116,10 @@ func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop
 			case <-t.C:
 			}
 			sctx, scancel := context.WithTimeout(ctx, interval)
-			n, err := l.Sweep(sctx)
+			n, err := sweep(sctx)
 			scancel()
 			if err != nil && ctx.Err() == nil {
-				l.cfg.logger.WarnContext(ctx, "pglock: sweeping expired locks failed",
+				logger.WarnContext(ctx, msg,
 					slog.Int("deleted", n), slog.String("code", lock.CodeOf(err).String()), slog.String("error", err.Error()))
 			}
 		}

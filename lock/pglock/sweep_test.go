@@ -115,6 +115,27 @@ func TestSweeper(t *testing.T) {
 	}
 }
 
+// TestSweepBuildingBlocks checks the edges of SweepBatches and SweepEvery:
+// a batch below 1 is refused before any I/O (the client is a closed pool,
+// so I/O would fail with ServiceUnavailable), and a nil sweep starts
+// nothing.
+func TestSweepBuildingBlocks(t *testing.T) {
+	t.Parallel()
+	closed := newPool(t, testenv.Postgres(t).URL, 1)
+	closed.Close()
+	for _, batch := range []int{0, -1} {
+		if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", batch); n != 0 || lock.CodeOf(err) != lock.CodeInvalidArgument {
+			t.Fatalf("SweepBatches with batch %d = %d, %v; want InvalidArgument", batch, n, err)
+		}
+	}
+	if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", 1); n != 0 || lock.CodeOf(err) != lock.CodeServiceUnavailable {
+		t.Fatalf("SweepBatches on a closed pool = %d, %v; want ServiceUnavailable", n, err)
+	}
+	stop := SweepEvery(t.Context(), time.Millisecond, nil, nil, "unused")
+	stop()
+	stop()
+}
+
 // acquireOK acquires key on l and fails the test unless it gets it.
 func acquireOK(t *testing.T, l *Locker, key string, ttl time.Duration) lock.Lease {
 	t.Helper()

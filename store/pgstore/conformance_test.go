@@ -65,16 +65,6 @@ func (s *serialConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.
 	return s.conn.Exec(ctx, sql, args...)
 }
 
-func (s *serialConn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	s.mu.Lock()
-	rows, err := s.conn.Query(ctx, sql, args...)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	return &serialRows{Rows: rows, unlock: sync.OnceFunc(s.mu.Unlock)}, nil
-}
-
 func (s *serialConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	s.mu.Lock()
 	return serialRow{row: s.conn.QueryRow(ctx, sql, args...), unlock: s.mu.Unlock}
@@ -104,24 +94,6 @@ type serialRow struct {
 func (r serialRow) Scan(dest ...any) error {
 	defer r.unlock()
 	return r.row.Scan(dest...)
-}
-
-type serialRows struct {
-	pgx.Rows
-	unlock func()
-}
-
-func (r *serialRows) Next() bool {
-	if r.Rows.Next() {
-		return true
-	}
-	r.unlock()
-	return false
-}
-
-func (r *serialRows) Close() {
-	r.Rows.Close()
-	r.unlock()
 }
 
 type serialTx struct {

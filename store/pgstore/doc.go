@@ -1,7 +1,9 @@
-// Package pgstore is a [store.Store] on PostgreSQL, built on pgx v5. It
-// passes the conformance suite in
-// [github.com/idemkit/idemkit/store/storetest]. Pair it with
-// [github.com/idemkit/idemkit/lock/pglock] (or any locker) in the guard.
+// Package pgstore is a [store.Store] on PostgreSQL, built on pgx v5 and on
+// the building blocks of [github.com/idemkit/idemkit/lock/pglock] (client
+// interface, retries, error mapping, table names, schema setup, sweeping).
+// It passes the conformance suite in
+// [github.com/idemkit/idemkit/store/storetest]. Pair it with pglock (or any
+// locker) in the guard.
 //
 // # Setup
 //
@@ -39,11 +41,16 @@
 //
 // # Errors
 //
-// Failures are [lock.Error] values mapped from pgx errors by type and
-// SQLSTATE, exactly as in pglock: connection losses are ServiceUnavailable,
-// 57014 NetworkTimeout, class 53 RateLimited, class 28 AuthFailed, a
-// missing table InvalidArgument (run SetupSchema), anything else Internal;
-// an ended ctx is Aborted or NetworkTimeout. Serialization failures,
-// deadlocks and connection losses of repeatable operations (Get, Put) are
-// retried inside the operation a few times.
+// The store fails, retries and sweeps the way pglock's locker does, with
+// pglock's building blocks rather than a copy of them. Failures are
+// [lock.Error] values that unwrap to their code's sentinel and the native
+// pgx error, mapped by type and SQLSTATE by [pglock.MapError] (see its
+// table): connection losses are ServiceUnavailable, 57014 NetworkTimeout,
+// class 53 RateLimited, class 28 AuthFailed, a missing table
+// InvalidArgument (run SetupSchema), anything else Internal; an ended ctx
+// is Aborted or NetworkTimeout. Each statement runs through
+// [pglock.Retry]: serialization failures, deadlocks and failures before
+// anything was sent are retried inside the operation a few times, and so
+// are connection losses of the operations that are safe to repeat (Get,
+// Put, Sweep; not Delete); inside a caller's pgx.Tx nothing is retried.
 package pgstore

@@ -3,95 +3,21 @@ package pgstore
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/puddle/v2"
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
-type timeoutErr struct{}
-
-func (timeoutErr) Error() string   { return "i/o timeout" }
-func (timeoutErr) Timeout() bool   { return true }
-func (timeoutErr) Temporary() bool { return true }
-
-func pgErr(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "m"} }
-
-func TestMapError(t *testing.T) {
-	cases := []struct {
-		err  error
-		want lock.Code
-	}{
-		{pgErr("40001"), lock.CodeServiceUnavailable},
-		{pgErr("40P01"), lock.CodeServiceUnavailable},
-		{pgErr("08006"), lock.CodeServiceUnavailable},
-		{pgErr("57P01"), lock.CodeServiceUnavailable},
-		{pgErr("25006"), lock.CodeServiceUnavailable},
-		{pgErr("57014"), lock.CodeNetworkTimeout},
-		{pgErr("55P03"), lock.CodeNetworkTimeout},
-		{pgErr("53300"), lock.CodeRateLimited},
-		{pgErr("28P01"), lock.CodeAuthFailed},
-		{pgErr("42501"), lock.CodeAuthFailed},
-		{pgErr("42P01"), lock.CodeInvalidArgument},
-		{pgErr("3F000"), lock.CodeInvalidArgument},
-		{pgErr("54000"), lock.CodeInternal},
-		{pgErr("23505"), lock.CodeInternal},
-		{&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, lock.CodeServiceUnavailable},
-		{timeoutErr{}, lock.CodeNetworkTimeout},
-		{io.ErrUnexpectedEOF, lock.CodeServiceUnavailable},
-		{puddle.ErrClosedPool, lock.CodeServiceUnavailable},
-		{pgconn.ErrConnClosed, lock.CodeServiceUnavailable},
-		{context.Canceled, lock.CodeAborted},
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), lock.CodeNetworkTimeout},
-		{errors.New("odd"), lock.CodeInternal},
-	}
-	for _, c := range cases {
-		err := mapError(context.Background(), "put", c.err)
-		var le *lock.Error
-		if !errors.As(err, &le) || le.Code != c.want || !errors.Is(err, c.want.Sentinel()) || !errors.Is(err, c.err) {
-			t.Errorf("mapError(%v) = %v; want code %v wrapping the cause", c.err, err, c.want)
-		}
-	}
-	if err := mapError(context.Background(), "put", pgErr("42P01")); !strings.Contains(err.Error(), "pgstore.SetupSchema") {
-		t.Errorf("%v does not say to run SetupSchema", err)
-	}
-}
-
-func TestRetryable(t *testing.T) {
-	cases := []struct {
-		err        error
-		repeatable bool
-		want       bool
-	}{
-		{pgErr("40001"), false, true},
-		{pgErr("40P01"), false, true},
-		{pgErr("57P01"), true, true},
-		{pgErr("57P01"), false, false},
-		{pgErr("23505"), true, false},
-		{io.EOF, true, true},
-		{io.EOF, false, false},
-		{puddle.ErrClosedPool, true, false},
-		{store.ErrTooLarge, true, false},
-	}
-	for _, c := range cases {
-		if got := retryable(c.err, c.repeatable); got != c.want {
-			t.Errorf("retryable(%v, %v) = %v; want %v", c.err, c.repeatable, got, c.want)
-		}
-	}
-}
-
-// TestErrorsFromServer provokes real failures: a missing table, a ctx that
-// ends while Put waits for a row lock, a terminated backend.
+// TestErrorsFromServer provokes real failures and checks that the store's
+// operations return them mapped by pglock.MapError (whose own table test
+// lives in pglock): a missing table, a ctx that ends while Put waits for a
+// row lock, a terminated backend.
 func TestErrorsFromServer(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
@@ -100,8 +26,17 @@ func TestErrorsFromServer(t *testing.T) {
 	rec := store.Record{Key: "k", Fingerprint: "fp", State: store.StateCompleted, Response: []byte("r"), Fence: 1}
 
 	missing, _ := New(admin, WithTable("no_such_schema_y.records"))
-	if _, _, err := missing.Get(ctx, "k"); lock.CodeOf(err) != lock.CodeInvalidArgument {
-		t.Fatalf("Get on a missing table: %v; want InvalidArgument", err)
+	_, _, err := missing.Get(ctx, "k")
+	if lock.CodeOf(err) != lock.CodeInvalidArgument || !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "pgstore.SetupSchema") {
+		t.Fatalf("Get on a missing table: %v; want InvalidArgument saying to run pgstore.SetupSchema", err)
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "3F000" && pe.Code != "42P01" {
+		t.Fatalf("the native error is not reachable: %v", err)
+	}
+	var le *lock.Error
+	if !errors.As(err, &le) || le.Op != "get" {
+		t.Fatalf("Get on a missing table: %v; want op get", err)
 	}
 
 	opt := table(t, admin)
@@ -131,7 +66,7 @@ func TestErrorsFromServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := tx.Exec(ctx, "SELECT 1 FROM "+ms.cfg.table.sanitize()+" FOR UPDATE"); err != nil {
+			if _, err := tx.Exec(ctx, "SELECT 1 FROM "+ms.cfg.table.Sanitize()+" FOR UPDATE"); err != nil {
 				t.Fatal(err)
 			}
 			qctx, cancel := c.ctx()

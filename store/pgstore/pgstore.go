@@ -10,40 +10,30 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock"
 	"github.com/idemkit/idemkit/store"
 )
 
-// DB is what the store needs of a PostgreSQL client, and no more: methods
-// that *pgxpool.Pool, *pgx.Conn and pgx.Tx all have.
+// DB is what the store needs of a PostgreSQL client: pglock's client
+// interface ([pglock.DB]), which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
+// satisfy, so that a store and a locker can share one pool.
 //
 // A *pgxpool.Pool is the usual choice. A *pgx.Conn is one connection and
 // not safe for concurrent use: a store built on one must not be used from
 // several goroutines at once (nor with a sweeper running). In a pgx.Tx,
 // writes take effect when that transaction commits.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
+type DB = pglock.DB
 
-var (
-	_ DB = (*pgxpool.Pool)(nil)
-	_ DB = (*pgx.Conn)(nil)
-	_ DB = (pgx.Tx)(nil)
-
-	_ store.Store = (*Store)(nil)
-)
+var _ store.Store = (*Store)(nil)
 
 // Option configures [New] and [SetupSchema].
 type Option func(*config)
 
 type config struct {
 	tableName   string
-	table       ident
+	table       pglock.TableName
 	maxResponse int
 	logger      *slog.Logger
 	sweepBatch  int
@@ -51,8 +41,9 @@ type config struct {
 
 // WithTable sets the record table: "table" or "schema.table", each part a
 // letter or underscore followed by letters, digits and underscores (the
-// table part at most 48 bytes, the schema 63). Names are always quoted, so
-// their case is kept. Default: "idemkit_records".
+// table part at most 48 bytes, the schema 63), as [pglock.ParseTableName]
+// validates it. Names are always quoted, so their case is kept. Default:
+// "idemkit_records".
 func WithTable(name string) Option { return func(c *config) { c.tableName = name } }
 
 // WithMaxResponseBytes sets the largest response Put accepts; a larger one
@@ -88,7 +79,7 @@ func newConfig(opts []Option) (config, error) {
 		o(&c)
 	}
 	var err error
-	if c.table, err = parseIdent("record table", c.tableName); err != nil {
+	if c.table, err = pglock.ParseTableName("record table", c.tableName); err != nil {
 		return config{}, err
 	}
 	bad := func(detail string) (config, error) {
@@ -160,7 +151,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 		fence int64
 		found bool
 	)
-	err := run(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
+	err := pglock.Retry(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
 		err := s.db.QueryRow(ctx, s.q.get, storageKey(key)).
 			Scan(&fp, &state, &rec.Response, &fence, &rec.CreatedAt, &rec.ExpiresAt)
 		found = err == nil
@@ -202,7 +193,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		response = []byte{}
 	}
 	var stored bool
-	err := run(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
+	err := pglock.Retry(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
 		err := s.db.QueryRow(ctx, s.q.put, storageKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
 			response, int64(rec.Fence), ttl.Microseconds()).Scan(&stored)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -229,7 +220,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var deleted bool
-	err := run(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
+	err := pglock.Retry(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
 		// Not repeatable: a delete that committed before the connection
 		// was lost would be reported as finding nothing.
 		return false, s.db.QueryRow(ctx, s.q.delete, storageKey(key)).Scan(&deleted)

@@ -1,6 +1,10 @@
 package pgstore
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/idemkit/idemkit/lock/pglock"
+)
 
 // queries holds the store's SQL, built once with its table name.
 type queries struct {
@@ -14,7 +18,7 @@ const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS a
 // ttlExpr turns a parameter holding microseconds into an interval.
 func ttlExpr(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
-func buildQueries(t ident, async bool) queries {
+func buildQueries(t pglock.TableName, async bool) queries {
 	from := func(prefix string) string {
 		if !async {
 			return ""
@@ -42,6 +46,8 @@ RETURNING true`,
 )
 SELECT coalesce(bool_or(live), false) FROM d`,
 
+		// One batch ($1 rows, for pglock.SweepBatches) of the oldest
+		// expired rows; rows locked by a concurrent Put are skipped.
 		sweep: `DELETE FROM {{records}} AS r` + from("\nUSING ") + `
 WHERE r.key IN (
 	SELECT key FROM {{records}}
@@ -50,7 +56,7 @@ WHERE r.key IN (
 	FOR UPDATE SKIP LOCKED
 ) AND r.expires_at <= clock_timestamp()`,
 	}
-	r := strings.NewReplacer("{{records}}", t.sanitize())
+	r := strings.NewReplacer("{{records}}", t.Sanitize())
 	for _, s := range []*string{&q.get, &q.put, &q.delete, &q.sweep} {
 		*s = r.Replace(*s)
 	}

@@ -129,6 +129,10 @@ func TestSetupSchemaIdempotent(t *testing.T) {
 	}
 }
 
+// maxTableLen is the longest table part of a name, as WithTable documents
+// it.
+const maxTableLen = 48
+
 // TestInvalidOptions checks that bad names and limits are refused with
 // InvalidArgument before any SQL: the client is a closed pool, so any I/O
 // would fail with ServiceUnavailable instead.

@@ -2,84 +2,33 @@ package pgstore
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock"
 )
 
 // DefaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs.
-const DefaultSweepInterval = time.Minute
+// interval runs: [pglock.DefaultSweepInterval].
+const DefaultSweepInterval = pglock.DefaultSweepInterval
 
 // Sweep deletes expired records (expires_at <= clock_timestamp()), in
 // batches of at most the sweep batch ([WithSweepBatch]) rows, each its own
 // short transaction with an asynchronous commit (a lost sweep is only
-// repeated), until a batch comes up short. Rows locked by a concurrent Put
-// are skipped. It returns how many rows it deleted, also when it fails
-// part way.
+// repeated), until a batch comes up short ([pglock.SweepBatches]). Rows
+// locked by a concurrent Put are skipped. It returns how many rows it
+// deleted, also when it fails part way.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
-	const op = "sweep"
-	total := 0
-	for {
-		if err := lock.CheckContext(ctx, op); err != nil {
-			return total, err
-		}
-		var n int64
-		err := run(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
-			tag, err := s.db.Exec(ctx, s.q.sweep, s.cfg.sweepBatch)
-			n = tag.RowsAffected()
-			return true, err
-		})
-		total += int(n)
-		if err != nil {
-			return total, err
-		}
-		if n < int64(s.cfg.sweepBatch) {
-			return total, nil
-		}
-	}
+	return pglock.SweepBatches(ctx, s.db, s.q.sweep, s.cfg.sweepBatch)
 }
 
 // StartSweeper runs [Store.Sweep] every interval (a non-positive one means
 // [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
 // is called; stop waits for a sweep in progress and may be called more than
 // once. Each sweep is bounded by the interval. Failures are logged (at warn
-// level, without keys) and the sweeper carries on.
+// level, without keys) and the sweeper carries on ([pglock.SweepEvery]).
 //
 // Do not start one on a store built on a *pgx.Conn that other goroutines
 // use: a connection serves one statement at a time.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	if interval <= 0 {
-		interval = DefaultSweepInterval
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			sctx, scancel := context.WithTimeout(ctx, interval)
-			n, err := s.Sweep(sctx)
-			scancel()
-			if err != nil && ctx.Err() == nil {
-				s.cfg.logger.WarnContext(ctx, "pgstore: sweeping expired records failed",
-					slog.Int("deleted", n), slog.String("code", lock.CodeOf(err).String()), slog.String("error", err.Error()))
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
+	return pglock.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
 }

@@ -42,7 +42,7 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("Sweep = %d, %v; want %d", n, err, expired)
 	}
 	var rows int
-	if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.sanitize()).Scan(&rows); err != nil || rows != 1 {
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.Sanitize()).Scan(&rows); err != nil || rows != 1 {
 		t.Fatalf("%d rows left (%v); want only the live one", rows, err)
 	}
 	if _, ok, err := s.Get(ctx, "live"); err != nil || !ok {
@@ -74,7 +74,7 @@ func TestSweeper(t *testing.T) {
 	defer stop()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		var rows int
-		if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.sanitize()).Scan(&rows); err != nil {
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.Sanitize()).Scan(&rows); err != nil {
 			t.Fatal(err)
 		}
 		if rows == 0 {
