@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,7 +47,8 @@ end
 
 local function lock_acquire(lk, fk, id, ttl, key, max, ik)
   local now = now_ms()
-  local cur = redis.call('GET', lk)
+  local v = redis.call('MGET', lk, fk)
+  local cur = v[1]
   if cur then
     local exp = lock_expires(cur)
     if now < exp then
@@ -56,11 +58,12 @@ local function lock_acquire(lk, fk, id, ttl, key, max, ik)
       return {0}
     end
   end
-  local f = tonumber(redis.call('GET', fk) or '0')
+  local f = tonumber(v[2] or '0')
   if f >= max then
     return {-1, f}
   end
-  f = redis.call('INCR', fk)
+  f = f + 1
+  redis.call('SET', fk, f)
   local exp = now + ttl
   redis.call('SET', lk, id .. string.format('%015d%015d%015d', f, now, exp) .. key, 'PXAT', string.format('%d', exp))
   if ik ~= '' then
@@ -142,11 +145,72 @@ type Script struct {
 	s *redis.Script
 }
 
-// NewScript returns the script made of [Lua] and body. The body calls the
-// library's functions; every key it touches must be declared in KEYS and,
-// for Redis Cluster, share one hash slot.
+// NewScript returns the script made of body and the functions of the
+// library [Lua] that body uses (directly or through other library
+// functions), in library order. The body calls the library's functions;
+// every key it touches must be declared in KEYS and, for Redis Cluster,
+// share one hash slot.
+//
+// Leaving out the functions a script does not use matters: Redis runs the
+// whole script on every call, and defining a dozen closures it never calls
+// costs more than the redis.call()s of an acquire.
 func NewScript(body string) *Script {
-	return &Script{s: redis.NewScript(Lua + body)}
+	return &Script{s: redis.NewScript(librarySubset(body) + body)}
+}
+
+// libraryFunctions is [Lua] split into its top-level functions, in order.
+var libraryFunctions = func() []libraryFunction {
+	var fns []libraryFunction
+	for _, chunk := range strings.Split(Lua, "\nlocal function ")[1:] {
+		name := chunk[:strings.IndexByte(chunk, '(')]
+		fns = append(fns, libraryFunction{name: name, src: "\nlocal function " + chunk})
+	}
+	return fns
+}()
+
+type libraryFunction struct{ name, src string }
+
+// librarySubset returns the library functions that text calls, and those
+// they call in turn, in library order.
+func librarySubset(text string) string {
+	used := make([]bool, len(libraryFunctions))
+	for grown := true; grown; {
+		grown = false
+		for i, f := range libraryFunctions {
+			if !used[i] && calls(text, f.name) {
+				used[i], grown = true, true
+				text += f.src
+			}
+		}
+	}
+	var b strings.Builder
+	for i, f := range libraryFunctions {
+		if used[i] {
+			b.WriteString(f.src)
+		}
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// calls reports whether text calls the function name: name followed by
+// "(" and not preceded by an identifier character.
+func calls(text, name string) bool {
+	for i := 0; ; {
+		j := strings.Index(text[i:], name+"(")
+		if j < 0 {
+			return false
+		}
+		j += i
+		if j == 0 || !isIdent(text[j-1]) {
+			return true
+		}
+		i = j + 1
+	}
+}
+
+func isIdent(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 // Run runs the script on c with keys and args: EVALSHA, then EVAL if the
