@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
@@ -98,4 +99,24 @@ func TestName(t *testing.T) {
 			t.Fatalf("name %q", n)
 		}
 	})
+}
+
+func TestFirestore(t *testing.T) {
+	e := testenv.Firestore(t)
+	if e.Host == "" {
+		t.Fatal("no host")
+	}
+	resp, err := http.Get("http://" + e.Host + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	p := testenv.FirestoreProject(t)
+	if strings.Contains(p, "_") || p == "" {
+		t.Fatalf("project id %q", p)
+	}
+	e.Clear(t, p)
 }
