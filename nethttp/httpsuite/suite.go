@@ -1,0 +1,253 @@
+package httpsuite
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/memstore"
+)
+
+// Stack builds the stack under test: an HTTP server, on a real loopback
+// listener, that serves app for every path and method behind the
+// adapter's idempotency middleware, built on guard with opts. It returns
+// the server's base URL and stops the server with t.Cleanup.
+type Stack func(t *testing.T, guard *middleware.Guard, opts []nethttp.Option, app http.Handler) (baseURL string)
+
+// Backends are the lock and record backends a case's guards run on.
+// Break makes them unreachable (the backend-outage rows).
+type Backends struct {
+	Store  store.Store
+	Locker lock.Locker
+	Break  func()
+}
+
+// NewBackends builds fresh, isolated backends for one case.
+type NewBackends func(t *testing.T) Backends
+
+// Memory is the default [NewBackends]: memstore and memlock.
+func Memory(t *testing.T) Backends {
+	l := memlock.New()
+	s := memstore.New(memstore.WithLocker(l))
+	return Backends{Store: s, Locker: l, Break: func() { _ = s.Close() }}
+}
+
+// Run runs the behaviour suite against stack on the memory backends.
+func Run(t *testing.T, stack Stack) { RunWith(t, stack, Memory) }
+
+// RunWith runs the behaviour suite against stack on the backends that
+// backends builds. Every case runs in parallel on its own backends.
+func RunWith(t *testing.T, stack Stack, backends NewBackends) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, &suite{stack: stack, backends: backends})
+		})
+	}
+}
+
+type suite struct {
+	stack    Stack
+	backends NewBackends
+}
+
+type testCase struct {
+	name string
+	run  func(t *testing.T, s *suite)
+}
+
+// server is one stack under test with its app.
+type server struct {
+	url      string
+	app      *App
+	backends Backends
+	client   *http.Client
+}
+
+// serve builds a stack on fresh backends.
+func (s *suite) serve(t *testing.T, gopts []middleware.Option, opts ...nethttp.Option) *server {
+	t.Helper()
+	return s.serveOn(t, s.backends(t), &App{}, gopts, opts...)
+}
+
+// serveOn builds a stack on given backends and app (several stacks can
+// share them, as nodes of one service do).
+func (s *suite) serveOn(t *testing.T, b Backends, app *App, gopts []middleware.Option, opts ...nethttp.Option) *server {
+	t.Helper()
+	g, err := middleware.New(b.Store, b.Locker, gopts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := s.stack(t, g, opts, app)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	t.Cleanup(client.CloseIdleConnections)
+	return &server{url: url, app: app, backends: b, client: client}
+}
+
+// App is the business handler of the suite. It counts its executions and
+// answers 201 Created with a Location, a Set-Cookie, an X-Custom header and
+// the JSON {"order": n, "request": <body>, "pad": ...}. Query parameters
+// make it misbehave on purpose:
+//
+//	sleep=<duration>  wait before answering (until the request's ctx ends)
+//	status=<code>     answer that status instead
+//	panic=1           panic
+//	bytes=<n>         n bytes of padding
+//	stream=1          flush a first chunk, wait on Gate (if set), then a second
+//	giveup=1          on the handler's first execution: wait for the request's ctx
+//	                  to end and answer nothing (later executions answer normally)
+type App struct {
+	executions atomic.Int32
+	// Gate, when set, holds a stream=1 response after its first chunk
+	// until it is closed.
+	Gate chan struct{}
+}
+
+// Executions returns how many times the handler ran.
+func (a *App) Executions() int32 { return a.executions.Load() }
+
+// ServeHTTP implements http.Handler.
+func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := a.executions.Add(1)
+	body, _ := io.ReadAll(r.Body)
+	q := r.URL.Query()
+	if q.Get("giveup") == "1" && n == 1 {
+		<-r.Context().Done()
+		return
+	}
+	if d, err := time.ParseDuration(q.Get("sleep")); err == nil {
+		select {
+		case <-time.After(d):
+		case <-r.Context().Done():
+		}
+	}
+	if q.Get("panic") == "1" {
+		panic("the handler panicked on purpose")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/orders/%d", n))
+	w.Header().Set("Set-Cookie", fmt.Sprintf("session=%d", n))
+	w.Header().Set("X-Custom", fmt.Sprint("custom-", n))
+	status := http.StatusCreated
+	if s, err := strconv.Atoi(q.Get("status")); err == nil {
+		status = s
+	}
+	if q.Get("stream") == "1" {
+		w.WriteHeader(status)
+		rc := http.NewResponseController(w)
+		_, _ = fmt.Fprintf(w, "chunk 1 of order %d\n", n)
+		if err := rc.Flush(); err != nil {
+			panic(err)
+		}
+		if a.Gate != nil {
+			<-a.Gate
+		}
+		_, _ = fmt.Fprintf(w, "chunk 2 of order %d\n", n)
+		return
+	}
+	pad := ""
+	if b, err := strconv.Atoi(q.Get("bytes")); err == nil {
+		pad = strings.Repeat("x", b)
+	}
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"order": n, "request": string(body), "pad": pad})
+}
+
+type request struct {
+	method string
+	path   string
+	key    []string // header lines; nil: none
+	body   string
+	ctype  string
+	header map[string]string
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (s *server) do(t *testing.T, r request) response {
+	t.Helper()
+	if r.method == "" {
+		r.method = http.MethodPost
+	}
+	if r.path == "" {
+		r.path = "/orders"
+	}
+	req, err := http.NewRequestWithContext(t.Context(), r.method, s.url+r.path, strings.NewReader(r.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range r.key {
+		req.Header.Add("Idempotency-Key", k)
+	}
+	if r.ctype != "" {
+		req.Header.Set("Content-Type", r.ctype)
+	}
+	for k, v := range r.header {
+		req.Header.Set(k, v)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", r.method, r.path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// problem decodes and checks an RFC 9457 answer.
+func problem(t *testing.T, r response, status int, kind string) nethttp.Problem {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d (%s); want %d", r.status, r.body, status)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q; want application/problem+json", ct)
+	}
+	if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+		t.Fatalf("Cache-Control %q; want no-store", cc)
+	}
+	var p nethttp.Problem
+	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.body, err)
+	}
+	if p.Type != nethttp.DefaultProblemTypeBase+kind || p.Status != status || p.Title == "" {
+		t.Fatalf("problem %+v; want type %s, status %d", p, kind, status)
+	}
+	return p
+}
+
+func wantExecutions(t *testing.T, s *server, n int32) {
+	t.Helper()
+	if got := s.app.Executions(); got != n {
+		t.Fatalf("the handler ran %d times; want %d", got, n)
+	}
+}
+
+func waitExecutions(t *testing.T, s *server, n int32) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); s.app.Executions() < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the handler did not start %d times", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
