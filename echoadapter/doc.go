@@ -1,0 +1,72 @@
+// Package echoadapter makes echo handlers idempotent: the behaviour of
+// [nethttp] (every row of its table, the same options and defaults, the
+// same RFC 9457 problems), as echo middleware with an echo-style [Config].
+//
+//	guard, err := middleware.New(memstore.New(), memlock.New())
+//	...
+//	idem, err := echoadapter.Middleware(guard, echoadapter.Config{
+//		Options: []nethttp.Option{nethttp.WithKeyRequired(true)},
+//	})
+//	...
+//	e := echo.New()
+//	e.POST("/orders", createOrder, idem)
+//
+// It is built on [nethttp.Core]: key parsing, scope, fingerprint, capture,
+// replay and problem answers are nethttp's, not a copy. The middleware
+// calls [nethttp.Core.Serve] with the request's *echo.Response and a next
+// that runs the rest of the echo chain inside the guard, with a fresh
+// *echo.Response (c.SetResponse) over the core's capturing writer: whatever
+// the handlers write through c.Response() (c.JSON, c.String, c.NoContent,
+// c.Stream, Flush, Hijack) is what the record holds. Replays and problems
+// are written through the request's *echo.Response, so its Status, Size,
+// Committed and Before/After hooks are what the middleware before this one
+// sees.
+//
+// # Errors
+//
+// A handler that returns an error (an *echo.HTTPError or any other) has its
+// error rendered by the echo instance's HTTPErrorHandler inside the guard,
+// so the rendered response is what is delivered and, by the store policy
+// ([nethttp.WithStorePolicy]), recorded: by default a 4xx such as
+// echo.NewHTTPError(http.StatusPaymentRequired, ...) is recorded and
+// replayed, while a 5xx (a plain error renders as 500) is delivered and
+// forgotten, so a retry runs the handler again. The error is rendered once:
+// the middleware then returns nil, so it never reaches the error handler a
+// second time, and the middleware before this one sees the rendered status
+// in c.Response().Status, as it does on a replay, where no handler runs.
+// Requests the middleware passes through unguarded (skipped, method not
+// guarded, no key, fail-open) follow echo's own flow: their error is
+// returned as is.
+//
+// A panic in the guarded chain is caught by the core: logged, answered 500
+// internal-error (problem+json) and recorded only if the store policy's
+// Panic field says so. Keep echo's Recover middleware in front for
+// everything else.
+//
+// Streaming works: a flushed or hijacked response is delivered at once and
+// recorded as executed-not-replayable, so a retry gets 409
+// response-not-replayable and the handler never runs again. Put response
+// compression in front of this middleware, not after it, so the record
+// holds the identity body.
+//
+// # Scope and route
+//
+// The scope ([nethttp.WithScope]) is the namespace a key lives in: the
+// tenant or principal, so one client's key never replays another's
+// response; by default one namespace for the whole service. The route in
+// the fingerprint is the request's URL path, as in nethttp, not echo's
+// route pattern (c.Path()): a pattern such as "/orders/:id/pay" covers
+// requests that must never replay each other, so paying order 2 with the
+// key used for order 1 is a 422, not order 1's receipt. A key reused on
+// another route, method, query or body is a 422; it is never a replay and
+// never a second execution.
+//
+// The hooks receive the *http.Request; [ContextOf] gives them the
+// echo.Context, so a scope can come from what an authentication middleware
+// stored with c.Set:
+//
+//	nethttp.WithScope(func(r *http.Request) string {
+//		tenant, _ := echoadapter.ContextOf(r).Get("tenant").(string)
+//		return tenant
+//	})
+package echoadapter

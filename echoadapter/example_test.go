@@ -1,0 +1,64 @@
+package echoadapter_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/idemkit/idemkit/echoadapter"
+	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
+	"github.com/idemkit/idemkit/store/memstore"
+)
+
+// A retried POST with the same Idempotency-Key gets the first response
+// back, an *echo.HTTPError included; the handler runs once. Memory backends
+// serve one process; Redis or PostgreSQL share the guarantee between
+// processes.
+func Example() {
+	locker := memlock.New()
+	guard, err := middleware.New(memstore.New(memstore.WithLocker(locker)), locker)
+	if err != nil {
+		panic(err)
+	}
+	idem, err := echoadapter.Middleware(guard, echoadapter.Config{
+		Options: []nethttp.Option{nethttp.WithKeyRequired(true)},
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	orders := 0
+	e := echo.New()
+	e.POST("/orders", func(c echo.Context) error {
+		orders++
+		if strings.Contains(c.QueryString(), "declined") {
+			return echo.NewHTTPError(http.StatusPaymentRequired, "card declined")
+		}
+		return c.JSON(http.StatusCreated, map[string]int{"order": orders})
+	}, idem)
+
+	send := func(path, key string) {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(`{"item":"book"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		fmt.Printf("%d replayed=%q %s", w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+	}
+	send("/orders", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`)
+	send("/orders", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`)
+	send("/orders?declined", `"c0ffee00-0000-4000-8000-000000000001"`)
+	send("/orders?declined", `"c0ffee00-0000-4000-8000-000000000001"`)
+	fmt.Println("executions:", orders)
+	// Output:
+	// 201 replayed="" {"order":1}
+	// 201 replayed="true" {"order":1}
+	// 402 replayed="" {"message":"card declined"}
+	// 402 replayed="true" {"message":"card declined"}
+	// executions: 2
+}

@@ -1,0 +1,70 @@
+// Package ginadapter makes gin handlers idempotent: the behaviour of
+// [nethttp] (every row of its table, the same options and defaults, the
+// same RFC 9457 problems), as gin middleware.
+//
+//	guard, err := middleware.New(memstore.New(), memlock.New())
+//	...
+//	idem, err := ginadapter.New(guard, nethttp.WithKeyRequired(true))
+//	...
+//	r := gin.New()
+//	r.Use(gin.Recovery())
+//	r.POST("/orders", idem, createOrder)
+//
+// It is built on [nethttp.Core]: key parsing, scope, fingerprint, capture,
+// replay and problem answers are nethttp's, not a copy. The middleware
+// calls [nethttp.Core.Serve] with the request's gin writer (c.Writer) and a
+// next that runs the rest of the gin chain (c.Next) inside the guard, with
+// a gin.ResponseWriter over the core's capturing writer: whatever the
+// handlers write through c.Writer (c.JSON, c.String, c.Status, c.Stream,
+// c.Writer.Write, WriteHeaderNow, Flush, Hijack) is what the record holds.
+// Status, Size and Written behave as in gin's own writer. Replays and
+// problems are written through c.Writer, so gin's status, size and written
+// state, and what the middleware before this one sees, are what the client
+// got.
+//
+// # The gin chain
+//
+// A replay or a refusal (400, 409, 413, 422, 503) aborts the chain
+// (c.Abort): no handler after the middleware runs, and c.IsAborted
+// reports it to the middleware before. A handler after it that aborts with
+// a status (c.AbortWithStatus(403), c.AbortWithStatusJSON) has answered the
+// request like any other: the answer is recorded or forgotten by the store
+// policy ([nethttp.WithStorePolicy]; by default 2xx–4xx are recorded and
+// replayed, 5xx forgotten). A status set without a body (c.Status(204)),
+// and gin's 404 or 405 for an unmatched route when the middleware is
+// global (r.Use), are sent when the chain returns, so the client and the
+// record agree.
+//
+// Streaming works: c.Stream, c.SSEvent and c.Writer.Flush send each chunk
+// at once; a flushed (or hijacked) response is recorded as
+// executed-not-replayable, so a retry gets 409 response-not-replayable and
+// the handler never runs again.
+//
+// # Panics
+//
+// A panic in the guarded chain is caught by the core: logged, answered 500
+// internal-error (problem+json), recorded only if the store policy's Panic
+// field says so (not by default: the lock is released and a retry runs
+// again), and the chain is aborted. http.ErrAbortHandler goes on to gin.
+// Keep gin.Recovery (or your own) in front for everything else.
+//
+// # Scope and route
+//
+// The scope ([nethttp.WithScope]) is the namespace a key lives in: the
+// tenant or principal, so one client's key never replays another's
+// response; by default one namespace for the whole service. The route in
+// the fingerprint is the request's URL path, as in nethttp, not gin's route
+// pattern (c.FullPath()): a pattern such as "/orders/:id/pay" covers
+// requests that must never replay each other, so paying order 2 with the
+// key used for order 1 is a 422, not order 1's receipt. A key reused on
+// another route, method, query or body is a 422; it is never a replay and
+// never a second execution.
+//
+// The hooks receive the *http.Request; [ContextOf] gives them the
+// *gin.Context, so a scope can come from what an authentication middleware
+// stored with c.Set:
+//
+//	ginadapter.New(guard, nethttp.WithScope(func(r *http.Request) string {
+//		return ginadapter.ContextOf(r).GetString("tenant")
+//	}))
+package ginadapter

@@ -1,0 +1,77 @@
+package ginadapter
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
+)
+
+// New validates the options and returns gin middleware that makes the
+// handlers after it idempotent with guard. The options are nethttp's (see
+// [nethttp.Option]) with the same defaults: POST and PATCH guarded, the
+// key optional, a 1 MiB body limit, 2xx–4xx recorded and 5xx forgotten,
+// one scope for the whole service, the URL path as the route.
+//
+// An invalid option, or a nil guard, is an error here; nothing panics on
+// the request path.
+func New(guard *middleware.Guard, opts ...nethttp.Option) (gin.HandlerFunc, error) {
+	core, err := nethttp.NewCore(guard, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return func(c *gin.Context) { serve(core, c) }, nil
+}
+
+// serve runs one request through the core. The rest of the gin chain
+// (c.Next) is the core's next: it runs at most once per key, inside the
+// guard, with a gin.ResponseWriter over the core's capturing writer.
+func serve(core *nethttp.Core, c *gin.Context) {
+	outerW, outerR := c.Writer, c.Request
+	r := outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, c))
+	defer func() { c.Request = outerR }()
+	completed := false
+	core.Serve(outerW, r, func(w http.ResponseWriter, r *http.Request) {
+		c.Request = r
+		if nethttp.CaptureOf(w) == nethttp.CaptureOf(outerW) {
+			// Passed through unguarded (method, no key, fail-open):
+			// gin's own writer.
+			c.Next()
+			completed = true
+			return
+		}
+		gw := newResponseWriter(w, outerW)
+		c.Writer = gw
+		defer func() { c.Writer = outerW }()
+		c.Next()
+		gw.commit()
+		completed = true
+	})
+	if !completed {
+		// A replay or a problem answered the request, or the chain
+		// panicked (answered 500 by the core): nothing after us may run.
+		c.Abort()
+	}
+}
+
+// contextKey keys the *gin.Context in the request's context.
+type contextKey struct{}
+
+// ContextOf returns the *gin.Context of a request the middleware serves,
+// or nil for a request it did not see. It is meant for the nethttp hooks,
+// which receive the *http.Request: [nethttp.WithScope],
+// [nethttp.WithRoute] and [nethttp.WithFingerprint] can read what gin
+// holds (values an authentication middleware stored with c.Set, path
+// parameters). Like the gin.Context itself, it is valid only while the
+// request is being served.
+//
+//	nethttp.WithScope(func(r *http.Request) string {
+//		return ginadapter.ContextOf(r).GetString("tenant")
+//	})
+func ContextOf(r *http.Request) *gin.Context {
+	c, _ := r.Context().Value(contextKey{}).(*gin.Context)
+	return c
+}
