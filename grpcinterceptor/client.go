@@ -1,0 +1,204 @@
+package grpcinterceptor
+
+import (
+	"context"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/nethttp"
+)
+
+// Defaults of the client interceptor.
+const (
+	// DefaultMaxAttempts is the default number of attempts per call, the
+	// first included: 1, so the interceptor only attaches keys and leaves
+	// retrying to grpc-go's retry policy unless [WithMaxAttempts] says
+	// otherwise.
+	DefaultMaxAttempts = 1
+	// DefaultBaseDelay is the default first back-off delay between the
+	// interceptor's attempts.
+	DefaultBaseDelay = 100 * time.Millisecond
+	// DefaultMaxDelay is the default cap of one back-off delay.
+	DefaultMaxDelay = 5 * time.Second
+)
+
+// ClientOption configures the client interceptor.
+type ClientOption func(*clientConfig)
+
+type clientConfig struct {
+	key         string
+	selector    Selector
+	newKey      func() string
+	maxAttempts int
+	baseDelay   time.Duration
+	maxDelay    time.Duration
+	domain      string
+}
+
+// WithClientMetadataKey sets the metadata key the client interceptor
+// attaches the idempotency key under (case-insensitive). Default:
+// "idempotency-key".
+func WithClientMetadataKey(key string) ClientOption {
+	return func(c *clientConfig) { c.key = strings.ToLower(key) }
+}
+
+// WithClientSelector sets which methods get a key (and the interceptor's
+// retries); others are invoked unchanged. Default: DefaultSelector(nil),
+// every method except those declared IDEMPOTENT or NO_SIDE_EFFECTS.
+func WithClientSelector(s Selector) ClientOption { return func(c *clientConfig) { c.selector = s } }
+
+// WithKeyFunc sets how a fresh key is made for a call without one.
+// Default: a random (version 4) UUID from crypto/rand.
+func WithKeyFunc(newKey func() string) ClientOption {
+	return func(c *clientConfig) { c.newKey = newKey }
+}
+
+// WithMaxAttempts bounds the attempts the interceptor makes per call, the
+// first included, all with the same key. It retries Unavailable,
+// ResourceExhausted and Aborted with the in-progress reason
+// (IDEMPOTENCY_KEY_IN_PROGRESS), with capped exponential back-off and full
+// jitter, waiting at least a RetryInfo delay the server sends (one longer
+// than the maximum delay ends the retries) and never past the call's
+// context. Default: 1 (no retries by the interceptor; grpc-go's own retry
+// policy, if the service config has one, still resends the key).
+func WithMaxAttempts(n int) ClientOption { return func(c *clientConfig) { c.maxAttempts = n } }
+
+// WithBackoff sets the back-off between attempts: the n-th delay is
+// random(0, base·2^(n−1)], capped by max. Default: 100 ms and 5 s.
+func WithBackoff(base, max time.Duration) ClientOption {
+	return func(c *clientConfig) { c.baseDelay, c.maxDelay = base, max }
+}
+
+// WithClientErrorDomain sets the google.rpc.ErrorInfo domain whose
+// in-progress reason the interceptor retries. Default: "idemkit.dev".
+func WithClientErrorDomain(domain string) ClientOption {
+	return func(c *clientConfig) { c.domain = domain }
+}
+
+// ClientInterceptor is the client side of idempotency: it gives every call
+// to a selected method that lacks a key a fresh one, and keeps it for every
+// attempt of that call — its own retries and those of grpc-go's retry
+// policy alike (the key is in the outgoing metadata before the first
+// attempt, so every attempt carries it). Because every attempt carries the
+// same key, a retry can never run the call twice on a server guarded by
+// [ServerInterceptor].
+type ClientInterceptor struct {
+	cfg clientConfig
+}
+
+var _ grpc.UnaryClientInterceptor = (*ClientInterceptor)(nil).Intercept
+
+// NewClientInterceptor validates the options and returns the client
+// interceptor. A bad option is an InvalidArgument [lock.Error].
+func NewClientInterceptor(opts ...ClientOption) (*ClientInterceptor, error) {
+	cfg := clientConfig{
+		key: DefaultMetadataKey, newKey: nethttp.NewUUID, maxAttempts: DefaultMaxAttempts,
+		baseDelay: DefaultBaseDelay, maxDelay: DefaultMaxDelay, domain: DefaultErrorDomain,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	bad := func(detail string) (*ClientInterceptor, error) {
+		return nil, lock.NewError(lock.CodeInvalidArgument, "grpcinterceptor", detail, nil)
+	}
+	switch {
+	case !validMetadataKey(cfg.key):
+		return bad("the key metadata name must be 1 or more of [0-9a-z-_.], not binary (-bin) and not reserved (grpc-)")
+	case cfg.newKey == nil:
+		return bad("the key function must not be nil")
+	case cfg.maxAttempts < 1:
+		return bad("the maximum attempts must be at least 1")
+	case cfg.baseDelay <= 0 || cfg.maxDelay < cfg.baseDelay:
+		return bad("the back-off delays must be positive, the maximum at least the base")
+	}
+	if cfg.selector == nil {
+		cfg.selector = DefaultSelector(nil)
+	}
+	return &ClientInterceptor{cfg: cfg}, nil
+}
+
+// UnaryClientInterceptor returns the client interceptor, for
+// grpc.WithChainUnaryInterceptor. It panics if an option is invalid (at
+// construction, never on a call); use [NewClientInterceptor] to get the
+// error instead.
+func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	c, err := NewClientInterceptor(opts...)
+	if err != nil {
+		panic(err)
+	}
+	return c.Intercept
+}
+
+// Intercept is the grpc.UnaryClientInterceptor.
+func (c *ClientInterceptor) Intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if !c.cfg.selector(method) {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	if len(metadata.ValueFromOutgoingContext(ctx, c.cfg.key)) == 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.key, c.cfg.newKey())
+	}
+	for attempt := 1; ; attempt++ {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil || attempt >= c.cfg.maxAttempts || ctx.Err() != nil {
+			return err
+		}
+		wait, ok := c.retryable(err, attempt)
+		if !ok {
+			return err
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return status.FromContextError(ctx.Err()).Err()
+		case <-timer.C:
+		}
+	}
+}
+
+// retryable decides whether a failed attempt may be retried with the same
+// key, and after how long.
+func (c *ClientInterceptor) retryable(err error, attempt int) (time.Duration, bool) {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.ResourceExhausted:
+	case codes.Aborted:
+		if ei := ErrorInfoOf(err); ei == nil || ei.GetReason() != ReasonInProgress || ei.GetDomain() != c.cfg.domain {
+			return 0, false // an Aborted of the application's own
+		}
+	default:
+		return 0, false
+	}
+	wait := c.backoff(attempt)
+	if ri, ok := RetryDelayOf(err); ok {
+		if ri > c.cfg.maxDelay {
+			return 0, false
+		}
+		wait = max(wait, ri)
+	}
+	return wait, true
+}
+
+// backoff is the delay after the n-th attempt: full jitter over
+// base·2^(n−1), capped.
+func (c *ClientInterceptor) backoff(n int) time.Duration {
+	d := c.cfg.baseDelay
+	for i := 1; i < n && d < c.cfg.maxDelay; i++ {
+		d *= 2
+	}
+	d = min(d, c.cfg.maxDelay)
+	return time.Duration(rand.Int64N(int64(d)) + 1)
+}
+
+// Replayed reports whether header, the header metadata of a call (from
+// grpc.Header), marks its answer as a replay of a recorded one.
+func Replayed(header metadata.MD) bool {
+	v := header.Get(ReplayedMetadataKey)
+	return len(v) == 1 && v[0] == "true"
+}

@@ -1,0 +1,219 @@
+package grpcinterceptor_test
+
+import (
+	"context"
+	"regexp"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idemkit/grpcinterceptor"
+)
+
+var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+// retryServiceConfig makes grpc-go retry UnaryCall on Unavailable by
+// itself.
+const retryServiceConfig = `{"methodConfig": [{
+	"name": [{"service": "grpc.testing.TestService", "method": "UnaryCall"}],
+	"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.05s",
+		"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}
+}]}`
+
+// TestClientKeyAcrossRetries: the server fails each key's first attempt
+// with Unavailable; the retry (the interceptor's own, or grpc-go's retry
+// policy) carries the same key, so the server sees one key twice and the
+// call succeeds.
+func TestClientKeyAcrossRetries(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		dial []grpc.DialOption
+		opts []grpcinterceptor.ClientOption
+	}{
+		{"interceptor retries", nil, []grpcinterceptor.ClientOption{
+			grpcinterceptor.WithMaxAttempts(3), grpcinterceptor.WithBackoff(time.Millisecond, 10*time.Millisecond)}},
+		{"grpc retry policy", []grpc.DialOption{grpc.WithDefaultServiceConfig(retryServiceConfig)}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			svc := newService()
+			svc.failFirst = true
+			opts := append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(c.opts...))}, c.dial...)
+			client := dial(t, serve(t, newBackend().guard(t), svc), opts...)
+			for range 3 {
+				if a := unary(t.Context(), client, &testgrpc.SimpleRequest{}); a.err != nil || a.replayed() {
+					t.Fatalf("%v replayed=%v", a.err, a.replayed())
+				}
+			}
+			seen := svc.keysSeen()
+			if len(seen) != 3 {
+				t.Fatalf("keys seen: %v, want 3 (one per call)", seen)
+			}
+			for k, n := range seen {
+				if !uuidV4.MatchString(k) {
+					t.Errorf("key %q is not a UUIDv4", k)
+				}
+				if n != 2 {
+					t.Errorf("key %q seen %d times, want 2 (the forced failure and the retry)", k, n)
+				}
+			}
+			if n := svc.executions.Load(); n != 6 {
+				t.Fatalf("executions = %d, want 6", n)
+			}
+		})
+	}
+}
+
+func TestClientWithoutRetries(t *testing.T) {
+	svc := newService()
+	svc.failFirst = true
+	client := dial(t, serve(t, newBackend().guard(t), svc),
+		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor()))
+	if a := unary(t.Context(), client, &testgrpc.SimpleRequest{}); status.Code(a.err) != codes.Unavailable {
+		t.Fatalf("%v", a.err)
+	}
+}
+
+func TestClientKeepsCallersKey(t *testing.T) {
+	svc := newService()
+	client := dial(t, serve(t, newBackend().guard(t), svc),
+		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor()))
+	ctx := withKey(t.Context(), "mine")
+	_ = unary(ctx, client, &testgrpc.SimpleRequest{})
+	if a := unary(ctx, client, &testgrpc.SimpleRequest{}); a.err != nil || !a.replayed() {
+		t.Fatalf("%v replayed=%v", a.err, a.replayed())
+	}
+	if seen := svc.keysSeen(); len(seen) != 1 || seen["mine"] != 1 {
+		t.Fatalf("keys seen: %v", seen)
+	}
+}
+
+func TestClientSelector(t *testing.T) {
+	svc := newService()
+	client := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithKeyRequired(false)),
+		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(
+			grpcinterceptor.WithClientSelector(grpcinterceptor.SelectMethods(cacheableCall)))))
+	if _, err := client.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CacheableUnaryCall(t.Context(), &testgrpc.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	seen := svc.keysSeen()
+	if seen[""] != 1 || len(seen) != 2 {
+		t.Fatalf("keys seen: %v, want one call without a key and one with", seen)
+	}
+}
+
+// TestClientRetriesInProgress: a duplicate told "in progress" (Aborted with
+// RetryInfo) retries with the same key and gets the first call's answer,
+// replayed.
+func TestClientRetriesInProgress(t *testing.T) {
+	svc := newService()
+	svc.started, svc.release = make(chan struct{}, 1), make(chan struct{})
+	addr := serve(t, newBackend().guard(t), svc,
+		grpcinterceptor.WithWaitForResult(false), grpcinterceptor.WithRetryDelay(5*time.Millisecond))
+	plain := dial(t, addr)
+	refusals := make(chan struct{}, 1000)
+	countRefusals := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if status.Code(err) == codes.Aborted {
+			refusals <- struct{}{}
+		}
+		return err
+	}
+	retrying := dial(t, addr, grpc.WithChainUnaryInterceptor(
+		grpcinterceptor.UnaryClientInterceptor(grpcinterceptor.WithMaxAttempts(1000), grpcinterceptor.WithBackoff(time.Millisecond, 20*time.Millisecond)),
+		countRefusals))
+	ctx := withKey(t.Context(), "k")
+	first := make(chan answer, 1)
+	go func() { first <- unary(ctx, plain, &testgrpc.SimpleRequest{}) }()
+	waitFor(t, svc.started, "the first execution")
+	dup := make(chan answer, 1)
+	go func() { dup <- unary(ctx, retrying, &testgrpc.SimpleRequest{}) }()
+	waitFor(t, refusals, "an in-progress refusal")
+	close(svc.release)
+	if a := waitFor(t, first, "the first call"); a.err != nil {
+		t.Fatal(a.err)
+	}
+	a := waitFor(t, dup, "the duplicate")
+	if a.err != nil || !a.replayed() || a.resp.GetServerId() != "1" {
+		t.Fatalf("%v replayed=%v", a.err, a.replayed())
+	}
+	if n := svc.executions.Load(); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+}
+
+// TestClientStopsRetrying: an application's own Aborted is not retried, a
+// RetryInfo longer than the maximum delay ends the retries, and an ended
+// context stops them.
+func TestClientStopsRetrying(t *testing.T) {
+	calls := 0
+	fail := func(err error) grpc.UnaryInvoker {
+		return func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+			calls++
+			return err
+		}
+	}
+	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(5), grpcinterceptor.WithBackoff(time.Millisecond, time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	longRetry, _ := status.New(codes.Unavailable, "later").WithDetails(retryInfo(time.Hour))
+	ended, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, c := range []struct {
+		name  string
+		ctx   context.Context
+		err   error
+		calls int
+	}{
+		{"own Aborted", t.Context(), status.Error(codes.Aborted, "conflict"), 1},
+		{"NotFound", t.Context(), status.Error(codes.NotFound, "no"), 1},
+		{"long RetryInfo", t.Context(), longRetry.Err(), 1},
+		{"Unavailable", t.Context(), status.Error(codes.Unavailable, "down"), 5},
+		{"ResourceExhausted", t.Context(), status.Error(codes.ResourceExhausted, "slow down"), 5},
+		{"ended context", ended, status.Error(codes.Unavailable, "down"), 1},
+	} {
+		calls = 0
+		_ = ci.Intercept(c.ctx, unaryCall, nil, nil, nil, fail(c.err))
+		if calls != c.calls {
+			t.Errorf("%s: %d attempts, want %d", c.name, calls, c.calls)
+		}
+	}
+}
+
+func TestClientOptionsValidated(t *testing.T) {
+	for i, opts := range [][]grpcinterceptor.ClientOption{
+		{grpcinterceptor.WithClientMetadataKey("grpc-x")},
+		{grpcinterceptor.WithKeyFunc(nil)},
+		{grpcinterceptor.WithMaxAttempts(0)},
+		{grpcinterceptor.WithBackoff(0, time.Second)},
+		{grpcinterceptor.WithBackoff(time.Second, time.Millisecond)},
+	} {
+		if _, err := grpcinterceptor.NewClientInterceptor(opts...); err == nil {
+			t.Errorf("options %d accepted", i)
+		}
+	}
+}
+
+func TestClientKeyFunc(t *testing.T) {
+	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithKeyFunc(func() string { return "fixed" }),
+		grpcinterceptor.WithClientMetadataKey("X-Key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	_ = ci.Intercept(t.Context(), unaryCall, nil, nil, nil, func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+		got = metadata.ValueFromOutgoingContext(ctx, "x-key")
+		return nil
+	})
+	if len(got) != 1 || got[0] != "fixed" {
+		t.Fatalf("key %v", got)
+	}
+}

@@ -1,0 +1,71 @@
+// Package grpcinterceptor makes unary gRPC methods idempotent: a server
+// interceptor runs a call at most once per idempotency key across every
+// server that shares the guard's backends and replays its answer to
+// retries, and a client interceptor gives every call a key and keeps it
+// across retries.
+//
+//	guard, _ := middleware.New(memstore.New(), memlock.New())
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcinterceptor.UnaryServerInterceptor(guard)))
+//
+//	conn, _ := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+//		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(grpcinterceptor.WithMaxAttempts(4))))
+//
+// # Behaviour
+//
+// The key travels in the metadata entry "idempotency-key" ([WithMetadataKey]).
+// Statuses the interceptor answers itself carry a google.rpc.ErrorInfo with
+// the reason below and the domain "idemkit.dev" ([WithErrorDomain]); where
+// waiting helps, a google.rpc.RetryInfo (1 s by default, [WithRetryDelay]).
+//
+//	method not guarded (by default: declared IDEMPOTENT
+//	  or NO_SIDE_EFFECTS, or listed in WithExclude)       pass through
+//	no key (required by default)                          InvalidArgument IDEMPOTENCY_KEY_MISSING
+//	no key, WithKeyRequired(false)                        pass through
+//	key malformed (empty, > 255 chars, space, control
+//	  or non-ASCII chars, a comma, several values)        InvalidArgument IDEMPOTENCY_KEY_MALFORMED
+//	same key, same request, first still running past
+//	  the wait budget                                     Aborted IDEMPOTENCY_KEY_IN_PROGRESS + RetryInfo
+//	same key, another request                             FailedPrecondition IDEMPOTENCY_KEY_REUSED
+//	same key, same request, completed                     the recorded message or status (code, message,
+//	                                                      details), header and trailer metadata, with
+//	                                                      idempotent-replayed: true in the header
+//	completed but not replayable (the answer was larger
+//	  than WithMaxResponseBytes, 1 MiB by default)        FailedPrecondition IDEMPOTENCY_NOT_REPLAYABLE;
+//	                                                      never executed again
+//	backend unreachable                                   Unavailable IDEMPOTENCY_UNAVAILABLE + RetryInfo
+//	                                                      (fail closed; WithFailOpen passes through)
+//	recorded answer cannot be rebuilt (message type not
+//	  linked in, damaged record)                          Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo
+//	handler answered Unavailable, Internal, Unknown,
+//	  DeadlineExceeded, Canceled or ResourceExhausted     delivered, not recorded (see StorePolicy):
+//	                                                      the lock is released, a retry runs again
+//	handler panicked                                      Internal, not recorded
+//
+// # Keys, scope and fingerprint
+//
+// A key is one metadata value of 1 to 255 visible ASCII characters, taken
+// literally (case-sensitive). It lives in a namespace made of the full
+// method name ([WithMethodScope]) and the principal ([WithScope]), so one
+// client's key never replays another client's answer. The fingerprint
+// ([Fingerprint]) is the SHA-256 of the full method name and the request's
+// deterministic protobuf encoding: the same key with another request is
+// refused, never answered with the other request's response.
+//
+// # Capture and replay
+//
+// The handler sees a grpc.ServerTransportStream that passes grpc.SetHeader,
+// grpc.SendHeader and grpc.SetTrailer on at once and records their
+// metadata (except grpc-* entries; [WithReplayMetadata] narrows it). The
+// response message is recorded as its protobuf encoding and its full name,
+// and rebuilt on replay through protoregistry.GlobalTypes
+// ([WithMessageTypes]); an error as its google.rpc.Status.
+//
+// # The client
+//
+// [ClientInterceptor] attaches a fresh UUIDv4 key to each call of a
+// selected method that has none, before the call, so grpc-go's transparent
+// and policy retries resend it; with [WithMaxAttempts] it retries
+// Unavailable, ResourceExhausted and in-progress Aborted itself, with the
+// same key, capped exponential back-off with jitter, honouring RetryInfo
+// and the call's context.
+package grpcinterceptor

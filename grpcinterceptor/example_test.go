@@ -1,0 +1,118 @@
+package grpcinterceptor_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/idemkit/idemkit/grpcinterceptor"
+	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store/memstore"
+)
+
+// orders is a TestService whose UnaryCall counts its executions.
+type orders struct {
+	testgrpc.UnimplementedTestServiceServer
+	n atomic.Int64
+}
+
+func (o *orders) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	return &testgrpc.SimpleResponse{ServerId: fmt.Sprint("order ", o.n.Add(1))}, nil
+}
+
+// The server interceptor in front of a service, and the client interceptor
+// giving each call a key: the same call sent twice with one key runs once.
+func Example() {
+	guard, err := middleware.New(memstore.New(), memlock.New())
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+		grpcinterceptor.UnaryServerInterceptor(guard, grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"))))
+	svc := &orders{}
+	testgrpc.RegisterTestServiceServer(srv, svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(ln.Addr().String(),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(grpcinterceptor.WithMaxAttempts(4))))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := testgrpc.NewTestServiceClient(conn)
+
+	// Two attempts of one logical call carry the same key (the client
+	// interceptor keeps a key the caller set): the second is a replay.
+	ctx := metadata.AppendToOutgoingContext(context.Background(), grpcinterceptor.DefaultMetadataKey, "order-42")
+	for range 2 {
+		var header metadata.MD
+		resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 3}, grpc.Header(&header))
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(resp.GetServerId(), "replayed:", grpcinterceptor.Replayed(header))
+	}
+	// Without a key of its own, each call gets a fresh one.
+	if _, err := client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}); err != nil {
+		panic(err)
+	}
+	fmt.Println("executions:", svc.n.Load())
+	// Output:
+	// order 1 replayed: false
+	// order 1 replayed: true
+	// executions: 2
+}
+
+// Options of the server interceptor: a principal from the metadata, a
+// method left unguarded, and every outcome recorded.
+func ExampleNewServerInterceptor() {
+	guard, err := middleware.New(memstore.New(), memlock.New())
+	if err != nil {
+		panic(err)
+	}
+	tenant := func(ctx context.Context) string {
+		if v := metadata.ValueFromIncomingContext(ctx, "x-tenant"); len(v) == 1 {
+			return v[0]
+		}
+		return ""
+	}
+	si, err := grpcinterceptor.NewServerInterceptor(guard,
+		grpcinterceptor.WithScope(tenant),
+		grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"),
+		grpcinterceptor.WithStorePolicy(grpcinterceptor.RecordAllStorePolicy))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(si.Guarded("/grpc.testing.TestService/UnaryCall"), si.Guarded("/grpc.testing.TestService/EmptyCall"))
+	// Output: true false
+}
+
+// The client interceptor retrying on its own, with a grpc-go retry policy
+// as the alternative: either way every attempt carries the call's key.
+func ExampleUnaryClientInterceptor() {
+	conn, err := grpc.NewClient("127.0.0.1:9090",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(
+			grpcinterceptor.WithMaxAttempts(4),
+			grpcinterceptor.WithBackoff(100*time.Millisecond, 2*time.Second))))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	_, err = testgrpc.NewTestServiceClient(conn).UnaryCall(context.Background(), &testgrpc.SimpleRequest{})
+	fmt.Println(err)
+}

@@ -1,0 +1,48 @@
+package grpcinterceptor
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/idemkit/idemkit/fingerprint"
+	"google.golang.org/protobuf/proto"
+)
+
+// AlgProto names the fingerprints of [Fingerprint].
+const AlgProto = "grpc-v1"
+
+// fpBuffers pools the marshalling buffers of Fingerprint. Buffers that grew
+// past maxPooledBuffer are left to the garbage collector.
+var fpBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBuffer = 256 << 10
+
+// Fingerprint returns the fingerprint ("grpc-v1") of a call to fullMethod
+// with request req: the SHA-256 of the method's name (length-prefixed) and
+// the request's deterministic protobuf encoding
+// (proto.MarshalOptions{Deterministic: true}: map entries sorted). Equal
+// messages of one schema give equal fingerprints within a program; unknown
+// fields are kept, so a request carrying fields this server does not know
+// still matches its faithful retries. A req that is not a protobuf message
+// is an error.
+func Fingerprint(fullMethod string, req any) (fingerprint.Fingerprint, error) {
+	m, ok := req.(proto.Message)
+	if !ok {
+		return fingerprint.Fingerprint{}, fmt.Errorf("grpcinterceptor: cannot fingerprint a %T: not a protobuf message", req)
+	}
+	bp := fpBuffers.Get().(*[]byte)
+	b := binary.AppendUvarint((*bp)[:0], uint64(len(fullMethod)))
+	b = append(b, fullMethod...)
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend(b, m)
+	if err != nil {
+		return fingerprint.Fingerprint{}, fmt.Errorf("grpcinterceptor: cannot fingerprint the request: %w", err)
+	}
+	sum := sha256.Sum256(b)
+	if cap(b) <= maxPooledBuffer {
+		*bp = b
+		fpBuffers.Put(bp)
+	}
+	return fingerprint.New(AlgProto, sum), nil
+}

@@ -1,0 +1,172 @@
+package grpcinterceptor
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store/memstore"
+)
+
+func TestParseKey(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		values []string
+		want   string
+		err    error
+	}{
+		{"uuid", []string{"8e03978e-40d5-43e8-bc93-6894a57f9324"}, "8e03978e-40d5-43e8-bc93-6894a57f9324", nil},
+		{"quotes are literal", []string{`"abc"`}, `"abc"`, nil},
+		{"case kept", []string{"AbC"}, "AbC", nil},
+		{"255", []string{strings.Repeat("k", 255)}, strings.Repeat("k", 255), nil},
+		{"missing", nil, "", ErrKeyMissing},
+		{"empty", []string{""}, "", ErrKeyMalformed},
+		{"256", []string{strings.Repeat("k", 256)}, "", ErrKeyMalformed},
+		{"two values", []string{"a", "b"}, "", ErrKeyMalformed},
+		{"space", []string{"a b"}, "", ErrKeyMalformed},
+		{"tab", []string{"a\tb"}, "", ErrKeyMalformed},
+		{"control", []string{"a\x01"}, "", ErrKeyMalformed},
+		{"DEL", []string{"a\x7f"}, "", ErrKeyMalformed},
+		{"non-ASCII", []string{"clé"}, "", ErrKeyMalformed},
+		{"list", []string{"a,b"}, "", ErrKeyMalformed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ParseKey(c.values, DefaultMaxKeyLength)
+			if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, c.err)
+			}
+			if got != c.want {
+				t.Fatalf("key = %q, want %q", got, c.want)
+			}
+			var ke *KeyError
+			if err != nil && (!errors.As(err, &ke) || ke.Reason == "") {
+				t.Fatalf("not a *KeyError with a reason: %v", err)
+			}
+		})
+	}
+}
+
+func TestScopedKeyUnambiguous(t *testing.T) {
+	seen := map[string][3]string{}
+	for _, scope := range []string{"", "a", "a:1", "1:a"} {
+		for _, method := range []string{"", "/s/M", ":/s/M"} {
+			for _, key := range []string{"k", "1:k", ":k"} {
+				sk := scopedKey(scope, method, key)
+				if prev, ok := seen[sk]; ok {
+					t.Fatalf("%q spells both %v and %v", sk, prev, [3]string{scope, method, key})
+				}
+				seen[sk] = [3]string{scope, method, key}
+			}
+		}
+	}
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	st, _ := proto.Marshal(status.New(codes.NotFound, "gone").Proto())
+	msg, _ := proto.Marshal(&testgrpc.SimpleResponse{ServerId: "1"})
+	for _, s := range []stored{
+		{},
+		{status: true, payload: st},
+		{messageName: "grpc.testing.SimpleResponse", payload: msg},
+		{
+			header:      metadata.MD{"b": {"2", ""}, "a": {"1"}, "x-bin": {"\x00\xff"}},
+			trailer:     metadata.MD{"t": {"x"}},
+			messageName: "grpc.testing.SimpleResponse", payload: msg,
+		},
+	} {
+		if !s.status && s.messageName == "" {
+			s.messageName = "a.B"
+		}
+		b := encode(nil, s)
+		got, err := decode(b)
+		if err != nil {
+			t.Fatalf("decode(encode(%v)): %v", s, err)
+		}
+		if !bytes.Equal(encode(nil, got), b) {
+			t.Fatalf("round trip changed %v into %v", s, got)
+		}
+		if len(b) > prefixSize(s)+len(s.payload) {
+			t.Fatalf("prefixSize under-estimates: %d > %d", len(b), prefixSize(s)+len(s.payload))
+		}
+	}
+	for _, bad := range [][]byte{nil, {}, {'g'}, {'g', 1}, {'g', 2, 1, 0, 0}, {'g', 1, 3, 0, 0}, {'g', 1, 1, 0, 0}, {'g', 1, 1, 5}} {
+		if _, err := decode(bad); !errors.Is(err, errCorrupt) {
+			t.Errorf("decode(%q) = %v, want errCorrupt", bad, err)
+		}
+	}
+}
+
+// FuzzParseKey: ParseKey never panics, accepts only what it documents and
+// never returns a key it would refuse.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{"8e03978e-40d5-43e8-bc93-6894a57f9324", "", "a b", "a,b", "\x00", "é", strings.Repeat("x", 300)} {
+		f.Add(s, "")
+		f.Add(s, "second")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		values := []string{a}
+		if b != "" {
+			values = append(values, b)
+		}
+		key, err := ParseKey(values, DefaultMaxKeyLength)
+		if err != nil {
+			if !errors.Is(err, ErrKeyMalformed) {
+				t.Fatalf("error %v does not match ErrKeyMalformed", err)
+			}
+			if len(a) > 8 && strings.Contains(err.Error(), a) {
+				t.Fatal("the error repeats the key")
+			}
+			return
+		}
+		if len(values) != 1 || key != a || key == "" || len(key) > DefaultMaxKeyLength {
+			t.Fatalf("accepted %q", values)
+		}
+		for i := 0; i < len(key); i++ {
+			if c := key[i]; c <= ' ' || c >= 0x7f || c == ',' {
+				t.Fatalf("accepted %q with %q", key, c)
+			}
+		}
+	})
+}
+
+// FuzzDecode: the record decoder and the replay's rebuild never panic on
+// any bytes, and what decodes re-encodes to the same bytes.
+func FuzzDecode(f *testing.F) {
+	st, _ := proto.Marshal(status.New(codes.NotFound, "gone").Proto())
+	msg, _ := proto.Marshal(&testgrpc.SimpleResponse{ServerId: "1"})
+	f.Add(encode(nil, stored{status: true, payload: st, header: metadata.MD{"a": {"1"}}}))
+	f.Add(encode(nil, stored{messageName: "grpc.testing.SimpleResponse", payload: msg, trailer: metadata.MD{"t": {"x", "y"}}}))
+	f.Add(encode(nil, stored{messageName: "no.Such", payload: msg}))
+	f.Add([]byte{'g', 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
+	g, err := middleware.New(memstore.New(), memlock.New())
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := NewServerInterceptor(g, WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, err := s.rebuild(b)
+		if err == nil && (a.resp == nil) == (a.err == nil) {
+			t.Fatalf("rebuilt neither or both of a message and an error: %v %v", a.resp, a.err)
+		}
+		rec, err := decode(b)
+		if err != nil {
+			return
+		}
+		if again := encode(nil, rec); !bytes.Equal(again, b) {
+			t.Fatalf("decode then encode changed %q into %q", b, again)
+		}
+	})
+}

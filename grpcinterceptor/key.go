@@ -1,0 +1,91 @@
+package grpcinterceptor
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// Key errors. A [*KeyError] matches one of them with errors.Is.
+var (
+	// ErrKeyMissing: the call has no idempotency key where one is
+	// required.
+	ErrKeyMissing = errors.New("grpcinterceptor: idempotency key missing")
+	// ErrKeyMalformed: the key metadata is empty, too long, repeated, or
+	// has characters a key cannot have.
+	ErrKeyMalformed = errors.New("grpcinterceptor: idempotency key malformed")
+)
+
+// KeyError says what is wrong with the key metadata. Its message never
+// repeats the key.
+type KeyError struct {
+	Reason string
+	err    error
+}
+
+// Error describes the problem.
+func (e *KeyError) Error() string { return e.err.Error() + ": " + e.Reason }
+
+// Unwrap returns [ErrKeyMissing] or [ErrKeyMalformed].
+func (e *KeyError) Unwrap() error { return e.err }
+
+func malformed(format string, args ...any) error {
+	return &KeyError{Reason: fmt.Sprintf(format, args...), err: ErrKeyMalformed}
+}
+
+// ParseKey checks the values of the key metadata entry (all of them, as
+// metadata.MD holds them) and returns the key.
+//
+// A key is exactly one value of 1 to maxLen (maxLen <= 0: no limit)
+// visible ASCII characters (0x21 to 0x7e) other than ','. The key is taken
+// literally and is case-sensitive: unlike the HTTP header, gRPC metadata
+// has no quoted form, so quotes are part of the key.
+//
+// Refused with a [*KeyError] matching [ErrKeyMalformed]: an empty value, a
+// value that is too long, a space, a control or non-ASCII character, a
+// comma (a list, as a proxy that joins repeated values would make it), and
+// more than one value. No value at all is [ErrKeyMissing].
+func ParseKey(values []string, maxLen int) (string, error) {
+	switch len(values) {
+	case 0:
+		return "", &KeyError{Reason: "no idempotency key", err: ErrKeyMissing}
+	case 1:
+	default:
+		return "", malformed("the key appears %d times; send it once", len(values))
+	}
+	key := values[0]
+	if key == "" {
+		return "", malformed("the key is empty")
+	}
+	if maxLen > 0 && len(key) > maxLen {
+		return "", malformed("the key has %d characters; at most %d are allowed", len(key), maxLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= 0x20 || c >= 0x7f || c == ',' {
+			return "", malformed("character %s at position %d is not allowed in a key", describe(c), i)
+		}
+	}
+	return key, nil
+}
+
+func describe(c byte) string {
+	switch {
+	case c == ',':
+		return "',' (a list)"
+	case c == ' ':
+		return "' ' (a space)"
+	case c < 0x20 || c == 0x7f:
+		return fmt.Sprintf("0x%02x (a control character)", c)
+	case c >= 0x80:
+		return fmt.Sprintf("0x%02x (not ASCII)", c)
+	}
+	return strconv.QuoteRune(rune(c))
+}
+
+// scopedKey joins the principal, the method (empty when methods share a
+// namespace) and the key so that no triple can spell another, under a
+// prefix of its own so that gRPC keys never meet the HTTP adapters' keys in
+// a store the two share.
+func scopedKey(scope, method, key string) string {
+	return "grpc:" + strconv.Itoa(len(scope)) + ":" + scope + ":" + strconv.Itoa(len(method)) + ":" + method + ":" + key
+}

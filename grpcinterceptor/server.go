@@ -1,0 +1,316 @@
+package grpcinterceptor
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/middleware"
+)
+
+// ServerInterceptor makes unary gRPC methods idempotent: the first call
+// with a key runs the handler, at most once across every server that
+// shares the guard's backends, and every retry with the same key and
+// request gets the recorded answer back. See the package documentation for
+// the statuses it answers.
+type ServerInterceptor struct {
+	guard    *middleware.Guard
+	cfg      serverConfig
+	include  map[string]bool
+	exclude  map[string]bool
+	callOpts []middleware.CallOption
+	keyMeta  map[string]string // the ErrorInfo metadata of the key statuses
+}
+
+var _ grpc.UnaryServerInterceptor = (*ServerInterceptor)(nil).Intercept
+
+// NewServerInterceptor validates the options and returns the interceptor
+// for guard. A bad option is an InvalidArgument [lock.Error].
+func NewServerInterceptor(guard *middleware.Guard, opts ...ServerOption) (*ServerInterceptor, error) {
+	bad := func(detail string) (*ServerInterceptor, error) {
+		return nil, lock.NewError(lock.CodeInvalidArgument, "grpcinterceptor", detail, nil)
+	}
+	if guard == nil {
+		return bad("a guard is required")
+	}
+	cfg := serverDefaults()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case !validMetadataKey(cfg.key):
+		return bad("the key metadata name must be 1 or more of [0-9a-z-_.], not binary (-bin) and not reserved (grpc-)")
+	case cfg.maxKeyLen < 1:
+		return bad("the maximum key length must be positive")
+	case cfg.maxResponse < 1:
+		return bad("the response capture limit must be positive")
+	case cfg.retryDelay < 0:
+		return bad("the retry delay must not be negative")
+	case cfg.domain == "":
+		return bad("the error domain must not be empty")
+	case cfg.fingerprint == nil || cfg.types == nil:
+		return bad("the fingerprint function and the message types must not be nil")
+	}
+	if cfg.selector == nil {
+		cfg.selector = DefaultSelector(nil)
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.Default()
+	}
+	s := &ServerInterceptor{
+		guard: guard, cfg: cfg,
+		include: setOf(cfg.include), exclude: setOf(cfg.exclude),
+		keyMeta: map[string]string{errorInfoMetadataKey: cfg.key},
+	}
+	if !cfg.wait {
+		s.callOpts = []middleware.CallOption{middleware.WaitBudget(0)}
+	}
+	return s, nil
+}
+
+// UnaryServerInterceptor returns the interceptor for guard, for
+// grpc.ChainUnaryInterceptor or grpc.UnaryInterceptor. It panics if an
+// option is invalid (at construction, never on the request path); use
+// [NewServerInterceptor] to get the error instead.
+func UnaryServerInterceptor(guard *middleware.Guard, opts ...ServerOption) grpc.UnaryServerInterceptor {
+	s, err := NewServerInterceptor(guard, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return s.Intercept
+}
+
+func setOf(names []string) map[string]bool {
+	if len(names) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// Guarded reports whether calls to fullMethod go through the guard:
+// excluded methods never do, included ones always, the rest as the
+// selector says.
+func (s *ServerInterceptor) Guarded(fullMethod string) bool {
+	switch {
+	case s.exclude[fullMethod]:
+		return false
+	case s.include[fullMethod]:
+		return true
+	}
+	return s.cfg.selector(fullMethod)
+}
+
+// Intercept is the grpc.UnaryServerInterceptor.
+func (s *ServerInterceptor) Intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !s.Guarded(info.FullMethod) {
+		return handler(ctx, req)
+	}
+	values := metadata.ValueFromIncomingContext(ctx, s.cfg.key)
+	if len(values) == 0 {
+		if !s.cfg.required {
+			return handler(ctx, req)
+		}
+		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMissing,
+			"send the metadata "+s.cfg.key+" with a unique key, such as a UUID", 0, s.keyMeta)
+	}
+	key, err := ParseKey(values, s.cfg.maxKeyLen)
+	if err != nil {
+		var ke *KeyError
+		errors.As(err, &ke)
+		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMalformed,
+			"malformed idempotency key: "+ke.Reason, 0, s.keyMeta)
+	}
+	fp, err := s.cfg.fingerprint(info.FullMethod, req)
+	if err != nil {
+		s.cfg.logger.Error("grpcinterceptor: the request cannot be fingerprinted",
+			slog.String("method", info.FullMethod), slog.String("error", err.Error()))
+		return nil, status.Error(codes.Internal, "grpcinterceptor: the request cannot be fingerprinted")
+	}
+	scope, method := "", ""
+	if s.cfg.scope != nil {
+		scope = s.cfg.scope(ctx)
+	}
+	if s.cfg.methodScope {
+		method = info.FullMethod
+	}
+
+	var (
+		resp       any
+		handlerErr error
+	)
+	out, err := s.guard.Execute(ctx, scopedKey(scope, method, key), fp, func(ctx context.Context) (middleware.Result, error) {
+		var res middleware.Result
+		resp, res, handlerErr = s.run(ctx, req, info, handler)
+		return res, nil
+	}, s.callOpts...)
+	switch {
+	case err != nil:
+		return s.refuse(ctx, req, handler, err)
+	case out.Replayed:
+		return s.replay(ctx, out.Value)
+	}
+	return resp, handlerErr
+}
+
+// run calls the handler with a capturing stream and decides what the guard
+// records. A panic is answered Internal.
+func (s *ServerInterceptor) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, res middleware.Result, err error) {
+	cs := &captureStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), keep: s.cfg.keepMetadata}
+	hctx := ctx
+	if cs.ServerTransportStream != nil {
+		hctx = grpc.NewContextWithServerTransportStream(ctx, cs)
+	}
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		s.cfg.logger.Error("grpcinterceptor: the handler panicked", slog.String("method", info.FullMethod),
+			slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		st := status.New(codes.Internal, "grpcinterceptor: the handler panicked")
+		resp, err = nil, st.Err()
+		res = s.verdict(cs, nil, st, s.cfg.policy.Panic)
+	}()
+	resp, err = handler(hctx, req)
+	if err != nil {
+		// As the gRPC server does: a status error keeps its status, a
+		// context error becomes Canceled or DeadlineExceeded, anything
+		// else Unknown.
+		st, ok := status.FromError(err)
+		if !ok {
+			st = status.FromContextError(err)
+		}
+		return resp, s.verdict(cs, nil, st, s.cfg.policy.stores(st.Code())), err
+	}
+	return resp, s.verdict(cs, resp, nil, s.cfg.policy.stores(codes.OK)), nil
+}
+
+// verdict encodes the outcome for the record: the response message (st ==
+// nil) or the status, with the metadata the handler set.
+func (s *ServerInterceptor) verdict(cs *captureStream, resp any, st *status.Status, store bool) middleware.Result {
+	if !store {
+		return middleware.Result{Verdict: middleware.Forget}
+	}
+	rec := stored{status: st != nil}
+	rec.header, rec.trailer = cs.recorded()
+	var (
+		b   []byte
+		err error
+	)
+	if st != nil {
+		rec.payload, err = proto.Marshal(st.Proto())
+		b = encode(make([]byte, 0, prefixSize(rec)+len(rec.payload)), rec)
+	} else {
+		m, ok := resp.(proto.Message)
+		if !ok {
+			// Another codec's message: it ran, and cannot be replayed.
+			return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		}
+		rec.messageName = m.ProtoReflect().Descriptor().FullName()
+		b = appendPrefix(make([]byte, 0, prefixSize(rec)+64), rec)
+		b, err = proto.MarshalOptions{}.MarshalAppend(b, m)
+	}
+	if err != nil || len(b) > s.cfg.maxResponse {
+		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+	}
+	return middleware.Result{Value: b}
+}
+
+// replay rebuilds a recorded answer and restores its metadata, marked
+// replayed.
+func (s *ServerInterceptor) replay(ctx context.Context, value []byte) (any, error) {
+	a, err := s.rebuild(value)
+	if err != nil {
+		s.cfg.logger.Error("grpcinterceptor: a recorded answer cannot be rebuilt", slog.String("error", err.Error()))
+		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
+			"the call with this idempotency key ran, but its recorded answer cannot be rebuilt by this server", s.cfg.retryDelay, nil)
+	}
+	header := a.header
+	if header == nil {
+		header = make(metadata.MD, 1)
+	}
+	header[ReplayedMetadataKey] = []string{"true"}
+	// An error here means the transport went away: the answer below
+	// fails the same way.
+	_ = grpc.SetHeader(ctx, header)
+	if len(a.trailer) > 0 {
+		_ = grpc.SetTrailer(ctx, a.trailer)
+	}
+	return a.resp, a.err
+}
+
+// answer is a rebuilt record: the response message or the status error,
+// and the metadata to restore.
+type answer struct {
+	resp            any
+	err             error
+	header, trailer metadata.MD
+}
+
+// rebuild decodes a record into the answer it holds.
+func (s *ServerInterceptor) rebuild(value []byte) (answer, error) {
+	rec, err := decode(value)
+	if err != nil {
+		return answer{}, err
+	}
+	a := answer{header: rec.header, trailer: rec.trailer}
+	if rec.status {
+		sp := new(spb.Status)
+		if err := proto.Unmarshal(rec.payload, sp); err != nil {
+			return answer{}, err
+		}
+		if codes.Code(sp.GetCode()) == codes.OK {
+			return answer{}, errCorrupt
+		}
+		a.err = status.FromProto(sp).Err()
+		return a, nil
+	}
+	mt, err := s.cfg.types.FindMessageByName(rec.messageName)
+	if err != nil {
+		return answer{}, err
+	}
+	m := mt.New().Interface()
+	if err := proto.Unmarshal(rec.payload, m); err != nil {
+		return answer{}, err
+	}
+	a.resp = m
+	return a, nil
+}
+
+// refuse answers a call the guard did not run.
+func (s *ServerInterceptor) refuse(ctx context.Context, req any, handler grpc.UnaryHandler, err error) (any, error) {
+	switch {
+	case errors.Is(err, middleware.ErrMismatch):
+		return nil, s.refusal(codes.FailedPrecondition, ReasonKeyReused,
+			"this idempotency key was used with a different request; use a new key for a new request", 0, nil)
+	case errors.Is(err, middleware.ErrInProgress):
+		return nil, s.refusal(codes.Aborted, ReasonInProgress,
+			"the first call with this idempotency key has not finished; retry later with the same key and request", s.cfg.retryDelay, nil)
+	case errors.Is(err, middleware.ErrNotReplayable):
+		return nil, s.refusal(codes.FailedPrecondition, ReasonNotReplayable,
+			"the call with this idempotency key was executed, but its response was too large to keep; it will not be executed again", 0, nil)
+	case errors.Is(err, middleware.ErrUnavailable):
+		if s.cfg.failOpen {
+			return handler(ctx, req)
+		}
+		return nil, s.refusal(codes.Unavailable, ReasonUnavailable,
+			"the idempotency backend cannot be reached, so the call was not executed; retry later with the same key", s.cfg.retryDelay, nil)
+	case ctx.Err() != nil:
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	s.cfg.logger.Error("grpcinterceptor: unexpected guard error", slog.String("error", err.Error()))
+	return nil, s.refusal(codes.Unavailable, ReasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
+}

@@ -1,0 +1,97 @@
+package grpcinterceptor
+
+import (
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// Reasons: the google.rpc.ErrorInfo reason of each status the interceptor
+// answers itself, in the domain set by [WithErrorDomain] (default
+// [DefaultErrorDomain], "idemkit.dev"). They are stable: clients may match
+// on them. The ErrorInfo of the key statuses carries the metadata key the
+// server reads under "metadata_key".
+const (
+	// ReasonKeyMissing: InvalidArgument; the method is guarded, the key is
+	// required and the call has none.
+	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
+	// ReasonKeyMalformed: InvalidArgument; the key is empty, too long,
+	// sent more than once or has characters a key cannot have.
+	ReasonKeyMalformed = "IDEMPOTENCY_KEY_MALFORMED"
+	// ReasonKeyReused: FailedPrecondition; the key was used for a call
+	// with another request. Retrying cannot help: use a new key.
+	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonInProgress: Aborted with RetryInfo; the first call with the
+	// key is still running. Retry later with the same key and request.
+	ReasonInProgress = "IDEMPOTENCY_KEY_IN_PROGRESS"
+	// ReasonNotReplayable: FailedPrecondition; the call with this key ran,
+	// but its response was too large to keep. It will never run again
+	// under this key.
+	ReasonNotReplayable = "IDEMPOTENCY_NOT_REPLAYABLE"
+	// ReasonUnavailable: Unavailable with RetryInfo; the lock or record
+	// backend cannot be reached, so the call was not run. Retry later with
+	// the same key.
+	ReasonUnavailable = "IDEMPOTENCY_UNAVAILABLE"
+	// ReasonRecordUnreadable: Unavailable with RetryInfo; the call ran
+	// before, but its record cannot be rebuilt here (its message type is
+	// not linked into this server, or the record is damaged). It is not
+	// run again.
+	ReasonRecordUnreadable = "IDEMPOTENCY_RECORD_UNREADABLE"
+)
+
+// ErrorInfo metadata entry of the key statuses: the metadata key the
+// interceptor reads.
+const errorInfoMetadataKey = "metadata_key"
+
+// refusal builds a status with an ErrorInfo detail and, when retryAfter >
+// 0, a RetryInfo detail.
+func (s *ServerInterceptor) refusal(code codes.Code, reason, msg string, retryAfter time.Duration, meta map[string]string) error {
+	details := make([]protoadapt.MessageV1, 0, 2)
+	details = append(details, &errdetails.ErrorInfo{Reason: reason, Domain: s.cfg.domain, Metadata: meta})
+	if retryAfter > 0 {
+		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
+	}
+	st, err := status.New(code, msg).WithDetails(details...)
+	if err != nil {
+		// Only a detail that cannot be marshalled fails; these can.
+		return status.Error(code, msg)
+	}
+	return st.Err()
+}
+
+// ErrorInfoOf returns the google.rpc.ErrorInfo detail of err's status, or
+// nil when it has none.
+func ErrorInfoOf(err error) *errdetails.ErrorInfo {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei
+		}
+	}
+	return nil
+}
+
+// RetryDelayOf returns the delay of the google.rpc.RetryInfo detail of
+// err's status, and whether it has one.
+func RetryDelayOf(err error) (time.Duration, bool) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return 0, false
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			if err := ri.GetRetryDelay().CheckValid(); err != nil {
+				return 0, false
+			}
+			return max(ri.GetRetryDelay().AsDuration(), 0), true
+		}
+	}
+	return 0, false
+}
