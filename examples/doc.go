@@ -1,6 +1,13 @@
 // Package examples holds runnable programs that show idemkit at work, one
 // folder per program. It is a module of its own and is never tagged.
 //
+//   - quickstart: what `make demo` runs: a retry storm against the demo
+//     service on memory backends, executed exactly once.
+//   - nethttp, gin, echo: the same demo service (POST /orders, POST /notes,
+//     GET /stats) on net/http, gin and echo, on any backend (-store memory,
+//     redis, redis-cluster, postgres, firestore).
+//   - grpc: grpc.testing.TestService with UnaryCall guarded, on the same
+//     backends.
 //   - lockdemo: the lock layer on the in-memory backend: contention,
 //     growing fences, renewal of a slow job's lease, and fencing out a stale
 //     holder.

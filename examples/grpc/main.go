@@ -1,0 +1,170 @@
+// Command grpc serves grpc.testing.TestService with idemkit's gRPC
+// interceptor in front of it:
+//
+//	go run ./grpc -addr 127.0.0.1:9090              # memory backends
+//
+//	UnaryCall   guarded, idempotency-key metadata required. Each execution
+//	            counts and answers a SimpleResponse whose payload has
+//	            response_size bytes and whose server_id is the execution's
+//	            number; a non-zero response_status makes it answer that
+//	            status code and message instead (still counting the
+//	            execution); metadata x-sleep-ms delays the answer.
+//	EmptyCall   not guarded; header metadata x-executions holds the count.
+//
+// The health service (grpc.health.v1) and server reflection are
+// registered, so grpcurl and grpc-health-probe work:
+//
+//	grpcurl -plaintext -H 'idempotency-key: order-1' -d '{"response_size": 4}' \
+//	    127.0.0.1:9090 grpc.testing.TestService/UnaryCall
+//
+// The backend flags (-store memory|redis|redis-cluster|postgres and their
+// addresses) are the same as the other demos'. It logs with slog and shuts
+// down gracefully on SIGINT and SIGTERM.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idemkit/examples/internal/demo"
+	"github.com/idemkit/idemkit/grpcinterceptor"
+)
+
+// maxPayload bounds response_size.
+const maxPayload = 4 << 20
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(ctx, os.Args[1:], logger, nil); err != nil {
+		logger.Error("grpc demo", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+}
+
+// service is the demo's TestService: UnaryCall is the business call,
+// EmptyCall reports the count of its executions.
+type service struct {
+	testgrpc.UnimplementedTestServiceServer
+	executions atomic.Int64
+}
+
+// UnaryCall counts the execution, waits x-sleep-ms (until the call's ctx
+// ends), and answers the requested status or payload.
+func (s *service) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	n := s.executions.Add(1)
+	if v := metadata.ValueFromIncomingContext(ctx, "x-sleep-ms"); len(v) == 1 {
+		if ms, err := strconv.Atoi(v[0]); err == nil && ms > 0 {
+			t := time.NewTimer(min(time.Duration(ms)*time.Millisecond, time.Minute))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+		}
+	}
+	if rs := req.GetResponseStatus(); rs.GetCode() != 0 {
+		return nil, status.Error(codes.Code(rs.GetCode()), rs.GetMessage())
+	}
+	size := req.GetResponseSize()
+	if size < 0 || size > maxPayload {
+		return nil, status.Errorf(codes.InvalidArgument, "response_size must be 0 to %d", maxPayload)
+	}
+	return &testgrpc.SimpleResponse{
+		ServerId: strconv.FormatInt(n, 10),
+		Payload:  &testgrpc.Payload{Body: make([]byte, size)},
+	}, nil
+}
+
+// EmptyCall answers the execution count in the header metadata
+// x-executions.
+func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.Empty, error) {
+	if err := grpc.SetHeader(ctx, metadata.Pairs("x-executions", strconv.FormatInt(s.executions.Load(), 10))); err != nil {
+		return nil, err
+	}
+	return &testgrpc.Empty{}, nil
+}
+
+// run serves until ctx ends. If ready is not nil, it receives the address
+// the server listens on.
+func run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- string) error {
+	fs := flag.NewFlagSet("grpc", flag.ContinueOnError)
+	var f demo.Flags
+	f.Register(fs, "127.0.0.1:9090")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	guard, closeBackends, err := f.Guard(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer closeBackends()
+	interceptor, err := grpcinterceptor.NewServerInterceptor(guard,
+		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
+		grpcinterceptor.WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	svc := &service{}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.Intercept))
+	testgrpc.RegisterTestServiceServer(srv, svc)
+	healthSrv := health.NewServer()
+	healthpb.RegisterHealthServer(srv, healthSrv)
+	healthSrv.SetServingStatus(testgrpc.TestService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	reflection.Register(srv)
+
+	ln, err := net.Listen("tcp", f.Addr)
+	if err != nil {
+		return err
+	}
+	logger.Info("serving the gRPC demo", slog.String("addr", ln.Addr().String()), slog.String("store", f.Store))
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	healthSrv.Shutdown() // NOT_SERVING: load balancers stop sending new calls
+	stopped := make(chan struct{})
+	go func() {
+		srv.GracefulStop() // waits for the calls in flight
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		srv.Stop()
+		<-stopped
+		return fmt.Errorf("shutdown: calls still running after 10s were cut")
+	}
+	if err := <-errc; err != nil {
+		return err
+	}
+	logger.Info("stopped", slog.Int64("executions", svc.executions.Load()))
+	return nil
+}

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idemkit/grpcinterceptor"
+	"github.com/idemkit/idemkit/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestDemoServer starts the demo on a free port on every backend, drives
+// it with a real gRPC client and stops it gracefully.
+func TestDemoServer(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args func(t *testing.T) []string
+	}{
+		{"memory", func(*testing.T) []string { return nil }},
+		{"redis", func(t *testing.T) []string {
+			return []string{"-store", "redis", "-redis-addr", testenv.NewRedis(t).Addr}
+		}},
+		{"redis-cluster", func(t *testing.T) []string {
+			return []string{"-store", "redis-cluster", "-redis-addrs", strings.Join(testenv.RedisCluster(t).Addrs, ",")}
+		}},
+		{"postgres", func(t *testing.T) []string {
+			return []string{"-store", "postgres", "-postgres-url", testenv.NewPostgres(t).URL}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) { demoServer(t, c.args(t)) })
+	}
+}
+
+func demoServer(t *testing.T, args []string) {
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
+	go func() { done <- run(ctx, args, slog.New(slog.DiscardHandler), ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(
+			grpcinterceptor.WithMaxAttempts(20), grpcinterceptor.WithBackoff(10*time.Millisecond, 2*time.Second))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := testgrpc.NewTestServiceClient(conn)
+	call := func(key string, req *testgrpc.SimpleRequest, md ...string) (*testgrpc.SimpleResponse, metadata.MD, error) {
+		cctx := t.Context()
+		if key != "" {
+			cctx = metadata.AppendToOutgoingContext(cctx, grpcinterceptor.DefaultMetadataKey, key)
+		}
+		if len(md) > 0 {
+			cctx = metadata.AppendToOutgoingContext(cctx, md...)
+		}
+		var header metadata.MD
+		resp, err := client.UnaryCall(cctx, req, grpc.Header(&header))
+		return resp, header, err
+	}
+
+	// A call and its duplicate: one execution, the second replayed.
+	resp, h, err := call("a", &testgrpc.SimpleRequest{ResponseSize: 10})
+	if err != nil || len(resp.GetPayload().GetBody()) != 10 || resp.GetServerId() != "1" || grpcinterceptor.Replayed(h) {
+		t.Fatalf("UnaryCall: %v %v", resp, err)
+	}
+	if resp, h, err := call("a", &testgrpc.SimpleRequest{ResponseSize: 10}); err != nil || resp.GetServerId() != "1" || !grpcinterceptor.Replayed(h) {
+		t.Fatalf("the duplicate: %v %v %v", resp, h, err)
+	}
+	// The key is required: a call without one (sent without the client
+	// interceptor) is refused.
+	plain := testgrpc.NewTestServiceClient(mustConn(t, addr))
+	if _, err := plain.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); status.Code(err) != codes.InvalidArgument ||
+		grpcinterceptor.ErrorInfoOf(err).GetReason() != grpcinterceptor.ReasonKeyMissing {
+		t.Fatalf("without a key: %v", err)
+	}
+	// A business error is recorded and replayed; a transient one is not.
+	notFound := &testgrpc.SimpleRequest{ResponseStatus: &testgrpc.EchoStatus{Code: int32(codes.NotFound), Message: "no such order"}}
+	for i := range 2 {
+		_, h, err := call("b", notFound)
+		if st := status.Convert(err); st.Code() != codes.NotFound || st.Message() != "no such order" || grpcinterceptor.Replayed(h) != (i == 1) {
+			t.Fatalf("response_status NotFound, call %d: %v replayed=%v", i, err, grpcinterceptor.Replayed(h))
+		}
+	}
+	unavailable := &testgrpc.SimpleRequest{ResponseStatus: &testgrpc.EchoStatus{Code: int32(codes.Unavailable), Message: "try later"}}
+	plainKeyed := metadata.AppendToOutgoingContext(t.Context(), grpcinterceptor.DefaultMetadataKey, "c")
+	for range 2 {
+		if _, err := plain.UnaryCall(plainKeyed, unavailable); status.Code(err) != codes.Unavailable {
+			t.Fatalf("response_status Unavailable: %v", err)
+		}
+	}
+	// Duplicates racing a slow first call: one execution.
+	var wg sync.WaitGroup
+	ids := make(chan string, 8)
+	for range 8 {
+		wg.Go(func() {
+			resp, _, err := call("d", &testgrpc.SimpleRequest{ResponseSize: 1}, "x-sleep-ms", "200")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ids <- resp.GetServerId()
+		})
+	}
+	wg.Wait()
+	close(ids)
+	for id := range ids {
+		if id != "5" {
+			t.Fatalf("a duplicate got execution %s, want 5", id)
+		}
+	}
+	// EmptyCall is not guarded and reports the executions: a, b, c twice, d.
+	var header metadata.MD
+	if _, err := plain.EmptyCall(t.Context(), &testgrpc.Empty{}, grpc.Header(&header)); err != nil {
+		t.Fatal(err)
+	}
+	if got := header.Get("x-executions"); len(got) != 1 || got[0] != "5" {
+		t.Fatalf("x-executions = %v, want 5", got)
+	}
+	// Health and reflection.
+	hr, err := healthpb.NewHealthClient(mustConn(t, addr)).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "grpc.testing.TestService"})
+	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", hr, err)
+	}
+	if !reflected(t, addr, "grpc.testing.TestService") {
+		t.Fatal("reflection does not list grpc.testing.TestService")
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("graceful shutdown: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the server did not shut down")
+	}
+}
+
+func mustConn(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// reflected asks the server's reflection service whether it lists service.
+func reflected(t *testing.T, addr, service string) bool {
+	t.Helper()
+	stream, err := reflectionpb.NewServerReflectionClient(mustConn(t, addr)).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stream.CloseSend() }()
+	req := &reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}
+	if err := stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		if s.GetName() == service {
+			return true
+		}
+	}
+	return false
+}
