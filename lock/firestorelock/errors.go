@@ -1,0 +1,181 @@
+package firestorelock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idemkit/lock"
+)
+
+// MapError turns an error from the Firestore client into a [*lock.Error]
+// for op that unwraps to both its code's sentinel and err. It returns nil
+// for nil and a *lock.Error unchanged. When ctx has ended, the error is
+// Aborted (cancelled) or NetworkTimeout (deadline), whatever the client
+// made of the interruption, and unwraps to ctx's error as well. Otherwise
+// the code comes from the gRPC status code (status.Code), or from the
+// error's type, never from message text:
+//
+//	context.Canceled / DeadlineExceeded in err          Aborted / NetworkTimeout
+//	Unavailable                                         ServiceUnavailable
+//	Canceled (the client was closed)                    ServiceUnavailable
+//	Aborted (contention that outlasted the retries)     ServiceUnavailable
+//	Internal (the service's own failure; Google advises a retry)  ServiceUnavailable
+//	DeadlineExceeded                                    NetworkTimeout
+//	ResourceExhausted (quota, rate)                     RateLimited
+//	PermissionDenied, Unauthenticated                   AuthFailed
+//	InvalidArgument, OutOfRange                         InvalidArgument
+//	FailedPrecondition (an index missing or disabled,
+//	  a database in Datastore mode)                     InvalidArgument
+//	NotFound (the database does not exist)              InvalidArgument
+//	AlreadyExists, Unimplemented, DataLoss, Unknown     Internal
+//	net.Error with Timeout()                            NetworkTimeout
+//	other net errors, io.EOF, refused or reset connections  ServiceUnavailable
+//	anything else                                       Internal
+//
+// Aborted is what the client reports when contention on a transaction's
+// documents outlasted its retries ([firestore.DefaultTransactionMaxAttempts]
+// attempts). Contention is a result, not a failure, wherever the caller can
+// answer with one: the operations of [Locker] call MapError for every
+// failure except those. An acquire whose write-only commit or replacement
+// transaction meets contention (Aborted, AlreadyExists, or
+// FailedPrecondition on its own preconditions) answers "locked", which
+// [lock.Do] retries; a release or extend whose conditional write finds the
+// document changed reads it again; NotFound of a document read is absence.
+// Where MapError does see Aborted (a store's transaction, say), it gives
+// ServiceUnavailable: transient, so the callers' retry paths
+// ([lock.WithRetryTransient], the guard's record-write retries) try again.
+//
+// A gRPC status message can quote a document name, and document names hold
+// keys, so the cause kept in the returned error prints only its status
+// code; the original error, message included, stays reachable through
+// errors.As, errors.Is and status.FromError.
+func MapError(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var le *lock.Error
+	if errors.As(err, &le) {
+		return err
+	}
+	err = redact(err)
+	if cerr := ctx.Err(); cerr != nil {
+		if !errors.Is(err, cerr) {
+			err = fmt.Errorf("%w: %w", cerr, err)
+		}
+		return lock.ContextError(op, err)
+	}
+	code, detail := classify(err)
+	return lock.NewError(code, op, detail, err)
+}
+
+// classify returns the code and a detail for a native error (see
+// [MapError]).
+func classify(err error) (lock.Code, string) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return lock.CodeAborted, "context canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return lock.CodeNetworkTimeout, "context deadline exceeded"
+	}
+	if s, ok := status.FromError(err); ok {
+		return classifyStatus(s.Code())
+	}
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return lock.CodeNetworkTimeout, "timed out talking to Firestore"
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, net.ErrClosed):
+		return lock.CodeServiceUnavailable, "Firestore is unreachable"
+	}
+	return lock.CodeInternal, "unexpected error from the Firestore client"
+}
+
+// classifyStatus maps a gRPC status code (see [MapError]).
+func classifyStatus(c codes.Code) (lock.Code, string) {
+	switch c {
+	case codes.Unavailable:
+		return lock.CodeServiceUnavailable, "Firestore is unavailable"
+	case codes.Canceled:
+		return lock.CodeServiceUnavailable, "the call was cancelled (is the client closed?)"
+	case codes.Aborted:
+		return lock.CodeServiceUnavailable, "contention on the document outlasted the retries"
+	case codes.Internal:
+		return lock.CodeServiceUnavailable, "Firestore reported an internal error"
+	case codes.DeadlineExceeded:
+		return lock.CodeNetworkTimeout, "Firestore did not answer in time"
+	case codes.ResourceExhausted:
+		return lock.CodeRateLimited, "quota or rate limit exhausted"
+	case codes.PermissionDenied:
+		return lock.CodeAuthFailed, "permission denied"
+	case codes.Unauthenticated:
+		return lock.CodeAuthFailed, "the credentials were refused"
+	case codes.InvalidArgument, codes.OutOfRange:
+		return lock.CodeInvalidArgument, "Firestore refused the request as invalid"
+	case codes.FailedPrecondition:
+		return lock.CodeInvalidArgument, "the database is not ready for this request (a single-field index on " +
+			FieldLockID + " or " + FieldExpireAt + " missing or disabled? a database in Datastore mode?)"
+	case codes.NotFound:
+		return lock.CodeInvalidArgument, "not found (does the database exist?)"
+	}
+	return lock.CodeInternal, "unexpected status " + c.String() + " from Firestore"
+}
+
+// rpcError stands for a gRPC status error without its message, which can
+// quote a document name and so a key. It unwraps to the original error and
+// reports the original status.
+type rpcError struct {
+	err  error
+	code codes.Code
+}
+
+func (e *rpcError) Error() string              { return "rpc error: code = " + e.code.String() }
+func (e *rpcError) Unwrap() error              { return e.err }
+func (e *rpcError) GRPCStatus() *status.Status { s, _ := status.FromError(e.err); return s }
+
+// redact wraps a gRPC status error in an rpcError; other errors are
+// returned as they are.
+func redact(err error) error {
+	var r *rpcError
+	if errors.As(err, &r) {
+		return err
+	}
+	if s, ok := status.FromError(err); ok && s.Code() != codes.OK {
+		return &rpcError{err: err, code: s.Code()}
+	}
+	return err
+}
+
+// IsContention reports whether err, the error of a commit, is Firestore's
+// answer to contention: Aborted (a transaction whose retries ran out, or a
+// commit that lost to a concurrent one), AlreadyExists (a Create met a
+// document that another writer created first) or FailedPrecondition (an
+// update-time or existence precondition no longer held). Only a commit's
+// error means that: a query answers FailedPrecondition for a missing
+// index. The locker answers such an acquire "locked"; a store can treat
+// its commits the same way.
+func IsContention(err error) bool {
+	switch status.Code(err) {
+	case codes.Aborted, codes.AlreadyExists, codes.FailedPrecondition:
+		return true
+	}
+	return false
+}
+
+// changed reports whether a conditional write failed because its document
+// changed (or went away) since it was read.
+func changed(err error) bool {
+	switch status.Code(err) {
+	case codes.FailedPrecondition, codes.NotFound, codes.AlreadyExists:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,237 @@
+package firestorelock_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idemkit/internal/fakeclock"
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/firestorelock"
+)
+
+// intercept stands between the client and the emulator for one RPC (its
+// full method name and, for unary calls, its request): call sends it on;
+// what intercept returns is what the client sees. An intercept that does
+// not call call keeps the RPC from the server.
+type intercept func(method string, req any, call func() error) error
+
+// before is an intercept that returns f's error in place of the RPC, or
+// lets it through when f returns nil.
+func before(f func(method string, req any) error) intercept {
+	return func(method string, req any, call func() error) error {
+		if err := f(method, req); err != nil {
+			return err
+		}
+		return call()
+	}
+}
+
+// ownerCreds is the emulator's owner credential, which the Firestore
+// client also sends to an emulator.
+type ownerCreds struct{}
+
+func (ownerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer owner"}, nil
+}
+
+func (ownerCreds) RequireTransportSecurity() bool { return false }
+
+// faultyClient is a real client of the emulator whose connection passes
+// every RPC through inject first: fault injection by a wrapper, with the
+// real server behind it.
+func faultyClient(t testing.TB, project string, f intercept) *firestore.Client {
+	t.Helper()
+	conn, err := grpc.NewClient(testenv.Firestore(t).Host,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithPerRPCCredentials(ownerCreds{}),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return f(method, req, func() error { return invoker(ctx, method, req, reply, cc, opts...) })
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			var cs grpc.ClientStream
+			err := f(method, nil, func() (err error) {
+				cs, err = streamer(ctx, desc, cc, method, opts...)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			return cs, nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	c, err := firestore.NewClient(context.Background(), project, option.WithGRPCConn(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+const commitMethod = "/google.firestore.v1.Firestore/Commit"
+
+// TestReplaceContentionIsLocked makes every transactional commit fail with
+// Aborted, as when contention outlasts the client's retries: the acquire
+// over an expired lease reports "locked" (a result that lock.Do retries),
+// not an error, and writes nothing.
+func TestReplaceContentionIsLocked(t *testing.T) {
+	t.Parallel()
+	p := project(t)
+	clock := fakeclock.New()
+	l := fakeLocker(t, p, clock)
+	pr := newProbes(t, p, l)
+	var commits atomic.Int32
+	c := faultyClient(t, p, before(func(method string, req any) error {
+		if r, ok := req.(*pb.CommitRequest); ok && method == commitMethod && len(r.GetTransaction()) > 0 {
+			commits.Add(1)
+			return status.Error(codes.Aborted, "injected: too much contention on these documents")
+		}
+		return nil
+	}))
+	faulty, err := firestorelock.New(c, firestorelock.WithClock(clock.Now), firestorelock.WithSkewTolerance(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	first := acquireOK(t, l, "k", time.Second)
+	clock.Advance(2 * time.Second)
+
+	if _, ok, err := faulty.Acquire(ctx, "k", time.Minute); ok || err != nil {
+		t.Fatalf("Acquire under exhausted contention = %v, %v; want locked, no error", ok, err)
+	}
+	if n := commits.Load(); n != firestore.DefaultTransactionMaxAttempts {
+		t.Fatalf("%d transactional commits; want the client's %d attempts", n, firestore.DefaultTransactionMaxAttempts)
+	}
+	if f, err := pr.fence(ctx, "k"); err != nil || f != first.Fence {
+		t.Fatalf("fence counter %v, %v; want %v (nothing written)", f, err, first.Fence)
+	}
+	// A free key goes through the write-only commit, which is unaffected.
+	if lease := acquireOK(t, faulty, "other", time.Minute); lease.Fence != 1 {
+		t.Fatalf("fence %v", lease.Fence)
+	}
+	if lease := acquireOK(t, l, "k", time.Minute); lease.Fence != first.Fence+1 {
+		t.Fatalf("fence %v; want %v", lease.Fence, first.Fence+1)
+	}
+}
+
+// TestErrorsFromServer makes the server's answer a given gRPC status,
+// quoting the key, on every call (or on commits only) and checks that each
+// operation returns the mapped code without quoting the key.
+func TestErrorsFromServer(t *testing.T) {
+	t.Parallel()
+	const key = "secret-key/with/slashes"
+	for _, tc := range []struct {
+		name      string
+		code      codes.Code
+		commitsOn bool // inject on commits only (reads pass)
+		want      lock.Code
+	}{
+		{"permission-denied", codes.PermissionDenied, false, lock.CodeAuthFailed},
+		{"unauthenticated", codes.Unauthenticated, false, lock.CodeAuthFailed},
+		{"resource-exhausted", codes.ResourceExhausted, false, lock.CodeRateLimited},
+		{"failed-precondition", codes.FailedPrecondition, false, lock.CodeInvalidArgument},
+		{"not-found", codes.NotFound, false, lock.CodeInvalidArgument},
+		{"data-loss", codes.DataLoss, false, lock.CodeInternal},
+		{"commit-permission-denied", codes.PermissionDenied, true, lock.CodeAuthFailed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := project(t)
+			good := newLocker(t, p)
+			held := acquireOK(t, good, key, time.Hour)
+			var on atomic.Bool
+			c := faultyClient(t, p, before(func(method string, _ any) error {
+				if on.Load() && (!tc.commitsOn || method == commitMethod) {
+					return status.Errorf(tc.code, "injected: document idemkit_locks/k:%s", key)
+				}
+				return nil
+			}))
+			l, err := firestorelock.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			on.Store(true)
+			check := func(what string, err error) {
+				t.Helper()
+				if lock.CodeOf(err) != tc.want {
+					t.Fatalf("%s: %v; want %v", what, err, tc.want)
+				}
+				if s := err.Error(); strings.Contains(s, "secret-key") || strings.Contains(s, held.ID) {
+					t.Fatalf("%s: the message quotes a raw identifier: %v", what, err)
+				}
+			}
+			_, _, err = l.Acquire(ctx, "free/"+key, time.Minute)
+			check("acquire", err)
+			if tc.commitsOn {
+				_, err = l.Release(ctx, held.ID)
+				check("release", err)
+				_, err = l.ExtendKey(ctx, key, held.ID, time.Hour)
+				check("extend-key", err)
+				return
+			}
+			_, err = l.Release(ctx, held.ID)
+			check("release", err)
+			_, err = l.ReleaseKey(ctx, key, held.ID)
+			check("release-key", err)
+			_, err = l.Extend(ctx, held.ID, time.Hour)
+			check("extend", err)
+			_, err = l.ExtendKey(ctx, key, held.ID, time.Hour)
+			check("extend-key", err)
+			_, err = l.IsLocked(ctx, key)
+			check("is-locked", err)
+			_, _, err = l.LookupKey(ctx, key)
+			check("lookup-key", err)
+			_, _, err = l.LookupID(ctx, held.ID)
+			check("lookup-id", err)
+			_, err = l.Sweep(ctx)
+			check("sweep", err)
+		})
+	}
+}
+
+// TestAcquireCommitAnswerLost loses the answer to an acquire's commit
+// after the server applied it: the client retries the commit, which meets
+// the documents its first try wrote (AlreadyExists), and the acquire must
+// still return its lease rather than "locked" (which would strand the
+// lock until it expired).
+func TestAcquireCommitAnswerLost(t *testing.T) {
+	t.Parallel()
+	p := project(t)
+	var commits atomic.Int32
+	c := faultyClient(t, p, func(method string, req any, call func() error) error {
+		err := call()
+		if method == commitMethod && commits.Add(1) == 1 && err == nil {
+			return status.Error(codes.Unavailable, "injected: the answer was lost")
+		}
+		return err
+	})
+	l, err := firestorelock.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := acquireOK(t, l, "k", time.Minute)
+	if commits.Load() < 2 {
+		t.Fatal("the client did not retry the commit")
+	}
+	if lease.Fence != 1 {
+		t.Fatalf("fence %v; want 1", lease.Fence)
+	}
+	if out, err := l.Release(t.Context(), lease.ID); err != nil || !out.OK {
+		t.Fatalf("Release = %+v, %v; want the recovered lease to be this call's", out, err)
+	}
+}

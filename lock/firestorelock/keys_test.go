@@ -1,0 +1,104 @@
+package firestorelock_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/firestorelock"
+)
+
+// TestKeyKinds checks, for each kind of key Firestore cannot take as a
+// document id verbatim (SyncGuard's §3.5 hazards) and for long and
+// non-ASCII keys, that acquire, lookup by key and by id, extend (by id and
+// with the key) and release (by id and with the key) all find the lock,
+// that its document sits in the lock collection itself (never a
+// sub-collection), and that its fence counter outlives it.
+func TestKeyKinds(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ name, key string }{
+		{"slash", "POST:/v1/payments/abc"},
+		{"odd-slashes", "a/b"},
+		{"only-slash", "/"},
+		{"dot", "."},
+		{"dot-dot", ".."},
+		{"reserved", "__x__"},
+		{"reserved-long", "__idemkit_locks__"},
+		{"512-bytes", strings.Repeat("k", lock.MaxKeyBytes)},
+		{"512-bytes-with-slashes", strings.Repeat("a/", lock.MaxKeyBytes/2)},
+		{"non-ascii", "キー:café:🔒"},
+		{"decomposed", "cafe\u0301/ü"},
+		{"invalid-utf8", "\xff\xfe/x"},
+		{"nul-and-controls", "a\x00b\tc\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p := project(t)
+			l := newLocker(t, p)
+			pr := newProbes(t, p, l)
+			ctx := t.Context()
+			norm, err := lock.NormalizeKey(c.key)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			lease := acquireOK(t, l, c.key, time.Minute)
+			if lease.Key != norm || lease.Fence != 1 {
+				t.Fatalf("lease key %q fence %v; want the normalised key and fence 1", lease.Key, lease.Fence)
+			}
+			if _, ok, err := l.Acquire(ctx, c.key, time.Minute); ok || err != nil {
+				t.Fatalf("second Acquire = %v, %v; want locked", ok, err)
+			}
+			byKey, ok, err := lock.LookupKeyRaw(ctx, l, c.key)
+			if err != nil || !ok || byKey.Key != norm || byKey.ID != lease.ID {
+				t.Fatalf("LookupKey = %v, %v, %v", byKey, ok, err)
+			}
+			byID, ok, err := lock.LookupIDRaw(ctx, l, lease.ID)
+			if err != nil || !ok || byID.Key != norm || byID.Fence != 1 {
+				t.Fatalf("LookupID = %v, %v, %v", byID, ok, err)
+			}
+			snaps, err := pr.locks.Documents(ctx).GetAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snaps) != 1 || snaps[0].Ref.ID != firestorelock.DocID(norm) {
+				t.Fatalf("%d documents in the lock collection; want exactly the key's own", len(snaps))
+			}
+			if n := len(snaps[0].Ref.ID); n > firestorelock.MaxDocIDBytes {
+				t.Fatalf("document id of %d bytes", n)
+			}
+
+			out, err := l.Extend(ctx, lease.ID, 2*time.Minute)
+			if err != nil || !out.OK {
+				t.Fatalf("Extend = %+v, %v", out, err)
+			}
+			if out, err = l.ExtendKey(ctx, c.key, lease.ID, 3*time.Minute); err != nil || !out.OK {
+				t.Fatalf("ExtendKey = %+v, %v", out, err)
+			}
+			if info, ok, err := l.LookupKey(ctx, c.key); err != nil || !ok || !info.ExpiresAt.Equal(out.ExpiresAt) {
+				t.Fatalf("LookupKey after extend = %v, %v, %v; want expiry %v", info, ok, err, out.ExpiresAt)
+			}
+			if out, err := l.Release(ctx, lease.ID); err != nil || !out.OK {
+				t.Fatalf("Release = %+v, %v", out, err)
+			}
+			if locked, err := l.IsLocked(ctx, c.key); err != nil || locked {
+				t.Fatalf("IsLocked after release = %v, %v", locked, err)
+			}
+			if n := count(t, pr.locks); n != 0 {
+				t.Fatalf("%d lock documents after release; want 0", n)
+			}
+
+			again := acquireOK(t, l, c.key, time.Minute)
+			if again.Fence != 2 {
+				t.Fatalf("fence after release %v; want 2 (the counter outlives the lock)", again.Fence)
+			}
+			if out, err := l.ReleaseKey(ctx, c.key, again.ID); err != nil || !out.OK {
+				t.Fatalf("ReleaseKey = %+v, %v", out, err)
+			}
+			if f, err := pr.fence(ctx, c.key); err != nil || f != 2 {
+				t.Fatalf("fence counter %v, %v; want 2", f, err)
+			}
+		})
+	}
+}

@@ -1,0 +1,167 @@
+package firestorelock
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/idemkit/idemkit/lock"
+)
+
+// DefaultSweepInterval is how often a sweeper started with a non-positive
+// interval runs.
+const DefaultSweepInterval = time.Minute
+
+// Sweep deletes the lock documents whose lease expired more than
+// [lock.CleanupGrace] ago (their expireAt lies in the past), for
+// deployments without a TTL policy on [FieldExpireAt] (see the package
+// documentation). It works in batches of at most the sweep batch
+// ([WithSweepBatch]) documents: a query on expireAt (served by the
+// automatic single-field index) names a batch, and a read-write transaction
+// reads those documents again and deletes only the ones still expired by
+// the client clock after that read, so a lease acquired or extended in
+// between is never deleted. It stops when a batch comes up short, or when
+// a batch deleted nothing (every document it named had come alive again),
+// or when the transaction meets contention that outlasts the client's
+// retries (the documents are in use; the next sweep tries again).
+//
+// Fence counters are never touched (they live in another collection and
+// carry no expireAt), so fences keep growing across sweeps. Sweep returns
+// how many documents it deleted, also when it fails part way.
+func (l *Locker) Sweep(ctx context.Context) (int, error) {
+	const op = "sweep"
+	total := 0
+	for {
+		if err := lock.CheckContext(ctx, op); err != nil {
+			return total, err
+		}
+		q := l.locks.Where(FieldExpireAt, "<", l.now()).Select().Limit(l.cfg.sweepBatch)
+		snaps, err := q.Documents(ctx).GetAll()
+		if err != nil {
+			return total, MapError(ctx, op, err)
+		}
+		if len(snaps) == 0 {
+			return total, nil
+		}
+		refs := make([]*firestore.DocumentRef, len(snaps))
+		for i, s := range snaps {
+			refs[i] = s.Ref
+		}
+		if l.beforeSweepTx != nil {
+			l.beforeSweepTx()
+		}
+		n, err := l.sweepBatch(ctx, refs)
+		total += n
+		switch {
+		case err != nil && IsContention(err) && ctx.Err() == nil:
+			return total, nil
+		case err != nil:
+			return total, MapError(ctx, op, err)
+		case n == 0 || len(snaps) < l.cfg.sweepBatch:
+			return total, nil
+		}
+	}
+}
+
+// sweepBatch deletes, in one read-write transaction, those of refs whose
+// lease expired more than [lock.CleanupGrace] ago by the clock read after
+// the transaction's reads. Documents that are gone, alive again or not
+// this package's are left alone. It returns how many it deleted.
+func (l *Locker) sweepBatch(ctx context.Context, refs []*firestore.DocumentRef) (int, error) {
+	var n int
+	err := l.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
+		n = 0 // the function may run more than once
+		snaps, err := tx.GetAll(refs)
+		if err != nil {
+			return err
+		}
+		now := l.now()
+		var dead []*firestore.DocumentRef
+		for _, s := range snaps {
+			if !s.Exists() {
+				continue
+			}
+			d, err := decodeLock("sweep", s)
+			if err != nil || now.Sub(d.expires) <= lock.CleanupGrace {
+				continue
+			}
+			dead = append(dead, s.Ref)
+		}
+		for _, ref := range dead {
+			if err := tx.Delete(ref); err != nil {
+				return err
+			}
+		}
+		n = len(dead)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// StartSweeper runs [Locker.Sweep] every interval (a non-positive one means
+// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
+// is called; stop waits for a sweep in progress and may be called more than
+// once. Each sweep is bounded by the interval. Failures are logged on the
+// locker's logger (at warn level, without keys) and the sweeper carries on
+// (see [SweepEvery]). A TTL policy on [FieldExpireAt] makes it unnecessary.
+func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
+	return SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "firestorelock: sweeping expired locks failed")
+}
+
+// SweepEvery calls sweep every interval (a non-positive one means
+// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
+// is called; stop waits for a sweep in progress and may be called more than
+// once. Each call's ctx is bounded by the interval. When a call fails and
+// ctx has not ended, the failure is logged on logger (nil means
+// slog.Default()) at warn level with the message msg and the attributes
+// "deleted" (the documents the call deleted), "code" (the error's
+// [lock.Code]) and "error" (its text, which must not hold a key), and the
+// sweeper carries on. A nil sweep starts nothing.
+//
+// [Locker.StartSweeper] is built on it; it is exported for a store that
+// keeps its documents next to the locker's.
+func SweepEvery(ctx context.Context, interval time.Duration, sweep func(context.Context) (int, error), logger *slog.Logger, msg string) (stop func()) {
+	if sweep == nil {
+		return func() {}
+	}
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sctx, scancel := context.WithTimeout(ctx, interval)
+			n, err := sweep(sctx)
+			scancel()
+			if err != nil && ctx.Err() == nil {
+				logger.WarnContext(ctx, msg,
+					slog.Int("deleted", n), slog.String("code", lock.CodeOf(err).String()), slog.String("error", err.Error()))
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
+}
