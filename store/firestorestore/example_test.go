@@ -1,0 +1,65 @@
+package firestorestore_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store/firestorestore"
+)
+
+// A guard on Firestore: records in firestorestore, locks in firestorelock,
+// one client per process. Expired documents are collected by a sweeper
+// here; in production a TTL policy on expireAt does it instead (see the
+// package documentation). (It needs Firestore or its emulator, so it does
+// not run as a test.)
+func Example() {
+	ctx := context.Background()
+	client, err := firestore.NewClient(ctx, "my-project")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	records, err := firestorestore.New(client, firestorestore.WithCollection("idempotency_records"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	locker, err := firestorelock.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer records.StartSweeper(ctx, 10*time.Minute)()
+	defer locker.StartSweeper(ctx, time.Minute)()
+
+	guard, err := middleware.New(records, locker)
+	if err != nil {
+		log.Fatal(err)
+	}
+	total, replayed, err := middleware.Do(ctx, guard, "charge:order-42", map[string]int{"cents": 1999},
+		func(ctx context.Context) (int, error) {
+			return 1999, nil // charge the card once
+		})
+	fmt.Println(total, replayed, err)
+}
+
+// The largest response a record holds depends on its key and fingerprint:
+// Firestore counts them, with the fixed fields, towards its 1 MiB document
+// limit. A larger response is refused with store.ErrTooLarge, and the
+// guard records the execution as not replayable.
+func ExampleStore_MaxResponseBytes() {
+	client, err := firestore.NewClient(context.Background(), "my-project")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	records, err := firestorestore.New(client)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(records.MaxResponseBytes("idempotency:record:{k:order-42}", "http-v1:"+fmt.Sprintf("%064x", 0)))
+}

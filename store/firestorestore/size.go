@@ -1,0 +1,64 @@
+package firestorestore
+
+import (
+	"unicode/utf8"
+
+	"github.com/idemkit/idemkit/lock/firestorelock"
+)
+
+// Firestore's storage-size rules, as its documentation states them and
+// as the emulator enforces them (it accepts a document of exactly
+// MaxDocumentBytes by this count and refuses one byte more):
+//
+//	string (ids, field names, values)   UTF-8 bytes + 1
+//	bytes                               their length
+//	integer, timestamp                  8
+//	document name                       each collection id and document id in its path, + 16
+//	document                            its name + each field's name and value + 32
+const (
+	nameOverhead     = 16
+	documentOverhead = 32
+	scalarSize       = 8
+)
+
+// stringSize is the storage size of a string.
+func stringSize(s string) int { return len(s) + 1 }
+
+// textSize is the storage size of [firestorelock.Text] of s: a string when
+// s is valid UTF-8, else bytes.
+func textSize(s string) int {
+	if utf8.ValidString(s) {
+		return stringSize(s)
+	}
+	return len(s)
+}
+
+// documentSize is the storage size of the record document that holds a
+// response of n bytes under key with fingerprint fp, in collection.
+func documentSize(collection, key, fp string, n int) int {
+	size := stringSize(collection) + stringSize(firestorelock.DocID(key)) + nameOverhead
+	size += stringSize(FieldKey) + textSize(key)
+	size += stringSize(FieldFingerprint) + textSize(fp)
+	size += stringSize(FieldResponse) + n
+	for _, f := range [...]string{FieldState, FieldFence, FieldCreatedAt, FieldExpiresAt, FieldExpireAt} {
+		size += stringSize(f) + scalarSize
+	}
+	return size + documentOverhead
+}
+
+// maxResponse is the largest response Put accepts for key and fp: the
+// configured maximum, or less when the record document would otherwise
+// exceed the store's document limit. It is negative when not even an
+// empty response fits (a key and fingerprint of a megabyte).
+func (s *Store) maxResponse(key, fp string) int {
+	return min(s.cfg.maxResponse, s.cfg.docLimit-documentSize(s.cfg.collection, key, fp, 0))
+}
+
+// MaxResponseBytes returns the largest response [Store.Put] accepts under
+// key with fingerprint fp: the configured maximum ([WithMaxResponseBytes]),
+// or less when the record document would otherwise come within
+// [DocumentMargin] of Firestore's [MaxDocumentBytes], by Firestore's own
+// count (the record key, the fingerprint, the collection name and the
+// fixed fields take their share). With the defaults, a guard's record under
+// a short key holds a response of up to about 1,047,200 bytes.
+func (s *Store) MaxResponseBytes(key, fp string) int { return max(s.maxResponse(key, fp), 0) }

@@ -1,0 +1,118 @@
+package firestorestore_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/firestorestore"
+)
+
+// TestSweep checks that Sweep deletes, in batches, exactly the documents
+// whose expireAt has passed by the client clock: not live records, not
+// records expired less than lock.CleanupGrace ago, not records written
+// again since they expired.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, testenv.FirestoreProject(t))
+	clock := newFakeClock()
+	s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
+	ctx := t.Context()
+	put := func(k string, ttl time.Duration) {
+		t.Helper()
+		rec := store.Record{Key: k, State: store.StateCompleted, Response: []byte(k), Fence: 1}
+		if ok, err := s.Put(ctx, rec, ttl); err != nil || !ok {
+			t.Fatalf("Put: %v, %v", ok, err)
+		}
+	}
+	sweep := func(want int) {
+		t.Helper()
+		if n, err := s.Sweep(ctx); err != nil || n != want {
+			t.Fatalf("Sweep = %d, %v; want %d", n, err, want)
+		}
+	}
+	const expired = 5
+	for i := range expired {
+		put(fmt.Sprint("old/", i), time.Minute)
+	}
+	put("renewed", time.Minute)
+	put("live", time.Hour)
+
+	clock.advance(time.Minute)
+	if _, ok, err := s.Get(ctx, "old/0"); err != nil || ok {
+		t.Fatalf("an expired record is visible: %v, %v", ok, err)
+	}
+	sweep(0) // expired, but within the cleanup grace
+	put("renewed", time.Hour)
+
+	clock.advance(lock.CleanupGrace)
+	sweep(expired)
+	if n := count(t, c, firestorestore.DefaultCollection); n != 2 {
+		t.Fatalf("%d documents left; want the live and the renewed one", n)
+	}
+	for _, k := range []string{"live", "renewed"} {
+		if _, ok, err := s.Get(ctx, k); err != nil || !ok {
+			t.Fatalf("%s: %v, %v", k, ok, err)
+		}
+	}
+	sweep(0)
+}
+
+// TestSweeper checks that the background sweeper collects expired
+// records, logs its failures with their code and without keys, and stops.
+func TestSweeper(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, testenv.FirestoreProject(t))
+	clock := newFakeClock()
+	var logs syncBuffer
+	s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSkewTolerance(0),
+		firestorestore.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	ctx := t.Context()
+	if _, err := s.Put(ctx, store.Record{Key: "secret-key", State: store.StateCompleted}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(time.Millisecond + lock.CleanupGrace)
+	stop := s.StartSweeper(ctx, 50*time.Millisecond)
+	defer stop()
+	for deadline := time.Now().Add(30 * time.Second); count(t, c, firestorestore.DefaultCollection) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sweeper did not collect an expired record within 30s")
+		}
+	}
+	_ = c.Close()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "code=ServiceUnavailable"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sweeper logged no failure within 30s: %s", logs.String())
+		}
+	}
+	stop()
+	stop()
+	if l := logs.String(); strings.Contains(l, "secret-key") || !strings.Contains(l, "sweeping expired records failed") {
+		t.Fatalf("sweeper log: %s", l)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
