@@ -1,7 +1,6 @@
 package echoadapter_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,11 +15,9 @@ import (
 	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idemkit/echoadapter"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/nethttp/httpsuite"
-	"github.com/idemkit/idemkit/store/memstore"
 )
 
 // echoStack serves the suite's app for every path and method behind the
@@ -29,7 +26,7 @@ func echoStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app htt
 	e := newEcho()
 	e.Use(echomw.Recover(), newIdem(t, g, echoadapter.Config{Options: opts}))
 	e.Any("/*", echo.WrapHandler(app))
-	return serve(t, e)
+	return httpsuite.Serve(t, e)
 }
 
 // TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
@@ -38,10 +35,7 @@ func echoStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app htt
 func TestBehaviour(t *testing.T) {
 	t.Run("combined", func(t *testing.T) { httpsuite.Run(t, echoStack) })
 	t.Run("plain", func(t *testing.T) {
-		httpsuite.RunWith(t, echoStack, func(t *testing.T) httpsuite.Backends {
-			s := memstore.New()
-			return httpsuite.Backends{Store: s, Locker: memlock.New(), Break: func() { _ = s.Close() }}
-		})
+		httpsuite.RunWith(t, echoStack, httpsuite.Plain)
 	})
 }
 
@@ -50,16 +44,6 @@ func newEcho() *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.Logger.SetOutput(io.Discard)
 	return e
-}
-
-func newGuard(t *testing.T) *middleware.Guard {
-	t.Helper()
-	l := memlock.New()
-	g, err := middleware.New(memstore.New(memstore.WithLocker(l)), l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
 }
 
 func newIdem(t *testing.T, g *middleware.Guard, config echoadapter.Config) echo.MiddlewareFunc {
@@ -72,71 +56,32 @@ func newIdem(t *testing.T, g *middleware.Guard, config echoadapter.Config) echo.
 	return mw
 }
 
-func serve(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-type reply struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func (r reply) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
-
-func post(t *testing.T, url, key, body string, header ...string) reply {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{resp.StatusCode, resp.Header, string(b)}
-}
-
 func TestSkipper(t *testing.T) {
 	var runs atomic.Int32
 	e := newEcho()
-	e.Use(newIdem(t, newGuard(t), echoadapter.Config{
+	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{
 		Skipper: func(c echo.Context) bool { return strings.HasPrefix(c.Request().URL.Path, "/internal/") },
 		Options: []nethttp.Option{nethttp.WithKeyRequired(true)},
 	}))
 	h := func(c echo.Context) error { return c.String(http.StatusCreated, fmt.Sprint("order ", runs.Add(1))) }
 	e.POST("/orders", h)
 	e.POST("/internal/orders", h)
-	url := serve(t, e)
+	url := httpsuite.Serve(t, e)
 	for i := range 2 {
 		// Skipped: no key needed, nothing recorded, every request runs.
-		if got := post(t, url+"/internal/orders", "k", `{}`); got.status != http.StatusCreated || got.replayed() || got.body != fmt.Sprint("order ", i+1) {
-			t.Fatalf("skipped request %d: %d %q replayed=%v", i, got.status, got.body, got.replayed())
+		if got := httpsuite.Post(t, url+"/internal/orders", "k", `{}`); got.Status != http.StatusCreated || got.Replayed() || got.Body != fmt.Sprint("order ", i+1) {
+			t.Fatalf("skipped request %d: %d %q replayed=%v", i, got.Status, got.Body, got.Replayed())
 		}
 	}
-	if got := post(t, url+"/internal/orders", "", `{}`); got.status != http.StatusCreated {
-		t.Fatalf("skipped request without a key: %d", got.status)
+	if got := httpsuite.Post(t, url+"/internal/orders", "", `{}`); got.Status != http.StatusCreated {
+		t.Fatalf("skipped request without a key: %d", got.Status)
 	}
-	if got := post(t, url+"/orders", "", `{}`); got.status != http.StatusBadRequest {
-		t.Fatalf("guarded request without a key: %d; want 400", got.status)
+	if got := httpsuite.Post(t, url+"/orders", "", `{}`); got.Status != http.StatusBadRequest {
+		t.Fatalf("guarded request without a key: %d; want 400", got.Status)
 	}
-	first := post(t, url+"/orders", "k", `{}`)
-	if again := post(t, url+"/orders", "k", `{}`); !again.replayed() || again.body != first.body {
-		t.Fatalf("guarded retry: %d %q; want a replay of %q", again.status, again.body, first.body)
+	first := httpsuite.Post(t, url+"/orders", "k", `{}`)
+	if again := httpsuite.Post(t, url+"/orders", "k", `{}`); !again.Replayed() || again.Body != first.Body {
+		t.Fatalf("guarded retry: %d %q; want a replay of %q", again.Status, again.Body, first.Body)
 	}
 	if runs.Load() != 4 {
 		t.Fatalf("ran %d times; want 4", runs.Load())
@@ -177,23 +122,23 @@ func TestHandlerErrorsRenderedInsideTheCapture(t *testing.T) {
 					}
 					return err
 				}
-			}, newIdem(t, newGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithStorePolicy(c.policy)}}))
+			}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithStorePolicy(c.policy)}}))
 			e.POST("/orders", func(echo.Context) error { runs.Add(1); return c.err })
-			url := serve(t, e)
+			url := httpsuite.Serve(t, e)
 
-			first := post(t, url+"/orders", "k", `{}`)
-			again := post(t, url+"/orders", "k", `{}`)
-			for i, got := range []reply{first, again} {
-				if got.status != c.status || strings.TrimSpace(got.body) != c.body {
-					t.Fatalf("request %d: %d %q; want %d %s", i, got.status, got.body, c.status, c.body)
+			first := httpsuite.Post(t, url+"/orders", "k", `{}`)
+			again := httpsuite.Post(t, url+"/orders", "k", `{}`)
+			for i, got := range []httpsuite.Reply{first, again} {
+				if got.Status != c.status || strings.TrimSpace(got.Body) != c.body {
+					t.Fatalf("request %d: %d %q; want %d %s", i, got.Status, got.Body, c.status, c.body)
 				}
 			}
 			wantRuns, wantRendered := int32(2), int32(2)
 			if c.replayed {
 				wantRuns, wantRendered = 1, 1
 			}
-			if again.replayed() != c.replayed || runs.Load() != wantRuns {
-				t.Fatalf("retry replayed=%v after %d runs; want replayed=%v, %d runs", again.replayed(), runs.Load(), c.replayed, wantRuns)
+			if again.Replayed() != c.replayed || runs.Load() != wantRuns {
+				t.Fatalf("retry replayed=%v after %d runs; want replayed=%v, %d runs", again.Replayed(), runs.Load(), c.replayed, wantRuns)
 			}
 			if rendered.Load() != wantRendered || escaped.Load() != 0 {
 				t.Fatalf("the error handler ran %d times and %d errors left the middleware; want %d and 0", rendered.Load(), escaped.Load(), wantRendered)
@@ -209,17 +154,17 @@ func TestErrorRenderedOnce(t *testing.T) {
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		_ = c.JSON(http.StatusTeapot, map[string]string{"error": err.Error()})
 	}
-	e.Use(newIdem(t, newGuard(t), echoadapter.Config{}))
+	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
 	e.POST("/orders", func(echo.Context) error { return errors.New("no tea") })
-	url := serve(t, e)
-	first := post(t, url+"/orders", "k", `{}`)
-	again := post(t, url+"/orders", "k", `{}`)
-	if first.status != http.StatusTeapot || strings.TrimSpace(first.body) != `{"error":"no tea"}` || !again.replayed() || again.body != first.body {
-		t.Fatalf("first %d %q; retry %d %q replayed=%v", first.status, first.body, again.status, again.body, again.replayed())
+	url := httpsuite.Serve(t, e)
+	first := httpsuite.Post(t, url+"/orders", "k", `{}`)
+	again := httpsuite.Post(t, url+"/orders", "k", `{}`)
+	if first.Status != http.StatusTeapot || strings.TrimSpace(first.Body) != `{"error":"no tea"}` || !again.Replayed() || again.Body != first.Body {
+		t.Fatalf("first %d %q; retry %d %q replayed=%v", first.Status, first.Body, again.Status, again.Body, again.Replayed())
 	}
 	// Unguarded (no key), the error takes echo's own path.
-	if got := post(t, url+"/orders", "", `{}`); got.status != http.StatusTeapot || strings.TrimSpace(got.body) != `{"error":"no tea"}` {
-		t.Fatalf("no key: %d %q", got.status, got.body)
+	if got := httpsuite.Post(t, url+"/orders", "", `{}`); got.Status != http.StatusTeapot || strings.TrimSpace(got.Body) != `{"error":"no tea"}` {
+		t.Fatalf("no key: %d %q", got.Status, got.Body)
 	}
 }
 
@@ -242,13 +187,13 @@ func TestOuterMiddlewareSeesTheResponse(t *testing.T) {
 			obs <- seen{c.Response().Status, c.Response().Size, c.Response().Committed, err, before}
 			return err
 		}
-	}, newIdem(t, newGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithKeyRequired(true)}}))
+	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithKeyRequired(true)}}))
 	e.POST("/orders", func(c echo.Context) error {
 		return c.JSON(http.StatusCreated, map[string]int32{"order": runs.Add(1)})
 	}, func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error { after.Add(1); return next(c) }
 	})
-	url := serve(t, e)
+	url := httpsuite.Serve(t, e)
 	for _, c := range []struct {
 		name     string
 		key      string
@@ -261,13 +206,13 @@ func TestOuterMiddlewareSeesTheResponse(t *testing.T) {
 		{"mismatch", "k", `{"a":2}`, http.StatusUnprocessableEntity, false},
 		{"no key", "", `{}`, http.StatusBadRequest, false},
 	} {
-		got := post(t, url+"/orders", c.key, c.body)
+		got := httpsuite.Post(t, url+"/orders", c.key, c.body)
 		o := <-obs
-		if got.status != c.status || got.replayed() != c.replayed {
-			t.Fatalf("%s: %d replayed=%v; want %d replayed=%v", c.name, got.status, got.replayed(), c.status, c.replayed)
+		if got.Status != c.status || got.Replayed() != c.replayed {
+			t.Fatalf("%s: %d replayed=%v; want %d replayed=%v", c.name, got.Status, got.Replayed(), c.status, c.replayed)
 		}
-		if o.status != c.status || o.size != int64(len(got.body)) || !o.committed || o.err != nil || o.before != 1 {
-			t.Fatalf("%s: the middleware in front saw %+v; want status %d, size %d, committed, no error, its Before hook run once", c.name, o, c.status, len(got.body))
+		if o.status != c.status || o.size != int64(len(got.Body)) || !o.committed || o.err != nil || o.before != 1 {
+			t.Fatalf("%s: the middleware in front saw %+v; want status %d, size %d, committed, no error, its Before hook run once", c.name, o, c.status, len(got.Body))
 		}
 	}
 	if runs.Load() != 1 || after.Load() != 1 {
@@ -287,33 +232,15 @@ func TestRouteParams(t *testing.T) {
 			return err
 		}
 		return c.JSON(http.StatusOK, map[string]any{"paid": c.Param("id"), "amount": in.Amount, "route": c.Path()})
-	}, newIdem(t, newGuard(t), echoadapter.Config{}))
-	url := serve(t, e)
-	first := post(t, url+"/orders/1/pay", "k", `{"amount":5}`, "Content-Type", "application/json")
-	if first.status != http.StatusOK || !strings.Contains(first.body, `"paid":"1"`) || !strings.Contains(first.body, `"amount":5`) {
-		t.Fatalf("first: %d %s", first.status, first.body)
-	}
-	if got := post(t, url+"/orders/2/pay", "k", `{"amount":5}`, "Content-Type", "application/json"); got.status != http.StatusUnprocessableEntity {
-		t.Fatalf("/orders/2/pay with order 1's key: %d %s; want 422", got.status, got.body)
-	}
-	if got := post(t, url+"/orders/1/pay", "k", `{"amount":5}`, "Content-Type", "application/json"); !got.replayed() || got.body != first.body {
-		t.Fatalf("the same path: %d %s; want a replay", got.status, got.body)
-	}
-	if runs.Load() != 1 {
-		t.Fatalf("ran %d times", runs.Load())
-	}
+	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	httpsuite.CheckPathsUnderOnePattern(t, httpsuite.Serve(t, e), runs.Load)
 }
 
 func TestUnmatchedRoute(t *testing.T) {
 	e := newEcho()
-	e.Use(newIdem(t, newGuard(t), echoadapter.Config{}))
+	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
 	e.POST("/orders", func(c echo.Context) error { return c.NoContent(http.StatusCreated) })
-	url := serve(t, e)
-	first := post(t, url+"/nowhere", "n", `{}`)
-	again := post(t, url+"/nowhere", "n", `{}`)
-	if first.status != http.StatusNotFound || again.status != http.StatusNotFound || !again.replayed() || again.body != first.body {
-		t.Fatalf("unmatched route: %d %q, then %d %q replayed=%v", first.status, first.body, again.status, again.body, again.replayed())
-	}
+	httpsuite.CheckUnmatchedRouteRecorded(t, httpsuite.Serve(t, e))
 }
 
 func TestScopeFromEchoContext(t *testing.T) {
@@ -321,7 +248,7 @@ func TestScopeFromEchoContext(t *testing.T) {
 	e := newEcho()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error { c.Set("tenant", c.Request().Header.Get("X-Tenant")); return next(c) }
-	}, newIdem(t, newGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithScope(func(r *http.Request) string {
+	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithScope(func(r *http.Request) string {
 		tenant, _ := echoadapter.ContextOf(r).Get("tenant").(string)
 		return tenant
 	})}}))
@@ -331,15 +258,7 @@ func TestScopeFromEchoContext(t *testing.T) {
 		}
 		return c.JSON(http.StatusCreated, map[string]int32{"order": runs.Add(1)})
 	})
-	url := serve(t, e)
-	a := post(t, url+"/orders", "k", `{}`, "X-Tenant", "acme")
-	b := post(t, url+"/orders", "k", `{}`, "X-Tenant", "globex")
-	if b.replayed() || a.body == b.body {
-		t.Fatal("one tenant's key replayed another tenant's response")
-	}
-	if got := post(t, url+"/orders", "k", `{}`, "X-Tenant", "acme"); !got.replayed() || got.body != a.body {
-		t.Fatal("a tenant's retry did not replay")
-	}
+	httpsuite.CheckTenantScope(t, httpsuite.Serve(t, e))
 	if echoadapter.ContextOf(httptest.NewRequest(http.MethodGet, "/", nil)) != nil {
 		t.Fatal("ContextOf of a request the middleware never saw is not nil")
 	}
@@ -357,17 +276,13 @@ func TestStreamedIsNotReplayable(t *testing.T) {
 			c.Response().Flush()
 		}
 		return nil
-	}, newIdem(t, newGuard(t), echoadapter.Config{}))
-	url := serve(t, e)
-	first := post(t, url+"/stream", "s", `{}`)
-	if first.status != http.StatusOK || first.body != "data: 0\n\ndata: 1\n\ndata: 2\n\n" {
-		t.Fatalf("stream: %d %q", first.status, first.body)
+	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	url := httpsuite.Serve(t, e)
+	first := httpsuite.Post(t, url+"/stream", "s", `{}`)
+	if first.Status != http.StatusOK || first.Body != "data: 0\n\ndata: 1\n\ndata: 2\n\n" {
+		t.Fatalf("stream: %d %q", first.Status, first.Body)
 	}
-	again := post(t, url+"/stream", "s", `{}`)
-	var p nethttp.Problem
-	if again.status != http.StatusConflict || json.Unmarshal([]byte(again.body), &p) != nil || p.Type != nethttp.DefaultProblemTypeBase+nethttp.ProblemNotReplayable {
-		t.Fatalf("retry: %d %q; want 409 %s", again.status, again.body, nethttp.ProblemNotReplayable)
-	}
+	httpsuite.WantProblem(t, httpsuite.Post(t, url+"/stream", "s", `{}`), http.StatusConflict, nethttp.ProblemNotReplayable)
 	if runs.Load() != 1 {
 		t.Fatalf("ran %d times", runs.Load())
 	}
@@ -377,8 +292,8 @@ func TestConstruction(t *testing.T) {
 	if _, err := echoadapter.Middleware(nil, echoadapter.Config{}); err == nil {
 		t.Fatal("a nil guard was accepted")
 	}
-	g := newGuard(t)
-	for _, o := range []nethttp.Option{nethttp.WithHeader("bad header"), nethttp.WithMaxBodyBytes(0), nethttp.WithRetryAfter(-1)} {
+	g := httpsuite.NewGuard(t)
+	for _, o := range httpsuite.InvalidOptions() {
 		if mw, err := echoadapter.Middleware(g, echoadapter.Config{Options: []nethttp.Option{o}}); err == nil || mw != nil {
 			t.Fatal("an invalid option was accepted")
 		}

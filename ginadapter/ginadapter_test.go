@@ -1,14 +1,12 @@
 package ginadapter_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,11 +14,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemkit/idemkit/ginadapter"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/nethttp/httpsuite"
-	"github.com/idemkit/idemkit/store/memstore"
 )
 
 func TestMain(m *testing.M) {
@@ -36,7 +32,7 @@ func ginStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http
 	r := gin.New()
 	r.Use(gin.Recovery(), idem)
 	r.Any("/*path", gin.WrapH(app))
-	return serve(t, r)
+	return httpsuite.Serve(t, r)
 }
 
 // TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
@@ -45,21 +41,8 @@ func ginStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http
 func TestBehaviour(t *testing.T) {
 	t.Run("combined", func(t *testing.T) { httpsuite.Run(t, ginStack) })
 	t.Run("plain", func(t *testing.T) {
-		httpsuite.RunWith(t, ginStack, func(t *testing.T) httpsuite.Backends {
-			s := memstore.New()
-			return httpsuite.Backends{Store: s, Locker: memlock.New(), Break: func() { _ = s.Close() }}
-		})
+		httpsuite.RunWith(t, ginStack, httpsuite.Plain)
 	})
-}
-
-func newGuard(t *testing.T) *middleware.Guard {
-	t.Helper()
-	l := memlock.New()
-	g, err := middleware.New(memstore.New(memstore.WithLocker(l)), l)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g
 }
 
 func newIdem(t *testing.T, g *middleware.Guard, opts ...nethttp.Option) gin.HandlerFunc {
@@ -71,45 +54,6 @@ func newIdem(t *testing.T, g *middleware.Guard, opts ...nethttp.Option) gin.Hand
 	}
 	return h
 }
-
-func serve(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
-}
-
-type reply struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func post(t *testing.T, url, key, body string, header ...string) reply {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reply{resp.StatusCode, resp.Header, string(b)}
-}
-
-func (r reply) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
 
 // seen is what the middleware in front of the adapter observes once the
 // chain returns.
@@ -127,7 +71,7 @@ func TestAbortChain(t *testing.T) {
 	r.Use(func(c *gin.Context) {
 		c.Next()
 		obs <- seen{c.IsAborted(), c.Writer.Status(), c.Writer.Size(), c.Writer.Written()}
-	}, newIdem(t, newGuard(t), nethttp.WithKeyRequired(true)), func(c *gin.Context) { after.Add(1) })
+	}, newIdem(t, httpsuite.NewGuard(t), nethttp.WithKeyRequired(true)), func(c *gin.Context) { after.Add(1) })
 	r.POST("/orders", func(c *gin.Context) {
 		n := handler.Add(1)
 		c.JSON(http.StatusCreated, gin.H{"order": n})
@@ -136,37 +80,37 @@ func TestAbortChain(t *testing.T) {
 		handler.Add(1)
 		c.AbortWithStatusJSON(http.StatusForbidden, gin.H{"error": "not yours"})
 	}, func(c *gin.Context) { never.Add(1) })
-	url := serve(t, r)
+	url := httpsuite.Serve(t, r)
 
-	check := func(name string, got reply, status int, replayed, aborted bool) {
+	check := func(name string, got httpsuite.Reply, status int, replayed, aborted bool) {
 		t.Helper()
 		o := <-obs
-		if got.status != status || got.replayed() != replayed {
-			t.Fatalf("%s: %d replayed=%v %q; want %d replayed=%v", name, got.status, got.replayed(), got.body, status, replayed)
+		if got.Status != status || got.Replayed() != replayed {
+			t.Fatalf("%s: %d replayed=%v %q; want %d replayed=%v", name, got.Status, got.Replayed(), got.Body, status, replayed)
 		}
-		if o.aborted != aborted || o.status != status || o.size != len(got.body) || !o.written {
-			t.Fatalf("%s: the middleware in front saw %+v; want aborted=%v, status %d, size %d, written", name, o, aborted, status, len(got.body))
+		if o.aborted != aborted || o.status != status || o.size != len(got.Body) || !o.written {
+			t.Fatalf("%s: the middleware in front saw %+v; want aborted=%v, status %d, size %d, written", name, o, aborted, status, len(got.Body))
 		}
 	}
-	first := post(t, url+"/orders", "k", `{"a":1}`)
+	first := httpsuite.Post(t, url+"/orders", "k", `{"a":1}`)
 	check("first", first, http.StatusCreated, false, false)
-	again := post(t, url+"/orders", "k", `{"a":1}`)
+	again := httpsuite.Post(t, url+"/orders", "k", `{"a":1}`)
 	check("replay", again, http.StatusCreated, true, true)
-	if again.body != first.body {
-		t.Fatalf("replay body %q; want %q", again.body, first.body)
+	if again.Body != first.Body {
+		t.Fatalf("replay body %q; want %q", again.Body, first.Body)
 	}
-	check("mismatch", post(t, url+"/orders", "k", `{"a":2}`), http.StatusUnprocessableEntity, false, true)
-	check("no key", post(t, url+"/orders", "", `{"a":1}`), http.StatusBadRequest, false, true)
-	check("malformed key", post(t, url+"/orders", `"a", "b"`, `{}`), http.StatusBadRequest, false, true)
+	check("mismatch", httpsuite.Post(t, url+"/orders", "k", `{"a":2}`), http.StatusUnprocessableEntity, false, true)
+	check("no key", httpsuite.Post(t, url+"/orders", "", `{"a":1}`), http.StatusBadRequest, false, true)
+	check("malformed key", httpsuite.Post(t, url+"/orders", `"a", "b"`, `{}`), http.StatusBadRequest, false, true)
 	if n := after.Load(); n != 1 {
 		t.Fatalf("the handler after the adapter ran %d times; want 1 (refusals and replays abort the chain)", n)
 	}
 
 	// A handler that aborts with a status has answered: a 4xx is recorded
 	// and replayed, and the chain after it never runs.
-	f := post(t, url+"/forbidden", "f", `{}`)
+	f := httpsuite.Post(t, url+"/forbidden", "f", `{}`)
 	check("abort 403", f, http.StatusForbidden, false, true)
-	check("abort 403 replay", post(t, url+"/forbidden", "f", `{}`), http.StatusForbidden, true, true)
+	check("abort 403 replay", httpsuite.Post(t, url+"/forbidden", "f", `{}`), http.StatusForbidden, true, true)
 	if never.Load() != 0 || handler.Load() != 2 {
 		t.Fatalf("handlers: %d executions, %d after an abort; want 2 and 0", handler.Load(), never.Load())
 	}
@@ -175,13 +119,13 @@ func TestAbortChain(t *testing.T) {
 func TestStatusOnlyAndUnmatchedRoute(t *testing.T) {
 	var runs atomic.Int32
 	r := gin.New()
-	r.Use(newIdem(t, newGuard(t)))
+	r.Use(newIdem(t, httpsuite.NewGuard(t)))
 	r.POST("/accepted", func(c *gin.Context) { runs.Add(1); c.Status(http.StatusNoContent) })
-	url := serve(t, r)
+	url := httpsuite.Serve(t, r)
 	for i := range 2 {
-		got := post(t, url+"/accepted", "k", `{}`)
-		if got.status != http.StatusNoContent || got.replayed() != (i == 1) {
-			t.Fatalf("c.Status(204), request %d: %d replayed=%v", i, got.status, got.replayed())
+		got := httpsuite.Post(t, url+"/accepted", "k", `{}`)
+		if got.Status != http.StatusNoContent || got.Replayed() != (i == 1) {
+			t.Fatalf("c.Status(204), request %d: %d replayed=%v", i, got.Status, got.Replayed())
 		}
 	}
 	if runs.Load() != 1 {
@@ -189,17 +133,13 @@ func TestStatusOnlyAndUnmatchedRoute(t *testing.T) {
 	}
 	// gin's 404 for an unmatched route goes through the global middleware:
 	// it is recorded as a 404, never as a 200, and the replay is the same.
-	first := post(t, url+"/nowhere", "n", `{}`)
-	again := post(t, url+"/nowhere", "n", `{}`)
-	if first.status != http.StatusNotFound || again.status != http.StatusNotFound || !again.replayed() || again.body != first.body {
-		t.Fatalf("unmatched route: %d %q, then %d %q replayed=%v", first.status, first.body, again.status, again.body, again.replayed())
-	}
+	httpsuite.CheckUnmatchedRouteRecorded(t, url)
 }
 
 func TestRouteParams(t *testing.T) {
 	var runs atomic.Int32
 	r := gin.New()
-	r.POST("/orders/:id/pay", newIdem(t, newGuard(t)), func(c *gin.Context) {
+	r.POST("/orders/:id/pay", newIdem(t, httpsuite.NewGuard(t)), func(c *gin.Context) {
 		runs.Add(1)
 		var in struct{ Amount int }
 		if err := c.ShouldBindJSON(&in); err != nil {
@@ -208,27 +148,12 @@ func TestRouteParams(t *testing.T) {
 		}
 		c.JSON(http.StatusOK, gin.H{"paid": c.Param("id"), "amount": in.Amount, "route": c.FullPath()})
 	})
-	url := serve(t, r)
-	first := post(t, url+"/orders/1/pay", "k", `{"amount":5}`, "Content-Type", "application/json")
-	if first.status != http.StatusOK || !strings.Contains(first.body, `"paid":"1"`) || !strings.Contains(first.body, `"amount":5`) {
-		t.Fatalf("first: %d %s", first.status, first.body)
-	}
-	// Another path under the same pattern is another route: 422, never
-	// order 1's receipt.
-	if got := post(t, url+"/orders/2/pay", "k", `{"amount":5}`, "Content-Type", "application/json"); got.status != http.StatusUnprocessableEntity {
-		t.Fatalf("/orders/2/pay with order 1's key: %d %s; want 422", got.status, got.body)
-	}
-	if got := post(t, url+"/orders/1/pay", "k", `{"amount":5}`, "Content-Type", "application/json"); !got.replayed() || got.body != first.body {
-		t.Fatalf("the same path: %d %s; want a replay", got.status, got.body)
-	}
-	if runs.Load() != 1 {
-		t.Fatalf("ran %d times", runs.Load())
-	}
+	httpsuite.CheckPathsUnderOnePattern(t, httpsuite.Serve(t, r), runs.Load)
 }
 
 func TestScopeFromGinContext(t *testing.T) {
 	var runs atomic.Int32
-	idem := newIdem(t, newGuard(t), nethttp.WithScope(func(r *http.Request) string {
+	idem := newIdem(t, httpsuite.NewGuard(t), nethttp.WithScope(func(r *http.Request) string {
 		return ginadapter.ContextOf(r).GetString("tenant")
 	}))
 	r := gin.New()
@@ -239,15 +164,7 @@ func TestScopeFromGinContext(t *testing.T) {
 		}
 		c.JSON(http.StatusCreated, gin.H{"order": runs.Add(1)})
 	})
-	url := serve(t, r)
-	a := post(t, url+"/orders", "k", `{}`, "X-Tenant", "acme")
-	b := post(t, url+"/orders", "k", `{}`, "X-Tenant", "globex")
-	if b.replayed() || a.body == b.body {
-		t.Fatal("one tenant's key replayed another tenant's response")
-	}
-	if got := post(t, url+"/orders", "k", `{}`, "X-Tenant", "acme"); !got.replayed() || got.body != a.body {
-		t.Fatal("a tenant's retry did not replay")
-	}
+	httpsuite.CheckTenantScope(t, httpsuite.Serve(t, r))
 	if ginadapter.ContextOf(httptest.NewRequest(http.MethodGet, "/", nil)) != nil {
 		t.Fatal("ContextOf of a request the middleware never saw is not nil")
 	}
@@ -261,7 +178,7 @@ func TestWriterBehavesLikeGins(t *testing.T) {
 		}
 	}
 	r := gin.New()
-	r.POST("/w", newIdem(t, newGuard(t)), func(c *gin.Context) {
+	r.POST("/w", newIdem(t, httpsuite.NewGuard(t)), func(c *gin.Context) {
 		w := c.Writer
 		expect(w.Status() == http.StatusOK && w.Size() == -1 && !w.Written(), "fresh: status %d size %d written %v", w.Status(), w.Size(), w.Written())
 		w.WriteHeader(http.StatusAccepted)
@@ -280,21 +197,21 @@ func TestWriterBehavesLikeGins(t *testing.T) {
 		expect(err != nil, "Hijack after body bytes succeeded")
 		close(problems)
 	})
-	url := serve(t, r)
-	first := post(t, url+"/w", "k", `{}`)
+	url := httpsuite.Serve(t, r)
+	first := httpsuite.Post(t, url+"/w", "k", `{}`)
 	for p := range problems {
 		t.Error(p)
 	}
-	again := post(t, url+"/w", "k", `{}`)
-	if first.status != http.StatusAccepted || first.body != "hello world" || !again.replayed() || again.status != http.StatusAccepted || again.body != first.body || again.header.Get("Content-Type") != "text/plain" {
-		t.Fatalf("first %d %q; replay %d %q %v", first.status, first.body, again.status, again.body, again.header)
+	again := httpsuite.Post(t, url+"/w", "k", `{}`)
+	if first.Status != http.StatusAccepted || first.Body != "hello world" || !again.Replayed() || again.Status != http.StatusAccepted || again.Body != first.Body || again.Header.Get("Content-Type") != "text/plain" {
+		t.Fatalf("first %d %q; replay %d %q %v", first.Status, first.Body, again.Status, again.Body, again.Header)
 	}
 }
 
 func TestStreamedAndHijackedAreNotReplayable(t *testing.T) {
 	var runs atomic.Int32
 	r := gin.New()
-	g := r.Group("/", newIdem(t, newGuard(t)))
+	g := r.Group("/", newIdem(t, httpsuite.NewGuard(t)))
 	g.POST("/stream", func(c *gin.Context) {
 		runs.Add(1)
 		i := 0
@@ -320,17 +237,13 @@ func TestStreamedAndHijackedAreNotReplayable(t *testing.T) {
 		_, _ = rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 8\r\nConnection: close\r\n\r\nhijacked")
 		_ = rw.Flush()
 	})
-	url := serve(t, r)
+	url := httpsuite.Serve(t, r)
 	for path, want := range map[string]string{"/stream": "chunk 1\nchunk 2\nchunk 3\n", "/sse": "event:order\ndata:1\n\n", "/hijack": "hijacked"} {
-		first := post(t, url+path, path, `{}`)
-		if first.status != http.StatusOK || first.body != want {
-			t.Fatalf("%s: %d %q; want 200 %q", path, first.status, first.body, want)
+		first := httpsuite.Post(t, url+path, path, `{}`)
+		if first.Status != http.StatusOK || first.Body != want {
+			t.Fatalf("%s: %d %q; want 200 %q", path, first.Status, first.Body, want)
 		}
-		again := post(t, url+path, path, `{}`)
-		var p nethttp.Problem
-		if again.status != http.StatusConflict || json.Unmarshal([]byte(again.body), &p) != nil || p.Type != nethttp.DefaultProblemTypeBase+nethttp.ProblemNotReplayable {
-			t.Fatalf("%s retry: %d %q; want 409 %s", path, again.status, again.body, nethttp.ProblemNotReplayable)
-		}
+		httpsuite.WantProblem(t, httpsuite.Post(t, url+path, path, `{}`), http.StatusConflict, nethttp.ProblemNotReplayable)
 	}
 	if runs.Load() != 3 {
 		t.Fatalf("ran %d times; want 3", runs.Load())
@@ -341,12 +254,12 @@ func TestPanicAbortsChain(t *testing.T) {
 	var after atomic.Int32
 	r := gin.New()
 	r.Use(gin.Recovery())
-	r.POST("/p", newIdem(t, newGuard(t)), func(c *gin.Context) { panic("on purpose") }, func(c *gin.Context) { after.Add(1) })
-	url := serve(t, r)
+	r.POST("/p", newIdem(t, httpsuite.NewGuard(t)), func(c *gin.Context) { panic("on purpose") }, func(c *gin.Context) { after.Add(1) })
+	url := httpsuite.Serve(t, r)
 	for range 2 {
-		got := post(t, url+"/p", "k", `{}`)
-		if got.status != http.StatusInternalServerError || got.header.Get("Content-Type") != "application/problem+json" || got.replayed() {
-			t.Fatalf("panic: %d %q %v; want a 500 problem, not stored", got.status, got.body, got.header)
+		got := httpsuite.Post(t, url+"/p", "k", `{}`)
+		if got.Status != http.StatusInternalServerError || got.Header.Get("Content-Type") != "application/problem+json" || got.Replayed() {
+			t.Fatalf("panic: %d %q %v; want a 500 problem, not stored", got.Status, got.Body, got.Header)
 		}
 	}
 	if after.Load() != 0 {
@@ -357,12 +270,12 @@ func TestPanicAbortsChain(t *testing.T) {
 func TestPassThroughKeepsGinsWriter(t *testing.T) {
 	var runs atomic.Int32
 	r := gin.New()
-	r.Use(newIdem(t, newGuard(t)))
+	r.Use(newIdem(t, httpsuite.NewGuard(t)))
 	r.POST("/orders", func(c *gin.Context) { c.String(http.StatusCreated, "order %d", runs.Add(1)) })
-	url := serve(t, r)
+	url := httpsuite.Serve(t, r)
 	for i := range 2 {
-		if got := post(t, url+"/orders", "", `{}`); got.status != http.StatusCreated || got.body != fmt.Sprintf("order %d", i+1) {
-			t.Fatalf("no key: %d %q", got.status, got.body)
+		if got := httpsuite.Post(t, url+"/orders", "", `{}`); got.Status != http.StatusCreated || got.Body != fmt.Sprintf("order %d", i+1) {
+			t.Fatalf("no key: %d %q", got.Status, got.Body)
 		}
 	}
 }
@@ -371,8 +284,8 @@ func TestConstruction(t *testing.T) {
 	if _, err := ginadapter.New(nil); err == nil {
 		t.Fatal("a nil guard was accepted")
 	}
-	g := newGuard(t)
-	for _, o := range []nethttp.Option{nethttp.WithHeader("bad header"), nethttp.WithMaxBodyBytes(0), nethttp.WithRetryAfter(-1)} {
+	g := httpsuite.NewGuard(t)
+	for _, o := range httpsuite.InvalidOptions() {
 		if h, err := ginadapter.New(g, o); err == nil || h != nil {
 			t.Fatal("an invalid option was accepted")
 		}
@@ -383,15 +296,15 @@ func TestConstruction(t *testing.T) {
 // http.ResponseController (Unwrap).
 func TestResponseControllerReachesConnection(t *testing.T) {
 	r := gin.New()
-	r.POST("/rc", newIdem(t, newGuard(t)), func(c *gin.Context) {
+	r.POST("/rc", newIdem(t, httpsuite.NewGuard(t)), func(c *gin.Context) {
 		rc := http.NewResponseController(c.Writer)
 		if err := rc.SetWriteDeadline(time.Now().Add(time.Minute)); err != nil {
 			t.Errorf("SetWriteDeadline through the adapter: %v", err)
 		}
 		c.String(http.StatusOK, "ok")
 	})
-	url := serve(t, r)
-	if got := post(t, url+"/rc", "k", `{}`); got.status != http.StatusOK {
-		t.Fatal(got.status)
+	url := httpsuite.Serve(t, r)
+	if got := httpsuite.Post(t, url+"/rc", "k", `{}`); got.Status != http.StatusOK {
+		t.Fatal(got.Status)
 	}
 }

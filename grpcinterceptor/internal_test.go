@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
@@ -53,6 +54,26 @@ func TestParseKey(t *testing.T) {
 				t.Fatalf("not a *KeyError with a reason: %v", err)
 			}
 		})
+	}
+}
+
+// The key errors are nethttp's: one errors.Is or errors.As test serves both
+// adapters, and the reason survives.
+func TestKeyErrorsAreNethttps(t *testing.T) {
+	for _, c := range []struct {
+		values []string
+		want   error
+		reason string
+	}{
+		{nil, nethttp.ErrKeyMissing, "no idempotency key"},
+		{[]string{"a", "b"}, nethttp.ErrKeyMalformed, "the key appears 2 times; send it once"},
+		{[]string{"a b"}, nethttp.ErrKeyMalformed, "character ' ' (a space) at position 1 is not allowed in a key"},
+	} {
+		_, err := ParseKey(c.values, DefaultMaxKeyLength)
+		var ke *nethttp.KeyError
+		if !errors.Is(err, c.want) || !errors.As(err, &ke) || ke.Reason != c.reason || ke.Unwrap() != c.want {
+			t.Fatalf("ParseKey(%q) = %v; want a *nethttp.KeyError matching %v with reason %q", c.values, err, c.want, c.reason)
+		}
 	}
 }
 

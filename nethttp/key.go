@@ -29,8 +29,19 @@ func (e *KeyError) Error() string { return e.err.Error() + ": " + e.Reason }
 // Unwrap returns [ErrKeyMissing] or [ErrKeyMalformed].
 func (e *KeyError) Unwrap() error { return e.err }
 
+// NewKeyError returns a *KeyError with reason that matches [ErrKeyMissing]
+// when missing is true, else [ErrKeyMalformed]. Other adapters (gRPC
+// metadata keys) use it so that one pair of sentinels covers every
+// transport. The reason must not repeat the key.
+func NewKeyError(missing bool, reason string) *KeyError {
+	if missing {
+		return &KeyError{Reason: reason, err: ErrKeyMissing}
+	}
+	return &KeyError{Reason: reason, err: ErrKeyMalformed}
+}
+
 func malformed(format string, args ...any) error {
-	return &KeyError{Reason: fmt.Sprintf(format, args...), err: ErrKeyMalformed}
+	return NewKeyError(false, fmt.Sprintf(format, args...))
 }
 
 // ParseKey parses the values of an Idempotency-Key header field (all of its

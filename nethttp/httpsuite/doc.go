@@ -18,5 +18,26 @@
 //		})
 //	}
 //
-// [RunWith] runs the same cases on other backends (Redis, PostgreSQL, ...).
+// [RunWith] runs the same cases on other backends (Redis, PostgreSQL, ...);
+// [Plain] is the memory backends without the store's Combiner.
+//
+// [Bench] benchmarks a stack in process: the bare framework, a first
+// execution and a replay, as sub-benchmarks bare, first and replay. A
+// [BenchStack] mounts the benchmark's handler behind the middleware, or
+// without it when the guard is nil:
+//
+//	func BenchmarkStack(b *testing.B) {
+//		httpsuite.Bench(b, func(b *testing.B, g *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler {
+//			if g == nil {
+//				return app
+//			}
+//			return nethttp.Middleware(g, opts...)(app)
+//		})
+//	}
+//
+// For what only a framework can set up (route patterns, unmatched routes,
+// its own context), an adapter's tests build the server themselves and use
+// the helpers: [NewGuard], [Serve], [Post] and its [Reply], [WantProblem],
+// [InvalidOptions], and the checks [CheckPathsUnderOnePattern],
+// [CheckUnmatchedRouteRecorded] and [CheckTenantScope].
 package httpsuite

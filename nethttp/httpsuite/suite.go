@@ -201,38 +201,14 @@ func (s *server) do(t *testing.T, r request) response {
 	for k, v := range r.header {
 		req.Header.Set(k, v)
 	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", r.method, r.path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	got := send(t, s.client, req)
+	return response{status: got.Status, header: got.Header, body: got.Body}
 }
 
-// problem decodes and checks an RFC 9457 answer.
+// problem decodes and checks an RFC 9457 answer (see [WantProblem]).
 func problem(t *testing.T, r response, status int, kind string) nethttp.Problem {
 	t.Helper()
-	if r.status != status {
-		t.Fatalf("status %d (%s); want %d", r.status, r.body, status)
-	}
-	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
-		t.Fatalf("Content-Type %q; want application/problem+json", ct)
-	}
-	if cc := r.header.Get("Cache-Control"); cc != "no-store" {
-		t.Fatalf("Cache-Control %q; want no-store", cc)
-	}
-	var p nethttp.Problem
-	if err := json.Unmarshal([]byte(r.body), &p); err != nil {
-		t.Fatalf("problem body %q: %v", r.body, err)
-	}
-	if p.Type != nethttp.DefaultProblemTypeBase+kind || p.Status != status || p.Title == "" {
-		t.Fatalf("problem %+v; want type %s, status %d", p, kind, status)
-	}
-	return p
+	return WantProblem(t, Reply{Status: r.status, Header: r.header, Body: r.body}, status, kind)
 }
 
 func wantExecutions(t *testing.T, s *server, n int32) {

@@ -1,0 +1,183 @@
+package httpsuite
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
+	"github.com/idemkit/idemkit/store/memstore"
+)
+
+// The helpers below serve an adapter's own tests, for what only its
+// framework can set up (route patterns, unmatched routes, the framework's
+// context): they build a guard and a server, send requests and check the
+// answers the same way for every adapter.
+
+// Plain is a [NewBackends] whose store does not combine its round trips
+// with the locker (memstore and memlock, not linked): the guard's path
+// for backends without a Combiner. [Memory] is the combining one.
+func Plain(t *testing.T) Backends {
+	s := memstore.New()
+	return Backends{Store: s, Locker: memlock.New(), Break: func() { _ = s.Close() }}
+}
+
+// NewGuard returns a guard built with opts on fresh [Memory] backends. It
+// fails t if the options are invalid.
+func NewGuard(t *testing.T, opts ...middleware.Option) *middleware.Guard {
+	t.Helper()
+	b := Memory(t)
+	g, err := middleware.New(b.Store, b.Locker, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// Serve serves h on a real loopback listener until the test ends and
+// returns the server's base URL.
+func Serve(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// Reply is what a request got: the status, the header and the whole body.
+type Reply struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// Replayed reports whether the middleware answered with a replay
+// (Idempotent-Replayed: true).
+func (r Reply) Replayed() bool { return r.Header.Get("Idempotent-Replayed") == "true" }
+
+// Post sends a POST of body to url with http.DefaultClient: with the
+// Idempotency-Key key (none when key is empty) and the header fields in
+// header, given as name, value pairs. It fails t if no answer comes.
+func Post(t *testing.T, url, key, body string, header ...string) Reply {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return send(t, http.DefaultClient, req)
+}
+
+// send sends req with client and reads the whole answer.
+func send(t *testing.T, client *http.Client, req *http.Request) Reply {
+	t.Helper()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL.RequestURI(), err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Reply{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
+}
+
+// WantProblem checks that r is an RFC 9457 problem of the given status and
+// kind (one of the nethttp.Problem* constants, under the default type
+// base), not to be cached, and returns it.
+func WantProblem(t *testing.T, r Reply, status int, kind string) nethttp.Problem {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d (%s); want %d", r.Status, r.Body, status)
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("Content-Type %q; want application/problem+json", ct)
+	}
+	if cc := r.Header.Get("Cache-Control"); cc != "no-store" {
+		t.Fatalf("Cache-Control %q; want no-store", cc)
+	}
+	var p nethttp.Problem
+	if err := json.Unmarshal([]byte(r.Body), &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.Body, err)
+	}
+	if p.Type != nethttp.DefaultProblemTypeBase+kind || p.Status != status || p.Title == "" {
+		t.Fatalf("problem %+v; want type %s, status %d", p, kind, status)
+	}
+	return p
+}
+
+// InvalidOptions are options that every adapter's constructor must refuse
+// with an error (and no middleware).
+func InvalidOptions() []nethttp.Option {
+	return []nethttp.Option{
+		nethttp.WithHeader("bad header"),
+		nethttp.WithMaxKeyLength(0),
+		nethttp.WithMaxBodyBytes(0),
+		nethttp.WithMaxResponseBytes(0),
+		nethttp.WithRetryAfter(-1),
+	}
+}
+
+// CheckPathsUnderOnePattern checks the middleware on a route with a path
+// parameter. baseURL serves POST /orders/<id>/pay behind it, with a handler
+// that binds the JSON body {"amount": n} and answers 200 with the JSON
+// {"paid": "<id>", "amount": n}; executions reports how many times that
+// handler ran. Paying order 2 with order 1's key is a mismatch (422),
+// never order 1's receipt; the retry on order 1's path replays; the
+// handler runs once.
+func CheckPathsUnderOnePattern(t *testing.T, baseURL string, executions func() int32) {
+	t.Helper()
+	first := Post(t, baseURL+"/orders/1/pay", "k", `{"amount":5}`, "Content-Type", "application/json")
+	if first.Status != http.StatusOK || !strings.Contains(first.Body, `"paid":"1"`) || !strings.Contains(first.Body, `"amount":5`) {
+		t.Fatalf("first: %d %s", first.Status, first.Body)
+	}
+	if got := Post(t, baseURL+"/orders/2/pay", "k", `{"amount":5}`, "Content-Type", "application/json"); got.Status != http.StatusUnprocessableEntity {
+		t.Fatalf("/orders/2/pay with order 1's key: %d %s; want 422", got.Status, got.Body)
+	}
+	if got := Post(t, baseURL+"/orders/1/pay", "k", `{"amount":5}`, "Content-Type", "application/json"); !got.Replayed() || got.Body != first.Body {
+		t.Fatalf("the same path: %d %s; want a replay", got.Status, got.Body)
+	}
+	if n := executions(); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+}
+
+// CheckUnmatchedRouteRecorded checks that the framework's 404 for a path
+// no route matches, which goes through the middleware when it is
+// installed globally, is recorded as a 404 (never as a 200) and replayed
+// as the same 404. baseURL serves no route at /nowhere.
+func CheckUnmatchedRouteRecorded(t *testing.T, baseURL string) {
+	t.Helper()
+	first := Post(t, baseURL+"/nowhere", "n", `{}`)
+	again := Post(t, baseURL+"/nowhere", "n", `{}`)
+	if first.Status != http.StatusNotFound || again.Status != http.StatusNotFound || !again.Replayed() || again.Body != first.Body {
+		t.Fatalf("unmatched route: %d %q, then %d %q replayed=%v", first.Status, first.Body, again.Status, again.Body, again.Replayed())
+	}
+}
+
+// CheckTenantScope checks a scope taken from the request's X-Tenant
+// header (through whatever the framework carries it in). baseURL serves
+// POST /orders behind the middleware with a handler whose every answer
+// differs: one tenant's key never replays another tenant's response, and
+// a tenant's own retry replays.
+func CheckTenantScope(t *testing.T, baseURL string) {
+	t.Helper()
+	a := Post(t, baseURL+"/orders", "k", `{}`, "X-Tenant", "acme")
+	b := Post(t, baseURL+"/orders", "k", `{}`, "X-Tenant", "globex")
+	if b.Replayed() || a.Body == b.Body {
+		t.Fatal("one tenant's key replayed another tenant's response")
+	}
+	if got := Post(t, baseURL+"/orders", "k", `{}`, "X-Tenant", "acme"); !got.Replayed() || got.Body != a.Body {
+		t.Fatal("a tenant's retry did not replay")
+	}
+}
