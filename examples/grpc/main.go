@@ -24,15 +24,10 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"os"
-	"os/signal"
 	"strconv"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -46,19 +41,17 @@ import (
 
 	"github.com/idemkit/idemkit/examples/internal/demo"
 	"github.com/idemkit/idemkit/grpcinterceptor"
+	"github.com/idemkit/idemkit/middleware"
 )
 
 // maxPayload bounds response_size.
 const maxPayload = 4 << 20
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(ctx, os.Args[1:], logger, nil); err != nil {
-		logger.Error("grpc demo", slog.String("error", err.Error()))
-		os.Exit(1)
-	}
+func main() { demo.Main(program()) }
+
+// program is the gRPC demo.
+func program() demo.Program {
+	return demo.Program{Name: "grpc", Addr: "127.0.0.1:9090", Build: build}
 }
 
 // service is the demo's TestService: UnaryCall is the business call,
@@ -105,25 +98,14 @@ func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.E
 	return &testgrpc.Empty{}, nil
 }
 
-// run serves until ctx ends. If ready is not nil, it receives the address
-// the server listens on.
-func run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- string) error {
-	fs := flag.NewFlagSet("grpc", flag.ContinueOnError)
-	var f demo.Flags
-	f.Register(fs, "127.0.0.1:9090")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	guard, closeBackends, err := f.Guard(ctx, logger)
-	if err != nil {
-		return err
-	}
-	defer closeBackends()
+// build builds the gRPC server: TestService behind the interceptor (on
+// UnaryCall), the health service and server reflection.
+func build(guard *middleware.Guard, logger *slog.Logger) (demo.Server, func() int64, error) {
 	interceptor, err := grpcinterceptor.NewServerInterceptor(guard,
 		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
 		grpcinterceptor.WithLogger(logger))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	svc := &service{}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.Intercept))
@@ -132,39 +114,32 @@ func run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- s
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	healthSrv.SetServingStatus(testgrpc.TestService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(srv)
+	return server{srv, healthSrv}, svc.executions.Load, nil
+}
 
-	ln, err := net.Listen("tcp", f.Addr)
-	if err != nil {
-		return err
-	}
-	logger.Info("serving the gRPC demo", slog.String("addr", ln.Addr().String()), slog.String("store", f.Store))
-	if ready != nil {
-		ready <- ln.Addr().String()
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	logger.Info("shutting down")
-	healthSrv.Shutdown() // NOT_SERVING: load balancers stop sending new calls
+// server is the gRPC server with its health service, as a [demo.Server].
+type server struct {
+	*grpc.Server
+	health *health.Server
+}
+
+var _ demo.Server = server{}
+
+// Shutdown reports NOT_SERVING (load balancers stop sending new calls) and
+// waits for the calls in flight until ctx ends; then it cuts them.
+func (s server) Shutdown(ctx context.Context) error {
+	s.health.Shutdown()
 	stopped := make(chan struct{})
 	go func() {
-		srv.GracefulStop() // waits for the calls in flight
+		s.GracefulStop()
 		close(stopped)
 	}()
 	select {
 	case <-stopped:
-	case <-time.After(10 * time.Second):
-		srv.Stop()
+		return nil
+	case <-ctx.Done():
+		s.Stop()
 		<-stopped
-		return fmt.Errorf("shutdown: calls still running after 10s were cut")
+		return fmt.Errorf("calls still running after %v were cut", demo.ShutdownTimeout)
 	}
-	if err := <-errc; err != nil {
-		return err
-	}
-	logger.Info("stopped", slog.Int64("executions", svc.executions.Load()))
-	return nil
 }

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"context"
-	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +14,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit/examples/internal/demotest"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/internal/testenv"
 )
@@ -25,38 +23,10 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestDemoServer starts the demo on a free port on every backend, drives
 // it with a real gRPC client and stops it gracefully.
-func TestDemoServer(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		args func(t *testing.T) []string
-	}{
-		{"memory", func(*testing.T) []string { return nil }},
-		{"redis", func(t *testing.T) []string {
-			return []string{"-store", "redis", "-redis-addr", testenv.NewRedis(t).Addr}
-		}},
-		{"redis-cluster", func(t *testing.T) []string {
-			return []string{"-store", "redis-cluster", "-redis-addrs", strings.Join(testenv.RedisCluster(t).Addrs, ",")}
-		}},
-		{"postgres", func(t *testing.T) []string {
-			return []string{"-store", "postgres", "-postgres-url", testenv.NewPostgres(t).URL}
-		}},
-	} {
-		t.Run(c.name, func(t *testing.T) { demoServer(t, c.args(t)) })
-	}
-}
+func TestDemoServer(t *testing.T) { demotest.Run(t, program().Run, checkDemo) }
 
-func demoServer(t *testing.T, args []string) {
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
-	go func() { done <- run(ctx, args, slog.New(slog.DiscardHandler), ready) }()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("run: %v", err)
-	}
+// checkDemo drives the gRPC demo at addr with a real client.
+func checkDemo(t *testing.T, addr string) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(
 			grpcinterceptor.WithMaxAttempts(20), grpcinterceptor.WithBackoff(10*time.Millisecond, 2*time.Second))))
@@ -143,16 +113,6 @@ func demoServer(t *testing.T, args []string) {
 	}
 	if !reflected(t, addr, "grpc.testing.TestService") {
 		t.Fatal("reflection does not list grpc.testing.TestService")
-	}
-
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("graceful shutdown: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the server did not shut down")
 	}
 }
 

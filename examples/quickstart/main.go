@@ -81,7 +81,7 @@ func run(ctx context.Context, out io.Writer) (summary, error) {
 	if err != nil {
 		return sum, err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := demo.HTTPServer(handler)
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Close()
 	base := "http://" + ln.Addr().String()

@@ -7,15 +7,18 @@ import (
 	"log/slog"
 	"strings"
 
+	"cloud.google.com/go/firestore"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/lock/pglock"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/firestorestore"
 	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
@@ -28,15 +31,17 @@ type Flags struct {
 	RedisAddr   string
 	RedisAddrs  string
 	PostgresURL string
+	Project     string
 }
 
 // Register defines the flags on fs.
 func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "listen address")
-	fs.StringVar(&f.Store, "store", "memory", "backend for locks and records: memory, redis, redis-cluster, postgres")
+	fs.StringVar(&f.Store, "store", "memory", "backend for locks and records: memory, redis, redis-cluster, postgres, firestore")
 	fs.StringVar(&f.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address, with -store redis")
 	fs.StringVar(&f.RedisAddrs, "redis-addrs", "", "comma-separated Redis Cluster node addresses, with -store redis-cluster")
 	fs.StringVar(&f.PostgresURL, "postgres-url", "", "PostgreSQL connection URL, with -store postgres (the tables are created if missing)")
+	fs.StringVar(&f.Project, "firestore-project", "", "Google Cloud project id, with -store firestore (FIRESTORE_EMULATOR_HOST points the client at an emulator)")
 }
 
 // Guard builds the guard on the chosen backends. It returns a function that
@@ -111,6 +116,25 @@ func (f *Flags) backends(ctx context.Context, logger *slog.Logger) (store.Store,
 			return nil, nil, nil, err
 		}
 		return s, l, pool.Close, nil
+	case "firestore":
+		if f.Project == "" {
+			return nil, nil, nil, fmt.Errorf("-store firestore needs -firestore-project")
+		}
+		client, err := firestore.NewClient(ctx, f.Project)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("firestore: %w", err)
+		}
+		l, err := firestorelock.New(client, firestorelock.WithLogger(logger))
+		if err != nil {
+			_ = client.Close()
+			return nil, nil, nil, err
+		}
+		s, err := firestorestore.New(client, firestorestore.WithLogger(logger))
+		if err != nil {
+			_ = client.Close()
+			return nil, nil, nil, err
+		}
+		return s, l, func() { _ = client.Close() }, nil
 	}
-	return nil, nil, nil, fmt.Errorf("unknown -store %q (memory, redis, redis-cluster, postgres)", f.Store)
+	return nil, nil, nil, fmt.Errorf("unknown -store %q (memory, redis, redis-cluster, postgres, firestore)", f.Store)
 }

@@ -1,0 +1,132 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/idemkit/idemkit/middleware"
+)
+
+// ShutdownTimeout bounds a graceful shutdown: the requests or calls still
+// running after it are cut.
+const ShutdownTimeout = 10 * time.Second
+
+// Server is what a demo program serves. Serve serves ln until Shutdown (it
+// may then return nil or [http.ErrServerClosed]) or a failure; Shutdown
+// stops the server gracefully, waiting for what is in flight until ctx
+// ends. *http.Server is one.
+type Server interface {
+	Serve(ln net.Listener) error
+	Shutdown(ctx context.Context) error
+}
+
+var _ Server = (*http.Server)(nil)
+
+// Program is one demo server program: everything but the server is the
+// same in every demo (the backend flags, the guard, the listener, the
+// logging and the graceful shutdown).
+type Program struct {
+	// Name names the flag set and the program in its error log line.
+	Name string
+	// Addr is the default listen address (-addr).
+	Addr string
+	// Build builds the server on the guard that the flags chose. It also
+	// returns a function that reports how many times the business logic
+	// ran, which the program logs when it stops.
+	Build func(guard *middleware.Guard, logger *slog.Logger) (srv Server, executions func() int64, err error)
+}
+
+// HTTP returns the Program of an HTTP demo: the demo [Service] served by
+// the handler that routes mounts it on, in the demos' http.Server (see
+// [HTTPServer]); Addr is 127.0.0.1:8080.
+func HTTP(name string, routes func(svc *Service, guard *middleware.Guard, logger *slog.Logger) (http.Handler, error)) Program {
+	return Program{
+		Name: name,
+		Addr: "127.0.0.1:8080",
+		Build: func(guard *middleware.Guard, logger *slog.Logger) (Server, func() int64, error) {
+			svc := &Service{}
+			h, err := routes(svc, guard, logger)
+			if err != nil {
+				return nil, nil, err
+			}
+			return HTTPServer(h), svc.Executions, nil
+		},
+	}
+}
+
+// HTTPServer returns the http.Server the demos serve h with: a 10-second
+// ReadHeaderTimeout, defaults otherwise.
+func HTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+}
+
+// Main runs p as the process's program: with the command-line arguments,
+// logging as text to stderr, until SIGINT or SIGTERM. It exits with status
+// 1 if p fails.
+func Main(p Program) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	err := p.Run(ctx, os.Args[1:], logger, nil)
+	stop()
+	if err != nil {
+		logger.Error(p.Name+" demo", slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+}
+
+// Run parses args (the backend flags of [Flags] and -addr), builds the
+// guard and the server, and serves until ctx ends; then it shuts the server
+// down gracefully (within [ShutdownTimeout]) and closes the backends. If
+// ready is not nil, it receives the address the server listens on.
+func (p Program) Run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- string) error {
+	fs := flag.NewFlagSet(p.Name, flag.ContinueOnError)
+	var f Flags
+	f.Register(fs, p.Addr)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	guard, closeBackends, err := f.Guard(ctx, logger)
+	if err != nil {
+		return err
+	}
+	defer closeBackends()
+	srv, executions, err := p.Build(guard, logger)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", f.Addr)
+	if err != nil {
+		return err
+	}
+	logger.Info("serving the demo", slog.String("addr", ln.Addr().String()), slog.String("store", f.Store))
+	if ready != nil {
+		ready <- ln.Addr().String()
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	logger.Info("stopped", slog.Int64("executions", executions()))
+	return nil
+}

@@ -1,0 +1,135 @@
+package demotest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+)
+
+// RunFunc is a demo program's run function (demo.Program.Run): it serves
+// until ctx ends, after it has sent the address it listens on to ready,
+// and returns nil once it has shut down gracefully.
+type RunFunc func(ctx context.Context, args []string, logger *slog.Logger, ready chan<- string) error
+
+// backend is one of the demos' -store choices, with the flags that point
+// it at a server of testenv.
+type backend struct {
+	name string
+	args func(t *testing.T) []string
+}
+
+// backends are every backend the demos serve on.
+func backends() []backend {
+	return []backend{
+		{"memory", func(*testing.T) []string { return nil }},
+		{"redis", func(t *testing.T) []string {
+			return []string{"-store", "redis", "-redis-addr", testenv.NewRedis(t).Addr}
+		}},
+		{"redis-cluster", func(t *testing.T) []string {
+			return []string{"-store", "redis-cluster", "-redis-addrs", strings.Join(testenv.RedisCluster(t).Addrs, ",")}
+		}},
+		{"postgres", func(t *testing.T) []string {
+			return []string{"-store", "postgres", "-postgres-url", testenv.NewPostgres(t).URL}
+		}},
+		{"firestore", func(t *testing.T) []string {
+			testenv.Firestore(t) // sets FIRESTORE_EMULATOR_HOST, which the program's client follows
+			return []string{"-store", "firestore", "-firestore-project", testenv.FirestoreProject(t)}
+		}},
+	}
+}
+
+// Run runs one subtest per backend (memory, redis, redis-cluster,
+// postgres, firestore on the emulator): it starts run with that backend's flags and -addr
+// 127.0.0.1:0, calls check with the address the program listens on, then
+// cancels the program's ctx and fails the test unless run returns nil
+// within 15 seconds.
+func Run(t *testing.T, run RunFunc, check func(t *testing.T, addr string)) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) { serve(t, run, b.args(t), check) })
+	}
+}
+
+func serve(t *testing.T, run RunFunc, args []string, check func(t *testing.T, addr string)) {
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
+	go func() { done <- run(ctx, args, slog.New(slog.DiscardHandler), ready) }()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	}
+	check(t, addr)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("graceful shutdown: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the server did not shut down")
+	}
+}
+
+// HTTPContract drives the HTTP demo service at addr with a real client and
+// checks its contract: POST /orders executes once per key and replays the
+// retry (status, Location and body), answers 422 to the key with another
+// body and 400 without a key; POST /notes runs without a key; status=503
+// is delivered; GET /orders is 405; GET /stats counts the three
+// executions.
+func HTTPContract(t *testing.T, addr string) {
+	postBody := func(path, key, body string) (int, http.Header, string) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+	post := func(path, key string) (int, http.Header, string) { return postBody(path, key, `{"x":1}`) }
+	if code, h, _ := post("/orders", "a"); code != 201 || h.Get("Location") != "/orders/1" {
+		t.Fatalf("POST /orders: %d %v", code, h)
+	}
+	if code, h, b := post("/orders", "a"); code != 201 || h.Get("Idempotent-Replayed") != "true" || h.Get("Location") != "/orders/1" || !strings.Contains(b, `"order":1`) {
+		t.Fatalf("retry: %d %v %s; want a replay of order 1", code, h, b)
+	}
+	if code, h, _ := postBody("/orders", "a", `{"x":2}`); code != 422 || h.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("the same key with another body: %d %v; want a 422 problem", code, h)
+	}
+	if code, _, _ := post("/orders", ""); code != 400 {
+		t.Fatalf("POST /orders without a key: %d", code)
+	}
+	if code, _, _ := post("/notes", ""); code != 201 {
+		t.Fatalf("POST /notes without a key: %d", code)
+	}
+	if code, _, _ := post("/orders?status=503", "b"); code != 503 {
+		t.Fatalf("status=503: %d", code)
+	}
+	resp, err := http.Get("http://" + addr + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.TrimSpace(string(b)) != `{"executions":3}` {
+		t.Fatalf("GET /stats: %s", b)
+	}
+	if resp, err := http.Get("http://" + addr + "/orders"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /orders: %v %v; want 405", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
