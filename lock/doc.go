@@ -57,4 +57,6 @@
 // [Acquire] returns a [Handle] with at-most-once release. [WithTelemetry]
 // wraps any Locker to report one [Event] per operation, with keys and ids
 // hashed by a keyed HMAC unless raw values are explicitly allowed.
+// [SweepEvery] runs a backend's sweep of expired records in the background
+// and logs its failures; the backends' StartSweeper methods are built on it.
 package lock

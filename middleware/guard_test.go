@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/middleware/guardtest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -72,57 +73,15 @@ func value(runs *atomic.Int32, v string) middleware.Func {
 }
 
 // TestExactlyOnceAcrossGuards races 64 goroutines through 4 guard instances
-// on one key, 100 times: fn runs exactly once per key, and every caller gets
-// its response.
+// on one key, 100 times: fn runs exactly once per key, every caller gets
+// its response, and every guard replays it afterwards.
 func TestExactlyOnceAcrossGuards(t *testing.T) {
 	s, l := memstore.New(), memlock.New()
 	guards := make([]*middleware.Guard, 4)
 	for i := range guards {
 		guards[i] = newGuard(t, s, l, middleware.WithWaitBudget(30*time.Second))
 	}
-	const callers = 64
-	for round := range 100 {
-		key := fmt.Sprintf("race-%d", round)
-		var runs atomic.Int32
-		var replays atomic.Int32
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		errs := make(chan error, callers)
-		for i := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				out, err := guards[i%len(guards)].Execute(t.Context(), key, fpA, func(context.Context) (middleware.Result, error) {
-					runs.Add(1)
-					time.Sleep(time.Millisecond)
-					return middleware.Result{Value: []byte("charged " + key)}, nil
-				})
-				if err != nil {
-					errs <- err
-					return
-				}
-				if string(out.Value) != "charged "+key {
-					errs <- fmt.Errorf("got response %q", out.Value)
-				}
-				if out.Replayed {
-					replays.Add(1)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if n := runs.Load(); n != 1 {
-			t.Fatalf("round %d: fn ran %d times; want exactly 1", round, n)
-		}
-		if n := replays.Load(); n != callers-1 {
-			t.Fatalf("round %d: %d replays; want %d", round, n, callers-1)
-		}
-	}
+	guardtest.ExactlyOnce(t, guards, guardtest.Race{Callers: 64, Rounds: 100, MaxWork: time.Millisecond})
 }
 
 func TestReplayAndMismatch(t *testing.T) {

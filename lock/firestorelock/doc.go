@@ -124,7 +124,7 @@
 // # Building blocks
 //
 // [MapError], [DocID], [CheckCollection], [Text], [FromText], [Micro],
-// [DecodeFence], [SkewMonitor] and [SweepEvery] are exported for
-// store/firestorestore, which keeps its records beside the locks with the
-// same encoding and error mapping.
+// [DecodeFence] and [SkewMonitor] are exported for store/firestorestore,
+// which keeps its records beside the locks with the same encoding and
+// error mapping.
 package firestorelock

@@ -2,8 +2,6 @@ package firestorelock
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -12,8 +10,8 @@ import (
 )
 
 // DefaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs.
-const DefaultSweepInterval = time.Minute
+// interval runs: [lock.DefaultSweepInterval].
+const DefaultSweepInterval = lock.DefaultSweepInterval
 
 // Sweep deletes the lock documents whose lease expired more than
 // [lock.CleanupGrace] ago (their expireAt lies in the past), for
@@ -109,59 +107,8 @@ func (l *Locker) sweepBatch(ctx context.Context, refs []*firestore.DocumentRef) 
 // is called; stop waits for a sweep in progress and may be called more than
 // once. Each sweep is bounded by the interval. Failures are logged on the
 // locker's logger (at warn level, without keys) and the sweeper carries on
-// (see [SweepEvery]). A TTL policy on [FieldExpireAt] makes it unnecessary.
+// (see [lock.SweepEvery]). A TTL policy on [FieldExpireAt] makes it
+// unnecessary.
 func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "firestorelock: sweeping expired locks failed")
-}
-
-// SweepEvery calls sweep every interval (a non-positive one means
-// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
-// is called; stop waits for a sweep in progress and may be called more than
-// once. Each call's ctx is bounded by the interval. When a call fails and
-// ctx has not ended, the failure is logged on logger (nil means
-// slog.Default()) at warn level with the message msg and the attributes
-// "deleted" (the documents the call deleted), "code" (the error's
-// [lock.Code]) and "error" (its text, which must not hold a key), and the
-// sweeper carries on. A nil sweep starts nothing.
-//
-// [Locker.StartSweeper] is built on it; it is exported for a store that
-// keeps its documents next to the locker's.
-func SweepEvery(ctx context.Context, interval time.Duration, sweep func(context.Context) (int, error), logger *slog.Logger, msg string) (stop func()) {
-	if sweep == nil {
-		return func() {}
-	}
-	if interval <= 0 {
-		interval = DefaultSweepInterval
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			sctx, scancel := context.WithTimeout(ctx, interval)
-			n, err := sweep(sctx)
-			scancel()
-			if err != nil && ctx.Err() == nil {
-				logger.WarnContext(ctx, msg,
-					slog.Int("deleted", n), slog.String("code", lock.CodeOf(err).String()), slog.String("error", err.Error()))
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
+	return lock.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "firestorelock: sweeping expired locks failed")
 }

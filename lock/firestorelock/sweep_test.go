@@ -1,12 +1,14 @@
 package firestorelock_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/fakeclock"
+	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 )
@@ -121,7 +123,7 @@ func TestSweepRechecks(t *testing.T) {
 }
 
 // TestSweeper checks that the background sweeper collects expired
-// documents on its own and stops.
+// documents on its own and stops, and leaves the fence counter alone.
 func TestSweeper(t *testing.T) {
 	t.Parallel()
 	p := project(t)
@@ -131,22 +133,14 @@ func TestSweeper(t *testing.T) {
 	ctx := t.Context()
 	acquireOK(t, l, "k", time.Second)
 	clock.Advance(time.Second + lock.CleanupGrace + time.Millisecond)
-	stop := l.StartSweeper(ctx, 500*time.Millisecond)
-	defer stop()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		stored, err := pr.stored(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !stored {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper did not delete the expired lock within a minute")
-		}
-	}
-	stop()
-	stop() // idempotent
+	sweepertest.Run(t, sweepertest.Sweeper{
+		Start:    l.StartSweeper,
+		Interval: 500 * time.Millisecond,
+		Collected: func(ctx context.Context) (bool, error) {
+			stored, err := pr.stored(ctx, "k")
+			return !stored, err
+		},
+	})
 	if f, err := pr.fence(ctx, "k"); err != nil || f != 1 {
 		t.Fatalf("fence counter %v, %v; want 1", f, err)
 	}

@@ -113,6 +113,6 @@
 //   - [ParseTableName], [TableName]: validated table names, always quoted.
 //   - [SetupDDL]: idempotent DDL in one transaction under the advisory lock
 //     [SchemaLockID].
-//   - [SweepBatches], [SweepEvery]: deletion of expired rows in batches, and
-//     the background loop that runs it.
+//   - [SweepBatches]: deletion of expired rows in batches (the background
+//     loop that runs it is [lock.SweepEvery]).
 package pglock

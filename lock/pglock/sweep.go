@@ -2,8 +2,6 @@ package pglock
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,8 +10,8 @@ import (
 )
 
 // DefaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs.
-const DefaultSweepInterval = time.Minute
+// interval runs: [lock.DefaultSweepInterval].
+const DefaultSweepInterval = lock.DefaultSweepInterval
 
 // Sweep deletes lock rows that expired more than [lock.CleanupGrace] ago,
 // in batches of at most the sweep batch ([WithSweepBatch]) rows, each its
@@ -29,12 +27,12 @@ func (l *Locker) Sweep(ctx context.Context) (int, error) {
 // [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
 // is called; stop waits for a sweep in progress and may be called more than
 // once. Each sweep is bounded by the interval. Failures are logged (at warn
-// level, without keys) and the sweeper carries on (see [SweepEvery]).
+// level, without keys) and the sweeper carries on (see [lock.SweepEvery]).
 //
 // Do not start one on a locker built on a *pgx.Conn that other goroutines
 // use: a connection serves one statement at a time.
 func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "pglock: sweeping expired locks failed")
+	return lock.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "pglock: sweeping expired locks failed")
 }
 
 // SweepBatches runs sql, a DELETE of at most $1 rows (its only parameter),
@@ -77,58 +75,5 @@ func SweepBatches(ctx context.Context, db DB, sql string, batch int) (int, error
 		if n < int64(batch) {
 			return total, nil
 		}
-	}
-}
-
-// SweepEvery calls sweep every interval (a non-positive one means
-// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
-// is called; stop waits for a sweep in progress and may be called more than
-// once. Each call's ctx is bounded by the interval. When a call fails and
-// ctx has not ended, the failure is logged on logger (nil means
-// slog.Default()) at warn level with the message msg and the attributes
-// "deleted" (the rows the call deleted), "code" (the error's [lock.Code])
-// and "error" (its text, which must not hold a key), and the sweeper
-// carries on. A nil sweep starts nothing.
-//
-// [Locker.StartSweeper] is built on it. It is exported as a building block
-// for a store that keeps its rows next to the locker's (pgstore's
-// StartSweeper is built on it).
-func SweepEvery(ctx context.Context, interval time.Duration, sweep func(context.Context) (int, error), logger *slog.Logger, msg string) (stop func()) {
-	if sweep == nil {
-		return func() {}
-	}
-	if interval <= 0 {
-		interval = DefaultSweepInterval
-	}
-	if logger == nil {
-		logger = slog.Default()
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			sctx, scancel := context.WithTimeout(ctx, interval)
-			n, err := sweep(sctx)
-			scancel()
-			if err != nil && ctx.Err() == nil {
-				logger.WarnContext(ctx, msg,
-					slog.Int("deleted", n), slog.String("code", lock.CodeOf(err).String()), slog.String("error", err.Error()))
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
 	}
 }

@@ -1,14 +1,12 @@
 package pglock
 
 import (
-	"bytes"
+	"context"
 	"fmt"
-	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 )
@@ -68,57 +66,41 @@ func TestSweep(t *testing.T) {
 }
 
 // TestSweeper checks the background sweeper: it collects expired rows on
-// its own, logs its failures without raw keys, and stops.
+// its own, logs its failures without raw keys, and stops; it leaves the
+// fence counter alone.
 func TestSweeper(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
 	admin := newPool(t, srv.URL, 2)
 	opts := tables(t, admin)
-	var logs syncBuffer
+	var logs sweepertest.Logs
 	pool := newPool(t, srv.URL, 2)
-	l, err := New(pool, append(opts, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))...)
+	l, err := New(pool, append(opts, WithLogger(logs.Logger()))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := newProbes(t, admin, opts)
 	const k = "sweeper/secret-key"
 	acquireOK(t, l, k, time.Millisecond)
-	stop := l.StartSweeper(t.Context(), 50*time.Millisecond)
-	defer stop()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		stored, err := p.stored(t.Context(), k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !stored {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper did not collect an expired row within 30s")
-		}
-	}
+	sweepertest.Run(t, sweepertest.Sweeper{
+		Start: l.StartSweeper,
+		Collected: func(ctx context.Context) (bool, error) {
+			stored, err := p.stored(ctx, k)
+			return !stored, err
+		},
+		Break:   pool.Close, // every sweep now fails
+		Logs:    &logs,
+		Message: "pglock: sweeping expired locks failed",
+		Secret:  "secret-key",
+	})
 	if f, _ := p.fence(t.Context(), k); f != 1 {
 		t.Fatalf("the sweeper touched the fence counter: %v", f)
 	}
-	pool.Close() // every sweep now fails
-	// Wait for a failure of the closed pool (a sweep may also have timed
-	// out earlier on a busy machine).
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "code=ServiceUnavailable"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper logged no failure within 30s")
-		}
-	}
-	stop()
-	stop() // idempotent
-	if s := logs.String(); strings.Contains(s, "secret-key") || !strings.Contains(s, "sweeping expired locks failed") {
-		t.Fatalf("sweeper log: %s", s)
-	}
 }
 
-// TestSweepBuildingBlocks checks the edges of SweepBatches and SweepEvery:
-// a batch below 1 is refused before any I/O (the client is a closed pool,
-// so I/O would fail with ServiceUnavailable), and a nil sweep starts
-// nothing.
+// TestSweepBuildingBlocks checks the edges of SweepBatches: a batch below 1
+// is refused before any I/O (the client is a closed pool, so I/O would fail
+// with ServiceUnavailable).
 func TestSweepBuildingBlocks(t *testing.T) {
 	t.Parallel()
 	closed := newPool(t, testenv.Postgres(t).URL, 1)
@@ -131,9 +113,6 @@ func TestSweepBuildingBlocks(t *testing.T) {
 	if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", 1); n != 0 || lock.CodeOf(err) != lock.CodeServiceUnavailable {
 		t.Fatalf("SweepBatches on a closed pool = %d, %v; want ServiceUnavailable", n, err)
 	}
-	stop := SweepEvery(t.Context(), time.Millisecond, nil, nil, "unused")
-	stop()
-	stop()
 }
 
 // acquireOK acquires key on l and fails the test unless it gets it.
@@ -144,22 +123,4 @@ func acquireOK(t *testing.T, l *Locker, key string, ttl time.Duration) lock.Leas
 		t.Fatalf("Acquire(%q): %v, %v", key, ok, err)
 	}
 	return lease
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

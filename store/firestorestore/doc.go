@@ -14,7 +14,7 @@
 // # Layout
 //
 // One document per record, in one collection ([WithCollection], default
-// "idempotency_records"; keep it apart from the locker's collections). The
+// "idemkit_records"; keep it apart from the locker's collections). The
 // document id is [firestorelock.DocID] of the record key: "k:" and the key
 // itself when Firestore can take it as an id (valid UTF-8 without "/", at
 // most 1,500 bytes in all), else "h:" and its SHA-256 in base64url. So any
@@ -80,7 +80,7 @@
 // Google's clock; expireAt trails expiresAt by [lock.CleanupGrace], so a
 // client clock running a little behind never sees a live record vanish):
 //
-//	gcloud firestore fields ttls update expireAt --collection-group=idempotency_records --enable-ttl
+//	gcloud firestore fields ttls update expireAt --collection-group=idemkit_records --enable-ttl
 //
 // (with your collection's name if you changed it). Without a TTL policy,
 // run [Store.Sweep] now and then, or a background [Store.StartSweeper]: it
@@ -95,7 +95,7 @@
 // field is never queried; exempting it from indexing saves index storage
 // and write cost:
 //
-//	gcloud firestore indexes fields update response --collection-group=idempotency_records --disable-indexes
+//	gcloud firestore indexes fields update response --collection-group=idemkit_records --disable-indexes
 //
 // # Errors
 //

@@ -25,7 +25,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	records, err := firestorestore.New(client, firestorestore.WithCollection("idempotency_records"))
+	records, err := firestorestore.New(client, firestorestore.WithCollection("orders_idempotency"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 var _ store.Store = (*Store)(nil)
 
 // DefaultCollection is the default of [WithCollection].
-const DefaultCollection = "idempotency_records"
+const DefaultCollection = "idemkit_records"
 
 // Field names of a record document. [FieldExpireAt] is the field to name
 // in a TTL policy; [Store.Sweep] queries it through Firestore's automatic
@@ -76,7 +76,7 @@ type config struct {
 // WithCollection sets the collection of the record documents: 1 to 100
 // bytes of ASCII letters, digits, "_", "-" and "." (see
 // [firestorelock.CheckCollection]). Keep it apart from the locker's
-// collections. Default: "idempotency_records".
+// collections. Default: "idemkit_records".
 func WithCollection(name string) Option { return func(c *config) { c.collection = name } }
 
 // WithLogger sets the logger for clock-skew warnings and sweeper failures.

@@ -13,8 +13,8 @@ import (
 )
 
 // DefaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs: [firestorelock.DefaultSweepInterval].
-const DefaultSweepInterval = firestorelock.DefaultSweepInterval
+// interval runs: [lock.DefaultSweepInterval].
+const DefaultSweepInterval = lock.DefaultSweepInterval
 
 // Sweep deletes the record documents whose expireAt (expiresAt +
 // [lock.CleanupGrace]) has passed by the client clock, for deployments
@@ -94,8 +94,8 @@ func (s *Store) sweepBatch(ctx context.Context) (deleted int, full bool, err err
 // is called; stop waits for a sweep in progress and may be called more than
 // once. Each sweep is bounded by the interval. Failures are logged on the
 // store's logger (at warn level, with their code, never a key) and the
-// sweeper carries on ([firestorelock.SweepEvery]). A TTL policy on
+// sweeper carries on ([lock.SweepEvery]). A TTL policy on
 // [FieldExpireAt] makes it unnecessary.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return firestorelock.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
+	return lock.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
 }

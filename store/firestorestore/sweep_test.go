@@ -1,14 +1,12 @@
 package firestorestore_test
 
 import (
-	"bytes"
+	"context"
 	"fmt"
-	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
@@ -71,48 +69,21 @@ func TestSweeper(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, testenv.FirestoreProject(t))
 	clock := newFakeClock()
-	var logs syncBuffer
+	var logs sweepertest.Logs
 	s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSkewTolerance(0),
-		firestorestore.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
-	ctx := t.Context()
-	if _, err := s.Put(ctx, store.Record{Key: "secret-key", State: store.StateCompleted}, time.Millisecond); err != nil {
+		firestorestore.WithLogger(logs.Logger()))
+	if _, err := s.Put(t.Context(), store.Record{Key: "secret-key", State: store.StateCompleted}, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(time.Millisecond + lock.CleanupGrace)
-	stop := s.StartSweeper(ctx, 50*time.Millisecond)
-	defer stop()
-	for deadline := time.Now().Add(30 * time.Second); count(t, c, firestorestore.DefaultCollection) > 0; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper did not collect an expired record within 30s")
-		}
-	}
-	_ = c.Close()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "code=ServiceUnavailable"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the sweeper logged no failure within 30s: %s", logs.String())
-		}
-	}
-	stop()
-	stop()
-	if l := logs.String(); strings.Contains(l, "secret-key") || !strings.Contains(l, "sweeping expired records failed") {
-		t.Fatalf("sweeper log: %s", l)
-	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	sweepertest.Run(t, sweepertest.Sweeper{
+		Start: s.StartSweeper,
+		Collected: func(context.Context) (bool, error) {
+			return count(t, c, firestorestore.DefaultCollection) == 0, nil
+		},
+		Break:   func() { _ = c.Close() },
+		Logs:    &logs,
+		Message: "firestorestore: sweeping expired records failed",
+		Secret:  "secret-key",
+	})
 }

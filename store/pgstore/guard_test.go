@@ -17,6 +17,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/pglock"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/middleware/guardtest"
 )
 
 // node is one guard instance with a connection pool of its own, as one
@@ -73,9 +74,10 @@ func cluster(t *testing.T, url string, n int, appName string, opts ...middleware
 }
 
 // TestExactlyOnceAcrossNodes races 64 goroutines over 4 guards, each with
-// its own pool, on one key, 50 times: every time, the work runs exactly
-// once, and every other caller gets its response replayed or is told the
-// request is in progress.
+// its own pool, on one key, 50 times (guardtest.ExactlyOnce): every time,
+// the work runs exactly once, every other caller gets its response
+// replayed or is told the request is in progress, and afterwards every
+// guard replays it.
 func TestExactlyOnceAcrossNodes(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
@@ -85,58 +87,13 @@ func TestExactlyOnceAcrossNodes(t *testing.T) {
 	nodes := cluster(t, srv.URL, 4, testenv.Name(t), middleware.WithLogger(discard()),
 		middleware.WithBaseDelay(2*time.Millisecond), middleware.WithMaxDelay(20*time.Millisecond),
 		middleware.WithLockRetries(1000), middleware.WithWaitBudget(20*time.Second))
-	fp, err := fingerprint.Value("the same request")
-	if err != nil {
-		t.Fatal(err)
+	guards := make([]*middleware.Guard, len(nodes))
+	for i, n := range nodes {
+		guards[i] = n.guard
 	}
-	const (
-		rounds  = 50
-		callers = 64
-	)
-	for round := range rounds {
-		key := fmt.Sprintf("order-%d", round)
-		want := []byte("response of " + key)
-		var executions, replays, inProgress atomic.Int32
-		errs := make(chan error, callers)
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		for i := range callers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				out, err := nodes[i%len(nodes)].guard.Execute(t.Context(), key, fp, func(ctx context.Context) (middleware.Result, error) {
-					executions.Add(1)
-					time.Sleep(time.Duration(rand.N(3)) * time.Millisecond)
-					return middleware.Result{Value: want}, nil
-				})
-				switch {
-				case errors.Is(err, middleware.ErrInProgress):
-					inProgress.Add(1)
-				case err != nil:
-					errs <- err
-				case string(out.Value) != string(want):
-					errs <- fmt.Errorf("response %q; want %q", out.Value, want)
-				case out.Replayed:
-					replays.Add(1)
-				case !out.Recorded:
-					errs <- errors.New("the execution was not recorded")
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("round %d: %v", round, err)
-		}
-		if n := executions.Load(); n != 1 {
-			t.Fatalf("round %d: the work ran %d times; want exactly once", round, n)
-		}
-		if got := 1 + replays.Load() + inProgress.Load(); got != callers {
-			t.Fatalf("round %d: %d answers for %d callers", round, got, callers)
-		}
-	}
+	guardtest.ExactlyOnce(t, guards, guardtest.Race{
+		Callers: 64, Rounds: 50, KeyPrefix: "order-", InProgressOK: true, MaxWork: 2 * time.Millisecond,
+	})
 }
 
 // TestTerminatedConnections runs guarded requests on 4 nodes while another

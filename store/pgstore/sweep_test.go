@@ -1,14 +1,12 @@
 package pgstore
 
 import (
-	"bytes"
+	"context"
 	"fmt"
-	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store"
 )
@@ -60,43 +58,27 @@ func TestSweeper(t *testing.T) {
 	srv := testenv.Postgres(t)
 	admin := newPool(t, srv.URL, 2)
 	opt := table(t, admin)
-	var logs syncBuffer
+	var logs sweepertest.Logs
 	pool := newPool(t, srv.URL, 2)
-	s, err := New(pool, opt, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	s, err := New(pool, opt, WithLogger(logs.Logger()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	if _, err := s.Put(ctx, store.Record{Key: "secret-key", State: store.StateCompleted}, time.Millisecond); err != nil {
+	if _, err := s.Put(t.Context(), store.Record{Key: "secret-key", State: store.StateCompleted}, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	stop := s.StartSweeper(ctx, 50*time.Millisecond)
-	defer stop()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		var rows int
-		if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.Sanitize()).Scan(&rows); err != nil {
-			t.Fatal(err)
-		}
-		if rows == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper did not collect an expired record within 30s")
-		}
-	}
-	pool.Close()
-	// Wait for a failure of the closed pool (a sweep may also have timed
-	// out earlier on a busy machine).
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), "code=ServiceUnavailable"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the sweeper logged no failure within 30s")
-		}
-	}
-	stop()
-	stop()
-	if l := logs.String(); strings.Contains(l, "secret-key") || !strings.Contains(l, "sweeping expired records failed") {
-		t.Fatalf("sweeper log: %s", l)
-	}
+	sweepertest.Run(t, sweepertest.Sweeper{
+		Start: s.StartSweeper,
+		Collected: func(ctx context.Context) (bool, error) {
+			var rows int
+			err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.Sanitize()).Scan(&rows)
+			return rows == 0, err
+		},
+		Break:   pool.Close,
+		Logs:    &logs,
+		Message: "pgstore: sweeping expired records failed",
+		Secret:  "secret-key",
+	})
 }
 
 // TestInTransaction uses a store on a pgx.Tx: writes are visible to others
@@ -145,22 +127,4 @@ func TestInTransaction(t *testing.T) {
 	if got, ok, err := observer.Get(ctx, "k"); err != nil || !ok || got.Fence != 3 {
 		t.Fatalf("the committed record: %+v, %v, %v", got, ok, err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

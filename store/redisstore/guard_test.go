@@ -3,7 +3,6 @@ package redisstore_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/middleware/guardtest"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -62,8 +62,9 @@ var raceOpts = []middleware.Option{
 
 // TestExactlyOnceAcrossGuards races 64 goroutines through 4 guards, each
 // with its own client and connection pool (as 4 processes would have), on
-// one key, 50 times: fn runs exactly once per key and every caller gets
-// its response. On a single node and on a cluster, combined and not.
+// one key, 50 times (guardtest.ExactlyOnce): fn runs exactly once per key,
+// every caller gets its response, and every guard replays it afterwards.
+// On a single node and on a cluster, combined and not.
 //
 // The duplicates of each round pass through the lock one by one (each reads
 // the record under it), two writes each: the single node is a dedicated
@@ -83,49 +84,11 @@ func TestExactlyOnceAcrossGuards(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/combined=%v", b.name, combined), func(t *testing.T) {
 				t.Parallel()
 				prefix := testenv.Name(t)
-				nodes := make([]node, 4)
-				for i := range nodes {
-					nodes[i] = newNode(t, b.newClient, prefix, combined, raceOpts...)
+				guards := make([]*middleware.Guard, 4)
+				for i := range guards {
+					guards[i] = newNode(t, b.newClient, prefix, combined, raceOpts...).guard
 				}
-				const callers = 64
-				for round := range 50 {
-					key := fmt.Sprint("race-", round)
-					var runs, replays atomic.Int32
-					start := make(chan struct{})
-					errs := make(chan error, callers)
-					var wg sync.WaitGroup
-					for i := range callers {
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							<-start
-							out, err := nodes[i%len(nodes)].guard.Execute(t.Context(), key, fp, func(context.Context) (middleware.Result, error) {
-								runs.Add(1)
-								return middleware.Result{Value: []byte("charged " + key)}, nil
-							})
-							switch {
-							case err != nil:
-								errs <- err
-							case string(out.Value) != "charged "+key:
-								errs <- fmt.Errorf("response %q", out.Value)
-							case out.Replayed:
-								replays.Add(1)
-							}
-						}()
-					}
-					close(start)
-					wg.Wait()
-					close(errs)
-					for err := range errs {
-						t.Fatalf("round %d: %v", round, err)
-					}
-					if n := runs.Load(); n != 1 {
-						t.Fatalf("round %d: fn ran %d times; want exactly 1", round, n)
-					}
-					if n := replays.Load(); n != callers-1 {
-						t.Fatalf("round %d: %d replays; want %d", round, n, callers-1)
-					}
-				}
+				guardtest.ExactlyOnce(t, guards, guardtest.Race{Callers: 64, Rounds: 50, KeyPrefix: "race-", Fingerprint: fp})
 			})
 		}
 	}
