@@ -10,9 +10,29 @@ import (
 	"github.com/idemkit/idemkit/lock/firestorelock"
 )
 
-// TestDocID checks that every key gets a document id Firestore accepts
-// (valid UTF-8, no "/", not "." or "..", not "__...__", at most 1500
-// bytes), and that distinct keys get distinct ids.
+// validDocID says what is wrong with id as a Firestore document id, or ""
+// when nothing is: valid UTF-8, no "/", not "." or "..", not "__...__",
+// 1 to 1500 bytes.
+func validDocID(id string) string {
+	switch {
+	case id == "":
+		return "empty"
+	case !utf8.ValidString(id):
+		return "not UTF-8"
+	case strings.Contains(id, "/"):
+		return "has a /"
+	case id == "." || id == "..":
+		return "is . or .."
+	case strings.HasPrefix(id, "__") && strings.HasSuffix(id, "__"):
+		return "is reserved (__...__)"
+	case len(id) > firestorelock.MaxDocIDBytes:
+		return "too long"
+	}
+	return ""
+}
+
+// TestDocID checks that every key gets a document id Firestore accepts,
+// and that distinct keys get distinct ids.
 func TestDocID(t *testing.T) {
 	t.Parallel()
 	keys := []string{
@@ -23,10 +43,8 @@ func TestDocID(t *testing.T) {
 	seen := make(map[string]string)
 	for _, k := range keys {
 		id := firestorelock.DocID(k)
-		switch {
-		case !utf8.ValidString(id), strings.Contains(id, "/"), id == "." || id == "..",
-			strings.HasPrefix(id, "__") && strings.HasSuffix(id, "__"), len(id) > firestorelock.MaxDocIDBytes, id == "":
-			t.Fatalf("DocID(%q) = %q: not a valid document id", k, id)
+		if why := validDocID(id); why != "" {
+			t.Fatalf("DocID(%q) = %q: not a valid document id (%s)", k, id, why)
 		}
 		if other, ok := seen[id]; ok {
 			t.Fatalf("DocID(%q) = DocID(%q) = %q", k, other, id)
@@ -90,4 +108,27 @@ func TestValues(t *testing.T) {
 	if m := firestorelock.Micro(now); m.Nanosecond()%1000 != 0 || now.Sub(m) >= time.Microsecond || m != m.Round(0) {
 		t.Fatalf("Micro(%v) = %v", now, m)
 	}
+}
+
+// FuzzDocID checks, for any two keys (what clients send ends up here),
+// that each gets a valid document id and that distinct keys never share
+// one, and that readable keys stay verbatim.
+func FuzzDocID(f *testing.F) {
+	for _, s := range []string{"", "k", "/", ".", "..", "__x__", "k:x", "h:x", "a/b", "\xff", "a\x00b", strings.Repeat("é", 800)} {
+		f.Add(s, s+"/")
+	}
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ida, idb := firestorelock.DocID(a), firestorelock.DocID(b)
+		for _, c := range []struct{ key, id string }{{a, ida}, {b, idb}} {
+			if why := validDocID(c.id); why != "" {
+				t.Fatalf("DocID(%q) = %q: not a valid document id (%s)", c.key, c.id, why)
+			}
+		}
+		if a != b && ida == idb {
+			t.Fatalf("DocID(%q) = DocID(%q) = %q", a, b, ida)
+		}
+		if !strings.HasPrefix(ida, "k:") && !strings.HasPrefix(ida, lock.HashedPrefix) {
+			t.Fatalf("DocID(%q) = %q: neither verbatim nor hashed", a, ida)
+		}
+	})
 }
