@@ -60,6 +60,18 @@
 // never quote a document name (which would hold a key); the original
 // status stays reachable through errors.As and status.FromError.
 //
+// A failed commit is an unknown outcome, settled by a read. The Firestore
+// client retries a commit whose answer was lost (Unavailable), and the
+// retry meets what the first try left: its own precondition fails, or,
+// inside a transaction, the transaction has ended (InvalidArgument). So
+// after a failed commit an acquire reads the lock document and returns the
+// lease if it carries this call's lock id, an extend reports OK if the
+// document holds the lease with the expiry it wrote, and a release reports
+// OK if the lease is gone and was still live when the delete's answer came
+// (expired otherwise: see [Locker.Release]). Only when the read shows the
+// commit did not land is its error reported, and never as InvalidArgument
+// (see [MapCommitError]).
+//
 // # Indexes
 //
 // LookupID, Release and Extend find a lock by its id with an equality query

@@ -51,6 +51,8 @@ import (
 // Where MapError does see Aborted (a store's transaction, say), it gives
 // ServiceUnavailable: transient, so the callers' retry paths
 // ([lock.WithRetryTransient], the guard's record-write retries) try again.
+// A commit's error, whose outcome is unknown until a read settles it, goes
+// through [MapCommitError] instead.
 //
 // A gRPC status message can quote a document name, and document names hold
 // keys, so the cause kept in the returned error prints only its status
@@ -73,6 +75,35 @@ func MapError(ctx context.Context, op string, err error) error {
 	}
 	code, detail := classify(err)
 	return lock.NewError(code, op, detail, err)
+}
+
+// MapCommitError is [MapError] for the error of a commit whose outcome a
+// read has settled: the read found that the commit did not take effect.
+// The Firestore client retries a commit whose answer was lost
+// (Unavailable), and the retry meets the state its first try left: outside
+// a transaction its own precondition fails (FailedPrecondition, NotFound,
+// AlreadyExists), and inside one the transaction has ended
+// (InvalidArgument, "the transaction is invalid or closed"), whether or
+// not the first try landed. So on a commit those codes mean "outcome
+// unknown", never a configuration error: once a read shows the commit did
+// not land, they are ServiceUnavailable (transient: the callers' retry
+// paths try again). Every other error maps as MapError maps it, and so
+// does any error once ctx has ended.
+func MapCommitError(ctx context.Context, op string, err error) error {
+	mapped := MapError(ctx, op, err)
+	if ctx.Err() != nil || err == nil {
+		return mapped
+	}
+	var le *lock.Error
+	if errors.As(err, &le) {
+		return mapped
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.AlreadyExists:
+		return lock.NewError(lock.CodeServiceUnavailable, op,
+			"Firestore refused a commit that a read shows did not take effect (a retried commit whose first answer was lost?)", redact(err))
+	}
+	return mapped
 }
 
 // classify returns the code and a detail for a native error (see

@@ -147,6 +147,9 @@ func TestErrorsFromServer(t *testing.T) {
 		{"not-found", codes.NotFound, false, lock.CodeInvalidArgument},
 		{"data-loss", codes.DataLoss, false, lock.CodeInternal},
 		{"commit-permission-denied", codes.PermissionDenied, true, lock.CodeAuthFailed},
+		// A commit refused as invalid that a read shows did not land is
+		// transient, never a configuration error (see MapCommitError).
+		{"commit-invalid-argument", codes.InvalidArgument, true, lock.CodeServiceUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -2,8 +2,10 @@ package firestorelock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -207,17 +209,18 @@ func (l *Locker) get(ctx context.Context, ref *firestore.DocumentRef) (*firestor
 // A contender that loses the commit fails fast, without waiting for
 // document locks: AlreadyExists (another lease was created) or
 // FailedPrecondition (the counter moved: another lease was granted in
-// between), and the answer is "locked". One more read settles it first: a
-// commit whose answer was lost and that the client retried meets its own
-// documents, and the lease is returned if the lock document carries this
-// call's lock id.
+// between), and the answer is "locked". One more read settles every failed
+// commit first (see [Locker.settle]): a commit whose answer was lost and
+// that the client retried meets its own documents, and the lease is
+// returned if the lock document carries this call's lock id.
 //
 // When the lock document holds an expired lease, the lease is replaced in
 // a read-write transaction (begin, one read of both documents, commit:
 // three round trips), which reads both documents again, judges liveness
 // after its reads and writes only then. Contention on the documents that
 // outlasts the client's transaction retries answers "locked", like any
-// other contention; [lock.Do] retries it.
+// other contention; [lock.Do] retries it. A failed commit of a transaction
+// that wrote a lease is settled by a read, as above.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
 	key, err := lock.NormalizeKey(key)
@@ -273,10 +276,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	wrs, err := b.Commit(ctx)
 	received := l.cfg.clock()
 	if err != nil {
-		if IsContention(err) && ctx.Err() == nil {
-			return l.confirm(ctx, ref, d.id)
-		}
-		return lock.Lease{}, false, MapError(ctx, op, err)
+		return l.settle(ctx, ref, err, d.id)
 	}
 	if len(wrs) > 0 {
 		l.skew.Observe(ctx, op, key, now, received, wrs[0].UpdateTime)
@@ -290,12 +290,19 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 // the lease by the clock read after those reads, and writes the new lease
 // and the counter only if the lease is still expired or gone. A lease that
 // came alive in between answers "locked" and writes nothing.
+//
+// The client runs the function again when the commit is aborted, and an
+// aborted commit can be the retry of one that landed but whose answer was
+// lost: a run that finds a live lease written by an earlier run of this
+// very call returns that lease. A commit that fails after a run wrote a
+// lease is settled by a read (see [Locker.settle]).
 func (l *Locker) replace(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
 	ref, fref := l.refs(key)
 	var (
 		lease  lock.Lease
 		ok     bool
+		ids    []string // the lock ids of the leases the runs wrote
 		sent   time.Time
 		commit firestore.CommitResponse
 	)
@@ -313,7 +320,10 @@ func (l *Locker) replace(ctx context.Context, key string, ttl time.Duration) (lo
 				return err
 			}
 			if lock.Live(prev.expires, now) {
-				return nil // locked: nothing written, an empty commit ends the transaction
+				if slices.Contains(ids, prev.id) {
+					lease, ok = prev.lease(), true // an earlier run's commit landed
+				}
+				return nil // nothing written, an empty commit ends the transaction
 			}
 		}
 		f, err := decodeCounter(op, counter)
@@ -337,14 +347,21 @@ func (l *Locker) replace(ctx context.Context, key string, ttl time.Duration) (lo
 			return err
 		}
 		lease, ok, sent = d.lease(), true, now
+		ids = append(ids, d.id)
 		return nil
 	}, firestore.WithCommitResponseTo(&commit))
 	received := l.cfg.clock()
 	if err != nil {
-		if IsContention(err) && ctx.Err() == nil {
-			return lock.Lease{}, false, nil // another acquire won the documents
+		var le *lock.Error
+		if len(ids) == 0 || errors.As(err, &le) {
+			// No run wrote a lease, or the function itself failed (a
+			// malformed document, the fence limit): nothing to settle.
+			if IsContention(err) && ctx.Err() == nil {
+				return lock.Lease{}, false, nil // another acquire won the documents
+			}
+			return lock.Lease{}, false, MapError(ctx, op, err)
 		}
-		return lock.Lease{}, false, MapError(ctx, op, err)
+		return l.settle(ctx, ref, err, ids...)
 	}
 	if !ok {
 		return lock.Lease{}, false, nil
@@ -355,27 +372,37 @@ func (l *Locker) replace(ctx context.Context, key string, ttl time.Duration) (lo
 	return lease, true, nil
 }
 
-// confirm settles an acquire whose commit lost a race. The winner may be
-// this very call: when the answer to a commit is lost, the client retries
-// it, and the retry meets the documents the first try wrote. One read
-// tells: the lease is this call's if the live lock document carries its id.
-func (l *Locker) confirm(ctx context.Context, ref *firestore.DocumentRef, id string) (lock.Lease, bool, error) {
+// settle decides an acquire whose commit of a lease with one of ids
+// failed with commitErr. Whatever the error, the commit may have landed:
+// when its answer is lost, the client retries it, and the retry meets what
+// the first try wrote (AlreadyExists or FailedPrecondition outside a
+// transaction, InvalidArgument "transaction closed" inside one). So one
+// read decides, unless ctx has ended: the lease is this call's if the live
+// lock document carries one of ids. Otherwise contention answers "locked"
+// and any other failure is reported ([MapCommitError]: never a
+// configuration error). When the read fails too, its error is returned.
+func (l *Locker) settle(ctx context.Context, ref *firestore.DocumentRef, commitErr error, ids ...string) (lock.Lease, bool, error) {
 	const op = "acquire"
+	if ctx.Err() != nil {
+		return lock.Lease{}, false, MapError(ctx, op, commitErr)
+	}
 	snap, err := l.get(ctx, ref)
 	if err != nil {
 		return lock.Lease{}, false, MapError(ctx, op, err)
 	}
-	if !snap.Exists() {
+	if snap.Exists() {
+		d, err := decodeLock(op, snap)
+		if err != nil {
+			return lock.Lease{}, false, err
+		}
+		if slices.Contains(ids, d.id) && lock.Live(d.expires, l.now()) {
+			return d.lease(), true, nil
+		}
+	}
+	if IsContention(commitErr) {
 		return lock.Lease{}, false, nil
 	}
-	d, err := decodeLock(op, snap)
-	if err != nil {
-		return lock.Lease{}, false, err
-	}
-	if d.id != id || !lock.Live(d.expires, l.now()) {
-		return lock.Lease{}, false, nil
-	}
-	return d.lease(), true, nil
+	return lock.Lease{}, false, MapCommitError(ctx, op, commitErr)
 }
 
 // maxChanges is how many times a release, extend or cleanup reads the lock
@@ -421,6 +448,19 @@ func (l *Locker) byID(op, id string) finder {
 // it live and carrying id (two round trips; the condition makes the
 // ownership check and the delete one atomic step). A document changed in
 // between is read again. The fence counter is never touched.
+//
+// A failed delete may have landed: the client retries a delete whose
+// answer was lost, and the retry fails its own condition on the document
+// the first try removed. So the document is read again, and when it no
+// longer holds the lease (it is gone, or holds another lease), the delete
+// is settled by this rule: only this call's delete, a sweep or cleanup (of
+// leases expired more than [lock.CleanupGrace] ago) or an acquire that
+// replaces an expired lease removes a lease, so the release took effect
+// (OK) if the lease was still live by the client clock when the failed
+// delete's answer came back, and otherwise the answer is expired (the
+// lease ran out while the delete was in flight, and something else may
+// have removed it). A failure other than a changed document is returned
+// unless that read settles the release.
 func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
@@ -447,17 +487,31 @@ func (l *Locker) release(ctx context.Context, id string, find finder) (lock.Outc
 	if err := lock.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
+	var (
+		tried   bool  // a delete of the live lease failed: it may have landed
+		live    bool  // the lease was live when the answer of that delete came
+		failure error // that delete's error, unless it only found the document changed
+	)
 	for try := 1; ; try++ {
-		snap, _, out, err := l.owned(ctx, op, id, find)
-		if snap == nil {
+		snap, d, out, err := l.owned(ctx, op, id, find)
+		switch {
+		case failure != nil && (err != nil || snap != nil):
+			return lock.Outcome{}, failure // the read does not settle the delete
+		case snap == nil && err == nil && tried && out.Reason == lock.ReasonNotFound:
+			if live {
+				return lock.Outcome{OK: true}, nil // this call's delete removed it
+			}
+			return lock.Outcome{Reason: lock.ReasonExpired}, nil
+		case snap == nil:
 			return out, err
 		}
 		_, err = snap.Ref.Delete(ctx, firestore.LastUpdateTime(snap.UpdateTime))
 		if err == nil {
 			return lock.Outcome{OK: true}, nil
 		}
-		if err := l.retryChanged(ctx, op, try, err); err != nil {
-			return lock.Outcome{}, err
+		tried, live = true, lock.Live(d.expires, l.now())
+		if failure = l.retryChanged(ctx, op, try, err); failure != nil && ctx.Err() != nil {
+			return lock.Outcome{}, failure
 		}
 	}
 }
@@ -488,10 +542,13 @@ func (l *Locker) owned(ctx context.Context, op, id string, find finder) (*firest
 
 // retryChanged decides what follows a failed conditional write: nil to
 // read the document again (it changed since it was read, and tries are
-// left), else the error to return.
+// left), else the error to return. The callers read the document once
+// more before they return such an error, unless ctx has ended: the write
+// may have landed with its answer lost, so the error is mapped as one of a
+// commit that did not land ([MapCommitError]).
 func (l *Locker) retryChanged(ctx context.Context, op string, try int, err error) error {
 	if !changed(err) || ctx.Err() != nil {
-		return MapError(ctx, op, err)
+		return MapCommitError(ctx, op, err)
 	}
 	if try == maxChanges {
 		return lock.NewError(lock.CodeServiceUnavailable, op, "the lock document kept changing between read and write", redact(err))
@@ -505,6 +562,21 @@ func (l *Locker) retryChanged(ctx context.Context, op string, try int, err error
 // read that found it live and carrying id (two round trips; the condition
 // makes the ownership check and the write one atomic step). acquiredAt and
 // the fence stay.
+//
+// The lease is judged live at the read. Should it run out (by the client
+// clock) while the update is in flight, the update still lands and Extend
+// reports OK: the condition proves that nothing replaced, released or
+// swept the lease between the read and the write, so the lease never
+// changed hands, and the extended lease is the one in storage (answering
+// "expired" would strand a lease that stays live until its new expiry).
+// Anyone who looked in that window saw the key free; a contender's acquire
+// in it serialises with the update (its commit or this update fails).
+//
+// A failed update may have landed: the client retries an update whose
+// answer was lost, and the retry fails its own condition. So the document
+// is read again, and when it holds the lease with the expiry this call
+// wrote, the answer is OK. A failure other than a changed document is
+// returned unless that read shows the update landed.
 func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock.Outcome, error) {
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
@@ -541,9 +613,18 @@ func (l *Locker) extend(ctx context.Context, id string, ttl time.Duration, find 
 	// that finds the lock: a slow read never lengthens a lease beyond what
 	// its holder asked for at the time it asked.
 	expires := Micro(l.now().Add(ttl))
+	var (
+		tried   bool  // an update failed: it may have landed
+		failure error // its error, unless it only found the document changed
+	)
 	for try := 1; ; try++ {
 		snap, d, out, err := l.owned(ctx, op, id, find)
-		if snap == nil {
+		switch {
+		case tried && snap != nil && d.expires.Equal(expires):
+			return lock.Outcome{OK: true, ExpiresAt: expires}, nil // this call's update landed
+		case failure != nil && (err != nil || snap != nil):
+			return lock.Outcome{}, failure
+		case snap == nil:
 			return out, err
 		}
 		now := l.now()
@@ -555,8 +636,9 @@ func (l *Locker) extend(ctx context.Context, id string, ttl time.Duration, find 
 			l.skew.Observe(ctx, op, d.key, now, l.cfg.clock(), wr.UpdateTime)
 			return lock.Outcome{OK: true, ExpiresAt: expires}, nil
 		}
-		if err := l.retryChanged(ctx, op, try, err); err != nil {
-			return lock.Outcome{}, err
+		tried = true
+		if failure = l.retryChanged(ctx, op, try, err); failure != nil && ctx.Err() != nil {
+			return lock.Outcome{}, failure
 		}
 	}
 }

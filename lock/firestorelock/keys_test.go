@@ -31,6 +31,12 @@ func TestKeyKinds(t *testing.T) {
 		{"decomposed", "cafe\u0301/ü"},
 		{"invalid-utf8", "\xff\xfe/x"},
 		{"nul-and-controls", "a\x00b\tc\n"},
+		{"unicode-line-breaks", "\u0085\u2028x"},
+		{"noncharacters", "\uFFFE\uFFFF\U0010FFFF"},
+		{"invisible", "\u00a0a\u200bb\ufeff"},
+		{"combining-first", "\u0300"},
+		{"markup-and-escapes", "`*[]~#?%2F"},
+		{"128-emoji", strings.Repeat("\U0001F512", 128)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

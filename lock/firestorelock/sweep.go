@@ -21,10 +21,12 @@ const DefaultSweepInterval = lock.DefaultSweepInterval
 // automatic single-field index) names a batch, and a read-write transaction
 // reads those documents again and deletes only the ones still expired by
 // the client clock after that read, so a lease acquired or extended in
-// between is never deleted. It stops when a batch comes up short, or when
-// a batch deleted nothing (every document it named had come alive again),
-// or when the transaction meets contention that outlasts the client's
-// retries (the documents are in use; the next sweep tries again).
+// between is never deleted. Each query starts after the last document the
+// previous one named (in expireAt order), so documents that a batch leaves
+// alone (alive again, or not this package's) never hold up the ones behind
+// them. It stops when a batch comes up short, or when the transaction
+// meets contention that outlasts the client's retries (the documents are
+// in use; the next sweep tries again).
 //
 // Fence counters are never touched (they live in another collection and
 // carry no expireAt), so fences keep growing across sweeps. Sweep returns
@@ -32,11 +34,17 @@ const DefaultSweepInterval = lock.DefaultSweepInterval
 func (l *Locker) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	total := 0
+	var last *firestore.DocumentSnapshot // the last document the previous query named
 	for {
 		if err := lock.CheckContext(ctx, op); err != nil {
 			return total, err
 		}
-		q := l.locks.Where(FieldExpireAt, "<", l.now()).Select().Limit(l.cfg.sweepBatch)
+		// The inequality orders the results by expireAt, then by document
+		// name; the cursor needs expireAt in the snapshot.
+		q := l.locks.Where(FieldExpireAt, "<", l.now()).Select(FieldExpireAt).Limit(l.cfg.sweepBatch)
+		if last != nil {
+			q = q.StartAfter(last)
+		}
 		snaps, err := q.Documents(ctx).GetAll()
 		if err != nil {
 			return total, MapError(ctx, op, err)
@@ -44,6 +52,7 @@ func (l *Locker) Sweep(ctx context.Context) (int, error) {
 		if len(snaps) == 0 {
 			return total, nil
 		}
+		last = snaps[len(snaps)-1]
 		refs := make([]*firestore.DocumentRef, len(snaps))
 		for i, s := range snaps {
 			refs[i] = s.Ref
@@ -57,8 +66,11 @@ func (l *Locker) Sweep(ctx context.Context) (int, error) {
 		case err != nil && IsContention(err) && ctx.Err() == nil:
 			return total, nil
 		case err != nil:
-			return total, MapError(ctx, op, err)
-		case n == 0 || len(snaps) < l.cfg.sweepBatch:
+			// The transaction reads documents by name and commits deletes:
+			// its errors are a commit's (see MapCommitError). A lost answer
+			// leaves the batch deleted but uncounted.
+			return total, MapCommitError(ctx, op, err)
+		case len(snaps) < l.cfg.sweepBatch:
 			return total, nil
 		}
 	}

@@ -145,3 +145,34 @@ func TestSweeper(t *testing.T) {
 		t.Fatalf("fence counter %v, %v; want 1", f, err)
 	}
 }
+
+// TestSweepPagesPastForeignDocuments puts more documents that the sweep
+// cannot decode (not this package's) than a batch holds at the head of the
+// expireAt order: the sweep pages past them and still deletes the expired
+// locks behind them, and leaves the foreign documents alone.
+func TestSweepPagesPastForeignDocuments(t *testing.T) {
+	t.Parallel()
+	p := project(t)
+	clock := fakeclock.New()
+	l := fakeLocker(t, p, clock, firestorelock.WithSweepBatch(2))
+	pr := newProbes(t, p, l)
+	ctx := t.Context()
+	const foreign, expired = 5, 3
+	for i := range foreign {
+		doc := map[string]any{"other": int64(i), firestorelock.FieldExpireAt: clock.Now().Add(-time.Hour)}
+		if _, err := pr.locks.Doc(fmt.Sprint("foreign-", i)).Set(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range expired {
+		acquireOK(t, l, fmt.Sprint("expired/", i), time.Second)
+	}
+	clock.Advance(time.Second + lock.CleanupGrace + time.Millisecond)
+
+	if n, err := l.Sweep(ctx); err != nil || n != expired {
+		t.Fatalf("Sweep = %d, %v; want %d", n, err, expired)
+	}
+	if n := count(t, pr.locks); n != foreign {
+		t.Fatalf("%d documents left; want the %d foreign ones", n, foreign)
+	}
+}

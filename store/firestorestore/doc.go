@@ -25,9 +25,10 @@
 //
 // The fields ([FieldKey] and the others): key (a string, or bytes when the
 // key is not valid UTF-8), fingerprint, state (an integer), response
-// (bytes), fence (an integer), createdAt and expiresAt (timestamps), and
+// (bytes), fence (an integer), createdAt and expiresAt (timestamps),
 // expireAt = expiresAt + [lock.CleanupGrace], the time from which the
-// document may be deleted.
+// document may be deleted, and writeId, a random id of the Put that wrote
+// the record (see below).
 //
 // # Time
 //
@@ -57,6 +58,17 @@
 // [WithTransactionAttempts] times, then reported as ServiceUnavailable
 // whose cause is the Aborted status.
 //
+// A failed commit is an unknown outcome, settled by a read. The Firestore
+// client retries a commit whose answer was lost (Unavailable), and the
+// retry of a transaction that has already committed fails with
+// InvalidArgument ("the transaction is invalid or closed"). So when a
+// transaction that got as far as its write fails, Put reads the document
+// back and answers true if it carries this call's write id, and Delete
+// answers what its transaction saw if the document is gone. Only when the
+// read shows the commit did not land is the failure reported, and an
+// InvalidArgument then is transient (ServiceUnavailable, see
+// [firestorelock.MapCommitError]), never a configuration error.
+//
 // # Size
 //
 // A Firestore document holds at most 1 MiB ([MaxDocumentBytes]), counted
@@ -68,8 +80,10 @@
 // execution as not replayable, and retries are told so rather than run the
 // work again. [Store.MaxResponseBytes] tells the limit for a key; with the
 // defaults, a guard's record under a short key holds a response of up to
-// about 1,047,200 bytes. Should Firestore still refuse a large document as
-// InvalidArgument, Put reports that as [store.ErrTooLarge] too.
+// about 1,047,200 bytes. Should Firestore still refuse a large document
+// (over half the limit) as InvalidArgument, and the read that settles the
+// commit show that it did not land, Put reports that as [store.ErrTooLarge]
+// too.
 // [WithMaxResponseBytes] sets a lower limit of your own.
 //
 // # Expiry and garbage collection

@@ -2,8 +2,10 @@ package firestorestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -33,7 +35,11 @@ const (
 	FieldCreatedAt   = "createdAt"                  // when the record was written (client clock)
 	FieldExpiresAt   = firestorelock.FieldExpiresAt // when the record expires (client clock)
 	FieldExpireAt    = firestorelock.FieldExpireAt  // expiresAt + lock.CleanupGrace: when the document may be deleted
+	FieldWriteID     = "writeId"                    // a random id of the Put that wrote the record, by which a Put whose answer was lost recognises its own write
 )
+
+// writeIDBytes is the length of a write id: a fresh [lock.NewID].
+const writeIDBytes = lock.IDLen
 
 // Size limits and defaults.
 const (
@@ -237,6 +243,16 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 //
 // A response whose record document would not fit (see [Store.MaxResponseBytes])
 // is refused with [store.ErrTooLarge] before any I/O.
+//
+// Every run of the transaction writes a fresh random write id with the
+// record ([FieldWriteID]). A failed transaction that got as far as its
+// write is an unknown outcome: the client retries a commit whose answer was
+// lost, and the retry of a transaction that has committed fails
+// (InvalidArgument, "the transaction is invalid or closed"). So, unless ctx
+// has ended, one read settles it: the record landed if the document now
+// carries one of this call's write ids, and Put answers true. Otherwise the
+// failure is reported (see [Store.putError]), and never as a configuration
+// error.
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
 	if err := store.ValidatePut(rec, ttl); err != nil {
@@ -254,6 +270,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	ref := s.ref(rec.Key)
 	var (
 		stored    bool
+		writes    []string // the write ids of the runs that wrote the record
 		sent      time.Time
 		committed firestore.CommitResponse
 	)
@@ -275,11 +292,13 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		}
 		stored = true
 		sent = s.cfg.clock()
-		return tx.Set(ref, recordData(rec, now, firestorelock.Micro(now.Add(ttl))))
+		id := lock.NewID()
+		writes = append(writes, id)
+		return tx.Set(ref, recordData(rec, now, firestorelock.Micro(now.Add(ttl)), id))
 	}, firestore.MaxAttempts(s.cfg.attempts), firestore.WithCommitResponseTo(&committed))
 	received := s.cfg.clock()
 	if err != nil {
-		return false, s.putError(ctx, op, rec, err)
+		return s.putFailed(ctx, op, rec, writes, err)
 	}
 	if stored {
 		if wrs, _ := committed.WriteResults(); len(wrs) > 0 {
@@ -289,27 +308,63 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	return stored, nil
 }
 
-// putError maps a failed Put. Firestore refuses a document over its size
-// limit with InvalidArgument; the store's own count keeps such writes from
-// being sent, but should Firestore count differently, an InvalidArgument
-// answer to the write of a large document (over half the limit: nothing
-// else in a record this store writes can be invalid) is reported as
-// [store.ErrTooLarge] too, so the guard records the execution as not
-// replayable.
+// putFailed settles a Put whose transaction failed with err after runs
+// that wrote the record under the write ids writes (none when no run got
+// as far as its write). Unless no run wrote, the function itself failed
+// (a malformed document) or ctx has ended, one read decides: the record
+// landed, and Put answers true, when the document carries one of writes.
+// When the read fails, the outcome stays unknown and the error is
+// transient ([firestorelock.MapCommitError]).
+func (s *Store) putFailed(ctx context.Context, op string, rec store.Record, writes []string, err error) (bool, error) {
+	var le *lock.Error
+	if len(writes) == 0 || ctx.Err() != nil || errors.As(err, &le) {
+		return false, firestorelock.MapError(ctx, op, err)
+	}
+	snaps, rerr := s.client.GetAll(ctx, []*firestore.DocumentRef{s.ref(rec.Key)})
+	if rerr != nil {
+		return false, firestorelock.MapCommitError(ctx, op, err)
+	}
+	if id, ok := snaps[0].Data()[FieldWriteID].(string); ok && slices.Contains(writes, id) {
+		return true, nil // the commit landed; its answer was lost
+	}
+	return false, s.putError(ctx, op, rec, err)
+}
+
+// putError maps the error of a Put whose commit a read has shown not to
+// have landed. Firestore refuses a document over its size limit with
+// InvalidArgument. The store's own exact count refuses such a record before
+// any I/O, but should a Firestore release count differently, an
+// InvalidArgument answer to the write of a large document (over half the
+// limit: nothing else in a record this store writes can be invalid) is
+// reported as [store.ErrTooLarge], so the guard records the execution as
+// not replayable. Any other InvalidArgument (say, the retry of a commit
+// whose transaction was closed without landing) is transient, never a
+// configuration error ([firestorelock.MapCommitError]). The read comes
+// first because the retry of a commit that did land gets InvalidArgument
+// too, and taking that for ErrTooLarge would overwrite a completed record
+// as not replayable.
 func (s *Store) putError(ctx context.Context, op string, rec store.Record, err error) error {
-	mapped := firestorelock.MapError(ctx, op, err)
 	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil &&
 		documentSize(s.cfg.collection, rec.Key, rec.Fingerprint, len(rec.Response)) > MaxDocumentBytes/2 {
 		return lock.NewError(lock.CodeInvalidArgument, op,
 			fmt.Sprintf("Firestore refused the record document of a %d-byte response (its document limit is %d bytes)", len(rec.Response), MaxDocumentBytes),
-			fmt.Errorf("%w: %w", store.ErrTooLarge, mapped))
+			fmt.Errorf("%w: %w", store.ErrTooLarge, firestorelock.MapError(ctx, op, err)))
 	}
-	return mapped
+	return firestorelock.MapCommitError(ctx, op, err)
 }
 
 // Delete implements [store.Store]: one read-write transaction that reads
 // the record document and deletes it, and reports whether it held a live
 // record.
+//
+// A failed transaction that got as far as its delete is an unknown
+// outcome (the retry of a commit whose answer was lost fails once the
+// transaction has committed), settled by one read unless ctx has ended:
+// when the document is gone, Delete answers what the transaction saw. So
+// does a run of the transaction that the client repeats and that finds the
+// document gone after an earlier run reached its delete (that run's commit
+// may have landed; the answer is the earlier run's, even if another caller
+// deleted the record in between).
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := store.ValidateKey(key); err != nil {
@@ -319,26 +374,34 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	ref := s.ref(key)
-	var live bool
+	var (
+		live    bool // whether the last run that reached its delete saw a live record
+		reached bool // whether a run reached its delete
+	)
 	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		live = false
 		snaps, err := tx.GetAll([]*firestore.DocumentRef{ref})
 		if err != nil || !snaps[0].Exists() {
-			return err
+			return err // gone: live stays what an earlier run saw
 		}
-		if expires, ok := snaps[0].Data()[FieldExpiresAt].(time.Time); ok {
-			live = lock.Live(expires, s.now())
-		}
+		expires, ok := snaps[0].Data()[FieldExpiresAt].(time.Time)
+		live, reached = ok && lock.Live(expires, s.now()), true
 		return tx.Delete(ref)
 	}, firestore.MaxAttempts(s.cfg.attempts))
 	if err != nil {
-		return false, firestorelock.MapError(ctx, op, err)
+		if !reached || ctx.Err() != nil {
+			return false, firestorelock.MapError(ctx, op, err)
+		}
+		snaps, rerr := s.client.GetAll(ctx, []*firestore.DocumentRef{ref})
+		if rerr == nil && !snaps[0].Exists() {
+			return live, nil // the delete landed; its answer was lost
+		}
+		return false, firestorelock.MapCommitError(ctx, op, err)
 	}
 	return live, nil
 }
 
 // recordData is the whole record document.
-func recordData(rec store.Record, created, expires time.Time) map[string]any {
+func recordData(rec store.Record, created, expires time.Time, writeID string) map[string]any {
 	response := rec.Response
 	if response == nil {
 		response = []byte{}
@@ -352,6 +415,7 @@ func recordData(rec store.Record, created, expires time.Time) map[string]any {
 		FieldCreatedAt:   created,
 		FieldExpiresAt:   expires,
 		FieldExpireAt:    expires.Add(lock.CleanupGrace),
+		FieldWriteID:     writeID,
 	}
 }
 

@@ -43,6 +43,7 @@ func documentSize(collection, key, fp string, n int) int {
 	for _, f := range [...]string{FieldState, FieldFence, FieldCreatedAt, FieldExpiresAt, FieldExpireAt} {
 		size += stringSize(f) + scalarSize
 	}
+	size += stringSize(FieldWriteID) + writeIDBytes + 1 // a string of writeIDBytes bytes
 	return size + documentOverhead
 }
 

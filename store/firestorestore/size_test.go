@@ -25,7 +25,8 @@ import (
 // spelled out field by field: the document name (collection id and
 // document id, each a string of bytes + 1, and 16), each field's name
 // (bytes + 1) and value (a string: bytes + 1; bytes: their length; an
-// integer or a timestamp: 8), and 32.
+// integer or a timestamp: 8), and 32. The write id is a 22-character
+// string.
 func docSize(collection, key, fp string, response int) int {
 	name := len(collection) + 1 + len(firestorelock.DocID(key)) + 1 + 16
 	fields := len("key") + 1 + len(key) + 1 + // key and fingerprint are valid UTF-8 here: strings
@@ -35,7 +36,8 @@ func docSize(collection, key, fp string, response int) int {
 		len("fence") + 1 + 8 +
 		len("createdAt") + 1 + 8 +
 		len("expiresAt") + 1 + 8 +
-		len("expireAt") + 1 + 8
+		len("expireAt") + 1 + 8 +
+		len("writeId") + 1 + 22 + 1
 	return name + fields + 32
 }
 

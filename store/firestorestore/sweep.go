@@ -25,49 +25,61 @@ const DefaultSweepInterval = lock.DefaultSweepInterval
 // and deletes those still expired by the client clock. The query is part of
 // the transaction, so a record written again since it expired is never
 // deleted: its Put either commits first (and the query no longer finds
-// it) or the two conflict and one is retried. Sweep stops when a batch
-// comes up short or deletes nothing, or when its transaction meets
-// contention that outlasts the client's retries (the documents are in use:
-// the next sweep tries again). It returns how many documents it deleted,
-// also when it fails part way.
+// it) or the two conflict and one is retried. Each query starts after the
+// last document the previous one named (in expireAt order), so documents
+// that a batch leaves alone (not this store's) never hold up the ones
+// behind them. Sweep stops when a batch comes up short, or when its
+// transaction meets contention that outlasts the client's retries (the
+// documents are in use: the next sweep tries again). It returns how many
+// documents it deleted, also when it fails part way.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	if err := lock.CheckContext(ctx, op); err != nil {
 		return 0, err
 	}
 	total := 0
+	var last *firestore.DocumentSnapshot // the last document the previous batch's query named
 	for {
-		n, full, err := s.sweepBatch(ctx)
+		n, next, err := s.sweepBatch(ctx, last)
 		total += n
 		switch {
 		case err != nil && status.Code(err) == codes.Aborted && ctx.Err() == nil:
 			return total, nil // the documents are in use: the next sweep tries again
 		case err != nil:
 			return total, firestorelock.MapError(ctx, op, err)
-		case !full || n == 0:
+		case next == nil:
 			return total, nil
 		}
+		last = next
 		if err := lock.CheckContext(ctx, op); err != nil {
 			return total, err
 		}
 	}
 }
 
-// sweepBatch deletes one batch of expired record documents in a
-// transaction. It returns how many it deleted and whether the query filled
-// the batch (more may be left).
-func (s *Store) sweepBatch(ctx context.Context) (deleted int, full bool, err error) {
+// sweepBatch deletes, in a transaction, one batch of expired record
+// documents, those after the document after (from the start when nil). It
+// returns how many it deleted and, when the query filled the batch (more
+// may be left), the last document it named.
+func (s *Store) sweepBatch(ctx context.Context, after *firestore.DocumentSnapshot) (deleted int, last *firestore.DocumentSnapshot, err error) {
 	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		deleted, full = 0, false
+		deleted, last = 0, nil
 		now := s.now()
+		// The inequality orders the results by expireAt, then by document
+		// name; the cursor needs expireAt in the snapshot.
 		q := s.records.Where(FieldExpireAt, "<=", now).
 			Select(FieldExpiresAt, FieldExpireAt).
 			Limit(s.cfg.sweepBatch)
+		if after != nil {
+			q = q.StartAfter(after)
+		}
 		snaps, err := tx.Documents(q).GetAll()
 		if err != nil {
 			return err
 		}
-		full = len(snaps) == s.cfg.sweepBatch
+		if len(snaps) == s.cfg.sweepBatch {
+			last = snaps[len(snaps)-1]
+		}
 		for _, snap := range snaps {
 			// The query judged expireAt; a document whose expiresAt is
 			// not a timestamp in the past (not one this store wrote) is
@@ -84,9 +96,9 @@ func (s *Store) sweepBatch(ctx context.Context) (deleted int, full bool, err err
 		return nil
 	}, firestore.MaxAttempts(s.cfg.attempts))
 	if err != nil {
-		return 0, false, err
+		return 0, nil, err
 	}
-	return deleted, full, nil
+	return deleted, last, nil
 }
 
 // StartSweeper runs [Store.Sweep] every interval (a non-positive one means

@@ -87,3 +87,36 @@ func TestSweeper(t *testing.T) {
 		Secret:  "secret-key",
 	})
 }
+
+// TestSweepPagesPastForeignDocuments puts more documents that the sweep
+// leaves alone (not this store's: an expireAt in the past but no
+// expiresAt) than a batch holds at the head of the expireAt order: the
+// sweep pages past them and still deletes the expired records behind
+// them.
+func TestSweepPagesPastForeignDocuments(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, testenv.FirestoreProject(t))
+	clock := newFakeClock()
+	s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
+	ctx := t.Context()
+	const foreign, expired = 5, 3
+	for i := range foreign {
+		doc := map[string]any{"other": int64(i), firestorestore.FieldExpireAt: clock.now().Add(-time.Hour)}
+		if _, err := c.Collection(firestorestore.DefaultCollection).Doc(fmt.Sprint("foreign-", i)).Set(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range expired {
+		rec := store.Record{Key: fmt.Sprint("old/", i), State: store.StateCompleted, Fence: 1}
+		if ok, err := s.Put(ctx, rec, time.Minute); err != nil || !ok {
+			t.Fatalf("Put: %v, %v", ok, err)
+		}
+	}
+	clock.advance(time.Minute + lock.CleanupGrace)
+	if n, err := s.Sweep(ctx); err != nil || n != expired {
+		t.Fatalf("Sweep = %d, %v; want %d", n, err, expired)
+	}
+	if n := count(t, c, firestorestore.DefaultCollection); n != foreign {
+		t.Fatalf("%d documents left; want the %d foreign ones", n, foreign)
+	}
+}
