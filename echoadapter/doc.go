@@ -45,9 +45,20 @@
 //
 // Streaming works: a flushed or hijacked response is delivered at once and
 // recorded as executed-not-replayable, so a retry gets 409
-// response-not-replayable and the handler never runs again. Put response
-// compression in front of this middleware, not after it, so the record
-// holds the identity body.
+// response-not-replayable and the handler never runs again.
+//
+// # Other middleware
+//
+// Request decompression (echo's Decompress) may sit in front: the body is
+// read through the limit whatever Content-Length says. Response compression
+// (echo's Gzip) is best in front too, so the record holds the identity body
+// and any client can get the replay. After this middleware it works, but
+// the record holds the compressed bytes with their Content-Encoding and
+// Vary, and a retry whose Accept-Encoding does not take that coding gets
+// 409 response-not-replayable (see [nethttp]). A timeout middleware that
+// answers for the handler (echo's Timeout) belongs in front of this one:
+// after it, it answers 503 while the handler runs on, and a retry may run
+// the handler again.
 //
 // # Scope and route
 //

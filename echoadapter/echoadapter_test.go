@@ -299,3 +299,48 @@ func TestConstruction(t *testing.T) {
 		}
 	}
 }
+
+// TestGzipInsideTheGuard: echo's Gzip after the idempotency middleware
+// compresses inside the capture, so the record holds gzip bytes; the
+// replay carries their Content-Encoding (and Vary), and a retry that does
+// not accept gzip gets 409 response-not-replayable, never the raw bytes.
+func TestGzipInsideTheGuard(t *testing.T) {
+	var runs atomic.Int32
+	e := newEcho()
+	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}), echomw.Gzip())
+	e.POST("/orders", func(c echo.Context) error {
+		runs.Add(1)
+		return c.JSON(http.StatusCreated, map[string]string{"order": "42"})
+	})
+	url := httpsuite.Serve(t, e)
+	// http.DefaultClient asks for gzip and decompresses transparently.
+	first := httpsuite.Post(t, url+"/orders", "gz-1", `{}`)
+	second := httpsuite.Post(t, url+"/orders", "gz-1", `{}`)
+	if first.Status != http.StatusCreated || !strings.Contains(first.Body, `"order":"42"`) {
+		t.Fatalf("first: %d %q", first.Status, first.Body)
+	}
+	if !second.Replayed() || second.Status != first.Status || second.Body != first.Body || second.Header.Get("Vary") != "Accept-Encoding" {
+		t.Fatalf("replay: %d %q replayed=%v Vary %q; want the first answer", second.Status, second.Body, second.Replayed(), second.Header.Get("Vary"))
+	}
+	identity := httpsuite.Post(t, url+"/orders", "gz-1", `{}`, "Accept-Encoding", "identity")
+	httpsuite.WantProblem(t, identity, http.StatusConflict, nethttp.ProblemNotReplayable)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+}
+
+// TestDecompressInFront: echo's Decompress before the idempotency
+// middleware swaps the body for a gzip reader and leaves ContentLength at
+// the compressed size; the handler still gets the whole body.
+func TestDecompressInFront(t *testing.T) {
+	e := newEcho()
+	e.Use(echomw.Decompress(), newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	e.POST("/echo", func(c echo.Context) error {
+		b, err := io.ReadAll(c.Request().Body)
+		if err != nil {
+			return err
+		}
+		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
+	})
+	httpsuite.CheckRequestDecompressedInFront(t, httpsuite.Serve(t, e))
+}

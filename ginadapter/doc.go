@@ -30,10 +30,22 @@
 // a status (c.AbortWithStatus(403), c.AbortWithStatusJSON) has answered the
 // request like any other: the answer is recorded or forgotten by the store
 // policy ([nethttp.WithStorePolicy]; by default 2xx–4xx are recorded and
-// replayed, 5xx forgotten). A status set without a body (c.Status(204)),
-// and gin's 404 or 405 for an unmatched route when the middleware is
-// global (r.Use), are sent when the chain returns, so the client and the
-// record agree.
+// replayed, 5xx forgotten). A status set without a body (c.Status(204)) is
+// sent when the chain returns, so the client and the record agree; so is
+// gin's 404 or 405 for an unmatched route when the middleware is global
+// (r.Use), with gin's own text/plain body ("404 page not found").
+//
+// A chain that writes nothing is recorded as 200 with an empty body, which
+// is what gin sends for it. But a chain that writes nothing and leaves
+// errors in c.Errors (c.Error(err), gin's central error handling) is
+// expected to be answered by a middleware in front of this one that
+// renders c.Errors after c.Next(), outside the capture: that request is
+// recorded as executed-not-replayable (by the store policy of the status
+// the chain chose, 200 if none; that status is handed to gin's writer
+// unsent, so the error middleware may still change it), and a retry gets
+// 409 response-not-replayable without running the handler again. To have
+// such errors replayed, render them inside the guard: in a middleware
+// after this one, or in the handler.
 //
 // Streaming works: c.Stream, c.SSEvent and c.Writer.Flush send each chunk
 // at once; a flushed (or hijacked) response is recorded as
@@ -45,8 +57,10 @@
 // A panic in the guarded chain is caught by the core: logged, answered 500
 // internal-error (problem+json), recorded only if the store policy's Panic
 // field says so (not by default: the lock is released and a retry runs
-// again), and the chain is aborted. http.ErrAbortHandler goes on to gin.
-// Keep gin.Recovery (or your own) in front for everything else.
+// again), and the chain is aborted. http.ErrAbortHandler goes on to gin
+// (recorded as executed-not-replayable if the chain had begun its answer).
+// Keep gin.Recovery (or your own) in front for everything else. A timeout
+// middleware belongs in front of this one too (see [nethttp]).
 //
 // # Scope and route
 //

@@ -46,8 +46,20 @@ func serve(core *nethttp.Core, c *gin.Context) {
 		gw := newResponseWriter(w, outerW)
 		c.Writer = gw
 		defer func() { c.Writer = outerW }()
+		errs := len(c.Errors)
 		c.Next()
-		gw.commit()
+		if !gw.Written() && len(c.Errors) > errs {
+			// The chain wrote nothing and left errors (c.Error): gin's
+			// central error handling has a middleware in front render
+			// them once we return, outside the capture. What the client
+			// gets is not what the capture holds, so it is never
+			// replayed; the status chosen, if any, goes to gin's writer
+			// unsent, for that middleware to keep or change.
+			nethttp.CaptureOf(w).MarkNotReplayable()
+			gw.stage()
+		} else {
+			gw.commit()
+		}
 		completed = true
 	})
 	if !completed {

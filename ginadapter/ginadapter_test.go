@@ -1,6 +1,8 @@
 package ginadapter_test
 
 import (
+	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -132,8 +134,72 @@ func TestStatusOnlyAndUnmatchedRoute(t *testing.T) {
 		t.Fatalf("ran %d times", runs.Load())
 	}
 	// gin's 404 for an unmatched route goes through the global middleware:
-	// it is recorded as a 404, never as a 200, and the replay is the same.
+	// it is recorded as a 404, never as a 200, and the replay is the same,
+	// with gin's own body.
 	httpsuite.CheckUnmatchedRouteRecorded(t, url)
+	if got := httpsuite.Post(t, url+"/nowhere", "n", `{}`); got.Body != "404 page not found" || got.Header.Get("Content-Type") != gin.MIMEPlain {
+		t.Fatalf("unmatched route: %q (%s); want gin's 404 page not found", got.Body, got.Header.Get("Content-Type"))
+	}
+}
+
+// TestErrorsRenderedInFrontAreNotReplayed: with gin's central error
+// handling, a handler records c.Error and writes nothing, and a middleware
+// in front of the guard renders c.Errors after c.Next, outside the
+// capture. The client gets that answer; the record cannot hold it, so a
+// retry gets 409 response-not-replayable, and the handler never runs
+// again.
+func TestErrorsRenderedInFrontAreNotReplayed(t *testing.T) {
+	var runs atomic.Int32
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		c.Next()
+		if len(c.Errors) > 0 && !c.Writer.Written() {
+			c.JSON(http.StatusConflict, gin.H{"error": c.Errors.Last().Error()})
+		}
+	}, newIdem(t, httpsuite.NewGuard(t)))
+	r.POST("/orders", func(c *gin.Context) {
+		runs.Add(1)
+		_ = c.Error(errors.New("out of stock"))
+	})
+	r.POST("/teapot", func(c *gin.Context) {
+		runs.Add(1)
+		c.Status(http.StatusTeapot) // a status chosen, the body left to the error middleware
+		_ = c.Error(errors.New("short and stout"))
+	})
+	url := httpsuite.Serve(t, r)
+	for path, want := range map[string]string{"/orders": `{"error":"out of stock"}`, "/teapot": `{"error":"short and stout"}`} {
+		first := httpsuite.Post(t, url+path, path, `{}`)
+		if first.Status != http.StatusConflict || first.Body != want {
+			t.Fatalf("%s, first: %d %q; want the error middleware's 409 %s", path, first.Status, first.Body, want)
+		}
+		httpsuite.WantProblem(t, httpsuite.Post(t, url+path, path, `{}`), http.StatusConflict, nethttp.ProblemNotReplayable)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("the handlers ran %d times; want once each", n)
+	}
+}
+
+// TestRequestDecompressedInFront: a gin middleware in front of the guard
+// that decompresses request bodies leaves ContentLength stale; the
+// handler still gets the whole body.
+func TestRequestDecompressedInFront(t *testing.T) {
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		if c.GetHeader("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(c.Request.Body)
+			if err != nil {
+				c.AbortWithStatus(http.StatusBadRequest)
+				return
+			}
+			c.Request.Body = zr
+			c.Request.Header.Del("Content-Encoding")
+		}
+	}, newIdem(t, httpsuite.NewGuard(t)))
+	r.POST("/echo", func(c *gin.Context) {
+		b, _ := io.ReadAll(c.Request.Body)
+		c.Data(http.StatusOK, "application/json", b)
+	})
+	httpsuite.CheckRequestDecompressedInFront(t, httpsuite.Serve(t, r))
 }
 
 func TestRouteParams(t *testing.T) {

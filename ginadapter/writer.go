@@ -29,6 +29,7 @@ type responseWriter struct {
 	w       http.ResponseWriter // the capture
 	outer   gin.ResponseWriter  // gin's writer of the request
 	status  int
+	initial int // gin's status of the request when the chain began
 	size    int
 	pending bool // a status is chosen but not sent
 }
@@ -39,7 +40,7 @@ var _ gin.ResponseWriter = (*responseWriter)(nil)
 // 404 or 405 gin sets before it runs the middleware of an unmatched route.
 func newResponseWriter(capture http.ResponseWriter, outer gin.ResponseWriter) *responseWriter {
 	status := outer.Status()
-	return &responseWriter{w: capture, outer: outer, status: status, size: noWritten, pending: status != http.StatusOK}
+	return &responseWriter{w: capture, outer: outer, status: status, initial: status, size: noWritten, pending: status != http.StatusOK}
 }
 
 // Header returns the response's header map.
@@ -129,13 +130,38 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.w }
 // commit sends a status the chain chose but did not send (c.Status(204)
 // without a body, or the 404 of an unmatched route), as gin's engine does
 // after the chain, so that the record has it and the client gets exactly
-// what a replay will send (gin's default "404 page not found" body is not
-// added after the header is out). A chain that chose nothing and wrote
+// what a replay will send. For an unmatched route whose status the chain
+// left alone, that is gin's own answer, "404 page not found" (or "405
+// method not allowed") as text/plain. A chain that chose nothing and wrote
 // nothing is left to the core: a 200 with an empty body, or, if the client
 // is gone, nothing recorded.
 func (w *responseWriter) commit() {
+	if !w.pending || w.Written() {
+		return
+	}
+	var body string
+	if w.status == w.initial {
+		switch w.status {
+		case http.StatusNotFound:
+			body = "404 page not found"
+		case http.StatusMethodNotAllowed:
+			body = "405 method not allowed"
+		}
+	}
+	if body != "" {
+		w.Header()["Content-Type"] = []string{gin.MIMEPlain}
+		_, _ = w.WriteString(body)
+		return
+	}
+	w.WriteHeaderNow()
+	w.outer.WriteHeaderNow()
+}
+
+// stage passes a status the chain chose but did not send to the capture,
+// and so to gin's writer, without sending it: a middleware in front may
+// still change it and write the body.
+func (w *responseWriter) stage() {
 	if w.pending && !w.Written() {
 		w.WriteHeaderNow()
-		w.outer.WriteHeaderNow()
 	}
 }

@@ -51,7 +51,8 @@ func WithClientMetadataKey(key string) ClientOption {
 
 // WithClientSelector sets which methods get a key (and the interceptor's
 // retries); others are invoked unchanged. Default: DefaultSelector(nil),
-// every method except those declared IDEMPOTENT or NO_SIDE_EFFECTS.
+// every method except those declared IDEMPOTENT or NO_SIDE_EFFECTS and
+// those of gRPC's health, reflection and channelz services.
 func WithClientSelector(s Selector) ClientOption { return func(c *clientConfig) { c.selector = s } }
 
 // WithKeyFunc sets how a fresh key is made for a call without one.
@@ -151,6 +152,12 @@ func (c *ClientInterceptor) Intercept(ctx context.Context, method string, req, r
 		}
 		wait, ok := c.retryable(err, attempt)
 		if !ok {
+			return err
+		}
+		if deadline, has := ctx.Deadline(); has && time.Until(deadline) <= wait {
+			// The call's deadline comes before the next attempt could
+			// start: the last attempt's error says more than
+			// DeadlineExceeded would.
 			return err
 		}
 		timer := time.NewTimer(wait)

@@ -217,3 +217,24 @@ func TestClientKeyFunc(t *testing.T) {
 		t.Fatalf("key %v", got)
 	}
 }
+
+// TestClientReturnsLastErrorBeforeDeadline: when the next attempt could
+// only start after the call's deadline, the interceptor returns the last
+// attempt's error at once instead of waiting for DeadlineExceeded.
+func TestClientReturnsLastErrorBeforeDeadline(t *testing.T) {
+	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(5), grpcinterceptor.WithBackoff(time.Millisecond, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	later, _ := status.New(codes.Unavailable, "later").WithDetails(retryInfo(30 * time.Minute))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	calls := 0
+	err = ci.Intercept(ctx, unaryCall, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		calls++
+		return later.Err()
+	})
+	if calls != 1 || status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "later" {
+		t.Fatalf("%d attempts, error %v; want 1 and the attempt's Unavailable", calls, err)
+	}
+}

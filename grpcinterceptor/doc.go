@@ -18,7 +18,10 @@
 // waiting helps, a google.rpc.RetryInfo (1 s by default, [WithRetryDelay]).
 //
 //	method not guarded (by default: declared IDEMPOTENT
-//	  or NO_SIDE_EFFECTS, or listed in WithExclude)       pass through
+//	  or NO_SIDE_EFFECTS, gRPC's health, reflection and
+//	  channelz services, or listed in WithExclude)        pass through
+//	streaming method                                      pass through (unguarded: the
+//	                                                      interceptor is unary only)
 //	no key (required by default)                          InvalidArgument IDEMPOTENCY_KEY_MISSING
 //	no key, WithKeyRequired(false)                        pass through
 //	key malformed (empty, > 255 chars, space, control
@@ -30,12 +33,15 @@
 //	                                                      details), header and trailer metadata, with
 //	                                                      idempotent-replayed: true in the header
 //	completed but not replayable (the answer was larger
-//	  than WithMaxResponseBytes, 1 MiB by default)        FailedPrecondition IDEMPOTENCY_NOT_REPLAYABLE;
+//	  than WithMaxResponseBytes, 1 MiB by default, or a
+//	  message of a type not in WithMessageTypes or of
+//	  another codec)                                      FailedPrecondition IDEMPOTENCY_NOT_REPLAYABLE;
 //	                                                      never executed again
 //	backend unreachable                                   Unavailable IDEMPOTENCY_UNAVAILABLE + RetryInfo
 //	                                                      (fail closed; WithFailOpen passes through)
-//	recorded answer cannot be rebuilt (message type not
-//	  linked in, damaged record)                          Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo
+//	recorded answer cannot be rebuilt (recorded by a
+//	  server that knows a type this one does not, damaged
+//	  record)                                             Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo
 //	handler answered Unavailable, Internal, Unknown,
 //	  DeadlineExceeded, Canceled or ResourceExhausted     delivered, not recorded (see StorePolicy):
 //	                                                      the lock is released, a retry runs again
@@ -53,12 +59,21 @@
 //
 // # Capture and replay
 //
-// The handler sees a grpc.ServerTransportStream that passes grpc.SetHeader,
-// grpc.SendHeader and grpc.SetTrailer on at once and records their
-// metadata (except grpc-* entries; [WithReplayMetadata] narrows it). The
-// response message is recorded as its protobuf encoding and its full name,
-// and rebuilt on replay through protoregistry.GlobalTypes
-// ([WithMessageTypes]); an error as its google.rpc.Status.
+// The metadata the handler sets with grpc.SetHeader, grpc.SendHeader and
+// grpc.SetTrailer is recorded (except grpc-* entries; [WithReplayMetadata]
+// narrows it). The handler keeps grpc-go's own stream in its context, so
+// grpc.SetSendCompressor and grpc.ClientSupportedCompressors work: the
+// interceptor reads the metadata back from that stream when the handler
+// returns. Under a transport whose stream cannot report its metadata, the
+// handler gets a stream in front of it that records the calls instead (and
+// those two functions, which need grpc-go's stream, fail there as they
+// would under any such wrapper). The response message is recorded as its
+// protobuf encoding and its full name, and rebuilt on replay through
+// protoregistry.GlobalTypes ([WithMessageTypes]); an error as its
+// google.rpc.Status.
+//
+// Streaming methods are not guarded: register only the unary interceptor,
+// and make streaming methods idempotent by other means.
 //
 // # The client
 //
@@ -67,5 +82,24 @@
 // and policy retries resend it; with [WithMaxAttempts] it retries
 // Unavailable, ResourceExhausted and in-progress Aborted itself, with the
 // same key, capped exponential back-off with jitter, honouring RetryInfo
-// and the call's context.
+// and the call's context (when the next attempt could only start after the
+// deadline, it returns the last attempt's error at once).
+//
+// Chain order matters with another retrying interceptor. In
+// grpc.WithChainUnaryInterceptor(a, b), a runs first and calls b once per
+// call; b is called once per attempt of a retrying a. The key must be in
+// the context before the retrying starts, so list this interceptor before
+// any retry interceptor:
+//
+//	grpc.WithChainUnaryInterceptor(
+//		grpcinterceptor.UnaryClientInterceptor(), // attaches the key once
+//		retry.UnaryClientInterceptor(...),         // resends it on every attempt
+//	)
+//
+// The other way round, the retrier calls this interceptor afresh for each
+// attempt with a context that has no key, and each attempt gets a new key:
+// the server runs every attempt. (Setting the key yourself, with
+// metadata.AppendToOutgoingContext before the call, is safe in any order.)
+// grpc-go's own retry policy runs below every interceptor and always
+// resends the key.
 package grpcinterceptor

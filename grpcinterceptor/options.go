@@ -121,7 +121,8 @@ func WithMetadataKey(key string) ServerOption {
 // WithSelector sets which unary methods are guarded; others pass through.
 // Default: DefaultSelector(nil), every method except those declared with
 // idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS in
-// protoregistry.GlobalFiles. [WithInclude] and [WithExclude] adjust
+// protoregistry.GlobalFiles and those of gRPC's health, reflection and
+// channelz services. [WithInclude] and [WithExclude] adjust
 // whichever selector is in force.
 func WithSelector(s Selector) ServerOption { return func(c *serverConfig) { c.selector = s } }
 

@@ -25,9 +25,13 @@ var _ DescriptorResolver = (*protoregistry.Files)(nil)
 
 // DefaultSelector returns the default [Selector]: every method except those
 // whose proto options declare them safe to repeat, with idempotency_level
-// IDEMPOTENT or NO_SIDE_EFFECTS. It looks each method up in files
+// IDEMPOTENT or NO_SIDE_EFFECTS, and those of gRPC's own services, which
+// read state and are safe to repeat: grpc.health.v1.* (whose Check a load
+// balancer or Kubernetes probe calls without a key), grpc.reflection.* and
+// grpc.channelz.*. It looks each method up in files
 // (protoregistry.GlobalFiles when files is nil) once and remembers the
-// answer. A method it cannot find is selected.
+// answer. A method it cannot find is selected. The server's WithInclude
+// still guards a method it leaves out.
 func DefaultSelector(files DescriptorResolver) Selector {
 	if files == nil {
 		files = protoregistry.GlobalFiles
@@ -37,7 +41,7 @@ func DefaultSelector(files DescriptorResolver) Selector {
 		if v, ok := cache.Load(fullMethod); ok {
 			return v.(bool)
 		}
-		selected := !DeclaredIdempotent(files, fullMethod)
+		selected := !infrastructure(fullMethod) && !DeclaredIdempotent(files, fullMethod)
 		cache.Store(fullMethod, selected)
 		return selected
 	}
@@ -109,4 +113,12 @@ func methodName(fullMethod string) (protoreflect.FullName, bool) {
 	}
 	name := protoreflect.FullName(s[:i] + "." + s[i+1:])
 	return name, name.IsValid()
+}
+
+// infrastructure reports whether fullMethod belongs to one of gRPC's own
+// services: health checking, server reflection or channelz.
+func infrastructure(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, "/grpc.health.v1.") ||
+		strings.HasPrefix(fullMethod, "/grpc.reflection.") ||
+		strings.HasPrefix(fullMethod, "/grpc.channelz.")
 }

@@ -168,11 +168,7 @@ func (s *ServerInterceptor) Intercept(ctx context.Context, req any, info *grpc.U
 // run calls the handler with a capturing stream and decides what the guard
 // records. A panic is answered Internal.
 func (s *ServerInterceptor) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, res middleware.Result, err error) {
-	cs := &captureStream{ServerTransportStream: grpc.ServerTransportStreamFromContext(ctx), keep: s.cfg.keepMetadata}
-	hctx := ctx
-	if cs.ServerTransportStream != nil {
-		hctx = grpc.NewContextWithServerTransportStream(ctx, cs)
-	}
+	hctx, cs := newMetadataCapture(ctx, s.cfg.keepMetadata)
 	defer func() {
 		p := recover()
 		if p == nil {
@@ -200,7 +196,7 @@ func (s *ServerInterceptor) run(ctx context.Context, req any, info *grpc.UnarySe
 
 // verdict encodes the outcome for the record: the response message (st ==
 // nil) or the status, with the metadata the handler set.
-func (s *ServerInterceptor) verdict(cs *captureStream, resp any, st *status.Status, store bool) middleware.Result {
+func (s *ServerInterceptor) verdict(cs metadataCapture, resp any, st *status.Status, store bool) middleware.Result {
 	if !store {
 		return middleware.Result{Verdict: middleware.Forget}
 	}
@@ -216,10 +212,18 @@ func (s *ServerInterceptor) verdict(cs *captureStream, resp any, st *status.Stat
 	} else {
 		m, ok := resp.(proto.Message)
 		if !ok {
-			// Another codec's message: it ran, and cannot be replayed.
+			// Another codec's message (or none): it ran, and cannot be
+			// replayed.
 			return middleware.Result{Verdict: middleware.RecordNotReplayable}
 		}
 		rec.messageName = m.ProtoReflect().Descriptor().FullName()
+		if _, err := s.cfg.types.FindMessageByName(rec.messageName); err != nil {
+			// No replay could rebuild it: say so now rather than keep a
+			// record that is unreadable until it expires.
+			s.cfg.logger.Error("grpcinterceptor: the response type is not in the message types; recorded as not replayable",
+				slog.String("type", string(rec.messageName)))
+			return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		}
 		b = appendPrefix(make([]byte, 0, prefixSize(rec)+64), rec)
 		b, err = proto.MarshalOptions{}.MarshalAppend(b, m)
 	}
@@ -301,7 +305,8 @@ func (s *ServerInterceptor) refuse(ctx context.Context, req any, handler grpc.Un
 			"the first call with this idempotency key has not finished; retry later with the same key and request", s.cfg.retryDelay, nil)
 	case errors.Is(err, middleware.ErrNotReplayable):
 		return nil, s.refusal(codes.FailedPrecondition, ReasonNotReplayable,
-			"the call with this idempotency key was executed, but its response was too large to keep; it will not be executed again", 0, nil)
+			"the call with this idempotency key was executed, but its answer could not be kept for replay "+
+				"(larger than the capture limit, or not a protobuf message this server can rebuild); it will not be executed again", 0, nil)
 	case errors.Is(err, middleware.ErrUnavailable):
 		if s.cfg.failOpen {
 			return handler(ctx, req)

@@ -2,13 +2,22 @@ package grpcinterceptor_test
 
 import (
 	"context"
+	"net"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/encoding/gzip" // the clients advertise gzip
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -609,5 +618,195 @@ func TestCanceledClient(t *testing.T) {
 	}
 	if n := svc.executions.Load(); n != 2 {
 		t.Fatalf("executions = %d, want 2", n)
+	}
+}
+
+// compressingService picks its response compressor, as a handler may:
+// grpc.SetSendCompressor and grpc.ClientSupportedCompressors need
+// grpc-go's own stream in the handler's context. It sets header and
+// trailer metadata too, which a replay must restore.
+type compressingService struct {
+	testgrpc.UnimplementedTestServiceServer
+	executions atomic.Int64
+}
+
+func (s *compressingService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	n := s.executions.Add(1)
+	supported, err := grpc.ClientSupportedCompressors(ctx)
+	if err != nil || !slices.Contains(supported, "gzip") {
+		return nil, status.Errorf(codes.Internal, "ClientSupportedCompressors: %v %v", supported, err)
+	}
+	if err := grpc.SetSendCompressor(ctx, "gzip"); err != nil {
+		return nil, status.Error(codes.Internal, "SetSendCompressor: "+err.Error())
+	}
+	if err := grpc.SetHeader(ctx, metadata.Pairs("x-h", "h"+strconv.FormatInt(n, 10))); err != nil {
+		return nil, err
+	}
+	if err := grpc.SetTrailer(ctx, metadata.Pairs("x-t", "t"+strconv.FormatInt(n, 10))); err != nil {
+		return nil, err
+	}
+	return &testgrpc.SimpleResponse{ServerId: strconv.FormatInt(n, 10)}, nil
+}
+
+// TestHandlerPicksCompressor: a guarded handler can call
+// grpc.SetSendCompressor and grpc.ClientSupportedCompressors (the
+// interceptor leaves grpc-go's stream in the context), and the header and
+// trailer metadata it sets are still recorded and replayed.
+func TestHandlerPicksCompressor(t *testing.T) {
+	svc := &compressingService{}
+	c := dial(t, serve(t, newBackend().guard(t), svc))
+	ctx := withKey(t.Context(), "gz")
+	first := unary(ctx, c, &testgrpc.SimpleRequest{})
+	if first.err != nil {
+		t.Fatalf("guarded call: %v", first.err)
+	}
+	again := unary(ctx, c, &testgrpc.SimpleRequest{})
+	if again.err != nil || !again.replayed() || again.resp.GetServerId() != "1" {
+		t.Fatalf("retry: %v replayed=%v %v; want the first answer replayed", again.err, again.replayed(), again.resp)
+	}
+	if !slices.Equal(again.header.Get("x-h"), []string{"h1"}) || !slices.Equal(again.trailer.Get("x-t"), []string{"t1"}) {
+		t.Fatalf("replayed metadata: header %v trailer %v; want x-h h1 and x-t t1", again.header, again.trailer)
+	}
+	if n := svc.executions.Load(); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+}
+
+// sendHeaderService sends its header early (grpc.SendHeader), sets a
+// trailer, and fails with a status that has details.
+type sendHeaderService struct {
+	testgrpc.UnimplementedTestServiceServer
+	executions atomic.Int64
+}
+
+func (s *sendHeaderService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	s.executions.Add(1)
+	if err := grpc.SendHeader(ctx, metadata.Pairs("x-h", "v")); err != nil {
+		return nil, err
+	}
+	if err := grpc.SetTrailer(ctx, metadata.Pairs("x-t", "t")); err != nil {
+		return nil, err
+	}
+	st, err := status.New(codes.NotFound, "nope").WithDetails(&errdetails.ErrorInfo{Reason: "R", Domain: "d"})
+	if err != nil {
+		return nil, err
+	}
+	return nil, st.Err()
+}
+
+// TestReplaySentHeaderWithError: a header sent early with grpc.SendHeader
+// and a trailer are replayed with the recorded error and its details.
+func TestReplaySentHeaderWithError(t *testing.T) {
+	svc := &sendHeaderService{}
+	c := dial(t, serve(t, newBackend().guard(t), svc))
+	ctx := withKey(t.Context(), "sh")
+	first := unary(ctx, c, &testgrpc.SimpleRequest{})
+	again := unary(ctx, c, &testgrpc.SimpleRequest{})
+	if status.Code(first.err) != codes.NotFound || !again.replayed() || status.Code(again.err) != codes.NotFound ||
+		len(status.Convert(again.err).Details()) != 1 {
+		t.Fatalf("first %v, retry %v replayed=%v; want NotFound with its detail replayed", first.err, again.err, again.replayed())
+	}
+	if !slices.Equal(again.header.Get("x-h"), []string{"v"}) || !slices.Equal(again.trailer.Get("x-t"), []string{"t"}) {
+		t.Fatalf("replayed metadata: header %v trailer %v", again.header, again.trailer)
+	}
+	if n := svc.executions.Load(); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+}
+
+// nilService answers a nil message and no error, which gRPC sends as an
+// empty message.
+type nilService struct {
+	testgrpc.UnimplementedTestServiceServer
+	executions atomic.Int64
+}
+
+func (s *nilService) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	s.executions.Add(1)
+	return nil, nil
+}
+
+// TestNilResponseReplays: a handler's nil message is replayed as what the
+// client first got, an empty message.
+func TestNilResponseReplays(t *testing.T) {
+	svc := &nilService{}
+	c := dial(t, serve(t, newBackend().guard(t), svc))
+	ctx := withKey(t.Context(), "nil")
+	first := unary(ctx, c, &testgrpc.SimpleRequest{})
+	again := unary(ctx, c, &testgrpc.SimpleRequest{})
+	if first.err != nil || again.err != nil || !again.replayed() || !proto.Equal(first.resp, again.resp) {
+		t.Fatalf("first %v %v, retry %v %v replayed=%v", first.resp, first.err, again.resp, again.err, again.replayed())
+	}
+	if n := svc.executions.Load(); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+}
+
+// TestUnknownResponseTypeIsNotReplayable: a response whose type is not in
+// the server's message types could never be rebuilt, so it is recorded as
+// executed-not-replayable when the call ends, rather than as a record that
+// stays unreadable: a retry gets FailedPrecondition
+// IDEMPOTENCY_NOT_REPLAYABLE, with a message that does not blame the size,
+// and the handler never runs again.
+func TestUnknownResponseTypeIsNotReplayable(t *testing.T) {
+	svc := newService()
+	c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithMessageTypes(new(protoregistry.Types))))
+	ctx := withKey(t.Context(), "k")
+	if a := unary(ctx, c, &testgrpc.SimpleRequest{}); a.err != nil {
+		t.Fatal(a.err)
+	}
+	a := unary(ctx, c, &testgrpc.SimpleRequest{})
+	checkRefusal(t, a.err, codes.FailedPrecondition, grpcinterceptor.ReasonNotReplayable, false)
+	if msg := status.Convert(a.err).Message(); strings.Contains(msg, "too large") {
+		t.Fatalf("the refusal blames the size: %q", msg)
+	}
+	if n := svc.executions.Load(); n != 1 {
+		t.Fatalf("executions = %d, want 1", n)
+	}
+}
+
+// TestHealthCheckNeedsNoKey: by default (key required, DefaultSelector),
+// gRPC's health service answers probes without a key, and reflection and
+// channelz are left alone too.
+func TestHealthCheckNeedsNoKey(t *testing.T) {
+	si, err := grpcinterceptor.NewServerInterceptor(newBackend().guard(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(si.Intercept))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Stop()
+		<-done
+	})
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	resp, err := healthpb.NewHealthClient(conn).Check(t.Context(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health check without a key: %v %v", resp, err)
+	}
+	for _, m := range []string{
+		"/grpc.health.v1.Health/Check",
+		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+		"/grpc.channelz.v1.Channelz/GetTopChannels",
+	} {
+		if si.Guarded(m) {
+			t.Errorf("%s is guarded by default", m)
+		}
+	}
+	if !si.Guarded(unaryCall) {
+		t.Errorf("%s is not guarded", unaryCall)
 	}
 }

@@ -1,6 +1,7 @@
 package grpcinterceptor
 
 import (
+	"context"
 	"strings"
 	"sync"
 
@@ -8,10 +9,81 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// captureStream is the grpc.ServerTransportStream a guarded handler sees:
-// it passes SetHeader, SendHeader and SetTrailer on to the real stream at
-// once and records the metadata of the calls that succeeded, for replay.
-// Method comes from the real stream too.
+// metadataCapture is what the handler's header and trailer metadata are
+// recorded by.
+type metadataCapture interface {
+	recorded() (header, trailer metadata.MD)
+}
+
+// metadataReader is the part of grpc-go's own server stream
+// (*transport.ServerStream, in an internal package, so reached by its
+// method set) that reports the header and trailer metadata set on it so
+// far.
+type metadataReader interface {
+	grpc.ServerTransportStream
+	Header() (metadata.MD, error)
+	Trailer() metadata.MD
+}
+
+// newMetadataCapture prepares the recording of what the handler sets on
+// real, and returns the context the handler runs with. When the real
+// stream reports its metadata (grpc-go's does), it stays in the context:
+// grpc.SetSendCompressor and grpc.ClientSupportedCompressors, which need
+// grpc-go's own stream, keep working, and what the handler set is read
+// back afterwards. Otherwise the handler gets a [captureStream] in front of
+// it.
+func newMetadataCapture(ctx context.Context, keep func(string) bool) (context.Context, metadataCapture) {
+	stream := grpc.ServerTransportStreamFromContext(ctx)
+	if r, ok := stream.(metadataReader); ok {
+		h, _ := r.Header()
+		return ctx, &streamDiff{stream: r, keep: keep, header: h, trailer: r.Trailer()}
+	}
+	cs := &captureStream{ServerTransportStream: stream, keep: keep}
+	if stream == nil {
+		return ctx, cs
+	}
+	return grpc.NewContextWithServerTransportStream(ctx, cs), cs
+}
+
+// streamDiff records what was added to a stream's metadata since it was
+// made: the stream's header and trailer then, against theirs at the end.
+// The transport merges repeated calls by appending values, so what was
+// added is, per key, the values past those there before.
+type streamDiff struct {
+	stream          metadataReader
+	keep            func(key string) bool
+	header, trailer metadata.MD // at the start
+}
+
+// recorded returns the metadata added since the start.
+func (d *streamDiff) recorded() (header, trailer metadata.MD) {
+	h, _ := d.stream.Header()
+	return added(d.header, h, d.keep), added(d.trailer, d.stream.Trailer(), d.keep)
+}
+
+// added returns what now has past before, leaving out what a replay must
+// not repeat.
+func added(before, now metadata.MD, keep func(string) bool) metadata.MD {
+	var out metadata.MD
+	for k, vs := range now {
+		k = strings.ToLower(k)
+		vs = vs[min(len(before[k]), len(vs)):]
+		if len(vs) == 0 || reservedKey(k) || (keep != nil && !keep(k)) {
+			continue
+		}
+		if out == nil {
+			out = make(metadata.MD, len(now))
+		}
+		out[k] = append(out[k], vs...)
+	}
+	return out
+}
+
+// captureStream is the grpc.ServerTransportStream a guarded handler sees
+// when the real stream cannot report its metadata: it passes SetHeader,
+// SendHeader and SetTrailer on to the real stream at once and records the
+// metadata of the calls that succeeded, for replay. Method comes from the
+// real stream too.
 type captureStream struct {
 	grpc.ServerTransportStream // the real stream
 	keep                       func(key string) bool
@@ -21,7 +93,11 @@ type captureStream struct {
 	trailer metadata.MD
 }
 
-var _ grpc.ServerTransportStream = (*captureStream)(nil)
+var (
+	_ grpc.ServerTransportStream = (*captureStream)(nil)
+	_ metadataCapture            = (*captureStream)(nil)
+	_ metadataCapture            = (*streamDiff)(nil)
+)
 
 // SetHeader passes md on and records it.
 func (c *captureStream) SetHeader(md metadata.MD) error {

@@ -31,6 +31,7 @@ type Capture struct {
 	flushed   bool
 	hijacked  bool
 	overLimit bool
+	marked    bool // MarkNotReplayable was called
 }
 
 // NewCapture wraps w. keep selects the headers worth recording; limit
@@ -138,11 +139,20 @@ func (c *Capture) Status() int { return c.status }
 func (c *Capture) Written() bool { return c.wrote }
 
 // Replayable reports whether the response can be recorded for replay: it
-// was not flushed, hijacked or switched to another protocol, and its body
-// fits the capture limit.
+// was not flushed, hijacked or switched to another protocol, its body fits
+// the capture limit, and nobody called [Capture.MarkNotReplayable].
 func (c *Capture) Replayable() bool {
-	return !c.flushed && !c.hijacked && !c.overLimit && c.status != http.StatusSwitchingProtocols
+	return !c.flushed && !c.hijacked && !c.overLimit && !c.marked && c.status != http.StatusSwitchingProtocols
 }
+
+// MarkNotReplayable declares that what the capture holds is not what the
+// client gets, so it must not be replayed: the request is recorded as
+// executed-not-replayable (if the store policy records its status at all),
+// and a retry gets 409 response-not-replayable without running the handler
+// again. An adapter calls it when its framework answers outside the
+// capture, such as a gin middleware in front of the guard that renders
+// c.Errors after the chain returns.
+func (c *Capture) MarkNotReplayable() { c.marked = true }
 
 // Hijacked reports whether the handler took over the connection.
 func (c *Capture) Hijacked() bool { return c.hijacked }

@@ -125,12 +125,18 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 	if !c.cfg.wait {
 		opts = append(opts, middleware.WaitBudget(0))
 	}
+	aborted := false
 	out, err := c.guard.Execute(r.Context(), scopedKey(scope, key), fp, func(ctx context.Context) (middleware.Result, error) {
-		return c.run(ctx, w, r, body, next), nil
+		return c.run(ctx, w, r, body, next, &aborted), nil
 	}, opts...)
+	if aborted {
+		// The handler aborted a response it had begun: it is recorded
+		// as executed-not-replayable, and the abort goes on to the server.
+		panic(http.ErrAbortHandler)
+	}
 	if err == nil {
 		if out.Replayed {
-			c.replay(w, out.Value)
+			c.replay(w, r, out.Value)
 		}
 		return
 	}
@@ -140,33 +146,40 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 // readBody reads the request body within the limit and restores it for the
 // handler. It answers 413 (or 400 for an unreadable body) and reports false
 // when the request cannot go on.
+//
+// r.ContentLength is only a hint: a Content-Length over the limit is
+// refused at once, but the body is always read through the limit, never
+// trusted to have that length, because a middleware in front of this one
+// may have replaced r.Body (a decompressing one, say) and left
+// ContentLength describing the old body.
 func (c *Core) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.ContentLength > c.cfg.maxBody {
 		c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
 			fmt.Sprintf("the body has %d bytes; at most %d are accepted", r.ContentLength, c.cfg.maxBody), 0)
 		return nil, false
 	}
-	var body []byte
-	if r.Body != nil && r.Body != http.NoBody {
-		var err error
-		if r.ContentLength > 0 {
-			// The length is known and within the limit: one allocation.
-			body = make([]byte, r.ContentLength)
-			_, err = io.ReadFull(r.Body, body)
-		} else {
-			body, err = fingerprint.ReadBody(r.Body, c.cfg.maxBody)
-		}
-		_ = r.Body.Close()
-		if errors.Is(err, fingerprint.ErrBodyTooLarge) {
-			c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
-				fmt.Sprintf("the body exceeds %d bytes", c.cfg.maxBody), 0)
-			return nil, false
-		}
-		if err != nil {
-			// The client went away or sent a broken body: nothing ran.
-			c.writeProblem(w, http.StatusBadRequest, ProblemKeyMalformed, "the request body could not be read", 0)
-			return nil, false
-		}
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, true
+	}
+	body, err := fingerprint.ReadBody(r.Body, c.cfg.maxBody)
+	_ = r.Body.Close()
+	var maxBytes *http.MaxBytesError
+	switch {
+	case errors.Is(err, fingerprint.ErrBodyTooLarge):
+		c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+			fmt.Sprintf("the body exceeds %d bytes", c.cfg.maxBody), 0)
+		return nil, false
+	case errors.As(err, &maxBytes):
+		// An http.MaxBytesReader in front of the middleware stopped it.
+		c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+			fmt.Sprintf("the body exceeds %d bytes", maxBytes.Limit), 0)
+		return nil, false
+	case err != nil:
+		// The client went away or sent a broken body (a bad gzip stream
+		// behind a decompressing middleware, a torn chunked encoding):
+		// nothing ran.
+		c.writeProblem(w, http.StatusBadRequest, ProblemBodyUnreadable, "the request body could not be read", 0)
+		return nil, false
 	}
 	return body, true
 }
@@ -192,7 +205,11 @@ func scopedKey(scope, key string) string {
 }
 
 // run calls the handler with a capturing writer and returns what to record.
-func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request)) (res middleware.Result) {
+// A handler that panics with http.ErrAbortHandler after it began its
+// response sets *aborted, for the caller to re-panic once the record is
+// written; one that began nothing re-panics at once, and nothing is
+// recorded (a retry runs it again).
+func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool) (res middleware.Result) {
 	cw, capture := NewCapture(w, c.keepHeader, c.cfg.maxResponse)
 	req := r.WithContext(ctx)
 	setBody(req, body)
@@ -202,7 +219,12 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			return
 		}
 		if p == http.ErrAbortHandler {
-			panic(p) // the handler asked to abort the response: nothing is recorded
+			if !capture.Written() && !capture.Hijacked() {
+				panic(p) // aborted before answering anything: nothing is recorded
+			}
+			*aborted = true
+			res = middleware.Result{Verdict: middleware.RecordNotReplayable}
+			return
 		}
 		c.cfg.logger.Error("nethttp: the handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		if !capture.Written() {
@@ -236,21 +258,37 @@ func (c *Core) verdict(capture *Capture, store bool, _ context.Context) middlewa
 	return middleware.Result{Value: EncodeResponse(Response{Status: status, Header: header, Body: body})}
 }
 
-func (c *Core) keepHeader(name string) bool { return c.cfg.replayHeaders[name] }
+// keepHeader reports whether a response header is recorded and replayed:
+// the allow-listed ones, and always Content-Encoding and Vary, which
+// describe the recorded bytes themselves.
+func (c *Core) keepHeader(name string) bool {
+	return c.cfg.replayHeaders[name] || name == "Content-Encoding" || name == "Vary"
+}
 
-// replay writes a recorded response.
-func (c *Core) replay(w http.ResponseWriter, value []byte) {
+// replay writes a recorded response, unless it is content-coded in a way
+// the retry does not accept.
+func (c *Core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
 	h := w.Header()
 	status, body, err := decodeInto(value, func(name string, values []string) {
 		if c.keepHeader(name) {
 			h[name] = values
 		}
 	})
-	if err != nil {
-		// Undo the headers set before the corruption was found.
+	undo := func() {
+		// Remove the recorded headers already set.
 		_, _, _ = decodeInto(value, func(name string, _ []string) { delete(h, name) })
+	}
+	if err != nil {
+		undo()
 		c.cfg.logger.Error("nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
 		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
+		return
+	}
+	if coding, ok := acceptsEncoding(r.Header.Values("Accept-Encoding"), h.Values("Content-Encoding")); !ok {
+		undo()
+		c.writeProblem(w, http.StatusConflict, ProblemNotReplayable,
+			"the request with this key was executed, but its recorded response is encoded with "+strconv.Quote(coding)+
+				", which this request's Accept-Encoding does not accept; retry with the first request's Accept-Encoding. It will not be executed again", 0)
 		return
 	}
 	h["Idempotent-Replayed"] = []string{"true"}
@@ -286,7 +324,8 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, body []byte, next 
 			"the first request with this key has not finished; retry later with the same key and request", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrNotReplayable):
 		c.writeProblem(w, http.StatusConflict, ProblemNotReplayable,
-			"the request with this key was executed, but its response was streamed or too large to keep; it will not be executed again", 0)
+			"the request with this key was executed, but its response could not be kept for replay (it was streamed, hijacked, aborted, "+
+				"larger than the capture limit, or written outside the middleware); it will not be executed again", 0)
 	case errors.Is(err, middleware.ErrUnavailable):
 		if c.cfg.failOpen {
 			setBody(r, body)
@@ -310,4 +349,81 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return s != ""
+}
+
+// acceptsEncoding reports whether a request whose Accept-Encoding field
+// lines are accept takes a response whose Content-Encoding field lines are
+// encodings; if not, it returns the first content coding refused. The
+// identity coding (no Content-Encoding) is always accepted. A coding is
+// accepted when the request lists it (x-gzip and x-compress spell gzip and
+// compress) or "*" with a q-value above 0; a request without
+// Accept-Encoding accepts no coding, so a compressed response is never
+// sent to a client that did not ask for compression (RFC 9110 lets a
+// server do so, but not every client copes).
+func acceptsEncoding(accept, encodings []string) (string, bool) {
+	for _, line := range encodings {
+		for coding := range strings.SplitSeq(line, ",") {
+			coding = normalCoding(coding)
+			if coding == "" || coding == "identity" {
+				continue
+			}
+			if !accepted(accept, coding) {
+				return coding, false
+			}
+		}
+	}
+	return "", true
+}
+
+// accepted reports whether the Accept-Encoding lines accept coding (a
+// normalised, non-identity content coding).
+func accepted(accept []string, coding string) bool {
+	star, named := false, false
+	for _, line := range accept {
+		for item := range strings.SplitSeq(line, ",") {
+			name, params, _ := strings.Cut(item, ";")
+			name = normalCoding(name)
+			if name != coding && name != "*" {
+				continue
+			}
+			ok := qualityAbove0(params)
+			if name == coding {
+				if !ok {
+					return false // an explicit exclusion wins
+				}
+				named = true
+			} else {
+				star = ok
+			}
+		}
+	}
+	return named || star
+}
+
+// normalCoding lower-cases and trims a content coding, and maps the x-
+// aliases RFC 9110 §8.4.1 keeps to their names.
+func normalCoding(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	switch s {
+	case "x-gzip":
+		return "gzip"
+	case "x-compress":
+		return "compress"
+	}
+	return s
+}
+
+// qualityAbove0 reports whether an Accept-Encoding item's parameters give
+// it a weight above 0: no q parameter means 1; an unparsable one does not
+// count as acceptance.
+func qualityAbove0(params string) bool {
+	for p := range strings.SplitSeq(params, ";") {
+		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")
+		if !strings.EqualFold(strings.TrimSpace(k), "q") {
+			continue
+		}
+		q, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		return err == nil && q > 0
+	}
+	return true
 }

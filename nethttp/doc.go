@@ -14,6 +14,8 @@
 //	key malformed (empty, > 255 chars, control chars,
 //	  a list, repeated header lines)                        400 idempotency-key-malformed
 //	body over the limit (default 1 MiB)                     413 request-body-too-large
+//	body unreadable (torn stream, broken gzip behind a
+//	  decompressing middleware)                             400 request-body-unreadable
 //	same key, same request, first still running
 //	  past the wait budget                                  409 idempotency-key-in-progress + Retry-After
 //	same key, another request (method, route, query,
@@ -21,7 +23,9 @@
 //	same key, same request, completed                       the stored status, allow-listed headers and
 //	                                                        body, with Idempotent-Replayed: true
 //	completed but not replayable (streamed, hijacked,
-//	  larger than the capture limit)                        409 response-not-replayable; never re-executed
+//	  aborted after it began, larger than the capture
+//	  limit, marked by an adapter), or recorded with a
+//	  Content-Encoding the retry does not accept            409 response-not-replayable; never re-executed
 //	backend unreachable                                     503 idempotency-unavailable + Retry-After
 //	                                                        (fail closed; WithFailOpen passes through)
 //	handler answered 5xx / panicked                         delivered / 500; not stored (see StorePolicy);
@@ -48,8 +52,38 @@
 // Hijacker and Pusher exactly when the underlying writer does. A flushed or
 // hijacked response is delivered and recorded as executed-not-replayable.
 //
+// A handler that writes nothing is recorded as 200 with an empty body
+// (unless the client has gone, and then nothing is recorded, so a retry runs
+// it again). A handler that panics with http.ErrAbortHandler after it began
+// its answer is recorded as executed-not-replayable; before, nothing is
+// recorded.
+//
+// # Middleware around the guard
+//
+// The body is always read through the limit, whatever Content-Length
+// says, so a middleware in front that decompresses request bodies is fine:
+// the fingerprint and the handler see the decompressed body.
+//
+// A middleware inside the guard (between it and the handler) that
+// compresses responses is recorded as it writes: the compressed bytes, with
+// their Content-Encoding and Vary, which are always recorded and replayed
+// whatever [WithReplayHeaders] says. Accept-Encoding is not part of the
+// fingerprint, so a retry may accept other codings than the first request:
+// a replay never sends a coding the retry does not accept (no
+// Accept-Encoding accepts none); such a retry gets 409
+// response-not-replayable instead. Putting compression outside the guard
+// records the identity body and replays it to any client.
+//
+// A timeout middleware (http.TimeoutHandler, echo's Timeout) belongs
+// outside the guard, or the guard inside it: one that sits between the
+// guard and the handler answers 503 itself when time runs out, while the
+// handler goes on running after the guard has recorded that 503 (forgotten
+// by the default store policy, so a retry runs the handler a second time
+// while the first may still be at work).
+//
 // # Reuse
 //
 // [Core] holds all of this independently of the router; the gin and echo
-// adapters call [Core.Serve].
+// adapters call [Core.Serve], and mark a [Capture] with
+// [Capture.MarkNotReplayable] when their framework answers outside it.
 package nethttp

@@ -1,6 +1,7 @@
 package nethttp_test
 
 import (
+	"compress/gzip"
 	"io"
 	"log/slog"
 	"net/http"
@@ -108,4 +109,72 @@ func TestConstruction(t *testing.T) {
 		}
 	}()
 	nethttp.Middleware(g, nethttp.WithMaxBodyBytes(-1))
+}
+
+// decompress is a request-decompressing middleware of the usual kind: it
+// swaps a gzip body for a reader of its content and leaves ContentLength
+// at the compressed size.
+func decompress(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Encoding") == "gzip" {
+			zr, err := gzip.NewReader(r.Body)
+			if err != nil {
+				http.Error(w, "bad gzip header", http.StatusBadRequest)
+				return
+			}
+			r.Body = zr
+			r.Header.Del("Content-Encoding")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// TestRequestDecompressedInFront: a decompressing middleware in front of
+// the guard leaves ContentLength stale; the core reads the body through its
+// limit regardless.
+func TestRequestDecompressedInFront(t *testing.T) {
+	g, _ := middleware.New(memstore.New(), memlock.New())
+	echoBody := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(w, r.Body)
+	})
+	url := httpsuite.Serve(t, decompress(nethttp.Middleware(g)(echoBody)))
+	httpsuite.CheckRequestDecompressedInFront(t, url)
+}
+
+// failingBody fails every read, as a torn request body does.
+type failingBody struct{}
+
+func (failingBody) Read([]byte) (int, error) { return 0, io.ErrUnexpectedEOF }
+func (failingBody) Close() error             { return nil }
+
+// TestUnreadableBody: a body that cannot be read is a 400
+// request-body-unreadable (not a malformed key); one stopped by an
+// http.MaxBytesReader in front is a 413. Neither runs the handler.
+func TestUnreadableBody(t *testing.T) {
+	g, _ := middleware.New(memstore.New(), memlock.New())
+	var runs int
+	h := nethttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs++ }))
+	for _, c := range []struct {
+		name   string
+		body   func(w http.ResponseWriter) io.ReadCloser
+		status int
+		kind   string
+	}{
+		{"torn", func(http.ResponseWriter) io.ReadCloser { return failingBody{} }, http.StatusBadRequest, nethttp.ProblemBodyUnreadable},
+		{"MaxBytesReader", func(w http.ResponseWriter) io.ReadCloser {
+			return http.MaxBytesReader(w, io.NopCloser(strings.NewReader(strings.Repeat("x", 100))), 10)
+		}, http.StatusRequestEntityTooLarge, nethttp.ProblemBodyTooLarge},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/orders", nil)
+			req.Body, req.ContentLength = c.body(rec), -1
+			req.Header.Set("Idempotency-Key", c.name)
+			h.ServeHTTP(rec, req)
+			httpsuite.WantProblem(t, httpsuite.Reply{Status: rec.Code, Header: rec.Header(), Body: rec.Body.String()}, c.status, c.kind)
+		})
+	}
+	if runs != 0 {
+		t.Fatalf("the handler ran %d times", runs)
+	}
 }

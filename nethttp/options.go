@@ -158,6 +158,12 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // WithReplayHeaders sets the response headers a replay repeats. Default:
 // Content-Type, Location, ETag, Last-Modified, Link, Content-Language.
 // Set-Cookie, Date and hop-by-hop headers are never replayed.
+// Content-Encoding and Vary are always recorded and replayed, whatever the
+// list says: they describe the recorded bytes (a compressing middleware
+// inside the guard records compressed bytes), and a replay without them
+// would be garbage. A recorded response with a Content-Encoding that the
+// retry's Accept-Encoding does not accept is not replayed: the retry gets
+// 409 response-not-replayable (the handler never runs again).
 func WithReplayHeaders(names ...string) Option {
 	return func(c *config) {
 		c.replayHeaders = make(map[string]bool, len(names))

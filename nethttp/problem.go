@@ -10,14 +10,15 @@ import (
 // Problem types: the last part of each problem's "type" URI (see
 // [WithProblemTypeBase]). They are stable: clients may match on them.
 const (
-	ProblemKeyMissing    = "idempotency-key-missing"     // 400: the key is required and absent
-	ProblemKeyMalformed  = "idempotency-key-malformed"   // 400: the key header cannot be parsed
-	ProblemBodyTooLarge  = "request-body-too-large"      // 413: the body exceeds the limit
-	ProblemInProgress    = "idempotency-key-in-progress" // 409: a request with the key is still running
-	ProblemKeyReused     = "idempotency-key-reused"      // 422: the key was used for another request
-	ProblemNotReplayable = "response-not-replayable"     // 409: executed, but the response cannot be replayed
-	ProblemUnavailable   = "idempotency-unavailable"     // 503: the idempotency backend is unreachable
-	ProblemInternal      = "internal-error"              // 500: the handler panicked before answering
+	ProblemKeyMissing     = "idempotency-key-missing"     // 400: the key is required and absent
+	ProblemKeyMalformed   = "idempotency-key-malformed"   // 400: the key header cannot be parsed
+	ProblemBodyTooLarge   = "request-body-too-large"      // 413: the body exceeds the limit
+	ProblemBodyUnreadable = "request-body-unreadable"     // 400: the body could not be read (broken stream, client gone)
+	ProblemInProgress     = "idempotency-key-in-progress" // 409: a request with the key is still running
+	ProblemKeyReused      = "idempotency-key-reused"      // 422: the key was used for another request
+	ProblemNotReplayable  = "response-not-replayable"     // 409: executed, but the response cannot be replayed
+	ProblemUnavailable    = "idempotency-unavailable"     // 503: the idempotency backend is unreachable
+	ProblemInternal       = "internal-error"              // 500: the handler panicked before answering
 )
 
 // DefaultProblemTypeBase prefixes the problem types in "type" URIs.
@@ -32,14 +33,15 @@ type Problem struct {
 }
 
 var problemTitles = map[string]string{
-	ProblemKeyMissing:    "Idempotency-Key is required",
-	ProblemKeyMalformed:  "Idempotency-Key is malformed",
-	ProblemBodyTooLarge:  "Request body is too large",
-	ProblemInProgress:    "A request with this Idempotency-Key is in progress",
-	ProblemKeyReused:     "Idempotency-Key is already used for another request",
-	ProblemNotReplayable: "The request was executed but its response cannot be replayed",
-	ProblemUnavailable:   "Idempotency service is unavailable",
-	ProblemInternal:      "Internal error",
+	ProblemKeyMissing:     "Idempotency-Key is required",
+	ProblemKeyMalformed:   "Idempotency-Key is malformed",
+	ProblemBodyTooLarge:   "Request body is too large",
+	ProblemBodyUnreadable: "Request body could not be read",
+	ProblemInProgress:     "A request with this Idempotency-Key is in progress",
+	ProblemKeyReused:      "Idempotency-Key is already used for another request",
+	ProblemNotReplayable:  "The request was executed but its response cannot be replayed",
+	ProblemUnavailable:    "Idempotency service is unavailable",
+	ProblemInternal:       "Internal error",
 }
 
 // writeProblem writes an application/problem+json answer that is never

@@ -2,6 +2,7 @@ package httpsuite
 
 import (
 	"bufio"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,8 @@ var cases = []testCase{
 	{"ClientDisconnectMidRequestRetryReplays", testClientDisconnectMidRequestRetryReplays},
 	{"HandlerThatGivesUpOnDisconnectIsForgotten", testHandlerThatGivesUpOnDisconnectIsForgotten},
 	{"ScopesIsolateTenants", testScopesIsolateTenants},
+	{"CompressedResponseReplaysWithItsEncoding", testCompressedResponseReplaysWithItsEncoding},
+	{"AbortedResponseIsNotReplayable", testAbortedResponseIsNotReplayable},
 }
 
 func testMethodNotGuardedPassesThrough(t *testing.T, s *suite) {
@@ -461,4 +464,81 @@ func testScopesIsolateTenants(t *testing.T, s *suite) {
 		t.Fatal("a tenant's own retry did not replay")
 	}
 	wantExecutions(t, srv, 2)
+}
+
+// testCompressedResponseReplaysWithItsEncoding: a response compressed
+// inside the guard is recorded as the compressed bytes, so its
+// Content-Encoding and Vary are replayed with it whatever the allow-list
+// says, and a retry that does not accept the coding gets 409
+// response-not-replayable, never bytes it cannot decode (and never a
+// second execution).
+func testCompressedResponseReplaysWithItsEncoding(t *testing.T, s *suite) {
+	srv := s.serve(t, nil, nethttp.WithReplayHeaders("Content-Type"))
+	req := request{key: []string{"gz"}, path: "/orders?gzip=1", body: `{"a":1}`, header: map[string]string{"Accept-Encoding": "gzip"}}
+	first := srv.do(t, req) // an explicit Accept-Encoding: the client does not decompress
+	if first.status != http.StatusCreated || first.header.Get("Content-Encoding") != "gzip" {
+		t.Fatalf("first: %d, Content-Encoding %q", first.status, first.header.Get("Content-Encoding"))
+	}
+	for _, accept := range []string{"gzip", "br;q=1, GZIP;q=0.5", "x-gzip", "*", "identity;q=0, *;q=0.1"} {
+		req.header["Accept-Encoding"] = accept
+		again := srv.do(t, req)
+		if !again.replayed() || again.body != first.body || again.header.Get("Content-Encoding") != "gzip" ||
+			again.header.Get("Vary") != "Accept-Encoding" {
+			t.Fatalf("Accept-Encoding %q: %d replayed=%v Content-Encoding %q Vary %q; want the gzip bytes replayed",
+				accept, again.status, again.replayed(), again.header.Get("Content-Encoding"), again.header.Get("Vary"))
+		}
+		if got := gunzip(t, again.body); !strings.Contains(got, `"order":1`) {
+			t.Fatalf("the replayed body decodes to %q", got)
+		}
+	}
+	for _, accept := range []string{"identity", "br", "gzip;q=0", "gzip;q=0.000, *", "*;q=0", "gzip;q=oops"} {
+		req.header["Accept-Encoding"] = accept
+		problem(t, srv.do(t, req), http.StatusConflict, nethttp.ProblemNotReplayable)
+	}
+	// No Accept-Encoding at all accepts no coding either.
+	raw, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.url+"/orders?gzip=1", strings.NewReader(`{"a":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw.Header.Set("Idempotency-Key", "gz")
+	plain := &http.Client{Transport: &http.Transport{DisableCompression: true}}
+	t.Cleanup(plain.CloseIdleConnections)
+	got := send(t, plain, raw)
+	problem(t, response{status: got.Status, header: got.Header, body: got.Body}, http.StatusConflict, nethttp.ProblemNotReplayable)
+	wantExecutions(t, srv, 1)
+}
+
+// gunzip decodes a gzip body.
+func gunzip(t *testing.T, body string) string {
+	t.Helper()
+	zr, err := gzip.NewReader(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("the body is not gzip: %v", err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("the body is not gzip: %v", err)
+	}
+	return string(b)
+}
+
+// testAbortedResponseIsNotReplayable: a handler that panics with
+// http.ErrAbortHandler after it began its answer has run, and what the
+// client got is unknown: it is recorded as executed-not-replayable. One that
+// aborts before answering anything is forgotten, and a retry runs it again.
+func testAbortedResponseIsNotReplayable(t *testing.T, s *suite) {
+	srv := s.serve(t, nil)
+	late := request{key: []string{"late"}, path: "/orders?abort=late", body: "{}"}
+	srv.tryDo(t, late) // the connection is cut: the answer may be an error
+	problem(t, srv.do(t, late), http.StatusConflict, nethttp.ProblemNotReplayable)
+	wantExecutions(t, srv, 1)
+
+	// net/http's client may resend a request with an Idempotency-Key on a
+	// cut connection by itself: count at least the two attempts made here.
+	early := request{key: []string{"early"}, path: "/orders?abort=early", body: "{}"}
+	srv.tryDo(t, early)
+	srv.tryDo(t, early)
+	if n := srv.app.Executions(); n < 3 {
+		t.Fatalf("the handler ran %d times; want the early abort run again by its retry", n)
+	}
 }

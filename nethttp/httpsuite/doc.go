@@ -5,7 +5,8 @@
 // mismatches, replays with allow-listed headers, not-replayable responses,
 // backend outages, 5xx and panics) and the edge cases around them
 // (streaming, chunked bodies, JSON key order, client disconnects, tenant
-// scopes), through a real HTTP server and client.
+// scopes, compressed responses, aborted handlers), through a real HTTP
+// server and client.
 //
 // An adapter provides a [Stack]: a function that serves the suite's
 // business handler ([App]) behind its middleware on a real listener.
@@ -39,5 +40,6 @@
 // its own context), an adapter's tests build the server themselves and use
 // the helpers: [NewGuard], [Serve], [Post] and its [Reply], [WantProblem],
 // [InvalidOptions], and the checks [CheckPathsUnderOnePattern],
-// [CheckUnmatchedRouteRecorded] and [CheckTenantScope].
+// [CheckUnmatchedRouteRecorded], [CheckTenantScope] and
+// [CheckRequestDecompressedInFront].
 package httpsuite

@@ -1,6 +1,8 @@
 package httpsuite
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -180,4 +182,50 @@ func CheckTenantScope(t *testing.T, baseURL string) {
 	if got := Post(t, baseURL+"/orders", "k", `{}`, "X-Tenant", "acme"); !got.Replayed() || got.Body != a.Body {
 		t.Fatal("a tenant's retry did not replay")
 	}
+}
+
+// CheckRequestDecompressedInFront checks the middleware behind a
+// middleware that decompresses gzip request bodies (Content-Encoding: gzip)
+// and leaves the request's ContentLength at the compressed size, as echo's
+// Decompress does. baseURL serves POST /echo behind both, with a handler
+// that answers 200 with the body it read. The handler gets the whole
+// decompressed body, never one cut at the compressed length; the retry
+// with the same content, compressed differently, replays (the fingerprint
+// is the decompressed body's); a broken gzip stream is a 400
+// request-body-unreadable, not a malformed key, and runs nothing.
+func CheckRequestDecompressedInFront(t *testing.T, baseURL string) {
+	t.Helper()
+	plain := `{"note":"` + strings.Repeat("x", 2000) + `"}`
+	post := func(key string, body []byte) Reply {
+		t.Helper()
+		return Post(t, baseURL+"/echo", key, string(body), "Content-Encoding", "gzip", "Content-Type", "application/json")
+	}
+	fast, best := gzipBytes(t, plain, gzip.BestSpeed), gzipBytes(t, plain, gzip.BestCompression)
+	first := post("dz", fast)
+	if first.Status != http.StatusOK || first.Body != plain {
+		t.Fatalf("the handler read %d bytes (%d compressed); want the %d decompressed ones: status %d",
+			len(first.Body), len(fast), len(plain), first.Status)
+	}
+	if again := post("dz", best); !again.Replayed() || again.Body != plain {
+		t.Fatalf("the same content compressed otherwise: %d replayed=%v; want a replay", again.Status, again.Replayed())
+	}
+	broken := gzipBytes(t, `{"other":"`+strings.Repeat("y", 2000)+`"}`, gzip.BestSpeed)
+	WantProblem(t, post("broken", broken[:len(broken)/2]), http.StatusBadRequest, nethttp.ProblemBodyUnreadable)
+}
+
+// gzipBytes compresses s at level.
+func gzipBytes(t *testing.T, s string, level int) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&b, level)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zw.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

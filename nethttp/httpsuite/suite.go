@@ -1,6 +1,7 @@
 package httpsuite
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -108,6 +109,11 @@ func (s *suite) serveOn(t *testing.T, b Backends, app *App, gopts []middleware.O
 //	stream=1          flush a first chunk, wait on Gate (if set), then a second
 //	giveup=1          on the handler's first execution: wait for the request's ctx
 //	                  to end and answer nothing (later executions answer normally)
+//	gzip=1            gzip the body, with Content-Encoding: gzip and Vary:
+//	                  Accept-Encoding, as a compressing middleware inside the guard does
+//	abort=early       panic with http.ErrAbortHandler before answering anything
+//	abort=late        write the status and a first chunk, then panic with
+//	                  http.ErrAbortHandler
 type App struct {
 	executions atomic.Int32
 	// Gate, when set, holds a stream=1 response after its first chunk
@@ -136,6 +142,14 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if q.Get("panic") == "1" {
 		panic("the handler panicked on purpose")
 	}
+	switch q.Get("abort") {
+	case "early":
+		panic(http.ErrAbortHandler)
+	case "late":
+		w.WriteHeader(http.StatusCreated)
+		_, _ = fmt.Fprintf(w, "chunk 1 of order %d\n", n)
+		panic(http.ErrAbortHandler)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", fmt.Sprintf("/orders/%d", n))
 	w.Header().Set("Set-Cookie", fmt.Sprintf("session=%d", n))
@@ -161,6 +175,15 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if b, err := strconv.Atoi(q.Get("bytes")); err == nil {
 		pad = strings.Repeat("x", b)
 	}
+	if q.Get("gzip") == "1" {
+		w.Header().Set("Content-Encoding", "gzip")
+		w.Header().Add("Vary", "Accept-Encoding")
+		w.WriteHeader(status)
+		zw := gzip.NewWriter(w)
+		_ = json.NewEncoder(zw).Encode(map[string]any{"order": n, "request": string(body), "pad": pad})
+		_ = zw.Close()
+		return
+	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]any{"order": n, "request": string(body), "pad": pad})
 }
@@ -182,6 +205,25 @@ type response struct {
 
 func (s *server) do(t *testing.T, r request) response {
 	t.Helper()
+	got := send(t, s.client, s.newRequest(t, r))
+	return response{status: got.Status, header: got.Header, body: got.Body}
+}
+
+// tryDo sends r and reads what comes back, for a request whose connection
+// may be cut: an error is not a failure.
+func (s *server) tryDo(t *testing.T, r request) {
+	t.Helper()
+	resp, err := s.client.Do(s.newRequest(t, r))
+	if err != nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+}
+
+// newRequest builds r: POST /orders unless it says otherwise.
+func (s *server) newRequest(t *testing.T, r request) *http.Request {
+	t.Helper()
 	if r.method == "" {
 		r.method = http.MethodPost
 	}
@@ -201,9 +243,11 @@ func (s *server) do(t *testing.T, r request) response {
 	for k, v := range r.header {
 		req.Header.Set(k, v)
 	}
-	got := send(t, s.client, req)
-	return response{status: got.Status, header: got.Header, body: got.Body}
+	return req
 }
+
+// replayed reports whether the answer is a replay.
+func (r response) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
 
 // problem decodes and checks an RFC 9457 answer (see [WantProblem]).
 func problem(t *testing.T, r response, status int, kind string) nethttp.Problem {
