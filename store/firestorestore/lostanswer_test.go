@@ -10,10 +10,8 @@ import (
 
 	"cloud.google.com/go/firestore"
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idemkit/fingerprint"
@@ -37,14 +35,11 @@ type commitFault struct {
 	commits atomic.Int32 // transactional commits sent since armed
 }
 
-// faultyClient is a real client of the emulator whose connection passes
-// every unary RPC through f: fault injection by a wrapper, with the real
-// server behind it.
+// faultyClient is a real client of the emulator whose transactional
+// commits pass through f.
 func faultyClient(t *testing.T, project string, f *commitFault) *firestore.Client {
 	t.Helper()
-	conn, err := grpc.NewClient(testenv.Firestore(t).Host,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(emulatorCreds{}),
+	return interceptedClient(t, project,
 		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 			r, ok := req.(*pb.CommitRequest)
 			if !ok || len(r.GetTransaction()) == 0 || !f.armed.Load() || f.commits.Add(1) != 1 {
@@ -57,16 +52,6 @@ func faultyClient(t *testing.T, project string, f *commitFault) *firestore.Clien
 			}
 			return status.Error(f.fault, "injected: the answer to the commit was lost")
 		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c, err := firestore.NewClient(context.Background(), project, option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // TestPutCommitAnswerLost loses the answer to a Put's commit after it

@@ -55,22 +55,16 @@ func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]
 
 func (emulatorCreds) RequireTransportSecurity() bool { return false }
 
-// countingClient is a real client of the emulator whose connection counts
-// every RPC it sends.
-func countingClient(t *testing.T, project string) (*firestore.Client, *rpcCounter) {
+// interceptedClient is a real client of the emulator (a connection of its
+// own) whose RPCs pass through the given interceptors first: counting and
+// fault injection by a wrapper, with the real server behind it.
+func interceptedClient(t *testing.T, project string, opts ...grpc.DialOption) *firestore.Client {
 	t.Helper()
-	rc := &rpcCounter{n: map[string]int{}}
-	conn, err := grpc.NewClient(testenv.Firestore(t).Host,
+	opts = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithPerRPCCredentials(emulatorCreds{}),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			rc.add(method)
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}),
-		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			rc.add(method)
-			return streamer(ctx, desc, cc, method, opts...)
-		}))
+	}, opts...)
+	conn, err := grpc.NewClient(testenv.Firestore(t).Host, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +74,23 @@ func countingClient(t *testing.T, project string) (*firestore.Client, *rpcCounte
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// countingClient is a real client of the emulator whose connection counts
+// every RPC it sends.
+func countingClient(t *testing.T, project string) (*firestore.Client, *rpcCounter) {
+	t.Helper()
+	rc := &rpcCounter{n: map[string]int{}}
+	c := interceptedClient(t, project,
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			rc.add(method)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			rc.add(method)
+			return streamer(ctx, desc, cc, method, opts...)
+		}))
 	return c, rc
 }
 
