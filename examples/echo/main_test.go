@@ -12,3 +12,10 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // TestDemoServer starts the demo (on echo) on a free port on every backend,
 // exercises its contract with a real client and stops it gracefully.
 func TestDemoServer(t *testing.T) { demotest.Run(t, program().Run, demotest.HTTPContract) }
+
+// TestDemoCluster starts 4 instances of the demo (on echo) on one shared server
+// of every real backend and proves exactly-once across them: concurrent
+// duplicates spread over the instances execute once in all.
+func TestDemoCluster(t *testing.T) {
+	demotest.RunCluster(t, program().Run, demotest.ClusterInstances, demotest.HTTPCluster)
+}

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +29,111 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // it with a real gRPC client and stops it gracefully.
 func TestDemoServer(t *testing.T) { demotest.Run(t, program().Run, checkDemo) }
 
+// TestDemoCluster starts 4 instances of the demo on one shared server of
+// every real backend and proves exactly-once across them: concurrent
+// duplicate calls spread over the instances execute once in all.
+func TestDemoCluster(t *testing.T) {
+	demotest.RunCluster(t, program().Run, demotest.ClusterInstances, checkCluster)
+}
+
+// unaryAnswer is what one duplicate UnaryCall got.
+type unaryAnswer struct {
+	resp   *testgrpc.SimpleResponse
+	header metadata.MD
+	err    error
+}
+
+// checkCluster is the gRPC side of demotest.HTTPCluster: for each round,
+// with a fresh key, it sends demotest.ClusterDuplicates duplicates of one
+// UnaryCall (with x-sleep-ms of the round's demotest.ClusterSleep) at
+// once, round-robin over addrs (one connection per instance,
+// without the retrying client interceptor). Every answer must be the first
+// execution (not replayed), a replay of it (the same response, replayed in
+// the header) or Aborted IDEMPOTENCY_KEY_IN_PROGRESS (the demo keeps the
+// guard's 2-second wait budget, which duplicates can outwait); exactly one
+// must be the first execution; and the x-executions of EmptyCall, summed
+// over addrs, must be exactly one per round so far.
+func checkCluster(t *testing.T, addrs []string) {
+	clients := make([]testgrpc.TestServiceClient, len(addrs))
+	for j, addr := range addrs {
+		clients[j] = testgrpc.NewTestServiceClient(mustConn(t, addr))
+	}
+	prefix := testenv.Name(t)
+	for round := 1; round <= demotest.ClusterRounds; round++ {
+		key := fmt.Sprintf("%s-%d", prefix, round)
+		req := &testgrpc.SimpleRequest{ResponseSize: int32(round)}
+		began := time.Now()
+		answers := demotest.Burst(demotest.ClusterDuplicates, func(i int) unaryAnswer {
+			ctx, cancel := context.WithTimeout(t.Context(), demotest.ClusterTimeout)
+			defer cancel()
+			ctx = metadata.AppendToOutgoingContext(ctx, grpcinterceptor.DefaultMetadataKey, key,
+				"x-sleep-ms", strconv.FormatInt(demotest.ClusterSleep(round).Milliseconds(), 10))
+			var header metadata.MD
+			resp, err := clients[i%len(clients)].UnaryCall(ctx, req, grpc.Header(&header))
+			return unaryAnswer{resp, header, err}
+		})
+		elapsed := time.Since(began)
+
+		first := -1
+		for i, a := range answers {
+			if a.err == nil && !grpcinterceptor.Replayed(a.header) {
+				if first >= 0 {
+					t.Errorf("round %d: two first executions: %v and %v", round, answers[first].resp, a.resp)
+				}
+				first = i
+			}
+		}
+		if first < 0 {
+			t.Fatalf("round %d: no duplicate got the first execution", round)
+		}
+		want := answers[first].resp
+		if len(want.GetPayload().GetBody()) != round || want.GetServerId() == "" {
+			t.Errorf("round %d: the first execution answered %v", round, want)
+		}
+		var replays, inProgress int
+		for i, a := range answers {
+			switch {
+			case i == first:
+			case a.err == nil:
+				if !grpcinterceptor.Replayed(a.header) || a.resp.GetServerId() != want.GetServerId() ||
+					!bytes.Equal(a.resp.GetPayload().GetBody(), want.GetPayload().GetBody()) {
+					t.Errorf("round %d, duplicate %d: %v replayed=%v; want a replay of %v", round, i, a.resp, grpcinterceptor.Replayed(a.header), want)
+				}
+				replays++
+			case status.Code(a.err) == codes.Aborted && grpcinterceptor.ErrorInfoOf(a.err).GetReason() == grpcinterceptor.ReasonInProgress:
+				inProgress++
+			default:
+				t.Errorf("round %d, duplicate %d (to %s): %v; want the first execution, its replay or Aborted in progress",
+					round, i, addrs[i%len(addrs)], a.err)
+			}
+		}
+
+		perInstance := make([]int64, len(addrs))
+		var total int64
+		for j, c := range clients {
+			var header metadata.MD
+			if _, err := c.EmptyCall(t.Context(), &testgrpc.Empty{}, grpc.Header(&header)); err != nil {
+				t.Fatalf("EmptyCall at %s: %v", addrs[j], err)
+			}
+			got := header.Get("x-executions")
+			if len(got) != 1 {
+				t.Fatalf("EmptyCall at %s: x-executions = %v", addrs[j], got)
+			}
+			n, err := strconv.ParseInt(got[0], 10, 64)
+			if err != nil {
+				t.Fatalf("EmptyCall at %s: x-executions = %q", addrs[j], got[0])
+			}
+			perInstance[j] = n
+			total += n
+		}
+		t.Logf("round %d (sleep %v): %d duplicates in %v: 1 first execution, %d replays, %d in progress; executions per instance %v",
+			round, demotest.ClusterSleep(round), len(answers), elapsed.Round(time.Millisecond), replays, inProgress, perInstance)
+		if total != int64(round) {
+			t.Fatalf("round %d: %d executions over the %d instances (%v), want %d", round, total, len(addrs), perInstance, round)
+		}
+	}
+}
+
 // checkDemo drives the gRPC demo at addr with a real client.
 func checkDemo(t *testing.T, addr string) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -35,10 +144,11 @@ func checkDemo(t *testing.T, addr string) {
 	}
 	defer conn.Close()
 	client := testgrpc.NewTestServiceClient(conn)
+	prefix := testenv.Name(t) // keys of their own, even on a shared server
 	call := func(key string, req *testgrpc.SimpleRequest, md ...string) (*testgrpc.SimpleResponse, metadata.MD, error) {
 		cctx := t.Context()
 		if key != "" {
-			cctx = metadata.AppendToOutgoingContext(cctx, grpcinterceptor.DefaultMetadataKey, key)
+			cctx = metadata.AppendToOutgoingContext(cctx, grpcinterceptor.DefaultMetadataKey, prefix+"-"+key)
 		}
 		if len(md) > 0 {
 			cctx = metadata.AppendToOutgoingContext(cctx, md...)

@@ -22,25 +22,28 @@ type RunFunc func(ctx context.Context, args []string, logger *slog.Logger, ready
 type backend struct {
 	name string
 	args func(t *testing.T) []string
+	// shared: instances with their own clients share the server (every
+	// backend but memory, which lives in the program's process).
+	shared bool
 }
 
 // backends are every backend the demos serve on.
 func backends() []backend {
 	return []backend{
-		{"memory", func(*testing.T) []string { return nil }},
+		{"memory", func(*testing.T) []string { return nil }, false},
 		{"redis", func(t *testing.T) []string {
 			return []string{"-store", "redis", "-redis-addr", testenv.NewRedis(t).Addr}
-		}},
+		}, true},
 		{"redis-cluster", func(t *testing.T) []string {
 			return []string{"-store", "redis-cluster", "-redis-addrs", strings.Join(testenv.RedisCluster(t).Addrs, ",")}
-		}},
+		}, true},
 		{"postgres", func(t *testing.T) []string {
 			return []string{"-store", "postgres", "-postgres-url", testenv.NewPostgres(t).URL}
-		}},
+		}, true},
 		{"firestore", func(t *testing.T) []string {
 			testenv.Firestore(t) // sets FIRESTORE_EMULATOR_HOST, which the program's client follows
 			return []string{"-store", "firestore", "-firestore-project", testenv.FirestoreProject(t)}
-		}},
+		}, true},
 	}
 }
 
@@ -56,26 +59,39 @@ func Run(t *testing.T, run RunFunc, check func(t *testing.T, addr string)) {
 }
 
 func serve(t *testing.T, run RunFunc, args []string, check func(t *testing.T, addr string)) {
+	addr, stop := start(t, run, args)
+	check(t, addr)
+	stop()
+}
+
+// start starts run with args and -addr 127.0.0.1:0 and returns once it
+// listens, with its address and a function that cancels its ctx and fails
+// the test unless run returns nil within 15 seconds. If run fails before
+// it listens, start fails the test.
+func start(t *testing.T, run RunFunc, args []string) (addr string, stop func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	args = append([]string{"-addr", "127.0.0.1:0"}, args...)
 	go func() { done <- run(ctx, args, slog.New(slog.DiscardHandler), ready) }()
-	var addr string
 	select {
 	case addr = <-ready:
 	case err := <-done:
+		cancel()
 		t.Fatalf("run: %v", err)
 	}
-	check(t, addr)
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("graceful shutdown: %v", err)
+	return addr, func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("graceful shutdown of %s: %v", addr, err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("the server at %s did not shut down", addr)
 		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the server did not shut down")
 	}
 }
 
@@ -86,10 +102,11 @@ func serve(t *testing.T, run RunFunc, args []string, check func(t *testing.T, ad
 // is delivered; GET /orders is 405; GET /stats counts the three
 // executions.
 func HTTPContract(t *testing.T, addr string) {
+	prefix := testenv.Name(t) // keys of their own, even on a shared server
 	postBody := func(path, key, body string) (int, http.Header, string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
 		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
+			req.Header.Set("Idempotency-Key", prefix+"-"+key)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
