@@ -1,15 +1,16 @@
 package pglock
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/locktest"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
+
+// A locker can be built on a connection shared by goroutines.
+var _ DB = (*pgtest.SerialConn)(nil)
 
 // margin is the suite's ε on the real server clock: comfortably more than
 // a round trip to a local server under -race.
@@ -24,9 +25,9 @@ func TestConformance(t *testing.T) {
 		if needsRestart(t) {
 			srv = testenv.NewPostgres(t)
 		}
-		admin := newPool(t, srv.URL, 2)
+		admin := pgtest.NewPool(t, srv.URL, 2)
 		opts := tables(t, admin)
-		pool := newPool(t, srv.URL, 8)
+		pool := pgtest.NewPool(t, srv.URL, 8)
 		l, err := New(pool, append(opts, WithCleanupInIsLocked(cfg.CleanupInIsLocked), WithLogger(cfg.Logger))...)
 		if err != nil {
 			t.Fatal(err)
@@ -51,19 +52,18 @@ func TestConformance(t *testing.T) {
 
 // TestConformanceConn runs the lock suite on a locker built on a single
 // *pgx.Conn. A connection serves one statement at a time and the suite
-// races goroutines, so the connection is shared through serialConn, which
-// only adds a mutex around each call; every statement still runs on the
-// real connection.
+// races goroutines, so the connection is shared through
+// pgtest.SerialConn, which only adds a mutex around each call; every
+// statement still runs on the real connection.
 func TestConformanceConn(t *testing.T) {
 	locktest.Run(t, func(t *testing.T, cfg locktest.Config) *locktest.Env {
 		srv := testenv.Postgres(t)
 		if needsRestart(t) {
 			srv = testenv.NewPostgres(t)
 		}
-		admin := newPool(t, srv.URL, 2)
+		admin := pgtest.NewPool(t, srv.URL, 2)
 		opts := tables(t, admin)
-		conn := connect(t, srv.URL)
-		sc := &serialConn{conn: conn}
+		sc := pgtest.NewSerialConn(pgtest.Connect(t, srv.URL))
 		l, err := New(sc, append(opts, WithCleanupInIsLocked(cfg.CleanupInIsLocked), WithLogger(cfg.Logger))...)
 		if err != nil {
 			t.Fatal(err)
@@ -72,27 +72,16 @@ func TestConformanceConn(t *testing.T) {
 		env := &locktest.Env{
 			Locker: l, Margin: margin,
 			RaiseFence: p.raiseFence, Fence: p.fence, Stored: p.stored,
-			Break:           func() { sc.swap(nil) },
+			Break:           sc.Close,
 			ExpiresNatively: false,
 		}
 		if needsRestart(t) {
 			env.Restart = func(t *testing.T) {
 				srv.Restart(t)
 				admin.Reset()
-				sc.swap(connect(t, srv.URL)) // a new connection to the restarted server
+				sc.Swap(pgtest.Connect(t, srv.URL)) // a new connection to the restarted server
 			}
 		}
 		return env
 	})
-}
-
-// connect opens one connection, closed when the test ends.
-func connect(t testing.TB, url string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -238,7 +239,7 @@ func TestRetry(t *testing.T) {
 func TestErrorsFromServer(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 4)
+	admin := pgtest.NewPool(t, srv.URL, 4)
 	ctx := t.Context()
 
 	t.Run("missing table", func(t *testing.T) {
@@ -315,7 +316,7 @@ func TestErrorsFromServer(t *testing.T) {
 		}, lock.CodeAborted, context.Canceled},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pool := newPool(t, srv.URL, 2)
+			pool := pgtest.NewPool(t, srv.URL, 2)
 			ml, _ := New(pool, opts...)
 			unhold := hold(t)
 			qctx, cancel := c.ctx()
@@ -336,7 +337,7 @@ func TestErrorsFromServer(t *testing.T) {
 	}
 
 	t.Run("terminated backend", func(t *testing.T) {
-		conn := connect(t, srv.URL)
+		conn := pgtest.Connect(t, srv.URL)
 		tl, _ := New(conn, opts...)
 		var pid int
 		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {

@@ -4,45 +4,23 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// newPool connects a pool of at most conns connections to url, closed when
-// the test ends.
-func newPool(t testing.TB, url string, conns int32) *pgxpool.Pool {
-	t.Helper()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = conns
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
 
 // tables creates a schema of the test's own on the server behind admin and
 // the lock tables in it, and returns the options that name them.
 func tables(t testing.TB, admin DB) []Option {
 	t.Helper()
-	schema := testenv.Name(t)
+	schema := pgtest.Schema(t, admin)
 	ctx := context.Background()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
 	opts := []Option{WithTable(schema + ".locks"), WithFenceTable(schema + ".fences")}
 	if err := SetupSchema(ctx, admin, opts...); err != nil {
 		t.Fatalf("SetupSchema: %v", err)
@@ -117,72 +95,3 @@ func (p probes) rows(t testing.TB, table TableName) int {
 // needsRestart reports whether a conformance case restarts the server, and
 // so needs one of its own.
 func needsRestart(t *testing.T) bool { return strings.Contains(t.Name(), "/SG10_") }
-
-// serialConn lets goroutines share one *pgx.Conn, which serves one
-// statement at a time, by holding a mutex from each call until its result
-// is consumed: a Row scanned, a Tx committed or rolled back.
-// It only serialises; every statement still goes through the real
-// connection.
-type serialConn struct {
-	mu   sync.Mutex
-	conn *pgx.Conn
-}
-
-var _ DB = (*serialConn)(nil)
-
-func (s *serialConn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.conn.Exec(ctx, sql, args...)
-}
-
-func (s *serialConn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	s.mu.Lock()
-	return serialRow{row: s.conn.QueryRow(ctx, sql, args...), unlock: s.mu.Unlock}
-}
-
-func (s *serialConn) Begin(ctx context.Context) (pgx.Tx, error) {
-	s.mu.Lock()
-	tx, err := s.conn.Begin(ctx)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	return &serialTx{Tx: tx, unlock: sync.OnceFunc(s.mu.Unlock)}, nil
-}
-
-// swap closes the connection and, if next is not nil, puts next in its
-// place.
-func (s *serialConn) swap(next *pgx.Conn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_ = s.conn.Close(context.Background())
-	if next != nil {
-		s.conn = next
-	}
-}
-
-type serialRow struct {
-	row    pgx.Row
-	unlock func()
-}
-
-func (r serialRow) Scan(dest ...any) error {
-	defer r.unlock()
-	return r.row.Scan(dest...)
-}
-
-type serialTx struct {
-	pgx.Tx
-	unlock func()
-}
-
-func (t *serialTx) Commit(ctx context.Context) error {
-	defer t.unlock()
-	return t.Tx.Commit(ctx)
-}
-
-func (t *serialTx) Rollback(ctx context.Context) error {
-	defer t.unlock()
-	return t.Tx.Rollback(ctx)
-}

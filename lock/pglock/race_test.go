@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
 // granted is one lease as its holder saw it: the fence, the server's
@@ -34,9 +35,9 @@ type granted struct {
 func TestAcquireExtendRace(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	opts := tables(t, admin)
-	l, err := New(newPool(t, srv.URL, 16), opts...)
+	l, err := New(pgtest.NewPool(t, srv.URL, 16), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

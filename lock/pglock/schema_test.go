@@ -3,16 +3,14 @@ package pglock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
 // TestSchemaSQLMatchesSetupSchema checks that the shipped schema.sql is the
@@ -22,19 +20,7 @@ func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := renderDDL(cfg.names)
-	header, ok := strings.CutSuffix(SchemaSQL(), body)
-	if !ok {
-		t.Fatalf("schema.sql is not the DDL of SetupSchema with the default names; want it to end with:\n%s", body)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(header), "\n") {
-		if !strings.HasPrefix(line, "--") {
-			t.Fatalf("schema.sql has a line that is not a comment before the DDL: %q", line)
-		}
-	}
-	if !strings.Contains(header, fmt.Sprint(SchemaLockID)) {
-		t.Fatal("the header of schema.sql does not name the advisory lock SetupSchema holds")
-	}
+	pgtest.SchemaSQLMatches(t, SchemaSQL(), renderDDL(cfg.names), SchemaLockID)
 }
 
 // TestSchemaSQLAppliesLikeSetupSchema applies schema.sql as a migration
@@ -42,59 +28,13 @@ func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
 // the catalog with what SetupSchema creates.
 func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
 	t.Parallel()
-	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
-	ctx := t.Context()
-	viaFile, viaSetup := testenv.Name(t), testenv.Name(t)
-	for _, s := range []string{viaFile, viaSetup} {
-		if _, err := admin.Exec(ctx, "CREATE SCHEMA "+s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL search_path = "+viaFile); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, SchemaSQL()); err != nil {
-		t.Fatalf("applying schema.sql: %v", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := SetupSchema(ctx, admin, WithTable(viaSetup+"."+DefaultTable), WithFenceTable(viaSetup+"."+DefaultFenceTable)); err != nil {
-		t.Fatal(err)
-	}
-	a, b := catalog(t, admin, viaFile), catalog(t, admin, viaSetup)
-	if a != b {
-		t.Fatalf("schema.sql and SetupSchema disagree:\nschema.sql:\n%s\nSetupSchema:\n%s", a, b)
-	}
+	admin := pgtest.NewPool(t, testenv.Postgres(t).URL, 2)
+	a := pgtest.AppliesLikeSetup(t, admin, SchemaSQL(), func(ctx context.Context, schema string) error {
+		return SetupSchema(ctx, admin, WithTable(schema+"."+DefaultTable), WithFenceTable(schema+"."+DefaultFenceTable))
+	})
 	if !strings.Contains(a, "idemkit_locks_lock_id_key") || !strings.Contains(a, "fence bigint NO") {
 		t.Fatalf("the catalog lacks what the schema declares:\n%s", a)
 	}
-}
-
-// catalog describes the tables, columns and indexes of a schema, with the
-// schema's name left out.
-func catalog(t *testing.T, db *pgxpool.Pool, schema string) string {
-	t.Helper()
-	rows, err := db.Query(t.Context(), `
-		SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
-		FROM information_schema.columns WHERE table_schema = $1
-		UNION ALL
-		SELECT indexname || ': ' || replace(indexdef, $1 || '.', '')
-		FROM pg_indexes WHERE schemaname = $1
-		ORDER BY 1`, schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(lines, "\n")
 }
 
 // TestSetupSchemaIdempotent runs SetupSchema twice in a row, then from
@@ -103,7 +43,7 @@ func catalog(t *testing.T, db *pgxpool.Pool, schema string) string {
 func TestSetupSchemaIdempotent(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	ctx := t.Context()
 	opts := tables(t, admin) // the first run
 	if err := SetupSchema(ctx, admin, opts...); err != nil {
@@ -117,32 +57,11 @@ func TestSetupSchemaIdempotent(t *testing.T) {
 		t.Fatalf("Acquire after two SetupSchema runs: %v, %v", ok, err)
 	}
 
-	schema := testenv.Name(t)
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
+	schema := pgtest.Schema(t, admin)
 	fresh := []Option{WithTable(schema + ".locks"), WithFenceTable(schema + ".fences")}
-	const runners = 8
-	pool := newPool(t, srv.URL, runners)
-	var wg sync.WaitGroup
-	errs := make(chan error, runners)
-	start := make(chan struct{})
-	for range runners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs <- SetupSchema(ctx, pool, fresh...)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("concurrent SetupSchema: %v", err)
-		}
-	}
+	pool := pgtest.SetupConcurrently(t, srv.URL, 8, func(ctx context.Context, db *pgxpool.Pool) error {
+		return SetupSchema(ctx, db, fresh...)
+	})
 	l, _ = New(pool, fresh...)
 	if _, ok, err := l.Acquire(ctx, "k", lock.CleanupGrace); err != nil || !ok {
 		t.Fatalf("Acquire after concurrent SetupSchema: %v, %v", ok, err)
@@ -154,7 +73,7 @@ func TestSetupSchemaIdempotent(t *testing.T) {
 // would fail with ServiceUnavailable instead.
 func TestInvalidTableNames(t *testing.T) {
 	t.Parallel()
-	closed := newPool(t, testenv.Postgres(t).URL, 1)
+	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
 	closed.Close()
 	long := strings.Repeat("t", maxTableLen+1)
 	bad := []string{
@@ -232,7 +151,7 @@ func TestParseTableName(t *testing.T) {
 // ServiceUnavailable instead.
 func TestSetupDDLEndedContext(t *testing.T) {
 	t.Parallel()
-	closed := newPool(t, testenv.Postgres(t).URL, 1)
+	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
 	closed.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

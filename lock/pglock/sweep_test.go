@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
 // TestSweep checks that Sweep deletes, in batches, exactly the lock rows
@@ -17,9 +18,9 @@ import (
 func TestSweep(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	opts := tables(t, admin)
-	l, err := New(newPool(t, srv.URL, 4), append(opts, WithSweepBatch(2))...)
+	l, err := New(pgtest.NewPool(t, srv.URL, 4), append(opts, WithSweepBatch(2))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +72,10 @@ func TestSweep(t *testing.T) {
 func TestSweeper(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	opts := tables(t, admin)
 	var logs sweepertest.Logs
-	pool := newPool(t, srv.URL, 2)
+	pool := pgtest.NewPool(t, srv.URL, 2)
 	l, err := New(pool, append(opts, WithLogger(logs.Logger()))...)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +104,7 @@ func TestSweeper(t *testing.T) {
 // with ServiceUnavailable).
 func TestSweepBuildingBlocks(t *testing.T) {
 	t.Parallel()
-	closed := newPool(t, testenv.Postgres(t).URL, 1)
+	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
 	closed.Close()
 	for _, batch := range []int{0, -1} {
 		if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", batch); n != 0 || lock.CodeOf(err) != lock.CodeInvalidArgument {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
 // TestInTransaction builds lockers on pgx.Tx values: every operation works
@@ -14,14 +15,14 @@ import (
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	opts := tables(t, admin)
 	observer, err := New(admin, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	conn := connect(t, srv.URL)
+	conn := pgtest.Connect(t, srv.URL)
 	const k = "tx/key"
 
 	// Acquire, contend, extend and look up inside one transaction.

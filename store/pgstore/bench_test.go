@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -17,8 +18,8 @@ import (
 // a durable server; set IDEMKIT_POSTGRES_URL to measure one.
 func BenchmarkStore(b *testing.B) {
 	srv := testenv.Postgres(b)
-	admin := newPool(b, srv.URL, 1)
-	s, err := New(newPool(b, srv.URL, 1), table(b, admin))
+	admin := pgtest.NewPool(b, srv.URL, 1)
+	s, err := New(pgtest.NewPool(b, srv.URL, 1), table(b, admin))
 	if err != nil {
 		b.Fatal(err)
 	}

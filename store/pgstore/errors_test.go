@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -21,7 +22,7 @@ import (
 func TestErrorsFromServer(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 4)
+	admin := pgtest.NewPool(t, srv.URL, 4)
 	ctx := t.Context()
 	rec := store.Record{Key: "k", Fingerprint: "fp", State: store.StateCompleted, Response: []byte("r"), Fence: 1}
 
@@ -60,7 +61,7 @@ func TestErrorsFromServer(t *testing.T) {
 		}, lock.CodeAborted, context.Canceled},
 	} {
 		t.Run("ctx "+c.name+" mid-query", func(t *testing.T) {
-			pool := newPool(t, srv.URL, 2)
+			pool := pgtest.NewPool(t, srv.URL, 2)
 			ms, _ := New(pool, opt)
 			tx, err := admin.Begin(ctx)
 			if err != nil {
@@ -84,7 +85,7 @@ func TestErrorsFromServer(t *testing.T) {
 		})
 	}
 	t.Run("terminated backend", func(t *testing.T) {
-		conn := connect(t, srv.URL)
+		conn := pgtest.Connect(t, srv.URL)
 		cs, _ := New(conn, opt)
 		var pid int
 		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/pglock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/middleware/guardtest"
 )
@@ -32,8 +33,8 @@ type node struct {
 // tagged with appName so its backends can be found in pg_stat_activity.
 func cluster(t *testing.T, url string, n int, appName string, opts ...middleware.Option) []node {
 	t.Helper()
-	admin := newPool(t, url, 2)
-	schema := newSchema(t, admin)
+	admin := pgtest.NewPool(t, url, 2)
+	schema := pgtest.Schema(t, admin)
 	lockOpts := []pglock.Option{pglock.WithTable(schema + ".locks"), pglock.WithFenceTable(schema + ".fences")}
 	recOpt := WithTable(schema + ".records")
 	ctx := t.Context()
@@ -110,7 +111,7 @@ func TestTerminatedConnections(t *testing.T) {
 		middleware.WithLockTTL(5*time.Second), middleware.WithWaitBudget(2*time.Second),
 		middleware.WithBaseDelay(2*time.Millisecond), middleware.WithMaxDelay(50*time.Millisecond),
 		middleware.WithLockRetries(1000), middleware.WithOpTimeout(2*time.Second))
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	fp, err := fingerprint.Value("the same request")
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +242,7 @@ func TestRecordWrittenAfterConnectionsCut(t *testing.T) {
 	srv := testenv.Postgres(t)
 	app := testenv.Name(t)
 	nodes := cluster(t, srv.URL, 2, app, middleware.WithLogger(discard()), middleware.WithBaseDelay(5*time.Millisecond))
-	admin := newPool(t, srv.URL, 1)
+	admin := pgtest.NewPool(t, srv.URL, 1)
 	fp, err := fingerprint.Value("the same request")
 	if err != nil {
 		t.Fatal(err)

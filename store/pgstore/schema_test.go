@@ -1,16 +1,15 @@
 package pgstore
 
 import (
-	"fmt"
+	"context"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -21,71 +20,20 @@ func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := renderDDL(cfg.table)
-	header, ok := strings.CutSuffix(SchemaSQL(), body)
-	if !ok {
-		t.Fatalf("schema.sql is not the DDL of SetupSchema with the default name; want it to end with:\n%s", body)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(header), "\n") {
-		if !strings.HasPrefix(line, "--") {
-			t.Fatalf("schema.sql has a line that is not a comment before the DDL: %q", line)
-		}
-	}
-	if !strings.Contains(header, fmt.Sprint(SchemaLockID)) {
-		t.Fatal("the header of schema.sql does not name the advisory lock SetupSchema holds")
-	}
+	pgtest.SchemaSQLMatches(t, SchemaSQL(), renderDDL(cfg.table), SchemaLockID)
 }
 
 // TestSchemaSQLAppliesLikeSetupSchema applies schema.sql as a migration
 // tool would and compares the catalog with what SetupSchema creates.
 func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
 	t.Parallel()
-	admin := newPool(t, testenv.Postgres(t).URL, 2)
-	ctx := t.Context()
-	viaFile, viaSetup := newSchema(t, admin), newSchema(t, admin)
-	tx, err := admin.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SET LOCAL search_path = "+viaFile); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, SchemaSQL()); err != nil {
-		t.Fatalf("applying schema.sql: %v", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := SetupSchema(ctx, admin, WithTable(viaSetup+"."+DefaultTable)); err != nil {
-		t.Fatal(err)
-	}
-	a, b := catalog(t, admin, viaFile), catalog(t, admin, viaSetup)
-	if a != b {
-		t.Fatalf("schema.sql and SetupSchema disagree:\nschema.sql:\n%s\nSetupSchema:\n%s", a, b)
-	}
+	admin := pgtest.NewPool(t, testenv.Postgres(t).URL, 2)
+	a := pgtest.AppliesLikeSetup(t, admin, SchemaSQL(), func(ctx context.Context, schema string) error {
+		return SetupSchema(ctx, admin, WithTable(schema+"."+DefaultTable))
+	})
 	if !strings.Contains(a, "idemkit_records_expires_at_idx") || !strings.Contains(a, "response bytea NO") {
 		t.Fatalf("the catalog lacks what the schema declares:\n%s", a)
 	}
-}
-
-// catalog describes the columns and indexes of a schema, without its name.
-func catalog(t *testing.T, db *pgxpool.Pool, schema string) string {
-	t.Helper()
-	rows, err := db.Query(t.Context(), `
-		SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
-		FROM information_schema.columns WHERE table_schema = $1
-		UNION ALL
-		SELECT indexname || ': ' || replace(indexdef, $1 || '.', '')
-		FROM pg_indexes WHERE schemaname = $1
-		ORDER BY 1`, schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(lines, "\n")
 }
 
 // TestSetupSchemaIdempotent runs SetupSchema twice, then from several
@@ -93,34 +41,16 @@ func catalog(t *testing.T, db *pgxpool.Pool, schema string) string {
 func TestSetupSchemaIdempotent(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	ctx := t.Context()
 	opt := table(t, admin)
 	if err := SetupSchema(ctx, admin, opt); err != nil {
 		t.Fatalf("second SetupSchema: %v", err)
 	}
-	fresh := WithTable(newSchema(t, admin) + ".records")
-	const runners = 8
-	pool := newPool(t, srv.URL, runners)
-	var wg sync.WaitGroup
-	errs := make(chan error, runners)
-	start := make(chan struct{})
-	for range runners {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			errs <- SetupSchema(ctx, pool, fresh)
-		}()
-	}
-	close(start)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatalf("concurrent SetupSchema: %v", err)
-		}
-	}
+	fresh := WithTable(pgtest.Schema(t, admin) + ".records")
+	pool := pgtest.SetupConcurrently(t, srv.URL, 8, func(ctx context.Context, db *pgxpool.Pool) error {
+		return SetupSchema(ctx, db, fresh)
+	})
 	for _, o := range []Option{opt, fresh} {
 		s, _ := New(pool, o)
 		if ok, err := s.Put(ctx, store.Record{Key: "k", State: store.StateCompleted, Fence: 1}, lock.CleanupGrace); err != nil || !ok {
@@ -138,7 +68,7 @@ const maxTableLen = 48
 // would fail with ServiceUnavailable instead.
 func TestInvalidOptions(t *testing.T) {
 	t.Parallel()
-	closed := newPool(t, testenv.Postgres(t).URL, 1)
+	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
 	closed.Close()
 	long := strings.Repeat("t", maxTableLen+1)
 	for _, name := range []string{"", "1r", "r;drop table x", `r"`, "r-x", "a.b.c", ".r", "r.", "ü", long, "s." + long} {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -16,9 +17,9 @@ import (
 func TestSweep(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	opt := table(t, admin)
-	s, err := New(newPool(t, srv.URL, 2), opt, WithSweepBatch(2))
+	s, err := New(pgtest.NewPool(t, srv.URL, 2), opt, WithSweepBatch(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +57,10 @@ func TestSweep(t *testing.T) {
 func TestSweeper(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	opt := table(t, admin)
 	var logs sweepertest.Logs
-	pool := newPool(t, srv.URL, 2)
+	pool := pgtest.NewPool(t, srv.URL, 2)
 	s, err := New(pool, opt, WithLogger(logs.Logger()))
 	if err != nil {
 		t.Fatal(err)
@@ -86,11 +87,11 @@ func TestSweeper(t *testing.T) {
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
+	admin := pgtest.NewPool(t, srv.URL, 2)
 	opt := table(t, admin)
 	observer, _ := New(admin, opt)
 	ctx := t.Context()
-	conn := connect(t, srv.URL)
+	conn := pgtest.Connect(t, srv.URL)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
