@@ -6,6 +6,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/lock/locktest"
 )
 
@@ -16,7 +17,7 @@ const margin = 200 * time.Millisecond
 // env builds a locktest Env on a fresh project and a client of the
 // locker's own, with probes on another client.
 func env(t *testing.T, cfg locktest.Config, opts ...firestorelock.Option) *locktest.Env {
-	p := project(t)
+	p := firestoretest.Project(t)
 	c := newClient(t, p)
 	opts = append(opts, firestorelock.WithCleanupInIsLocked(cfg.CleanupInIsLocked), firestorelock.WithLogger(cfg.Logger))
 	l, err := firestorelock.New(c, opts...)

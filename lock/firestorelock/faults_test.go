@@ -1,7 +1,6 @@
 package firestorelock_test
 
 import (
-	"context"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -9,27 +8,18 @@ import (
 
 	"cloud.google.com/go/firestore"
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idemkit/internal/fakeclock"
-	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
-// intercept stands between the client and the emulator for one RPC (its
-// full method name and, for unary calls, its request): call sends it on;
-// what intercept returns is what the client sees. An intercept that does
-// not call call keeps the RPC from the server.
-type intercept func(method string, req any, call func() error) error
-
-// before is an intercept that returns f's error in place of the RPC, or
+// before is an interceptor that returns f's error in place of the RPC, or
 // lets it through when f returns nil.
-func before(f func(method string, req any) error) intercept {
+func before(f func(method string, req any) error) firestoretest.Interceptor {
 	return func(method string, req any, call func() error) error {
 		if err := f(method, req); err != nil {
 			return err
@@ -38,51 +28,13 @@ func before(f func(method string, req any) error) intercept {
 	}
 }
 
-// ownerCreds is the emulator's owner credential, which the Firestore
-// client also sends to an emulator.
-type ownerCreds struct{}
-
-func (ownerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer owner"}, nil
-}
-
-func (ownerCreds) RequireTransportSecurity() bool { return false }
-
 // faultyClient is a real client of the emulator whose connection passes
-// every RPC through inject first: fault injection by a wrapper, with the
-// real server behind it.
-func faultyClient(t testing.TB, project string, f intercept) *firestore.Client {
+// every RPC through f first: fault injection by a wrapper, with the real
+// server behind it.
+func faultyClient(t testing.TB, project string, f firestoretest.Interceptor) *firestore.Client {
 	t.Helper()
-	conn, err := grpc.NewClient(testenv.Firestore(t).Host,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(ownerCreds{}),
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			return f(method, req, func() error { return invoker(ctx, method, req, reply, cc, opts...) })
-		}),
-		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			var cs grpc.ClientStream
-			err := f(method, nil, func() (err error) {
-				cs, err = streamer(ctx, desc, cc, method, opts...)
-				return err
-			})
-			if err != nil {
-				return nil, err
-			}
-			return cs, nil
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c, err := firestore.NewClient(context.Background(), project, option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return firestoretest.Client(t, project, firestoretest.Intercept(f)...)
 }
-
-const commitMethod = "/google.firestore.v1.Firestore/Commit"
 
 // TestReplaceContentionIsLocked makes every transactional commit fail with
 // Aborted, as when contention outlasts the client's retries: the acquire
@@ -90,13 +42,13 @@ const commitMethod = "/google.firestore.v1.Firestore/Commit"
 // not an error, and writes nothing.
 func TestReplaceContentionIsLocked(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	l := fakeLocker(t, p, clock)
 	pr := newProbes(t, p, l)
 	var commits atomic.Int32
 	c := faultyClient(t, p, before(func(method string, req any) error {
-		if r, ok := req.(*pb.CommitRequest); ok && method == commitMethod && len(r.GetTransaction()) > 0 {
+		if r, ok := req.(*pb.CommitRequest); ok && method == firestoretest.CommitMethod && len(r.GetTransaction()) > 0 {
 			commits.Add(1)
 			return status.Error(codes.Aborted, "injected: too much contention on these documents")
 		}
@@ -153,12 +105,12 @@ func TestErrorsFromServer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := project(t)
+			p := firestoretest.Project(t)
 			good := newLocker(t, p)
 			held := acquireOK(t, good, key, time.Hour)
 			var on atomic.Bool
 			c := faultyClient(t, p, before(func(method string, _ any) error {
-				if on.Load() && (!tc.commitsOn || method == commitMethod) {
+				if on.Load() && (!tc.commitsOn || method == firestoretest.CommitMethod) {
 					return status.Errorf(tc.code, "injected: document idemkit_locks/k:%s", key)
 				}
 				return nil
@@ -214,11 +166,11 @@ func TestErrorsFromServer(t *testing.T) {
 // lock until it expired).
 func TestAcquireCommitAnswerLost(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	var commits atomic.Int32
 	c := faultyClient(t, p, func(method string, req any, call func() error) error {
 		err := call()
-		if method == commitMethod && commits.Add(1) == 1 && err == nil {
+		if method == firestoretest.CommitMethod && commits.Add(1) == 1 && err == nil {
 			return status.Error(codes.Unavailable, "injected: the answer was lost")
 		}
 		return err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // TestKeyKinds checks, for each kind of key Firestore cannot take as a
@@ -40,7 +41,7 @@ func TestKeyKinds(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			p := project(t)
+			p := firestoretest.Project(t)
 			l := newLocker(t, p)
 			pr := newProbes(t, p, l)
 			ctx := t.Context()

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // lostAnswer is an intercept that, once armed, lets the first commit that
@@ -40,7 +41,7 @@ func transactional(r *pb.CommitRequest) bool { return len(r.GetTransaction()) > 
 
 func (f *lostAnswer) intercept(method string, req any, call func() error) error {
 	r, ok := req.(*pb.CommitRequest)
-	if !ok || method != commitMethod || !f.armed.Load() || !f.match(r) {
+	if !ok || method != firestoretest.CommitMethod || !f.armed.Load() || !f.match(r) {
 		return call()
 	}
 	first := f.commits.Add(1) == 1
@@ -54,6 +55,22 @@ func (f *lostAnswer) intercept(method string, req any, call func() error) error 
 	return err
 }
 
+// armedLostAnswer returns a locker in a project of the test's own (p) on a
+// client whose commit answers f loses, holding a lease on "k" for a
+// minute, with f armed (every commit, answered Unavailable).
+func armedLostAnswer(t *testing.T) (p string, l *firestorelock.Locker, f *lostAnswer, lease lock.Lease) {
+	t.Helper()
+	p = firestoretest.Project(t)
+	f = lose(nil)
+	l, err := firestorelock.New(faultyClient(t, p, f.intercept))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease = acquireOK(t, l, "k", time.Minute)
+	f.armed.Store(true)
+	return p, l, f, lease
+}
+
 // TestReplaceCommitAnswerLost takes over an expired lease through a
 // transaction whose commit lands but whose answer is lost: the client
 // retries the commit of the closed transaction and gets InvalidArgument,
@@ -62,7 +79,7 @@ func (f *lostAnswer) intercept(method string, req any, call func() error) error 
 // nobody holds until it expired).
 func TestReplaceCommitAnswerLost(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	f := lose(transactional)
 	l, err := firestorelock.New(faultyClient(t, p, f.intercept), firestorelock.WithClock(clock.Now), firestorelock.WithSkewTolerance(0))
@@ -93,7 +110,7 @@ func TestReplaceCommitAnswerLost(t *testing.T) {
 // than "locked".
 func TestReplaceRerunFindsItsOwnLease(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	f := lose(transactional)
 	f.fault = codes.Aborted
@@ -132,14 +149,7 @@ func TestReleaseCommitAnswerLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := project(t)
-			f := lose(nil)
-			l, err := firestorelock.New(faultyClient(t, p, f.intercept))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lease := acquireOK(t, l, "k", time.Minute)
-			f.armed.Store(true)
+			p, l, f, lease := armedLostAnswer(t)
 			out, err := tc.release(l, lease)
 			if err != nil || !out.OK {
 				t.Fatalf("Release = %+v, %v; want OK (the lock was released)", out, err)
@@ -160,7 +170,7 @@ func TestReleaseCommitAnswerLost(t *testing.T) {
 // expired lease as well, so the release reports expired, not OK.
 func TestReleaseAnswerLostAfterExpiry(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	f := lose(nil)
 	f.during = func() { clock.Advance(2 * time.Second) }
@@ -195,14 +205,7 @@ func TestExtendCommitAnswerLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := project(t)
-			f := lose(nil)
-			l, err := firestorelock.New(faultyClient(t, p, f.intercept))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lease := acquireOK(t, l, "k", time.Minute)
-			f.armed.Store(true)
+			_, l, f, lease := armedLostAnswer(t)
 			out, err := tc.extend(l, lease)
 			if err != nil || !out.OK || !out.ExpiresAt.After(lease.ExpiresAt) {
 				t.Fatalf("Extend = %+v, %v; want OK with a later expiry", out, err)
@@ -225,11 +228,11 @@ func TestExtendCommitAnswerLost(t *testing.T) {
 // expiry, and a contender finds the key locked.
 func TestExtendAcrossExpiry(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	var armed atomic.Bool
 	c := faultyClient(t, p, func(method string, req any, call func() error) error {
-		if _, ok := req.(*pb.CommitRequest); ok && method == commitMethod && armed.CompareAndSwap(true, false) {
+		if _, ok := req.(*pb.CommitRequest); ok && method == firestoretest.CommitMethod && armed.CompareAndSwap(true, false) {
 			clock.Advance(2 * time.Second) // the lease runs out while the update travels
 		}
 		return call()

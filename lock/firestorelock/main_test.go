@@ -7,20 +7,12 @@ import (
 
 	"cloud.google.com/go/firestore"
 
-	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
-
-// project starts (or reuses) the package's emulator and returns a project
-// id of the test's own: every test sees an empty database.
-func project(t testing.TB) string {
-	t.Helper()
-	testenv.Firestore(t)
-	return testenv.FirestoreProject(t)
-}
+func TestMain(m *testing.M) { firestoretest.Main(m) }
 
 // newClient connects a client of its own (its own gRPC connection) to the
 // emulator for project, closed when the test ends.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // TestNewRejects checks that New refuses bad options with InvalidArgument
@@ -15,7 +16,7 @@ import (
 // collection, which would let a lock document and a counter share an id.
 func TestNewRejects(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, project(t))
+	c := newClient(t, firestoretest.Project(t))
 	for _, tc := range []struct {
 		name string
 		opts []firestorelock.Option
@@ -50,7 +51,7 @@ func TestNewRejects(t *testing.T) {
 // TestCollections checks that configured collections are the ones used.
 func TestCollections(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	l := newLocker(t, p, firestorelock.WithCollection("my-locks.v2"), firestorelock.WithFenceCollection("my_fences"),
 		firestorelock.WithSweepBatch(firestorelock.MaxSweepBatch))
 	if locks, fences := l.Collections(); locks != "my-locks.v2" || fences != "my_fences" {

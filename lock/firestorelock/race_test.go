@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // contenders is how many nodes (lockers with clients of their own) and
@@ -74,7 +75,7 @@ func race(t *testing.T, lockers []*firestorelock.Locker, key string) []lock.Leas
 // another.
 func TestContentionFreeKey(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	var lockers []*firestorelock.Locker
 	for range nodes {
 		lockers = append(lockers, newLocker(t, p))
@@ -100,7 +101,7 @@ func TestContentionFreeKey(t *testing.T) {
 // moves by one.
 func TestContentionExpiredKey(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	var lockers []*firestorelock.Locker
 	for range nodes {

@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // fakeLocker builds a locker on a client of its own in project, on clock
@@ -27,7 +28,7 @@ func fakeLocker(t testing.TB, project string, clock *fakeclock.Clock, opts ...fi
 // expireAt field that a TTL policy would use.
 func TestSweep(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	l := fakeLocker(t, p, clock, firestorelock.WithSweepBatch(2))
 	pr := newProbes(t, p, l)
@@ -92,7 +93,7 @@ func TestSweep(t *testing.T) {
 // documents again and judges them then.
 func TestSweepRechecks(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	l := fakeLocker(t, p, clock)
 	other := fakeLocker(t, p, clock) // another node, with a client of its own
@@ -126,7 +127,7 @@ func TestSweepRechecks(t *testing.T) {
 // documents on its own and stops, and leaves the fence counter alone.
 func TestSweeper(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	l := fakeLocker(t, p, clock, firestorelock.WithLogger(slog.New(slog.DiscardHandler)))
 	pr := newProbes(t, p, l)
@@ -152,7 +153,7 @@ func TestSweeper(t *testing.T) {
 // locks behind them, and leaves the foreign documents alone.
 func TestSweepPagesPastForeignDocuments(t *testing.T) {
 	t.Parallel()
-	p := project(t)
+	p := firestoretest.Project(t)
 	clock := fakeclock.New()
 	l := fakeLocker(t, p, clock, firestorelock.WithSweepBatch(2))
 	pr := newProbes(t, p, l)

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -46,16 +47,16 @@ func TestMapError(t *testing.T) {
 		{"context canceled", func(t *testing.T) error {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			return clientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
+			return redistest.ClientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
 		}, lock.CodeAborted},
 		{"context deadline", func(t *testing.T) error {
 			ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
 			defer cancel()
-			return clientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
+			return redistest.ClientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
 		}, lock.CodeNetworkTimeout},
 		{"read timeout (server paused)", func(t *testing.T) error {
 			srv := testenv.NewRedis(t)
-			admin := clientFor(t, srv.Addr)
+			admin := redistest.ClientFor(t, srv.Addr)
 			c := noRetry(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond})
 			if err := c.Ping(t.Context()).Err(); err != nil { // connect before the pause
 				t.Fatal(err)
@@ -68,7 +69,7 @@ func TestMapError(t *testing.T) {
 			return c.Get(t.Context(), secretKey).Err()
 		}, lock.CodeNetworkTimeout},
 		{"closed client", func(t *testing.T) error {
-			c := clientFor(t, testenv.Redis(t).Addr)
+			c := redistest.ClientFor(t, testenv.Redis(t).Addr)
 			_ = c.Close()
 			return c.Get(t.Context(), secretKey).Err()
 		}, lock.CodeServiceUnavailable},
@@ -91,7 +92,7 @@ func TestMapError(t *testing.T) {
 			return c.Get(t.Context(), secretKey).Err()
 		}, lock.CodeServiceUnavailable},
 		{"WRONGTYPE", func(t *testing.T) error {
-			c := clientFor(t, testenv.Redis(t).Addr)
+			c := redistest.ClientFor(t, testenv.Redis(t).Addr)
 			k := testenv.Name(t) + secretKey
 			if err := c.Set(t.Context(), k, "string", time.Minute).Err(); err != nil {
 				t.Fatal(err)
@@ -99,10 +100,10 @@ func TestMapError(t *testing.T) {
 			return c.HGet(t.Context(), k, "f").Err()
 		}, lock.CodeInternal},
 		{"NOSCRIPT", func(t *testing.T) error {
-			return clientFor(t, testenv.Redis(t).Addr).EvalSha(t.Context(), strings.Repeat("0", 40), []string{secretKey}).Err()
+			return redistest.ClientFor(t, testenv.Redis(t).Addr).EvalSha(t.Context(), strings.Repeat("0", 40), []string{secretKey}).Err()
 		}, lock.CodeInternal},
 		{"script runtime error", func(t *testing.T) error {
-			return clientFor(t, testenv.Redis(t).Addr).Eval(t.Context(), "return nil + 1", []string{secretKey}).Err()
+			return redistest.ClientFor(t, testenv.Redis(t).Addr).Eval(t.Context(), "return nil + 1", []string{secretKey}).Err()
 		}, lock.CodeInternal},
 		{"READONLY (a replica)", func(t *testing.T) error {
 			primary, replica := testenv.NewRedis(t), testenv.NewRedis(t)
@@ -186,7 +187,7 @@ func TestMapError(t *testing.T) {
 }
 
 func TestMapErrorPassesNilAndAbsence(t *testing.T) {
-	c := clientFor(t, testenv.Redis(t).Addr)
+	c := redistest.ClientFor(t, testenv.Redis(t).Addr)
 	absent := c.Get(t.Context(), testenv.Name(t)).Err()
 	if !errors.Is(absent, redis.Nil) {
 		t.Fatalf("GET of a missing key: %v; want redis.Nil", absent)
@@ -207,7 +208,7 @@ func TestMapErrorPassesNilAndAbsence(t *testing.T) {
 // who may only read.
 func authServer(t *testing.T) *testenv.RedisServer {
 	srv := testenv.NewRedis(t)
-	c := clientFor(t, srv.Addr)
+	c := redistest.ClientFor(t, srv.Addr)
 	ctx := t.Context()
 	if err := c.Do(ctx, "ACL", "SETUSER", "reader", "on", ">reader-pw", "~*", "+get", "+hello", "+auth", "+ping").Err(); err != nil {
 		t.Fatal(err)

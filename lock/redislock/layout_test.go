@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,7 +64,7 @@ func TestHashTag(t *testing.T) {
 // of what HashTag says Redis hashes; and checks that every name of a key
 // lands on the slot of its tag, and the guard's lock and record on one.
 func TestHashTagAgreesWithRedis(t *testing.T) {
-	c := cluster(t).(*redis.ClusterClient)
+	c := redistest.Cluster(t).(*redis.ClusterClient)
 	ctx := t.Context()
 	slot := func(k string) int64 {
 		t.Helper()

@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,7 +57,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestSameLocks(t *testing.T) {
-	c1, c2 := single(t), single(t)
+	c1, c2 := redistest.Single(t), redistest.Single(t)
 	base := newLocker(t, c1)
 	prefix := base.Layout().Prefix()
 	mk := func(c redis.UniversalClient, opts ...redislock.Option) *redislock.Locker {
@@ -88,9 +89,9 @@ func TestSameLocks(t *testing.T) {
 // lock id (go-redis retrying a script whose reply was lost) gets the same
 // lease back rather than "locked", and consumes no second fence.
 func TestAcquireIsIdempotentPerID(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			c := b.newClient(t)
+	for _, b := range redistest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			c := b.NewClient(t)
 			layout := newLocker(t, c).Layout()
 			script := redislock.NewScript(`return lock_acquire(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), '')`)
 			k := "retried"
@@ -119,7 +120,7 @@ func TestAcquireIsIdempotentPerID(t *testing.T) {
 // lost their TTL (Redis deletes the others itself): a record expired less
 // than the grace ago stays, one expired longer ago goes, the fence stays.
 func TestCleanupOnlyLongExpired(t *testing.T) {
-	c := single(t)
+	c := redistest.Single(t)
 	ctx := t.Context()
 	for _, cleanup := range []bool{false, true} {
 		l := newLocker(t, c, redislock.WithCleanupInIsLocked(cleanup))
@@ -161,7 +162,7 @@ func TestCleanupOnlyLongExpired(t *testing.T) {
 // TestMalformedStateIsInternal: records and index entries that this
 // package did not write give Internal errors, never a wrong answer.
 func TestMalformedStateIsInternal(t *testing.T) {
-	c := single(t)
+	c := redistest.Single(t)
 	ctx := t.Context()
 	l := newLocker(t, c)
 	if err := c.Set(ctx, l.Layout().Lock("short"), "garbage", time.Minute).Err(); err != nil {
@@ -191,7 +192,7 @@ func TestMalformedStateIsInternal(t *testing.T) {
 // TestWithRefusesForeignSlots: the combined-script helpers refuse
 // keys off the lock's slot before any I/O.
 func TestWithRefusesForeignSlots(t *testing.T) {
-	l := newLocker(t, single(t))
+	l := newLocker(t, redistest.Single(t))
 	script := redislock.NewScript(`return {lock_acquire_call()}`)
 	_, _, _, err := l.AcquireWith(t.Context(), script, "ns:lock:{a}", time.Minute, []string{l.Layout().Record("ns:record:{b}")})
 	if lock.CodeOf(err) != lock.CodeInvalidArgument {
@@ -214,10 +215,10 @@ func TestWaitForReplicas(t *testing.T) {
 	ctx := t.Context()
 	primary, replica := testenv.NewRedis(t), testenv.NewRedis(t)
 	host, port, _ := net.SplitHostPort(primary.Addr)
-	if err := clientFor(t, replica.Addr).SlaveOf(ctx, host, port).Err(); err != nil {
+	if err := redistest.ClientFor(t, replica.Addr).SlaveOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pc := clientFor(t, primary.Addr)
+	pc := redistest.ClientFor(t, primary.Addr)
 	waitReplicaOnline(t, pc)
 
 	l := newLocker(t, pc, redislock.WithWaitForReplicas(1, 2*time.Second))
@@ -225,7 +226,7 @@ func TestWaitForReplicas(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Acquire with an attached replica: %v, %v", ok, err)
 	}
-	rc := clientFor(t, replica.Addr)
+	rc := redistest.ClientFor(t, replica.Addr)
 	if f, err := rc.Get(ctx, l.Layout().Fence("k")).Int(); err != nil || f != int(lease.Fence) {
 		t.Fatalf("the replica's fence counter: %d, %v; want %v as soon as the lease is handed out", f, err, lease.Fence)
 	}
@@ -233,14 +234,14 @@ func TestWaitForReplicas(t *testing.T) {
 		t.Fatalf("LookupID after a durable acquire: %v, %v, %v", info, ok, err)
 	}
 
-	lonely := newLocker(t, clientFor(t, testenv.NewRedis(t).Addr), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
+	lonely := newLocker(t, redistest.ClientFor(t, testenv.NewRedis(t).Addr), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
 	checkRefusedDurably(t, lonely, "lonely")
 }
 
 // TestWaitForReplicasOnCluster: the wait runs on the connection to the
 // master of the lock's slot (the test cluster has no replicas: refused).
 func TestWaitForReplicasOnCluster(t *testing.T) {
-	l := newLocker(t, cluster(t), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
+	l := newLocker(t, redistest.Cluster(t), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
 	for _, k := range []string{"a", "b", "c", "d"} {
 		checkRefusedDurably(t, l, k)
 	}
@@ -250,7 +251,7 @@ func TestWaitForReplicasOnCluster(t *testing.T) {
 // fails (the command is unknown) and gives the lease back; on a newer one
 // the local fsync is acknowledged.
 func TestWaitForAOF(t *testing.T) {
-	c := single(t)
+	c := redistest.Single(t)
 	l := newLocker(t, c, redislock.WithWaitForAOF(true, 0, time.Second))
 	info, err := c.Info(t.Context(), "server").Result()
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"cloud.google.com/go/firestore"
 	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
@@ -39,19 +39,18 @@ type commitFault struct {
 // commits pass through f.
 func faultyClient(t *testing.T, project string, f *commitFault) *firestore.Client {
 	t.Helper()
-	return interceptedClient(t, project,
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			r, ok := req.(*pb.CommitRequest)
-			if !ok || len(r.GetTransaction()) == 0 || !f.armed.Load() || f.commits.Add(1) != 1 {
-				return invoker(ctx, method, req, reply, cc, opts...)
+	return firestoretest.Client(t, project, firestoretest.Intercept(func(_ string, req any, call func() error) error {
+		r, ok := req.(*pb.CommitRequest)
+		if !ok || len(r.GetTransaction()) == 0 || !f.armed.Load() || f.commits.Add(1) != 1 {
+			return call()
+		}
+		if f.landed {
+			if err := call(); err != nil {
+				return err
 			}
-			if f.landed {
-				if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
-					return err
-				}
-			}
-			return status.Error(f.fault, "injected: the answer to the commit was lost")
-		}))
+		}
+		return status.Error(f.fault, "injected: the answer to the commit was lost")
+	})...)
 }
 
 // TestPutCommitAnswerLost loses the answer to a Put's commit after it

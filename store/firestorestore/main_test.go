@@ -9,10 +9,11 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) { firestoretest.Main(m) }
 
 // newClient returns a client of its own (its own connection) on project,
 // on the emulator the tests start, closed when the test ends.

@@ -9,13 +9,11 @@ import (
 	"testing"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/api/option"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -45,52 +43,15 @@ func (c *rpcCounter) take() (total int, by string) {
 	return total, strings.Join(names, " ")
 }
 
-// emulatorCreds is the credential the Firestore client sends to an
-// emulator.
-type emulatorCreds struct{}
-
-func (emulatorCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer owner"}, nil
-}
-
-func (emulatorCreds) RequireTransportSecurity() bool { return false }
-
-// interceptedClient is a real client of the emulator (a connection of its
-// own) whose RPCs pass through the given interceptors first: counting and
-// fault injection by a wrapper, with the real server behind it.
-func interceptedClient(t *testing.T, project string, opts ...grpc.DialOption) *firestore.Client {
-	t.Helper()
-	opts = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithPerRPCCredentials(emulatorCreds{}),
-	}, opts...)
-	conn, err := grpc.NewClient(testenv.Firestore(t).Host, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	c, err := firestore.NewClient(context.Background(), project, option.WithGRPCConn(conn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // countingClient is a real client of the emulator whose connection counts
 // every RPC it sends.
 func countingClient(t *testing.T, project string) (*firestore.Client, *rpcCounter) {
 	t.Helper()
 	rc := &rpcCounter{n: map[string]int{}}
-	c := interceptedClient(t, project,
-		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			rc.add(method)
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}),
-		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			rc.add(method)
-			return streamer(ctx, desc, cc, method, opts...)
-		}))
+	c := firestoretest.Client(t, project, firestoretest.Intercept(func(method string, _ any, call func() error) error {
+		rc.add(method)
+		return call()
+	})...)
 	return c, rc
 }
 

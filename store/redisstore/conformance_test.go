@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/idemkit/idemkit/store/storetest"
 )
@@ -13,10 +14,10 @@ import (
 // checked too.
 func TestConformance(t *testing.T) {
 	const limit = 1 << 20
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range redistest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) *storetest.Env {
-				c := b.newClient(t)
+				c := b.NewClient(t)
 				s, err := redisstore.New(c, redisstore.WithKeyPrefix(testenv.Name(t)), redisstore.WithMaxResponseBytes(limit))
 				if err != nil {
 					t.Fatal(err)

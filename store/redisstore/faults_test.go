@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/redis/go-redis/v9"
 )
@@ -170,8 +171,8 @@ func script(n int) func(args []any) bool {
 // breaks, after the server ran one of the guard's scripts but before the
 // reply arrived. fn never runs twice and no record is lost.
 func TestLostReplies(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name+"/acquire", func(t *testing.T) {
+	for _, b := range redistest.Backends() {
+		t.Run(b.Name+"/acquire", func(t *testing.T) {
 			// The caller goes away while its acquire-and-read script runs:
 			// the lock was taken but nobody knows its lease. The call fails
 			// (aborted) without running fn; duplicates are refused until
@@ -180,7 +181,7 @@ func TestLostReplies(t *testing.T) {
 			defer cancel()
 			hook := &lostReply{match: script(4), cancel: cancel}
 			hooked := func(t testing.TB) redis.UniversalClient {
-				c := b.newClient(t)
+				c := b.NewClient(t)
 				c.AddHook(hook)
 				return c
 			}
@@ -188,7 +189,7 @@ func TestLostReplies(t *testing.T) {
 			opts := []middleware.Option{middleware.WithLockTTL(time.Second), middleware.WithWaitBudget(0),
 				middleware.WithLockRetries(100000), middleware.WithMaxDelay(50 * time.Millisecond)}
 			a := newNode(t, hooked, prefix, true, opts...)
-			other := newNode(t, b.newClient, prefix, true, opts...)
+			other := newNode(t, b.NewClient, prefix, true, opts...)
 			var runs atomic.Int32
 			_, err := a.guard.Execute(ctx, "order-1", fp, counting(&runs, "a"))
 			if !hook.fired.Load() || !errors.Is(err, lock.ErrAborted) {
@@ -213,13 +214,13 @@ func TestLostReplies(t *testing.T) {
 				t.Fatalf("fn ran %d times; want 1", n)
 			}
 		})
-		t.Run(b.name+"/put-release", func(t *testing.T) {
+		t.Run(b.Name+"/put-release", func(t *testing.T) {
 			// The connection breaks after the put-and-release script ran:
 			// the guard falls back to a separate put (the same fence is
 			// accepted again) and release, and the outcome is recorded.
 			hook := &lostReply{match: script(2)}
 			hooked := func(t testing.TB) redis.UniversalClient {
-				c := b.newClient(t)
+				c := b.NewClient(t)
 				c.AddHook(hook)
 				return c
 			}
@@ -234,10 +235,10 @@ func TestLostReplies(t *testing.T) {
 				t.Fatalf("retry: %+v, %v, %d runs; want the replay of the one run", out, err, runs.Load())
 			}
 		})
-		t.Run(b.name+"/cancelled-during-fn", func(t *testing.T) {
+		t.Run(b.Name+"/cancelled-during-fn", func(t *testing.T) {
 			// The caller goes away while fn runs and fn completes anyway:
 			// the record is written on a detached context.
-			a := newNode(t, b.newClient, testenv.Name(t), true)
+			a := newNode(t, b.NewClient, testenv.Name(t), true)
 			ctx, cancel := context.WithCancel(t.Context())
 			var runs atomic.Int32
 			var once sync.Once

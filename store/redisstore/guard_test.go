@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/middleware/guardtest"
 	"github.com/idemkit/idemkit/store/redisstore"
@@ -72,21 +73,21 @@ var raceOpts = []middleware.Option{
 // plays no part in the race; the cluster keeps appendfsync always).
 func TestExactlyOnceAcrossGuards(t *testing.T) {
 	fast := testenv.NewRedis(t)
-	if err := clientFor(t, fast.Addr).ConfigSet(t.Context(), "appendfsync", "no").Err(); err != nil {
+	if err := redistest.ClientFor(t, fast.Addr).ConfigSet(t.Context(), "appendfsync", "no").Err(); err != nil {
 		t.Fatal(err)
 	}
-	raceBackends := []backend{
-		{"single", func(t testing.TB) redis.UniversalClient { return clientFor(t, fast.Addr) }},
-		{"cluster", cluster},
+	raceBackends := []redistest.Backend{
+		{Name: "single", NewClient: func(t testing.TB) redis.UniversalClient { return redistest.ClientFor(t, fast.Addr) }},
+		{Name: "cluster", NewClient: redistest.Cluster},
 	}
 	for _, b := range raceBackends {
 		for _, combined := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/combined=%v", b.name, combined), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/combined=%v", b.Name, combined), func(t *testing.T) {
 				t.Parallel()
 				prefix := testenv.Name(t)
 				guards := make([]*middleware.Guard, 4)
 				for i := range guards {
-					guards[i] = newNode(t, b.newClient, prefix, combined, raceOpts...).guard
+					guards[i] = newNode(t, b.NewClient, prefix, combined, raceOpts...).guard
 				}
 				guardtest.ExactlyOnce(t, guards, guardtest.Race{Callers: 64, Rounds: 50, KeyPrefix: "race-", Fingerprint: fp})
 			})
@@ -131,21 +132,21 @@ func (c *trips) take() (roundTrips, commands int64) {
 // successful acquire also writes the lock id's index hint, which lives on
 // another slot, with a command of its own: one round trip more.
 func TestRoundTrips(t *testing.T) {
-	for _, b := range backends {
+	for _, b := range redistest.Backends() {
 		for _, combined := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/combined=%v", b.name, combined), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/combined=%v", b.Name, combined), func(t *testing.T) {
 				wantTrips, wantCmds := int64(5), int64(5)
 				if combined {
 					wantTrips, wantCmds = 3, 3
 				}
-				if b.name == "cluster" {
+				if b.Name == "cluster" {
 					wantTrips++
 					wantCmds++
 				}
 				var counter trips
 				var clients []redis.UniversalClient
 				counted := func(t testing.TB) redis.UniversalClient {
-					c := b.newClient(t)
+					c := b.NewClient(t)
 					c.AddHook(&counter)
 					clients = append(clients, c)
 					return c
@@ -154,7 +155,7 @@ func TestRoundTrips(t *testing.T) {
 				// The scripts are loaded (a NOSCRIPT fallback costs a trip)
 				// on the node of the measured key's slot by a guard in
 				// another namespace: same key, same hash tag, same slot.
-				warm := newNode(t, b.newClient, prefix, combined, middleware.WithNamespace("warm-up"))
+				warm := newNode(t, b.NewClient, prefix, combined, middleware.WithNamespace("warm-up"))
 				n := newNode(t, counted, prefix, combined)
 				run := func(g *middleware.Guard) middleware.Outcome {
 					t.Helper()

@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idemkit/lock/locktest"
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -46,7 +47,7 @@ func TestNewValidates(t *testing.T) {
 }
 
 func TestCombines(t *testing.T) {
-	c1, c2 := single(t), single(t)
+	c1, c2 := redistest.Single(t), redistest.Single(t)
 	prefix := testenv.Name(t)
 	s, err := redisstore.New(c1, redisstore.WithKeyPrefix(prefix))
 	if err != nil {
@@ -90,16 +91,16 @@ func TestCombines(t *testing.T) {
 // keys that share a hash tag (one script each) and on keys that do not
 // (separate calls), on a single node and a cluster.
 func TestCombinedOperations(t *testing.T) {
-	for _, b := range backends {
+	for _, b := range redistest.Backends() {
 		for _, tc := range []struct {
 			name, lockKey, recordKey string
 		}{
 			{"shared tag", "ns:lock:{k:order-1}", "ns:record:{k:order-1}"},
 			{"no shared tag", "lock-order-1", "record-order-1"},
 		} {
-			t.Run(b.name+"/"+tc.name, func(t *testing.T) {
+			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
 				ctx := t.Context()
-				c := b.newClient(t)
+				c := b.NewClient(t)
 				prefix := testenv.Name(t)
 				s, err := redisstore.New(c, redisstore.WithKeyPrefix(prefix))
 				if err != nil {
@@ -150,7 +151,7 @@ func TestCombinedOperations(t *testing.T) {
 }
 
 func TestCombinedValidation(t *testing.T) {
-	s, err := redisstore.New(single(t), redisstore.WithKeyPrefix(testenv.Name(t)), redisstore.WithMaxResponseBytes(8))
+	s, err := redisstore.New(redistest.Single(t), redisstore.WithKeyPrefix(testenv.Name(t)), redisstore.WithMaxResponseBytes(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,10 +221,10 @@ func (c combinedLocker) ReleaseKey(ctx context.Context, key, id string) (lock.Ou
 // TestLockConformanceThroughCombiner runs the lock conformance suite on
 // locks taken and released through the store's combined scripts.
 func TestLockConformanceThroughCombiner(t *testing.T) {
-	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range redistest.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
 			locktest.Run(t, func(t *testing.T, cfg locktest.Config) *locktest.Env {
-				c := b.newClient(t)
+				c := b.NewClient(t)
 				prefix := testenv.Name(t)
 				l, err := redislock.New(c, redislock.WithKeyPrefix(prefix), redislock.WithLogger(cfg.Logger),
 					redislock.WithCleanupInIsLocked(cfg.CleanupInIsLocked))
@@ -235,34 +236,9 @@ func TestLockConformanceThroughCombiner(t *testing.T) {
 					t.Fatal(err)
 				}
 				e := &locktest.Env{Locker: combinedLocker{Locker: l, s: s}, Break: func() { _ = c.Close() }, ExpiresNatively: true}
-				probes(t, e, l.Layout(), b.newClient(t))
+				redistest.Probes(t, e, l.Layout(), b.NewClient(t))
 				return e
 			})
 		})
-	}
-}
-
-// probes fills the Env's probes with direct commands on the layout.
-func probes(t *testing.T, e *locktest.Env, layout redislock.Layout, c redis.UniversalClient) {
-	norm := func(k string) string {
-		n, err := lock.NormalizeKey(k)
-		if err != nil {
-			t.Fatalf("probe: %v", err)
-		}
-		return n
-	}
-	e.RaiseFence = func(ctx context.Context, key string, f lock.Fence) error {
-		return c.Set(ctx, layout.Fence(norm(key)), uint64(f), 0).Err()
-	}
-	e.Fence = func(ctx context.Context, key string) (lock.Fence, error) {
-		v, err := c.Get(ctx, layout.Fence(norm(key))).Uint64()
-		if err == redis.Nil {
-			return 0, nil
-		}
-		return lock.Fence(v), err
-	}
-	e.Stored = func(ctx context.Context, key string) (bool, error) {
-		n, err := c.Exists(ctx, layout.Lock(norm(key))).Result()
-		return n == 1, err
 	}
 }
