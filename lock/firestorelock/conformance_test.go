@@ -18,7 +18,7 @@ const margin = 200 * time.Millisecond
 // locker's own, with probes on another client.
 func env(t *testing.T, cfg locktest.Config, opts ...firestorelock.Option) *locktest.Env {
 	p := firestoretest.Project(t)
-	c := newClient(t, p)
+	c := firestoretest.Client(t, p)
 	opts = append(opts, firestorelock.WithCleanupInIsLocked(cfg.CleanupInIsLocked), firestorelock.WithLogger(cfg.Logger))
 	l, err := firestorelock.New(c, opts...)
 	if err != nil {

@@ -14,22 +14,10 @@ import (
 
 func TestMain(m *testing.M) { firestoretest.Main(m) }
 
-// newClient connects a client of its own (its own gRPC connection) to the
-// emulator for project, closed when the test ends.
-func newClient(t testing.TB, project string) *firestore.Client {
-	t.Helper()
-	c, err := firestore.NewClient(context.Background(), project)
-	if err != nil {
-		t.Fatalf("firestore.NewClient: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // newLocker builds a locker on a client of its own in project, warmed up.
 func newLocker(t testing.TB, project string, opts ...firestorelock.Option) *firestorelock.Locker {
 	t.Helper()
-	l, err := firestorelock.New(newClient(t, project), opts...)
+	l, err := firestorelock.New(firestoretest.Client(t, project), opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -58,7 +46,7 @@ type probes struct {
 }
 
 func newProbes(t testing.TB, project string, l *firestorelock.Locker) probes {
-	c := newClient(t, project)
+	c := firestoretest.Client(t, project)
 	locks, fences := l.Collections()
 	return probes{client: c, locks: c.Collection(locks), fences: c.Collection(fences)}
 }

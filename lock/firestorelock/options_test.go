@@ -16,7 +16,7 @@ import (
 // collection, which would let a lock document and a counter share an id.
 func TestNewRejects(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, firestoretest.Project(t))
+	c := firestoretest.Client(t, firestoretest.Project(t))
 	for _, tc := range []struct {
 		name string
 		opts []firestorelock.Option
@@ -58,7 +58,7 @@ func TestCollections(t *testing.T) {
 		t.Fatalf("Collections() = %q, %q", locks, fences)
 	}
 	acquireOK(t, l, "k", time.Minute)
-	c := newClient(t, p)
+	c := firestoretest.Client(t, p)
 	for _, tc := range []struct {
 		name string
 		want int

@@ -4,7 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store/firestorestore"
 	"github.com/idemkit/idemkit/store/storetest"
 )
@@ -22,7 +24,7 @@ const fakeMaxResponse = 512 << 10
 // closes it).
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) *storetest.Env {
-		c := newClient(t, testenv.FirestoreProject(t))
+		c := firestoretest.Client(t, testenv.FirestoreProject(t))
 		s := newStore(t, c, firestorestore.WithMaxResponseBytes(suiteMaxResponse))
 		return &storetest.Env{
 			Store:            s,
@@ -38,13 +40,13 @@ func TestConformance(t *testing.T) {
 // every expiry exactly, at and around the boundary.
 func TestConformanceFakeClock(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) *storetest.Env {
-		c := newClient(t, testenv.FirestoreProject(t))
-		clock := newFakeClock()
-		s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSkewTolerance(0),
+		c := firestoretest.Client(t, testenv.FirestoreProject(t))
+		clock := fakeclock.New()
+		s := newStore(t, c, firestorestore.WithClock(clock.Now), firestorestore.WithSkewTolerance(0),
 			firestorestore.WithCollection("records"), firestorestore.WithMaxResponseBytes(fakeMaxResponse))
 		return &storetest.Env{
 			Store:            s,
-			Advance:          clock.advance,
+			Advance:          clock.Advance,
 			Break:            func() { _ = c.Close() },
 			MaxResponseBytes: fakeMaxResponse,
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
@@ -25,7 +26,7 @@ import (
 // the Puts that succeeded.
 func TestContentionIsReported(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
 	s := newStore(t, c, firestorestore.WithTransactionAttempts(1))
 	const writers = 16
 	aborted := 0
@@ -76,7 +77,7 @@ func TestContentionIsReported(t *testing.T) {
 // overwritten.
 func TestForeignDocuments(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
 	s := newStore(t, c)
 	ctx := t.Context()
 	for _, tc := range []struct {

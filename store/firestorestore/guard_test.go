@@ -7,6 +7,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/middleware/guardtest"
 	"github.com/idemkit/idemkit/store/firestorestore"
@@ -27,7 +28,7 @@ func TestExactlyOnceAcrossNodes(t *testing.T) {
 	const nodes = 3
 	guards := make([]*middleware.Guard, nodes)
 	for i := range guards {
-		c := newClient(t, project)
+		c := firestoretest.Client(t, project)
 		s := newStore(t, c, firestorestore.WithLogger(discard()))
 		l, err := firestorelock.New(c, firestorelock.WithLogger(discard()))
 		if err != nil {

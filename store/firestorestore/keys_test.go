@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
@@ -19,7 +20,7 @@ import (
 // derives.
 func TestKeyKinds(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
 	ctx := t.Context()
 	for i, tc := range []struct {
 		name, key string

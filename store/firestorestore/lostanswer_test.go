@@ -135,7 +135,7 @@ func TestGuardLargeResponseCommitAnswerLost(t *testing.T) {
 	p := testenv.FirestoreProject(t)
 	f := &commitFault{fault: codes.Unavailable, landed: true}
 	s := newStore(t, faultyClient(t, p, f), firestorestore.WithLogger(discard()))
-	l, err := firestorelock.New(newClient(t, p), firestorelock.WithLogger(discard()))
+	l, err := firestorelock.New(firestoretest.Client(t, p), firestorelock.WithLogger(discard()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
 
@@ -15,7 +16,7 @@ import (
 // option with InvalidArgument, and accepts the bounds.
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
 	for _, tc := range []struct {
 		name   string
 		client *firestore.Client

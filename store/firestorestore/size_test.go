@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
@@ -47,7 +48,7 @@ func docSize(collection, key, fp string, response int) int {
 // before any write, for keys of several lengths.
 func TestResponseSizeLimit(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
 	s := newStore(t, c)
 	ctx := t.Context()
 	fp := "sha256-v1:" + strings.Repeat("ab", 32)
@@ -82,7 +83,7 @@ func TestResponseSizeLimit(t *testing.T) {
 // native status reachable.
 func TestFirestoreRefusesTooLarge(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
 	s := newStore(t, c)
 	firestorestore.SetDocumentLimit(s, firestorestore.MaxDocumentBytes+firestorestore.DocumentMargin)
 	ctx := t.Context()
@@ -110,7 +111,7 @@ func TestFirestoreRefusesTooLarge(t *testing.T) {
 // replayable, and a retry is told so without running the work again.
 func TestGuardRecordsTooLargeAsNotReplayable(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
 	s := newStore(t, c)
 	l, err := firestorelock.New(c)
 	if err != nil {

@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
@@ -19,9 +21,9 @@ import (
 // again since they expired.
 func TestSweep(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
-	clock := newFakeClock()
-	s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
+	clock := fakeclock.New()
+	s := newStore(t, c, firestorestore.WithClock(clock.Now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
 	ctx := t.Context()
 	put := func(k string, ttl time.Duration) {
 		t.Helper()
@@ -43,14 +45,14 @@ func TestSweep(t *testing.T) {
 	put("renewed", time.Minute)
 	put("live", time.Hour)
 
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	if _, ok, err := s.Get(ctx, "old/0"); err != nil || ok {
 		t.Fatalf("an expired record is visible: %v, %v", ok, err)
 	}
 	sweep(0) // expired, but within the cleanup grace
 	put("renewed", time.Hour)
 
-	clock.advance(lock.CleanupGrace)
+	clock.Advance(lock.CleanupGrace)
 	sweep(expired)
 	if n := count(t, c, firestorestore.DefaultCollection); n != 2 {
 		t.Fatalf("%d documents left; want the live and the renewed one", n)
@@ -67,15 +69,15 @@ func TestSweep(t *testing.T) {
 // records, logs its failures with their code and without keys, and stops.
 func TestSweeper(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
-	clock := newFakeClock()
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
+	clock := fakeclock.New()
 	var logs sweepertest.Logs
-	s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSkewTolerance(0),
+	s := newStore(t, c, firestorestore.WithClock(clock.Now), firestorestore.WithSkewTolerance(0),
 		firestorestore.WithLogger(logs.Logger()))
 	if _, err := s.Put(t.Context(), store.Record{Key: "secret-key", State: store.StateCompleted}, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	clock.advance(time.Millisecond + lock.CleanupGrace)
+	clock.Advance(time.Millisecond + lock.CleanupGrace)
 	sweepertest.Run(t, sweepertest.Sweeper{
 		Start: s.StartSweeper,
 		Collected: func(context.Context) (bool, error) {
@@ -95,13 +97,13 @@ func TestSweeper(t *testing.T) {
 // them.
 func TestSweepPagesPastForeignDocuments(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, testenv.FirestoreProject(t))
-	clock := newFakeClock()
-	s := newStore(t, c, firestorestore.WithClock(clock.now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
+	c := firestoretest.Client(t, testenv.FirestoreProject(t))
+	clock := fakeclock.New()
+	s := newStore(t, c, firestorestore.WithClock(clock.Now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
 	ctx := t.Context()
 	const foreign, expired = 5, 3
 	for i := range foreign {
-		doc := map[string]any{"other": int64(i), firestorestore.FieldExpireAt: clock.now().Add(-time.Hour)}
+		doc := map[string]any{"other": int64(i), firestorestore.FieldExpireAt: clock.Now().Add(-time.Hour)}
 		if _, err := c.Collection(firestorestore.DefaultCollection).Doc(fmt.Sprint("foreign-", i)).Set(ctx, doc); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +114,7 @@ func TestSweepPagesPastForeignDocuments(t *testing.T) {
 			t.Fatalf("Put: %v, %v", ok, err)
 		}
 	}
-	clock.advance(time.Minute + lock.CleanupGrace)
+	clock.Advance(time.Minute + lock.CleanupGrace)
 	if n, err := s.Sweep(ctx); err != nil || n != expired {
 		t.Fatalf("Sweep = %d, %v; want %d", n, err, expired)
 	}
