@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // The stored value of a completed call, version 1:
@@ -61,7 +63,7 @@ func appendPrefix(b []byte, s stored) []byte {
 	b = appendMD(b, s.header)
 	b = appendMD(b, s.trailer)
 	if !s.status {
-		b = appendString(b, string(s.messageName))
+		b = wire.AppendString(b, string(s.messageName))
 	}
 	return b
 }
@@ -90,19 +92,14 @@ func appendMD(b []byte, md metadata.MD) []byte {
 	sort.Strings(keys)
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
-		b = appendString(b, k)
+		b = wire.AppendString(b, k)
 		vs := md[k]
 		b = binary.AppendUvarint(b, uint64(len(vs)))
 		for _, v := range vs {
-			b = appendString(b, v)
+			b = wire.AppendString(b, v)
 		}
 	}
 	return b
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 // decode decodes what encode produced. Any other input is an error
@@ -129,7 +126,7 @@ func decode(b []byte) (stored, error) {
 	}
 	if !s.status {
 		var name []byte
-		if name, b, ok = field(b); !ok {
+		if name, b, ok = wire.Field(b); !ok {
 			return stored{}, errCorrupt
 		}
 		s.messageName = protoreflect.FullName(name)
@@ -145,7 +142,7 @@ func decode(b []byte) (stored, error) {
 // (every entry takes at least one), so corrupt input cannot make it
 // allocate without limit.
 func decodeMD(b []byte) (metadata.MD, []byte, bool) {
-	n, b, ok := uvarint(b)
+	n, b, ok := wire.Uvarint(b)
 	if !ok || n > uint64(len(b)) {
 		return nil, nil, false
 	}
@@ -156,18 +153,18 @@ func decodeMD(b []byte) (metadata.MD, []byte, bool) {
 	prev := ""
 	for i := range n {
 		var kb []byte
-		if kb, b, ok = field(b); !ok || len(kb) == 0 || (i > 0 && string(kb) <= prev) {
+		if kb, b, ok = wire.Field(b); !ok || len(kb) == 0 || (i > 0 && string(kb) <= prev) {
 			return nil, nil, false
 		}
 		key := string(kb)
 		var count uint64
-		if count, b, ok = uvarint(b); !ok || count > uint64(len(b)) {
+		if count, b, ok = wire.Uvarint(b); !ok || count > uint64(len(b)) {
 			return nil, nil, false
 		}
 		values := make([]string, count)
 		for j := range values {
 			var vb []byte
-			if vb, b, ok = field(b); !ok {
+			if vb, b, ok = wire.Field(b); !ok {
 				return nil, nil, false
 			}
 			values[j] = string(vb)
@@ -176,23 +173,4 @@ func decodeMD(b []byte) (metadata.MD, []byte, bool) {
 		prev = key
 	}
 	return md, b, true
-}
-
-// uvarint reads a varint in its shortest form only, so that one value has
-// one encoding.
-func uvarint(b []byte) (uint64, []byte, bool) {
-	v, n := binary.Uvarint(b)
-	if n <= 0 || n > 1 && b[n-1] == 0 {
-		return 0, nil, false
-	}
-	return v, b[n:], true
-}
-
-// field reads a length-prefixed field.
-func field(b []byte) ([]byte, []byte, bool) {
-	n, b, ok := uvarint(b)
-	if !ok || n > uint64(len(b)) {
-		return nil, nil, false
-	}
-	return b[:n], b[n:], true
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"sort"
+
+	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // Response is a recorded HTTP response: what a replay writes.
@@ -41,19 +43,14 @@ func EncodeResponse(r Response) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
-		b = appendString(b, name)
+		b = wire.AppendString(b, name)
 		values := r.Header[name]
 		b = binary.AppendUvarint(b, uint64(len(values)))
 		for _, v := range values {
-			b = appendString(b, v)
+			b = wire.AppendString(b, v)
 		}
 	}
 	return append(b, r.Body...)
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 // DecodeResponse decodes what EncodeResponse produced. Any other input is
@@ -80,13 +77,13 @@ func decodeInto(b []byte, set func(name string, values []string)) (int, []byte, 
 		return 0, nil, errCorrupt
 	}
 	b = b[3:]
-	n, b, ok := uvarint(b)
+	n, b, ok := wire.Uvarint(b)
 	if !ok || n > maxHeaderEntries {
 		return 0, nil, errCorrupt
 	}
 	for range n {
 		var nb []byte
-		if nb, b, ok = field(b); !ok || len(nb) == 0 {
+		if nb, b, ok = wire.Field(b); !ok || len(nb) == 0 {
 			return 0, nil, errCorrupt
 		}
 		name, known := internedNames[string(nb)] // no allocation for the lookup
@@ -94,13 +91,13 @@ func decodeInto(b []byte, set func(name string, values []string)) (int, []byte, 
 			name = string(nb)
 		}
 		var count uint64
-		if count, b, ok = uvarint(b); !ok || count > maxHeaderEntries || count > uint64(len(b)) {
+		if count, b, ok = wire.Uvarint(b); !ok || count > maxHeaderEntries || count > uint64(len(b)) {
 			return 0, nil, errCorrupt
 		}
 		values := make([]string, 0, count)
 		for range count {
 			var vb []byte
-			if vb, b, ok = field(b); !ok {
+			if vb, b, ok = wire.Field(b); !ok {
 				return 0, nil, errCorrupt
 			}
 			values = append(values, string(vb))
@@ -118,20 +115,3 @@ var internedNames = func() map[string]string {
 	}
 	return m
 }()
-
-func uvarint(b []byte) (uint64, []byte, bool) {
-	v, n := binary.Uvarint(b)
-	if n <= 0 {
-		return 0, nil, false
-	}
-	return v, b[n:], true
-}
-
-// field reads a length-prefixed field.
-func field(b []byte) ([]byte, []byte, bool) {
-	n, b, ok := uvarint(b)
-	if !ok || n > uint64(len(b)) {
-		return nil, nil, false
-	}
-	return b[:n], b[n:], true
-}
