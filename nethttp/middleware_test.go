@@ -35,10 +35,7 @@ func netHTTPStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app 
 func TestBehaviour(t *testing.T) {
 	t.Run("combined", func(t *testing.T) { httpsuite.Run(t, netHTTPStack) })
 	t.Run("plain", func(t *testing.T) {
-		httpsuite.RunWith(t, netHTTPStack, func(t *testing.T) httpsuite.Backends {
-			s := memstore.New()
-			return httpsuite.Backends{Store: s, Locker: memlock.New(), Break: func() { _ = s.Close() }}
-		})
+		httpsuite.RunWith(t, netHTTPStack, httpsuite.Plain)
 	})
 }
 
@@ -98,7 +95,7 @@ func TestConstruction(t *testing.T) {
 	if _, err := nethttp.NewCore(nil); err == nil {
 		t.Fatal("a nil guard was accepted")
 	}
-	for _, o := range []nethttp.Option{nethttp.WithHeader("bad header"), nethttp.WithMaxKeyLength(0), nethttp.WithMaxBodyBytes(0), nethttp.WithMaxResponseBytes(0), nethttp.WithRetryAfter(-1)} {
+	for _, o := range httpsuite.InvalidOptions() {
 		if _, err := nethttp.NewCore(g, o); err == nil {
 			t.Fatal("an invalid option was accepted")
 		}
