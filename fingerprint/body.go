@@ -36,6 +36,16 @@ func (e *BodyTooLargeError) Unwrap() error { return ErrBodyTooLarge }
 // Other read errors are returned wrapped, with no data: errors.Is and
 // errors.As reach them (a [net/http.MaxBytesError], for one).
 func ReadBody(r io.Reader, limit int64) ([]byte, error) {
+	return ReadBodySized(r, limit, -1)
+}
+
+// ReadBodySized is [ReadBody] with a hint: size is the length the body is
+// expected to have (a request's Content-Length; negative if unknown), used
+// only to size the buffer so that a truthful length costs one allocation.
+// The body is still read to its end and held to limit whatever its real
+// length, so a wrong hint (a middleware that swapped the body and left
+// Content-Length as it was) changes nothing but the allocations.
+func ReadBodySized(r io.Reader, limit, size int64) ([]byte, error) {
 	if r == nil {
 		return []byte{}, nil
 	}
@@ -47,7 +57,11 @@ func ReadBody(r io.Reader, limit int64) ([]byte, error) {
 		return b, nil
 	}
 	want := limit + 1 // the most we ever ask r for
-	b := make([]byte, 0, min(want, 512))
+	start := int64(512)
+	if size >= 0 {
+		start = size + 1 // room for the read that finds the end
+	}
+	b := make([]byte, 0, min(want, start))
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)] // let append pick the growth

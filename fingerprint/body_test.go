@@ -125,3 +125,27 @@ func TestBodyTooLargeErrorMessage(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
+
+// TestReadBodySized checks that the size hint changes nothing but the
+// buffer: with a truthful, a too small, a too large and an unknown hint the
+// body is read whole, the limit still holds, and a truthful hint costs one
+// allocation.
+func TestReadBodySized(t *testing.T) {
+	body := strings.Repeat("b", 10_000)
+	for _, size := range []int64{-1, 0, 100, 10_000, 50_000} {
+		got, err := fingerprint.ReadBodySized(strings.NewReader(body), 1<<20, size)
+		if err != nil || string(got) != body {
+			t.Fatalf("size %d: read %d bytes, %v; want the whole body", size, len(got), err)
+		}
+		_, err = fingerprint.ReadBodySized(strings.NewReader(body), 9_999, size)
+		if !errors.Is(err, fingerprint.ErrBodyTooLarge) {
+			t.Fatalf("size %d, limit 9999: %v; want ErrBodyTooLarge", size, err)
+		}
+	}
+	allocs := testing.AllocsPerRun(20, func() {
+		_, _ = fingerprint.ReadBodySized(strings.NewReader(body), 1<<20, int64(len(body)))
+	})
+	if allocs > 2 { // the buffer, and the strings.Reader
+		t.Fatalf("a truthful size hint cost %v allocations; want the buffer alone", allocs)
+	}
+}

@@ -148,8 +148,8 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 // when the request cannot go on.
 //
 // r.ContentLength is only a hint: a Content-Length over the limit is
-// refused at once, but the body is always read through the limit, never
-// trusted to have that length, because a middleware in front of this one
+// refused at once, and the length sizes the buffer, but the body is always
+// read through the limit, never trusted to have that length, because a middleware in front of this one
 // may have replaced r.Body (a decompressing one, say) and left
 // ContentLength describing the old body.
 func (c *Core) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
@@ -161,7 +161,7 @@ func (c *Core) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := fingerprint.ReadBody(r.Body, c.cfg.maxBody)
+	body, err := fingerprint.ReadBodySized(r.Body, c.cfg.maxBody, r.ContentLength)
 	_ = r.Body.Close()
 	var maxBytes *http.MaxBytesError
 	switch {
