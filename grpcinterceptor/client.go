@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/nethttp"
 )
 
@@ -97,7 +97,7 @@ type ClientInterceptor struct {
 var _ grpc.UnaryClientInterceptor = (*ClientInterceptor)(nil).Intercept
 
 // NewClientInterceptor validates the options and returns the client
-// interceptor. A bad option is an InvalidArgument [lock.Error].
+// interceptor. A bad option is an InvalidArgument [idemkit.Error].
 func NewClientInterceptor(opts ...ClientOption) (*ClientInterceptor, error) {
 	cfg := clientConfig{
 		key: DefaultMetadataKey, newKey: nethttp.NewUUID, maxAttempts: DefaultMaxAttempts,
@@ -107,7 +107,7 @@ func NewClientInterceptor(opts ...ClientOption) (*ClientInterceptor, error) {
 		o(&cfg)
 	}
 	bad := func(detail string) (*ClientInterceptor, error) {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "grpcinterceptor", detail, nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}
 	switch {
 	case !validMetadataKey(cfg.key):

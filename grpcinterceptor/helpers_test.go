@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
@@ -152,7 +153,7 @@ func (b *backend) guard(t testing.TB, opts ...middleware.Option) *middleware.Gua
 	return g
 }
 
-var errOutage = lock.NewError(lock.CodeServiceUnavailable, "test", "injected outage", nil)
+var errOutage = idemkit.NewError(idemkit.CodeServiceUnavailable, "test", "injected outage", nil)
 
 // flakyStore is a store that fails every call while fail is set, as a
 // store whose server went away does.

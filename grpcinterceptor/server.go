@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -34,10 +34,10 @@ type ServerInterceptor struct {
 var _ grpc.UnaryServerInterceptor = (*ServerInterceptor)(nil).Intercept
 
 // NewServerInterceptor validates the options and returns the interceptor
-// for guard. A bad option is an InvalidArgument [lock.Error].
+// for guard. A bad option is an InvalidArgument [idemkit.Error].
 func NewServerInterceptor(guard *middleware.Guard, opts ...ServerOption) (*ServerInterceptor, error) {
 	bad := func(detail string) (*ServerInterceptor, error) {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "grpcinterceptor", detail, nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}
 	if guard == nil {
 		return bad("a guard is required")

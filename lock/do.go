@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit"
 )
 
 // ErrLeaseLost is matched (errors.Is) by the error [Do] returns when the
@@ -446,7 +448,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 		switch {
 		case err == nil && ok:
 			return lease, sent, nil
-		case err != nil && !(cfg.retryTransient && CodeOf(err).Transient()):
+		case err != nil && !(cfg.retryTransient && idemkit.CodeOf(err).Transient()):
 			if ctx.Err() != nil {
 				return Lease{}, time.Time{}, waitEnded(ctx, attempts, lastErr)
 			}
@@ -459,7 +461,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 		remaining := time.Until(deadline)
 		if retries >= cfg.maxRetries || remaining <= 0 {
 			stop()
-			return Lease{}, time.Time{}, NewError(CodeAcquisitionTimeout, "do",
+			return Lease{}, time.Time{}, idemkit.NewError(idemkit.CodeAcquisitionTimeout, "do",
 				fmt.Sprintf("lock not acquired after %d attempts in %v", attempts, time.Since(start).Round(time.Millisecond)), lastErr)
 		}
 		t := time.NewTimer(min(cfg.delay(retries+1), remaining))
@@ -481,10 +483,10 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 	cause := context.Cause(ctx)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return NewError(CodeAcquisitionTimeout, "do",
+		return idemkit.NewError(idemkit.CodeAcquisitionTimeout, "do",
 			fmt.Sprintf("context deadline passed after %d attempts", attempts), errors.Join(cause, lastErr))
 	}
-	return CheckContext(ctx, "do")
+	return idemkit.CheckContext(ctx, "do")
 }
 
 // releaseAfter releases the lease on a context detached from ctx and

@@ -3,6 +3,8 @@ package lock
 import (
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit"
 )
 
 // TestDelays checks the back-off schedule of Do: exponential base·2^(n−1)
@@ -66,7 +68,7 @@ func TestDoOptionValidation(t *testing.T) {
 	for i, o := range bad {
 		cfg := defaultConfig()
 		o(&cfg)
-		if err := cfg.validate(); CodeOf(err) != CodeInvalidArgument {
+		if err := cfg.validate(); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("option %d: validate = %v; want InvalidArgument", i, err)
 		}
 	}

@@ -40,10 +40,10 @@
 //
 // # Errors
 //
-// Failures are [*Error] values carrying a [Code] (InvalidArgument,
+// Failures are [*idemkit.Error] values carrying a [Code] (InvalidArgument,
 // ServiceUnavailable, NetworkTimeout, AcquisitionTimeout, Aborted, AuthFailed,
 // RateLimited, Internal), the operation and the native cause. errors.Is
-// matches both the code's sentinel ([ErrInvalidArgument], ...) and the cause;
+// matches both the code's sentinel ([idemkit.ErrInvalidArgument], ...) and the cause;
 // errors.As reaches the native error. An ended context maps to Aborted
 // (cancelled) or NetworkTimeout (deadline). No error message or library log
 // line contains a raw key or lock id.

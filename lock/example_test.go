@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
 )
@@ -33,7 +34,7 @@ func ExampleDo() {
 }
 
 // When the key stays held, Do gives up after its timeout with an error that
-// matches lock.ErrAcquisitionTimeout.
+// matches idemkit.ErrAcquisitionTimeout.
 func ExampleDo_contention() {
 	ctx := context.Background()
 	locker := memlock.New()
@@ -43,7 +44,7 @@ func ExampleDo_contention() {
 		fmt.Println("never runs")
 		return nil
 	}, lock.WithTimeout(50*time.Millisecond), lock.WithRetryDelay(10*time.Millisecond))
-	fmt.Println(errors.Is(err, lock.ErrAcquisitionTimeout), lock.CodeOf(err))
+	fmt.Println(errors.Is(err, idemkit.ErrAcquisitionTimeout), idemkit.CodeOf(err))
 	// Output:
 	// true AcquisitionTimeout
 }

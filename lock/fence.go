@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+
+	"github.com/idemkit/idemkit"
 )
 
 // Fence is a fencing token: a per-key counter that grows by one with every
@@ -83,16 +85,20 @@ func (f *Fence) UnmarshalText(b []byte) error {
 // only by its hash under hasher (the default hasher if nil).
 func CheckFence(ctx context.Context, logger *slog.Logger, hasher Hasher, key string, f Fence) error {
 	if f > FenceMax {
-		return NewError(CodeInternal, "acquire", fmt.Sprintf("fence counter overflow: next fence %s exceeds the maximum %s", f, FenceMax), nil)
+		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence counter overflow: next fence %s exceeds the maximum %s", f, FenceMax), nil)
 	}
 	if f > FenceWarn && logger != nil {
 		if hasher == nil {
 			hasher = processHasher
 		}
-		logger.WarnContext(ctx, "lock: fence counter approaching its limit",
+		logger.WarnContext(ctx, "lock: fence approaching its limit",
 			slog.String("key_hash", hasher.Hash(key)),
 			slog.String("fence", f.String()),
 			slog.String("max", FenceMax.String()))
 	}
 	return nil
+}
+
+func invalid(op, detail string) error {
+	return idemkit.NewError(idemkit.CodeInvalidArgument, op, detail, nil)
 }

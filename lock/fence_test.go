@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -29,7 +30,7 @@ func TestFenceForms(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "1", "00000000000001", "0000000000000001", "-00000000000001", "00000000000000a", "+00000000000001"} {
-		if _, err := lock.ParseFence(bad); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if _, err := lock.ParseFence(bad); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("ParseFence(%q) = %v", bad, err)
 		}
 	}
@@ -74,7 +75,7 @@ func TestCheckFence(t *testing.T) {
 		t.Fatalf("the maximum itself is refused: %v", err)
 	}
 	err := lock.CheckFence(ctx, nil, nil, "secret-key", lock.FenceMax+1)
-	if lock.CodeOf(err) != lock.CodeInternal || strings.Contains(err.Error(), "secret-key") {
+	if idemkit.CodeOf(err) != idemkit.CodeInternal || strings.Contains(err.Error(), "secret-key") {
 		t.Fatalf("past the maximum: %v", err)
 	}
 }

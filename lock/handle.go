@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit"
 )
 
 // ReleaseFailure is what a release-error callback receives when releasing a
@@ -155,7 +157,7 @@ func (h *Handle) Close() {
 	case <-ctx.Done():
 		// The backend did not answer in time. The cancelled ctx aborts
 		// its I/O; the lease runs out at its expiry.
-		terr := NewError(CodeNetworkTimeout, "close", "release did not finish within the close timeout", ctx.Err())
+		terr := idemkit.NewError(idemkit.CodeNetworkTimeout, "close", "release did not finish within the close timeout", ctx.Err())
 		h.finish(Outcome{}, terr)
 		h.report(terr)
 	}
@@ -208,7 +210,7 @@ func reportRelease(cb ReleaseErrorFunc, logger *slog.Logger, f ReleaseFailure) {
 			slog.String("source", f.Source),
 			slog.String("key_hash", processHasher.Hash(f.Lease.Key)),
 			slog.String("id_hash", processHasher.Hash(f.Lease.ID)),
-			slog.String("code", CodeOf(f.Err).String()),
+			slog.String("code", idemkit.CodeOf(f.Err).String()),
 			slog.String("error", f.Err.Error()))
 		return
 	}
@@ -217,7 +219,7 @@ func reportRelease(cb ReleaseErrorFunc, logger *slog.Logger, f ReleaseFailure) {
 }
 
 // errIsCode reports whether err carries code.
-func errIsCode(err error, code Code) bool {
-	var e *Error
+func errIsCode(err error, code idemkit.Code) bool {
+	var e *idemkit.Error
 	return errors.As(err, &e) && e.Code == code
 }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/text/unicode/norm"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -35,8 +36,8 @@ func TestNormalizeKey(t *testing.T) {
 			t.Fatalf("%s: NormalizeKey = %q, %v", c.name, got, err)
 		}
 		if err != nil {
-			if lock.CodeOf(err) != lock.CodeInvalidArgument {
-				t.Fatalf("%s: code %v", c.name, lock.CodeOf(err))
+			if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+				t.Fatalf("%s: code %v", c.name, idemkit.CodeOf(err))
 			}
 			if len(c.in) > 20 && strings.Contains(err.Error(), c.in[:20]) {
 				t.Fatalf("%s: the error repeats the key", c.name)
@@ -63,7 +64,7 @@ func TestValidateID(t *testing.T) {
 	for _, bad := range []string{"", "A", strings.Repeat("A", 21), strings.Repeat("A", 23), strings.Repeat("A", 21) + "+",
 		strings.Repeat("A", 21) + "/", strings.Repeat("A", 21) + "=", strings.Repeat("A", 21) + "\x00", strings.Repeat("A", 20) + "é"} {
 		err := lock.ValidateID(bad)
-		if lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("ValidateID(%q) = %v", bad, err)
 		}
 		if len(bad) > 3 && strings.Contains(err.Error(), bad) {
@@ -120,8 +121,8 @@ func FuzzNormalizeKey(f *testing.F) {
 			t.Fatalf("NormalizeKey(%q): err %v; NFC length %d", in, err, len(n))
 		}
 		if err != nil {
-			if lock.CodeOf(err) != lock.CodeInvalidArgument {
-				t.Fatalf("code %v", lock.CodeOf(err))
+			if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+				t.Fatalf("code %v", idemkit.CodeOf(err))
 			}
 			return
 		}
@@ -180,8 +181,8 @@ func FuzzValidateID(f *testing.F) {
 		if ok != (err == nil) {
 			t.Fatalf("ValidateID(%q) = %v; want ok = %v", id, err, ok)
 		}
-		if err != nil && lock.CodeOf(err) != lock.CodeInvalidArgument {
-			t.Fatalf("code %v", lock.CodeOf(err))
+		if err != nil && idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+			t.Fatalf("code %v", idemkit.CodeOf(err))
 		}
 	})
 }

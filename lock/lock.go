@@ -139,7 +139,7 @@ type Outcome struct {
 // Locker is the contract every lock backend implements. All methods are safe
 // for concurrent use. Every method checks its ctx before any I/O (an ended
 // ctx gives Aborted or NetworkTimeout) and validates its arguments before
-// any I/O (InvalidArgument). Failures are [*Error] values with a [Code];
+// any I/O (InvalidArgument). Failures are [*idemkit.Error] values with a [Code];
 // contention and absence are results.
 //
 // Liveness is one rule on every backend: a lease is live while now <

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit"
 )
 
 // DefaultSweepInterval is how often [SweepEvery] runs a sweep when it is
@@ -53,7 +55,7 @@ func SweepEvery(ctx context.Context, interval time.Duration, sweep func(context.
 			scancel()
 			if err != nil && ctx.Err() == nil {
 				logger.WarnContext(ctx, msg,
-					slog.Int("deleted", n), slog.String("code", CodeOf(err).String()), slog.String("error", err.Error()))
+					slog.Int("deleted", n), slog.String("code", idemkit.CodeOf(err).String()), slog.String("error", err.Error()))
 			}
 		}
 	}()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/lock"
 )
@@ -44,7 +45,7 @@ func TestSweepEvery(t *testing.T) {
 		default:
 		}
 		if i == 2 {
-			return 7, lock.NewError(lock.CodeServiceUnavailable, "sweep", "the server is gone", nil)
+			return 7, idemkit.NewError(idemkit.CodeServiceUnavailable, "sweep", "the server is gone", nil)
 		}
 		return 1, nil
 	}
@@ -81,7 +82,7 @@ func TestSweepEveryStopWaits(t *testing.T) {
 			<-proceed // ignores ctx, as a slow sweep may
 			returned.Store(true)
 		}
-		return 0, lock.ContextError("sweep", context.Canceled)
+		return 0, idemkit.ContextError("sweep", context.Canceled)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	stop := lock.SweepEvery(ctx, time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")

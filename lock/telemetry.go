@@ -3,6 +3,8 @@ package lock
 import (
 	"context"
 	"time"
+
+	"github.com/idemkit/idemkit"
 )
 
 // Op names a lock operation in telemetry events.
@@ -38,10 +40,10 @@ type Event struct {
 	// Fence is the fence of a successful acquire, or of the lock a lookup
 	// found.
 	Fence Fence
-	// Err is the operation's error and Code its code; nil and CodeUnknown on
+	// Err is the operation's error and Code its code; nil and idemkit.CodeUnknown on
 	// success.
 	Err  error
-	Code Code
+	Code idemkit.Code
 	// Duration is how long the operation took.
 	Duration time.Duration
 }
@@ -196,7 +198,7 @@ func (t *Instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, 
 func (t *Instrumented) emit(e Event, start time.Time, err error) {
 	e.Duration = time.Since(start)
 	if err != nil {
-		e.OK, e.Reason, e.Err, e.Code = false, ReasonNone, err, CodeOf(err)
+		e.OK, e.Reason, e.Err, e.Code = false, ReasonNone, err, idemkit.CodeOf(err)
 	}
 	if !t.rawAllowed(e) {
 		e.Key, e.ID = "", ""

@@ -72,7 +72,7 @@ func (e *NotReplayableError) Error() string { return ErrNotReplayable.Error() }
 func (e *NotReplayableError) Unwrap() error { return ErrNotReplayable }
 
 // UnavailableError reports a backend failure. It matches [ErrUnavailable]
-// and, through Err, the backend's coded error ([lock.Error]) and its native
+// and, through Err, the backend's coded error ([idemkit.Error]) and its native
 // cause.
 type UnavailableError struct {
 	Op  string // "get", "lock", "put"

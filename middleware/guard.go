@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
@@ -128,7 +129,7 @@ type Guard struct {
 // one; nothing panics on the request path.
 func New(s store.Store, l lock.Locker, opts ...Option) (*Guard, error) {
 	if s == nil || l == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "a store and a locker are required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a store and a locker are required", nil)
 	}
 	cfg := config{
 		recordTTL: DefaultRecordTTL, lockTTL: DefaultLockTTL, lockRetries: DefaultLockRetries,
@@ -145,7 +146,7 @@ func New(s store.Store, l lock.Locker, opts ...Option) (*Guard, error) {
 	if cfg.hasher == nil {
 		cfg.hasher = lock.DefaultHasher()
 	}
-	bad := func(detail string) error { return lock.NewError(lock.CodeInvalidArgument, "new", detail, nil) }
+	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
 	switch {
 	case cfg.recordTTL < time.Millisecond:
 		return nil, bad("record TTL must be at least 1ms")
@@ -329,12 +330,12 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		return c.answer(appeared.rec, fp)
 	}
 	if err != nil {
-		switch lock.CodeOf(err) {
-		case lock.CodeAcquisitionTimeout:
+		switch idemkit.CodeOf(err) {
+		case idemkit.CodeAcquisitionTimeout:
 			e := &LockAcquisitionError{Attempts: stats.Attempts, Waited: stats.Waited, Err: err}
 			c.emit(Event{Kind: EventInProgress, Err: e})
 			return Outcome{}, e
-		case lock.CodeAborted:
+		case idemkit.CodeAborted:
 			return Outcome{}, err
 		}
 		return Outcome{}, c.backend("lock", err)
@@ -456,7 +457,7 @@ func (g *Guard) record(ctx context.Context, held *lock.Held, rec store.Record, c
 			// The response does not fit: record that fn ran instead.
 			rec.State, rec.Response = store.StateNotReplayable, nil
 			continue
-		case lock.CodeOf(err) == lock.CodeInvalidArgument:
+		case idemkit.CodeOf(err) == idemkit.CodeInvalidArgument:
 			c.backend("put", err)
 			c.notRecorded(rec, err)
 			return false
@@ -557,8 +558,8 @@ func compareStored(stored string, fp fingerprint.Fingerprint) (same, comparable 
 // caller ctx is returned as it is: it is the caller's doing, not the
 // backend's.
 func (c *call) backend(op string, err error) error {
-	switch lock.CodeOf(err) {
-	case lock.CodeAborted:
+	switch idemkit.CodeOf(err) {
+	case idemkit.CodeAborted:
 		return err
 	}
 	e := &UnavailableError{Op: op, Err: err}

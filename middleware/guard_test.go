@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
@@ -301,7 +302,7 @@ func (f *flakyStore) Get(ctx context.Context, key string) (store.Record, bool, e
 func (f *flakyStore) Put(ctx context.Context, r store.Record, ttl time.Duration) (bool, error) {
 	f.puts.Add(1)
 	if f.failPuts.Add(-1) >= 0 {
-		return false, lock.NewError(lock.CodeServiceUnavailable, "put", "injected failure", nil)
+		return false, idemkit.NewError(idemkit.CodeServiceUnavailable, "put", "injected failure", nil)
 	}
 	return f.Store.Put(ctx, r, ttl)
 }
@@ -355,7 +356,7 @@ func TestRecordWriteGivesUpAndKeepsLock(t *testing.T) {
 type stuckExtend struct{ lock.Locker }
 
 func (stuckExtend) Extend(context.Context, string, time.Duration) (lock.Outcome, error) {
-	return lock.Outcome{}, lock.NewError(lock.CodeServiceUnavailable, "extend", "injected failure", nil)
+	return lock.Outcome{}, idemkit.NewError(idemkit.CodeServiceUnavailable, "extend", "injected failure", nil)
 }
 
 func TestLeaseLostNotRecorded(t *testing.T) {
@@ -386,12 +387,12 @@ func TestLeaseLostNotRecorded(t *testing.T) {
 
 func TestBackendUnavailable(t *testing.T) {
 	var ev events
-	fs := &flakyStore{Store: memstore.New(), getErr: lock.NewError(lock.CodeServiceUnavailable, "get", "down", nil)}
+	fs := &flakyStore{Store: memstore.New(), getErr: idemkit.NewError(idemkit.CodeServiceUnavailable, "get", "down", nil)}
 	g := newGuard(t, fs, memlock.New(), middleware.WithHook(&ev))
 	var runs atomic.Int32
 	_, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v"))
 	var ue *middleware.UnavailableError
-	if !errors.Is(err, middleware.ErrUnavailable) || !errors.As(err, &ue) || !errors.Is(err, lock.ErrServiceUnavailable) {
+	if !errors.Is(err, middleware.ErrUnavailable) || !errors.As(err, &ue) || !errors.Is(err, idemkit.ErrServiceUnavailable) {
 		t.Fatalf("Execute: %v; want ErrUnavailable wrapping the backend's error", err)
 	}
 	if runs.Load() != 0 {
@@ -465,7 +466,7 @@ func TestKeysAreIsolatedAndHashed(t *testing.T) {
 
 func TestOptionValidation(t *testing.T) {
 	s, l := memstore.New(), memlock.New()
-	if _, err := middleware.New(nil, l); lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if _, err := middleware.New(nil, l); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("nil store: %v", err)
 	}
 	for i, o := range []middleware.Option{
@@ -473,7 +474,7 @@ func TestOptionValidation(t *testing.T) {
 		middleware.WithBaseDelay(0), middleware.WithMaxDelay(-1), middleware.WithWaitBudget(-1),
 		middleware.WithRecordWriteTimeout(0), middleware.WithOpTimeout(0), middleware.WithNamespace(""), middleware.WithClock(nil), middleware.WithValueFingerprint(nil),
 	} {
-		if _, err := middleware.New(s, l, o); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if _, err := middleware.New(s, l, o); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("option %d: %v; want InvalidArgument", i, err)
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -28,14 +28,14 @@ type Core struct {
 // NewCore validates the options and returns the HTTP core for guard.
 func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 	if guard == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "nethttp", "a guard is required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", "a guard is required", nil)
 	}
 	cfg := defaults()
 	for _, o := range opts {
 		o(&cfg)
 	}
 	bad := func(detail string) (*Core, error) {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "nethttp", detail, nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
 	}
 	switch {
 	case cfg.header == "" || !validHeaderName(cfg.header):

@@ -12,5 +12,5 @@
 // Redis, PostgreSQL and Firestore stores in modules of their own. Every store
 // passes the conformance suite in
 // [github.com/idemkit/idemkit/store/storetest]. Errors use the lock layer's
-// codes ([lock.Error]).
+// codes ([idemkit.Error]).
 package store

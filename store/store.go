@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -50,7 +51,7 @@ type Record struct {
 // Store is the contract every record store implements. All methods are safe
 // for concurrent use, check ctx before any I/O (an ended ctx gives Aborted or
 // NetworkTimeout) and validate arguments before any I/O (InvalidArgument).
-// Failures are [*lock.Error] values with a [lock.Code]; absence and a
+// Failures are [*idemkit.Error] values with a [idemkit.Code]; absence and a
 // fence refusal are results.
 //
 // Expiry follows the lock layer's rule: a record is visible while now <
@@ -113,10 +114,10 @@ func ValidatePut(rec Record, ttl time.Duration) error {
 		return err
 	}
 	if !rec.State.Valid() {
-		return lock.NewError(lock.CodeInvalidArgument, "put", fmt.Sprintf("invalid record state %d", rec.State), nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("invalid record state %d", rec.State), nil)
 	}
 	if ttl < time.Millisecond {
-		return lock.NewError(lock.CodeInvalidArgument, "put", fmt.Sprintf("ttl must be at least 1ms (got %v)", ttl), nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("ttl must be at least 1ms (got %v)", ttl), nil)
 	}
 	return nil
 }
@@ -125,10 +126,10 @@ func ValidatePut(rec Record, ttl time.Duration) error {
 // [MaxKeyBytes] bytes.
 func ValidateKey(key string) error {
 	if key == "" {
-		return lock.NewError(lock.CodeInvalidArgument, "validate", "record key must not be empty", nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", "record key must not be empty", nil)
 	}
 	if len(key) > MaxKeyBytes {
-		return lock.NewError(lock.CodeInvalidArgument, "validate", fmt.Sprintf("record key exceeds %d bytes (%d bytes)", MaxKeyBytes, len(key)), nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", fmt.Sprintf("record key exceeds %d bytes (%d bytes)", MaxKeyBytes, len(key)), nil)
 	}
 	return nil
 }
@@ -136,5 +137,5 @@ func ValidateKey(key string) error {
 // TooLarge returns the error a store reports for a response of size bytes
 // above its limit.
 func TooLarge(op string, size, limit int) error {
-	return lock.NewError(lock.CodeInvalidArgument, op, fmt.Sprintf("response of %d bytes exceeds the store's limit of %d", size, limit), ErrTooLarge)
+	return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("response of %d bytes exceeds the store's limit of %d", size, limit), ErrTooLarge)
 }

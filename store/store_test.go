@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -25,7 +25,7 @@ func TestValidatePut(t *testing.T) {
 		"state 9":   {store.Record{Key: "k", State: 9}, time.Second},
 		"ttl 0":     {ok, 0},
 	} {
-		if err := store.ValidatePut(c.rec, c.ttl); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if err := store.ValidatePut(c.rec, c.ttl); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -39,7 +39,7 @@ func TestStateAndTooLarge(t *testing.T) {
 		t.Fatal("State.String")
 	}
 	err := store.TooLarge("put", 10, 5)
-	if !errors.Is(err, store.ErrTooLarge) || lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if !errors.Is(err, store.ErrTooLarge) || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("TooLarge = %v", err)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 // guard bounds every wait: a sweeper that has not done its work by then
@@ -109,7 +109,7 @@ func Run(t testing.TB, s Sweeper) {
 	}
 	if s.Break != nil {
 		s.Break()
-		s.Logs.Await(t, "code="+lock.CodeServiceUnavailable.String())
+		s.Logs.Await(t, "code="+idemkit.CodeServiceUnavailable.String())
 	}
 	stop()
 	stop() // idempotent

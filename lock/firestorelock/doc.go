@@ -53,7 +53,7 @@
 //
 // Contention is a result: an acquire that loses a commit, or whose
 // transaction meets contention that outlasts the client's retries, answers
-// "locked", and [lock.Do] retries it. Other failures are [*lock.Error]
+// "locked", and [lock.Do] retries it. Other failures are [*idemkit.Error]
 // values mapped from the gRPC status code (see [MapError]): Unavailable is
 // ServiceUnavailable, DeadlineExceeded NetworkTimeout, PermissionDenied
 // AuthFailed, ResourceExhausted RateLimited, and so on. Their messages

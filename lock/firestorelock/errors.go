@@ -8,15 +8,14 @@ import (
 	"net"
 	"syscall"
 
+	"github.com/idemkit/idemkit"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/idemkit/idemkit/lock"
 )
 
-// MapError turns an error from the Firestore client into a [*lock.Error]
+// MapError turns an error from the Firestore client into a [*idemkit.Error]
 // for op that unwraps to both its code's sentinel and err. It returns nil
-// for nil and a *lock.Error unchanged. When ctx has ended, the error is
+// for nil and a *idemkit.Error unchanged. When ctx has ended, the error is
 // Aborted (cancelled) or NetworkTimeout (deadline), whatever the client
 // made of the interruption, and unwraps to ctx's error as well. Otherwise
 // the code comes from the gRPC status code (status.Code), or from the
@@ -62,7 +61,7 @@ func MapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var le *lock.Error
+	var le *idemkit.Error
 	if errors.As(err, &le) {
 		return err
 	}
@@ -71,10 +70,10 @@ func MapError(ctx context.Context, op string, err error) error {
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}
-		return lock.ContextError(op, err)
+		return idemkit.ContextError(op, err)
 	}
 	code, detail := classify(err)
-	return lock.NewError(code, op, detail, err)
+	return idemkit.NewError(code, op, detail, err)
 }
 
 // MapCommitError is [MapError] for the error of a commit whose outcome a
@@ -94,13 +93,13 @@ func MapCommitError(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil || err == nil {
 		return mapped
 	}
-	var le *lock.Error
+	var le *idemkit.Error
 	if errors.As(err, &le) {
 		return mapped
 	}
 	switch status.Code(err) {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.NotFound, codes.AlreadyExists:
-		return lock.NewError(lock.CodeServiceUnavailable, op,
+		return idemkit.NewError(idemkit.CodeServiceUnavailable, op,
 			"Firestore refused a commit that a read shows did not take effect (a retried commit whose first answer was lost?)", redact(err))
 	}
 	return mapped
@@ -108,12 +107,12 @@ func MapCommitError(ctx context.Context, op string, err error) error {
 
 // classify returns the code and a detail for a native error (see
 // [MapError]).
-func classify(err error) (lock.Code, string) {
+func classify(err error) (idemkit.Code, string) {
 	switch {
 	case errors.Is(err, context.Canceled):
-		return lock.CodeAborted, "context canceled"
+		return idemkit.CodeAborted, "context canceled"
 	case errors.Is(err, context.DeadlineExceeded):
-		return lock.CodeNetworkTimeout, "context deadline exceeded"
+		return idemkit.CodeNetworkTimeout, "context deadline exceeded"
 	}
 	if s, ok := status.FromError(err); ok {
 		return classifyStatus(s.Code())
@@ -121,43 +120,43 @@ func classify(err error) (lock.Code, string) {
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
-		return lock.CodeNetworkTimeout, "timed out talking to Firestore"
+		return idemkit.CodeNetworkTimeout, "timed out talking to Firestore"
 	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, net.ErrClosed):
-		return lock.CodeServiceUnavailable, "Firestore is unreachable"
+		return idemkit.CodeServiceUnavailable, "Firestore is unreachable"
 	}
-	return lock.CodeInternal, "unexpected error from the Firestore client"
+	return idemkit.CodeInternal, "unexpected error from the Firestore client"
 }
 
 // classifyStatus maps a gRPC status code (see [MapError]).
-func classifyStatus(c codes.Code) (lock.Code, string) {
+func classifyStatus(c codes.Code) (idemkit.Code, string) {
 	switch c {
 	case codes.Unavailable:
-		return lock.CodeServiceUnavailable, "Firestore is unavailable"
+		return idemkit.CodeServiceUnavailable, "Firestore is unavailable"
 	case codes.Canceled:
-		return lock.CodeServiceUnavailable, "the call was cancelled (is the client closed?)"
+		return idemkit.CodeServiceUnavailable, "the call was cancelled (is the client closed?)"
 	case codes.Aborted:
-		return lock.CodeServiceUnavailable, "contention on the document outlasted the retries"
+		return idemkit.CodeServiceUnavailable, "contention on the document outlasted the retries"
 	case codes.Internal:
-		return lock.CodeServiceUnavailable, "Firestore reported an internal error"
+		return idemkit.CodeServiceUnavailable, "Firestore reported an internal error"
 	case codes.DeadlineExceeded:
-		return lock.CodeNetworkTimeout, "Firestore did not answer in time"
+		return idemkit.CodeNetworkTimeout, "Firestore did not answer in time"
 	case codes.ResourceExhausted:
-		return lock.CodeRateLimited, "quota or rate limit exhausted"
+		return idemkit.CodeRateLimited, "quota or rate limit exhausted"
 	case codes.PermissionDenied:
-		return lock.CodeAuthFailed, "permission denied"
+		return idemkit.CodeAuthFailed, "permission denied"
 	case codes.Unauthenticated:
-		return lock.CodeAuthFailed, "the credentials were refused"
+		return idemkit.CodeAuthFailed, "the credentials were refused"
 	case codes.InvalidArgument, codes.OutOfRange:
-		return lock.CodeInvalidArgument, "Firestore refused the request as invalid"
+		return idemkit.CodeInvalidArgument, "Firestore refused the request as invalid"
 	case codes.FailedPrecondition:
-		return lock.CodeInvalidArgument, "the database is not ready for this request (a single-field index on " +
+		return idemkit.CodeInvalidArgument, "the database is not ready for this request (a single-field index on " +
 			FieldLockID + " or " + FieldExpireAt + " missing or disabled? a database in Datastore mode?)"
 	case codes.NotFound:
-		return lock.CodeInvalidArgument, "not found (does the database exist?)"
+		return idemkit.CodeInvalidArgument, "not found (does the database exist?)"
 	}
-	return lock.CodeInternal, "unexpected status " + c.String() + " from Firestore"
+	return idemkit.CodeInternal, "unexpected status " + c.String() + " from Firestore"
 }
 
 // rpcError stands for a gRPC status error without its message, which can

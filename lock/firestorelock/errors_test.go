@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 )
 
@@ -29,24 +29,24 @@ func TestMapErrorByCode(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		code codes.Code
-		want lock.Code
+		want idemkit.Code
 	}{
-		{codes.Unavailable, lock.CodeServiceUnavailable},
-		{codes.Canceled, lock.CodeServiceUnavailable},
-		{codes.Aborted, lock.CodeServiceUnavailable},
-		{codes.Internal, lock.CodeServiceUnavailable},
-		{codes.DeadlineExceeded, lock.CodeNetworkTimeout},
-		{codes.ResourceExhausted, lock.CodeRateLimited},
-		{codes.PermissionDenied, lock.CodeAuthFailed},
-		{codes.Unauthenticated, lock.CodeAuthFailed},
-		{codes.InvalidArgument, lock.CodeInvalidArgument},
-		{codes.OutOfRange, lock.CodeInvalidArgument},
-		{codes.FailedPrecondition, lock.CodeInvalidArgument},
-		{codes.NotFound, lock.CodeInvalidArgument},
-		{codes.AlreadyExists, lock.CodeInternal},
-		{codes.Unimplemented, lock.CodeInternal},
-		{codes.DataLoss, lock.CodeInternal},
-		{codes.Unknown, lock.CodeInternal},
+		{codes.Unavailable, idemkit.CodeServiceUnavailable},
+		{codes.Canceled, idemkit.CodeServiceUnavailable},
+		{codes.Aborted, idemkit.CodeServiceUnavailable},
+		{codes.Internal, idemkit.CodeServiceUnavailable},
+		{codes.DeadlineExceeded, idemkit.CodeNetworkTimeout},
+		{codes.ResourceExhausted, idemkit.CodeRateLimited},
+		{codes.PermissionDenied, idemkit.CodeAuthFailed},
+		{codes.Unauthenticated, idemkit.CodeAuthFailed},
+		{codes.InvalidArgument, idemkit.CodeInvalidArgument},
+		{codes.OutOfRange, idemkit.CodeInvalidArgument},
+		{codes.FailedPrecondition, idemkit.CodeInvalidArgument},
+		{codes.NotFound, idemkit.CodeInvalidArgument},
+		{codes.AlreadyExists, idemkit.CodeInternal},
+		{codes.Unimplemented, idemkit.CodeInternal},
+		{codes.DataLoss, idemkit.CodeInternal},
+		{codes.Unknown, idemkit.CodeInternal},
 	} {
 		for _, wrapped := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%v/wrapped=%v", tc.code, wrapped), func(t *testing.T) {
@@ -81,20 +81,20 @@ func TestMapErrorByType(t *testing.T) {
 		name string
 		ctx  context.Context
 		err  error
-		want lock.Code
+		want idemkit.Code
 		is   error
 	}{
-		{"context-canceled", context.Background(), context.Canceled, lock.CodeAborted, context.Canceled},
-		{"context-deadline", context.Background(), context.DeadlineExceeded, lock.CodeNetworkTimeout, context.DeadlineExceeded},
-		{"net-timeout", context.Background(), timeout, lock.CodeNetworkTimeout, os.ErrDeadlineExceeded},
-		{"refused", context.Background(), &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, lock.CodeServiceUnavailable, syscall.ECONNREFUSED},
-		{"reset", context.Background(), fmt.Errorf("read: %w", syscall.ECONNRESET), lock.CodeServiceUnavailable, syscall.ECONNRESET},
-		{"eof", context.Background(), io.EOF, lock.CodeServiceUnavailable, io.EOF},
-		{"unexpected-eof", context.Background(), io.ErrUnexpectedEOF, lock.CodeServiceUnavailable, io.ErrUnexpectedEOF},
-		{"closed", context.Background(), net.ErrClosed, lock.CodeServiceUnavailable, net.ErrClosed},
-		{"other", context.Background(), errors.New("something odd"), lock.CodeInternal, nil},
-		{"ctx-canceled-then-unavailable", canceled, status.Error(codes.Unavailable, secret), lock.CodeAborted, context.Canceled},
-		{"ctx-expired-then-canceled", expired, status.Error(codes.Canceled, secret), lock.CodeNetworkTimeout, context.DeadlineExceeded},
+		{"context-canceled", context.Background(), context.Canceled, idemkit.CodeAborted, context.Canceled},
+		{"context-deadline", context.Background(), context.DeadlineExceeded, idemkit.CodeNetworkTimeout, context.DeadlineExceeded},
+		{"net-timeout", context.Background(), timeout, idemkit.CodeNetworkTimeout, os.ErrDeadlineExceeded},
+		{"refused", context.Background(), &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, idemkit.CodeServiceUnavailable, syscall.ECONNREFUSED},
+		{"reset", context.Background(), fmt.Errorf("read: %w", syscall.ECONNRESET), idemkit.CodeServiceUnavailable, syscall.ECONNRESET},
+		{"eof", context.Background(), io.EOF, idemkit.CodeServiceUnavailable, io.EOF},
+		{"unexpected-eof", context.Background(), io.ErrUnexpectedEOF, idemkit.CodeServiceUnavailable, io.ErrUnexpectedEOF},
+		{"closed", context.Background(), net.ErrClosed, idemkit.CodeServiceUnavailable, net.ErrClosed},
+		{"other", context.Background(), errors.New("something odd"), idemkit.CodeInternal, nil},
+		{"ctx-canceled-then-unavailable", canceled, status.Error(codes.Unavailable, secret), idemkit.CodeAborted, context.Canceled},
+		{"ctx-expired-then-canceled", expired, status.Error(codes.Canceled, secret), idemkit.CodeNetworkTimeout, context.DeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := firestorelock.MapError(tc.ctx, "release", tc.err)
@@ -110,17 +110,17 @@ func TestMapErrorByType(t *testing.T) {
 	if err := firestorelock.MapError(context.Background(), "acquire", nil); err != nil {
 		t.Fatalf("MapError(nil) = %v", err)
 	}
-	le := lock.NewError(lock.CodeInternal, "acquire", "x", nil)
+	le := idemkit.NewError(idemkit.CodeInternal, "acquire", "x", nil)
 	if err := firestorelock.MapError(context.Background(), "release", le); err != le {
-		t.Fatalf("MapError(*lock.Error) = %v; want it unchanged", err)
+		t.Fatalf("MapError(*idemkit.Error) = %v; want it unchanged", err)
 	}
 }
 
-func checkMapped(t *testing.T, err error, want lock.Code) {
+func checkMapped(t *testing.T, err error, want idemkit.Code) {
 	t.Helper()
-	var le *lock.Error
+	var le *idemkit.Error
 	if !errors.As(err, &le) {
-		t.Fatalf("%v (%T) is not a *lock.Error", err, err)
+		t.Fatalf("%v (%T) is not a *idemkit.Error", err, err)
 	}
 	if le.Code != want || !errors.Is(err, want.Sentinel()) {
 		t.Fatalf("code %v (%v); want %v", le.Code, err, want)

@@ -11,8 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/fakeclock"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
@@ -90,18 +90,18 @@ func TestErrorsFromServer(t *testing.T) {
 		name      string
 		code      codes.Code
 		commitsOn bool // inject on commits only (reads pass)
-		want      lock.Code
+		want      idemkit.Code
 	}{
-		{"permission-denied", codes.PermissionDenied, false, lock.CodeAuthFailed},
-		{"unauthenticated", codes.Unauthenticated, false, lock.CodeAuthFailed},
-		{"resource-exhausted", codes.ResourceExhausted, false, lock.CodeRateLimited},
-		{"failed-precondition", codes.FailedPrecondition, false, lock.CodeInvalidArgument},
-		{"not-found", codes.NotFound, false, lock.CodeInvalidArgument},
-		{"data-loss", codes.DataLoss, false, lock.CodeInternal},
-		{"commit-permission-denied", codes.PermissionDenied, true, lock.CodeAuthFailed},
+		{"permission-denied", codes.PermissionDenied, false, idemkit.CodeAuthFailed},
+		{"unauthenticated", codes.Unauthenticated, false, idemkit.CodeAuthFailed},
+		{"resource-exhausted", codes.ResourceExhausted, false, idemkit.CodeRateLimited},
+		{"failed-precondition", codes.FailedPrecondition, false, idemkit.CodeInvalidArgument},
+		{"not-found", codes.NotFound, false, idemkit.CodeInvalidArgument},
+		{"data-loss", codes.DataLoss, false, idemkit.CodeInternal},
+		{"commit-permission-denied", codes.PermissionDenied, true, idemkit.CodeAuthFailed},
 		// A commit refused as invalid that a read shows did not land is
 		// transient, never a configuration error (see MapCommitError).
-		{"commit-invalid-argument", codes.InvalidArgument, true, lock.CodeServiceUnavailable},
+		{"commit-invalid-argument", codes.InvalidArgument, true, idemkit.CodeServiceUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -123,7 +123,7 @@ func TestErrorsFromServer(t *testing.T) {
 			on.Store(true)
 			check := func(what string, err error) {
 				t.Helper()
-				if lock.CodeOf(err) != tc.want {
+				if idemkit.CodeOf(err) != tc.want {
 					t.Fatalf("%s: %v; want %v", what, err, tc.want)
 				}
 				if s := err.Error(); strings.Contains(s, "secret-key") || strings.Contains(s, held.ID) {

@@ -10,6 +10,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -93,7 +94,7 @@ func newConfig(opts []Option) (config, error) {
 		return config{}, err
 	}
 	bad := func(detail string) (config, error) {
-		return config{}, lock.NewError(lock.CodeInvalidArgument, "new", detail, nil)
+		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil)
 	}
 	switch {
 	case c.collection == c.fenceCollection:
@@ -135,7 +136,7 @@ type Locker struct {
 // every query (see the package documentation for production setup).
 func New(client *firestore.Client, opts ...Option) (*Locker, error) {
 	if client == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "a Firestore client is required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a Firestore client is required", nil)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -230,7 +231,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return lock.Lease{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Lease{}, false, err
 	}
 	ref, fref := l.refs(key)
@@ -352,7 +353,7 @@ func (l *Locker) replace(ctx context.Context, key string, ttl time.Duration) (lo
 	}, firestore.WithCommitResponseTo(&commit))
 	received := l.cfg.clock()
 	if err != nil {
-		var le *lock.Error
+		var le *idemkit.Error
 		if len(ids) == 0 || errors.As(err, &le) {
 			// No run wrote a lease, or the function itself failed (a
 			// malformed document, the fence limit): nothing to settle.
@@ -437,7 +438,7 @@ func (l *Locker) byID(op, id string) finder {
 		case len(snaps) == 0:
 			return nil, nil
 		case len(snaps) > 1:
-			return nil, lock.NewError(lock.CodeInternal, op, "two lock documents carry the same lock id (written by something other than this package?)", nil)
+			return nil, idemkit.NewError(idemkit.CodeInternal, op, "two lock documents carry the same lock id (written by something other than this package?)", nil)
 		}
 		return snaps[0], nil
 	}
@@ -484,7 +485,7 @@ func (l *Locker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, 
 
 func (l *Locker) release(ctx context.Context, id string, find finder) (lock.Outcome, error) {
 	const op = "release"
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
 	var (
@@ -551,7 +552,7 @@ func (l *Locker) retryChanged(ctx context.Context, op string, try int, err error
 		return MapCommitError(ctx, op, err)
 	}
 	if try == maxChanges {
-		return lock.NewError(lock.CodeServiceUnavailable, op, "the lock document kept changing between read and write", redact(err))
+		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, "the lock document kept changing between read and write", redact(err))
 	}
 	return nil
 }
@@ -606,7 +607,7 @@ func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duratio
 
 func (l *Locker) extend(ctx context.Context, id string, ttl time.Duration, find finder) (lock.Outcome, error) {
 	const op = "extend"
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
 	// The new expiry counts from the call, not from the end of the read
@@ -654,7 +655,7 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	snap, err := l.byKey(key)(ctx)
@@ -675,7 +676,7 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if l.cfg.cleanup && now.Sub(d.expires) > lock.CleanupGrace {
 		if _, err := snap.Ref.Delete(ctx, firestore.LastUpdateTime(snap.UpdateTime)); err != nil && !changed(err) {
 			l.cfg.logger.DebugContext(ctx, "firestorelock: cleanup of an expired lock failed",
-				slog.String("key_hash", l.cfg.hasher.Hash(key)), slog.String("code", lock.CodeOf(MapError(ctx, op, err)).String()))
+				slog.String("key_hash", l.cfg.hasher.Hash(key)), slog.String("code", idemkit.CodeOf(MapError(ctx, op, err)).String()))
 		}
 	}
 	return false, nil
@@ -688,7 +689,7 @@ func (l *Locker) LookupKey(ctx context.Context, key string) (lock.Info, bool, er
 	if err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
 	return l.lookup(ctx, op, l.byKey(key))
@@ -700,7 +701,7 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
 	return l.lookup(ctx, op, l.byID(op, id))

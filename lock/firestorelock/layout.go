@@ -8,6 +8,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -73,7 +74,7 @@ func docIDSafe(s string) bool {
 // InvalidArgument error for op "new".
 func CheckCollection(what, name string) error {
 	bad := func(why string) error {
-		return lock.NewError(lock.CodeInvalidArgument, "new", fmt.Sprintf("the %s %s", what, why), nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("the %s %s", what, why), nil)
 	}
 	switch {
 	case name == "":
@@ -159,7 +160,7 @@ func (d lockDoc) info() lock.Info {
 // malformed is the error for a document this package did not write as it
 // reads it. The detail names the field, never a key or id.
 func malformed(op, what string) error {
-	return lock.NewError(lock.CodeInternal, op, "malformed document: "+what, nil)
+	return idemkit.NewError(idemkit.CodeInternal, op, "malformed document: "+what, nil)
 }
 
 // decodeLock reads a lock document. It checks that the stored key maps to

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 )
@@ -74,7 +75,7 @@ func TestCheckCollection(t *testing.T) {
 		if (err == nil) != ok {
 			t.Fatalf("CheckCollection(%q) = %v; want ok = %v", name, err, ok)
 		}
-		if err != nil && lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if err != nil && idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("CheckCollection(%q) = %v; want InvalidArgument", name, err)
 		}
 	}

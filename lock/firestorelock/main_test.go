@@ -7,6 +7,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
@@ -79,7 +80,7 @@ func (p probes) raiseFence(ctx context.Context, key string, f lock.Fence) error 
 		return err
 	}
 	if f < cur {
-		return lock.NewError(lock.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
 	}
 	_, err = p.fences.Doc(id).Set(ctx, map[string]any{firestorelock.FieldFence: int64(f)}, firestore.MergeAll)
 	return err
@@ -97,7 +98,7 @@ func (p probes) fence(ctx context.Context, key string) (lock.Fence, error) {
 	}
 	f, ok := firestorelock.DecodeFence(snap.Data()[firestorelock.FieldFence])
 	if !ok {
-		return 0, lock.NewError(lock.CodeInternal, "probe", "malformed fence counter", nil)
+		return 0, idemkit.NewError(idemkit.CodeInternal, "probe", "malformed fence counter", nil)
 	}
 	return f, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
@@ -38,12 +39,12 @@ func TestNewRejects(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := firestorelock.New(c, tc.opts...)
-			if l != nil || !errors.Is(err, lock.ErrInvalidArgument) || lock.CodeOf(err) != lock.CodeInvalidArgument {
+			if l != nil || !errors.Is(err, idemkit.ErrInvalidArgument) || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 				t.Fatalf("New = %v, %v; want InvalidArgument", l, err)
 			}
 		})
 	}
-	if l, err := firestorelock.New(nil); l != nil || lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if l, err := firestorelock.New(nil); l != nil || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("New(nil) = %v, %v; want InvalidArgument", l, err)
 	}
 }

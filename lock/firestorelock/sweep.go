@@ -6,6 +6,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -36,7 +37,7 @@ func (l *Locker) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	var last *firestore.DocumentSnapshot // the last document the previous query named
 	for {
-		if err := lock.CheckContext(ctx, op); err != nil {
+		if err := idemkit.CheckContext(ctx, op); err != nil {
 			return total, err
 		}
 		// The inequality orders the results by expireAt, then by document

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -272,7 +273,7 @@ func testInvalidAcquire(t *testing.T, s *suite) {
 		if ok {
 			t.Fatalf("%s: acquired; want InvalidArgument", c.name)
 		}
-		wantCode(t, c.name, err, lock.CodeInvalidArgument)
+		wantCode(t, c.name, err, idemkit.CodeInvalidArgument)
 	}
 	if isLocked(t, e, key(t, "k")) {
 		t.Fatal("an invalid acquire left the key locked")
@@ -298,7 +299,7 @@ func testKeyLength(t *testing.T, s *suite) {
 		t.Fatalf("release of the 512-byte key: %+v", out)
 	}
 	_, _, err := e.Locker.Acquire(t.Context(), fill(513), longTTL)
-	wantCode(t, "513-byte key", err, lock.CodeInvalidArgument)
+	wantCode(t, "513-byte key", err, idemkit.CodeInvalidArgument)
 
 	// "e" + U+0301 is 3 bytes; NFC makes it "é", 2 bytes: 600 → 400.
 	decomposed := strings.Repeat("e\u0301", 200)
@@ -353,7 +354,7 @@ func testFenceOverflow(t *testing.T, s *suite) {
 	if ok {
 		t.Fatal("acquired with a fence past the maximum")
 	}
-	wantCode(t, "acquire past the maximum fence", err, lock.CodeInternal)
+	wantCode(t, "acquire past the maximum fence", err, idemkit.CodeInternal)
 	if isLocked(t, e, k) {
 		t.Fatal("a refused acquire left the key locked")
 	}

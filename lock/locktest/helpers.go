@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -160,7 +161,7 @@ func testDoRetries(t *testing.T, s *suite) {
 		t.Error("fn ran without the lock")
 		return nil
 	}, lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond), lock.WithTimeout(time.Minute), lock.WithStats(&stats))
-	wantCode(t, "Do on a held key", err, lock.CodeAcquisitionTimeout)
+	wantCode(t, "Do on a held key", err, idemkit.CodeAcquisitionTimeout)
 	if n := rec.count(lock.OpAcquire); n != retries+1 || stats.Attempts != n {
 		t.Fatalf("%d acquire attempts, stats say %d; want maxRetries+1 = %d", n, stats.Attempts, retries+1)
 	}
@@ -171,7 +172,7 @@ func testDoRetries(t *testing.T, s *suite) {
 	b.Break()
 	err = lock.Do(t.Context(), bl, k, func(context.Context, lock.Lease) error { return nil },
 		lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond))
-	if code := lock.CodeOf(err); code != lock.CodeServiceUnavailable && code != lock.CodeNetworkTimeout {
+	if code := idemkit.CodeOf(err); code != idemkit.CodeServiceUnavailable && code != idemkit.CodeNetworkTimeout {
 		t.Fatalf("Do on a broken backend: %v; want the backend's error", err)
 	}
 	if n := brec.count(lock.OpAcquire); n != 1 {
@@ -186,8 +187,8 @@ func testDoTransient(t *testing.T, s *suite) {
 	const retries = 2
 	err := lock.Do(t.Context(), l, key(t, "k"), func(context.Context, lock.Lease) error { return nil },
 		lock.WithRetryTransient(true), lock.WithMaxRetries(retries), lock.WithRetryDelay(time.Millisecond))
-	wantCode(t, "Do with transient retries", err, lock.CodeAcquisitionTimeout)
-	if !errors.Is(err, lock.ErrServiceUnavailable) && !errors.Is(err, lock.ErrNetworkTimeout) {
+	wantCode(t, "Do with transient retries", err, idemkit.CodeAcquisitionTimeout)
+	if !errors.Is(err, idemkit.ErrServiceUnavailable) && !errors.Is(err, idemkit.ErrNetworkTimeout) {
 		t.Fatalf("the final error %v does not wrap the last backend failure", err)
 	}
 	if n := rec.count(lock.OpAcquire); n != retries+1 {
@@ -205,7 +206,7 @@ func testDoDeadline(t *testing.T, s *suite) {
 	err := lock.Do(t.Context(), l, k, func(context.Context, lock.Lease) error { return nil },
 		lock.WithTimeout(timeout), lock.WithRetryDelay(time.Hour), lock.WithMaxDelay(time.Hour))
 	elapsed := time.Since(start)
-	wantCode(t, "Do past its timeout", err, lock.CodeAcquisitionTimeout)
+	wantCode(t, "Do past its timeout", err, idemkit.CodeAcquisitionTimeout)
 	// The hour-long delay is clamped to the deadline, and one last attempt
 	// is made there.
 	if n := rec.count(lock.OpAcquire); n != 2 {
@@ -229,7 +230,7 @@ func testDoContext(t *testing.T, s *suite) {
 		cancel()
 	}()
 	err := lock.Do(ctx, l, k, func(context.Context, lock.Lease) error { return nil }, long...)
-	wantCode(t, "Do cancelled while waiting", err, lock.CodeAborted)
+	wantCode(t, "Do cancelled while waiting", err, idemkit.CodeAborted)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("%v does not match context.Canceled", err)
 	}
@@ -237,7 +238,7 @@ func testDoContext(t *testing.T, s *suite) {
 	dctx, dcancel := context.WithTimeout(t.Context(), 2*e.Margin)
 	defer dcancel()
 	err = lock.Do(dctx, l, k, func(context.Context, lock.Lease) error { return nil }, long...)
-	wantCode(t, "Do whose ctx deadline passed while waiting", err, lock.CodeAcquisitionTimeout)
+	wantCode(t, "Do whose ctx deadline passed while waiting", err, idemkit.CodeAcquisitionTimeout)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("%v does not match context.DeadlineExceeded", err)
 	}
@@ -359,14 +360,14 @@ func testDoReleaseFailure(t *testing.T, s *suite) {
 				panic("callback panic")
 			}
 		}))
-		if !errors.Is(err, errFn) || lock.CodeOf(err) != lock.CodeUnknown {
+		if !errors.Is(err, errFn) || idemkit.CodeOf(err) != idemkit.CodeUnknown {
 			t.Fatalf("Do: %v; want exactly fn's error, unmasked by the release failure", err)
 		}
 		if len(failures) != 1 {
 			t.Fatalf("%d release failures reported; want 1", len(failures))
 		}
 		f := failures[0]
-		if f.Source != "do" || f.Err == nil || lock.CodeOf(f.Err) == lock.CodeUnknown {
+		if f.Source != "do" || f.Err == nil || idemkit.CodeOf(f.Err) == idemkit.CodeUnknown {
 			t.Fatalf("release failure %+v; want source do and a coded error", f)
 		}
 	}
@@ -430,7 +431,7 @@ func (s *slowRelease) Release(ctx context.Context, id string) (lock.Outcome, err
 	select {
 	case <-s.gate:
 	case <-ctx.Done():
-		return lock.Outcome{}, lock.CheckContext(ctx, "release")
+		return lock.Outcome{}, idemkit.CheckContext(ctx, "release")
 	}
 	out, err := s.Locker.Release(ctx, id)
 	s.finished.Store(true)
@@ -487,7 +488,7 @@ func testHandleCloseTimeout(t *testing.T, s *suite) {
 	if len(failures) != 1 {
 		t.Fatalf("%d failures reported; want 1", len(failures))
 	}
-	if f := failures[0]; f.Source != "close" || lock.CodeOf(f.Err) != lock.CodeNetworkTimeout {
+	if f := failures[0]; f.Source != "close" || idemkit.CodeOf(f.Err) != idemkit.CodeNetworkTimeout {
 		t.Fatalf("failure %+v; want a NetworkTimeout from close", f)
 	}
 	if !isLocked(t, e, k) {
@@ -641,7 +642,7 @@ func testTelemetryErrors(t *testing.T, s *suite) {
 	k := key(t, "secret-key")
 	lease, _, _ := l.Acquire(t.Context(), k, longTTL)
 	_, _, err := l.Acquire(t.Context(), "", longTTL)
-	wantCode(t, "empty key", err, lock.CodeInvalidArgument)
+	wantCode(t, "empty key", err, idemkit.CodeInvalidArgument)
 	e.Break()
 	_, _ = l.Release(t.Context(), lease.ID)
 	evs := rec.all()
@@ -649,14 +650,14 @@ func testTelemetryErrors(t *testing.T, s *suite) {
 		t.Fatalf("%d events; want 3 (errors included)", len(evs))
 	}
 	for _, ev := range evs[1:] {
-		if ev.Err == nil || ev.Code == lock.CodeUnknown || ev.OK {
+		if ev.Err == nil || ev.Code == idemkit.CodeUnknown || ev.OK {
 			t.Fatalf("error event %+v lacks its error or code", ev)
 		}
 		if strings.Contains(ev.Err.Error(), "secret-key") || strings.Contains(ev.Err.Error(), lease.ID) {
 			t.Fatalf("error message contains a raw identifier: %v", ev.Err)
 		}
 	}
-	if evs[1].Code != lock.CodeInvalidArgument {
+	if evs[1].Code != idemkit.CodeInvalidArgument {
 		t.Fatalf("invalid-key event code %v", evs[1].Code)
 	}
 }

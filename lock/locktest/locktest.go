@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -254,16 +255,16 @@ func fenceOf(t *testing.T, e *Env, k string) lock.Fence {
 	return f
 }
 
-// wantCode asserts that err is a *lock.Error with the given code that also
+// wantCode asserts that err is a *idemkit.Error with the given code that also
 // matches the code's sentinel.
-func wantCode(t *testing.T, what string, err error, code lock.Code) {
+func wantCode(t *testing.T, what string, err error, code idemkit.Code) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("%s: no error; want %v", what, code)
 	}
-	var le *lock.Error
+	var le *idemkit.Error
 	if !errors.As(err, &le) {
-		t.Fatalf("%s: error %v (%T) is not a *lock.Error", what, err, err)
+		t.Fatalf("%s: error %v (%T) is not a *idemkit.Error", what, err, err)
 	}
 	if le.Code != code {
 		t.Fatalf("%s: code %v (%v); want %v", what, le.Code, err, code)

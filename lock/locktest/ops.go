@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -50,13 +51,13 @@ func testMalformedIDs(t *testing.T, s *suite) {
 	check := func(phase string, ctx context.Context) {
 		for _, id := range malformedIDs {
 			_, err := e.Locker.Release(ctx, id)
-			wantCode(t, phase+" release "+fmt.Sprintf("%q", id), err, lock.CodeInvalidArgument)
+			wantCode(t, phase+" release "+fmt.Sprintf("%q", id), err, idemkit.CodeInvalidArgument)
 			_, err = e.Locker.Extend(ctx, id, time.Second)
-			wantCode(t, phase+" extend", err, lock.CodeInvalidArgument)
+			wantCode(t, phase+" extend", err, idemkit.CodeInvalidArgument)
 			_, _, err = e.Locker.LookupID(ctx, id)
-			wantCode(t, phase+" lookup", err, lock.CodeInvalidArgument)
+			wantCode(t, phase+" lookup", err, idemkit.CodeInvalidArgument)
 			_, err = lock.Owns(ctx, e.Locker, id)
-			wantCode(t, phase+" owns", err, lock.CodeInvalidArgument)
+			wantCode(t, phase+" owns", err, idemkit.CodeInvalidArgument)
 			if id != "" && len(id) > 3 && strings.Contains(err.Error(), id) {
 				t.Fatalf("the error message repeats the malformed id: %v", err)
 			}
@@ -69,9 +70,9 @@ func testMalformedIDs(t *testing.T, s *suite) {
 	e.Break()
 	check("broken backend:", t.Context())
 	_, _, err := e.Locker.Acquire(t.Context(), "", time.Second)
-	wantCode(t, "broken backend: empty key", err, lock.CodeInvalidArgument)
+	wantCode(t, "broken backend: empty key", err, idemkit.CodeInvalidArgument)
 	_, err = e.Locker.IsLocked(t.Context(), strings.Repeat("x", 600))
-	wantCode(t, "broken backend: long key", err, lock.CodeInvalidArgument)
+	wantCode(t, "broken backend: long key", err, idemkit.CodeInvalidArgument)
 }
 
 func testRelease(t *testing.T, s *suite) {
@@ -435,8 +436,8 @@ func testEndedContext(t *testing.T, s *suite) {
 	defer cancel2()
 	for _, c := range []struct {
 		ctx  context.Context
-		code lock.Code
-	}{{canceled, lock.CodeAborted}, {expired, lock.CodeNetworkTimeout}} {
+		code idemkit.Code
+	}{{canceled, idemkit.CodeAborted}, {expired, idemkit.CodeNetworkTimeout}} {
 		_, ok, err := e.Locker.Acquire(c.ctx, k, longTTL)
 		if ok {
 			t.Fatal("acquired with an ended ctx")
@@ -476,8 +477,8 @@ func testBroken(t *testing.T, s *suite) {
 		if err == nil {
 			t.Fatalf("%s on an unreachable backend: no error; a transport failure must never look like a result", what)
 		}
-		code := lock.CodeOf(err)
-		if code != lock.CodeServiceUnavailable && code != lock.CodeNetworkTimeout {
+		code := idemkit.CodeOf(err)
+		if code != idemkit.CodeServiceUnavailable && code != idemkit.CodeNetworkTimeout {
 			t.Fatalf("%s on an unreachable backend: code %v (%v); want ServiceUnavailable or NetworkTimeout", what, code, err)
 		}
 		if strings.Contains(err.Error(), k) || strings.Contains(err.Error(), held.ID) {
@@ -548,9 +549,9 @@ func testKeyed(t *testing.T, s *suite) {
 	}
 	// Arguments are validated before any I/O.
 	_, err = kl.ReleaseKey(ctx, "", lb.ID)
-	wantCode(t, "ReleaseKey(empty key)", err, lock.CodeInvalidArgument)
+	wantCode(t, "ReleaseKey(empty key)", err, idemkit.CodeInvalidArgument)
 	_, err = kl.ExtendKey(ctx, b, "bad id", time.Second)
-	wantCode(t, "ExtendKey(bad id)", err, lock.CodeInvalidArgument)
+	wantCode(t, "ExtendKey(bad id)", err, idemkit.CodeInvalidArgument)
 	_, err = kl.ExtendKey(ctx, b, lb.ID, 0)
-	wantCode(t, "ExtendKey(zero ttl)", err, lock.CodeInvalidArgument)
+	wantCode(t, "ExtendKey(zero ttl)", err, idemkit.CodeInvalidArgument)
 }

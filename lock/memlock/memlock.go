@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -439,7 +440,7 @@ func (l *Locker) RaiseFence(key string, f lock.Fence) error {
 		cur = c.fence
 	}
 	if f <= cur {
-		return lock.NewError(lock.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
 	}
 	if c == nil {
 		c = &counter{}
@@ -452,13 +453,13 @@ func (l *Locker) RaiseFence(key string, f lock.Fence) error {
 // enter checks ctx and takes l.mu; on success the caller must unlock. It
 // fails, without the mutex held, when ctx has ended or the locker is closed.
 func (l *Locker) enter(ctx context.Context, op string) error {
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return err
 	}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return lock.NewError(lock.CodeServiceUnavailable, op, "locker closed", ErrClosed)
+		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, "locker closed", ErrClosed)
 	}
 	return nil
 }

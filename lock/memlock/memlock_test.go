@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/locktest"
@@ -178,7 +179,7 @@ func TestRaiseFenceOnlyRaises(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range []lock.Fence{10, 3, 0} {
-		if err := l.RaiseFence("k", f); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if err := l.RaiseFence("k", f); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("RaiseFence(%v) = %v; want InvalidArgument", f, err)
 		}
 	}

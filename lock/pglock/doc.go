@@ -84,7 +84,7 @@
 //
 // # Errors
 //
-// Failures are [*lock.Error] values that unwrap to their code's sentinel and
+// Failures are [*idemkit.Error] values that unwrap to their code's sentinel and
 // the native error (*pgconn.PgError, net.Error, ...). Serialization failures
 // (40001), deadlocks (40P01), failures before anything was sent, and
 // connection losses in repeatable operations (reads, extends, cleanups,

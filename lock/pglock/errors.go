@@ -11,10 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/puddle/v2"
-
-	"github.com/idemkit/idemkit/lock"
 )
 
 // maxRetries is how many times an operation is tried again after a
@@ -41,7 +40,7 @@ const retryBase = 2 * time.Millisecond
 // failures that pgx guarantees happened before anything was sent are
 // retried whatever f reports; a lost connection (class 08, 57P01..57P05, a
 // network error, io.EOF) only when the try is repeatable; a closed pool or
-// connection, or a [*lock.Error] that f returns, never.
+// connection, or a [*idemkit.Error] that f returns, never.
 //
 // inTx says that f runs in a caller's transaction (a pgx.Tx), which any
 // failure aborts: f is then tried once.
@@ -76,7 +75,7 @@ func Retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context
 // is repeatable. A closed pool or connection stays closed and is never
 // retried.
 func retryable(err error, repeatable bool) bool {
-	var le *lock.Error
+	var le *idemkit.Error
 	if errors.As(err, &le) {
 		return false
 	}
@@ -126,12 +125,12 @@ const undefinedHint = "a table is missing or out of date: run SetupSchema (pgloc
 // classify returns the code and a detail for a native error (never nil),
 // by type and SQLSTATE, never by message text (the table is in
 // [MapError]'s documentation).
-func classify(err error) (lock.Code, string) {
+func classify(err error) (idemkit.Code, string) {
 	switch {
 	case errors.Is(err, context.Canceled):
-		return lock.CodeAborted, "context canceled"
+		return idemkit.CodeAborted, "context canceled"
 	case errors.Is(err, context.DeadlineExceeded):
-		return lock.CodeNetworkTimeout, "context deadline exceeded"
+		return idemkit.CodeNetworkTimeout, "context deadline exceeded"
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
@@ -140,43 +139,43 @@ func classify(err error) (lock.Code, string) {
 	var ne net.Error
 	switch {
 	case pgconn.Timeout(err), errors.As(err, &ne) && ne.Timeout():
-		return lock.CodeNetworkTimeout, "timed out talking to PostgreSQL"
+		return idemkit.CodeNetworkTimeout, "timed out talking to PostgreSQL"
 	case transport(err), pgconn.SafeToRetry(err):
-		return lock.CodeServiceUnavailable, "PostgreSQL is unreachable"
+		return idemkit.CodeServiceUnavailable, "PostgreSQL is unreachable"
 	}
-	return lock.CodeInternal, "unexpected error from PostgreSQL"
+	return idemkit.CodeInternal, "unexpected error from PostgreSQL"
 }
 
 // classifySQLState maps a SQLSTATE (see [MapError]).
-func classifySQLState(code string) (lock.Code, string) {
+func classifySQLState(code string) (idemkit.Code, string) {
 	switch code {
 	case "40001", "40P01":
-		return lock.CodeServiceUnavailable, "transaction conflict persisted after retries"
+		return idemkit.CodeServiceUnavailable, "transaction conflict persisted after retries"
 	case "25006":
-		return lock.CodeServiceUnavailable, "the server is read-only (a standby?)"
+		return idemkit.CodeServiceUnavailable, "the server is read-only (a standby?)"
 	case "57014":
-		return lock.CodeNetworkTimeout, "statement cancelled (statement_timeout or a cancel request)"
+		return idemkit.CodeNetworkTimeout, "statement cancelled (statement_timeout or a cancel request)"
 	case "55P03":
-		return lock.CodeNetworkTimeout, "lock wait timed out (lock_timeout)"
+		return idemkit.CodeNetworkTimeout, "lock wait timed out (lock_timeout)"
 	case "42501":
-		return lock.CodeAuthFailed, "permission denied"
+		return idemkit.CodeAuthFailed, "permission denied"
 	case "42P01", "3F000", "42703":
-		return lock.CodeInvalidArgument, undefinedHint
+		return idemkit.CodeInvalidArgument, undefinedHint
 	}
 	switch {
 	case connectionLost(code):
-		return lock.CodeServiceUnavailable, "the connection to PostgreSQL was lost"
+		return idemkit.CodeServiceUnavailable, "the connection to PostgreSQL was lost"
 	case strings.HasPrefix(code, "53"):
-		return lock.CodeRateLimited, "the server is out of resources (connections, memory, disk)"
+		return idemkit.CodeRateLimited, "the server is out of resources (connections, memory, disk)"
 	case strings.HasPrefix(code, "28"):
-		return lock.CodeAuthFailed, "authentication failed"
+		return idemkit.CodeAuthFailed, "authentication failed"
 	}
-	return lock.CodeInternal, "unexpected SQLSTATE " + code
+	return idemkit.CodeInternal, "unexpected SQLSTATE " + code
 }
 
-// MapError turns an error from pgx into a [*lock.Error] for op that
+// MapError turns an error from pgx into a [*idemkit.Error] for op that
 // unwraps to both its code's sentinel and err; it returns nil for nil and a
-// *lock.Error unchanged. When ctx has ended, the error is Aborted
+// *idemkit.Error unchanged. When ctx has ended, the error is Aborted
 // (cancelled) or NetworkTimeout (deadline) whatever pgx made of the
 // interruption, and unwraps to ctx's error as well. Otherwise the code
 // comes from the error's type and SQLSTATE, never from its message text:
@@ -201,7 +200,7 @@ func MapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	var le *lock.Error
+	var le *idemkit.Error
 	if errors.As(err, &le) {
 		return err
 	}
@@ -209,8 +208,8 @@ func MapError(ctx context.Context, op string, err error) error {
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}
-		return lock.ContextError(op, err)
+		return idemkit.ContextError(op, err)
 	}
 	code, detail := classify(err)
-	return lock.NewError(code, op, detail, err)
+	return idemkit.NewError(code, op, detail, err)
 }

@@ -16,8 +16,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/puddle/v2"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/store"
 )
@@ -36,51 +36,51 @@ func TestMapError(t *testing.T) {
 	cases := []struct {
 		name string
 		err  error
-		want lock.Code
+		want idemkit.Code
 	}{
-		{"serialization failure after retries", pgErr("40001"), lock.CodeServiceUnavailable},
-		{"deadlock after retries", pgErr("40P01"), lock.CodeServiceUnavailable},
-		{"connection exception", pgErr("08006"), lock.CodeServiceUnavailable},
-		{"connection does not exist", pgErr("08003"), lock.CodeServiceUnavailable},
-		{"admin shutdown (pg_terminate_backend)", pgErr("57P01"), lock.CodeServiceUnavailable},
-		{"crash shutdown", pgErr("57P02"), lock.CodeServiceUnavailable},
-		{"cannot connect now", pgErr("57P03"), lock.CodeServiceUnavailable},
-		{"read-only standby", pgErr("25006"), lock.CodeServiceUnavailable},
-		{"query canceled", pgErr("57014"), lock.CodeNetworkTimeout},
-		{"lock timeout", pgErr("55P03"), lock.CodeNetworkTimeout},
-		{"too many connections", pgErr("53300"), lock.CodeRateLimited},
-		{"out of memory", pgErr("53200"), lock.CodeRateLimited},
-		{"disk full", pgErr("53100"), lock.CodeRateLimited},
-		{"invalid password", pgErr("28P01"), lock.CodeAuthFailed},
-		{"invalid authorization", pgErr("28000"), lock.CodeAuthFailed},
-		{"permission denied", pgErr("42501"), lock.CodeAuthFailed},
-		{"undefined table", pgErr("42P01"), lock.CodeInvalidArgument},
-		{"undefined schema", pgErr("3F000"), lock.CodeInvalidArgument},
-		{"undefined column", pgErr("42703"), lock.CodeInvalidArgument},
-		{"unique violation", pgErr("23505"), lock.CodeInternal},
-		{"check violation", pgErr("23514"), lock.CodeInternal},
-		{"syntax error", pgErr("42601"), lock.CodeInternal},
-		{"program limit exceeded", pgErr("54000"), lock.CodeInternal},
-		{"wrapped PgError", fmt.Errorf("exec: %w", pgErr("57P01")), lock.CodeServiceUnavailable},
-		{"connect error wrapping auth failure", &pgconn.ConnectError{Config: &pgconn.Config{}}, lock.CodeServiceUnavailable},
-		{"refused connection", opErr, lock.CodeServiceUnavailable},
-		{"refused dial, bare errno", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, lock.CodeServiceUnavailable},
-		{"reset connection", fmt.Errorf("read: %w", syscall.ECONNRESET), lock.CodeServiceUnavailable},
-		{"net timeout", timeoutErr{}, lock.CodeNetworkTimeout},
-		{"EOF", io.EOF, lock.CodeServiceUnavailable},
-		{"unexpected EOF", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), lock.CodeServiceUnavailable},
-		{"bare unexpected EOF", io.ErrUnexpectedEOF, lock.CodeServiceUnavailable},
-		{"closed pool", puddle.ErrClosedPool, lock.CodeServiceUnavailable},
-		{"closed conn", pgconn.ErrConnClosed, lock.CodeServiceUnavailable},
-		{"closed network connection", net.ErrClosed, lock.CodeServiceUnavailable},
-		{"context canceled", context.Canceled, lock.CodeAborted},
-		{"context deadline", fmt.Errorf("timeout: %w", context.DeadlineExceeded), lock.CodeNetworkTimeout},
-		{"anything else", errors.New("something odd"), lock.CodeInternal},
+		{"serialization failure after retries", pgErr("40001"), idemkit.CodeServiceUnavailable},
+		{"deadlock after retries", pgErr("40P01"), idemkit.CodeServiceUnavailable},
+		{"connection exception", pgErr("08006"), idemkit.CodeServiceUnavailable},
+		{"connection does not exist", pgErr("08003"), idemkit.CodeServiceUnavailable},
+		{"admin shutdown (pg_terminate_backend)", pgErr("57P01"), idemkit.CodeServiceUnavailable},
+		{"crash shutdown", pgErr("57P02"), idemkit.CodeServiceUnavailable},
+		{"cannot connect now", pgErr("57P03"), idemkit.CodeServiceUnavailable},
+		{"read-only standby", pgErr("25006"), idemkit.CodeServiceUnavailable},
+		{"query canceled", pgErr("57014"), idemkit.CodeNetworkTimeout},
+		{"lock timeout", pgErr("55P03"), idemkit.CodeNetworkTimeout},
+		{"too many connections", pgErr("53300"), idemkit.CodeRateLimited},
+		{"out of memory", pgErr("53200"), idemkit.CodeRateLimited},
+		{"disk full", pgErr("53100"), idemkit.CodeRateLimited},
+		{"invalid password", pgErr("28P01"), idemkit.CodeAuthFailed},
+		{"invalid authorization", pgErr("28000"), idemkit.CodeAuthFailed},
+		{"permission denied", pgErr("42501"), idemkit.CodeAuthFailed},
+		{"undefined table", pgErr("42P01"), idemkit.CodeInvalidArgument},
+		{"undefined schema", pgErr("3F000"), idemkit.CodeInvalidArgument},
+		{"undefined column", pgErr("42703"), idemkit.CodeInvalidArgument},
+		{"unique violation", pgErr("23505"), idemkit.CodeInternal},
+		{"check violation", pgErr("23514"), idemkit.CodeInternal},
+		{"syntax error", pgErr("42601"), idemkit.CodeInternal},
+		{"program limit exceeded", pgErr("54000"), idemkit.CodeInternal},
+		{"wrapped PgError", fmt.Errorf("exec: %w", pgErr("57P01")), idemkit.CodeServiceUnavailable},
+		{"connect error wrapping auth failure", &pgconn.ConnectError{Config: &pgconn.Config{}}, idemkit.CodeServiceUnavailable},
+		{"refused connection", opErr, idemkit.CodeServiceUnavailable},
+		{"refused dial, bare errno", &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, idemkit.CodeServiceUnavailable},
+		{"reset connection", fmt.Errorf("read: %w", syscall.ECONNRESET), idemkit.CodeServiceUnavailable},
+		{"net timeout", timeoutErr{}, idemkit.CodeNetworkTimeout},
+		{"EOF", io.EOF, idemkit.CodeServiceUnavailable},
+		{"unexpected EOF", fmt.Errorf("receive: %w", io.ErrUnexpectedEOF), idemkit.CodeServiceUnavailable},
+		{"bare unexpected EOF", io.ErrUnexpectedEOF, idemkit.CodeServiceUnavailable},
+		{"closed pool", puddle.ErrClosedPool, idemkit.CodeServiceUnavailable},
+		{"closed conn", pgconn.ErrConnClosed, idemkit.CodeServiceUnavailable},
+		{"closed network connection", net.ErrClosed, idemkit.CodeServiceUnavailable},
+		{"context canceled", context.Canceled, idemkit.CodeAborted},
+		{"context deadline", fmt.Errorf("timeout: %w", context.DeadlineExceeded), idemkit.CodeNetworkTimeout},
+		{"anything else", errors.New("something odd"), idemkit.CodeInternal},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := MapError(context.Background(), "op", c.err)
-			var le *lock.Error
+			var le *idemkit.Error
 			if !errors.As(err, &le) || le.Code != c.want {
 				t.Fatalf("MapError(%v) = %v; want code %v", c.err, err, c.want)
 			}
@@ -93,9 +93,9 @@ func TestMapError(t *testing.T) {
 		})
 	}
 	t.Run("lock errors pass through", func(t *testing.T) {
-		in := lock.NewError(lock.CodeInternal, "acquire", "fence overflow", nil)
+		in := idemkit.NewError(idemkit.CodeInternal, "acquire", "fence overflow", nil)
 		if err := MapError(context.Background(), "op", in); err != error(in) {
-			t.Fatalf("MapError changed a *lock.Error: %v", err)
+			t.Fatalf("MapError changed a *idemkit.Error: %v", err)
 		}
 	})
 	t.Run("an ended ctx wins", func(t *testing.T) {
@@ -105,10 +105,10 @@ func TestMapError(t *testing.T) {
 		defer cancel2()
 		for _, c := range []struct {
 			ctx  context.Context
-			want lock.Code
-		}{{canceled, lock.CodeAborted}, {expired, lock.CodeNetworkTimeout}} {
+			want idemkit.Code
+		}{{canceled, idemkit.CodeAborted}, {expired, idemkit.CodeNetworkTimeout}} {
 			err := MapError(c.ctx, "op", pgErr("57014"))
-			if lock.CodeOf(err) != c.want || !errors.Is(err, c.ctx.Err()) || !errors.Is(err, c.want.Sentinel()) {
+			if idemkit.CodeOf(err) != c.want || !errors.Is(err, c.ctx.Err()) || !errors.Is(err, c.want.Sentinel()) {
 				t.Fatalf("MapError under an ended ctx = %v; want %v wrapping the ctx error", err, c.want)
 			}
 			var pe *pgconn.PgError
@@ -154,7 +154,7 @@ func TestRetryable(t *testing.T) {
 		{"bare EOF, not repeatable", io.EOF, false, false},
 		{"closed pool", puddle.ErrClosedPool, true, false},
 		{"closed conn", fmt.Errorf("x: %w", pgconn.ErrConnClosed), true, false},
-		{"lock error", lock.NewError(lock.CodeInternal, "acquire", "overflow", nil), true, false},
+		{"lock error", idemkit.NewError(idemkit.CodeInternal, "acquire", "overflow", nil), true, false},
 		{"unknown", errors.New("odd"), true, false},
 		{"a store's sentinel", store.ErrTooLarge, true, false},
 	}
@@ -169,7 +169,7 @@ func TestRetryable(t *testing.T) {
 // to four times for a failure worth repeating, once for any other failure
 // and once inside a caller's transaction, mapping the last error.
 func TestRetry(t *testing.T) {
-	lockErr := lock.NewError(lock.CodeInternal, "acquire", "overflow", nil)
+	lockErr := idemkit.NewError(idemkit.CodeInternal, "acquire", "overflow", nil)
 	cases := []struct {
 		name       string
 		fails      int // tries that fail before one succeeds
@@ -177,16 +177,16 @@ func TestRetry(t *testing.T) {
 		repeatable bool
 		inTx       bool
 		wantTries  int
-		want       lock.Code // of the error; 0 for success
+		want       idemkit.Code // of the error; 0 for success
 	}{
 		{"success at once", 0, nil, false, false, 1, 0},
 		{"serialization failures, then success", 2, pgErr("40001"), false, false, 3, 0},
-		{"deadlocks until the tries run out", 100, pgErr("40P01"), false, false, 1 + maxRetries, lock.CodeServiceUnavailable},
+		{"deadlocks until the tries run out", 100, pgErr("40P01"), false, false, 1 + maxRetries, idemkit.CodeServiceUnavailable},
 		{"lost connection, repeatable", 1, io.ErrUnexpectedEOF, true, false, 2, 0},
-		{"lost connection, not repeatable", 1, io.ErrUnexpectedEOF, false, false, 1, lock.CodeServiceUnavailable},
-		{"in a caller's transaction", 1, pgErr("40001"), true, true, 1, lock.CodeServiceUnavailable},
-		{"not worth a retry", 100, pgErr("23505"), true, false, 1, lock.CodeInternal},
-		{"a lock error", 100, lockErr, true, false, 1, lock.CodeInternal},
+		{"lost connection, not repeatable", 1, io.ErrUnexpectedEOF, false, false, 1, idemkit.CodeServiceUnavailable},
+		{"in a caller's transaction", 1, pgErr("40001"), true, true, 1, idemkit.CodeServiceUnavailable},
+		{"not worth a retry", 100, pgErr("23505"), true, false, 1, idemkit.CodeInternal},
+		{"a lock error", 100, lockErr, true, false, 1, idemkit.CodeInternal},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -209,11 +209,11 @@ func TestRetry(t *testing.T) {
 			}
 			if c.err == error(lockErr) {
 				if err != c.err {
-					t.Fatalf("Retry changed a *lock.Error: %v", err)
+					t.Fatalf("Retry changed a *idemkit.Error: %v", err)
 				}
 				return
 			}
-			var le *lock.Error
+			var le *idemkit.Error
 			if !errors.As(err, &le) || le.Code != c.want || le.Op != "op" || !errors.Is(err, c.err) {
 				t.Fatalf("Retry = %v; want code %v for op wrapping %v", err, c.want, c.err)
 			}
@@ -227,7 +227,7 @@ func TestRetry(t *testing.T) {
 			cancel()
 			return true, pgErr("40001")
 		})
-		if tries != 1 || lock.CodeOf(err) != lock.CodeAborted || !errors.Is(err, context.Canceled) {
+		if tries != 1 || idemkit.CodeOf(err) != idemkit.CodeAborted || !errors.Is(err, context.Canceled) {
 			t.Fatalf("Retry under a cancelled ctx: %d tries, %v; want 1, Aborted", tries, err)
 		}
 	})
@@ -248,7 +248,7 @@ func TestErrorsFromServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, _, err = l.Acquire(ctx, "k", time.Second)
-		if lock.CodeOf(err) != lock.CodeInvalidArgument || !strings.Contains(err.Error(), "SetupSchema") {
+		if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "SetupSchema") {
 			t.Fatalf("Acquire on missing tables: %v; want InvalidArgument naming SetupSchema", err)
 		}
 		var pe *pgconn.PgError
@@ -295,7 +295,7 @@ func TestErrorsFromServer(t *testing.T) {
 		defer unhold()
 		_, err = slow.Extend(ctx, lease.ID, time.Minute)
 		var pe *pgconn.PgError
-		if lock.CodeOf(err) != lock.CodeNetworkTimeout || !errors.As(err, &pe) || pe.Code != "57014" {
+		if idemkit.CodeOf(err) != idemkit.CodeNetworkTimeout || !errors.As(err, &pe) || pe.Code != "57014" {
 			t.Fatalf("Extend past statement_timeout: %v; want NetworkTimeout wrapping 57014", err)
 		}
 	})
@@ -303,17 +303,17 @@ func TestErrorsFromServer(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
-		want lock.Code
+		want idemkit.Code
 		is   error
 	}{
 		{"ctx deadline mid-query", func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(ctx, 100*time.Millisecond)
-		}, lock.CodeNetworkTimeout, context.DeadlineExceeded},
+		}, idemkit.CodeNetworkTimeout, context.DeadlineExceeded},
 		{"ctx cancelled mid-query", func() (context.Context, context.CancelFunc) {
 			c, cancel := context.WithCancel(ctx)
 			time.AfterFunc(100*time.Millisecond, cancel)
 			return c, cancel
-		}, lock.CodeAborted, context.Canceled},
+		}, idemkit.CodeAborted, context.Canceled},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pool := pgtest.NewPool(t, srv.URL, 2)
@@ -323,7 +323,7 @@ func TestErrorsFromServer(t *testing.T) {
 			defer cancel()
 			_, err := ml.Extend(qctx, lease.ID, time.Minute) // waits for the held row lock
 			unhold()
-			if lock.CodeOf(err) != c.want || !errors.Is(err, c.is) {
+			if idemkit.CodeOf(err) != c.want || !errors.Is(err, c.is) {
 				t.Fatalf("Extend interrupted by its ctx: %v; want %v matching %v", err, c.want, c.is)
 			}
 			// The pool recovers: the next operation works.
@@ -347,7 +347,7 @@ func TestErrorsFromServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := tl.Release(ctx, lease.ID)
-		if code := lock.CodeOf(err); code != lock.CodeServiceUnavailable {
+		if code := idemkit.CodeOf(err); code != idemkit.CodeServiceUnavailable {
 			t.Fatalf("Release on a terminated connection: %v; want ServiceUnavailable", err)
 		}
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock"
 )
@@ -39,7 +40,7 @@ func Example() {
 		fmt.Println("holding fence", lease.Fence)
 		return nil
 	}, lock.WithTTL(10*time.Second))
-	if errors.Is(err, lock.ErrAcquisitionTimeout) {
+	if errors.Is(err, idemkit.ErrAcquisitionTimeout) {
 		fmt.Println("busy")
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock/pgtest"
@@ -52,7 +53,7 @@ func (p probes) raiseFence(ctx context.Context, key string, f lock.Fence) error 
 	tag, err := p.db.Exec(ctx, "INSERT INTO "+p.n.fences.Sanitize()+` AS f (key, fence) VALUES ($1, $2)
 		ON CONFLICT (key) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence < EXCLUDED.fence`, sk, int64(f))
 	if err == nil && tag.RowsAffected() != 1 {
-		err = lock.NewError(lock.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
+		err = idemkit.NewError(idemkit.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -99,10 +100,10 @@ func newConfig(opts []Option) (config, error) {
 		return config{}, err
 	}
 	if c.names.locks.same(c.names.fences) {
-		return config{}, lock.NewError(lock.CodeInvalidArgument, "new", "the lock table and the fence-counter table must differ", nil)
+		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the lock table and the fence-counter table must differ", nil)
 	}
 	if c.sweepBatch < 1 {
-		return config{}, lock.NewError(lock.CodeInvalidArgument, "new", "the sweep batch must be at least 1", nil)
+		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the sweep batch must be at least 1", nil)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -128,7 +129,7 @@ type Locker struct {
 // sends nothing to the server.
 func New(db DB, opts ...Option) (*Locker, error) {
 	if db == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "a database client is required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a database client is required", nil)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -198,7 +199,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return lock.Lease{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Lease{}, false, err
 	}
 	sk, raw := storageKey(key)
@@ -226,7 +227,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return lock.Lease{}, false, err
 	}
 	if fence < 1 {
-		return lock.Lease{}, false, lock.NewError(lock.CodeInternal, op, fmt.Sprintf("the fence counter holds %d", fence), nil)
+		return lock.Lease{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the fence counter holds %d", fence), nil)
 	}
 	f := lock.Fence(fence)
 	if err := lock.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, f); err != nil {
@@ -258,7 +259,7 @@ func (l *Locker) acquire(ctx context.Context, sk, id string, ttl int64, raw []by
 func overflow(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23514" {
-		return lock.NewError(lock.CodeInternal, "acquire", fmt.Sprintf("fence counter overflow: the next fence exceeds the maximum %s", lock.FenceMax), err)
+		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence counter overflow: the next fence exceeds the maximum %s", lock.FenceMax), err)
 	}
 	return err
 }
@@ -291,7 +292,7 @@ func (l *Locker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, 
 
 func (l *Locker) release(ctx context.Context, sql string, args ...any) (lock.Outcome, error) {
 	const op = "release"
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
 	var released, present bool
@@ -343,7 +344,7 @@ func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duratio
 
 func (l *Locker) extend(ctx context.Context, sql string, args ...any) (lock.Outcome, error) {
 	const op = "extend"
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
 	var (
@@ -374,7 +375,7 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	sk, _ := storageKey(key)
@@ -396,7 +397,7 @@ func (l *Locker) LookupKey(ctx context.Context, key string) (lock.Info, bool, er
 	if err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
 	sk, _ := storageKey(key)
@@ -409,7 +410,7 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
 	return l.lookup(ctx, l.q.lookupID, id)

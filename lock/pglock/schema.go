@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -118,7 +119,7 @@ func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
 // (pgstore's SetupSchema runs its DDL through it, under the same lock).
 func SetupDDL(ctx context.Context, db DB, ddl string) error {
 	const op = "setup-schema"
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return err
 	}
 	tx, err := db.Begin(ctx)
@@ -170,7 +171,7 @@ type TableName struct {
 // and the quoted name.
 func ParseTableName(what, name string) (TableName, error) {
 	bad := func(detail string) (TableName, error) {
-		return TableName{}, lock.NewError(lock.CodeInvalidArgument, "new", fmt.Sprintf("%s %q: %s", what, name, detail), nil)
+		return TableName{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("%s %q: %s", what, name, detail), nil)
 	}
 	schema, table, qualified := strings.Cut(name, ".")
 	if !qualified {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock/pgtest"
@@ -82,10 +83,10 @@ func TestInvalidTableNames(t *testing.T) {
 	}
 	for _, name := range bad {
 		for _, opt := range []Option{WithTable(name), WithFenceTable(name)} {
-			if _, err := New(closed, opt); lock.CodeOf(err) != lock.CodeInvalidArgument {
+			if _, err := New(closed, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 				t.Fatalf("New with table %q: %v; want InvalidArgument", name, err)
 			}
-			if err := SetupSchema(t.Context(), closed, opt); lock.CodeOf(err) != lock.CodeInvalidArgument {
+			if err := SetupSchema(t.Context(), closed, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 				t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
 			}
 		}
@@ -96,20 +97,20 @@ func TestInvalidTableNames(t *testing.T) {
 			t.Fatalf("New with table %q: %v", name, err)
 		}
 	}
-	if _, err := New(nil); lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if _, err := New(nil); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("New(nil): %v", err)
 	}
-	if _, err := New(closed, WithSweepBatch(0)); lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if _, err := New(closed, WithSweepBatch(0)); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("New with a zero sweep batch: %v", err)
 	}
 	// The lock and fence-counter tables must differ (SyncGuard checklist
 	// item 37), also when one name leaves the schema to the search path.
 	for _, pair := range [][2]string{{"x", "x"}, {"s.x", "s.x"}, {"s.x", "x"}, {"x", "s.x"}, {DefaultFenceTable, DefaultFenceTable}} {
 		_, err := New(closed, WithTable(pair[0]), WithFenceTable(pair[1]))
-		if lock.CodeOf(err) != lock.CodeInvalidArgument || !errors.Is(err, lock.ErrInvalidArgument) {
+		if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !errors.Is(err, idemkit.ErrInvalidArgument) {
 			t.Fatalf("New with lock table %q and fence table %q: %v; want InvalidArgument", pair[0], pair[1], err)
 		}
-		if err := SetupSchema(context.Background(), closed, WithTable(pair[0]), WithFenceTable(pair[1])); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if err := SetupSchema(context.Background(), closed, WithTable(pair[0]), WithFenceTable(pair[1])); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("SetupSchema with one table for both: %v", err)
 		}
 	}
@@ -141,7 +142,7 @@ func TestParseTableName(t *testing.T) {
 		}
 	}
 	_, err := ParseTableName("record table", "r;drop table x")
-	if lock.CodeOf(err) != lock.CodeInvalidArgument || !strings.Contains(err.Error(), `record table "r;drop table x"`) {
+	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), `record table "r;drop table x"`) {
 		t.Fatalf("ParseTableName of a bad name: %v; want InvalidArgument naming the record table", err)
 	}
 }
@@ -155,10 +156,10 @@ func TestSetupDDLEndedContext(t *testing.T) {
 	closed.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := SetupDDL(ctx, closed, "SELECT 1"); lock.CodeOf(err) != lock.CodeAborted || !errors.Is(err, context.Canceled) {
+	if err := SetupDDL(ctx, closed, "SELECT 1"); idemkit.CodeOf(err) != idemkit.CodeAborted || !errors.Is(err, context.Canceled) {
 		t.Fatalf("SetupDDL under a cancelled ctx: %v; want Aborted", err)
 	}
-	if err := SetupDDL(t.Context(), closed, "SELECT 1"); lock.CodeOf(err) != lock.CodeServiceUnavailable {
+	if err := SetupDDL(t.Context(), closed, "SELECT 1"); idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
 		t.Fatalf("SetupDDL on a closed pool: %v; want ServiceUnavailable", err)
 	}
 }

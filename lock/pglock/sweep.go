@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -54,12 +55,12 @@ func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop
 func SweepBatches(ctx context.Context, db DB, sql string, batch int) (int, error) {
 	const op = "sweep"
 	if batch < 1 {
-		return 0, lock.NewError(lock.CodeInvalidArgument, op, "the sweep batch must be at least 1", nil)
+		return 0, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the sweep batch must be at least 1", nil)
 	}
 	_, inTx := db.(pgx.Tx)
 	total := 0
 	for {
-		if err := lock.CheckContext(ctx, op); err != nil {
+		if err := idemkit.CheckContext(ctx, op); err != nil {
 			return total, err
 		}
 		var n int64

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
@@ -107,11 +108,11 @@ func TestSweepBuildingBlocks(t *testing.T) {
 	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
 	closed.Close()
 	for _, batch := range []int{0, -1} {
-		if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", batch); n != 0 || lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", batch); n != 0 || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("SweepBatches with batch %d = %d, %v; want InvalidArgument", batch, n, err)
 		}
 	}
-	if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", 1); n != 0 || lock.CodeOf(err) != lock.CodeServiceUnavailable {
+	if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", 1); n != 0 || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
 		t.Fatalf("SweepBatches on a closed pool = %d, %v; want ServiceUnavailable", n, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock/pgtest"
@@ -116,7 +117,7 @@ func TestInTransaction(t *testing.T) {
 	if out, err := l.Release(ctx, lease.ID); err != nil || !out.OK {
 		t.Fatalf("Release: %+v, %v", out, err)
 	}
-	if _, _, err := l.Acquire(ctx, k, time.Minute); lock.CodeOf(err) != lock.CodeInternal {
+	if _, _, err := l.Acquire(ctx, k, time.Minute); idemkit.CodeOf(err) != idemkit.CodeInternal {
 		t.Fatalf("Acquire past the maximum fence: %v; want Internal", err)
 	}
 	var one int

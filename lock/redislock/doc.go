@@ -96,7 +96,7 @@
 //
 // # Errors
 //
-// Failures are [*lock.Error] values that unwrap to their code's sentinel and
+// Failures are [*idemkit.Error] values that unwrap to their code's sentinel and
 // to go-redis's error; see [MapError] for the mapping. Contention, absence
 // and ownership mismatches are results, never errors.
 //

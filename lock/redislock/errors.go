@@ -8,11 +8,11 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/redis/go-redis/v9"
 )
 
-// MapError turns an error from go-redis into a [*lock.Error] for op that
+// MapError turns an error from go-redis into a [*idemkit.Error] for op that
 // unwraps to both its code's sentinel and err. It returns nil for nil and
 // for [redis.Nil] (absence is a result, not an error). The mapping, by type
 // and by the server's error code (the first word of its reply), never by
@@ -43,24 +43,24 @@ func MapError(op string, err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return nil
 	}
-	var le *lock.Error
+	var le *idemkit.Error
 	if errors.As(err, &le) {
 		return err
 	}
 	code, detail := classify(err)
-	return lock.NewError(code, op, detail, err)
+	return idemkit.NewError(code, op, detail, err)
 }
 
-func classify(err error) (lock.Code, string) {
+func classify(err error) (idemkit.Code, string) {
 	switch {
 	case errors.Is(err, context.Canceled):
-		return lock.CodeAborted, "context canceled"
+		return idemkit.CodeAborted, "context canceled"
 	case errors.Is(err, context.DeadlineExceeded):
-		return lock.CodeNetworkTimeout, "context deadline exceeded"
+		return idemkit.CodeNetworkTimeout, "context deadline exceeded"
 	case errors.Is(err, redis.ErrClosed):
-		return lock.CodeServiceUnavailable, "client closed"
+		return idemkit.CodeServiceUnavailable, "client closed"
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
-		return lock.CodeServiceUnavailable, "no connection available in the pool"
+		return idemkit.CodeServiceUnavailable, "no connection available in the pool"
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
@@ -69,33 +69,33 @@ func classify(err error) (lock.Code, string) {
 	var nerr net.Error
 	switch {
 	case errors.As(err, &nerr) && nerr.Timeout():
-		return lock.CodeNetworkTimeout, "network timeout"
+		return idemkit.CodeNetworkTimeout, "network timeout"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, net.ErrClosed):
-		return lock.CodeServiceUnavailable, "connection failed"
+		return idemkit.CodeServiceUnavailable, "connection failed"
 	case errors.As(err, &nerr):
-		return lock.CodeServiceUnavailable, "network error"
+		return idemkit.CodeServiceUnavailable, "network error"
 	}
-	return lock.CodeInternal, "unexpected client error"
+	return idemkit.CodeInternal, "unexpected client error"
 }
 
 // serverCode maps a server error reply by its error code, the first word.
-func serverCode(msg string) (lock.Code, string) {
+func serverCode(msg string) (idemkit.Code, string) {
 	code, _, _ := strings.Cut(msg, " ")
 	switch code {
 	case "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "BUSY", "NOREPLICAS", "MISCONF":
-		return lock.CodeServiceUnavailable, "server unavailable (" + code + ")"
+		return idemkit.CodeServiceUnavailable, "server unavailable (" + code + ")"
 	case "NOAUTH", "WRONGPASS", "NOPERM":
-		return lock.CodeAuthFailed, "server refused the credentials (" + code + ")"
+		return idemkit.CodeAuthFailed, "server refused the credentials (" + code + ")"
 	case "OOM":
-		return lock.CodeRateLimited, "server over its memory limit (OOM)"
+		return idemkit.CodeRateLimited, "server over its memory limit (OOM)"
 	}
 	if !isErrorCode(code) {
 		code = "ERR"
 	}
-	return lock.CodeInternal, "server error (" + code + ")"
+	return idemkit.CodeInternal, "server error (" + code + ")"
 }
 
 // isErrorCode reports whether s looks like a server error code (upper-case
@@ -114,5 +114,5 @@ func isErrorCode(s string) bool {
 
 // replyError reports a script reply of an unexpected shape.
 func replyError(op, what string) error {
-	return lock.NewError(lock.CodeInternal, op, "unexpected reply from Redis: "+what, nil)
+	return idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: "+what, nil)
 }

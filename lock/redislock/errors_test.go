@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/redis/go-redis/v9"
@@ -42,18 +42,18 @@ func TestMapError(t *testing.T) {
 	cases := []struct {
 		name string
 		err  func(t *testing.T) error
-		want lock.Code
+		want idemkit.Code
 	}{
 		{"context canceled", func(t *testing.T) error {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
 			return redistest.ClientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
-		}, lock.CodeAborted},
+		}, idemkit.CodeAborted},
 		{"context deadline", func(t *testing.T) error {
 			ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
 			defer cancel()
 			return redistest.ClientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
-		}, lock.CodeNetworkTimeout},
+		}, idemkit.CodeNetworkTimeout},
 		{"read timeout (server paused)", func(t *testing.T) error {
 			srv := testenv.NewRedis(t)
 			admin := redistest.ClientFor(t, srv.Addr)
@@ -67,12 +67,12 @@ func TestMapError(t *testing.T) {
 				t.Fatal(err)
 			}
 			return c.Get(t.Context(), secretKey).Err()
-		}, lock.CodeNetworkTimeout},
+		}, idemkit.CodeNetworkTimeout},
 		{"closed client", func(t *testing.T) error {
 			c := redistest.ClientFor(t, testenv.Redis(t).Addr)
 			_ = c.Close()
 			return c.Get(t.Context(), secretKey).Err()
-		}, lock.CodeServiceUnavailable},
+		}, idemkit.CodeServiceUnavailable},
 		{"connection refused", func(t *testing.T) error {
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -81,7 +81,7 @@ func TestMapError(t *testing.T) {
 			addr := ln.Addr().String()
 			_ = ln.Close()
 			return noRetry(t, &redis.Options{Addr: addr}).Get(t.Context(), secretKey).Err()
-		}, lock.CodeServiceUnavailable},
+		}, idemkit.CodeServiceUnavailable},
 		{"server killed", func(t *testing.T) error {
 			srv := testenv.NewRedis(t)
 			c := noRetry(t, &redis.Options{Addr: srv.Addr})
@@ -90,7 +90,7 @@ func TestMapError(t *testing.T) {
 			}
 			srv.Stop(t)
 			return c.Get(t.Context(), secretKey).Err()
-		}, lock.CodeServiceUnavailable},
+		}, idemkit.CodeServiceUnavailable},
 		{"WRONGTYPE", func(t *testing.T) error {
 			c := redistest.ClientFor(t, testenv.Redis(t).Addr)
 			k := testenv.Name(t) + secretKey
@@ -98,13 +98,13 @@ func TestMapError(t *testing.T) {
 				t.Fatal(err)
 			}
 			return c.HGet(t.Context(), k, "f").Err()
-		}, lock.CodeInternal},
+		}, idemkit.CodeInternal},
 		{"NOSCRIPT", func(t *testing.T) error {
 			return redistest.ClientFor(t, testenv.Redis(t).Addr).EvalSha(t.Context(), strings.Repeat("0", 40), []string{secretKey}).Err()
-		}, lock.CodeInternal},
+		}, idemkit.CodeInternal},
 		{"script runtime error", func(t *testing.T) error {
 			return redistest.ClientFor(t, testenv.Redis(t).Addr).Eval(t.Context(), "return nil + 1", []string{secretKey}).Err()
-		}, lock.CodeInternal},
+		}, idemkit.CodeInternal},
 		{"READONLY (a replica)", func(t *testing.T) error {
 			primary, replica := testenv.NewRedis(t), testenv.NewRedis(t)
 			host, port, _ := net.SplitHostPort(primary.Addr)
@@ -113,7 +113,7 @@ func TestMapError(t *testing.T) {
 				t.Fatal(err)
 			}
 			return c.Set(t.Context(), secretKey, "v", 0).Err()
-		}, lock.CodeServiceUnavailable},
+		}, idemkit.CodeServiceUnavailable},
 		{"MOVED (a cluster node asked for another's key)", func(t *testing.T) error {
 			// Two of the three masters do not own the key's slot.
 			for _, addr := range testenv.RedisCluster(t).Addrs {
@@ -124,23 +124,23 @@ func TestMapError(t *testing.T) {
 			}
 			t.Fatal("no node answered MOVED")
 			return nil
-		}, lock.CodeServiceUnavailable},
+		}, idemkit.CodeServiceUnavailable},
 		{"CROSSSLOT", func(t *testing.T) error {
 			c := noRetry(t, &redis.Options{Addr: testenv.RedisCluster(t).Addrs[0]})
 			return c.MGet(t.Context(), "{a}"+secretKey, "{c}"+secretKey).Err()
-		}, lock.CodeInternal},
+		}, idemkit.CodeInternal},
 		{"NOAUTH", func(t *testing.T) error {
 			srv := authServer(t)
 			return noRetry(t, &redis.Options{Addr: srv.Addr}).Get(t.Context(), secretKey).Err()
-		}, lock.CodeAuthFailed},
+		}, idemkit.CodeAuthFailed},
 		{"WRONGPASS", func(t *testing.T) error {
 			srv := authServer(t)
 			return noRetry(t, &redis.Options{Addr: srv.Addr, Password: "wrong"}).Get(t.Context(), secretKey).Err()
-		}, lock.CodeAuthFailed},
+		}, idemkit.CodeAuthFailed},
 		{"NOPERM", func(t *testing.T) error {
 			srv := authServer(t)
 			return noRetry(t, &redis.Options{Addr: srv.Addr, Username: "reader", Password: "reader-pw"}).Set(t.Context(), secretKey, "v", 0).Err()
-		}, lock.CodeAuthFailed},
+		}, idemkit.CodeAuthFailed},
 		{"OOM", func(t *testing.T) error {
 			srv := testenv.NewRedis(t)
 			c := noRetry(t, &redis.Options{Addr: srv.Addr})
@@ -151,18 +151,18 @@ func TestMapError(t *testing.T) {
 				t.Fatal(err)
 			}
 			return c.Set(t.Context(), secretKey, "v", 0).Err()
-		}, lock.CodeRateLimited},
-		{"BUSY (a script holds the server)", busyError, lock.CodeServiceUnavailable},
-		{"LOADING reply", serverReply("LOADING Redis is loading the dataset in memory"), lock.CodeServiceUnavailable},
-		{"MASTERDOWN reply", serverReply("MASTERDOWN Link with MASTER is down"), lock.CodeServiceUnavailable},
-		{"CLUSTERDOWN reply", serverReply("CLUSTERDOWN The cluster is down"), lock.CodeServiceUnavailable},
-		{"TRYAGAIN reply", serverReply("TRYAGAIN Multiple keys request during rehashing of slot"), lock.CodeServiceUnavailable},
-		{"ASK reply", serverReply("ASK 3999 127.0.0.1:6381"), lock.CodeServiceUnavailable},
-		{"NOREPLICAS reply", serverReply("NOREPLICAS Not enough good replicas to write."), lock.CodeServiceUnavailable},
-		{"MISCONF reply", serverReply("MISCONF Errors writing to the AOF file"), lock.CodeServiceUnavailable},
-		{"unknown code", serverReply("FROBNICATED something " + secretKey), lock.CodeInternal},
-		{"no code at all", serverReply("lower case text " + secretKey), lock.CodeInternal},
-		{"a plain Go error", func(*testing.T) error { return errors.New("boom") }, lock.CodeInternal},
+		}, idemkit.CodeRateLimited},
+		{"BUSY (a script holds the server)", busyError, idemkit.CodeServiceUnavailable},
+		{"LOADING reply", serverReply("LOADING Redis is loading the dataset in memory"), idemkit.CodeServiceUnavailable},
+		{"MASTERDOWN reply", serverReply("MASTERDOWN Link with MASTER is down"), idemkit.CodeServiceUnavailable},
+		{"CLUSTERDOWN reply", serverReply("CLUSTERDOWN The cluster is down"), idemkit.CodeServiceUnavailable},
+		{"TRYAGAIN reply", serverReply("TRYAGAIN Multiple keys request during rehashing of slot"), idemkit.CodeServiceUnavailable},
+		{"ASK reply", serverReply("ASK 3999 127.0.0.1:6381"), idemkit.CodeServiceUnavailable},
+		{"NOREPLICAS reply", serverReply("NOREPLICAS Not enough good replicas to write."), idemkit.CodeServiceUnavailable},
+		{"MISCONF reply", serverReply("MISCONF Errors writing to the AOF file"), idemkit.CodeServiceUnavailable},
+		{"unknown code", serverReply("FROBNICATED something " + secretKey), idemkit.CodeInternal},
+		{"no code at all", serverReply("lower case text " + secretKey), idemkit.CodeInternal},
+		{"a plain Go error", func(*testing.T) error { return errors.New("boom") }, idemkit.CodeInternal},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -172,7 +172,7 @@ func TestMapError(t *testing.T) {
 				t.Fatal("the scenario produced no error")
 			}
 			err := redislock.MapError("get", native)
-			var le *lock.Error
+			var le *idemkit.Error
 			if !errors.As(err, &le) || le.Code != c.want {
 				t.Fatalf("MapError(%v) = %v; want code %v", native, err, c.want)
 			}
@@ -198,9 +198,9 @@ func TestMapErrorPassesNilAndAbsence(t *testing.T) {
 	if err := redislock.MapError("get", nil); err != nil {
 		t.Fatalf("MapError(nil) = %v", err)
 	}
-	coded := lock.NewError(lock.CodeInvalidArgument, "x", "y", nil)
+	coded := idemkit.NewError(idemkit.CodeInvalidArgument, "x", "y", nil)
 	if err := redislock.MapError("get", coded); err != coded {
-		t.Fatalf("MapError changed a *lock.Error: %v", err)
+		t.Fatalf("MapError changed a *idemkit.Error: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -42,7 +43,7 @@ func (l *Locker) AcquireWith(ctx context.Context, script *Script, key string, tt
 	if err := sameTag(op, key, keys); err != nil {
 		return lock.Lease{}, false, nil, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Lease{}, false, nil, err
 	}
 	lease, ok, extra, err = l.acquireWith(ctx, script, key, ttl, keys, args)
@@ -168,7 +169,7 @@ func (l *Locker) durable(ctx context.Context, conn *redis.Conn) error {
 			return MapError(op, err)
 		}
 		if n < int64(l.waitN) {
-			return lock.NewError(lock.CodeServiceUnavailable, op, fmt.Sprintf("the fence was acknowledged by %d of %d replicas in time; the lease was given back", n, l.waitN), nil)
+			return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("the fence was acknowledged by %d of %d replicas in time; the lease was given back", n, l.waitN), nil)
 		}
 	case waitAOF:
 		acks, err := conn.WaitAOF(ctx, l.local, l.waitN, l.waitFor).Result()
@@ -176,7 +177,7 @@ func (l *Locker) durable(ctx context.Context, conn *redis.Conn) error {
 			return MapError(op, err)
 		}
 		if len(acks) != 2 || acks[0] < int64(l.local) || acks[1] < int64(l.waitN) {
-			return lock.NewError(lock.CodeServiceUnavailable, op, fmt.Sprintf("the fence was not fsynced as asked in time (acknowledged %v); the lease was given back", acks), nil)
+			return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("the fence was not fsynced as asked in time (acknowledged %v); the lease was given back", acks), nil)
 		}
 	}
 	return nil
@@ -222,7 +223,7 @@ func (l *Locker) ReleaseWith(ctx context.Context, script *Script, key, id string
 	if err := sameTag(op, key, keys); err != nil {
 		return lock.Outcome{}, nil, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, nil, err
 	}
 	return l.releaseName(ctx, op, script, l.layout.Lock(key), id, keys, args)
@@ -285,7 +286,7 @@ func sameTag(op, key string, keys []string) error {
 	tag := Tag(key)
 	for _, k := range keys {
 		if t, ok := HashTag(k); !ok || t != tag {
-			return lock.NewError(lock.CodeInvalidArgument, op, "every key of a combined script must carry the lock's hash tag", nil)
+			return idemkit.NewError(idemkit.CodeInvalidArgument, op, "every key of a combined script must carry the lock's hash tag", nil)
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -49,11 +50,11 @@ type Layout struct {
 // anything else is an InvalidArgument error.
 func NewLayout(prefix string) (Layout, error) {
 	if prefix == "" || len(prefix) > MaxKeyPrefixBytes {
-		return Layout{}, lock.NewError(lock.CodeInvalidArgument, "new", fmt.Sprintf("key prefix must have 1 to %d bytes", MaxKeyPrefixBytes), nil)
+		return Layout{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("key prefix must have 1 to %d bytes", MaxKeyPrefixBytes), nil)
 	}
 	for i := 0; i < len(prefix); i++ {
 		if c := prefix[i]; c <= ' ' || c > '~' || c == '{' || c == '}' {
-			return Layout{}, lock.NewError(lock.CodeInvalidArgument, "new", "key prefix must be printable ASCII without spaces or braces", nil)
+			return Layout{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "key prefix must be printable ASCII without spaces or braces", nil)
 		}
 	}
 	return Layout{prefix: prefix}, nil

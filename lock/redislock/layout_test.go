@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/lock/redislock/redistest"
@@ -24,8 +25,8 @@ func TestNewLayoutValidatesPrefix(t *testing.T) {
 		if (err == nil) != c.ok {
 			t.Errorf("NewLayout(%q) = %v; want ok = %v", c.prefix, err, c.ok)
 		}
-		if err != nil && lock.CodeOf(err) != lock.CodeInvalidArgument {
-			t.Errorf("NewLayout(%q): code %v; want InvalidArgument", c.prefix, lock.CodeOf(err))
+		if err != nil && idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+			t.Errorf("NewLayout(%q): code %v; want InvalidArgument", c.prefix, idemkit.CodeOf(err))
 		}
 		_, err = redislock.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), redislock.WithKeyPrefix(c.prefix))
 		if (err == nil) != c.ok {

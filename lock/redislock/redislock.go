@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -111,7 +112,7 @@ var (
 // InvalidArgument error for a bad one; it does no I/O.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "a Redis client is required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a Redis client is required", nil)
 	}
 	cfg := config{prefix: DefaultKeyPrefix}
 	for _, o := range opts {
@@ -136,11 +137,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		_, single := client.(*redis.Client)
 		switch {
 		case l.waitN < 0 || l.waitN == 0 && l.local == 0:
-			return nil, lock.NewError(lock.CodeInvalidArgument, "new", "wait-for-replicas needs a positive number of replicas", nil)
+			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "wait-for-replicas needs a positive number of replicas", nil)
 		case l.waitFor < time.Millisecond:
-			return nil, lock.NewError(lock.CodeInvalidArgument, "new", "wait-for-replicas needs a timeout of at least 1ms", nil)
+			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "wait-for-replicas needs a timeout of at least 1ms", nil)
 		case !single && l.cluster == nil:
-			return nil, lock.NewError(lock.CodeInvalidArgument, "new", fmt.Sprintf("wait-for-replicas needs a *redis.Client or *redis.ClusterClient (got %T)", client), nil)
+			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("wait-for-replicas needs a *redis.Client or *redis.ClusterClient (got %T)", client), nil)
 		}
 	}
 	return l, nil
@@ -183,7 +184,7 @@ func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
 	name, found, err := l.resolve(ctx, op, id)
@@ -210,7 +211,7 @@ func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return lock.Outcome{}, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
 	name, found, err := l.resolve(ctx, op, id)
@@ -235,7 +236,7 @@ func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duratio
 	if err := lock.ValidateTTL(ttl); err != nil {
 		return lock.Outcome{}, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
 	return l.extendName(ctx, l.layout.Lock(key), id, ttl)
@@ -278,7 +279,7 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	cleanup := "0"
@@ -299,7 +300,7 @@ func (l *Locker) LookupKey(ctx context.Context, key string) (lock.Info, bool, er
 	if err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
 	return l.lookup(ctx, l.layout.Lock(key), "")
@@ -312,7 +313,7 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Info{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
 	name, found, err := l.resolve(ctx, op, id)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
@@ -40,7 +41,7 @@ func TestNewValidates(t *testing.T) {
 		{"zero wait timeout", c, []redislock.Option{redislock.WithWaitForReplicas(1, 0)}},
 		{"wait on a ring", ring, []redislock.Option{redislock.WithWaitForReplicas(1, time.Second)}},
 	} {
-		if _, err := redislock.New(tc.client, tc.opts...); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if _, err := redislock.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
 		}
 	}
@@ -168,20 +169,20 @@ func TestMalformedStateIsInternal(t *testing.T) {
 	if err := c.Set(ctx, l.Layout().Lock("short"), "garbage", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.LookupKey(ctx, "short"); lock.CodeOf(err) != lock.CodeInternal {
+	if _, _, err := l.LookupKey(ctx, "short"); idemkit.CodeOf(err) != idemkit.CodeInternal {
 		t.Fatalf("LookupKey of a malformed record: %v; want Internal", err)
 	}
 	id := lock.NewID()
 	if err := c.Set(ctx, l.Layout().Index(id), "elsewhere", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.Release(ctx, id); lock.CodeOf(err) != lock.CodeInternal {
+	if _, err := l.Release(ctx, id); idemkit.CodeOf(err) != idemkit.CodeInternal {
 		t.Fatalf("Release through an index that names no lock: %v; want Internal", err)
 	}
 	if err := c.Set(ctx, l.Layout().Fence("nan"), "not a number", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Acquire(ctx, "nan", time.Minute); lock.CodeOf(err) != lock.CodeInternal {
+	if _, _, err := l.Acquire(ctx, "nan", time.Minute); idemkit.CodeOf(err) != idemkit.CodeInternal {
 		t.Fatalf("Acquire over a corrupt fence counter: %v; want Internal", err)
 	}
 	if locked, _ := l.IsLocked(ctx, "nan"); locked {
@@ -195,11 +196,11 @@ func TestWithRefusesForeignSlots(t *testing.T) {
 	l := newLocker(t, redistest.Single(t))
 	script := redislock.NewScript(`return {lock_acquire_call()}`)
 	_, _, _, err := l.AcquireWith(t.Context(), script, "ns:lock:{a}", time.Minute, []string{l.Layout().Record("ns:record:{b}")})
-	if lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("AcquireWith with a key on another slot: %v; want InvalidArgument", err)
 	}
 	_, _, err = l.ReleaseWith(t.Context(), script, "ns:lock:{a}", lock.NewID(), []string{"plain"})
-	if lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("ReleaseWith with an untagged key: %v; want InvalidArgument", err)
 	}
 	lease, ok, extra, err := l.AcquireWith(t.Context(), script, "ns:lock:{a}", time.Minute, []string{l.Layout().Record("ns:record:{a}")})
@@ -297,7 +298,7 @@ func splitLines(s string) []string {
 func checkRefusedDurably(t *testing.T, l *redislock.Locker, k string) {
 	t.Helper()
 	_, ok, err := l.Acquire(t.Context(), k, time.Minute)
-	if ok || lock.CodeOf(err) != lock.CodeServiceUnavailable {
+	if ok || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
 		t.Fatalf("Acquire(%s) without enough replicas: %v, %v; want ServiceUnavailable", k, ok, err)
 	}
 	if locked, err := l.IsLocked(t.Context(), k); err != nil || locked {
@@ -330,7 +331,7 @@ func TestPlainClientOnClusterEndpoint(t *testing.T) {
 		k := fmt.Sprint("plain-", i)
 		lease, ok, err := l.Acquire(t.Context(), k, time.Minute)
 		if err != nil {
-			if code := lock.CodeOf(err); code != lock.CodeServiceUnavailable {
+			if code := idemkit.CodeOf(err); code != idemkit.CodeServiceUnavailable {
 				t.Fatalf("acquire %s: %v; want success or MOVED (ServiceUnavailable)", k, err)
 			}
 			continue

@@ -113,7 +113,7 @@
 //
 // # Errors
 //
-// Failures are [lock.Error] values that unwrap to their code's sentinel and
+// Failures are [idemkit.Error] values that unwrap to their code's sentinel and
 // the native error, mapped by gRPC status code and error type by
 // [firestorelock.MapError] (see its table): Unavailable and a closed client
 // are ServiceUnavailable, contention that outlasted the retries (Aborted)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
@@ -53,7 +54,7 @@ func TestContentionIsReported(t *testing.T) {
 					if ok {
 						highest = max(highest, f)
 					}
-				case lock.CodeOf(err) == lock.CodeServiceUnavailable && status.Code(err) == codes.Aborted && errors.Is(err, lock.ErrServiceUnavailable):
+				case idemkit.CodeOf(err) == idemkit.CodeServiceUnavailable && status.Code(err) == codes.Aborted && errors.Is(err, idemkit.ErrServiceUnavailable):
 					aborted++
 					if strings.Contains(err.Error(), "secret") {
 						t.Errorf("the error names the key: %v", err)
@@ -98,11 +99,11 @@ func TestForeignDocuments(t *testing.T) {
 			if _, err := ref.Set(ctx, tc.data); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := s.Get(ctx, "foreign"); lock.CodeOf(err) != lock.CodeInternal {
+			if _, _, err := s.Get(ctx, "foreign"); idemkit.CodeOf(err) != idemkit.CodeInternal {
 				t.Fatalf("Get: %v; want Internal", err)
 			}
 			ok, err := s.Put(ctx, store.Record{Key: "foreign", State: store.StateCompleted, Fence: 1}, time.Hour)
-			if ok || lock.CodeOf(err) != lock.CodeInternal {
+			if ok || idemkit.CodeOf(err) != idemkit.CodeInternal {
 				t.Fatalf("Put: %v, %v; want Internal", ok, err)
 			}
 			snap, err := ref.Get(ctx)

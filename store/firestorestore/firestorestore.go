@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/store"
@@ -137,7 +138,7 @@ func newConfig(opts []Option) (config, error) {
 		return config{}, err
 	}
 	bad := func(detail string) (config, error) {
-		return config{}, lock.NewError(lock.CodeInvalidArgument, "new", detail, nil)
+		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil)
 	}
 	switch {
 	case c.clock == nil:
@@ -178,7 +179,7 @@ type Store struct {
 // indexes serve [Store.Sweep].
 func New(client *firestore.Client, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "a Firestore client is required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a Firestore client is required", nil)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -218,7 +219,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
 	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.ref(key)})
@@ -259,12 +260,12 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, err
 	}
 	if rec.Fence > lock.FenceMax {
-		return false, lock.NewError(lock.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, lock.FenceMax), nil)
+		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, lock.FenceMax), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
 		return false, store.TooLarge(op, len(rec.Response), limit)
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	ref := s.ref(rec.Key)
@@ -316,7 +317,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // When the read fails, the outcome stays unknown and the error is
 // transient ([firestorelock.MapCommitError]).
 func (s *Store) putFailed(ctx context.Context, op string, rec store.Record, writes []string, err error) (bool, error) {
-	var le *lock.Error
+	var le *idemkit.Error
 	if len(writes) == 0 || ctx.Err() != nil || errors.As(err, &le) {
 		return false, firestorelock.MapError(ctx, op, err)
 	}
@@ -346,7 +347,7 @@ func (s *Store) putFailed(ctx context.Context, op string, rec store.Record, writ
 func (s *Store) putError(ctx context.Context, op string, rec store.Record, err error) error {
 	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil &&
 		documentSize(s.cfg.collection, rec.Key, rec.Fingerprint, len(rec.Response)) > MaxDocumentBytes/2 {
-		return lock.NewError(lock.CodeInvalidArgument, op,
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op,
 			fmt.Sprintf("Firestore refused the record document of a %d-byte response (its document limit is %d bytes)", len(rec.Response), MaxDocumentBytes),
 			fmt.Errorf("%w: %w", store.ErrTooLarge, firestorelock.MapError(ctx, op, err)))
 	}
@@ -370,7 +371,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	ref := s.ref(key)
@@ -422,7 +423,7 @@ func recordData(rec store.Record, created, expires time.Time, writeID string) ma
 // malformed is the error for a record document this package did not
 // write as it reads it. The detail names the field, never a key.
 func malformed(op, what string) error {
-	return lock.NewError(lock.CodeInternal, op, "malformed record document: "+what, nil)
+	return idemkit.NewError(idemkit.CodeInternal, op, "malformed record document: "+what, nil)
 }
 
 // decode reads the record document of key. It checks that the document

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/middleware"
@@ -98,11 +98,11 @@ func TestPutCommitRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		response int
-		want     lock.Code
+		want     idemkit.Code
 		tooLarge bool
 	}{
-		{"small", 1, lock.CodeServiceUnavailable, false},
-		{"large", 600 << 10, lock.CodeInvalidArgument, true},
+		{"small", 1, idemkit.CodeServiceUnavailable, false},
+		{"large", 600 << 10, idemkit.CodeInvalidArgument, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -112,7 +112,7 @@ func TestPutCommitRefused(t *testing.T) {
 			rec := store.Record{Key: "k", Fingerprint: "fp", State: store.StateCompleted, Response: make([]byte, tc.response), Fence: 1}
 			f.armed.Store(true)
 			ok, err := s.Put(ctx, rec, time.Hour)
-			if ok || lock.CodeOf(err) != tc.want || errors.Is(err, store.ErrTooLarge) != tc.tooLarge {
+			if ok || idemkit.CodeOf(err) != tc.want || errors.Is(err, store.ErrTooLarge) != tc.tooLarge {
 				t.Fatalf("Put = %v, %v; want %v (too large: %v)", ok, err, tc.want, tc.tooLarge)
 			}
 			if status.Code(err) != codes.InvalidArgument {

@@ -6,8 +6,8 @@ import (
 
 	"cloud.google.com/go/firestore"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
@@ -36,7 +36,7 @@ func TestNewValidates(t *testing.T) {
 		{"zero transaction attempts", c, []firestorestore.Option{firestorestore.WithTransactionAttempts(0)}},
 		{"too many transaction attempts", c, []firestorestore.Option{firestorestore.WithTransactionAttempts(101)}},
 	} {
-		if _, err := firestorestore.New(tc.client, tc.opts...); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if _, err := firestorestore.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
 		}
 	}

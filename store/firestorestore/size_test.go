@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/middleware"
@@ -67,7 +67,7 @@ func TestResponseSizeLimit(t *testing.T) {
 		}
 		rec.Fence, rec.Response = 2, append(rec.Response, 0)
 		ok, err = s.Put(ctx, rec, time.Hour)
-		if ok || !errors.Is(err, store.ErrTooLarge) || lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if ok || !errors.Is(err, store.ErrTooLarge) || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("a response one byte over the limit: %v, %v; want InvalidArgument matching store.ErrTooLarge", ok, err)
 		}
 		if got, _, _ := s.Get(ctx, key); got.Fence != 1 {
@@ -95,7 +95,7 @@ func TestFirestoreRefusesTooLarge(t *testing.T) {
 	}
 	rec.Response = make([]byte, exact+1)
 	ok, err := s.Put(ctx, rec, time.Hour)
-	if ok || !errors.Is(err, store.ErrTooLarge) || lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if ok || !errors.Is(err, store.ErrTooLarge) || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("a document one byte over: %v, %v; want InvalidArgument matching store.ErrTooLarge", ok, err)
 	}
 	if status.Code(err) != codes.InvalidArgument {

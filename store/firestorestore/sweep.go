@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 )
@@ -34,7 +35,7 @@ const DefaultSweepInterval = lock.DefaultSweepInterval
 // documents it deleted, also when it fails part way.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return 0, err
 	}
 	total := 0
@@ -51,7 +52,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 			return total, nil
 		}
 		last = next
-		if err := lock.CheckContext(ctx, op); err != nil {
+		if err := idemkit.CheckContext(ctx, op); err != nil {
 			return total, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/store"
@@ -74,7 +75,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
 	s.mu.RLock()
@@ -98,7 +99,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
 		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -123,7 +124,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
@@ -143,7 +144,7 @@ func (s *Store) Combines(l lock.Locker) bool { return s.locker != nil && l == lo
 // AcquireGet implements [store.Combiner].
 func (s *Store) AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lock.Lease, bool, store.Record, bool, error) {
 	if s.locker == nil {
-		return lock.Lease{}, false, store.Record{}, false, lock.NewError(lock.CodeInvalidArgument, "acquire-get", "the store has no locker", nil)
+		return lock.Lease{}, false, store.Record{}, false, idemkit.NewError(idemkit.CodeInvalidArgument, "acquire-get", "the store has no locker", nil)
 	}
 	if err := store.ValidateKey(recordKey); err != nil {
 		return lock.Lease{}, false, store.Record{}, false, err
@@ -163,7 +164,7 @@ func (s *Store) AcquireGet(ctx context.Context, lockKey string, ttl time.Duratio
 // PutRelease implements [store.Combiner].
 func (s *Store) PutRelease(ctx context.Context, rec store.Record, ttl time.Duration, lease lock.Lease) (bool, lock.Outcome, error) {
 	if s.locker == nil {
-		return false, lock.Outcome{}, lock.NewError(lock.CodeInvalidArgument, "put-release", "the store has no locker", nil)
+		return false, lock.Outcome{}, idemkit.NewError(idemkit.CodeInvalidArgument, "put-release", "the store has no locker", nil)
 	}
 	stored, err := s.Put(ctx, rec, ttl)
 	if err != nil {
@@ -214,5 +215,5 @@ func clone(r *store.Record) store.Record {
 }
 
 func closedErr(op string) error {
-	return lock.NewError(lock.CodeServiceUnavailable, op, "store closed", ErrClosed)
+	return idemkit.NewError(idemkit.CodeServiceUnavailable, op, "store closed", ErrClosed)
 }

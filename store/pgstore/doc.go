@@ -43,7 +43,7 @@
 //
 // The store fails, retries and sweeps the way pglock's locker does, with
 // pglock's building blocks rather than a copy of them. Failures are
-// [lock.Error] values that unwrap to their code's sentinel and the native
+// [idemkit.Error] values that unwrap to their code's sentinel and the native
 // pgx error, mapped by type and SQLSTATE by [pglock.MapError] (see its
 // table): connection losses are ServiceUnavailable, 57014 NetworkTimeout,
 // class 53 RateLimited, class 28 AuthFailed, a missing table

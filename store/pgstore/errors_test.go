@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/store"
 )
@@ -28,14 +28,14 @@ func TestErrorsFromServer(t *testing.T) {
 
 	missing, _ := New(admin, WithTable("no_such_schema_y.records"))
 	_, _, err := missing.Get(ctx, "k")
-	if lock.CodeOf(err) != lock.CodeInvalidArgument || !errors.Is(err, lock.ErrInvalidArgument) || !strings.Contains(err.Error(), "pgstore.SetupSchema") {
+	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), "pgstore.SetupSchema") {
 		t.Fatalf("Get on a missing table: %v; want InvalidArgument saying to run pgstore.SetupSchema", err)
 	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "3F000" && pe.Code != "42P01" {
 		t.Fatalf("the native error is not reachable: %v", err)
 	}
-	var le *lock.Error
+	var le *idemkit.Error
 	if !errors.As(err, &le) || le.Op != "get" {
 		t.Fatalf("Get on a missing table: %v; want op get", err)
 	}
@@ -48,17 +48,17 @@ func TestErrorsFromServer(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
-		want lock.Code
+		want idemkit.Code
 		is   error
 	}{
 		{"deadline", func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(ctx, 100*time.Millisecond)
-		}, lock.CodeNetworkTimeout, context.DeadlineExceeded},
+		}, idemkit.CodeNetworkTimeout, context.DeadlineExceeded},
 		{"cancel", func() (context.Context, context.CancelFunc) {
 			c, cancel := context.WithCancel(ctx)
 			time.AfterFunc(100*time.Millisecond, cancel)
 			return c, cancel
-		}, lock.CodeAborted, context.Canceled},
+		}, idemkit.CodeAborted, context.Canceled},
 	} {
 		t.Run("ctx "+c.name+" mid-query", func(t *testing.T) {
 			pool := pgtest.NewPool(t, srv.URL, 2)
@@ -76,7 +76,7 @@ func TestErrorsFromServer(t *testing.T) {
 			next.Fence = 2
 			_, err = ms.Put(qctx, next, time.Minute) // waits for the row lock
 			_ = tx.Rollback(ctx)
-			if lock.CodeOf(err) != c.want || !errors.Is(err, c.is) {
+			if idemkit.CodeOf(err) != c.want || !errors.Is(err, c.is) {
 				t.Fatalf("Put interrupted by its ctx: %v; want %v", err, c.want)
 			}
 			if _, ok, err := ms.Get(ctx, "k"); err != nil || !ok {
@@ -94,7 +94,7 @@ func TestErrorsFromServer(t *testing.T) {
 		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cs.Delete(ctx, "k"); lock.CodeOf(err) != lock.CodeServiceUnavailable {
+		if _, err := cs.Delete(ctx, "k"); idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
 			t.Fatalf("Delete on a terminated connection: %v; want ServiceUnavailable", err)
 		}
 	})

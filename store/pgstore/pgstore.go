@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock"
 	"github.com/idemkit/idemkit/store"
@@ -83,7 +84,7 @@ func newConfig(opts []Option) (config, error) {
 		return config{}, err
 	}
 	bad := func(detail string) (config, error) {
-		return config{}, lock.NewError(lock.CodeInvalidArgument, "new", detail, nil)
+		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil)
 	}
 	switch {
 	case c.maxResponse < 1 || c.maxResponse > MaxResponseLimit:
@@ -112,7 +113,7 @@ type Store struct {
 // nothing to the server.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "a database client is required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a database client is required", nil)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -141,7 +142,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
 	var (
@@ -165,7 +166,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	}
 	rec.Fingerprint, rec.State, rec.Fence = string(fp), store.State(state), lock.Fence(fence)
 	if !rec.State.Valid() || fence < 0 {
-		return store.Record{}, false, lock.NewError(lock.CodeInternal, op, fmt.Sprintf("the stored record has state %d and fence %d", state, fence), nil)
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the stored record has state %d and fence %d", state, fence), nil)
 	}
 	return rec, true, nil
 }
@@ -182,11 +183,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if len(rec.Response) > s.cfg.maxResponse {
 		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	if rec.Fence > lock.FenceMax {
-		return false, lock.NewError(lock.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, lock.FenceMax), nil)
+		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, lock.FenceMax), nil)
 	}
 	response := rec.Response
 	if response == nil {
@@ -216,7 +217,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	var deleted bool

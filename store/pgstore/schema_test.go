@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/pglock/pgtest"
@@ -72,19 +73,19 @@ func TestInvalidOptions(t *testing.T) {
 	closed.Close()
 	long := strings.Repeat("t", maxTableLen+1)
 	for _, name := range []string{"", "1r", "r;drop table x", `r"`, "r-x", "a.b.c", ".r", "r.", "ü", long, "s." + long} {
-		if _, err := New(closed, WithTable(name)); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if _, err := New(closed, WithTable(name)); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("New with table %q: %v; want InvalidArgument", name, err)
 		}
-		if err := SetupSchema(t.Context(), closed, WithTable(name)); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if err := SetupSchema(t.Context(), closed, WithTable(name)); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
 		}
 	}
 	for _, opts := range [][]Option{{WithMaxResponseBytes(0)}, {WithMaxResponseBytes(MaxResponseLimit + 1)}, {WithSweepBatch(0)}} {
-		if _, err := New(closed, opts...); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if _, err := New(closed, opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("New with a bad limit: %v; want InvalidArgument", err)
 		}
 	}
-	if _, err := New(nil); lock.CodeOf(err) != lock.CodeInvalidArgument {
+	if _, err := New(nil); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("New(nil): %v", err)
 	}
 	for _, name := range []string{"records", "S.R_1", strings.Repeat("t", maxTableLen)} {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/redis/go-redis/v9"
@@ -192,7 +192,7 @@ func TestLostReplies(t *testing.T) {
 			other := newNode(t, b.NewClient, prefix, true, opts...)
 			var runs atomic.Int32
 			_, err := a.guard.Execute(ctx, "order-1", fp, counting(&runs, "a"))
-			if !hook.fired.Load() || !errors.Is(err, lock.ErrAborted) {
+			if !hook.fired.Load() || !errors.Is(err, idemkit.ErrAborted) {
 				t.Fatalf("the aborted request: %v (fault fired: %v); want Aborted", err, hook.fired.Load())
 			}
 			if runs.Load() != 0 {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/store"
@@ -68,7 +69,7 @@ var (
 // InvalidArgument error for a bad one; it does no I/O.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "a Redis client is required", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a Redis client is required", nil)
 	}
 	cfg := config{prefix: redislock.DefaultKeyPrefix, maxResponse: DefaultMaxResponseBytes}
 	for _, o := range opts {
@@ -79,7 +80,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	if cfg.maxResponse < 1 || cfg.maxResponse > DefaultMaxResponseBytes {
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", fmt.Sprintf("max response bytes must be between 1 and %d", DefaultMaxResponseBytes), nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("max response bytes must be between 1 and %d", DefaultMaxResponseBytes), nil)
 	}
 	l := cfg.locker
 	switch {
@@ -88,7 +89,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	case l.Client() != client || l.Layout() != layout:
-		return nil, lock.NewError(lock.CodeInvalidArgument, "new", "the locker must use the store's client and key prefix", nil)
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the locker must use the store's client and key prefix", nil)
 	}
 	return &Store{client: client, layout: layout, maxResponse: cfg.maxResponse, locker: l}, nil
 }
@@ -100,7 +101,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
 	v, err := getScript.Run(ctx, s.client, []string{s.layout.Record(key)}).Result()
@@ -117,7 +118,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if err := s.validatePut(op, rec, ttl); err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	v, err := putScript.Run(ctx, s.client, []string{s.layout.Record(rec.Key)}, putArgs(rec, ttl)...).Int64()
@@ -133,7 +134,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := lock.CheckContext(ctx, op); err != nil {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
 	v, err := deleteScript.Run(ctx, s.client, []string{s.layout.Record(key)}).Int64()
@@ -189,7 +190,7 @@ func (s *Store) AcquireGet(ctx context.Context, lockKey string, ttl time.Duratio
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 		_, _ = s.locker.ReleaseKey(rctx, lease.Key, lease.ID)
 		cancel()
-		return lock.Lease{}, false, store.Record{}, false, lock.NewError(lock.CodeInternal, op, "unexpected reply from Redis: acquire-get", nil)
+		return lock.Lease{}, false, store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: acquire-get", nil)
 	}
 	rec, found, err := decodeRecord(op, recordKey, extra[0])
 	if err != nil {
@@ -230,7 +231,7 @@ func (s *Store) PutRelease(ctx context.Context, rec store.Record, ttl time.Durat
 		return false, lock.Outcome{}, err
 	}
 	if len(extra) != 1 {
-		return false, lock.Outcome{}, lock.NewError(lock.CodeInternal, op, "unexpected reply from Redis: put-release", nil)
+		return false, lock.Outcome{}, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: put-release", nil)
 	}
 	stored, _ := extra[0].(int64)
 	return stored == 1, out, nil
@@ -266,26 +267,26 @@ const metaLen = 1 + 3*15
 func decodeRecord(op, key string, v any) (store.Record, bool, error) {
 	r, ok := v.([]any)
 	if !ok {
-		return store.Record{}, false, lock.NewError(lock.CodeInternal, op, "unexpected reply from Redis: record", nil)
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: record", nil)
 	}
 	if len(r) == 0 {
 		return store.Record{}, false, nil
 	}
 	if len(r) != 3 {
-		return store.Record{}, false, lock.NewError(lock.CodeInternal, op, "unexpected reply from Redis: record", nil)
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: record", nil)
 	}
 	meta, ok1 := r[0].(string)
 	fp, ok2 := r[1].(string)
 	body, ok3 := r[2].(string)
 	if !ok1 || !ok2 || !ok3 || len(meta) != metaLen {
-		return store.Record{}, false, lock.NewError(lock.CodeInternal, op, "a malformed record", nil)
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a malformed record", nil)
 	}
 	fence, err1 := strconv.ParseUint(meta[1:16], 10, 64)
 	created, err2 := strconv.ParseInt(meta[16:31], 10, 64)
 	expires, err3 := strconv.ParseInt(meta[31:46], 10, 64)
 	state := store.State(meta[0] - '0')
 	if err1 != nil || err2 != nil || err3 != nil || !state.Valid() {
-		return store.Record{}, false, lock.NewError(lock.CodeInternal, op, "a malformed record", nil)
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a malformed record", nil)
 	}
 	rec := store.Record{
 		Key:         key,

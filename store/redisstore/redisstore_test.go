@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/locktest"
@@ -37,7 +38,7 @@ func TestNewValidates(t *testing.T) {
 		{"locker on another client", c, []redisstore.Option{redisstore.WithLocker(onOther)}},
 		{"locker with another prefix", c, []redisstore.Option{redisstore.WithLocker(otherPrefix)}},
 	} {
-		if _, err := redisstore.New(tc.client, tc.opts...); lock.CodeOf(err) != lock.CodeInvalidArgument {
+		if _, err := redisstore.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
 		}
 	}
@@ -178,7 +179,7 @@ func TestCombinedValidation(t *testing.T) {
 			return err
 		}()},
 	} {
-		if lock.CodeOf(tc.err) != lock.CodeInvalidArgument {
+		if idemkit.CodeOf(tc.err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: %v; want InvalidArgument", tc.name, tc.err)
 		}
 	}

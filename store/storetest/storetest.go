@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
@@ -125,11 +126,11 @@ func get(t *testing.T, e *Env, k string) (store.Record, bool) {
 	return r, ok
 }
 
-func wantCode(t *testing.T, what string, err error, code lock.Code) {
+func wantCode(t *testing.T, what string, err error, code idemkit.Code) {
 	t.Helper()
-	var le *lock.Error
+	var le *idemkit.Error
 	if !errors.As(err, &le) || le.Code != code || !errors.Is(err, code.Sentinel()) {
-		t.Fatalf("%s: error %v; want a *lock.Error with code %v", what, err, code)
+		t.Fatalf("%s: error %v; want a *idemkit.Error with code %v", what, err, code)
 	}
 }
 
@@ -383,11 +384,11 @@ func testInvalid(t *testing.T, e *Env) {
 	long := strings.Repeat("x", store.MaxKeyBytes+1)
 	check := func(phase string) {
 		_, _, err := e.Store.Get(ctx, "")
-		wantCode(t, phase+" Get(empty)", err, lock.CodeInvalidArgument)
+		wantCode(t, phase+" Get(empty)", err, idemkit.CodeInvalidArgument)
 		_, _, err = e.Store.Get(ctx, long)
-		wantCode(t, phase+" Get(long)", err, lock.CodeInvalidArgument)
+		wantCode(t, phase+" Get(long)", err, idemkit.CodeInvalidArgument)
 		_, err = e.Store.Delete(ctx, "")
-		wantCode(t, phase+" Delete(empty)", err, lock.CodeInvalidArgument)
+		wantCode(t, phase+" Delete(empty)", err, idemkit.CodeInvalidArgument)
 		for _, c := range []struct {
 			name string
 			rec  store.Record
@@ -400,7 +401,7 @@ func testInvalid(t *testing.T, e *Env) {
 			{"sub-millisecond ttl", record(key(t, "k"), 1, "x"), time.Microsecond},
 		} {
 			_, err := e.Store.Put(ctx, c.rec, c.ttl)
-			wantCode(t, phase+" Put("+c.name+")", err, lock.CodeInvalidArgument)
+			wantCode(t, phase+" Put("+c.name+")", err, idemkit.CodeInvalidArgument)
 			if strings.Contains(err.Error(), long[:40]) {
 				t.Fatal("the error message repeats the key")
 			}
@@ -423,8 +424,8 @@ func testEndedContext(t *testing.T, e *Env) {
 	defer cancel2()
 	for _, c := range []struct {
 		ctx  context.Context
-		code lock.Code
-	}{{canceled, lock.CodeAborted}, {expired, lock.CodeNetworkTimeout}} {
+		code idemkit.Code
+	}{{canceled, idemkit.CodeAborted}, {expired, idemkit.CodeNetworkTimeout}} {
 		_, _, err := e.Store.Get(c.ctx, k)
 		wantCode(t, "Get", err, c.code)
 		_, err = e.Store.Put(c.ctx, record(k, 2, "y"), longTTL)
@@ -447,7 +448,7 @@ func testBroken(t *testing.T, e *Env) {
 		if err == nil {
 			t.Fatalf("%s on an unreachable backend: no error", what)
 		}
-		if c := lock.CodeOf(err); c != lock.CodeServiceUnavailable && c != lock.CodeNetworkTimeout {
+		if c := idemkit.CodeOf(err); c != idemkit.CodeServiceUnavailable && c != idemkit.CodeNetworkTimeout {
 			t.Fatalf("%s on an unreachable backend: code %v (%v)", what, c, err)
 		}
 		if strings.Contains(err.Error(), "secret-key") {

@@ -1,4 +1,4 @@
-package lock
+package idemkit
 
 import (
 	"context"
@@ -27,14 +27,14 @@ const (
 // Sentinels, one per code. Every [*Error] matches the sentinel of its code
 // with errors.Is.
 var (
-	ErrInvalidArgument    = errors.New("lock: invalid argument")
-	ErrServiceUnavailable = errors.New("lock: service unavailable")
-	ErrNetworkTimeout     = errors.New("lock: network timeout")
-	ErrAcquisitionTimeout = errors.New("lock: acquisition timeout")
-	ErrAborted            = errors.New("lock: aborted")
-	ErrAuthFailed         = errors.New("lock: authentication failed")
-	ErrRateLimited        = errors.New("lock: rate limited")
-	ErrInternal           = errors.New("lock: internal error")
+	ErrInvalidArgument    = errors.New("idemkit: invalid argument")
+	ErrServiceUnavailable = errors.New("idemkit: service unavailable")
+	ErrNetworkTimeout     = errors.New("idemkit: network timeout")
+	ErrAcquisitionTimeout = errors.New("idemkit: acquisition timeout")
+	ErrAborted            = errors.New("idemkit: aborted")
+	ErrAuthFailed         = errors.New("idemkit: authentication failed")
+	ErrRateLimited        = errors.New("idemkit: rate limited")
+	ErrInternal           = errors.New("idemkit: internal error")
 )
 
 var codeNames = [...]string{
@@ -83,7 +83,7 @@ func (c Code) Transient() bool {
 	return c == CodeServiceUnavailable || c == CodeNetworkTimeout || c == CodeRateLimited
 }
 
-// Error is the one error type of the lock layer. It carries a [Code], the
+// Error is the one error type of idemkit. It carries a [Code], the
 // operation that failed ("acquire", "release", ...), an optional detail and
 // the native cause. errors.Is matches both the code's sentinel and anything
 // the cause matches; errors.As reaches the cause (a go-redis error, a
@@ -97,9 +97,9 @@ type Error struct {
 	Err    error  // the native cause; may be nil
 }
 
-// Error formats the error as "lock: <op>: <Code>: <detail>: <cause>".
+// Error formats the error as "idemkit: <op>: <Code>: <detail>: <cause>".
 func (e *Error) Error() string {
-	s := "lock: "
+	s := "idemkit: "
 	if e.Op != "" {
 		s += e.Op + ": "
 	}
@@ -181,8 +181,4 @@ func CheckContext(ctx context.Context, op string) error {
 		err = fmt.Errorf("%w: %w", err, cause)
 	}
 	return ContextError(op, err)
-}
-
-func invalid(op, detail string) error {
-	return NewError(CodeInvalidArgument, op, detail, nil)
 }
