@@ -2,7 +2,7 @@
 GO ?= go
 export GOWORK := off
 
-.PHONY: demo test quickstart lockdemo serve bench fuzz
+.PHONY: demo test quickstart lockdemo serve bench fuzz api
 
 ## demo: run the demo (the examples module is a module of its own)
 demo: quickstart
@@ -31,3 +31,7 @@ bench:
 FUZZTIME ?= 30s
 fuzz:
 	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+## api: count the exported names of every released package
+api:
+	@scripts/api.sh

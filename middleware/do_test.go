@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -22,7 +21,7 @@ type message struct {
 }
 
 func TestDo(t *testing.T) {
-	g := newGuard(t, memstore.New(), memlock.New())
+	g := newGuard(t, memstore.New())
 	var runs atomic.Int32
 	fn := func(context.Context) (charge, error) {
 		n := runs.Add(1)

@@ -11,7 +11,7 @@ import (
 // Sentinels. Every error the guard returns for a request it refused matches
 // exactly one of them with errors.Is.
 var (
-	// ErrInProgress: another request with the same key holds the lock and
+	// ErrInProgress: another request with the same key holds its claim and
 	// did not finish within the wait budget. Retry later (HTTP 409).
 	ErrInProgress = errors.New("idempotency: a request with this key is in progress")
 	// ErrMismatch: the key was already used for a different request (HTTP
@@ -21,29 +21,28 @@ var (
 	// not be recorded for replay (too large, streamed, hijacked). It will
 	// never be executed again under this key (HTTP 409).
 	ErrNotReplayable = errors.New("idempotency: the request was executed but its response cannot be replayed")
-	// ErrUnavailable: the lock or record backend failed, so the guard
+	// ErrUnavailable: the backend failed or did not answer in time, so the guard
 	// cannot tell whether the request already ran (HTTP 503).
 	ErrUnavailable = errors.New("idempotency: the idempotency backend is unavailable")
 	// ErrInvalidKey: the key is empty or otherwise unusable.
 	ErrInvalidKey = errors.New("idempotency: invalid key")
 )
 
-// LockAcquisitionError is the in-progress error: the lock on the key could
-// not be taken within the wait budget and retry limit. It matches
-// [ErrInProgress]; Err, if not nil, is the lock layer's error.
-type LockAcquisitionError struct {
-	Attempts int           // lock acquire attempts made
+// InProgressError is the in-progress error: another request with the same
+// key and payload held its claim for the whole wait budget. It matches
+// [ErrInProgress].
+type InProgressError struct {
+	Attempts int           // claims made by this call
 	Waited   time.Duration // time spent waiting
-	Err      error
 }
 
 // Error describes the error.
-func (e *LockAcquisitionError) Error() string {
-	return fmt.Sprintf("%v (lock not acquired after %d attempts in %v)", ErrInProgress, e.Attempts, e.Waited.Round(time.Millisecond))
+func (e *InProgressError) Error() string {
+	return fmt.Sprintf("%v (still running after %d attempts in %v)", ErrInProgress, e.Attempts, e.Waited.Round(time.Millisecond))
 }
 
-// Unwrap returns [ErrInProgress] and the lock layer's error.
-func (e *LockAcquisitionError) Unwrap() []error { return []error{ErrInProgress, e.Err} }
+// Unwrap returns [ErrInProgress].
+func (e *InProgressError) Unwrap() error { return ErrInProgress }
 
 // MismatchError reports a key reused with another request. It matches
 // [ErrMismatch].
@@ -75,7 +74,7 @@ func (e *NotReplayableError) Unwrap() error { return ErrNotReplayable }
 // and, through Err, the backend's coded error ([idemkit.Error]) and its native
 // cause.
 type UnavailableError struct {
-	Op  string // "get", "lock", "put"
+	Op  string // "claim", "extend", "complete", "release"
 	Err error
 }
 

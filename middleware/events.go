@@ -21,20 +21,22 @@ const (
 	EventReplayed
 	// EventMismatch: the key was reused with a different request.
 	EventMismatch
-	// EventInProgress: another request held the key past the wait budget.
+	// EventInProgress: another request held its claim on the key past the
+	// wait budget.
 	EventInProgress
 	// EventNotReplayable: the key's request ran before but its response
 	// cannot be replayed; this call was refused.
 	EventNotReplayable
-	// EventLeaseLost: the lock's lease was lost while fn ran or before its
-	// outcome was recorded; the record was not written.
+	// EventLeaseLost: the claim's lease was lost while fn ran or before its
+	// outcome was recorded: another claim replaced it, or it ran out while
+	// the backend could not be reached.
 	EventLeaseLost
 	// EventNotRecorded: fn ran but its outcome could not be recorded (the
-	// lease was lost, or the store kept failing until the write budget
-	// ran out). The lock is left to run out, so retries are told "in
-	// progress" until then.
+	// key was claimed by another request, or the store kept failing until
+	// the write budget ran out). The claim is left to run out, so retries
+	// are told "in progress" until then.
 	EventNotRecorded
-	// EventBackendError: the lock or the store failed; Err says how.
+	// EventBackendError: the backend failed; Err says how.
 	EventBackendError
 )
 
@@ -56,10 +58,10 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind     EventKind
 	KeyHash  string        // the key, hashed (HMAC-SHA-256; see WithHasher)
-	Fence    lock.Fence    // the fence fn ran under, or that wrote the replayed record
+	Fence    lock.Fence    // the fence of the claim fn ran under, or of the one that wrote the replayed record
 	Recorded bool          // EventExecuted: whether the outcome was stored
-	Attempts int           // lock acquire attempts made by this call
-	Waited   time.Duration // time spent waiting for the lock
+	Attempts int           // claims made by this call
+	Waited   time.Duration // time spent waiting for a running duplicate
 	Duration time.Duration // the whole call so far
 	Err      error         // the error, for failures and fn errors
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -12,7 +11,7 @@ import (
 // Do makes a queue consumer idempotent: a redelivered message gets the
 // first result back instead of charging twice.
 func ExampleDo() {
-	guard, err := middleware.New(memstore.New(), memlock.New())
+	guard, err := middleware.New(memstore.New())
 	if err != nil {
 		panic(err)
 	}

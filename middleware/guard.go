@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -17,25 +18,25 @@ import (
 // Defaults of [New].
 const (
 	DefaultRecordTTL          = 24 * time.Hour
-	DefaultLockTTL            = 10 * time.Second
-	DefaultLockRetries        = 3
-	DefaultBaseDelay          = 100 * time.Millisecond
-	DefaultMaxDelay           = time.Second
+	DefaultLeaseTTL           = 10 * time.Second
 	DefaultWaitBudget         = 2 * time.Second
 	DefaultRecordWriteTimeout = 30 * time.Second
 	DefaultOpTimeout          = 5 * time.Second
 	DefaultNamespace          = "idempotency"
 )
 
+// DefaultBackoff is the default back-off between a duplicate's claims and
+// between retries of a failed completion: 25 ms doubling up to 250 ms, with
+// jitter.
+var DefaultBackoff = idemkit.Backoff{Base: 25 * time.Millisecond, Max: 250 * time.Millisecond}
+
 // Option configures [New].
 type Option func(*config)
 
 type config struct {
 	recordTTL          time.Duration
-	lockTTL            time.Duration
-	lockRetries        int
-	baseDelay          time.Duration
-	maxDelay           time.Duration
+	leaseTTL           time.Duration
+	backoff            idemkit.Backoff
 	waitBudget         time.Duration
 	recordWriteTimeout time.Duration
 	opTimeout          time.Duration
@@ -50,48 +51,42 @@ type config struct {
 // WithRecordTTL sets how long an outcome is kept for replay. Default: 24 h.
 func WithRecordTTL(d time.Duration) Option { return func(c *config) { c.recordTTL = d } }
 
-// WithLockTTL sets the lease of the lock held while fn runs; it is renewed
-// every third of it, so it bounds how long a crashed node blocks its key.
-// Default: 10 s.
-func WithLockTTL(d time.Duration) Option { return func(c *config) { c.lockTTL = d } }
+// WithLeaseTTL sets the lease of the claim held while fn runs; it is
+// extended every third of it, so it bounds how long a crashed node blocks
+// its key. Default: 10 s.
+func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
 
-// WithLockRetries bounds the lock attempts after the first that a duplicate
-// makes when a back-off delay runs out. Default: 3.
-func WithLockRetries(n int) Option { return func(c *config) { c.lockRetries = n } }
-
-// WithBaseDelay sets the base of the back-off between lock attempts: the
-// n-th delay is base·2^(n−1) + random(0, base), capped by the max delay.
-// Default: 100 ms.
-func WithBaseDelay(d time.Duration) Option { return func(c *config) { c.baseDelay = d } }
-
-// WithMaxDelay caps one back-off delay. Default: 1 s.
-func WithMaxDelay(d time.Duration) Option { return func(c *config) { c.maxDelay = d } }
+// WithBackoff sets the back-off between a duplicate's claims while it waits
+// and between retries of a failed completion. Default: [DefaultBackoff].
+func WithBackoff(b idemkit.Backoff) Option { return func(c *config) { c.backoff = b } }
 
 // WithWaitBudget sets how long a duplicate waits for the first request to
 // finish (and then replays its response) before it is told "in progress".
-// Zero means one attempt: duplicates are refused at once. Default: 2 s.
-// The lock retries bound the wait too on backends that cannot notify
-// waiters of a release.
+// It is the real bound of the wait: the duplicate claims again until the
+// budget is spent, and once more at its end. Zero means one attempt:
+// duplicates are refused at once. Default: 2 s.
 func WithWaitBudget(d time.Duration) Option { return func(c *config) { c.waitBudget = d } }
 
 // WithRecordWriteTimeout bounds how long the guard keeps retrying a failed
-// record write after fn ran, while it keeps renewing the lease. When it runs
-// out (or the lease is lost first), the outcome is reported not recorded and
-// the lock is left to run out. Default: 30 s.
+// completion after fn ran, while it keeps extending the lease. When it runs
+// out, the outcome is reported not recorded and the claim is left to run
+// out. Default: 30 s.
 func WithRecordWriteTimeout(d time.Duration) Option {
 	return func(c *config) { c.recordWriteTimeout = d }
 }
 
-// WithOpTimeout bounds each backend call the guard makes on a context
-// detached from the caller's (record writes, lock release). Default: 5 s.
+// WithOpTimeout bounds each backend call the guard makes: a stalled backend
+// is an [ErrUnavailable] within it, never a hang. Default: 5 s.
 func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
 
-// WithNamespace sets the prefix of the guard's lock and record keys
-// ("<ns>:lock:{...}" and "<ns>:record:{...}"). Default: "idempotency".
+// WithNamespace sets the prefix of the guard's record keys
+// ("<namespace>:<key>"), so that guards with different namespaces never
+// share a record on one backend. Default: "idempotency".
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
-// WithClock sets the clock for durations in outcomes and events. Record and
-// lock expiry are judged by the backends' own clocks. Default: time.Now.
+// WithClock sets the clock for waits, durations in outcomes and events.
+// Leases and record expiry are judged by the backend's own clock. Default:
+// time.Now.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
 // WithLogger sets the logger for failures that have no caller to return to
@@ -115,26 +110,22 @@ func WithValueFingerprint(f func(input any) (fingerprint.Fingerprint, error)) Op
 }
 
 // Guard runs work at most once per key across every process that shares its
-// store and locker. See [Guard.Execute].
+// backend. See [Guard.Execute].
 type Guard struct {
-	store    store.Store
-	locker   lock.Locker
-	combiner store.Combiner // the store, when it can fold lock operations into its own round trips
-	cfg      config
-	lockOpts []lock.Option // the lock options every call shares
+	store store.Store
+	cfg   config
 }
 
-// New returns a guard that keeps outcomes in s and serialises work with l.
-// It validates its options and returns an error (InvalidArgument) for a bad
-// one; nothing panics on the request path.
-func New(s store.Store, l lock.Locker, opts ...Option) (*Guard, error) {
-	if s == nil || l == nil {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a store and a locker are required", nil)
+// New returns a guard that keeps claims and outcomes in s. It validates its
+// options and returns an error (InvalidArgument) for a bad one; nothing
+// panics on the request path.
+func New(s store.Store, opts ...Option) (*Guard, error) {
+	if s == nil {
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a store is required", nil)
 	}
 	cfg := config{
-		recordTTL: DefaultRecordTTL, lockTTL: DefaultLockTTL, lockRetries: DefaultLockRetries,
-		baseDelay: DefaultBaseDelay, maxDelay: DefaultMaxDelay, waitBudget: DefaultWaitBudget,
-		recordWriteTimeout: DefaultRecordWriteTimeout, opTimeout: DefaultOpTimeout,
+		recordTTL: DefaultRecordTTL, leaseTTL: DefaultLeaseTTL, backoff: DefaultBackoff,
+		waitBudget: DefaultWaitBudget, recordWriteTimeout: DefaultRecordWriteTimeout, opTimeout: DefaultOpTimeout,
 		namespace: DefaultNamespace, now: time.Now, valueFingerprint: fingerprint.Value,
 	}
 	for _, o := range opts {
@@ -150,12 +141,10 @@ func New(s store.Store, l lock.Locker, opts ...Option) (*Guard, error) {
 	switch {
 	case cfg.recordTTL < time.Millisecond:
 		return nil, bad("record TTL must be at least 1ms")
-	case cfg.lockTTL < 3*time.Millisecond:
-		return nil, bad("lock TTL must be at least 3ms")
-	case cfg.lockRetries < 0:
-		return nil, bad("lock retries must not be negative")
-	case cfg.baseDelay <= 0 || cfg.maxDelay <= 0:
-		return nil, bad("delays must be positive")
+	case cfg.leaseTTL < 3*time.Millisecond:
+		return nil, bad("lease TTL must be at least 3ms")
+	case !cfg.backoff.Valid():
+		return nil, bad("back-off delays must be positive, the maximum at least the base")
 	case cfg.waitBudget < 0:
 		return nil, bad("wait budget must not be negative")
 	case cfg.recordWriteTimeout <= 0 || cfg.opTimeout <= 0:
@@ -165,21 +154,7 @@ func New(s store.Store, l lock.Locker, opts ...Option) (*Guard, error) {
 	case cfg.now == nil || cfg.valueFingerprint == nil:
 		return nil, bad("clock and value fingerprint must not be nil")
 	}
-	g := &Guard{store: s, locker: l, cfg: cfg}
-	if c, ok := s.(store.Combiner); ok && c.Combines(l) {
-		g.combiner = c
-	}
-	g.lockOpts = []lock.Option{
-		lock.WithTTL(cfg.lockTTL),
-		lock.WithRetryDelay(cfg.baseDelay),
-		lock.WithMaxDelay(cfg.maxDelay),
-		lock.WithBackoff(lock.BackoffExponential),
-		lock.WithJitter(lock.JitterAdd),
-		lock.WithMaxRetries(cfg.lockRetries),
-		lock.WithReleaseTimeout(cfg.opTimeout),
-		lock.WithLogger(cfg.logger),
-	}
-	return g, nil
+	return &Guard{store: s, cfg: cfg}, nil
 }
 
 // Verdict is what fn asks the guard to do with its result.
@@ -188,7 +163,7 @@ type Verdict uint8
 const (
 	// Record stores the result as completed: retries replay it.
 	Record Verdict = iota
-	// Forget stores nothing and releases the lock: a retry runs fn again.
+	// Forget stores nothing and releases the claim: a retry runs fn again.
 	// For outcomes that provably changed nothing or that must not stick
 	// (by default an HTTP 5xx).
 	Forget
@@ -206,7 +181,8 @@ type Result struct {
 }
 
 // Func is the work the guard runs at most once per key. Its ctx is
-// cancelled when the caller's is, or when the lock's lease is lost.
+// cancelled when the caller's is, or when the claim's lease is lost (cause
+// lock.ErrLeaseLost).
 type Func func(ctx context.Context) (Result, error)
 
 // Outcome is the answer of [Guard.Execute].
@@ -217,10 +193,11 @@ type Outcome struct {
 	// Value is fn's response (executed) or the stored one (replayed).
 	Value []byte
 	// Recorded, for an execution, reports whether the outcome was stored.
-	// False after a Forget verdict, or when the lease was lost or the store
-	// kept failing (see [EventNotRecorded]).
+	// False after a Forget verdict, or when another claim replaced this
+	// one or the store kept failing (see [EventNotRecorded]).
 	Recorded bool
-	// Fence is the fence fn ran under, or that wrote the replayed record.
+	// Fence is the fence of the claim fn ran under, or of the claim that
+	// wrote the replayed record.
 	Fence lock.Fence
 	// CreatedAt, for a replay, is when the outcome was first recorded.
 	CreatedAt time.Time
@@ -240,263 +217,271 @@ func WaitBudget(d time.Duration) CallOption {
 }
 
 // Execute runs fn at most once for key, across every guard that shares this
-// guard's store and locker, and answers every later call with the same key
-// and fingerprint with fn's recorded response.
+// guard's backend, and answers every later call with the same key and
+// fingerprint with fn's recorded response.
 //
-// The algorithm:
-//  1. Read the record. Completed with the same fingerprint: replay it,
-//     without taking the lock. Another fingerprint: [ErrMismatch].
-//     Executed-not-replayable: [ErrNotReplayable].
-//  2. Take the lock, waiting up to the wait budget for a running duplicate
-//     (with capped, jittered back-off, or woken by the release); past it:
-//     [ErrInProgress] ([*LockAcquisitionError]).
-//  3. Read the record again under the lock: a duplicate that just finished
-//     is replayed.
-//  4. Run fn, renewing the lease while it runs. An error, a panic or a
-//     cancellation releases the lock and stores nothing; the error (or
-//     panic) goes on to the caller.
-//  5. Store the result, fenced by the lease's fence, on a context detached
-//     from ctx: a client that went away does not lose the record. A failed
-//     write is retried with back-off while the lease is renewed; if the
-//     lease is lost first (or the write budget runs out), the outcome is
-//     reported not recorded and the lock is left to run out.
-//  6. Release the lock.
+// The algorithm, on a backend whose records carry their own lease:
+//  1. Claim the key (one round trip). An outcome is there: the same
+//     fingerprint replays it; another gives [ErrMismatch]; an
+//     executed-not-replayable record gives [ErrNotReplayable]. A live
+//     claim of another request with another fingerprint is a mismatch at
+//     once; with the same fingerprint the call waits (claiming again with
+//     back-off) up to the wait budget, then gives [ErrInProgress].
+//  2. Run fn under the new claim, extending its lease every third of the
+//     lease TTL. If the backend says the claim was taken over, fn's ctx
+//     ends with lock.ErrLeaseLost.
+//  3. Complete the claim with fn's outcome (one round trip), on a context
+//     detached from ctx: a client that went away does not lose the record.
+//     The backend writes it only while the record still carries this
+//     claim's fence, even after the lease ran out if nobody claimed the key
+//     since. A failed completion is retried with back-off, while the lease
+//     is extended, for up to the record write timeout; after that, or once
+//     another claim exists, the outcome is reported not recorded and the
+//     claim is left to run out.
 //
-// A replay costs one store read; a first execution one acquire, two store
-// reads, one store write and one release — three round trips in all when
-// the store is a [store.Combiner] for the locker (the double check rides on
-// the acquire, the release on the record write). The fingerprint's algorithm is
-// part of it: a record written under another algorithm is never a mismatch.
+// fn's error, panic or a Forget verdict releases the claim and stores
+// nothing; the error (or panic) goes on to the caller. A replay costs one
+// round trip, a first execution two. The fingerprint's algorithm is part of
+// it: a record written under another algorithm is never a mismatch.
 //
-// Backend failures give [ErrUnavailable] ([*UnavailableError]); the guard
-// never runs fn when it cannot tell whether fn already ran.
+// Every backend call runs under the op timeout. Backend failures give
+// [ErrUnavailable] ([*UnavailableError]); the guard never runs fn when it
+// cannot tell whether fn already ran.
 func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerprint, fn Func, opts ...CallOption) (Outcome, error) {
 	c := g.newCall(key, opts)
 	if key == "" {
 		return Outcome{}, fmt.Errorf("%w: the key is empty", ErrInvalidKey)
 	}
-	base := g.base(key)
-	recordKey := g.cfg.namespace + ":record:{" + base + "}"
+	recordKey := g.cfg.namespace + ":" + key
+	if len(recordKey) > store.MaxKeyBytes {
+		return Outcome{}, fmt.Errorf("%w: the key is %d bytes long; with its namespace and scope it must fit in %d", ErrInvalidKey, len(key), store.MaxKeyBytes)
+	}
+	fps := fp.String()
 
-	// 1. Replays never take the lock.
-	rec, found, err := g.store.Get(ctx, recordKey)
-	if err != nil {
-		return Outcome{}, c.backend("get", err)
-	}
-	if found {
-		return c.answer(rec, fp)
-	}
-
-	// 2. The lock. A combining store reads the record in the same round
-	// trip as the acquire. A duplicate that finds the lock held looks for
-	// the record again before it waits on: once the first request has
-	// recorded its outcome, the duplicate replays it without the lock.
-	var stats lock.Stats
-	var pre struct {
-		rec   store.Record
-		found bool
-	}
-	tries := 0
-	acquire := func(ctx context.Context, lockKey string, ttl time.Duration) (lock.Lease, bool, error) {
-		tries++
-		var (
-			lease lock.Lease
-			ok    bool
-			err   error
-		)
-		if g.combiner != nil {
-			var rec store.Record
-			var found bool
-			lease, ok, rec, found, err = g.combiner.AcquireGet(ctx, lockKey, ttl, recordKey)
-			if ok {
-				pre.rec, pre.found = rec, found
-			}
-		} else {
-			lease, ok, err = g.locker.Acquire(ctx, lockKey, ttl)
+	// 1. The claim, and the wait for a running duplicate.
+	var claim store.Record
+	deadline := c.start.Add(c.waitBudget)
+	for {
+		c.attempts++
+		rec, claimed, err := g.claim(ctx, recordKey, fps)
+		if err != nil {
+			return Outcome{}, c.backend("claim", err)
 		}
-		if err != nil || ok || tries == 1 {
-			return lease, ok, err // step 1 has just read the record: no second look yet
+		if claimed {
+			claim = rec
+			break
 		}
-		if rec, found, gerr := g.store.Get(ctx, recordKey); gerr == nil && found {
-			return lock.Lease{}, false, &recordAppeared{rec}
+		if rec.State.Done() {
+			return c.answer(rec, fp)
 		}
-		return lease, false, nil
-	}
-	opts2 := append(g.lockOptions(c, &stats), lock.WithAcquireFunc(acquire))
-	held, err := lock.Hold(ctx, g.locker, g.cfg.namespace+":lock:{"+base+"}", opts2...)
-	c.attempts, c.waited = stats.Attempts, stats.Waited
-	var appeared *recordAppeared
-	if errors.As(err, &appeared) {
-		return c.answer(appeared.rec, fp)
-	}
-	if err != nil {
-		switch idemkit.CodeOf(err) {
-		case idemkit.CodeAcquisitionTimeout:
-			e := &LockAcquisitionError{Attempts: stats.Attempts, Waited: stats.Waited, Err: err}
-			c.emit(Event{Kind: EventInProgress, Err: e})
+		if same, comparable := compareStored(rec.Fingerprint, fp); comparable && !same {
+			return c.mismatch(rec, fp)
+		}
+		left := deadline.Sub(g.cfg.now())
+		if left <= 0 {
+			c.waited = g.cfg.now().Sub(c.start)
+			e := &InProgressError{Attempts: c.attempts, Waited: c.waited}
+			c.emit(Event{Kind: EventInProgress, Fence: rec.Fence, Err: e})
 			return Outcome{}, e
-		case idemkit.CodeAborted:
+		}
+		if err := sleep(ctx, min(g.cfg.backoff.Delay(c.attempts), left)); err != nil {
 			return Outcome{}, err
 		}
-		return Outcome{}, c.backend("lock", err)
+		c.waited = g.cfg.now().Sub(c.start)
 	}
 
-	// 3. The double check, under the lock.
-	if g.combiner != nil {
-		rec, found = pre.rec, pre.found
-	} else {
-		rec, found, err = g.store.Get(ctx, recordKey)
-	}
+	// 2. fn, under the claim's lease.
+	fence := claim.Fence
+	l := g.hold(ctx, recordKey, fence, c)
+	res, err := g.run(l, fn)
 	if err != nil {
-		held.Release()
-		return Outcome{}, c.backend("get", err)
-	}
-	if found {
-		held.Release()
-		return c.answer(rec, fp)
-	}
-
-	// 4. fn.
-	fence := held.Lease().Fence
-	res, err := g.run(held, fn)
-	if err != nil {
-		held.Release()
+		l.stop()
+		g.release(ctx, recordKey, fence, c)
 		c.emit(Event{Kind: EventExecuted, Fence: fence, Err: err})
 		return Outcome{Value: res.Value, Fence: fence}, err
 	}
 	out := Outcome{Value: res.Value, Fence: fence}
 	if res.Verdict == Forget {
-		held.Release()
+		l.stop()
+		g.release(ctx, recordKey, fence, c)
 		c.emit(Event{Kind: EventExecuted, Fence: fence})
 		return out, nil
 	}
 
-	// 5. The record.
-	rec = store.Record{Key: recordKey, Fingerprint: fp.String(), State: store.StateCompleted, Response: res.Value, Fence: fence}
+	// 3. The outcome.
+	rec := store.Record{Key: recordKey, Fingerprint: fps, State: store.StateCompleted, Response: res.Value, Fence: fence}
 	if res.Verdict == RecordNotReplayable {
 		rec.State, rec.Response = store.StateNotReplayable, nil
 	}
-	if g.combiner != nil && held.Lost() == nil {
-		// One round trip for the record and the release.
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.opTimeout)
-		stored, _, err := g.combiner.PutRelease(pctx, rec, g.cfg.recordTTL, held.Lease())
-		cancel()
-		if err == nil {
-			held.Abandon() // released by the store: only stop renewing
-			if !stored {
-				lost := fmt.Errorf("%w: the record already carries a higher fence", lock.ErrLeaseLost)
-				c.emit(Event{Kind: EventLeaseLost, Fence: fence, Err: lost})
-				c.notRecorded(rec, lost)
-			}
-			out.Recorded = stored
-			c.emit(Event{Kind: EventExecuted, Fence: fence, Recorded: stored})
-			return out, nil
-		}
-		// Fall back to separate writes, retried while the lease holds.
-	}
-	out.Recorded = g.record(ctx, held, rec, c)
-	// 6. The release, unless the outcome is unrecorded: then a retry must
-	// not run fn again before the lease runs out.
-	if out.Recorded {
-		held.Release()
-	} else {
-		held.Abandon()
-	}
+	out.Recorded = g.complete(ctx, rec, c)
+	l.stop()
 	c.emit(Event{Kind: EventExecuted, Fence: fence, Recorded: out.Recorded})
 	return out, nil
 }
 
-// recordAppeared stops the wait for the lock: the record it was waiting for
-// is there.
-type recordAppeared struct{ rec store.Record }
-
-func (*recordAppeared) Error() string {
-	return "idempotency: the record appeared while waiting for the lock"
+// claim makes one Claim under the op timeout.
+func (g *Guard) claim(ctx context.Context, key, fp string) (store.Record, bool, error) {
+	cctx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
+	defer cancel()
+	return g.store.Claim(cctx, key, fp, g.cfg.leaseTTL)
 }
 
-// run calls fn with the held lease's context. A panic releases the lock and
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return idemkit.CheckContext(ctx, "wait")
+	}
+}
+
+// run calls fn with the lease's context. A panic releases the claim and
 // goes on.
-func (g *Guard) run(held *lock.Held, fn Func) (res Result, err error) {
+func (g *Guard) run(l *lease, fn Func) (res Result, err error) {
 	panicked := true
 	defer func() {
 		if panicked {
-			held.Release()
+			l.stop()
+			g.release(l.parent, l.key, l.fence, l.call)
 		}
 	}()
-	res, err = fn(held.Context())
+	res, err = fn(l.ctx)
 	panicked = false
 	return res, err
 }
 
-// record writes rec, retrying failures with back-off while the lease holds.
-// It reports whether the record landed.
-func (g *Guard) record(ctx context.Context, held *lock.Held, rec store.Record, c *call) bool {
+// release ends the claim on a detached context under the op timeout. A
+// failed release is logged: the claim runs out at its lease's end.
+func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *call) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.opTimeout)
+	defer cancel()
+	if _, err := g.store.Release(rctx, key, fence); err != nil {
+		c.emit(Event{Kind: EventBackendError, Fence: fence, Err: &UnavailableError{Op: "release", Err: err}})
+		g.cfg.logger.WarnContext(ctx, "idempotency: the claim could not be released; it runs out at the end of its lease",
+			slog.String("key_hash", c.hash()), slog.String("fence", fence.String()), slog.String("error", err.Error()))
+	}
+}
+
+// complete writes rec, retrying failures with back-off for up to the record
+// write timeout. It reports whether the outcome landed.
+func (g *Guard) complete(ctx context.Context, rec store.Record, c *call) bool {
 	detached := context.WithoutCancel(ctx)
 	deadline := g.cfg.now().Add(g.cfg.recordWriteTimeout)
-	delay := g.cfg.baseDelay
 	for attempt := 1; ; attempt++ {
-		if lost := held.Lost(); lost != nil {
-			c.emit(Event{Kind: EventLeaseLost, Fence: rec.Fence, Err: lost})
-			c.notRecorded(rec, lost)
-			return false
-		}
 		pctx, cancel := context.WithTimeout(detached, g.cfg.opTimeout)
-		ok, err := g.store.Put(pctx, rec, g.cfg.recordTTL)
+		ok, err := g.store.Complete(pctx, rec, g.cfg.recordTTL)
 		cancel()
 		switch {
 		case err == nil && ok:
 			return true
 		case err == nil:
-			// A record with a higher fence is there: a newer holder took
-			// over after this lease ran out.
-			lost := fmt.Errorf("%w: the record already carries a higher fence", lock.ErrLeaseLost)
+			// Another claim, or nothing, is there: the key was taken over
+			// (or deleted) after this claim's lease ran out.
+			lost := fmt.Errorf("%w: the record no longer carries this claim", lock.ErrLeaseLost)
 			c.emit(Event{Kind: EventLeaseLost, Fence: rec.Fence, Err: lost})
-			c.notRecorded(rec, lost)
+			c.notRecorded(ctx, rec, lost)
 			return false
 		case errors.Is(err, store.ErrTooLarge) && rec.State == store.StateCompleted:
 			// The response does not fit: record that fn ran instead.
 			rec.State, rec.Response = store.StateNotReplayable, nil
 			continue
 		case idemkit.CodeOf(err) == idemkit.CodeInvalidArgument:
-			c.backend("put", err)
-			c.notRecorded(rec, err)
+			c.backend("complete", err)
+			c.notRecorded(ctx, rec, err)
 			return false
 		}
-		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "put", Err: err}})
+		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "complete", Err: err}})
+		delay := g.cfg.backoff.Delay(attempt)
 		if !g.cfg.now().Add(delay).Before(deadline) {
-			c.notRecorded(rec, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
+			c.notRecorded(ctx, rec, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
 			return false
 		}
 		time.Sleep(delay)
-		delay = min(2*delay, g.cfg.maxDelay)
 	}
 }
 
-// lockOptions are the lock.Hold options of one call: the shared ones, the
-// call's wait budget and its stats.
-func (g *Guard) lockOptions(c *call, stats *lock.Stats) []lock.Option {
-	opts := make([]lock.Option, len(g.lockOpts), len(g.lockOpts)+3)
-	copy(opts, g.lockOpts)
-	return append(opts, lock.WithTimeout(c.waitBudget), lock.WithStats(stats))
+// lease keeps a claim's lease extended while fn runs and its outcome is
+// being completed. Its renewals run on a timer, so a call that finishes
+// within a third of the lease TTL starts no goroutine.
+type lease struct {
+	g      *Guard
+	parent context.Context // the caller's ctx
+	ctx    context.Context // fn's ctx: ends when the caller's does or the lease is lost
+	cancel context.CancelCauseFunc
+	key    string
+	fence  lock.Fence
+	call   *call
+
+	mu      sync.Mutex // held by a renewal while it runs, so stop waits for it
+	stopped bool
+	timer   *time.Timer
+	valid   time.Time // the lease's end as far as this process knows (monotonic clock)
 }
 
-// base derives the part of the record and lock keys ("<ns>:record:{<base>}",
-// "<ns>:lock:{<base>}") that stands for a caller's (scoped) key. Keys that
-// are long, not printable ASCII or hold braces are hashed, so that every
-// backend can store them, the lock key stays within the lock layer's limit,
-// and the braces form a Redis hash tag that puts a key's lock and record on
-// one cluster node.
-func (g *Guard) base(key string) string {
-	return lock.StorageKey(key, 400, plainASCII)
+// hold starts extending the claim (key, fence) every third of the lease
+// TTL. fn's ctx ends with lock.ErrLeaseLost once the backend says another
+// claim replaced this one, or once the lease has run out by this process's
+// clock without a successful extension (the backend could not be reached:
+// another node may take the key over).
+func (g *Guard) hold(ctx context.Context, key string, fence lock.Fence, c *call) *lease {
+	fctx, cancel := context.WithCancelCause(ctx)
+	l := &lease{g: g, parent: ctx, ctx: fctx, cancel: cancel, key: key, fence: fence, call: c,
+		valid: time.Now().Add(g.cfg.leaseTTL)}
+	if g.cfg.hook != nil {
+		c.hash() // before a renewal may emit events from its goroutine
+	}
+	l.mu.Lock() // the first renewal may fire before the timer is stored
+	l.timer = time.AfterFunc(g.cfg.leaseTTL/3, l.renew)
+	l.mu.Unlock()
+	return l
 }
 
-func plainASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e || s[i] == '{' || s[i] == '}' {
-			return false
+// renew extends the lease once and schedules the next renewal.
+func (l *lease) renew() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
+	ttl := l.g.cfg.leaseTTL
+	sent := time.Now()
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(l.parent), min(l.g.cfg.opTimeout, ttl/3))
+	ok, err := l.g.store.Extend(ectx, l.key, l.fence, ttl)
+	cancel()
+	switch {
+	case err == nil && ok:
+		l.valid = sent.Add(ttl)
+	case err == nil:
+		l.lost(fmt.Errorf("%w: another claim replaced this one", lock.ErrLeaseLost))
+		return // nothing left to extend
+	default:
+		l.call.emit(Event{Kind: EventBackendError, Fence: l.fence, Err: &UnavailableError{Op: "extend", Err: err}})
+		if !time.Now().Before(l.valid) {
+			l.lost(fmt.Errorf("%w: the lease ran out while the backend could not be reached: %w", lock.ErrLeaseLost, err))
 		}
 	}
-	return true
+	l.timer.Reset(ttl / 3)
+}
+
+// lost ends fn's ctx with cause, once.
+func (l *lease) lost(cause error) {
+	if l.ctx.Err() == nil {
+		l.call.emit(Event{Kind: EventLeaseLost, Fence: l.fence, Err: cause})
+	}
+	l.cancel(cause)
+}
+
+// stop ends the renewals (waiting for one under way) and fn's ctx; it is
+// safe to call more than once.
+func (l *lease) stop() {
+	l.mu.Lock()
+	l.stopped = true
+	l.timer.Stop()
+	l.mu.Unlock()
+	l.cancel(context.Canceled)
 }
 
 // call carries one Execute call's state for its events.
@@ -520,12 +505,10 @@ func (g *Guard) newCall(key string, opts []CallOption) *call {
 	return c
 }
 
-// answer turns a found record into the call's result.
+// answer turns a record with an outcome into the call's result.
 func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
 	if same, comparable := compareStored(rec.Fingerprint, fp); comparable && !same {
-		e := &MismatchError{Stored: rec.Fingerprint, Got: fp.String()}
-		c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
-		return Outcome{}, e
+		return c.mismatch(rec, fp)
 	}
 	if rec.State == store.StateNotReplayable {
 		e := &NotReplayableError{CreatedAt: rec.CreatedAt, Fence: rec.Fence}
@@ -536,10 +519,20 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 	return Outcome{Replayed: true, Value: rec.Response, Fence: rec.Fence, CreatedAt: rec.CreatedAt}, nil
 }
 
+func (c *call) mismatch(rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
+	e := &MismatchError{Stored: rec.Fingerprint, Got: fp.String()}
+	c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
+	return Outcome{}, e
+}
+
 // compareStored compares a stored fingerprint (in its string form) with
 // fp, like fingerprint.Fingerprint.Compare, without allocating in the
-// common case of equal algorithms.
+// common case of equal algorithms. An empty stored fingerprint (a claim
+// whose request is unknown) is never a mismatch.
 func compareStored(stored string, fp fingerprint.Fingerprint) (same, comparable bool) {
+	if stored == "" {
+		return false, false
+	}
 	alg := fp.Alg()
 	if alg == "" || len(stored) != len(alg)+1+64 || stored[:len(alg)] != alg || stored[len(alg)] != ':' {
 		s, err := fingerprint.Parse(stored)
@@ -558,8 +551,7 @@ func compareStored(stored string, fp fingerprint.Fingerprint) (same, comparable 
 // caller ctx is returned as it is: it is the caller's doing, not the
 // backend's.
 func (c *call) backend(op string, err error) error {
-	switch idemkit.CodeOf(err) {
-	case idemkit.CodeAborted:
+	if idemkit.CodeOf(err) == idemkit.CodeAborted {
 		return err
 	}
 	e := &UnavailableError{Op: op, Err: err}
@@ -568,9 +560,9 @@ func (c *call) backend(op string, err error) error {
 }
 
 // notRecorded reports an outcome that could not be recorded.
-func (c *call) notRecorded(rec store.Record, cause error) {
+func (c *call) notRecorded(ctx context.Context, rec store.Record, cause error) {
 	c.emit(Event{Kind: EventNotRecorded, Fence: rec.Fence, Err: cause})
-	c.g.cfg.logger.Error("idempotency: the outcome could not be recorded; the lock is left to run out, and a retry after that may run the work again",
+	c.g.cfg.logger.ErrorContext(ctx, "idempotency: the outcome could not be recorded; the claim is left to run out, and a retry after that may run the work again",
 		slog.String("key_hash", c.hash()), slog.String("fence", rec.Fence.String()), slog.String("error", cause.Error()))
 }
 

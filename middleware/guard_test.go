@@ -12,7 +12,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/middleware/guardtest"
 	"github.com/idemkit/idemkit/store"
@@ -56,9 +55,9 @@ func (e *events) count(kind middleware.EventKind) int {
 	return n
 }
 
-func newGuard(t *testing.T, s store.Store, l lock.Locker, opts ...middleware.Option) *middleware.Guard {
+func newGuard(t *testing.T, s store.Store, opts ...middleware.Option) *middleware.Guard {
 	t.Helper()
-	g, err := middleware.New(s, l, opts...)
+	g, err := middleware.New(s, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -77,24 +76,25 @@ func value(runs *atomic.Int32, v string) middleware.Func {
 // on one key, 100 times: fn runs exactly once per key, every caller gets
 // its response, and every guard replays it afterwards.
 func TestExactlyOnceAcrossGuards(t *testing.T) {
-	s, l := memstore.New(), memlock.New()
+	s := memstore.New()
 	guards := make([]*middleware.Guard, 4)
 	for i := range guards {
-		guards[i] = newGuard(t, s, l, middleware.WithWaitBudget(30*time.Second))
+		guards[i] = newGuard(t, s, middleware.WithWaitBudget(30*time.Second))
 	}
 	guardtest.ExactlyOnce(t, guards, guardtest.Race{Callers: 64, Rounds: 100, MaxWork: time.Millisecond})
 }
 
 func TestReplayAndMismatch(t *testing.T) {
 	var ev events
-	g := newGuard(t, memstore.New(), memlock.New(), middleware.WithHook(&ev))
+	g := newGuard(t, memstore.New(), middleware.WithHook(&ev))
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "first"))
-	if err != nil || out.Replayed || !out.Recorded || string(out.Value) != "first" || out.Fence != 1 {
+	if err != nil || out.Replayed || !out.Recorded || string(out.Value) != "first" || out.Fence == 0 {
 		t.Fatalf("first call: %+v, %v", out, err)
 	}
+	fence := out.Fence
 	out, err = g.Execute(t.Context(), "k", fpA, value(&runs, "second"))
-	if err != nil || !out.Replayed || string(out.Value) != "first" || out.Fence != 1 || out.CreatedAt.IsZero() {
+	if err != nil || !out.Replayed || string(out.Value) != "first" || out.Fence != fence || out.CreatedAt.IsZero() {
 		t.Fatalf("retry: %+v, %v; want a replay of the first response", out, err)
 	}
 	_, err = g.Execute(t.Context(), "k", fpB, value(&runs, "third"))
@@ -117,7 +117,7 @@ func TestReplayAndMismatch(t *testing.T) {
 }
 
 func TestAnotherAlgorithmIsNotAMismatch(t *testing.T) {
-	g := newGuard(t, memstore.New(), memlock.New())
+	g := newGuard(t, memstore.New())
 	var runs atomic.Int32
 	if _, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil {
 		t.Fatal(err)
@@ -130,7 +130,7 @@ func TestAnotherAlgorithmIsNotAMismatch(t *testing.T) {
 }
 
 func TestFnErrorStoresNothing(t *testing.T) {
-	g := newGuard(t, memstore.New(), memlock.New())
+	g := newGuard(t, memstore.New())
 	boom := errors.New("card declined by network")
 	var runs atomic.Int32
 	_, err := g.Execute(t.Context(), "k", fpA, func(context.Context) (middleware.Result, error) {
@@ -146,9 +146,8 @@ func TestFnErrorStoresNothing(t *testing.T) {
 	}
 }
 
-func TestPanicReleasesLock(t *testing.T) {
-	l := memlock.New()
-	g := newGuard(t, memstore.New(), l, middleware.WithWaitBudget(0))
+func TestPanicReleasesClaim(t *testing.T) {
+	g := newGuard(t, memstore.New(), middleware.WithWaitBudget(0))
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
@@ -160,12 +159,12 @@ func TestPanicReleasesLock(t *testing.T) {
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "after panic"))
 	if err != nil || out.Replayed || runs.Load() != 1 {
-		t.Fatalf("retry after a panic: %+v, %v; want it to execute (the lock released, nothing stored)", out, err)
+		t.Fatalf("retry after a panic: %+v, %v; want it to execute (the claim released, nothing stored)", out, err)
 	}
 }
 
 func TestForgetVerdict(t *testing.T) {
-	g := newGuard(t, memstore.New(), memlock.New())
+	g := newGuard(t, memstore.New())
 	var runs atomic.Int32
 	fn := func(context.Context) (middleware.Result, error) {
 		runs.Add(1)
@@ -183,7 +182,7 @@ func TestForgetVerdict(t *testing.T) {
 }
 
 func TestNotReplayableNeverRunsAgain(t *testing.T) {
-	g := newGuard(t, memstore.New(), memlock.New())
+	g := newGuard(t, memstore.New())
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, func(context.Context) (middleware.Result, error) {
 		runs.Add(1)
@@ -194,7 +193,7 @@ func TestNotReplayableNeverRunsAgain(t *testing.T) {
 	}
 	_, err = g.Execute(t.Context(), "k", fpA, value(&runs, "again"))
 	var ne *middleware.NotReplayableError
-	if !errors.Is(err, middleware.ErrNotReplayable) || !errors.As(err, &ne) || ne.Fence != 1 {
+	if !errors.Is(err, middleware.ErrNotReplayable) || !errors.As(err, &ne) || ne.Fence != out.Fence {
 		t.Fatalf("retry: %v; want ErrNotReplayable", err)
 	}
 	if runs.Load() != 1 {
@@ -203,7 +202,7 @@ func TestNotReplayableNeverRunsAgain(t *testing.T) {
 }
 
 func TestTooLargeResponseRecordedNotReplayable(t *testing.T) {
-	g := newGuard(t, memstore.New(memstore.WithMaxResponseBytes(10)), memlock.New())
+	g := newGuard(t, memstore.New(memstore.WithMaxResponseBytes(10)))
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "a response larger than ten bytes"))
 	if err != nil || !out.Recorded {
@@ -218,7 +217,7 @@ func TestTooLargeResponseRecordedNotReplayable(t *testing.T) {
 }
 
 func TestCancelledAfterFnStillRecords(t *testing.T) {
-	g := newGuard(t, memstore.New(), memlock.New())
+	g := newGuard(t, memstore.New())
 	ctx, cancel := context.WithCancel(t.Context())
 	var runs atomic.Int32
 	out, err := g.Execute(ctx, "k", fpA, func(context.Context) (middleware.Result, error) {
@@ -237,7 +236,7 @@ func TestCancelledAfterFnStillRecords(t *testing.T) {
 
 func TestInProgress(t *testing.T) {
 	var ev events
-	g := newGuard(t, memstore.New(), memlock.New(), middleware.WithHook(&ev))
+	g := newGuard(t, memstore.New(), middleware.WithHook(&ev))
 	entered, finish := make(chan struct{}), make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -251,13 +250,17 @@ func TestInProgress(t *testing.T) {
 	<-entered
 	var runs atomic.Int32
 	_, err := g.Execute(t.Context(), "k", fpA, value(&runs, "dup"), middleware.WaitBudget(0))
-	var le *middleware.LockAcquisitionError
-	if !errors.Is(err, middleware.ErrInProgress) || !errors.As(err, &le) || le.Attempts != 1 {
+	var ie *middleware.InProgressError
+	if !errors.Is(err, middleware.ErrInProgress) || !errors.As(err, &ie) || ie.Attempts != 1 {
 		t.Fatalf("an immediate duplicate: %v; want in progress after 1 attempt", err)
 	}
 	_, err = g.Execute(t.Context(), "k", fpA, value(&runs, "dup"), middleware.WaitBudget(30*time.Millisecond))
-	if !errors.As(err, &le) || le.Waited < 30*time.Millisecond {
+	if !errors.As(err, &ie) || ie.Waited < 30*time.Millisecond || ie.Attempts < 2 {
 		t.Fatalf("a waiting duplicate: %v; want in progress after waiting out its budget", err)
+	}
+	// Another payload under the running key is refused at once.
+	if _, err := g.Execute(t.Context(), "k", fpB, value(&runs, "other"), middleware.WaitBudget(time.Minute)); !errors.Is(err, middleware.ErrMismatch) {
+		t.Fatalf("another payload while the first runs: %v; want a mismatch at once", err)
 	}
 	// A duplicate that waits long enough gets the first response.
 	result := make(chan middleware.Outcome, 1)
@@ -276,177 +279,257 @@ func TestInProgress(t *testing.T) {
 	if runs.Load() != 0 {
 		t.Fatalf("a duplicate ran fn %d times", runs.Load())
 	}
-	if ev.count(middleware.EventInProgress) != 2 {
-		t.Fatalf("events %v; want two in-progress", ev.kinds())
+	if ev.count(middleware.EventInProgress) != 2 || ev.count(middleware.EventMismatch) != 1 {
+		t.Fatalf("events %v; want two in-progress and one mismatch", ev.kinds())
 	}
 }
 
-// flakyStore fails the first n Puts with ServiceUnavailable: a store
-// hiccup injected into a real store.
-type flakyStore struct {
+// TestDefaultWaitBudgetCoversALongRequest: with the default budget (2 s), a
+// duplicate of a request that takes 1.5 s waits for it and replays its
+// response; the wait is bounded by the budget, not by a number of retries.
+func TestDefaultWaitBudgetCoversALongRequest(t *testing.T) {
+	g := newGuard(t, memstore.New())
+	var runs atomic.Int32
+	started := make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := g.Execute(context.Background(), "k", fpA, func(context.Context) (middleware.Result, error) {
+			runs.Add(1)
+			close(started)
+			time.Sleep(1500 * time.Millisecond)
+			return middleware.Result{Value: []byte("slow")}, nil
+		})
+		first <- err
+	}()
+	<-started
+	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "dup"))
+	if err != nil || !out.Replayed || string(out.Value) != "slow" {
+		t.Fatalf("the duplicate: %+v, %v; want a replay after waiting", out, err)
+	}
+	if err := <-first; err != nil || runs.Load() != 1 {
+		t.Fatalf("first: %v, runs %d", err, runs.Load())
+	}
+}
+
+// faultyStore injects failures into a real store.
+type faultyStore struct {
 	store.Store
-	failPuts atomic.Int32
-	puts     atomic.Int32
-	gets     atomic.Int32
-	getErr   error
+	failCompletes                        atomic.Int32
+	claims, completes, extends, releases atomic.Int32
+	claimErr                             error
+	extendErr                            error
 }
 
-func (f *flakyStore) Get(ctx context.Context, key string) (store.Record, bool, error) {
-	f.gets.Add(1)
-	if f.getErr != nil {
-		return store.Record{}, false, f.getErr
+func (f *faultyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	f.claims.Add(1)
+	if f.claimErr != nil {
+		return store.Record{}, false, f.claimErr
 	}
-	return f.Store.Get(ctx, key)
+	return f.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (f *flakyStore) Put(ctx context.Context, r store.Record, ttl time.Duration) (bool, error) {
-	f.puts.Add(1)
-	if f.failPuts.Add(-1) >= 0 {
-		return false, idemkit.NewError(idemkit.CodeServiceUnavailable, "put", "injected failure", nil)
+func (f *faultyStore) Complete(ctx context.Context, r store.Record, ttl time.Duration) (bool, error) {
+	f.completes.Add(1)
+	if f.failCompletes.Add(-1) >= 0 {
+		return false, idemkit.NewError(idemkit.CodeServiceUnavailable, "complete", "injected failure", nil)
 	}
-	return f.Store.Put(ctx, r, ttl)
+	return f.Store.Complete(ctx, r, ttl)
 }
 
-func TestRecordWriteRetriedUntilItLands(t *testing.T) {
+func (f *faultyStore) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	f.extends.Add(1)
+	if f.extendErr != nil {
+		return false, f.extendErr
+	}
+	return f.Store.Extend(ctx, key, fence, ttl)
+}
+
+func (f *faultyStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	f.releases.Add(1)
+	return f.Store.Release(ctx, key, fence)
+}
+
+var fastBackoff = middleware.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: time.Millisecond})
+
+func TestCompletionRetriedUntilItLands(t *testing.T) {
 	var ev events
-	fs := &flakyStore{Store: memstore.New()}
-	fs.failPuts.Store(3)
-	g := newGuard(t, fs, memlock.New(), middleware.WithHook(&ev), middleware.WithBaseDelay(time.Millisecond))
+	fs := &faultyStore{Store: memstore.New()}
+	fs.failCompletes.Store(3)
+	g := newGuard(t, fs, middleware.WithHook(&ev), fastBackoff)
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v"))
 	if err != nil || !out.Recorded {
 		t.Fatalf("Execute: %+v, %v; want recorded after retries", out, err)
 	}
-	if fs.puts.Load() != 4 || ev.count(middleware.EventBackendError) != 3 {
-		t.Fatalf("%d puts, events %v; want 4 puts and 3 backend errors", fs.puts.Load(), ev.kinds())
+	if fs.completes.Load() != 4 || ev.count(middleware.EventBackendError) != 3 {
+		t.Fatalf("%d completes, events %v; want 4 completes and 3 backend errors", fs.completes.Load(), ev.kinds())
 	}
 	if out, _ := g.Execute(t.Context(), "k", fpA, value(&runs, "again")); !out.Replayed {
 		t.Fatal("no replay after the record landed")
 	}
 }
 
-func TestRecordWriteGivesUpAndKeepsLock(t *testing.T) {
+func TestCompletionGivesUpAndKeepsTheClaim(t *testing.T) {
 	var ev events
-	fs := &flakyStore{Store: memstore.New()}
-	fs.failPuts.Store(1 << 30)
-	l := memlock.New()
-	g := newGuard(t, fs, l, middleware.WithHook(&ev), middleware.WithBaseDelay(time.Millisecond),
-		middleware.WithRecordWriteTimeout(20*time.Millisecond), middleware.WithLockTTL(time.Minute), middleware.WithWaitBudget(0))
+	fs := &faultyStore{Store: memstore.New()}
+	fs.failCompletes.Store(1 << 30)
+	g := newGuard(t, fs, middleware.WithHook(&ev), fastBackoff,
+		middleware.WithRecordWriteTimeout(20*time.Millisecond), middleware.WithLeaseTTL(time.Minute), middleware.WithWaitBudget(0))
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v"))
 	if err != nil || out.Recorded || string(out.Value) != "v" {
 		t.Fatalf("Execute: %+v, %v; want the response, not recorded", out, err)
 	}
-	if ev.count(middleware.EventNotRecorded) != 1 {
-		t.Fatalf("events %v; want not-recorded", ev.kinds())
+	if ev.count(middleware.EventNotRecorded) != 1 || fs.releases.Load() != 0 {
+		t.Fatalf("events %v, %d releases; want not-recorded and no release", ev.kinds(), fs.releases.Load())
 	}
-	// The lock was left to run out: a retry is told "in progress" and fn
+	// The claim was left to run out: a retry is told "in progress" and fn
 	// does not run again.
-	fs.failPuts.Store(0)
+	fs.failCompletes.Store(0)
 	if _, err := g.Execute(t.Context(), "k", fpA, value(&runs, "again")); !errors.Is(err, middleware.ErrInProgress) {
-		t.Fatalf("retry: %v; want in progress while the abandoned lease runs", err)
+		t.Fatalf("retry: %v; want in progress while the abandoned claim runs", err)
 	}
 	if runs.Load() != 1 {
 		t.Fatalf("fn ran %d times", runs.Load())
 	}
 }
 
-// stuckExtend makes every Extend of a real locker fail, as a lock backend
-// that cannot be reached for renewals would.
-type stuckExtend struct{ lock.Locker }
-
-func (stuckExtend) Extend(context.Context, string, time.Duration) (lock.Outcome, error) {
-	return lock.Outcome{}, idemkit.NewError(idemkit.CodeServiceUnavailable, "extend", "injected failure", nil)
-}
-
-func TestLeaseLostNotRecorded(t *testing.T) {
+// TestLeaseRunsOutUnreachableButCompletes: the backend cannot be reached
+// for extensions, so fn's ctx ends when the lease runs out by the guard's
+// clock; nobody claimed the key meanwhile, so the completion still lands
+// and a retry replays (a slow backend is never a second execution).
+func TestLeaseRunsOutUnreachableButCompletes(t *testing.T) {
 	var ev events
-	s := memstore.New()
-	g := newGuard(t, s, stuckExtend{memlock.New()}, middleware.WithHook(&ev), middleware.WithLockTTL(30*time.Millisecond))
+	fs := &faultyStore{Store: memstore.New(), extendErr: idemkit.NewError(idemkit.CodeServiceUnavailable, "extend", "injected failure", nil)}
+	g := newGuard(t, fs, middleware.WithHook(&ev), middleware.WithLeaseTTL(30*time.Millisecond))
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, func(ctx context.Context) (middleware.Result, error) {
 		runs.Add(1)
-		<-ctx.Done() // the lease is lost: fn's ctx ends
+		<-ctx.Done() // the lease ran out: fn's ctx ends
 		if !errors.Is(context.Cause(ctx), lock.ErrLeaseLost) {
 			t.Errorf("fn's ctx cause %v; want ErrLeaseLost", context.Cause(ctx))
 		}
 		return middleware.Result{Value: []byte("late")}, nil
 	})
-	if err != nil || out.Recorded {
-		t.Fatalf("Execute: %+v, %v; want not recorded", out, err)
+	if err != nil || !out.Recorded {
+		t.Fatalf("Execute: %+v, %v; want recorded (nobody claimed the key since)", out, err)
 	}
-	if ev.count(middleware.EventLeaseLost) != 1 || ev.count(middleware.EventNotRecorded) != 1 {
-		t.Fatalf("events %v; want lease-lost and not-recorded", ev.kinds())
+	if ev.count(middleware.EventLeaseLost) != 1 {
+		t.Fatalf("events %v; want one lease-lost", ev.kinds())
 	}
-	// Nothing was recorded: once the lease has run out, a retry executes.
-	g2 := newGuard(t, s, memlock.New())
-	if out, err := g2.Execute(t.Context(), "k", fpA, value(&runs, "retry")); err != nil || out.Replayed {
-		t.Fatalf("retry: %+v, %v; want a fresh execution (no record was written)", out, err)
+	if out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "retry")); err != nil || !out.Replayed || runs.Load() != 1 {
+		t.Fatalf("retry: %+v, %v, runs %d; want a replay", out, err, runs.Load())
+	}
+}
+
+// TestStaleHolderNeverWrites: the first holder's lease runs out while it
+// cannot reach the backend; a second guard claims the key and records its
+// outcome; the first holder's completion is refused, and replays never
+// change.
+func TestStaleHolderNeverWrites(t *testing.T) {
+	var ev events
+	s := memstore.New()
+	stalled := &faultyStore{Store: s, extendErr: idemkit.NewError(idemkit.CodeNetworkTimeout, "extend", "injected stall", nil)}
+	a := newGuard(t, stalled, middleware.WithHook(&ev), middleware.WithLeaseTTL(30*time.Millisecond))
+	b := newGuard(t, s, middleware.WithLeaseTTL(time.Minute))
+	var runs atomic.Int32
+	entered, taken := make(chan struct{}), make(chan struct{})
+	resA := make(chan middleware.Outcome, 1)
+	go func() {
+		out, err := a.Execute(context.Background(), "k", fpA, func(ctx context.Context) (middleware.Result, error) {
+			runs.Add(1)
+			close(entered)
+			<-taken // B took the key over and recorded its outcome
+			return middleware.Result{Value: []byte("A")}, nil
+		})
+		if err != nil {
+			t.Errorf("A: %v", err)
+		}
+		resA <- out
+	}()
+	<-entered
+	var outB middleware.Outcome
+	for {
+		var err error
+		outB, err = b.Execute(t.Context(), "k", fpA, value(&runs, "B"), middleware.WaitBudget(0))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, middleware.ErrInProgress) {
+			t.Fatal(err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(taken)
+	outA := <-resA
+	if outB.Replayed || !outB.Recorded || outB.Fence <= outA.Fence || outA.Recorded {
+		t.Fatalf("A %+v, B %+v; want B executed with a greater fence and A not recorded", outA, outB)
+	}
+	if ev.count(middleware.EventNotRecorded) != 1 {
+		t.Fatalf("events of A %v; want not-recorded", ev.kinds())
+	}
+	for _, g := range []*middleware.Guard{a, b} {
+		if out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "x")); err != nil || string(out.Value) != "B" {
+			t.Fatalf("replay: %+v, %v; want B's response", out, err)
+		}
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("fn ran %d times; want A and B once each", runs.Load())
 	}
 }
 
 func TestBackendUnavailable(t *testing.T) {
 	var ev events
-	fs := &flakyStore{Store: memstore.New(), getErr: idemkit.NewError(idemkit.CodeServiceUnavailable, "get", "down", nil)}
-	g := newGuard(t, fs, memlock.New(), middleware.WithHook(&ev))
+	fs := &faultyStore{Store: memstore.New(), claimErr: idemkit.NewError(idemkit.CodeServiceUnavailable, "claim", "down", nil)}
+	g := newGuard(t, fs, middleware.WithHook(&ev))
 	var runs atomic.Int32
 	_, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v"))
 	var ue *middleware.UnavailableError
 	if !errors.Is(err, middleware.ErrUnavailable) || !errors.As(err, &ue) || !errors.Is(err, idemkit.ErrServiceUnavailable) {
 		t.Fatalf("Execute: %v; want ErrUnavailable wrapping the backend's error", err)
 	}
-	if runs.Load() != 0 {
-		t.Fatal("fn ran although the guard could not tell whether it already had")
+	if runs.Load() != 0 || ev.count(middleware.EventBackendError) != 1 {
+		t.Fatalf("fn ran %d times, events %v", runs.Load(), ev.kinds())
 	}
-	l := memlock.New()
-	_ = l.Close()
-	g2 := newGuard(t, memstore.New(), l)
+	s := memstore.New()
+	_ = s.Close()
+	g2 := newGuard(t, s)
 	if _, err := g2.Execute(t.Context(), "k", fpA, value(&runs, "v")); !errors.Is(err, middleware.ErrUnavailable) || runs.Load() != 0 {
-		t.Fatalf("with the locker down: %v, runs %d", err, runs.Load())
+		t.Fatalf("with the store closed: %v, runs %d", err, runs.Load())
 	}
 }
 
-// countingLocker counts lock operations.
-type countingLocker struct {
-	lock.Locker
-	acquires, releases atomic.Int32
-}
-
-func (c *countingLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
-	c.acquires.Add(1)
-	return c.Locker.Acquire(ctx, key, ttl)
-}
-
-func (c *countingLocker) Release(ctx context.Context, id string) (lock.Outcome, error) {
-	c.releases.Add(1)
-	return c.Locker.Release(ctx, id)
-}
-
+// TestRoundTrips: a first execution costs one claim and one completion; a
+// replay one claim; with a hook or without.
 func TestRoundTrips(t *testing.T) {
-	fs := &flakyStore{Store: memstore.New()}
-	cl := &countingLocker{Locker: memlock.New()}
-	g := newGuard(t, fs, cl)
-	var runs atomic.Int32
-	if _, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil {
-		t.Fatal(err)
-	}
-	if fs.gets.Load() != 2 || fs.puts.Load() != 1 || cl.acquires.Load() != 1 || cl.releases.Load() != 1 {
-		t.Fatalf("first execution: %d gets, %d puts, %d acquires, %d releases; want 2, 1, 1, 1",
-			fs.gets.Load(), fs.puts.Load(), cl.acquires.Load(), cl.releases.Load())
-	}
-	if _, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil {
-		t.Fatal(err)
-	}
-	if fs.gets.Load() != 3 || cl.acquires.Load() != 1 {
-		t.Fatalf("a replay cost %d gets and %d acquires; want 1 get and no lock", fs.gets.Load()-2, cl.acquires.Load()-1)
+	for _, hooked := range []bool{false, true} {
+		fs := &faultyStore{Store: memstore.New()}
+		var opts []middleware.Option
+		if hooked {
+			opts = append(opts, middleware.WithHook(&events{}))
+		}
+		g := newGuard(t, fs, opts...)
+		var runs atomic.Int32
+		if _, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil {
+			t.Fatal(err)
+		}
+		if fs.claims.Load() != 1 || fs.completes.Load() != 1 || fs.releases.Load() != 0 {
+			t.Fatalf("hook %v: first execution: %d claims, %d completes, %d releases; want 1, 1, 0",
+				hooked, fs.claims.Load(), fs.completes.Load(), fs.releases.Load())
+		}
+		if _, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil {
+			t.Fatal(err)
+		}
+		if fs.claims.Load() != 2 || fs.completes.Load() != 1 {
+			t.Fatalf("hook %v: a replay cost %d claims and %d completes; want 1 and 0", hooked, fs.claims.Load()-1, fs.completes.Load()-1)
+		}
 	}
 }
 
 func TestKeysAreIsolatedAndHashed(t *testing.T) {
-	s := memstore.New()
-	g := newGuard(t, s, memlock.New())
+	g := newGuard(t, memstore.New())
 	var runs atomic.Int32
-	keys := []string{"a", "A", "a ", "caf\u00e9", "cafe\u0301", "x/y", string(make([]byte, 2000)), "\x00"}
+	keys := []string{"a", "A", "a ", "caf\u00e9", "cafe\u0301", "x/y", string(make([]byte, 900)), "\x00", "a:b", "idempotency:a"}
 	for i, k := range keys {
 		out, err := g.Execute(t.Context(), k, fpA, value(&runs, fmt.Sprint(i)))
 		if err != nil || out.Replayed {
@@ -459,180 +542,33 @@ func TestKeysAreIsolatedAndHashed(t *testing.T) {
 			t.Fatalf("key %q: %+v, %v; want its own replay", k, out, err)
 		}
 	}
-	if _, err := g.Execute(t.Context(), "", fpA, value(&runs, "x")); !errors.Is(err, middleware.ErrInvalidKey) {
-		t.Fatalf("empty key: %v", err)
+	for _, k := range []string{"", string(make([]byte, 2000))} {
+		if _, err := g.Execute(t.Context(), k, fpA, value(&runs, "x")); !errors.Is(err, middleware.ErrInvalidKey) {
+			t.Fatalf("key of %d bytes: %v; want ErrInvalidKey", len(k), err)
+		}
 	}
 }
 
 func TestOptionValidation(t *testing.T) {
-	s, l := memstore.New(), memlock.New()
-	if _, err := middleware.New(nil, l); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+	s := memstore.New()
+	if _, err := middleware.New(nil); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("nil store: %v", err)
 	}
 	for i, o := range []middleware.Option{
-		middleware.WithRecordTTL(0), middleware.WithLockTTL(time.Millisecond), middleware.WithLockRetries(-1),
-		middleware.WithBaseDelay(0), middleware.WithMaxDelay(-1), middleware.WithWaitBudget(-1),
+		middleware.WithRecordTTL(0), middleware.WithLeaseTTL(time.Millisecond),
+		middleware.WithBackoff(idemkit.Backoff{}), middleware.WithBackoff(idemkit.Backoff{Base: 2, Max: 1}), middleware.WithWaitBudget(-1),
 		middleware.WithRecordWriteTimeout(0), middleware.WithOpTimeout(0), middleware.WithNamespace(""), middleware.WithClock(nil), middleware.WithValueFingerprint(nil),
 	} {
-		if _, err := middleware.New(s, l, o); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+		if _, err := middleware.New(s, o); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("option %d: %v; want InvalidArgument", i, err)
 		}
 	}
 }
 
 func TestHookPanicIsContained(t *testing.T) {
-	g := newGuard(t, memstore.New(), memlock.New(), middleware.WithHook(middleware.HookFunc(func(middleware.Event) { panic("hook") })))
+	g := newGuard(t, memstore.New(), middleware.WithHook(middleware.HookFunc(func(middleware.Event) { panic("hook") })))
 	var runs atomic.Int32
 	if out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil || !out.Recorded {
 		t.Fatalf("Execute with a panicking hook: %+v, %v", out, err)
-	}
-}
-
-// countingCombiner counts the calls a combining store receives.
-type countingCombiner struct {
-	*memstore.Store
-	gets, acquireGets, putReleases, puts atomic.Int32
-}
-
-func (c *countingCombiner) Get(ctx context.Context, key string) (store.Record, bool, error) {
-	c.gets.Add(1)
-	return c.Store.Get(ctx, key)
-}
-
-func (c *countingCombiner) Put(ctx context.Context, r store.Record, ttl time.Duration) (bool, error) {
-	c.puts.Add(1)
-	return c.Store.Put(ctx, r, ttl)
-}
-
-func (c *countingCombiner) AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lock.Lease, bool, store.Record, bool, error) {
-	c.acquireGets.Add(1)
-	return c.Store.AcquireGet(ctx, lockKey, ttl, recordKey)
-}
-
-func (c *countingCombiner) PutRelease(ctx context.Context, r store.Record, ttl time.Duration, lease lock.Lease) (bool, lock.Outcome, error) {
-	c.putReleases.Add(1)
-	return c.Store.PutRelease(ctx, r, ttl, lease)
-}
-
-// TestCombinedRoundTrips: with a store that combines lock operations, a
-// first execution costs three calls (get, acquire+get, put+release) and a
-// replay one.
-func TestCombinedRoundTrips(t *testing.T) {
-	l := memlock.New()
-	cs := &countingCombiner{Store: memstore.New(memstore.WithLocker(l))}
-	g := newGuard(t, cs, l)
-	var runs atomic.Int32
-	out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v"))
-	if err != nil || !out.Recorded || out.Fence != 1 {
-		t.Fatalf("first: %+v, %v", out, err)
-	}
-	if cs.gets.Load() != 1 || cs.acquireGets.Load() != 1 || cs.putReleases.Load() != 1 || cs.puts.Load() != 0 {
-		t.Fatalf("calls: %d get, %d acquire+get, %d put+release, %d put; want 1, 1, 1, 0",
-			cs.gets.Load(), cs.acquireGets.Load(), cs.putReleases.Load(), cs.puts.Load())
-	}
-	if locked, _ := l.IsLocked(t.Context(), "idempotency:lock:{k:k}"); locked {
-		t.Fatal("the lock is still held after put+release")
-	}
-	out, err = g.Execute(t.Context(), "k", fpA, value(&runs, "again"))
-	if err != nil || !out.Replayed || cs.gets.Load() != 2 || cs.acquireGets.Load() != 1 {
-		t.Fatalf("replay: %+v, %v, %d gets", out, err, cs.gets.Load())
-	}
-	// A duplicate racing under the lock replays through the combined read.
-	if _, err := g.Execute(t.Context(), "k2", fpA, value(&runs, "v2")); err != nil {
-		t.Fatal(err)
-	}
-	if runs.Load() != 2 {
-		t.Fatalf("fn ran %d times", runs.Load())
-	}
-}
-
-// TestExactlyOnceCombined is the race of TestExactlyOnceAcrossGuards on the
-// combined path.
-func TestExactlyOnceCombined(t *testing.T) {
-	l := memlock.New()
-	s := memstore.New(memstore.WithLocker(l))
-	guards := make([]*middleware.Guard, 4)
-	for i := range guards {
-		guards[i] = newGuard(t, s, l, middleware.WithWaitBudget(30*time.Second))
-	}
-	for round := range 50 {
-		key := fmt.Sprint("combined-", round)
-		var runs atomic.Int32
-		var wg sync.WaitGroup
-		for i := range 64 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				out, err := guards[i%4].Execute(t.Context(), key, fpA, value(&runs, key))
-				if err != nil || string(out.Value) != key {
-					t.Errorf("%+v, %v", out, err)
-				}
-			}()
-		}
-		wg.Wait()
-		if runs.Load() != 1 {
-			t.Fatalf("round %d: fn ran %d times", round, runs.Load())
-		}
-	}
-}
-
-// gatedRelease holds every Release of a real locker until gate is closed.
-type gatedRelease struct {
-	lock.Locker
-	gate     chan struct{}
-	releases chan struct{}
-}
-
-func (g *gatedRelease) Release(ctx context.Context, id string) (lock.Outcome, error) {
-	g.releases <- struct{}{}
-	<-g.gate
-	return g.Locker.Release(ctx, id)
-}
-
-// TestDuplicateReplaysWithoutTheLock: a duplicate waiting for the lock
-// replays the record as soon as it appears, without taking the lock (here
-// the first request's release is held up, so the lock stays taken).
-func TestDuplicateReplaysWithoutTheLock(t *testing.T) {
-	gl := &gatedRelease{Locker: memlock.New(), gate: make(chan struct{}), releases: make(chan struct{}, 1)}
-	cl := &countingLocker{Locker: gl}
-	g := newGuard(t, memstore.New(), cl, middleware.WithBaseDelay(time.Millisecond), middleware.WithMaxDelay(5*time.Millisecond),
-		middleware.WithWaitBudget(time.Minute), middleware.WithLockRetries(1_000_000))
-	var runs atomic.Int32
-	finish := make(chan struct{})
-	first := make(chan error, 1)
-	go func() {
-		_, err := g.Execute(context.Background(), "k", fpA, func(context.Context) (middleware.Result, error) {
-			runs.Add(1)
-			<-finish
-			return middleware.Result{Value: []byte("v")}, nil
-		})
-		first <- err
-	}()
-	dup := make(chan middleware.Outcome, 1)
-	go func() {
-		for cl.acquires.Load() < 1 { // the first request holds the lock
-			time.Sleep(time.Millisecond)
-		}
-		out, err := g.Execute(context.Background(), "k", fpA, value(&runs, "dup"))
-		if err != nil {
-			t.Errorf("the duplicate: %v", err)
-		}
-		dup <- out
-	}()
-	for cl.acquires.Load() < 4 { // the duplicate is waiting: refused at least 3 times
-		time.Sleep(time.Millisecond)
-	}
-	close(finish) // the first request records its outcome...
-	<-gl.releases // ...and its release is held up: the lock stays taken
-	out := <-dup
-	if !out.Replayed || string(out.Value) != "v" {
-		t.Fatalf("the duplicate: %+v; want a replay while the lock was still taken", out)
-	}
-	close(gl.gate)
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-	if runs.Load() != 1 {
-		t.Fatalf("fn ran %d times", runs.Load())
 	}
 }

@@ -1,16 +1,54 @@
-// Package store is the record contract of idemkit: where the guard keeps
-// the outcome of each execution so that retries get it back.
+// Package store is the guard's backend contract: records that carry their
+// own lease.
 //
-// A [Record] holds the record key, the request's fingerprint, a [State]
-// (completed, or executed-not-replayable), the encoded response, the fence of
-// the lease under which it was written, and its created and expiry times.
-// [Store.Put] is fenced: it writes nothing when the stored record carries a
-// higher fence, so a holder whose lease ran out can never overwrite the
-// record of the holder that replaced it.
+// # Leased records
 //
-// Stores: [github.com/idemkit/idemkit/store/memstore] in this module, and
-// Redis, PostgreSQL and Firestore stores in modules of their own. Every store
+// A request claims its key ([Store.Claim]), runs, and completes the claim
+// with its outcome in the same record ([Store.Complete]): one conditional
+// write decides everything, so a replay costs one round trip and a first
+// execution two. A [Record] is a claim while the request runs (State
+// [StateClaimed], with a fence and a lease, ExpiresAt) and then its outcome
+// ([StateCompleted] with the encoded response, or [StateNotReplayable]),
+// kept for the record TTL. A live claim answers duplicates "busy"; a claim
+// whose lease ran out is replaced by the next Claim. The holder extends its
+// lease while it runs ([Store.Extend]) and releases the claim, storing
+// nothing, when the work fails ([Store.Release]). [Store.Get] and
+// [Store.Delete] serve read paths and operators.
+//
+// Time is the backend's: leases and expiry are judged by the backend's
+// clock, never a client's.
+//
+// # Fences
+//
+// Every claim has a fence, greater than any fence its key's record ever
+// carried. Extend, Complete and Release act only while the record still
+// carries their claim's fence, so a holder whose lease ran out and whose key
+// was claimed again can never write over the new holder; a holder whose
+// lease ran out but whose key nobody claimed still completes (a slow store
+// is never a second execution).
+//
+// Stores keep no counter for this. A new claim's fence is [NextFence]: the
+// previous fence plus one, or the backend's clock in Unix milliseconds if
+// that is greater. A record (a claim, an outcome, a released or deleted
+// claim) is never removed from the backend before its clock has passed the
+// record's fence ([KeepUntil]), so a later claim's clock-derived fence is
+// always greater, and every record still has an expiry: nothing is kept
+// forever.
+//
+// # Composition
+//
+// [Records] is a plain record store of outcomes with a fenced put. [Compose]
+// pairs one with any [lock.Locker] to make a [Store], for example PostgreSQL
+// records with Redis locks. It is slower (more round trips) and weaker: its
+// fence is the lock's, checked by the lock rather than by the record's own
+// write.
+//
+// # Backends
+//
+// [github.com/idemkit/idemkit/store/memstore] in this module, and Redis,
+// PostgreSQL and Firestore stores in modules of their own. Every store
 // passes the conformance suite in
-// [github.com/idemkit/idemkit/store/storetest]. Errors use the lock layer's
-// codes ([idemkit.Error]).
+// [github.com/idemkit/idemkit/store/storetest]. Failures are
+// [*idemkit.Error] values with a code; a busy key, a refused write and
+// absence are results.
 package store

@@ -10,22 +10,28 @@ import (
 	"github.com/idemkit/idemkit/lock"
 )
 
-// State is what a record says about the execution it records.
+// State is what a record says about the request it belongs to.
 type State uint8
 
 const (
+	// StateClaimed: a request holds the key and is running; its claim has
+	// a fence and a lease (ExpiresAt). Duplicates wait or are told "in
+	// progress".
+	StateClaimed State = iota + 1
 	// StateCompleted: the work ran and its response is stored; retries get
 	// it back.
-	StateCompleted State = iota + 1
+	StateCompleted
 	// StateNotReplayable: the work ran but its response cannot be replayed
 	// (too large, streamed, hijacked). Retries are told so and the work is
 	// never run again.
 	StateNotReplayable
 )
 
-// String returns "completed" or "not-replayable".
+// String returns "claimed", "completed" or "not-replayable".
 func (s State) String() string {
 	switch s {
+	case StateClaimed:
+		return "claimed"
 	case StateCompleted:
 		return "completed"
 	case StateNotReplayable:
@@ -35,95 +41,130 @@ func (s State) String() string {
 }
 
 // Valid reports whether s is one of the defined states.
-func (s State) Valid() bool { return s == StateCompleted || s == StateNotReplayable }
+func (s State) Valid() bool { return s >= StateClaimed && s <= StateNotReplayable }
 
-// Record is one recorded execution.
+// Done reports whether s records an outcome: completed or not replayable.
+func (s State) Done() bool { return s == StateCompleted || s == StateNotReplayable }
+
+// Record is what a store keeps under one key: a claim while a request runs,
+// then its outcome.
 type Record struct {
 	Key         string     // the record key (any bytes, at most MaxKeyBytes)
 	Fingerprint string     // what the request asked for, in the fingerprint package's string form
-	State       State      // completed, or executed-not-replayable
-	Response    []byte     // the encoded response (the caller's encoding); empty when not replayable
-	Fence       lock.Fence // the fence of the lease under which it was written
-	CreatedAt   time.Time  // set by the store when the record is written, by its clock
-	ExpiresAt   time.Time  // CreatedAt + the TTL given to Put
+	State       State      // claimed, completed, or executed-not-replayable
+	Response    []byte     // the encoded response (the caller's encoding); empty unless completed
+	Fence       lock.Fence // the fence of the claim (for an outcome: of the claim that wrote it)
+	CreatedAt   time.Time  // when the claim was made or the outcome written, by the store's clock
+	ExpiresAt   time.Time  // a claim: when its lease runs out; an outcome: when it is forgotten
 }
 
-// Store is the contract every record store implements. All methods are safe
-// for concurrent use, check ctx before any I/O (an ended ctx gives Aborted or
-// NetworkTimeout) and validate arguments before any I/O (InvalidArgument).
-// Failures are [*idemkit.Error] values with a [idemkit.Code]; absence and a
-// fence refusal are results.
+// Store is the guard's backend: records that carry their own lease. A
+// request claims its key, runs, and completes the claim with its outcome in
+// the same record, so one conditional write decides everything: a replay
+// costs one round trip, a first execution two.
 //
-// Expiry follows the lock layer's rule: a record is visible while now <
-// ExpiresAt by the store's clock, and gone from ExpiresAt on.
+// All methods are safe for concurrent use, validate their arguments before
+// any I/O (InvalidArgument) and check ctx before any I/O (an ended ctx gives
+// Aborted or NetworkTimeout). Failures are [*idemkit.Error] values; a busy
+// key, a refused write and absence are results.
+//
+// Time is the backend's: leases and record expiry are judged by the
+// backend's clock (Redis TIME, PostgreSQL clock_timestamp(), Firestore's
+// commit and read times, the process clock in memory), never a client's. A
+// record is live while now < ExpiresAt.
+//
+// Fences: a new claim's fence is greater than any fence the key's record
+// ever carried, including records that were released, deleted or expired.
+// Stores keep no counter for this: a new claim's fence is
+// max(previous fence + 1, the backend's clock in Unix milliseconds), and a
+// record is never removed from the backend (released, deleted, expired)
+// before the backend's clock has passed its fence, so that a later claim's
+// clock-derived fence is always greater. Every record, claim or outcome,
+// has an expiry on the backend: nothing is kept forever.
 type Store interface {
-	// Get returns the live record under key, or ok = false.
+	// Claim makes one attempt, in one round trip, to claim key for a
+	// request whose fingerprint is fp, with a lease of ttl.
+	//
+	// A completed or not-replayable record is returned as it is, with
+	// claimed = false. A live claim is returned as it is (State
+	// StateClaimed, its fingerprint, fence and lease expiry), with claimed
+	// = false: the key is busy. Otherwise (no record, a claim whose lease
+	// ran out, an outcome past its expiry) the store writes a new claim and
+	// returns it with claimed = true: State StateClaimed, fp, a new fence
+	// and ExpiresAt = now + ttl. A refused claim writes nothing.
+	Claim(ctx context.Context, key, fp string, ttl time.Duration) (rec Record, claimed bool, err error)
+
+	// Extend sets the lease of the claim (key, fence) to now + ttl, only
+	// while the record still carries that claim: ok = false, and nothing
+	// written, once another claim, an outcome or nothing is there. A claim
+	// whose lease ran out can still be extended as long as nobody claimed
+	// the key since.
+	Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (ok bool, err error)
+
+	// Complete writes the outcome rec (State StateCompleted with its
+	// Response, or StateNotReplayable) under rec.Key for ttl and ends the
+	// claim rec.Fence in the same atomic write, only while the record
+	// still carries that claim: ok = false, and nothing written, once
+	// another claim, an outcome or nothing is there. A claim whose lease
+	// ran out still completes as long as nobody claimed the key since, so
+	// a slow store is never a second execution. A response the backend
+	// cannot hold fails with an error matching [ErrTooLarge], before any
+	// write. The store sets CreatedAt and ExpiresAt.
+	Complete(ctx context.Context, rec Record, ttl time.Duration) (ok bool, err error)
+
+	// Release removes the claim (key, fence), storing nothing, only while
+	// the record still carries it; ok reports whether it did. The key can
+	// be claimed again at once.
+	Release(ctx context.Context, key string, fence lock.Fence) (ok bool, err error)
+
+	// Get returns the live record under key (a live claim or an outcome),
+	// or ok = false. It never changes anything.
 	Get(ctx context.Context, key string) (rec Record, ok bool, err error)
 
-	// Put writes rec under rec.Key for ttl, unless the live record there
-	// carries a higher fence: then it writes nothing and returns ok =
-	// false. An equal or lower stored fence, or no live record, is
-	// overwritten. The store sets CreatedAt and ExpiresAt. A response the
-	// backend cannot hold fails with an error matching [ErrTooLarge].
-	Put(ctx context.Context, rec Record, ttl time.Duration) (ok bool, err error)
-
-	// Delete removes the record under key and reports whether a live one
-	// was there.
+	// Delete removes the live record under key, whatever its state, and
+	// reports whether there was one. A claim that is deleted can no longer
+	// be extended, completed or released. It is for operators: a retry
+	// after it runs the work again.
 	Delete(ctx context.Context, key string) (deleted bool, err error)
 }
 
-// Combiner is an optional interface of a [Store] that shares a server with
-// a locker and can fold lock operations into its own round trips. The guard
-// then takes the lock and reads the record under it in one round trip, and
-// writes the record and releases the lock in another: a first execution
-// costs three round trips instead of five.
-//
-// The guard uses it only when Combines reports true for its locker, and
-// passes lock and record keys that share a Redis-style hash tag ("{...}"),
-// so that a clustered backend finds both on one node.
-type Combiner interface {
-	// Combines reports whether this store can take and release the locks
-	// of l itself: the same server, the same key layout.
-	Combines(l lock.Locker) bool
+// Records is a plain record store: outcomes only, without leases. It is the
+// record half of [Compose], which pairs it with any [lock.Locker] to make a
+// [Store] (for example PostgreSQL records with Redis locks). Records written
+// by Put are completed or not-replayable records; Get and Delete behave as
+// in [Store].
+type Records interface {
+	// Get returns the live record under key, or ok = false.
+	Get(ctx context.Context, key string) (rec Record, ok bool, err error)
 
-	// AcquireGet behaves as l.Acquire(ctx, lockKey, ttl) and, when it
-	// acquired, as Get(ctx, recordKey) under the new lease, in one round
-	// trip.
-	AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lease lock.Lease, acquired bool, rec Record, found bool, err error)
+	// Put writes rec (State StateCompleted or StateNotReplayable) under
+	// rec.Key for ttl, unless the live record there carries a higher
+	// fence: then it writes nothing and returns ok = false. An equal or
+	// lower fence, or no live record, is overwritten. The store sets
+	// CreatedAt and ExpiresAt. A response the backend cannot hold fails
+	// with an error matching [ErrTooLarge].
+	Put(ctx context.Context, rec Record, ttl time.Duration) (ok bool, err error)
 
-	// PutRelease behaves as Put(ctx, rec, ttl) followed, when that did not
-	// fail, by releasing lease, in one round trip. stored is Put's answer;
-	// the release is attempted whether or not a higher fence refused the
-	// write. On an error nothing is released and the caller falls back to
-	// separate calls.
-	PutRelease(ctx context.Context, rec Record, ttl time.Duration, lease lock.Lease) (stored bool, released lock.Outcome, err error)
+	// Delete removes the live record under key and reports whether there
+	// was one.
+	Delete(ctx context.Context, key string) (deleted bool, err error)
 }
+
+// ClaimRetention is how long a store keeps a claim whose lease ran out
+// before it may remove it (unless a new claim replaces it first), so that a
+// holder whose store was unreachable for a while still completes its claim
+// once it is back, rather than leaving a retry to run the work again.
+const ClaimRetention = time.Minute
 
 // MaxKeyBytes is the longest record key every store accepts.
 const MaxKeyBytes = 1024
 
-// ErrTooLarge is matched (errors.Is) by a Put whose response is larger than
-// the backend can hold. The error's code is InvalidArgument.
+// ErrTooLarge is matched (errors.Is) by a Complete or Put whose response is
+// larger than the backend can hold. The error's code is InvalidArgument.
 var ErrTooLarge = errors.New("store: response too large for the backend")
 
-// ValidatePut checks a Put's arguments: a key of 1 to [MaxKeyBytes] bytes
-// (any bytes), a defined state and a TTL of at least one millisecond. It
-// returns an InvalidArgument error; messages never repeat the key.
-func ValidatePut(rec Record, ttl time.Duration) error {
-	if err := ValidateKey(rec.Key); err != nil {
-		return err
-	}
-	if !rec.State.Valid() {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("invalid record state %d", rec.State), nil)
-	}
-	if ttl < time.Millisecond {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("ttl must be at least 1ms (got %v)", ttl), nil)
-	}
-	return nil
-}
-
 // ValidateKey returns an InvalidArgument error unless key has 1 to
-// [MaxKeyBytes] bytes.
+// [MaxKeyBytes] bytes. Messages never repeat the key.
 func ValidateKey(key string) error {
 	if key == "" {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", "record key must not be empty", nil)
@@ -134,8 +175,76 @@ func ValidateKey(key string) error {
 	return nil
 }
 
+// ValidateTTL returns an InvalidArgument error unless ttl is at least one
+// millisecond.
+func ValidateTTL(op string, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("ttl must be at least 1ms (got %v)", ttl), nil)
+	}
+	return nil
+}
+
+// ValidateClaim checks a Claim's arguments: a valid key and TTL.
+func ValidateClaim(key string, ttl time.Duration) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	return ValidateTTL("claim", ttl)
+}
+
+// ValidateFenced checks the arguments of Extend and Release (and Complete's
+// key and fence): a valid key and a fence of at least 1.
+func ValidateFenced(op, key string, fence lock.Fence) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if fence == 0 {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, "fence must not be zero", nil)
+	}
+	return nil
+}
+
+// ValidateComplete checks a Complete's arguments: a valid key and fence, an
+// outcome state (completed or not replayable) and a TTL of at least one
+// millisecond.
+func ValidateComplete(rec Record, ttl time.Duration) error {
+	if err := ValidateFenced("complete", rec.Key, rec.Fence); err != nil {
+		return err
+	}
+	if !rec.State.Done() {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "complete", fmt.Sprintf("a completion needs an outcome state (got %v)", rec.State), nil)
+	}
+	return ValidateTTL("complete", ttl)
+}
+
 // TooLarge returns the error a store reports for a response of size bytes
 // above its limit.
 func TooLarge(op string, size, limit int) error {
 	return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("response of %d bytes exceeds the store's limit of %d", size, limit), ErrTooLarge)
+}
+
+// NextFence returns the fence of a new claim: prev + 1, or the backend's
+// clock in Unix milliseconds if that is greater. prev is the fence of the
+// record the claim replaces (0 when there is none). See [Store] for why
+// this keeps fences growing without a counter.
+func NextFence(prev lock.Fence, now time.Time) lock.Fence {
+	return max(prev+1, lock.Fence(now.UnixMilli()))
+}
+
+// KeepUntil returns when a store may remove a record from the backend: not
+// before expiresAt (plus [ClaimRetention] for a claim), and not before the
+// backend's clock has passed the record's fence read as Unix milliseconds.
+func KeepUntil(rec Record) time.Time {
+	until := rec.ExpiresAt
+	if rec.State == StateClaimed {
+		until = until.Add(ClaimRetention)
+	}
+	return later(until, time.UnixMilli(int64(rec.Fence)+1))
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

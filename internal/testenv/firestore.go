@@ -53,6 +53,35 @@ func Firestore(t testing.TB) *FirestoreEmulator {
 	})
 }
 
+// NewFirestore starts an emulator of the test's own, for tests that stall
+// or stop it; it is stopped when the test ends. Unlike [Firestore] it does
+// not set FIRESTORE_EMULATOR_HOST: point a client at Host yourself (for
+// example with option.WithEndpoint and insecure credentials, or by setting
+// the variable only around firestore.NewClient).
+func NewFirestore(t testing.TB) *FirestoreEmulator {
+	t.Helper()
+	if _, err := exec.LookPath("java"); err != nil {
+		t.Fatal(firestoreMissing)
+	}
+	e, err := startFirestore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.proc.stop(syscall.SIGKILL) })
+	return e
+}
+
+// Stall freezes the emulator (SIGSTOP): connections stay open, nothing is
+// answered. Use it on an emulator of the test's own ([NewFirestore]). The
+// returned function resumes it; the test's cleanup does too.
+func (e *FirestoreEmulator) Stall(t testing.TB) (resume func()) {
+	t.Helper()
+	if e.proc == nil {
+		t.Fatal("testenv: Stall needs an emulator started by testenv")
+	}
+	return e.proc.stall(t)
+}
+
 // FirestoreProject returns a project id unique to the test: the emulator
 // keeps each project's documents apart, so tests sharing one emulator never
 // see each other's data.

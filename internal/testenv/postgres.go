@@ -157,3 +157,18 @@ func (p *PostgresServer) Restart(t testing.TB) {
 		t.Fatal(err)
 	}
 }
+
+// Stall freezes the server and its backends (SIGSTOP): connections stay
+// open, nothing is answered. Use it on a server of the test's own
+// ([NewPostgres]). The returned function resumes it; the test's cleanup
+// does too.
+func (p *PostgresServer) Stall(t testing.TB) (resume func()) {
+	t.Helper()
+	p.mu.Lock()
+	proc := p.proc
+	p.mu.Unlock()
+	if proc == nil {
+		t.Fatal("testenv: Stall needs a server started by testenv")
+	}
+	return proc.stall(t)
+}

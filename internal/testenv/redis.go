@@ -315,3 +315,17 @@ func encode(args []string) []byte {
 	}
 	return []byte(b.String())
 }
+
+// Stall freezes the server (SIGSTOP): connections stay open, nothing is
+// answered. Use it on a server of the test's own ([NewRedis]). The returned
+// function resumes it; the test's cleanup does too.
+func (s *RedisServer) Stall(t testing.TB) (resume func()) {
+	t.Helper()
+	s.mu.Lock()
+	p := s.proc
+	s.mu.Unlock()
+	if p == nil {
+		t.Fatal("testenv: Stall needs a server started by testenv")
+	}
+	return p.stall(t)
+}

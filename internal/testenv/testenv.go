@@ -297,3 +297,19 @@ func postgresBinDirs() []string {
 	})
 	return dirs
 }
+
+// stall stops the process and its children (SIGSTOP to its process group):
+// it keeps its sockets open but answers nothing, as a server whose machine
+// froze. The returned function resumes it (SIGCONT); it is also registered
+// with t.Cleanup, and calling it twice is harmless.
+func (p *process) stall(t testing.TB) (resume func()) {
+	t.Helper()
+	pid := p.cmd.Process.Pid
+	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("testenv: stall %s: %v", p.name, err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(-pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}

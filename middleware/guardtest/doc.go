@@ -10,12 +10,12 @@
 //	func TestExactlyOnce(t *testing.T) {
 //		guards := make([]*middleware.Guard, 4)
 //		for i := range guards {
-//			guards[i] = newGuard(t) // a store and a locker on a client of its own
+//			guards[i] = newGuard(t) // a store on a client of its own
 //		}
 //		guardtest.ExactlyOnce(t, guards, guardtest.Race{Callers: 64, Rounds: 50})
 //	}
 //
 // Run it under the race detector (go test -race). The idemkit backends
-// prove themselves with it: memstore with memlock, Redis, PostgreSQL and
+// prove themselves with it: memstore, Redis, PostgreSQL and
 // Firestore. It uses the standard testing package only.
 package guardtest

@@ -8,16 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/middleware/guardtest"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
 // newGuard builds a guard on s and l, failing the test on an error.
-func newGuard(t *testing.T, s *memstore.Store, l *memlock.Locker, opts ...middleware.Option) *middleware.Guard {
+func newGuard(t *testing.T, s *memstore.Store, opts ...middleware.Option) *middleware.Guard {
 	t.Helper()
-	g, err := middleware.New(s, l, opts...)
+	g, err := middleware.New(s, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,10 +39,10 @@ func TestExactlyOnce(t *testing.T) {
 			[]middleware.Option{middleware.WithWaitBudget(0)}, 8, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s, l := memstore.New(), memlock.New()
+			s := memstore.New()
 			guards := make([]*middleware.Guard, 3)
 			for i := range guards {
-				guards[i] = newGuard(t, s, l, c.guard...)
+				guards[i] = newGuard(t, s, c.guard...)
 			}
 			st := guardtest.ExactlyOnce(t, guards, c.race)
 			if st.Rounds != c.rounds || st.Executions != c.rounds || st.Replays+st.InProgress != c.rounds*(c.callers-1) {
@@ -100,8 +99,8 @@ func run(t *testing.T, guards []*middleware.Guard, race guardtest.Race) []string
 // refuses to start without guards.
 func TestExactlyOnceFails(t *testing.T) {
 	apart := []*middleware.Guard{
-		newGuard(t, memstore.New(), memlock.New()),
-		newGuard(t, memstore.New(), memlock.New()),
+		newGuard(t, memstore.New()),
+		newGuard(t, memstore.New()),
 	}
 	for _, c := range []struct {
 		name   string

@@ -3,12 +3,12 @@ package memstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -19,57 +19,222 @@ var ErrClosed = errors.New("memstore: store closed")
 // Option configures [New].
 type Option func(*Store)
 
-// WithClock sets the clock that judges expiry and stamps records. Default:
-// time.Now.
+// WithClock sets the clock that judges leases and expiry and stamps
+// records and fences. Default: time.Now.
 func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
-
-// WithLocker lets the store combine its operations with l's ([store.Combiner]):
-// a guard built on this store and l then reads the record in the same call
-// that takes the lock, and releases the lock in the same call that writes
-// the record. In memory this saves nothing but exercises the guard's
-// combined path exactly as a network store does. Default: none.
-func WithLocker(l *memlock.Locker) Option { return func(s *Store) { s.locker = l } }
 
 // WithMaxResponseBytes refuses responses larger than n bytes with an error
 // matching [store.ErrTooLarge], as a network store with a size limit
 // would. Default: 0, no limit.
 func WithMaxResponseBytes(n int) Option { return func(s *Store) { s.maxResponse = n } }
 
-// Store is an in-process [store.Store] for tests and single-node services.
-// Records are copied in and out, so callers never share memory with it.
-// Expired records are invisible at once and swept as the store works.
+// WithMaxEntries bounds the keys the store keeps, live records and the
+// fences of ended ones together. A write that would go beyond it sweeps
+// what expired at once and, if the store is still full, fails with
+// RateLimited. Default: 1,000,000; 0 for no limit.
+func WithMaxEntries(n int) Option { return func(s *Store) { s.maxEntries = n } }
+
+// WithMaxBytes bounds the bytes the store keeps: keys, fingerprints and
+// responses, plus a fixed overhead per key. A write that would go beyond
+// it sweeps what expired at once and, if the store is still full, fails
+// with RateLimited. Default: 1 GiB; 0 for no limit.
+func WithMaxBytes(n int) Option { return func(s *Store) { s.maxBytes = n } }
+
+// Store is an in-process [store.Store] (records that carry their own
+// lease) and [store.Records] (fenced plain records) for tests and
+// single-node services. Records are copied in and out, so callers never
+// share memory with it. Leases and expiry are judged by the store's clock
+// ([WithClock]).
+//
+// Expired records are invisible at once and swept as the store works. A
+// released or deleted claim, and any record that expired, leaves its fence
+// behind until the clock has passed it ([store.KeepUntil]), so that a new
+// claim's fence is always greater.
 //
 // The zero value is not usable; call [New].
 type Store struct {
 	now         func() time.Time
 	maxResponse int
-	locker      *memlock.Locker
+	maxEntries  int
+	maxBytes    int
 
 	mu      sync.RWMutex
 	closed  bool
-	records map[string]*store.Record
+	entries map[string]*entry
+	bytes   int // the sizes of all entries
 	untilGC int
 }
 
+// entry is what the store keeps under one key: a record (visible while its
+// state is valid and it is live) and the highest fence the key carried
+// while the entry existed, which the entry keeps until the clock passes it.
+type entry struct {
+	rec   store.Record // State 0: nothing visible (released or deleted)
+	fence lock.Fence   // the highest fence this key carried
+	size  int          // what the entry counts against WithMaxBytes
+}
+
+// entryOverhead is what an entry counts against [WithMaxBytes] besides its
+// key, fingerprint and response: the map slot, the entry and its times.
+const entryOverhead = 128
+
+// sizeOf returns what an entry holding rec counts against [WithMaxBytes].
+func sizeOf(rec *store.Record) int {
+	return entryOverhead + len(rec.Key) + len(rec.Fingerprint) + len(rec.Response)
+}
+
+// keepUntil is when the entry may be removed.
+func (e *entry) keepUntil() time.Time {
+	until := store.KeepUntil(e.rec)
+	if f := time.UnixMilli(int64(e.fence) + 1); f.After(until) {
+		return f
+	}
+	return until
+}
+
+// live reports whether the entry's record is visible at now.
+func (e *entry) live(now time.Time) bool {
+	return e.rec.State.Valid() && lock.Live(e.rec.ExpiresAt, now)
+}
+
+// holds reports whether the entry still carries the claim fence: a claim
+// with that fence, live or run out, that nobody replaced.
+func (e *entry) holds(fence lock.Fence) bool {
+	return e.rec.State == store.StateClaimed && e.rec.Fence == fence
+}
+
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Combiner = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Records = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, records: make(map[string]*store.Record), untilGC: minSweep}
+	s := &Store{now: time.Now, maxEntries: 1_000_000, maxBytes: 1 << 30, entries: make(map[string]*entry), untilGC: minSweep}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
 }
 
-// minSweep is the fewest puts between two sweeps of expired records; sweeps
-// are otherwise spaced by the number of records (amortised O(1) per put).
+// minSweep is the fewest writes between two sweeps of expired entries;
+// sweeps are otherwise spaced by the number of entries (amortised O(1) per
+// write).
 const minSweep = 256
 
-// Get implements [store.Store].
+// Claim implements [store.Store].
+func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	const op = "claim"
+	if err := store.ValidateClaim(key, ttl); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.Record{}, false, closedErr(op)
+	}
+	now := s.now()
+	e := s.entries[key]
+	if e != nil && e.live(now) {
+		return clone(&e.rec), false, nil
+	}
+	var prev lock.Fence
+	if e != nil {
+		prev = e.fence
+	}
+	rec := store.Record{
+		Key:         key,
+		Fingerprint: fp,
+		State:       store.StateClaimed,
+		Fence:       store.NextFence(prev, now),
+		CreatedAt:   now,
+		ExpiresAt:   now.Add(ttl),
+	}
+	if err := s.set(op, key, e, rec, now); err != nil {
+		return store.Record{}, false, err
+	}
+	return rec, true, nil
+}
+
+// Extend implements [store.Store].
+func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	const op = "extend"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := store.ValidateTTL(op, ttl); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, closedErr(op)
+	}
+	e := s.entries[key]
+	if e == nil || !e.holds(fence) {
+		return false, nil
+	}
+	e.rec.ExpiresAt = s.now().Add(ttl)
+	return true, nil
+}
+
+// Complete implements [store.Store].
+func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "complete"
+	if err := store.ValidateComplete(rec, ttl); err != nil {
+		return false, err
+	}
+	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
+		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, closedErr(op)
+	}
+	e := s.entries[rec.Key]
+	if e == nil || !e.holds(rec.Fence) {
+		return false, nil
+	}
+	now := s.now()
+	if err := s.set(op, rec.Key, e, outcome(&rec, now, ttl), now); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// Release implements [store.Store].
+func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	const op = "release"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, closedErr(op)
+	}
+	e := s.entries[key]
+	if e == nil || !e.holds(fence) {
+		return false, nil
+	}
+	s.clear(e, s.now())
+	return true, nil
+}
+
+// Get implements [store.Store] and [store.Records].
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
 	if err := store.ValidateKey(key); err != nil {
@@ -83,17 +248,18 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if s.closed {
 		return store.Record{}, false, closedErr(op)
 	}
-	r := s.records[key]
-	if r == nil || !lock.Live(r.ExpiresAt, s.now()) {
+	e := s.entries[key]
+	if e == nil || !e.live(s.now()) {
 		return store.Record{}, false, nil
 	}
-	return clone(r), true, nil
+	return clone(&e.rec), true, nil
 }
 
-// Put implements [store.Store].
+// Put implements [store.Records]: it writes the outcome rec unless the live
+// record under its key carries a higher fence.
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := store.ValidatePut(rec, ttl); err != nil {
+	if err := validatePut(rec, ttl); err != nil {
 		return false, err
 	}
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
@@ -108,17 +274,17 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, closedErr(op)
 	}
 	now := s.now()
-	if old := s.records[rec.Key]; old != nil && lock.Live(old.ExpiresAt, now) && old.Fence > rec.Fence {
+	e := s.entries[rec.Key]
+	if e != nil && e.live(now) && e.rec.Fence > rec.Fence {
 		return false, nil
 	}
-	c := clone(&rec)
-	c.CreatedAt, c.ExpiresAt = now, now.Add(ttl)
-	s.records[rec.Key] = &c
-	s.maybeSweep(now)
+	if err := s.set(op, rec.Key, e, outcome(&rec, now, ttl), now); err != nil {
+		return false, err
+	}
 	return true, nil
 }
 
-// Delete implements [store.Store].
+// Delete implements [store.Store] and [store.Records].
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := store.ValidateKey(key); err != nil {
@@ -132,46 +298,13 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if s.closed {
 		return false, closedErr(op)
 	}
-	r := s.records[key]
-	delete(s.records, key)
-	return r != nil && lock.Live(r.ExpiresAt, s.now()), nil
-}
-
-// Combines implements [store.Combiner]: true for the locker given to
-// [WithLocker].
-func (s *Store) Combines(l lock.Locker) bool { return s.locker != nil && l == lock.Locker(s.locker) }
-
-// AcquireGet implements [store.Combiner].
-func (s *Store) AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lock.Lease, bool, store.Record, bool, error) {
-	if s.locker == nil {
-		return lock.Lease{}, false, store.Record{}, false, idemkit.NewError(idemkit.CodeInvalidArgument, "acquire-get", "the store has no locker", nil)
+	now := s.now()
+	e := s.entries[key]
+	if e == nil || !e.live(now) {
+		return false, nil
 	}
-	if err := store.ValidateKey(recordKey); err != nil {
-		return lock.Lease{}, false, store.Record{}, false, err
-	}
-	lease, ok, err := s.locker.Acquire(ctx, lockKey, ttl)
-	if err != nil || !ok {
-		return lease, ok, store.Record{}, false, err
-	}
-	rec, found, err := s.Get(context.WithoutCancel(ctx), recordKey)
-	if err != nil {
-		_, _ = s.locker.ReleaseKey(context.WithoutCancel(ctx), lease.Key, lease.ID)
-		return lock.Lease{}, false, store.Record{}, false, err
-	}
-	return lease, true, rec, found, nil
-}
-
-// PutRelease implements [store.Combiner].
-func (s *Store) PutRelease(ctx context.Context, rec store.Record, ttl time.Duration, lease lock.Lease) (bool, lock.Outcome, error) {
-	if s.locker == nil {
-		return false, lock.Outcome{}, idemkit.NewError(idemkit.CodeInvalidArgument, "put-release", "the store has no locker", nil)
-	}
-	stored, err := s.Put(ctx, rec, ttl)
-	if err != nil {
-		return false, lock.Outcome{}, err
-	}
-	out, err := s.locker.ReleaseKey(context.WithoutCancel(ctx), lease.Key, lease.ID)
-	return stored, out, err
+	s.clear(e, now)
+	return true, nil
 }
 
 // Close makes every later operation fail with ServiceUnavailable (wrapping
@@ -183,27 +316,93 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Len returns the number of records kept, live or expired but not yet
-// swept. It is a diagnostic.
+// Len returns the number of keys the store keeps: live records, and
+// expired, released or deleted ones whose fences are not yet swept. It is a
+// diagnostic.
 func (s *Store) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.records)
+	return len(s.entries)
 }
 
-// maybeSweep drops expired records every len(records) puts or so. The
-// caller holds s.mu.
-func (s *Store) maybeSweep(now time.Time) {
-	s.untilGC--
-	if s.untilGC > 0 {
-		return
+// set writes rec as the record of key, whose entry is e (nil for a new
+// key), keeping the highest fence the key carried. A write that would go
+// beyond the store's limits sweeps at once, and fails if the store is
+// still full. The caller holds s.mu for writing.
+func (s *Store) set(op, key string, e *entry, rec store.Record, now time.Time) error {
+	size, old := sizeOf(&rec), 0
+	if e != nil {
+		old = e.size
 	}
-	for k, r := range s.records {
-		if !lock.Live(r.ExpiresAt, now) {
-			delete(s.records, k)
+	if s.full(e == nil, size-old) {
+		s.sweep(now)
+		if e != nil && s.entries[key] != e {
+			e, old = nil, 0 // swept
+		}
+		if s.full(e == nil, size-old) {
+			return idemkit.NewError(idemkit.CodeRateLimited, op, fmt.Sprintf("the memory store is full (%d keys, %d bytes; limits %d keys, %d bytes)", len(s.entries), s.bytes, s.maxEntries, s.maxBytes), nil)
 		}
 	}
-	s.untilGC = max(minSweep, len(s.records))
+	if e == nil {
+		e = &entry{}
+		s.entries[key] = e
+	}
+	e.rec, e.fence, e.size = rec, max(e.fence, rec.Fence), size
+	s.bytes += size - old
+	s.untilGC--
+	if s.untilGC <= 0 {
+		s.sweep(now)
+	}
+	return nil
+}
+
+// full reports whether adding a key (when add) and grow bytes would go
+// beyond the store's limits. The caller holds s.mu.
+func (s *Store) full(add bool, grow int) bool {
+	return add && s.maxEntries > 0 && len(s.entries) >= s.maxEntries ||
+		grow > 0 && s.maxBytes > 0 && s.bytes+grow > s.maxBytes
+}
+
+// clear hides e's record, keeping its fence until the clock passes it.
+// The caller holds s.mu for writing.
+func (s *Store) clear(e *entry, now time.Time) {
+	e.rec = store.Record{Key: e.rec.Key, Fence: e.rec.Fence, ExpiresAt: now}
+	size := sizeOf(&e.rec)
+	s.bytes += size - e.size
+	e.size = size
+}
+
+// sweep drops the entries past their keep-until time. Writes call it every
+// len(entries) writes or so (amortised O(1) per write), and at once when
+// the store is full. The caller holds s.mu for writing.
+func (s *Store) sweep(now time.Time) {
+	for k, e := range s.entries {
+		if !now.Before(e.keepUntil()) {
+			delete(s.entries, k)
+			s.bytes -= e.size
+		}
+	}
+	s.untilGC = max(minSweep, len(s.entries))
+}
+
+// validatePut checks a Put's arguments: a valid key, an outcome state and a
+// TTL of at least one millisecond. The fence may be zero (an unfenced
+// writer).
+func validatePut(rec store.Record, ttl time.Duration) error {
+	if err := store.ValidateKey(rec.Key); err != nil {
+		return err
+	}
+	if !rec.State.Done() {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
+	}
+	return store.ValidateTTL("put", ttl)
+}
+
+// outcome returns a private copy of rec stamped with now and ttl.
+func outcome(rec *store.Record, now time.Time, ttl time.Duration) store.Record {
+	c := clone(rec)
+	c.CreatedAt, c.ExpiresAt = now, now.Add(ttl)
+	return c
 }
 
 func clone(r *store.Record) store.Record {

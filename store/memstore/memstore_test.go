@@ -2,46 +2,157 @@ package memstore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
-	"github.com/idemkit/idemkit/store/storetest"
 )
-
-func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) *storetest.Env {
-		clock := fakeclock.New()
-		s := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxResponseBytes(1<<20))
-		return &storetest.Env{Store: s, Advance: clock.Advance, Break: func() { _ = s.Close() }, MaxResponseBytes: 1 << 20}
-	})
-}
-
-func TestConformanceRealClock(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) *storetest.Env {
-		s := memstore.New(memstore.WithMaxResponseBytes(2 << 20))
-		return &storetest.Env{Store: s, Break: func() { _ = s.Close() }, Margin: 30 * time.Millisecond, MaxResponseBytes: 2 << 20}
-	})
-}
 
 func TestSweepDropsExpiredRecords(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New()
 	s := memstore.New(memstore.WithClock(clock.Now))
 	for i := range 100 {
-		if _, err := s.Put(ctx, store.Record{Key: string(rune(0x4e00 + i)), State: store.StateCompleted}, time.Second); err != nil {
+		if _, err := s.Put(ctx, store.Record{Key: fmt.Sprint("old", i), State: store.StateCompleted, Fence: 1}, time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
 	clock.Advance(time.Second)
 	for i := range 300 {
-		if _, err := s.Put(ctx, store.Record{Key: "live" + string(rune(0x4e00+i)), State: store.StateCompleted}, time.Hour); err != nil {
+		if _, err := s.Put(ctx, store.Record{Key: fmt.Sprint("live", i), State: store.StateCompleted, Fence: 1}, time.Hour); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := s.Len(); n != 300 {
-		t.Fatalf("%d records kept; want the 300 live ones after a sweep", n)
+		t.Fatalf("%d keys kept; want the 300 live ones after a sweep", n)
+	}
+}
+
+// Released claims, deleted records and run-out claims are swept once the
+// clock has passed what the contract makes them keep: their fences, and a
+// run-out claim's retention.
+func TestSweepDropsTombstonesAndRunOutClaims(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	s := memstore.New(memstore.WithClock(clock.Now))
+	for i := range 90 {
+		k := fmt.Sprint("k", i)
+		rec, claimed, err := s.Claim(ctx, k, "fp", time.Second)
+		if err != nil || !claimed {
+			t.Fatalf("Claim = %v, %v", claimed, err)
+		}
+		switch i % 3 {
+		case 0:
+			if ok, err := s.Release(ctx, k, rec.Fence); !ok || err != nil {
+				t.Fatalf("Release = %v, %v", ok, err)
+			}
+		case 1:
+			if ok, err := s.Delete(ctx, k); !ok || err != nil {
+				t.Fatalf("Delete = %v, %v", ok, err)
+			}
+		}
+	}
+	clock.Advance(time.Second) // the leases run out; their claims are retained
+	for i := range 300 {
+		if _, _, err := s.Claim(ctx, fmt.Sprint("live", i), "fp", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 330 {
+		t.Fatalf("%d keys kept; want the 300 live claims and the 30 run-out claims still retained", n)
+	}
+	clock.Advance(store.ClaimRetention)
+	for i := range 400 {
+		if _, _, err := s.Claim(ctx, fmt.Sprint("more", i), "fp", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.Len(); n != 700 {
+		t.Fatalf("%d keys kept; want only the 700 live claims", n)
+	}
+}
+
+// A fence outlives the record that carried it: a key released in the same
+// millisecond it was claimed is claimed again with a greater fence.
+func TestFencesGrowWithinOneMillisecond(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	s := memstore.New(memstore.WithClock(clock.Now))
+	var last store.Record
+	for i := range 50 {
+		rec, claimed, err := s.Claim(ctx, "k", "fp", time.Second)
+		if err != nil || !claimed {
+			t.Fatalf("Claim %d = %v, %v", i, claimed, err)
+		}
+		if rec.Fence <= last.Fence {
+			t.Fatalf("claim %d has fence %v after %v", i, rec.Fence, last.Fence)
+		}
+		last = rec
+		if i%2 == 0 {
+			_, _ = s.Release(ctx, "k", rec.Fence)
+		} else {
+			_, _ = s.Delete(ctx, "k")
+		}
+	}
+}
+
+func TestClosed(t *testing.T) {
+	s := memstore.New()
+	_ = s.Close()
+	_ = s.Close()
+	_, _, err := s.Claim(context.Background(), "k", "fp", time.Second)
+	if err == nil || !errors.Is(err, memstore.ErrClosed) || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
+		t.Fatalf("Claim after Close = %v; want ServiceUnavailable wrapping ErrClosed", err)
+	}
+}
+
+// A full store sweeps what expired at once, and refuses what still does
+// not fit with RateLimited, changing nothing.
+func TestLimits(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxEntries(3), memstore.WithMaxBytes(4096))
+	var claims []store.Record
+	for i := range 3 {
+		c, claimed, err := s.Claim(ctx, fmt.Sprint("k", i), "fp", time.Second)
+		if err != nil || !claimed {
+			t.Fatalf("Claim %d = %v, %v", i, claimed, err)
+		}
+		claims = append(claims, c)
+	}
+	if _, _, err := s.Claim(ctx, "k3", "fp", time.Second); idemkit.CodeOf(err) != idemkit.CodeRateLimited {
+		t.Fatalf("a fourth key = %v; want RateLimited", err)
+	}
+	// The keys still held can be written: an outcome that fits, and a
+	// release.
+	out := claims[0]
+	out.State, out.Response = store.StateCompleted, make([]byte, 1024)
+	if ok, err := s.Complete(ctx, out, time.Hour); !ok || err != nil {
+		t.Fatalf("Complete within the limits = %v, %v", ok, err)
+	}
+	big := claims[1]
+	big.State, big.Response = store.StateCompleted, make([]byte, 4096)
+	if ok, err := s.Complete(ctx, big, time.Hour); ok || idemkit.CodeOf(err) != idemkit.CodeRateLimited {
+		t.Fatalf("Complete beyond the byte limit = %v, %v; want RateLimited", ok, err)
+	}
+	if rec, ok, _ := s.Get(ctx, big.Key); !ok || rec.State != store.StateClaimed {
+		t.Fatalf("a refused Complete changed the claim: %+v, %v", rec, ok)
+	}
+	if ok, err := s.Release(ctx, big.Key, big.Fence); !ok || err != nil {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	// Once the claims ran out and their retention passed, a new key fits:
+	// the full store swept at once.
+	clock.Advance(time.Second + store.ClaimRetention)
+	if _, claimed, err := s.Claim(ctx, "k3", "fp", time.Second); !claimed || err != nil {
+		t.Fatalf("a new key after the sweep = %v, %v", claimed, err)
+	}
+	if n := s.Len(); n != 2 {
+		t.Fatalf("%d keys kept; want the outcome and the new claim", n)
 	}
 }

@@ -1,9 +1,18 @@
-// Package storetest is the conformance suite every [store.Store] passes:
-// the in-memory store in this module and the Redis, PostgreSQL and Firestore
-// stores in theirs, against real servers.
+// Package storetest is the conformance suite every guard backend passes:
+// the in-memory store in this module, the Redis, PostgreSQL and Firestore
+// stores in theirs against real servers, and the composition of a record
+// store with a lock provider ([store.Compose]).
 //
-// A store's test calls [Run] with a [Factory] that builds a fresh, isolated
-// store for each case ([Env]). Time-dependent cases step an injected clock
-// when the store allows one ([Env.Advance]); otherwise they sleep with TTLs
-// scaled by [Env.Margin].
+// [Run] checks a [store.Store] (records that carry their own lease): claims
+// on free, busy and run-out keys, completion and replay, stale holders,
+// releases, fences that only grow, races on one key, faults. [RunRecords]
+// checks a [store.Records] (the plain, fenced record store the composition
+// builds on).
+//
+// A store's test calls them with a factory that builds a fresh, isolated
+// store for each case ([Env], [RecordsEnv]). Time-dependent cases step an
+// injected clock when the store allows one (Env.Advance); otherwise they
+// sleep with TTLs scaled by Env.Margin. Optional capabilities of the Env
+// (stalling the server, counting round trips, listing what the backend holds
+// without an expiry) turn on the cases that need them.
 package storetest

@@ -1,14 +1,10 @@
 package storetest
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +13,7 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Env is one fresh store, built by a [Factory] for one test.
+// Env is one fresh [store.Store], built by a [Factory] for one test.
 type Env struct {
 	// Store is the store under test, empty. Required.
 	Store store.Store
@@ -36,10 +32,55 @@ type Env struct {
 	// coded errors. Required.
 	Break func()
 
+	// Stall freezes the backend's server (SIGSTOP) and returns the function
+	// that resumes it. Optional: when set, the suite checks that every
+	// operation on a stalled server ends with a coded error by its ctx
+	// deadline instead of hanging, and that the store works again once the
+	// server is back.
+	Stall func() (resume func())
+
 	// MaxResponseBytes is the largest response the store holds, if it has a
 	// limit (0: none within the suite's sizes). The suite then checks that
-	// a larger one is refused with store.ErrTooLarge.
+	// a larger one is refused with store.ErrTooLarge before any write.
 	MaxResponseBytes int
+
+	// RoundTrips returns the number of round trips (commands, statements,
+	// RPCs) the store has made to its backend so far. Optional: when set,
+	// the suite checks each operation's cost against MaxRoundTrips.
+	RoundTrips func() int
+
+	// MaxRoundTrips declares what each operation may cost when RoundTrips
+	// is set; a zero field takes its default.
+	MaxRoundTrips RoundTripLimits
+
+	// Keys returns every key, row or document the backend holds with no
+	// expiry. Optional: when set, the suite checks that none is left after
+	// a burst of claims, completions, releases and deletions: nothing a
+	// store writes may live forever.
+	Keys func(ctx context.Context) ([]string, error)
+
+	// OpaqueClaims declares that a busy Claim and a Get of a live claim
+	// return a record whose State is StateClaimed but whose Fingerprint,
+	// Fence and ExpiresAt may be empty, because the store does not keep
+	// them where it can read them (the composition of a record store with
+	// a lock: the claim lives in the lock, which knows no fingerprint).
+	// Leave it false for a store that keeps its claims in its records: the
+	// suite then checks those fields.
+	OpaqueClaims bool
+}
+
+// RoundTripLimits are the most round trips each operation may cost. A zero
+// field takes its default: 1 for every operation, 3 for a take-over.
+type RoundTripLimits struct {
+	Claim    int // a Claim that takes a free key
+	Busy     int // a Claim refused because a live claim holds the key
+	Replay   int // a Claim that returns an outcome
+	TakeOver int // a Claim that replaces a claim whose lease ran out (default 3)
+	Extend   int
+	Complete int
+	Release  int
+	Get      int
+	Delete   int
 }
 
 // Factory builds a fresh, empty [Env] for one test, isolated from every
@@ -47,14 +88,17 @@ type Env struct {
 // cleanup with t.Cleanup.
 type Factory func(t *testing.T) *Env
 
-// Run runs the conformance suite against the stores f builds: round trips,
-// expiry at and around its boundary, fenced puts (including concurrent puts
-// with different fences, which must leave the highest), large responses,
-// keys of any bytes, deletion, argument validation before I/O, ended
-// contexts and transport failures. Each case runs in parallel on its own Env.
+// Run runs the conformance suite of [store.Store] against the stores f
+// builds: claims on free, busy and run-out keys, completion and replay,
+// leases and record expiry at their boundaries, stale holders, releases,
+// fences that only grow (across expiry, deletion and release), races on one
+// key, large responses, keys of any bytes, argument validation before I/O,
+// ended contexts, transport failures and, when the Env allows, stalled
+// servers, round trips per operation and state without an expiry. Each case
+// runs in parallel on its own Env.
 func Run(t *testing.T, f Factory) {
 	t.Helper()
-	for _, c := range cases {
+	for _, c := range storeCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := f(t)
@@ -69,47 +113,149 @@ func Run(t *testing.T, f Factory) {
 	}
 }
 
-var cases = []struct {
-	name string
-	run  func(t *testing.T, e *Env)
-}{
-	{"RoundTrip", testRoundTrip},
-	{"GetMissing", testGetMissing},
-	{"ExpiryBoundary", testExpiry},
-	{"FencedPut", testFencedPut},
-	{"PutOverExpiredRecordIgnoresItsFence", testPutOverExpired},
-	{"ConcurrentPutsLeaveHighestFence", testConcurrentPuts},
-	{"LargeResponses", testLargeResponses},
-	{"ResponseTooLarge", testTooLarge},
-	{"KeysOfAnyBytes", testKeys},
-	{"Delete", testDelete},
-	{"NoSharedMemory", testNoAliasing},
-	{"InvalidArgumentsBeforeIO", testInvalid},
-	{"EndedContext", testEndedContext},
-	{"TransportFailuresAreCodedErrors", testBroken},
-}
-
+// longTTL is a lease or record TTL no case outlives.
 const longTTL = time.Hour
+
+// fp is the fingerprint the suite claims with; otherFP is another
+// request's.
+const (
+	fp      = "test-v1:abababababababababababababababababababababababababababababababab"
+	otherFP = "test-v1:cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd"
+)
 
 func key(t *testing.T, suffix string) string {
 	return fmt.Sprintf("storetest/%s/%s", t.Name(), suffix)
 }
 
-func record(k string, fence lock.Fence, response string) store.Record {
-	return store.Record{
-		Key:         k,
-		Fingerprint: "test-v1:" + strings.Repeat("ab", 32),
-		State:       store.StateCompleted,
-		Response:    []byte(response),
-		Fence:       fence,
+// anyKeys are record keys of every awkward kind: separators, dots, NUL,
+// invalid UTF-8, engine syntax, spellings that normalise alike, and the
+// longest keys (including two that differ only in their last byte, and
+// multi-byte keys across the length limits engines and locks have).
+func anyKeys(t *testing.T) []string {
+	long := strings.Repeat("\xff\x00\u00e9", store.MaxKeyBytes/4-1) // 1020 bytes
+	return []string{
+		"/", "a/b", "a/b/c", ".", "..", "__x__", "\x00", "a\x00b", "\xff\xfe", "k:" + t.Name(), "h:" + t.Name(),
+		"{tag}", "fence:x", "id:x", "caf\u00e9", "cafe\u0301", "\U0001F512", " ", strings.Repeat("k", store.MaxKeyBytes),
+		strings.Repeat("k", store.MaxKeyBytes-1) + "j", long + "abcd", long + "abce",
+		strings.Repeat("\u00e9", 256), strings.Repeat("e\u0301", 171), "%s\n\t\r", "*", "?", "[x]", "'", "\"", "\\",
 	}
 }
 
-func put(t *testing.T, e *Env, r store.Record, ttl time.Duration) bool {
+// decomposedIndex and composedIndex are where anyKeys has "cafe\u0301" and "caf\u00e9".
+const (
+	composedIndex   = 14
+	decomposedIndex = 15
+)
+
+func wantCode(t *testing.T, what string, err error, code idemkit.Code) {
 	t.Helper()
-	ok, err := e.Store.Put(t.Context(), r, ttl)
+	var le *idemkit.Error
+	if !errors.As(err, &le) || le.Code != code || !errors.Is(err, code.Sentinel()) {
+		t.Fatalf("%s: error %v; want a *idemkit.Error with code %v", what, err, code)
+	}
+}
+
+// wantUnavailable fails unless err is a ServiceUnavailable or
+// NetworkTimeout error that does not repeat secret.
+func wantUnavailable(t *testing.T, what string, err error, secret string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s on an unreachable backend: no error", what)
+	}
+	var le *idemkit.Error
+	if !errors.As(err, &le) {
+		t.Fatalf("%s on an unreachable backend: %v is not a *idemkit.Error", what, err)
+	}
+	if c := idemkit.CodeOf(err); c != idemkit.CodeServiceUnavailable && c != idemkit.CodeNetworkTimeout {
+		t.Fatalf("%s on an unreachable backend: code %v (%v); want ServiceUnavailable or NetworkTimeout", what, c, err)
+	}
+	if secret != "" && strings.Contains(err.Error(), secret) {
+		t.Fatalf("%s: the error message contains the raw key: %v", what, err)
+	}
+}
+
+// near reports whether a and b are within tolerance of each other.
+func near(a, b time.Time, tolerance time.Duration) bool {
+	return within(a.Sub(b), 0, tolerance)
+}
+
+// within reports whether d is within tolerance of want.
+func within(d, want, tolerance time.Duration) bool {
+	return want-tolerance <= d && d <= want+tolerance
+}
+
+// pass lets d go by on the store's clock: the injected clock moves, or the
+// suite sleeps d plus the margin.
+func pass(e *Env, d time.Duration) {
+	if e.Advance != nil {
+		e.Advance(d)
+		return
+	}
+	time.Sleep(d + e.Margin)
+}
+
+// shortTTL is a TTL the suite lets run out: 10 s on an injected clock, a
+// few margins on a real one.
+func shortTTL(e *Env) time.Duration {
+	if e.Advance != nil {
+		return 10 * time.Second
+	}
+	return 4 * e.Margin
+}
+
+// The operations, failing the test on an error.
+
+func claim(t *testing.T, e *Env, k, fp string, ttl time.Duration) (store.Record, bool) {
+	t.Helper()
+	rec, claimed, err := e.Store.Claim(t.Context(), k, fp, ttl)
 	if err != nil {
-		t.Fatalf("Put: unexpected error: %v", err)
+		t.Fatalf("Claim: unexpected error: %v", err)
+	}
+	if rec.Key != k {
+		t.Fatalf("Claim returned a record under another key (%d bytes; want %d)", len(rec.Key), len(k))
+	}
+	if claimed && (rec.State != store.StateClaimed || rec.Fence == 0) {
+		t.Fatalf("Claim reported claimed = true with %+v; want State claimed and a fence", rec)
+	}
+	if !rec.State.Valid() {
+		t.Fatalf("Claim returned a record with state %v", rec.State)
+	}
+	return rec, claimed
+}
+
+// mustClaim claims k and fails unless it was free.
+func mustClaim(t *testing.T, e *Env, k string, ttl time.Duration) store.Record {
+	t.Helper()
+	rec, claimed := claim(t, e, k, fp, ttl)
+	if !claimed {
+		t.Fatalf("Claim of a free key was refused: %+v", rec)
+	}
+	return rec
+}
+
+func complete(t *testing.T, e *Env, rec store.Record, ttl time.Duration) bool {
+	t.Helper()
+	ok, err := e.Store.Complete(t.Context(), rec, ttl)
+	if err != nil {
+		t.Fatalf("Complete: unexpected error: %v", err)
+	}
+	return ok
+}
+
+func extend(t *testing.T, e *Env, k string, f lock.Fence, ttl time.Duration) bool {
+	t.Helper()
+	ok, err := e.Store.Extend(t.Context(), k, f, ttl)
+	if err != nil {
+		t.Fatalf("Extend: unexpected error: %v", err)
+	}
+	return ok
+}
+
+func release(t *testing.T, e *Env, k string, f lock.Fence) bool {
+	t.Helper()
+	ok, err := e.Store.Release(t.Context(), k, f)
+	if err != nil {
+		t.Fatalf("Release: unexpected error: %v", err)
 	}
 	return ok
 }
@@ -121,344 +267,85 @@ func get(t *testing.T, e *Env, k string) (store.Record, bool) {
 		t.Fatalf("Get: unexpected error: %v", err)
 	}
 	if ok && r.Key != k {
-		t.Fatalf("Get(%q) returned the record of %q", k, r.Key)
+		t.Fatalf("Get returned the record of another key")
+	}
+	if ok && !r.State.Valid() {
+		t.Fatalf("Get returned a record with state %v", r.State)
 	}
 	return r, ok
 }
 
-func wantCode(t *testing.T, what string, err error, code idemkit.Code) {
+func del(t *testing.T, e *Env, k string) bool {
 	t.Helper()
-	var le *idemkit.Error
-	if !errors.As(err, &le) || le.Code != code || !errors.Is(err, code.Sentinel()) {
-		t.Fatalf("%s: error %v; want a *idemkit.Error with code %v", what, err, code)
+	ok, err := e.Store.Delete(t.Context(), k)
+	if err != nil {
+		t.Fatalf("Delete: unexpected error: %v", err)
+	}
+	return ok
+}
+
+// outcome is the completion of claim c with response body.
+func outcome(c store.Record, body string) store.Record {
+	c.State, c.Response = store.StateCompleted, []byte(body)
+	return c
+}
+
+// wantFresh fails unless rec is the new claim a Claim with ttl just
+// returned: fingerprint fp, a fence, and a lease of ttl by the store's
+// clock (CreatedAt to ExpiresAt; on a real clock also near the suite's
+// clock).
+func wantFresh(t *testing.T, e *Env, rec store.Record, fp string, ttl time.Duration, before time.Time) {
+	t.Helper()
+	if rec.State != store.StateClaimed || rec.Fingerprint != fp || rec.Fence == 0 || len(rec.Response) != 0 {
+		t.Fatalf("new claim %+v; want State claimed, the claim's fingerprint, a fence and no response", rec)
+	}
+	if !within(rec.ExpiresAt.Sub(rec.CreatedAt), ttl, time.Millisecond) {
+		t.Fatalf("new claim: ExpiresAt − CreatedAt = %v; want the lease TTL %v", rec.ExpiresAt.Sub(rec.CreatedAt), ttl)
+	}
+	if e.Advance == nil && (rec.ExpiresAt.Before(before.Add(ttl-time.Second)) || rec.ExpiresAt.After(time.Now().Add(ttl+time.Second))) {
+		t.Fatalf("new claim expires at %v; want about now + %v", rec.ExpiresAt, ttl)
 	}
 }
 
-func testRoundTrip(t *testing.T, e *Env) {
-	k := key(t, "k")
-	in := record(k, 7, `{"order":1}`)
-	in.State = store.StateCompleted
-	before := time.Now()
-	if !put(t, e, in, time.Minute) {
-		t.Fatal("Put into an empty store was refused")
+// wantSameClaim fails unless got is the live claim want (by the store's
+// reading of it: opaque claims are only checked for their state).
+func wantSameClaim(t *testing.T, e *Env, what string, got, want store.Record) {
+	t.Helper()
+	if got.State != store.StateClaimed || got.Key != want.Key || len(got.Response) != 0 {
+		t.Fatalf("%s: %+v; want the live claim", what, got)
 	}
-	got, ok := get(t, e, k)
-	if !ok {
-		t.Fatal("Get found nothing after Put")
-	}
-	if got.Fingerprint != in.Fingerprint || got.State != in.State || !bytes.Equal(got.Response, in.Response) || got.Fence != in.Fence {
-		t.Fatalf("round trip changed the record: got %+v, put %+v", got, in)
-	}
-	if d := got.ExpiresAt.Sub(got.CreatedAt); d < time.Minute-time.Millisecond || d > time.Minute+time.Millisecond {
-		t.Fatalf("ExpiresAt − CreatedAt = %v; want the TTL", d)
-	}
-	if e.Advance == nil && got.CreatedAt.Before(before.Add(-time.Second)) {
-		t.Fatalf("CreatedAt %v is before the Put (%v)", got.CreatedAt, before)
-	}
-	// The other state round-trips too, with an empty response.
-	nr := store.Record{Key: key(t, "nr"), Fingerprint: in.Fingerprint, State: store.StateNotReplayable, Fence: 1}
-	put(t, e, nr, time.Minute)
-	if got, ok := get(t, e, nr.Key); !ok || got.State != store.StateNotReplayable || len(got.Response) != 0 {
-		t.Fatalf("not-replayable record round trip: %+v, %v", got, ok)
-	}
-}
-
-func testGetMissing(t *testing.T, e *Env) {
-	if _, ok := get(t, e, key(t, "never")); ok {
-		t.Fatal("Get found a record never written")
-	}
-}
-
-func testExpiry(t *testing.T, e *Env) {
-	k := key(t, "k")
-	if e.Advance != nil {
-		ttl := 10 * time.Second
-		put(t, e, record(k, 1, "x"), ttl)
-		e.Advance(ttl - time.Millisecond)
-		if _, ok := get(t, e, k); !ok {
-			t.Fatal("record gone at expiry − 1ms")
-		}
-		e.Advance(time.Millisecond)
-		if _, ok := get(t, e, k); ok {
-			t.Fatal("record visible at its expiry instant")
-		}
+	if e.OpaqueClaims {
 		return
 	}
-	ttl := 6 * e.Margin
-	for round := 0; ; round++ {
-		if round == 5 {
-			t.Fatal("the machine was too busy to observe the record within its margins five times running")
-		}
-		k := key(t, fmt.Sprint(round))
-		t0 := time.Now()
-		put(t, e, record(k, 1, "x"), ttl)
-		time.Sleep(time.Until(t0.Add(ttl - e.Margin)))
-		_, ok := get(t, e, k)
-		if time.Now().After(t0.Add(ttl)) {
-			continue
-		}
-		if !ok {
-			t.Fatalf("record gone at expiry − %v", e.Margin)
-		}
-		break
-	}
-	put(t, e, record(k, 1, "x"), ttl)
-	t1 := time.Now()
-	time.Sleep(time.Until(t1.Add(ttl + e.Margin)))
-	if _, ok := get(t, e, k); ok {
-		t.Fatalf("record visible at expiry + %v", e.Margin)
+	if got.Fingerprint != want.Fingerprint || got.Fence != want.Fence || !near(got.ExpiresAt, want.ExpiresAt, time.Millisecond) {
+		t.Fatalf("%s: %+v; want the live claim %+v (its fingerprint, fence and lease)", what, got, want)
 	}
 }
 
-func testFencedPut(t *testing.T, e *Env) {
-	k := key(t, "k")
-	put(t, e, record(k, 5, "five"), longTTL)
-	if put(t, e, record(k, 3, "three"), longTTL) {
-		t.Fatal("a Put with a lower fence overwrote the record")
+// wantOutcome fails unless got is the outcome out, written by the claim
+// with out's fence, for ttl.
+func wantOutcome(t *testing.T, what string, got, out store.Record, ttl time.Duration) {
+	t.Helper()
+	if got.Key != out.Key || got.State != out.State || got.Fingerprint != out.Fingerprint || got.Fence != out.Fence || string(got.Response) != string(out.Response) {
+		t.Fatalf("%s: %+v; want the outcome %+v", what, got, out)
 	}
-	if got, _ := get(t, e, k); string(got.Response) != "five" || got.Fence != 5 {
-		t.Fatalf("a refused Put changed the record: %+v", got)
-	}
-	if !put(t, e, record(k, 5, "five again"), longTTL) {
-		t.Fatal("a Put with an equal fence was refused")
-	}
-	if !put(t, e, record(k, 9, "nine"), longTTL) {
-		t.Fatal("a Put with a higher fence was refused")
-	}
-	if got, _ := get(t, e, k); string(got.Response) != "nine" || got.Fence != 9 {
-		t.Fatalf("record %+v; want fence 9", got)
-	}
-	if put(t, e, record(k, 0, "unfenced"), longTTL) {
-		t.Fatal("a Put with fence 0 overwrote a fenced record")
+	if !within(got.ExpiresAt.Sub(got.CreatedAt), ttl, time.Millisecond) {
+		t.Fatalf("%s: ExpiresAt − CreatedAt = %v; want the record TTL %v", what, got.ExpiresAt.Sub(got.CreatedAt), ttl)
 	}
 }
 
-func testPutOverExpired(t *testing.T, e *Env) {
-	k := key(t, "k")
-	ttl := 4 * e.Margin
-	if e.Advance != nil {
-		ttl = 10 * time.Second
+// wantHeld fails unless the claim c still holds its key: a duplicate is
+// busy, and (for stores that expose their claims) Get shows c unchanged.
+func wantHeld(t *testing.T, e *Env, what string, c store.Record) {
+	t.Helper()
+	got, ok := get(t, e, c.Key)
+	if !ok {
+		t.Fatalf("%s: the claim is gone", what)
 	}
-	put(t, e, record(k, 9, "old"), ttl)
-	if e.Advance != nil {
-		e.Advance(ttl)
-	} else {
-		time.Sleep(ttl + e.Margin)
+	wantSameClaim(t, e, what+" (Get)", got, c)
+	dup, claimed := claim(t, e, c.Key, otherFP, longTTL)
+	if claimed {
+		t.Fatalf("%s: a duplicate claimed the key (fence %v)", what, dup.Fence)
 	}
-	if !put(t, e, record(k, 2, "new"), longTTL) {
-		t.Fatal("an expired record's fence refused a new Put")
-	}
-	if got, ok := get(t, e, k); !ok || string(got.Response) != "new" {
-		t.Fatalf("record %+v, %v; want the new one", got, ok)
-	}
-}
-
-func testConcurrentPuts(t *testing.T, e *Env) {
-	for round := range 5 {
-		k := key(t, fmt.Sprint(round))
-		const writers = 16
-		order := mrand.Perm(writers)
-		var wg sync.WaitGroup
-		start := make(chan struct{})
-		errs := make(chan error, writers)
-		for _, i := range order {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				f := lock.Fence(i + 1)
-				if _, err := e.Store.Put(t.Context(), record(k, f, fmt.Sprint("response of fence ", f)), longTTL); err != nil {
-					errs <- err
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			t.Fatalf("concurrent Put: %v", err)
-		}
-		got, ok := get(t, e, k)
-		if !ok || got.Fence != writers || string(got.Response) != fmt.Sprint("response of fence ", lock.Fence(writers)) {
-			t.Fatalf("round %d: after concurrent puts the record is %+v; want fence %d and its response", round, got, writers)
-		}
-	}
-}
-
-func testLargeResponses(t *testing.T, e *Env) {
-	for _, size := range []int{0, 1, 64 << 10, 900 << 10} {
-		if e.MaxResponseBytes > 0 && size > e.MaxResponseBytes {
-			continue
-		}
-		k := key(t, fmt.Sprint(size))
-		body := make([]byte, size)
-		_, _ = rand.Read(body)
-		r := record(k, 1, "")
-		r.Response = body
-		put(t, e, r, longTTL)
-		got, ok := get(t, e, k)
-		if !ok || !bytes.Equal(got.Response, body) {
-			t.Fatalf("a %d-byte response did not round-trip (found %v, %d bytes)", size, ok, len(got.Response))
-		}
-	}
-}
-
-func testTooLarge(t *testing.T, e *Env) {
-	if e.MaxResponseBytes <= 0 {
-		t.Skip("the store declares no response limit within the suite's sizes (Env.MaxResponseBytes is 0)")
-	}
-	k := key(t, "k")
-	r := record(k, 1, "")
-	r.Response = make([]byte, e.MaxResponseBytes+1)
-	ok, err := e.Store.Put(t.Context(), r, longTTL)
-	if ok || !errors.Is(err, store.ErrTooLarge) {
-		t.Fatalf("Put of %d bytes = %v, %v; want an error matching store.ErrTooLarge", len(r.Response), ok, err)
-	}
-	if _, found := get(t, e, k); found {
-		t.Fatal("a refused oversized Put left a record")
-	}
-	r.Response = r.Response[:e.MaxResponseBytes]
-	if !put(t, e, r, longTTL) {
-		t.Fatal("a response of exactly the limit was refused")
-	}
-}
-
-func testKeys(t *testing.T, e *Env) {
-	keys := []string{
-		"/", "a/b", "a/b/c", ".", "..", "__x__", "\x00", "a\x00b", "\xff\xfe", "k:" + t.Name(), "h:" + t.Name(),
-		"{tag}", "fence:x", "id:x", "caf\u00e9", "cafe\u0301", "\U0001F512", " ", strings.Repeat("k", store.MaxKeyBytes),
-	}
-	for i, k := range keys {
-		put(t, e, record(k, lock.Fence(i+1), fmt.Sprint("value ", i)), longTTL)
-	}
-	for i, k := range keys {
-		got, ok := get(t, e, k)
-		if !ok || string(got.Response) != fmt.Sprint("value ", i) || got.Fence != lock.Fence(i+1) {
-			t.Fatalf("key %q: got %+v, %v; each key must hold its own record", k, got, ok)
-		}
-	}
-	// Composed and decomposed spellings are different record keys: a store
-	// does not normalise (the guard hands it exact keys).
-	if got, _ := get(t, e, "cafe\u0301"); string(got.Response) != fmt.Sprint("value ", 15) {
-		t.Fatalf("the decomposed key returned %q", got.Response)
-	}
-}
-
-func testDelete(t *testing.T, e *Env) {
-	k := key(t, "k")
-	put(t, e, record(k, 1, "x"), longTTL)
-	deleted, err := e.Store.Delete(t.Context(), k)
-	if err != nil || !deleted {
-		t.Fatalf("Delete = %v, %v; want true", deleted, err)
-	}
-	if _, ok := get(t, e, k); ok {
-		t.Fatal("Get found a deleted record")
-	}
-	deleted, err = e.Store.Delete(t.Context(), k)
-	if err != nil || deleted {
-		t.Fatalf("second Delete = %v, %v; want false", deleted, err)
-	}
-	if !put(t, e, record(k, 1, "again"), longTTL) {
-		t.Fatal("Put after Delete was refused")
-	}
-}
-
-func testNoAliasing(t *testing.T, e *Env) {
-	k := key(t, "k")
-	r := record(k, 1, "original")
-	put(t, e, r, longTTL)
-	r.Response[0] = 'X'
-	got, _ := get(t, e, k)
-	if string(got.Response) != "original" {
-		t.Fatalf("changing the caller's slice after Put changed the record: %q", got.Response)
-	}
-	got.Response[0] = 'Y'
-	again, _ := get(t, e, k)
-	if string(again.Response) != "original" {
-		t.Fatalf("changing a returned slice changed the record: %q", again.Response)
-	}
-}
-
-func testInvalid(t *testing.T, e *Env) {
-	ctx := t.Context()
-	long := strings.Repeat("x", store.MaxKeyBytes+1)
-	check := func(phase string) {
-		_, _, err := e.Store.Get(ctx, "")
-		wantCode(t, phase+" Get(empty)", err, idemkit.CodeInvalidArgument)
-		_, _, err = e.Store.Get(ctx, long)
-		wantCode(t, phase+" Get(long)", err, idemkit.CodeInvalidArgument)
-		_, err = e.Store.Delete(ctx, "")
-		wantCode(t, phase+" Delete(empty)", err, idemkit.CodeInvalidArgument)
-		for _, c := range []struct {
-			name string
-			rec  store.Record
-			ttl  time.Duration
-		}{
-			{"empty key", record("", 1, "x"), time.Minute},
-			{"long key", record(long, 1, "x"), time.Minute},
-			{"zero state", store.Record{Key: key(t, "k")}, time.Minute},
-			{"zero ttl", record(key(t, "k"), 1, "x"), 0},
-			{"sub-millisecond ttl", record(key(t, "k"), 1, "x"), time.Microsecond},
-		} {
-			_, err := e.Store.Put(ctx, c.rec, c.ttl)
-			wantCode(t, phase+" Put("+c.name+")", err, idemkit.CodeInvalidArgument)
-			if strings.Contains(err.Error(), long[:40]) {
-				t.Fatal("the error message repeats the key")
-			}
-		}
-	}
-	check("live:")
-	if _, ok := get(t, e, key(t, "k")); ok {
-		t.Fatal("an invalid Put wrote a record")
-	}
-	e.Break()
-	check("broken backend:") // validation comes before any I/O
-}
-
-func testEndedContext(t *testing.T, e *Env) {
-	k := key(t, "k")
-	put(t, e, record(k, 1, "x"), longTTL)
-	canceled, cancel := context.WithCancel(t.Context())
-	cancel()
-	expired, cancel2 := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
-	defer cancel2()
-	for _, c := range []struct {
-		ctx  context.Context
-		code idemkit.Code
-	}{{canceled, idemkit.CodeAborted}, {expired, idemkit.CodeNetworkTimeout}} {
-		_, _, err := e.Store.Get(c.ctx, k)
-		wantCode(t, "Get", err, c.code)
-		_, err = e.Store.Put(c.ctx, record(k, 2, "y"), longTTL)
-		wantCode(t, "Put", err, c.code)
-		_, err = e.Store.Delete(c.ctx, k)
-		wantCode(t, "Delete", err, c.code)
-	}
-	if got, ok := get(t, e, k); !ok || string(got.Response) != "x" {
-		t.Fatalf("operations with an ended ctx changed the record: %+v, %v", got, ok)
-	}
-}
-
-func testBroken(t *testing.T, e *Env) {
-	k := key(t, "secret-key")
-	put(t, e, record(k, 1, "x"), longTTL)
-	e.Break()
-	ctx := t.Context()
-	check := func(what string, err error) {
-		t.Helper()
-		if err == nil {
-			t.Fatalf("%s on an unreachable backend: no error", what)
-		}
-		if c := idemkit.CodeOf(err); c != idemkit.CodeServiceUnavailable && c != idemkit.CodeNetworkTimeout {
-			t.Fatalf("%s on an unreachable backend: code %v (%v)", what, c, err)
-		}
-		if strings.Contains(err.Error(), "secret-key") {
-			t.Fatalf("%s: the error message contains the raw key: %v", what, err)
-		}
-	}
-	_, _, err := e.Store.Get(ctx, k)
-	check("Get", err)
-	_, err = e.Store.Put(ctx, record(k, 2, "y"), longTTL)
-	check("Put", err)
-	_, err = e.Store.Delete(ctx, k)
-	check("Delete", err)
+	wantSameClaim(t, e, what+" (a duplicate's Claim)", dup, c)
 }

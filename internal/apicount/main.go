@@ -1,0 +1,75 @@
+// Command apicount counts the exported names of packages: functions,
+// types, methods of exported types, constants and variables (struct fields
+// and interface methods are part of their type and not counted). It reads
+// source only, so it works on any module of the repository:
+//
+//	go run ./internal/apicount lock lock/memlock store ...
+//
+// Directories are relative to the current directory; test files and
+// packages named *test are skipped unless given explicitly.
+package main
+
+import (
+	"fmt"
+	"go/ast"
+	"go/doc"
+	"go/parser"
+	"go/token"
+	"os"
+	"sort"
+	"strings"
+)
+
+func main() {
+	total := 0
+	for _, dir := range os.Args[1:] {
+		n, err := count(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("%5d  %s\n", n, dir)
+		total += n
+	}
+	fmt.Printf("%5d  total\n", total)
+}
+
+func count(dir string) (int, error) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	if err != nil {
+		return 0, err
+	}
+	names := make([]string, 0, len(pkgs))
+	for name := range pkgs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	n := 0
+	for _, name := range names {
+		if name == "main" {
+			continue
+		}
+		files := make([]*ast.File, 0)
+		for _, f := range pkgs[name].Files {
+			files = append(files, f)
+		}
+		p, err := doc.NewFromFiles(fset, files, "x")
+		if err != nil {
+			return 0, err
+		}
+		n += len(p.Funcs) + values(p.Consts) + values(p.Vars)
+		for _, t := range p.Types {
+			n += 1 + len(t.Funcs) + len(t.Methods) + values(t.Consts) + values(t.Vars)
+		}
+	}
+	return n, nil
+}
+
+func values(vs []*doc.Value) int {
+	n := 0
+	for _, v := range vs {
+		n += len(v.Names)
+	}
+	return n
+}

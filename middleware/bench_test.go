@@ -1,0 +1,41 @@
+package middleware_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store/memstore"
+)
+
+// BenchmarkExecute measures the guard's own work on the memory backend: a
+// first execution (claim, run, complete) and a replay (one claim).
+func BenchmarkExecute(b *testing.B) {
+	g, err := middleware.New(memstore.New())
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"order":42,"status":"created"}`)
+	fn := func(context.Context) (middleware.Result, error) { return middleware.Result{Value: body}, nil }
+	ctx := context.Background()
+	b.Run("first", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			if _, err := g.Execute(ctx, "first-"+strconv.Itoa(i), fpA, fn); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("replay", func(b *testing.B) {
+		if _, err := g.Execute(ctx, "replay", fpA, fn); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if out, err := g.Execute(ctx, "replay", fpA, fn); err != nil || !out.Replayed {
+				b.Fatal(out, err)
+			}
+		}
+	})
+}

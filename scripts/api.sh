@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Counts the exported names (functions, types, methods, constants and
+# variables) of every released package: everything outside examples/,
+# bench/ and internal/, test helper packages included.
+#
+#   scripts/api.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mapfile -t pkgs < <(find . -name '*.go' -not -name '*_test.go' -not -path './.git/*' \
+	-not -path './examples/*' -not -path './bench/*' -not -path './internal/*' -printf '%h\n' | sed 's|^\./||; s|^\.$|.|' | sort -u)
+GOWORK=off go run ./internal/apicount "${pkgs[@]}"

@@ -1,0 +1,388 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/lock"
+)
+
+// ComposeOption configures [Compose].
+type ComposeOption func(*composeConfig)
+
+type composeConfig struct {
+	maxClaims int
+}
+
+// defaultMaxClaims is WithMaxClaims's default.
+const defaultMaxClaims = 1 << 16
+
+// WithMaxClaims bounds the claims a composed store holds at once in this
+// process (it keeps each claim's lock lease in memory). A Claim beyond it
+// fails with RateLimited and holds nothing. Default: 65536.
+func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxClaims = n } }
+
+// Compose builds a [Store] from a plain record store and a lock provider:
+// the claim is a lock on the record's key, the outcome a fenced [Records.Put]
+// under the lock. It lets the guard run on any pair, for example PostgreSQL
+// records with Redis locks.
+//
+// It is slower and weaker than a store whose records carry their own lease:
+//
+//   - Slower: a first execution costs six round trips instead of two (Claim:
+//     read the record, take the lock, read again; Complete: extend the lock,
+//     write the record, release the lock); a replay still costs one, a busy
+//     answer two.
+//   - Weaker: the fence is the lock's, and it is checked by the lock, not by
+//     the record's own write. Complete extends the lock before it writes, so
+//     a stale holder is refused; but a write that stalls past the extended
+//     lease can still land after another claim took the key (the record's
+//     Put then refuses it only if the new holder's outcome, with its higher
+//     fence, is already there).
+//
+// Claims: a busy key is answered with a record whose State is
+// [StateClaimed] and that carries only its Key: the lock knows no
+// fingerprint, and its fence and lease are not read. [Store.Get] of a
+// claimed key reads the lock and returns its fence and lease, still without
+// a fingerprint. Lock keys are derived from record keys (verbatim behind
+// "k:" when the key is valid UTF-8 in NFC and fits a lock key, otherwise
+// hashed, see [lock.StorageKey]), so no two record keys share a lock.
+//
+// The lock leases of this process's claims are kept in memory, keyed by
+// record key and fence: Extend, Complete and Release work only in the
+// process that made the claim (as the guard uses them), and at most
+// [WithMaxClaims] claims are held at once. A claim whose lease ran out can
+// still be extended, completed or released as long as the lock provider
+// still records the expired lease ([lock.ReasonExpired]: nobody took the
+// lock since); the store then takes the lock again (another claim that took
+// and released the lock in the instant between the two goes unnoticed
+// unless it stored an outcome). A provider that drops
+// expired leases at once (Redis expires its keys) refuses such late writes
+// instead, safely: the guard reports the outcome not recorded.
+//
+// Delete removes the record and releases a live lock on its key: the
+// deleted claim's holder can no longer extend, complete or release it.
+func Compose(records Records, locker lock.Locker, opts ...ComposeOption) (Store, error) {
+	cfg := composeConfig{maxClaims: defaultMaxClaims}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case records == nil:
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "compose", "records must not be nil", nil)
+	case locker == nil:
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "compose", "locker must not be nil", nil)
+	case cfg.maxClaims < 1:
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "compose", fmt.Sprintf("max claims must be at least 1 (got %d)", cfg.maxClaims), nil)
+	}
+	return &composed{records: records, locker: locker, maxClaims: cfg.maxClaims, claims: make(map[claimKey]*held)}, nil
+}
+
+// composed is the Store Compose returns.
+type composed struct {
+	records   Records
+	locker    lock.Locker
+	maxClaims int
+
+	mu     sync.Mutex
+	claims map[claimKey]*held
+}
+
+// claimKey names a claim: its record key and fence.
+type claimKey struct {
+	key   string
+	fence lock.Fence
+}
+
+// held is a claim of this process: the lock lease that backs it.
+type held struct {
+	sem     chan struct{} // one operation at a time on the claim
+	lockKey string
+	lease   lock.Lease    // the lease that backs the claim now (its fence may be above the claim's)
+	ttl     time.Duration // the last lease TTL asked for
+	touched time.Time     // when the lease was last taken or extended, by this process's clock
+	over    bool          // completed, released or lost; guarded by sem
+}
+
+// releaseTimeout bounds the detached lock releases the store makes after a
+// caller's ctx may have ended.
+const releaseTimeout = 5 * time.Second
+
+// lockKeyOf returns the lock key of the record key k.
+func lockKeyOf(k string) string {
+	return lock.StorageKey(k, lock.MaxKeyBytes, func(k string) bool {
+		if !utf8.ValidString(k) {
+			return false
+		}
+		s := lock.VerbatimPrefix + k
+		n, err := lock.NormalizeKey(s)
+		return err == nil && n == s
+	})
+}
+
+func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (Record, bool, error) {
+	const op = "claim"
+	if err := ValidateClaim(key, ttl); err != nil {
+		return Record{}, false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return Record{}, false, err
+	}
+	if rec, ok, err := s.records.Get(ctx, key); err != nil || ok && rec.State.Done() {
+		return rec, false, err
+	}
+	lk := lockKeyOf(key)
+	lease, acquired, err := s.locker.Acquire(ctx, lk, ttl)
+	if err != nil {
+		return Record{}, false, err
+	}
+	if !acquired {
+		return Record{Key: key, State: StateClaimed}, false, nil
+	}
+	// An outcome may have landed between the first read and the lock.
+	rec, ok, err := s.records.Get(ctx, key)
+	if err != nil || ok && rec.State.Done() {
+		s.unlock(ctx, lease)
+		return rec, false, err
+	}
+	h := &held{sem: make(chan struct{}, 1), lockKey: lk, lease: lease, ttl: ttl, touched: time.Now()}
+	if !s.register(claimKey{key, lease.Fence}, h) {
+		s.unlock(ctx, lease)
+		return Record{}, false, idemkit.NewError(idemkit.CodeRateLimited, op, fmt.Sprintf("this process holds the most claims it may (%d)", s.maxClaims), nil)
+	}
+	return Record{
+		Key:         key,
+		Fingerprint: fp,
+		State:       StateClaimed,
+		Fence:       lease.Fence,
+		CreatedAt:   lease.AcquiredAt,
+		ExpiresAt:   lease.ExpiresAt,
+	}, true, nil
+}
+
+func (s *composed) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	const op = "extend"
+	if err := ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := ValidateTTL(op, ttl); err != nil {
+		return false, err
+	}
+	h, done, err := s.take(ctx, op, claimKey{key, fence})
+	if h == nil || err != nil {
+		return false, err
+	}
+	defer done()
+	ok, err := s.keep(ctx, claimKey{key, fence}, h, ttl)
+	if ok {
+		h.ttl = ttl
+	}
+	return ok, err
+}
+
+func (s *composed) Complete(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
+	const op = "complete"
+	if err := ValidateComplete(rec, ttl); err != nil {
+		return false, err
+	}
+	ck := claimKey{rec.Key, rec.Fence}
+	h, done, err := s.take(ctx, op, ck)
+	if h == nil || err != nil {
+		return false, err
+	}
+	defer done()
+	// Hold the lock through the write.
+	if ok, err := s.keep(ctx, ck, h, h.ttl); !ok || err != nil {
+		return false, err
+	}
+	stored, err := s.records.Put(ctx, rec, ttl)
+	if err != nil {
+		// The claim stays: the caller may retry, or release it.
+		return false, err
+	}
+	s.end(ck, h)
+	s.unlock(ctx, h.lease)
+	return stored, nil
+}
+
+func (s *composed) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	const op = "release"
+	if err := ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	ck := claimKey{key, fence}
+	h, done, err := s.take(ctx, op, ck)
+	if h == nil || err != nil {
+		return false, err
+	}
+	defer done()
+	out, err := releaseLease(ctx, s.locker, h.lease)
+	if err != nil {
+		return false, err
+	}
+	// A lease that ran out with nobody taking the lock since is still the
+	// claim's: the key is free already.
+	ok := out.OK || out.Reason == lock.ReasonExpired
+	s.end(ck, h)
+	return ok, nil
+}
+
+func (s *composed) Get(ctx context.Context, key string) (Record, bool, error) {
+	const op = "get"
+	if err := ValidateKey(key); err != nil {
+		return Record{}, false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return Record{}, false, err
+	}
+	rec, ok, err := s.records.Get(ctx, key)
+	if err != nil || ok && rec.State.Done() {
+		return rec, ok, err
+	}
+	info, ok, err := s.locker.LookupKey(ctx, lockKeyOf(key))
+	if err != nil || !ok {
+		return Record{}, false, err
+	}
+	return Record{Key: key, State: StateClaimed, Fence: info.Fence, CreatedAt: info.AcquiredAt, ExpiresAt: info.ExpiresAt}, true, nil
+}
+
+func (s *composed) Delete(ctx context.Context, key string) (bool, error) {
+	const op = "delete"
+	if err := ValidateKey(key); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	deleted, err := s.records.Delete(ctx, key)
+	if err != nil {
+		return deleted, err
+	}
+	lk := lockKeyOf(key)
+	info, live, err := lock.LookupKeyRaw(ctx, s.locker, lk)
+	if err != nil || !live {
+		return deleted, err
+	}
+	out, err := releaseLease(ctx, s.locker, lock.Lease{Key: info.Key, ID: info.ID})
+	if err != nil {
+		return deleted, err
+	}
+	return deleted || out.OK, nil
+}
+
+// take returns this process's claim ck, locked for one operation, and the
+// function that unlocks it; nil when the process holds no such claim (it
+// never did, or the claim is over).
+func (s *composed) take(ctx context.Context, op string, ck claimKey) (*held, func(), error) {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	h := s.claims[ck]
+	s.mu.Unlock()
+	if h == nil {
+		return nil, nil, nil
+	}
+	select {
+	case h.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, idemkit.CheckContext(ctx, op)
+	}
+	if h.over {
+		<-h.sem
+		return nil, nil, nil
+	}
+	return h, func() { <-h.sem }, nil
+}
+
+// keep makes the lock the claim's for ttl from now: it extends the lease,
+// or, if the lease ran out and the lock still records it (nobody took the
+// lock since), takes the lock again. Once the lock is gone or someone
+// else's, the claim is over. The caller holds h.sem.
+func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Duration) (bool, error) {
+	out, err := extendLease(ctx, s.locker, h.lease, ttl)
+	if err != nil {
+		return false, err
+	}
+	if out.OK {
+		h.lease.ExpiresAt, h.touched = out.ExpiresAt, time.Now()
+		return true, nil
+	}
+	if out.Reason != lock.ReasonExpired {
+		s.end(ck, h)
+		return false, nil
+	}
+	lease, acquired, err := s.locker.Acquire(ctx, h.lockKey, ttl)
+	if err != nil {
+		return false, err
+	}
+	if !acquired {
+		s.end(ck, h)
+		return false, nil
+	}
+	h.lease, h.touched = lease, time.Now()
+	return true, nil
+}
+
+// register records a new claim, making room by dropping claims whose
+// holders have not touched them for longer than their lease and
+// [ClaimRetention]. It reports false when the process holds the most claims
+// it may.
+func (s *composed) register(ck claimKey, h *held) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.claims) >= s.maxClaims {
+		now := time.Now()
+		for k, c := range s.claims {
+			if now.Sub(c.touched) > c.ttl+ClaimRetention {
+				delete(s.claims, k)
+			}
+		}
+		if len(s.claims) >= s.maxClaims {
+			return false
+		}
+	}
+	s.claims[ck] = h
+	return true
+}
+
+// end marks the claim over and forgets it. The caller holds h.sem.
+func (s *composed) end(ck claimKey, h *held) {
+	h.over = true
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claims[ck] == h {
+		delete(s.claims, ck)
+	}
+}
+
+// unlock releases lease on a context detached from ctx's end. A failed
+// release is harmless: the lease runs out, and records are read before the
+// lock is taken.
+func (s *composed) unlock(ctx context.Context, lease lock.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	_, _ = releaseLease(rctx, s.locker, lease)
+}
+
+// releaseLease releases lease through l, with its key when l is a
+// [lock.KeyedLocker] (one round trip where the id alone needs two).
+func releaseLease(ctx context.Context, l lock.Locker, lease lock.Lease) (lock.Outcome, error) {
+	if k, ok := l.(lock.KeyedLocker); ok {
+		return k.ReleaseKey(ctx, lease.Key, lease.ID)
+	}
+	return l.Release(ctx, lease.ID)
+}
+
+// extendLease extends lease through l to now + ttl, with its key when l is
+// a [lock.KeyedLocker].
+func extendLease(ctx context.Context, l lock.Locker, lease lock.Lease, ttl time.Duration) (lock.Outcome, error) {
+	if k, ok := l.(lock.KeyedLocker); ok {
+		return k.ExtendKey(ctx, lease.Key, lease.ID, ttl)
+	}
+	return l.Extend(ctx, lease.ID, ttl)
+}

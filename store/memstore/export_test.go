@@ -1,0 +1,17 @@
+package memstore
+
+// Immortal returns the keys of s whose entries the sweep would never
+// remove: no keep-until time, or one so far off (over ten years) that it
+// stands for none.
+func Immortal(s *Store) []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	horizon := s.now().AddDate(10, 0, 0)
+	var keys []string
+	for k, e := range s.entries {
+		if until := e.keepUntil(); until.IsZero() || until.After(horizon) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
