@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -17,174 +16,104 @@ import (
 // context.Cause of fn's ctx, which Do cancels at that moment.
 var ErrLeaseLost = errors.New("lock: lease lost")
 
-// Backoff is how [Do] grows its delay between attempts.
-type Backoff uint8
+// Option configures [Do] and [Acquire]. Acquire uses only the options of
+// the release after the caller is done ([WithReleaseTimeout],
+// [WithOnReleaseError], [WithLogger]) and ignores the others.
+type Option func(*config)
 
-const (
-	// BackoffExponential: the n-th delay is base·2^(n−1).
-	BackoffExponential Backoff = iota
-	// BackoffFixed: every delay is base.
-	BackoffFixed
-)
-
-// Jitter is how [Do] randomises a delay d.
-type Jitter uint8
-
-const (
-	// JitterEqual: a delay in [d/2, d).
-	JitterEqual Jitter = iota
-	// JitterFull: a delay in [0, d).
-	JitterFull
-	// JitterNone: exactly d.
-	JitterNone
-	// JitterAdd: d plus a random extra in [0, base), where base is the
-	// retry delay: base·2^(n−1) + random(0, base).
-	JitterAdd
-)
-
-// Defaults of [Do].
-const (
-	DefaultTTL        = 30 * time.Second
-	DefaultRetryDelay = 100 * time.Millisecond
-	DefaultMaxDelay   = 2 * time.Second
-	DefaultTimeout    = 5 * time.Second
-	DefaultMaxRetries = 10
-)
-
-// Option configures [Do].
-type Option func(*doConfig)
-
-type doConfig struct {
+type config struct {
 	ttl            time.Duration
-	retryDelay     time.Duration
-	maxDelay       time.Duration
-	backoff        Backoff
-	jitter         Jitter
+	backoff        idemkit.Backoff
 	timeout        time.Duration
-	maxRetries     int
 	retryTransient bool
 	renewEvery     time.Duration // 0: ttl/3; < 0: never
 	releaseTimeout time.Duration
-	onReleaseError ReleaseErrorFunc
-	onLeaseLost    func(Lease, error)
+	onReleaseError func(ReleaseFailure)
 	logger         *slog.Logger
-	random         func() float64
-	stats          *Stats
-	acquire        func(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error)
 }
 
-// WithAcquireFunc makes Do and Hold take the lock with f instead of the
-// locker's Acquire, for a backend that does more in the same round trip (a
-// record store that reads a record under the new lease, say). f must behave
-// exactly like [Locker.Acquire] on the same locker; renewal and release
-// still go through the locker. Default: the locker's Acquire.
-func WithAcquireFunc(f func(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error)) Option {
-	return func(c *doConfig) { c.acquire = f }
-}
+// WithTTL sets the lease's TTL in [Do]. Default: 30 s.
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
-// Stats reports how an acquisition went; see [WithStats].
-type Stats struct {
-	Attempts int           // acquire attempts made
-	Waited   time.Duration // time from the first attempt to the last answer
-}
+// WithBackoff sets the delays between [Do]'s attempts on a held key: the
+// n-th delay is drawn from [d/2, d] for d = min(Base·2^(n−1), Max) (see
+// [idemkit.Backoff]). Default: idemkit.Backoff{Base: 100 ms, Max: 2 s}.
+// A delay never runs past the timeout (see [WithTimeout]), and a
+// [Watcher] locker wakes a waiter before its delay ends when the lock is
+// released.
+func WithBackoff(b idemkit.Backoff) Option { return func(c *config) { c.backoff = b } }
 
-// WithStats makes Do and Hold fill s with the number of acquire attempts
-// and the time spent acquiring, whether or not the lock was acquired.
-// Default: none.
-func WithStats(s *Stats) Option { return func(c *doConfig) { c.stats = s } }
-
-// WithTTL sets the lease's TTL. Default: 30 s ([DefaultTTL]).
-func WithTTL(d time.Duration) Option { return func(c *doConfig) { c.ttl = d } }
-
-// WithRetryDelay sets the base delay between attempts. Default: 100 ms.
-func WithRetryDelay(d time.Duration) Option { return func(c *doConfig) { c.retryDelay = d } }
-
-// WithMaxDelay caps any single delay between attempts (before jitter).
-// Default: 2 s.
-func WithMaxDelay(d time.Duration) Option { return func(c *doConfig) { c.maxDelay = d } }
-
-// WithBackoff sets how delays grow. Default: [BackoffExponential].
-func WithBackoff(b Backoff) Option { return func(c *doConfig) { c.backoff = b } }
-
-// WithJitter sets how delays are randomised. Default: [JitterEqual].
-func WithJitter(j Jitter) Option { return func(c *doConfig) { c.jitter = j } }
-
-// WithTimeout bounds the whole wait for the lock, from the first attempt to
-// the last; fn's running time is not counted. Do makes one last attempt at
-// the deadline and never sleeps past it. Default: 5 s. Zero means a single
+// WithTimeout bounds the whole wait for the lock in [Do], from the first
+// attempt to the last; fn's running time is not counted. Do makes one last
+// attempt at the deadline and never sleeps past it. It is the one bound of
+// the wait: there is no retry count. Default: 5 s. Zero means a single
 // attempt.
-func WithTimeout(d time.Duration) Option { return func(c *doConfig) { c.timeout = d } }
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
-// WithMaxRetries bounds the attempts after the first that Do makes when a
-// back-off delay runs out. Default: 10. Attempts made at once because a
-// [Watcher] reported the lock released do not count: their rate follows the
-// holders' releases, and WithTimeout still bounds the whole wait.
-func WithMaxRetries(n int) Option { return func(c *doConfig) { c.maxRetries = n } }
-
-// WithRetryTransient makes Do retry transient backend errors
+// WithRetryTransient makes [Do] retry transient backend errors
 // (ServiceUnavailable, NetworkTimeout, RateLimited) like contention, within
-// the same deadline and retry limit. When time or retries run out the error
-// is AcquisitionTimeout wrapping the last cause. Default: off (a backend
-// error ends Do at once).
-func WithRetryTransient(on bool) Option { return func(c *doConfig) { c.retryTransient = on } }
+// the same timeout. When it runs out the error is AcquisitionTimeout
+// wrapping the last cause. Default: off (a backend error ends Do at once).
+func WithRetryTransient(on bool) Option { return func(c *config) { c.retryTransient = on } }
 
-// WithRenewInterval sets how often the lease is extended (to now + TTL)
+// WithRenewInterval sets how often [Do] extends the lease (to now + TTL)
 // while fn runs; it must be shorter than the TTL. Default: TTL/3. A
 // negative interval turns renewal off.
-func WithRenewInterval(d time.Duration) Option { return func(c *doConfig) { c.renewEvery = d } }
+func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewEvery = d } }
 
-// WithReleaseTimeout bounds the release after fn returns, which runs on a
-// context detached from the caller's. Default: 5 s.
-func WithReleaseTimeout(d time.Duration) Option { return func(c *doConfig) { c.releaseTimeout = d } }
+// WithReleaseTimeout bounds the release made after the caller is done: at
+// the end of [Do], and in [Handle.Close]. It runs on a context detached
+// from the caller's. Default: 5 s. When it passes, the in-flight request is
+// cancelled through its ctx and the release-error callback receives a
+// NetworkTimeout failure; the lease runs out at its expiry.
+func WithReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
 
-// WithOnReleaseError sets the callback for a failed release after fn. A
-// release failure never changes what Do returns. Default: a warning on the
-// logger.
-func WithOnReleaseError(f ReleaseErrorFunc) Option {
-	return func(c *doConfig) { c.onReleaseError = f }
+// WithOnReleaseError sets the callback for a failed release after the
+// caller is done (the end of [Do], [Handle.Close]). It runs synchronously;
+// a panic in it is recovered and ignored. A release failure never changes
+// what Do returns. Default: a warning on the logger naming the lease by
+// hashes only.
+func WithOnReleaseError(f func(ReleaseFailure)) Option {
+	return func(c *config) { c.onReleaseError = f }
 }
 
-// WithOnLeaseLost sets a callback that runs when renewal finds the lease
-// lost, at the moment fn's ctx is cancelled. Default: none (Do's error
-// reports the loss in any case).
-func WithOnLeaseLost(f func(lease Lease, cause error)) Option {
-	return func(c *doConfig) { c.onLeaseLost = f }
-}
-
-// WithLogger sets the logger for release failures without a callback.
+// WithLogger sets the logger of the default release-error callback.
 // Default: slog.Default().
-func WithLogger(l *slog.Logger) Option { return func(c *doConfig) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-func defaultConfig() doConfig {
-	return doConfig{
-		ttl:            DefaultTTL,
-		retryDelay:     DefaultRetryDelay,
-		maxDelay:       DefaultMaxDelay,
-		timeout:        DefaultTimeout,
-		maxRetries:     DefaultMaxRetries,
-		releaseTimeout: DefaultReleaseTimeout,
-		random:         rand.Float64,
+func newConfig(opts []Option) config {
+	c := config{
+		ttl:            30 * time.Second,
+		backoff:        idemkit.Backoff{Base: 100 * time.Millisecond, Max: 2 * time.Second},
+		timeout:        5 * time.Second,
+		releaseTimeout: 5 * time.Second,
 	}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
 }
 
-func (c *doConfig) validate() error {
+// validateRelease checks the options that the release after the caller is
+// done uses.
+func (c *config) validateRelease(op string) error {
+	if c.releaseTimeout <= 0 {
+		return invalid(op, "release timeout must be positive")
+	}
+	return nil
+}
+
+func (c *config) validate() error {
 	switch {
 	case c.ttl < time.Millisecond:
 		return invalid("do", "ttl must be at least 1ms")
-	case c.retryDelay <= 0:
-		return invalid("do", "retry delay must be positive")
-	case c.maxDelay <= 0:
-		return invalid("do", "max delay must be positive")
+	case !c.backoff.Valid():
+		return invalid("do", "backoff needs 0 < Base <= Max")
 	case c.timeout < 0:
 		return invalid("do", "timeout must not be negative")
-	case c.maxRetries < 0:
-		return invalid("do", "max retries must not be negative")
-	case c.releaseTimeout <= 0:
-		return invalid("do", "release timeout must be positive")
-	case c.backoff > BackoffFixed:
-		return invalid("do", "unknown backoff")
-	case c.jitter > JitterAdd:
-		return invalid("do", "unknown jitter")
+	}
+	if err := c.validateRelease("do"); err != nil {
+		return err
 	}
 	if c.renewEvery == 0 {
 		c.renewEvery = c.ttl / 3
@@ -195,96 +124,67 @@ func (c *doConfig) validate() error {
 	return nil
 }
 
-// delay returns the sleep before attempt n+1, after n failed attempts.
-func (c *doConfig) delay(n int) time.Duration {
-	d := c.retryDelay
-	if c.backoff == BackoffExponential {
-		for i := 1; i < n && d < c.maxDelay; i++ {
-			d *= 2
-		}
-	}
-	d = min(d, c.maxDelay)
-	switch c.jitter {
-	case JitterEqual:
-		half := d / 2
-		return half + time.Duration(c.random()*float64(d-half))
-	case JitterFull:
-		return time.Duration(c.random() * float64(d))
-	case JitterAdd:
-		return d + time.Duration(c.random()*float64(c.retryDelay))
-	}
-	return d
-}
-
-// Do runs fn while holding the lock on key: the auto-managed lock. It is
-// [Hold], fn, then [Held.Release].
+// Do runs fn while holding the lock on key: the auto-managed lock.
 //
 // It acquires with retries on contention (capped exponential back-off with
-// jitter by default; see the options), returning at once when ctx ends and
-// never sleeping past its timeout. When the locker is a [Watcher], a waiter
-// retries as soon as the lock is released instead of sleeping out its
-// delay.
+// jitter, [WithBackoff]), returning at once when ctx ends and never
+// sleeping past its timeout ([WithTimeout]). When the locker is a
+// [Watcher], a waiter retries as soon as the lock is released instead of
+// sleeping out its delay.
 //
-// While fn runs, the lease is renewed every TTL/3. If renewal finds the
-// lease lost (or cannot renew before it runs out), fn's ctx is cancelled
-// with a cause matching [ErrLeaseLost], and Do's error matches
-// ErrLeaseLost too.
+// While fn runs, the lease is renewed every TTL/3 ([WithRenewInterval]).
+// If renewal finds the lease lost (or cannot renew it before it runs out),
+// fn's ctx is cancelled with a cause matching [ErrLeaseLost], and Do's
+// error matches ErrLeaseLost too.
 //
 // The lease is released when fn returns, panics (the panic goes on after the
 // release) or is cancelled, on a context detached from ctx with its own
-// timeout. A failed release goes to the release-error callback and never
-// changes Do's result.
+// timeout ([WithReleaseTimeout]). A failed release goes to the
+// release-error callback ([WithOnReleaseError]) and never changes Do's
+// result.
 //
 // Errors: InvalidArgument for a bad key or option; AcquisitionTimeout when
-// time or retries run out (also when ctx's deadline passes while waiting);
+// the timeout runs out (also when ctx's deadline passes while waiting);
 // Aborted when ctx is cancelled; a backend's own error (unless
 // [WithRetryTransient]); otherwise whatever fn returned.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lease Lease) error, opts ...Option) (err error) {
-	h, err := Hold(ctx, l, key, opts...)
+	h, err := hold(ctx, l, key, opts)
 	if err != nil {
 		return err
 	}
 	defer func() {
-		h.Release()
-		if lost := h.Lost(); lost != nil {
+		h.release()
+		if lost := h.lostErr(); lost != nil {
 			err = errors.Join(err, lost)
 		}
 	}()
-	return fn(h.Context(), h.Lease())
+	return fn(h.work, h.lease)
 }
 
-// Held is a lease that [Hold] acquired and keeps renewing until it is
-// released or abandoned. Its methods are safe for concurrent use.
-type Held struct {
+// held is a lease that Do acquired and keeps renewing until it is
+// released.
+type held struct {
 	locker Locker
 	lease  Lease
-	cfg    doConfig
+	cfg    config
 	ctx    context.Context // the caller's, detached: for renewals and the release
-	work   context.Context
+	work   context.Context // fn's: cancelled with the loss, and after the release
 	cancel context.CancelCauseFunc
-	once   sync.Once // guards the end (release or abandon)
 
 	// Renewal runs on a timer (no goroutine until it fires); tick holds
 	// ticking while it talks to the backend, so stopping can wait for it.
 	ticking    sync.Mutex
 	timer      *time.Timer
-	validUntil time.Time // only the tick (and Hold, before it) touches it
+	validUntil time.Time // only the tick (and hold, before it) touches it
 
 	mu      sync.Mutex
 	stopped bool
 	lost    error
 }
 
-// Hold acquires the lock on key with the retry behaviour of [Do] and keeps
-// renewing the lease (every TTL/3 by default) until [Held.Release] or
-// [Held.Abandon]. It takes the same options as Do. Use it where the work
-// does not fit one function call, or where the lease must sometimes be left
-// to run out instead of released.
-func Hold(ctx context.Context, l Locker, key string, opts ...Option) (*Held, error) {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
+// hold acquires the lock on key with Do's retries and starts renewing it.
+func hold(ctx context.Context, l Locker, key string, opts []Option) (*held, error) {
+	cfg := newConfig(opts)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -297,7 +197,7 @@ func Hold(ctx context.Context, l Locker, key string, opts ...Option) (*Held, err
 		return nil, err
 	}
 	work, cancel := context.WithCancelCause(ctx)
-	h := &Held{locker: l, lease: lease, cfg: cfg, ctx: context.WithoutCancel(ctx), work: work, cancel: cancel}
+	h := &held{locker: l, lease: lease, cfg: cfg, ctx: context.WithoutCancel(ctx), work: work, cancel: cancel}
 	if cfg.renewEvery > 0 {
 		// validUntil is the local instant before which the lease is
 		// certainly still ours: the send time of the last successful
@@ -310,48 +210,24 @@ func Hold(ctx context.Context, l Locker, key string, opts ...Option) (*Held, err
 	return h, nil
 }
 
-// Lease returns the held lease as acquired (renewals do not update its
-// ExpiresAt).
-func (h *Held) Lease() Lease { return h.lease }
-
-// Context returns a context derived from the one given to Hold that is
-// cancelled, with a cause matching [ErrLeaseLost], when the lease is found
-// lost, and after Release or Abandon.
-func (h *Held) Context() context.Context { return h.work }
-
-// Lost returns the loss (matching [ErrLeaseLost]) once renewal has found
-// the lease lost or unrenewable, and nil before that. After Release or
-// Abandon its answer is final.
-func (h *Held) Lost() error {
+// lostErr returns the loss (matching [ErrLeaseLost]) once renewal has found
+// the lease lost or unrenewable, and nil before that.
+func (h *held) lostErr() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.lost
 }
 
-// Release stops renewal and releases the lease on a context detached from
-// Hold's, bounded by the release timeout. A failure goes to the
-// release-error callback. Only the first Release or Abandon has an effect.
-func (h *Held) Release() {
-	h.once.Do(func() {
-		h.stopRenewal()
-		releaseAfter(h.ctx, h.locker, h.lease, &h.cfg)
-		h.cancel(context.Canceled)
-	})
-}
-
-// Abandon stops renewal without releasing: the lease runs out at its
-// expiry and, until then, the key stays locked. Use it when releasing would
-// let another holder redo work whose outcome could not be recorded. Only the
-// first Release or Abandon has an effect.
-func (h *Held) Abandon() {
-	h.once.Do(func() {
-		h.stopRenewal()
-		h.cancel(context.Canceled)
-	})
+// release stops renewal and releases the lease on a context detached from
+// the caller's, bounded by the release timeout.
+func (h *held) release() {
+	h.stopRenewal()
+	releaseAfter(h.ctx, h.locker, h.lease, &h.cfg, "do")
+	h.cancel(context.Canceled)
 }
 
 // stopRenewal stops the timer and waits for a renewal in flight.
-func (h *Held) stopRenewal() {
+func (h *held) stopRenewal() {
 	h.mu.Lock()
 	h.stopped = true
 	timer := h.timer
@@ -364,7 +240,7 @@ func (h *Held) stopRenewal() {
 
 // tick extends the lease once and schedules the next tick, or records and
 // signals a loss.
-func (h *Held) tick() {
+func (h *held) tick() {
 	h.ticking.Lock()
 	defer h.ticking.Unlock()
 	if h.isStopped() {
@@ -373,7 +249,7 @@ func (h *Held) tick() {
 	cfg := &h.cfg
 	sent := time.Now()
 	rctx, rcancel := context.WithDeadline(h.ctx, h.validUntil)
-	out, err := ExtendLease(rctx, h.locker, h.lease, cfg.ttl)
+	out, err := extendLease(rctx, h.locker, h.lease, cfg.ttl)
 	rcancel()
 	var lost error
 	switch {
@@ -394,22 +270,16 @@ func (h *Held) tick() {
 	h.lost = lost
 	h.mu.Unlock()
 	h.cancel(lost)
-	if cfg.onLeaseLost != nil {
-		func() {
-			defer func() { _ = recover() }()
-			cfg.onLeaseLost(h.lease, lost)
-		}()
-	}
 }
 
-func (h *Held) isStopped() bool {
+func (h *held) isStopped() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.stopped
 }
 
 // rearm schedules the next tick unless renewal was stopped meanwhile.
-func (h *Held) rearm(d time.Duration) {
+func (h *held) rearm(d time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.stopped {
@@ -417,23 +287,16 @@ func (h *Held) rearm(d time.Duration) {
 	}
 }
 
-// acquireWithRetry runs the acquire loop of Do and Hold. It returns the
+// acquireWithRetry runs the acquire loop of Do. It returns the
 // lease and the local time at which the successful attempt was sent: the
 // lease runs out no earlier than that time plus the TTL, whatever the
 // backend's clock says.
-func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) (lease Lease, sent time.Time, err error) {
+func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *config) (lease Lease, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(cfg.timeout)
 	watcher, _ := l.(Watcher)
-	acquire := l.Acquire
-	if cfg.acquire != nil {
-		acquire = cfg.acquire
-	}
 	var lastErr error
-	attempts, retries := 0, 0 // retries: attempts after a back-off delay ran out
-	if cfg.stats != nil {
-		defer func() { *cfg.stats = Stats{Attempts: attempts, Waited: time.Since(start)} }()
-	}
+	attempts, delays := 0, 0 // delays: back-off delays that ran out
 	for {
 		if err := ctx.Err(); err != nil {
 			return Lease{}, time.Time{}, waitEnded(ctx, attempts, lastErr)
@@ -444,7 +307,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 		)
 		attempts++
 		sent = time.Now()
-		lease, ok, err := acquire(ctx, key, cfg.ttl)
+		lease, ok, err := l.Acquire(ctx, key, cfg.ttl)
 		switch {
 		case err == nil && ok:
 			return lease, sent, nil
@@ -459,20 +322,20 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *doConfig) 
 			watch, stop = watcher.Watch(ctx, key)
 		}
 		remaining := time.Until(deadline)
-		if retries >= cfg.maxRetries || remaining <= 0 {
+		if remaining <= 0 {
 			stop()
 			return Lease{}, time.Time{}, idemkit.NewError(idemkit.CodeAcquisitionTimeout, "do",
 				fmt.Sprintf("lock not acquired after %d attempts in %v", attempts, time.Since(start).Round(time.Millisecond)), lastErr)
 		}
-		t := time.NewTimer(min(cfg.delay(retries+1), remaining))
+		t := time.NewTimer(min(cfg.backoff.Delay(delays+1), remaining))
 		select {
 		case <-ctx.Done():
 		case <-t.C:
-			retries++
+			delays++
 		case <-watch:
-			// Woken because the lock was released: this attempt is not a
-			// retry, since its load on the backend follows the holders'
-			// releases, not the waiter's polling.
+			// Woken because the lock was released: the back-off does not
+			// grow, since this attempt follows the holders' releases, not
+			// the waiter's polling.
 		}
 		t.Stop()
 		stop()
@@ -491,10 +354,10 @@ func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 
 // releaseAfter releases the lease on a context detached from ctx and
 // reports a failure to the callback.
-func releaseAfter(ctx context.Context, l Locker, lease Lease, cfg *doConfig) {
+func releaseAfter(ctx context.Context, l Locker, lease Lease, cfg *config, source string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
 	defer cancel()
-	if _, err := ReleaseLease(rctx, l, lease); err != nil {
-		reportRelease(cfg.onReleaseError, cfg.logger, ReleaseFailure{Lease: lease, Source: "do", Err: err})
+	if _, err := releaseLease(rctx, l, lease); err != nil {
+		reportRelease(cfg, ReleaseFailure{Lease: lease, Source: source, Err: err})
 	}
 }

@@ -21,26 +21,33 @@
 //
 // Keys are normalised to Unicode NFC and may be at most [MaxKeyBytes] (512)
 // bytes after normalisation; any other byte sequence is a valid key on every
-// backend. [StorageKey] derives backend storage names so that no user key can
-// ever address an internal record. Lock ids are 22 base64url characters from
-// 16 crypto/rand bytes ([NewID]); anything else is refused with
-// InvalidArgument before any I/O ([ValidateID]).
+// backend. Lock ids are 22 base64url characters from 16 crypto/rand bytes
+// ([NewID]); anything else is refused with InvalidArgument before any I/O
+// ([ValidateID]).
 //
-// A [Fence] is a per-key counter that only grows: it survives release,
-// expiry and cleanup, prints as 15 zero-padded digits (string order equals
-// numeric order) and never wraps: backends warn above [FenceWarn] and refuse,
-// writing nothing, above [FenceMax].
+// A [Fence] is a per-key fencing token that only grows. No counter is kept:
+// a new lease's fence is the previous fence of the key's lock record plus
+// one, or the backend's clock in Unix milliseconds if that is greater
+// ([NextFence]), and a record is never removed before the backend's clock
+// has passed its fence ([KeepUntil]): a release before then leaves a
+// tombstone (the fence alone; not live, not findable, acquirable) that
+// expires on its own. So a key's next fence is greater than every fence it
+// carried, after release, expiry, cleanup and restart alike, and every
+// record has an expiry. A fence prints as 15 zero-padded digits (string
+// order equals numeric order) and never wraps: backends warn above
+// [FenceWarn] and refuse, writing nothing, above [FenceMax].
 //
 // # Time
 //
 // One liveness rule holds on every backend ([Live]): a lease is live while
-// now < ExpiresAt by the backend's time authority ([Capabilities]), with no
-// grace period. Redis and PostgreSQL use the server's clock, the in-memory
-// backend the process clock, Firestore the client's clock.
+// now < ExpiresAt by the backend's clock, with no grace period. Redis and
+// PostgreSQL use the server's clock, Firestore the server's commit and read
+// times, the in-memory backend the process clock; no backend trusts a
+// client's clock.
 //
 // # Errors
 //
-// Failures are [*idemkit.Error] values carrying a [Code] (InvalidArgument,
+// Failures are [*idemkit.Error] values carrying an [idemkit.Code] (InvalidArgument,
 // ServiceUnavailable, NetworkTimeout, AcquisitionTimeout, Aborted, AuthFailed,
 // RateLimited, Internal), the operation and the native cause. errors.Is
 // matches both the code's sentinel ([idemkit.ErrInvalidArgument], ...) and the cause;
@@ -51,12 +58,21 @@
 // # Helpers
 //
 // [Do] runs a function while holding a lock: it retries on contention with
-// capped, jittered back-off, stops the moment ctx ends, renews the lease
-// while the function runs (cancelling the function's ctx if the lease is
-// lost), and releases on return, panic or cancel with a detached context.
-// [Acquire] returns a [Handle] with at-most-once release. [WithTelemetry]
-// wraps any Locker to report one [Event] per operation, with keys and ids
-// hashed by a keyed HMAC unless raw values are explicitly allowed.
-// [SweepEvery] runs a backend's sweep of expired records in the background
-// and logs its failures; the backends' StartSweeper methods are built on it.
+// capped, jittered back-off ([idemkit.Backoff]) until its timeout, stops the
+// moment ctx ends, renews the lease while the function runs (cancelling the
+// function's ctx if the lease is lost), and releases on return, panic or
+// cancel with a detached context. [Acquire] makes one attempt and returns a
+// [Handle] with at-most-once release. [WithTelemetry] wraps any Locker to
+// report one [Event] per operation, with keys and ids hashed by a keyed HMAC
+// unless raw values are explicitly allowed.
+//
+// # Writing a backend
+//
+// A backend implements [Locker] (and, where it can, [KeyedLocker] and
+// [Watcher]) and passes the conformance suite. It validates with
+// [NormalizeKey], [ValidateID] and [ValidateTTL] before any I/O, issues lock
+// ids with [NewID] and fences with [NextFence] checked by [CheckFence],
+// keeps every record until [KeepUntil], judges liveness with [Live],
+// returns lookups built by [NewInfo], may derive storage names with
+// [StorageKey], and can run a background sweep with [SweepEvery].
 package lock

@@ -18,9 +18,11 @@ func ExampleDo() {
 	ctx := context.Background()
 	locker := memlock.New()
 
+	var last lock.Fence // what the protected resource has seen
 	for range 3 {
 		err := lock.Do(ctx, locker, "invoice:42", func(ctx context.Context, lease lock.Lease) error {
-			fmt.Println("charging with fence", lease.Fence)
+			fmt.Println("charging; fence newer than the last one seen:", lease.Fence > last)
+			last = lease.Fence
 			return nil
 		})
 		if err != nil {
@@ -28,9 +30,9 @@ func ExampleDo() {
 		}
 	}
 	// Output:
-	// charging with fence 000000000000001
-	// charging with fence 000000000000002
-	// charging with fence 000000000000003
+	// charging; fence newer than the last one seen: true
+	// charging; fence newer than the last one seen: true
+	// charging; fence newer than the last one seen: true
 }
 
 // When the key stays held, Do gives up after its timeout with an error that
@@ -43,7 +45,7 @@ func ExampleDo_contention() {
 	err := lock.Do(ctx, locker, "report", func(context.Context, lock.Lease) error {
 		fmt.Println("never runs")
 		return nil
-	}, lock.WithTimeout(50*time.Millisecond), lock.WithRetryDelay(10*time.Millisecond))
+	}, lock.WithTimeout(50*time.Millisecond), lock.WithBackoff(idemkit.Backoff{Base: 10 * time.Millisecond, Max: 20 * time.Millisecond}))
 	fmt.Println(errors.Is(err, idemkit.ErrAcquisitionTimeout), idemkit.CodeOf(err))
 	// Output:
 	// true AcquisitionTimeout
@@ -59,17 +61,17 @@ func ExampleDo_waiting() {
 	go func() {
 		defer close(done)
 		_ = lock.Do(ctx, locker, "job", func(_ context.Context, lease lock.Lease) error {
-			fmt.Println("second holder, fence", lease.Fence)
+			fmt.Println("second holder runs; its fence is newer:", lease.Fence > holder.Fence)
 			return nil
 		}, lock.WithTimeout(time.Minute))
 	}()
 	time.Sleep(20 * time.Millisecond)
-	fmt.Println("first holder releases, fence", holder.Fence)
+	fmt.Println("first holder releases")
 	_, _ = locker.Release(ctx, holder.ID)
 	<-done
 	// Output:
-	// first holder releases, fence 000000000000001
-	// second holder, fence 000000000000002
+	// first holder releases
+	// second holder runs; its fence is newer: true
 }
 
 // Acquire returns a Handle whose release happens at most once; a nil handle

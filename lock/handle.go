@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,51 +9,13 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// ReleaseFailure is what a release-error callback receives when releasing a
-// lease failed after the caller was done with it (a [Handle]'s Close, or the
-// release at the end of [Do]).
+// ReleaseFailure is what the release-error callback ([WithOnReleaseError])
+// receives when releasing a lease failed after the caller was done with it
+// (a [Handle]'s Close, or the release at the end of [Do]).
 type ReleaseFailure struct {
 	Lease  Lease  // the lease that could not be released; it runs out at Lease.ExpiresAt
 	Source string // "close" or "do"
 	Err    error  // the failure: a backend error, or a timeout (NetworkTimeout)
-}
-
-// ReleaseErrorFunc receives release failures. It runs synchronously; a
-// panic in it is recovered and ignored.
-type ReleaseErrorFunc func(ReleaseFailure)
-
-// DefaultReleaseTimeout bounds a release that runs after the caller is done:
-// in [Handle.Close] and at the end of [Do].
-const DefaultReleaseTimeout = 5 * time.Second
-
-// HandleOption configures [Acquire].
-type HandleOption func(*handleConfig)
-
-type handleConfig struct {
-	onReleaseError ReleaseErrorFunc
-	closeTimeout   time.Duration
-	logger         *slog.Logger
-}
-
-// WithCloseTimeout bounds the release that [Handle.Close] makes. Default:
-// [DefaultReleaseTimeout]. When it passes, Close returns, the in-flight
-// request is cancelled through its ctx, and the callback receives a
-// NetworkTimeout failure.
-func WithCloseTimeout(d time.Duration) HandleOption {
-	return func(c *handleConfig) { c.closeTimeout = d }
-}
-
-// WithReleaseErrorHandler sets the callback for failures of the release
-// that [Handle.Close] makes. Default: a warning on the logger (see
-// [WithHandleLogger]) naming the lease by hashes only.
-func WithReleaseErrorHandler(f ReleaseErrorFunc) HandleOption {
-	return func(c *handleConfig) { c.onReleaseError = f }
-}
-
-// WithHandleLogger sets the logger of the default release-error handler.
-// Default: slog.Default().
-func WithHandleLogger(l *slog.Logger) HandleOption {
-	return func(c *handleConfig) { c.logger = l }
 }
 
 // Handle is a held lease together with the [Locker] that granted it, with
@@ -69,7 +30,7 @@ func WithHandleLogger(l *slog.Logger) HandleOption {
 type Handle struct {
 	locker Locker
 	lease  Lease
-	cfg    handleConfig
+	cfg    config
 
 	mu       sync.Mutex
 	released bool          // a release has been started
@@ -80,14 +41,13 @@ type Handle struct {
 
 // Acquire makes one attempt to take the lock on key for ttl and returns a
 // [Handle] for it. When the key is held it returns a nil handle, ok = false
-// and a nil error.
-func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...HandleOption) (*Handle, bool, error) {
-	cfg := handleConfig{closeTimeout: DefaultReleaseTimeout}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.closeTimeout <= 0 {
-		return nil, false, invalid("acquire", "close timeout must be positive")
+// and a nil error. Of the options it uses those of the release that
+// [Handle.Close] makes: [WithReleaseTimeout], [WithOnReleaseError] and
+// [WithLogger].
+func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Handle, bool, error) {
+	cfg := newConfig(opts)
+	if err := cfg.validateRelease("acquire"); err != nil {
+		return nil, false, err
 	}
 	lease, ok, err := l.Acquire(ctx, key, ttl)
 	if err != nil || !ok {
@@ -113,7 +73,7 @@ func (h *Handle) Release(ctx context.Context) (Outcome, error) {
 	if h == nil || !h.start() {
 		return Outcome{Reason: ReasonNotFound}, nil
 	}
-	out, err := ReleaseLease(ctx, h.locker, h.lease)
+	out, err := releaseLease(ctx, h.locker, h.lease)
 	h.finish(out, err)
 	return out, err
 }
@@ -124,28 +84,29 @@ func (h *Handle) Extend(ctx context.Context, ttl time.Duration) (Outcome, error)
 	if h == nil {
 		return Outcome{Reason: ReasonNotFound}, nil
 	}
-	return ExtendLease(ctx, h.locker, h.lease, ttl)
+	return extendLease(ctx, h.locker, h.lease, ttl)
 }
 
 // Close releases the lease if nothing has released it yet, on a context of
-// its own bounded by the close timeout, and waits for a release already in
-// flight. It never returns an error: failures go to the release-error
-// callback. Concurrent and repeated calls share one backend call.
+// its own bounded by the release timeout ([WithReleaseTimeout]), and waits
+// (as long) for a release already in flight. It never returns an error:
+// failures go to the release-error callback ([WithOnReleaseError]).
+// Concurrent and repeated calls share one backend call.
 func (h *Handle) Close() {
 	if h == nil {
 		return
 	}
 	if !h.start() {
-		h.wait(h.cfg.closeTimeout)
+		h.wait(h.cfg.releaseTimeout)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.closeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.releaseTimeout)
 	defer cancel()
 	result := make(chan struct{})
 	var out Outcome
 	var err error
 	go func() {
-		out, err = ReleaseLease(ctx, h.locker, h.lease)
+		out, err = releaseLease(ctx, h.locker, h.lease)
 		close(result)
 	}()
 	select {
@@ -157,7 +118,7 @@ func (h *Handle) Close() {
 	case <-ctx.Done():
 		// The backend did not answer in time. The cancelled ctx aborts
 		// its I/O; the lease runs out at its expiry.
-		terr := idemkit.NewError(idemkit.CodeNetworkTimeout, "close", "release did not finish within the close timeout", ctx.Err())
+		terr := idemkit.NewError(idemkit.CodeNetworkTimeout, "close", "release did not finish within the release timeout", ctx.Err())
 		h.finish(Outcome{}, terr)
 		h.report(terr)
 	}
@@ -196,13 +157,14 @@ func (h *Handle) wait(limit time.Duration) {
 }
 
 func (h *Handle) report(err error) {
-	reportRelease(h.cfg.onReleaseError, h.cfg.logger, ReleaseFailure{Lease: h.lease, Source: "close", Err: err})
+	reportRelease(&h.cfg, ReleaseFailure{Lease: h.lease, Source: "close", Err: err})
 }
 
 // reportRelease hands f to the callback, or logs it when there is none. A
 // panicking callback is recovered.
-func reportRelease(cb ReleaseErrorFunc, logger *slog.Logger, f ReleaseFailure) {
-	if cb == nil {
+func reportRelease(cfg *config, f ReleaseFailure) {
+	if cfg.onReleaseError == nil {
+		logger := cfg.logger
 		if logger == nil {
 			logger = slog.Default()
 		}
@@ -215,11 +177,5 @@ func reportRelease(cb ReleaseErrorFunc, logger *slog.Logger, f ReleaseFailure) {
 		return
 	}
 	defer func() { _ = recover() }()
-	cb(f)
-}
-
-// errIsCode reports whether err carries code.
-func errIsCode(err error, code idemkit.Code) bool {
-	var e *idemkit.Error
-	return errors.As(err, &e) && e.Code == code
+	cfg.onReleaseError(f)
 }

@@ -23,22 +23,23 @@ type HasherFunc func(s string) string
 // Hash calls f(s).
 func (f HasherFunc) Hash(s string) string { return f(s) }
 
-// HMACHasher hashes with HMAC-SHA-256 under a secret and returns the first
-// 12 bytes as 24 lowercase hex characters. Processes that share the secret
-// produce the same hashes, so events from several nodes can be correlated;
-// without the secret a hash cannot be reversed by guessing short keys.
-type HMACHasher struct {
+// hmacHasher hashes with HMAC-SHA-256 under a secret.
+type hmacHasher struct {
 	secret []byte
 }
 
-// NewHMACHasher returns an HMACHasher keyed by secret, which should hold at
-// least 16 random bytes. The secret is copied.
-func NewHMACHasher(secret []byte) *HMACHasher {
-	return &HMACHasher{secret: append([]byte(nil), secret...)}
+// NewHMACHasher returns a Hasher that hashes with HMAC-SHA-256 keyed by
+// secret, which should hold at least 16 random bytes, and returns the first
+// 12 bytes of the MAC as 24 lowercase hex characters. Processes that share
+// the secret produce the same hashes, so events from several nodes can be
+// correlated; without the secret a hash cannot be reversed by guessing
+// short keys. The secret is copied.
+func NewHMACHasher(secret []byte) Hasher {
+	return &hmacHasher{secret: append([]byte(nil), secret...)}
 }
 
 // Hash returns the keyed hash of s as 24 hex characters.
-func (h *HMACHasher) Hash(s string) string {
+func (h *hmacHasher) Hash(s string) string {
 	m := hmac.New(sha256.New, h.secret)
 	m.Write([]byte(s))
 	var sum [sha256.Size]byte
@@ -50,7 +51,7 @@ func (h *HMACHasher) Hash(s string) string {
 // hashes are stable within one process and meaningless outside it. Use
 // [NewHMACHasher] with a shared secret (for example through
 // [WithHasher]) to correlate across processes.
-var processHasher = func() *HMACHasher {
+var processHasher = func() Hasher {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return NewHMACHasher(b[:])
@@ -60,12 +61,13 @@ var processHasher = func() *HMACHasher {
 // random secret drawn once per process.
 func DefaultHasher() Hasher { return processHasher }
 
-// SyncGuardHasher reproduces the keyHash of the SyncGuard TypeScript
-// library, for users who correlate identifiers with a SyncGuard deployment.
-// It is not cryptographic (short keys are trivially reversible); prefer
-// [HMACHasher]. The input is NFC-normalised and hashed over its UTF-16 code
-// units with three 32-bit polynomial accumulators.
-var SyncGuardHasher Hasher = HasherFunc(syncGuardHash)
+// SyncGuardHasher returns a Hasher that reproduces the keyHash of the
+// SyncGuard TypeScript library, for users who correlate identifiers with a
+// SyncGuard deployment. It is not cryptographic (short keys are trivially
+// reversible); prefer [NewHMACHasher]. The input is NFC-normalised and
+// hashed over its UTF-16 code units with three 32-bit polynomial
+// accumulators.
+func SyncGuardHasher() Hasher { return HasherFunc(syncGuardHash) }
 
 func syncGuardHash(s string) string {
 	var h1, h2, h3 uint32

@@ -107,7 +107,7 @@ const hashedLen = len(HashedPrefix) + 43
 // bytes in all).
 //
 // Backends build every name from a fixed namespace of their own (the kind of
-// record: lock, fence counter, id index) followed by this derived part, so
+// record: lock, id index) followed by this derived part, so
 // the mapping from user keys to names is injective (up to SHA-256
 // collisions) and no user key can ever address an internal record: whatever
 // the key, its derived part starts with one of two fixed prefixes and sits

@@ -72,21 +72,16 @@ type RawInfo struct {
 // TimeAuthority names the clock that judges expiry.
 type TimeAuthority uint8
 
-const (
-	// TimeServer: the backend's own clock (Redis TIME, PostgreSQL
-	// clock_timestamp(), the process clock for the in-memory backend).
-	TimeServer TimeAuthority = iota + 1
-	// TimeClient: each client's clock (Firestore); clients need NTP.
-	TimeClient
-)
+// TimeServer: the backend's own clock (Redis TIME, PostgreSQL
+// clock_timestamp(), Firestore commit and read times, the process clock
+// for the in-memory backend). Every idemkit backend judges by it; clients'
+// clocks are never trusted.
+const TimeServer TimeAuthority = 1
 
-// String returns "server" or "client".
+// String returns "server".
 func (t TimeAuthority) String() string {
-	switch t {
-	case TimeServer:
+	if t == TimeServer {
 		return "server"
-	case TimeClient:
-		return "client"
 	}
 	return "unknown"
 }
@@ -139,8 +134,8 @@ type Outcome struct {
 // Locker is the contract every lock backend implements. All methods are safe
 // for concurrent use. Every method checks its ctx before any I/O (an ended
 // ctx gives Aborted or NetworkTimeout) and validates its arguments before
-// any I/O (InvalidArgument). Failures are [*idemkit.Error] values with a [Code];
-// contention and absence are results.
+// any I/O (InvalidArgument). Failures are [*idemkit.Error] values with an
+// [idemkit.Code]; contention and absence are results.
 //
 // Liveness is one rule on every backend: a lease is live while now <
 // ExpiresAt by the backend's time authority, and expired from ExpiresAt on.
@@ -149,15 +144,17 @@ type Locker interface {
 	// Acquire makes one attempt to take the lock on key for ttl. On success
 	// it returns the lease and ok = true. When a live lease holds the key it
 	// returns ok = false and a nil error, and changes nothing: no fence is
-	// consumed. Acquiring over an expired lease replaces it. The fence is
-	// the key's counter plus one; past [FenceMax] the acquire fails with
+	// consumed. Acquiring over an expired lease or a tombstone replaces it.
+	// The fence is [NextFence] of the fence the key's record carries (0 if
+	// none) at the backend's time; past [FenceMax] the acquire fails with
 	// Internal and writes nothing.
 	Acquire(ctx context.Context, key string, ttl time.Duration) (lease Lease, ok bool, err error)
 
-	// Release deletes the live lock whose id is id. It reports OK only when
+	// Release ends the live lock whose id is id. It reports OK only when
 	// this call released it; a second release of the same id, a foreign
 	// or unknown id and an expired lease all give OK = false with a Reason.
-	// The fence counter is never touched.
+	// The record is removed, or left as a tombstone until [KeepUntil] when
+	// the backend's clock has not yet passed its fence.
 	Release(ctx context.Context, id string) (Outcome, error)
 
 	// Extend replaces the expiry of the live lock whose id is id with now +
@@ -167,9 +164,9 @@ type Locker interface {
 
 	// IsLocked reports whether a live lease holds key. It is a pure read
 	// unless the backend was built with cleanup enabled, in which case it
-	// may also delete the key's lock record if it expired more than
-	// [CleanupGrace] ago (never the fence counter); the answer is the same
-	// either way.
+	// may also remove the key's lock record if it expired more than
+	// [CleanupGrace] ago (leaving a tombstone until [KeepUntil]); the
+	// answer is the same either way.
 	IsLocked(ctx context.Context, key string) (bool, error)
 
 	// LookupKey returns the live lock on key, or ok = false. It never
@@ -204,25 +201,25 @@ type Watcher interface {
 // alone would first have to be resolved to its key (an index read), the key
 // lets the backend go straight to the lock, in one round trip. Ownership is
 // still checked by the id, atomically: a key that does not hold the lock
-// with this id gives OK = false, ReasonNotFound. [Handle], [Hold] and [Do]
-// use it when the locker has it.
+// with this id gives OK = false, ReasonNotFound. [Handle] and [Do] use it
+// when the locker has it.
 type KeyedLocker interface {
 	ReleaseKey(ctx context.Context, key, id string) (Outcome, error)
 	ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (Outcome, error)
 }
 
-// ReleaseLease releases lease through l, with its key when l is a
+// releaseLease releases lease through l, with its key when l is a
 // [KeyedLocker].
-func ReleaseLease(ctx context.Context, l Locker, lease Lease) (Outcome, error) {
+func releaseLease(ctx context.Context, l Locker, lease Lease) (Outcome, error) {
 	if k, ok := l.(KeyedLocker); ok {
 		return k.ReleaseKey(ctx, lease.Key, lease.ID)
 	}
 	return l.Release(ctx, lease.ID)
 }
 
-// ExtendLease extends lease through l to now + ttl, with its key when l is
+// extendLease extends lease through l to now + ttl, with its key when l is
 // a [KeyedLocker].
-func ExtendLease(ctx context.Context, l Locker, lease Lease, ttl time.Duration) (Outcome, error) {
+func extendLease(ctx context.Context, l Locker, lease Lease, ttl time.Duration) (Outcome, error) {
 	if k, ok := l.(KeyedLocker); ok {
 		return k.ExtendKey(ctx, lease.Key, lease.ID, ttl)
 	}

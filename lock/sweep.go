@@ -20,14 +20,13 @@ const DefaultSweepInterval = time.Minute
 // call's ctx is bounded by the interval. When a call fails and ctx has not
 // ended, the failure is logged on logger (nil means slog.Default()) at warn
 // level with the message msg and the attributes "deleted" (what the call
-// reported deleted), "code" (the error's [Code]) and "error" (its text,
-// which must not hold a key or lock id), and the sweeper carries on; a
-// failure after ctx ended is not logged. A nil sweep starts nothing.
+// reported deleted), "code" (the error's [idemkit.Code]) and "error" (its
+// text, which must not hold a key or lock id), and the sweeper carries on;
+// a failure after ctx ended is not logged. A nil sweep starts nothing.
 //
-// It is the background loop behind the StartSweeper methods of the
-// PostgreSQL and Firestore lockers and stores, whose Sweep deletes expired
-// records in batches; a backend of your own can run its sweep the same
-// way.
+// It is for backends that delete expired records in batches (lock records
+// once [KeepUntil] has passed): they can run their sweep in the background
+// with it.
 func SweepEvery(ctx context.Context, interval time.Duration, sweep func(context.Context) (int, error), logger *slog.Logger, msg string) (stop func()) {
 	if sweep == nil {
 		return func() {}

@@ -60,28 +60,24 @@ type HookFunc func(Event)
 func (f HookFunc) LockEvent(e Event) { f(e) }
 
 // TelemetryOption configures [WithTelemetry].
-type TelemetryOption func(*Instrumented)
+type TelemetryOption func(*instrumented)
 
 // WithHasher sets the hasher for KeyHash and IDHash. Default: [DefaultHasher]
 // (HMAC-SHA-256 under a per-process secret); use [NewHMACHasher] with a
 // shared secret to correlate events across processes.
 func WithHasher(h Hasher) TelemetryOption {
-	return func(t *Instrumented) { t.hasher = h }
+	return func(t *instrumented) { t.hasher = h }
 }
 
 // WithRawIdentifiers sets a predicate that decides, per event, whether the
 // raw key and lock id may be included. Default: never. A predicate that
 // panics counts as a refusal.
 func WithRawIdentifiers(allow func(Event) bool) TelemetryOption {
-	return func(t *Instrumented) { t.allowRaw = allow }
+	return func(t *instrumented) { t.allowRaw = allow }
 }
 
-// Instrumented is a [Locker] that reports every operation of the locker it
-// wraps to a [Hook]: one event per call, successes, contention and errors
-// alike, with its duration. The hook runs synchronously after the operation
-// and cannot change its result: a panic in it is recovered. Instrumented is
-// also a [Watcher]; when the wrapped locker is not, its watches never fire.
-type Instrumented struct {
+// instrumented is the Locker that WithTelemetry returns.
+type instrumented struct {
 	inner    Locker
 	hook     Hook
 	hasher   Hasher
@@ -89,14 +85,20 @@ type Instrumented struct {
 }
 
 var (
-	_ Locker      = (*Instrumented)(nil)
-	_ Watcher     = (*Instrumented)(nil)
-	_ KeyedLocker = (*Instrumented)(nil)
+	_ Locker      = (*instrumented)(nil)
+	_ Watcher     = (*instrumented)(nil)
+	_ KeyedLocker = (*instrumented)(nil)
 )
 
-// WithTelemetry wraps l so that every operation is reported to hook.
-func WithTelemetry(l Locker, hook Hook, opts ...TelemetryOption) *Instrumented {
-	t := &Instrumented{inner: l, hook: hook, hasher: processHasher}
+// WithTelemetry wraps l in a [Locker] that reports every operation to hook:
+// one event per call, successes, contention and errors alike, with its
+// duration. The hook runs synchronously after the operation and cannot
+// change its result: a panic in it is recovered. The locker it returns is
+// also a [Watcher] and a [KeyedLocker], which delegate to l when it is one
+// (otherwise its watches never fire, and keyed calls use the lock id
+// alone), and has an Unwrap() Locker method that returns l.
+func WithTelemetry(l Locker, hook Hook, opts ...TelemetryOption) Locker {
+	t := &instrumented{inner: l, hook: hook, hasher: processHasher}
 	for _, o := range opts {
 		o(t)
 	}
@@ -107,13 +109,13 @@ func WithTelemetry(l Locker, hook Hook, opts ...TelemetryOption) *Instrumented {
 }
 
 // Unwrap returns the wrapped locker.
-func (t *Instrumented) Unwrap() Locker { return t.inner }
+func (t *instrumented) Unwrap() Locker { return t.inner }
 
 // Capabilities returns the wrapped locker's capabilities.
-func (t *Instrumented) Capabilities() Capabilities { return t.inner.Capabilities() }
+func (t *instrumented) Capabilities() Capabilities { return t.inner.Capabilities() }
 
 // Acquire calls the wrapped Acquire and reports it.
-func (t *Instrumented) Acquire(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error) {
+func (t *instrumented) Acquire(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error) {
 	start := time.Now()
 	lease, ok, err := t.inner.Acquire(ctx, key, ttl)
 	e := Event{Op: OpAcquire, OK: ok, KeyHash: t.keyHash(key), Key: key}
@@ -127,7 +129,7 @@ func (t *Instrumented) Acquire(ctx context.Context, key string, ttl time.Duratio
 }
 
 // Release calls the wrapped Release and reports it.
-func (t *Instrumented) Release(ctx context.Context, id string) (Outcome, error) {
+func (t *instrumented) Release(ctx context.Context, id string) (Outcome, error) {
 	start := time.Now()
 	out, err := t.inner.Release(ctx, id)
 	t.emit(Event{Op: OpRelease, OK: out.OK, Reason: out.Reason, IDHash: t.hasher.Hash(id), ID: id}, start, err)
@@ -135,7 +137,7 @@ func (t *Instrumented) Release(ctx context.Context, id string) (Outcome, error) 
 }
 
 // Extend calls the wrapped Extend and reports it.
-func (t *Instrumented) Extend(ctx context.Context, id string, ttl time.Duration) (Outcome, error) {
+func (t *instrumented) Extend(ctx context.Context, id string, ttl time.Duration) (Outcome, error) {
 	start := time.Now()
 	out, err := t.inner.Extend(ctx, id, ttl)
 	t.emit(Event{Op: OpExtend, OK: out.OK, Reason: out.Reason, IDHash: t.hasher.Hash(id), ID: id}, start, err)
@@ -144,24 +146,24 @@ func (t *Instrumented) Extend(ctx context.Context, id string, ttl time.Duration)
 
 // ReleaseKey releases through the wrapped locker (with the key when it is a
 // [KeyedLocker]) and reports it as a release.
-func (t *Instrumented) ReleaseKey(ctx context.Context, key, id string) (Outcome, error) {
+func (t *instrumented) ReleaseKey(ctx context.Context, key, id string) (Outcome, error) {
 	start := time.Now()
-	out, err := ReleaseLease(ctx, t.inner, Lease{Key: key, ID: id})
+	out, err := releaseLease(ctx, t.inner, Lease{Key: key, ID: id})
 	t.emit(Event{Op: OpRelease, OK: out.OK, Reason: out.Reason, IDHash: t.hasher.Hash(id), ID: id}, start, err)
 	return out, err
 }
 
 // ExtendKey extends through the wrapped locker (with the key when it is a
 // [KeyedLocker]) and reports it as an extend.
-func (t *Instrumented) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (Outcome, error) {
+func (t *instrumented) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (Outcome, error) {
 	start := time.Now()
-	out, err := ExtendLease(ctx, t.inner, Lease{Key: key, ID: id}, ttl)
+	out, err := extendLease(ctx, t.inner, Lease{Key: key, ID: id}, ttl)
 	t.emit(Event{Op: OpExtend, OK: out.OK, Reason: out.Reason, IDHash: t.hasher.Hash(id), ID: id}, start, err)
 	return out, err
 }
 
 // IsLocked calls the wrapped IsLocked and reports it.
-func (t *Instrumented) IsLocked(ctx context.Context, key string) (bool, error) {
+func (t *instrumented) IsLocked(ctx context.Context, key string) (bool, error) {
 	start := time.Now()
 	locked, err := t.inner.IsLocked(ctx, key)
 	t.emit(Event{Op: OpIsLocked, OK: locked, KeyHash: t.keyHash(key), Key: key}, start, err)
@@ -169,7 +171,7 @@ func (t *Instrumented) IsLocked(ctx context.Context, key string) (bool, error) {
 }
 
 // LookupKey calls the wrapped LookupKey and reports it.
-func (t *Instrumented) LookupKey(ctx context.Context, key string) (Info, bool, error) {
+func (t *instrumented) LookupKey(ctx context.Context, key string) (Info, bool, error) {
 	start := time.Now()
 	info, ok, err := t.inner.LookupKey(ctx, key)
 	t.emit(Event{Op: OpLookupKey, OK: ok, KeyHash: t.keyHash(key), Key: key, Fence: info.Fence}, start, err)
@@ -177,7 +179,7 @@ func (t *Instrumented) LookupKey(ctx context.Context, key string) (Info, bool, e
 }
 
 // LookupID calls the wrapped LookupID and reports it.
-func (t *Instrumented) LookupID(ctx context.Context, id string) (Info, bool, error) {
+func (t *instrumented) LookupID(ctx context.Context, id string) (Info, bool, error) {
 	start := time.Now()
 	info, ok, err := t.inner.LookupID(ctx, id)
 	t.emit(Event{Op: OpLookupID, OK: ok, IDHash: t.hasher.Hash(id), ID: id, Fence: info.Fence}, start, err)
@@ -186,7 +188,7 @@ func (t *Instrumented) LookupID(ctx context.Context, id string) (Info, bool, err
 
 // Watch delegates to the wrapped locker when it is a [Watcher]; otherwise
 // it returns a channel that never fires.
-func (t *Instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
+func (t *instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if w, ok := t.inner.(Watcher); ok {
 		return w.Watch(ctx, key)
 	}
@@ -195,7 +197,7 @@ func (t *Instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, 
 
 // emit completes e and hands it to the hook, redacting raw identifiers
 // unless the predicate allows them and recovering from a panicking hook.
-func (t *Instrumented) emit(e Event, start time.Time, err error) {
+func (t *instrumented) emit(e Event, start time.Time, err error) {
 	e.Duration = time.Since(start)
 	if err != nil {
 		e.OK, e.Reason, e.Err, e.Code = false, ReasonNone, err, idemkit.CodeOf(err)
@@ -208,14 +210,14 @@ func (t *Instrumented) emit(e Event, start time.Time, err error) {
 }
 
 // keyHash hashes the normalised key, so both spellings of a key share a hash.
-func (t *Instrumented) keyHash(key string) string {
+func (t *instrumented) keyHash(key string) string {
 	if n, err := NormalizeKey(key); err == nil {
 		key = n
 	}
 	return t.hasher.Hash(key)
 }
 
-func (t *Instrumented) rawAllowed(e Event) (ok bool) {
+func (t *instrumented) rawAllowed(e Event) (ok bool) {
 	if t.allowRaw == nil {
 		return false
 	}

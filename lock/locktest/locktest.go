@@ -22,6 +22,9 @@ type Config struct {
 	CleanupInIsLocked bool
 	// Logger is where the provider must log (fence-limit warnings). Never nil.
 	Logger *slog.Logger
+	// Restart is true for the test that calls [Env.Restart]: give it a
+	// server it may restart without disturbing other tests.
+	Restart bool
 }
 
 // Env is one fresh provider, built by a [Factory] for one test, with the
@@ -41,22 +44,31 @@ type Env struct {
 	// the backend. Default: 50 ms. Unused when Advance is set.
 	Margin time.Duration
 
-	// RaiseFence sets key's fence counter to f, so the next lease for key
-	// gets f+1. Required (fence-limit tests).
+	// RaiseFence stores a tombstone carrying fence f for key, which no live
+	// lease holds, with the expiry a release would give it
+	// (lock.KeepUntil(f, time.Time{})), so the next lease for key gets a
+	// fence above f. Required (fence-limit tests and fences ahead of the
+	// clock).
 	RaiseFence func(ctx context.Context, key string, f lock.Fence) error
 
-	// Fence reads key's fence counter: the fence of the last lease granted
-	// for key. Required.
+	// Fence reads the fence that key's lock record or tombstone carries, or
+	// 0 when the backend holds neither. Required.
 	Fence func(ctx context.Context, key string) (lock.Fence, error)
 
 	// Stored reports whether a lock record for key is physically kept, live
-	// or expired. Required (cleanup tests).
+	// or expired; a tombstone does not count. Required (cleanup tests).
 	Stored func(ctx context.Context, key string) (bool, error)
 
 	// ExpiresNatively is true when the backend deletes lock records itself
-	// at expiry (Redis PX); the suite then does not expect an expired record
-	// to linger until cleanup.
+	// at expiry (Redis PEXPIREAT); the suite then does not expect an
+	// expired record to linger until cleanup.
 	ExpiresNatively bool
+
+	// Keys returns every key, row or document this Env's backend holds
+	// with no expiry. Optional: when set, the suite checks that none is
+	// left after a burst of acquires, releases, expiries, cleanups and
+	// raised fences: nothing a lock provider writes may live forever.
+	Keys func(ctx context.Context) ([]string, error)
 
 	// Break makes the backend unreachable for this Env's Locker (close its
 	// client or connection pool), so the suite can check that transport
@@ -64,24 +76,20 @@ type Env struct {
 	Break func()
 
 	// Restart restarts the backend's server, keeping its data. Set it for
-	// durable backends; the fence-survives-restart case runs only then.
+	// durable backends (at least when [Config.Restart] is true); the
+	// fence-survives-restart case runs only then.
 	Restart func(t *testing.T)
 }
 
 // Factory builds a fresh [Env] for one test. It registers its own cleanup
 // with t.Cleanup. Each Env must start empty and isolated from every other
-// (a fresh locker, key prefix, schema or database): the suite expects the
-// first fence of a key it has not used to be 1, and some of its keys (".",
-// "a/b", ...) are the same in every test.
+// (a fresh locker, key prefix, schema or database): some of the suite's
+// keys (".", "a/b", ...) are the same in every test, and it raises fences
+// far ahead of the clock.
 type Factory func(t *testing.T, cfg Config) *Env
 
 // Run runs the conformance suite against the provider that f builds. Every
-// case runs as a subtest, most of them in parallel, each on an Env of its
-// own.
-//
-// The cases follow the numbered properties of idemkit's lock specification
-// (SyncGuard parity [SG] and the Go kit's additions [GO+]); each subtest's
-// name carries its number.
+// case runs as a subtest, in parallel, each on an Env of its own.
 func Run(t *testing.T, f Factory) {
 	t.Helper()
 	s := &suite{factory: f}
@@ -109,6 +117,11 @@ func register(cs ...testCase) { cases = append(cases, cs...) }
 
 // env builds an Env with the default config and fills its defaults.
 func (s *suite) env(t *testing.T) *Env { return s.envWith(t, Config{}) }
+
+// ahead is how far the suite raises a fence above the backend's clock to
+// check that fences survive where the clock alone would not carry them:
+// 10^8 ms, about 28 hours (the tombstones it leaves expire then).
+const ahead = lock.Fence(100_000_000)
 
 func (s *suite) envWith(t *testing.T, cfg Config) *Env {
 	t.Helper()

@@ -7,7 +7,7 @@ import (
 
 func init() {
 	register(
-		testCase{"GO48_GO67_ExpiryBoundary", testExpiryBoundary},
+		testCase{"ExpiryBoundary", testExpiryBoundary},
 	)
 }
 
@@ -93,8 +93,8 @@ func boundaryFake(t *testing.T, s *suite) {
 	e.Advance(ttl - eps)
 	refused(t, e, k)
 	e.Advance(eps)
-	if second := acquire(t, e, k, ttl); second.Fence != first.Fence+1 {
-		t.Fatalf("takeover fence %v; want %v", second.Fence, first.Fence+1)
+	if second := acquire(t, e, k, ttl); second.Fence <= first.Fence {
+		t.Fatalf("takeover fence %v; want above %v", second.Fence, first.Fence)
 	}
 }
 

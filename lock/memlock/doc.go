@@ -9,7 +9,14 @@
 // [lock.Watcher]: [lock.Do] waiters wake the moment a lock is released and
 // leave the moment their ctx ends.
 //
-// Memory: expired lock records are swept as the locker works. Fence counters
-// are kept per key for the life of the locker unless [WithFenceRetention]
-// lets idle ones go (fences stay monotone either way).
+// Fences come from the clock, as on every backend: a new lease's fence is
+// the key's previous fence plus one or the clock in Unix milliseconds,
+// whichever is greater ([lock.NextFence]). No counter is kept: a lock
+// released before the clock has passed its fence leaves a tombstone (the
+// fence alone) until then ([lock.KeepUntil]).
+//
+// Memory is bounded by what is live: expired lock records (once
+// [lock.CleanupGrace] has passed) and tombstones (once the clock has passed
+// their fence) are swept as the locker works, at an amortised constant
+// cost per acquire.
 package memlock

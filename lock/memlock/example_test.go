@@ -9,10 +9,13 @@ import (
 )
 
 // A memlock.Locker behaves like the distributed backends: one attempt per
-// Acquire, fences that grow, release by lock id.
+// Acquire, fences that grow, release by lock id. A fence is the clock in
+// Unix milliseconds, or one more than the key's last fence when that is
+// greater (here the clock stands still).
 func Example() {
 	ctx := context.Background()
-	l := memlock.New()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	l := memlock.New(memlock.WithClock(func() time.Time { return now }))
 
 	a, ok, _ := l.Acquire(ctx, "orders:1", 10*time.Second)
 	fmt.Println("first:", ok, a.Fence)
@@ -26,10 +29,10 @@ func Example() {
 	b, ok, _ := l.Acquire(ctx, "orders:1", 10*time.Second)
 	fmt.Println("third:", ok, b.Fence)
 	// Output:
-	// first: true 000000000000001
+	// first: true 001767225600000
 	// second while held: false
 	// released: true
-	// third: true 000000000000002
+	// third: true 001767225600001
 }
 
 // An injected clock steps across the expiry exactly: a lease is live while

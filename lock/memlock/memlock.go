@@ -11,9 +11,9 @@ import (
 	"github.com/idemkit/idemkit/lock"
 )
 
-// ErrClosed is the cause of the ServiceUnavailable error every operation
-// returns after [Locker.Close].
-var ErrClosed = errors.New("memlock: locker closed")
+// errClosed is the cause of the ServiceUnavailable error every operation
+// returns after Close.
+var errClosed = errors.New("memlock: locker closed")
 
 // Option configures [New].
 type Option func(*Locker)
@@ -24,9 +24,10 @@ func WithClock(now func() time.Time) Option {
 	return func(l *Locker) { l.now = now }
 }
 
-// WithCleanupInIsLocked makes IsLocked delete a lock record that expired
-// more than [lock.CleanupGrace] ago. Default: off (IsLocked is a pure read;
-// expired records are still swept as the locker works).
+// WithCleanupInIsLocked makes IsLocked remove a lock record that expired
+// more than [lock.CleanupGrace] ago (leaving a tombstone until the clock
+// passes its fence). Default: off (IsLocked is a pure read; expired records
+// are still swept as the locker works).
 func WithCleanupInIsLocked(on bool) Option {
 	return func(l *Locker) { l.cleanup = on }
 }
@@ -35,16 +36,6 @@ func WithCleanupInIsLocked(on bool) Option {
 // slog.Default().
 func WithLogger(logger *slog.Logger) Option {
 	return func(l *Locker) { l.logger = logger }
-}
-
-// WithFenceRetention lets the locker forget the fence counter of a key that
-// has had no lock for d, so that a long-running process with ever-new keys
-// does not grow without bound. Fences stay monotone per key: a forgotten
-// key's next fence continues above every counter ever forgotten (so it may
-// jump, but never repeats or goes back). Default: 0, counters are kept for
-// the life of the locker and every key's first fence is 1.
-func WithFenceRetention(d time.Duration) Option {
-	return func(l *Locker) { l.retention = d }
 }
 
 // Locker is an in-process [lock.Locker] with the full semantics of the
@@ -56,32 +47,38 @@ func WithFenceRetention(d time.Duration) Option {
 //
 // The zero value is not usable; call [New].
 type Locker struct {
-	now       func() time.Time
-	cleanup   bool
-	logger    *slog.Logger
-	retention time.Duration
+	now     func() time.Time
+	cleanup bool
+	logger  *slog.Logger
 
 	mu       sync.Mutex
 	closed   bool
-	locks    map[string]*entry                   // normalised key → lock record (live or expired)
-	ids      map[string]string                   // lock id → key
-	fences   map[string]*counter                 // key → fence counter
-	floor    lock.Fence                          // highest counter ever forgotten
+	locks    map[string]*entry                   // normalised key → lock record or tombstone
+	ids      map[string]string                   // lock id → key, for records only
 	watchers map[string]map[chan struct{}]func() // key → waiting channels
-	untilGC  int                                 // operations until the next sweep
+	untilGC  int                                 // acquires until the next sweep
+
+	// floor is the highest fence of any record or tombstone deleted so
+	// far. Deletion waits for the clock to pass the fence, so floor is
+	// below the clock and changes nothing, unless the wall clock steps
+	// back: then new fences still continue above every deleted one.
+	floor lock.Fence
 }
 
+// entry is a lock record (live or expired), or a tombstone (id == ""): the
+// fence of a record removed before the clock passed it, kept until then so
+// that the key's next fence is still greater.
 type entry struct {
 	id       string
 	fence    lock.Fence
 	acquired time.Time
-	expires  time.Time
+	expires  time.Time // a record: the lease's expiry; a tombstone: when it goes
 }
 
-type counter struct {
-	fence lock.Fence
-	used  time.Time // last acquire or release
-}
+func (e *entry) tombstone() bool { return e.id == "" }
+
+// live reports whether e is a record whose lease is live at now.
+func (e *entry) live(now time.Time) bool { return !e.tombstone() && lock.Live(e.expires, now) }
 
 var (
 	_ lock.Locker      = (*Locker)(nil)
@@ -95,7 +92,6 @@ func New(opts ...Option) *Locker {
 		now:      time.Now,
 		locks:    make(map[string]*entry),
 		ids:      make(map[string]string),
-		fences:   make(map[string]*counter),
 		watchers: make(map[string]map[chan struct{}]func()),
 		untilGC:  minSweep,
 	}
@@ -135,25 +131,20 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	defer l.mu.Unlock()
 	now := l.now()
 	old := l.locks[key]
-	if old != nil && lock.Live(old.expires, now) {
-		return lock.Lease{}, false, nil
+	var prev lock.Fence
+	if old != nil {
+		if old.live(now) {
+			return lock.Lease{}, false, nil
+		}
+		prev = old.fence
 	}
-	c := l.fences[key]
-	next := l.floor + 1
-	if c != nil {
-		next = c.fence + 1
-	}
+	next := lock.NextFence(max(prev, l.floor), now)
 	if err := lock.CheckFence(ctx, l.logger, nil, key, next); err != nil {
 		return lock.Lease{}, false, err
 	}
-	if old != nil {
+	if old != nil && !old.tombstone() {
 		delete(l.ids, old.id)
 	}
-	if c == nil {
-		c = &counter{}
-		l.fences[key] = c
-	}
-	c.fence, c.used = next, now
 	e := &entry{id: lock.NewID(), fence: next, acquired: now, expires: now.Add(ttl)}
 	l.locks[key] = e
 	l.ids[e.id] = key
@@ -166,17 +157,27 @@ func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	return l.byID(ctx, "release", id, l.release(id))
 }
 
-// release deletes the live lock with id. The caller holds l.mu.
+// release removes the live lock with id. The caller holds l.mu.
 func (l *Locker) release(id string) func(key string, e *entry, now time.Time) lock.Outcome {
 	return func(key string, e *entry, now time.Time) lock.Outcome {
-		delete(l.locks, key)
-		delete(l.ids, id)
-		if c := l.fences[key]; c != nil {
-			c.used = now
-		}
+		l.remove(key, e, time.Time{}, now)
 		l.notify(key)
 		return lock.Outcome{OK: true}
 	}
+}
+
+// remove takes the record e of key out of service at now, as if its lease
+// ended at ended (the zero time for a release): it is deleted once
+// [lock.KeepUntil] has passed, and replaced by a tombstone until then. The
+// caller holds l.mu.
+func (l *Locker) remove(key string, e *entry, ended, now time.Time) {
+	delete(l.ids, e.id)
+	until := lock.KeepUntil(e.fence, ended)
+	if !now.Before(until) {
+		l.delete(key, e)
+		return
+	}
+	l.locks[key] = &entry{fence: e.fence, expires: until}
 }
 
 // Extend implements [lock.Locker].
@@ -238,7 +239,7 @@ func (l *Locker) byKeyAndID(ctx context.Context, op, want, id string, f func(key
 		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
 	}
 	e := l.locks[key]
-	if e == nil || e.id != id {
+	if e == nil || e.tombstone() || e.id != id {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
 	}
 	now := l.now()
@@ -264,12 +265,11 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	now := l.now()
-	if lock.Live(e.expires, now) {
+	if e.live(now) {
 		return true, nil
 	}
-	if l.cleanup && now.Sub(e.expires) > lock.CleanupGrace {
-		delete(l.locks, key)
-		delete(l.ids, e.id)
+	if l.cleanup && !e.tombstone() && now.Sub(e.expires) > lock.CleanupGrace {
+		l.remove(key, e, e.expires, now)
 	}
 	return false, nil
 }
@@ -299,7 +299,7 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 	}
 	defer l.mu.Unlock()
 	key, ok := l.ids[id]
-	if !ok || l.locks[key] == nil || l.locks[key].id != id {
+	if e := l.locks[key]; !ok || e == nil || e.id != id {
 		return lock.Info{}, false, nil
 	}
 	return l.info(key)
@@ -308,7 +308,7 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 // info returns the live lock on key. The caller holds l.mu.
 func (l *Locker) info(key string) (lock.Info, bool, error) {
 	e := l.locks[key]
-	if e == nil || !lock.Live(e.expires, l.now()) {
+	if e == nil || !e.live(l.now()) {
 		return lock.Info{}, false, nil
 	}
 	return lock.NewInfo(key, e.id, e.fence, e.acquired, e.expires), true, nil
@@ -327,7 +327,7 @@ func (l *Locker) Watch(_ context.Context, key string) (<-chan struct{}, func()) 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.locks[key]
-	if l.closed || e == nil || !lock.Live(e.expires, l.now()) {
+	if l.closed || e == nil || !e.live(l.now()) {
 		close(ch)
 		return ch, func() {}
 	}
@@ -358,33 +358,37 @@ func (l *Locker) notify(key string) {
 	delete(l.watchers, key)
 }
 
-// maybeSweep deletes lock records that expired more than
-// lock.CleanupGrace ago and, with a fence retention, forgets idle counters.
-// It runs after every len(locks) acquires or so. The caller holds l.mu.
+// delete drops key's record or tombstone e for good. The caller holds l.mu.
+func (l *Locker) delete(key string, e *entry) {
+	delete(l.locks, key)
+	l.floor = max(l.floor, e.fence)
+}
+
+// maybeSweep removes lock records that expired more than
+// lock.CleanupGrace ago (leaving tombstones where the clock has not passed
+// their fences) and deletes tombstones whose time has come, so the locker
+// holds little more than what is live. It runs after every len(locks)
+// acquires or so: amortised O(1) per acquire. The caller holds l.mu.
 func (l *Locker) maybeSweep(now time.Time) {
 	l.untilGC--
 	if l.untilGC > 0 {
 		return
 	}
 	for key, e := range l.locks {
-		if now.Sub(e.expires) > lock.CleanupGrace {
-			delete(l.locks, key)
-			delete(l.ids, e.id)
-		}
-	}
-	if l.retention > 0 {
-		for key, c := range l.fences {
-			if _, held := l.locks[key]; !held && now.Sub(c.used) > l.retention {
-				l.floor = max(l.floor, c.fence)
-				delete(l.fences, key)
+		switch {
+		case e.tombstone():
+			if !now.Before(e.expires) {
+				l.delete(key, e)
 			}
+		case now.Sub(e.expires) > lock.CleanupGrace:
+			l.remove(key, e, e.expires, now)
 		}
 	}
 	l.untilGC = max(minSweep, len(l.locks))
 }
 
-// Close makes every later operation fail with ServiceUnavailable (wrapping
-// [ErrClosed]) and wakes all watchers. It is safe to call more than once.
+// Close makes every later operation fail with ServiceUnavailable and wakes
+// all watchers. It is safe to call more than once.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -395,59 +399,78 @@ func (l *Locker) Close() error {
 	return nil
 }
 
-// Stored reports whether a lock record for key is kept, live or expired. It
-// is a diagnostic for tests of expiry and cleanup.
-func (l *Locker) Stored(key string) bool {
+// stored reports whether a lock record for key is kept, live or expired;
+// a tombstone does not count. It is a probe for the conformance suite.
+func (l *Locker) stored(key string) bool {
 	key, err := lock.NormalizeKey(key)
 	if err != nil {
 		return false
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, ok := l.locks[key]
-	return ok
+	e := l.locks[key]
+	return e != nil && !e.tombstone()
 }
 
-// Fence returns the current value of key's fence counter: the fence of the
-// last lease granted for key (0 if none). It is a diagnostic.
-func (l *Locker) Fence(key string) lock.Fence {
+// fenceOf returns the fence that key's lock record or tombstone carries, or
+// 0 when there is neither. It is a probe for the conformance suite.
+func (l *Locker) fenceOf(key string) lock.Fence {
 	key, err := lock.NormalizeKey(key)
 	if err != nil {
 		return 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if c := l.fences[key]; c != nil {
-		return c.fence
+	if e := l.locks[key]; e != nil {
+		return e.fence
 	}
 	return 0
 }
 
-// RaiseFence sets key's fence counter to f, so the next lease for key gets
-// f+1. It only raises: an f at or below the current counter is refused with
-// InvalidArgument, so fences stay monotone. It exists for tests of the
-// fence limits.
-func (l *Locker) RaiseFence(key string, f lock.Fence) error {
+// raiseFence leaves a tombstone with fence f on the free key, so that the
+// next lease for key gets a fence above f. It only raises, and only on a
+// key no live lease holds. It exists for tests of the fence limits.
+func (l *Locker) raiseFence(key string, f lock.Fence) error {
 	key, err := lock.NormalizeKey(key)
 	if err != nil {
 		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.fences[key]
-	cur := l.floor
-	if c != nil {
-		cur = c.fence
+	now := l.now()
+	e := l.locks[key]
+	switch {
+	case e != nil && e.live(now):
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "raise-fence", "the key is held", nil)
+	case e != nil && f <= e.fence:
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "raise-fence", "a fence can only be raised", nil)
+	case e != nil:
+		delete(l.ids, e.id)
 	}
-	if f <= cur {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "raise-fence", "a fence counter can only be raised", nil)
-	}
-	if c == nil {
-		c = &counter{}
-		l.fences[key] = c
-	}
-	c.fence, c.used = f, l.now()
+	l.locks[key] = &entry{fence: f, expires: lock.KeepUntil(f, time.Time{})}
 	return nil
+}
+
+// unexpiring returns the keys of the records and tombstones that have no
+// expiry: none, by construction. It is a probe for the conformance suite.
+func (l *Locker) unexpiring() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keys []string
+	for key, e := range l.locks {
+		if e.expires.IsZero() {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// size returns the number of records and tombstones held, and the number
+// of lock ids indexed.
+func (l *Locker) size() (entries, ids int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.locks), len(l.ids)
 }
 
 // enter checks ctx and takes l.mu; on success the caller must unlock. It
@@ -459,7 +482,7 @@ func (l *Locker) enter(ctx context.Context, op string) error {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, "locker closed", ErrClosed)
+		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, "locker closed", errClosed)
 	}
 	return nil
 }

@@ -1,0 +1,11 @@
+package memlock
+
+import "github.com/idemkit/idemkit/lock"
+
+// Probes for the tests of the external test package.
+
+func (l *Locker) Stored(key string) bool                    { return l.stored(key) }
+func (l *Locker) Fence(key string) lock.Fence               { return l.fenceOf(key) }
+func (l *Locker) RaiseFence(key string, f lock.Fence) error { return l.raiseFence(key, f) }
+func (l *Locker) Unexpiring() []string                      { return l.unexpiring() }
+func (l *Locker) Size() (entries, ids int)                  { return l.size() }
