@@ -8,25 +8,24 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/redislock"
-	"github.com/idemkit/idemkit/lock/redislock/redistest"
 )
 
 // BenchmarkCycle measures acquire + release (ReleaseKey: the path lock.Do
-// and the guard take) on a single node and on a cluster, at 1 and 32
-// goroutines, on distinct keys and on one hot key. On the hot key most
-// attempts are refused (contention): ns/op there is the cost of an attempt,
-// and cycles/s counts the acquires that won.
+// takes) on a single node and on a cluster, at 1 and 32 goroutines, on
+// distinct keys and on one hot key. On the hot key most attempts are
+// refused (contention): ns/op there is the cost of an attempt, and
+// cycles/s counts the acquires that won.
 func BenchmarkCycle(b *testing.B) {
-	for _, kind := range redistest.BenchKinds() {
+	for _, kind := range benchKinds {
 		for _, par := range []int{1, 32} {
 			for _, hot := range []bool{false, true} {
 				b.Run(fmt.Sprintf("%s/goroutines=%d/hot=%v", kind, par, hot), func(b *testing.B) {
-					l, err := redislock.New(redistest.BenchClients(b, kind)(b), redislock.WithKeyPrefix(testenv.Name(b)))
+					l, err := redislock.New(benchClient(b, kind), redislock.WithKeyPrefix(testenv.Name(b)))
 					if err != nil {
 						b.Fatal(err)
 					}
 					var seq, won atomic.Int64
-					redistest.Parallel(b, par, func() {
+					parallel(b, par, func() {
 						key := "hot"
 						if !hot {
 							key = fmt.Sprint("k", seq.Add(1))

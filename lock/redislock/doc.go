@@ -1,9 +1,12 @@
 // Package redislock is a [lock.Locker] (and [lock.KeyedLocker]) on Redis:
 // a single node, Sentinel (a failover client) or Redis Cluster, through any
-// [redis.UniversalClient] of go-redis v9. It passes the conformance suite in
+// [redis.UniversalClient] of go-redis v9 built with ContextTimeoutEnabled.
+// It passes the conformance suite in
 // [github.com/idemkit/idemkit/lock/locktest] on a single node and on a
-// 3-master cluster.
+// 3-master cluster. Redis 7.0 or later is required (SET ... PXAT, PEXPIREAT
+// ... GT).
 //
+//	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 //	l, err := redislock.New(client)
 //	err = lock.Do(ctx, l, "invoice:42", func(ctx context.Context, lease lock.Lease) error {
 //		return issueInvoice(ctx, lease.Fence)
@@ -12,99 +15,119 @@
 // Every operation is one atomic Lua script (run by SHA, EVAL when the server
 // lacks it) that judges liveness by the Redis server's clock (TIME, in
 // milliseconds): a lease is live while now < its expiry, as [lock.Live]
-// says. Scripts touch only keys of one hash slot, all declared in KEYS.
+// says. Every call runs under the caller's ctx: a stalled server gives
+// NetworkTimeout at the ctx deadline, not a hang.
 //
 // # Key layout
 //
-// Every name has the form
+//	<prefix>:{<tag>}:l:<part>   the lock record of a key: lock id, fence, acquired-at and
+//	                            expires-at (15 digits each; times in ms), then the key;
+//	                            PXAT the later of its expiry and its fence + 1 ms
+//	<prefix>:{<id>}:i           the index hint of a lock id: the name of its lock record;
+//	                            PXAT the lease's expiry + 1 s, lengthened by extends
 //
-//	<prefix>:{<tag>}:<kind>:<part>
+// The prefix is [WithKeyPrefix]'s ("idemkit" by default). The part is "k:"
+// and the key itself when it is printable ASCII without braces, else "h:"
+// and the key's SHA-256 (unpadded base64url), so that no two keys share a
+// record whatever bytes they hold. The hash tag keeps a lock record and
+// nothing else on its slot: it is the key's own Redis hash tag when it has
+// one (so an application can choose where its locks live), else 16
+// characters of the key's SHA-256, which spreads keys over the slots. The
+// hint's tag is the lock id.
 //
-// with the prefix (default "idemkit"; no braces), a hash tag, a kind letter
-// and the storage form of the key. The hash tag puts all names of one key on
-// one cluster slot:
+// Every key has an expiry; nothing grows without bound.
 //
-//	<prefix>:{<tag>}:l:<part>   the lock record: id, fence, acquired-at and expires-at
-//	                            (15 digits each, ms), then the normalised key; PXAT its expiry
-//	<prefix>:{<tag>}:f:<part>   the fence counter: an integer, no TTL, never deleted
-//	<prefix>:{<tag>}:r:<part>   a co-located store's record (redisstore)
-//	<prefix>:{<id>}:i           the index hint of lock id <id>: the lock record's name
+// # Fences
 //
-// The tag of a key ([Tag]) is the key's own Redis hash tag when it has one
-// (the content of its first "{...}", as Redis defines it), so that the
-// guard's "<ns>:lock:{X}" and "<ns>:record:{X}" land on one slot and a store
-// can take the lock and read the record in one script; otherwise it is a
-// digest of the key, which spreads keys over the slots. The part is
-// [lock.StorageKey] of the key: "k:" and the key itself when it is printable
-// ASCII without braces, else "h:" and its SHA-256. So names are injective: a
-// kind letter follows the tag, and the whole key (or its hash) follows the
-// kind, so no user key can ever name another key's lock, fence counter or
-// record, or an index hint, whatever bytes it holds.
+// A new lease's fence is max(the previous fence + 1, the server's clock in
+// Unix ms), the previous fence being the one the key's record carries:
+// 15-digit decimals, about 1.8e12 today, far below [lock.FenceMax]. There is
+// no counter. Instead no record is removed before the server's clock has
+// passed its fence: a release (or IsLocked's cleanup, [WithCleanupInIsLocked])
+// deletes the record when the clock is past the fence, and otherwise leaves
+// a tombstone (the fence alone, under a lock id no lease can have: not
+// live, found by no id, acquirable) that expires as soon as the clock
+// passes it; a lease that runs out is removed by Redis at the later of its
+// expiry and its fence + 1 ms. So after a release, an expiry or a restart,
+// the next fence is greater than every fence the key had, and a fence
+// raised ahead of the clock survives too.
+//
+// This relies on the clock of the master holding a key not stepping back
+// (run NTP, which slews), and after a failover on the new master's clock not
+// being behind the old one's by more than the failover took.
+//
+// A refused attempt (contention, a fence past [lock.FenceMax]) writes
+// nothing, so waiters cost the server no disk writes. An acquire run twice
+// with the same lock id (go-redis retrying a script whose reply was lost)
+// gets the same lease back. Release and extend of a lease that ran out
+// report [lock.ReasonExpired] while its record is still there, and
+// [lock.ReasonNotFound] once Redis removed it.
 //
 // # Operations and round trips
 //
-//	Acquire      1 script (lock record, fence counter, index hint); on a cluster, where the
-//	             hint lives on its id's slot, a successful acquire writes it with a second command
-//	ReleaseKey   1 script on the lock's slot (id and liveness checked atomically)
-//	ExtendKey    1 script, pipelined with a refresh of the hint's TTL (PEXPIRE ... GT)
+//	Acquire      1 script (the lock record and, on a single node, the index hint);
+//	             on a cluster, where the hint lives on its id's slot, a successful
+//	             acquire writes the hint with a second command
+//	ReleaseKey   1 script (id and liveness checked atomically; the hint expires on its own)
+//	ExtendKey    1 script (on a cluster, pipelined with the hint's PEXPIRE ... GT)
 //	Release, Extend, LookupID
-//	             2: GET the index hint, then the script on the lock's slot, which checks
+//	             2: GET the index hint, then the script on the lock record, which checks
 //	             the id and liveness itself (the hint is never trusted)
 //	IsLocked, LookupKey
 //	             1 script
 //
-// An acquire checks liveness, then the fence counter: past [lock.FenceMax]
-// it refuses before writing anything (the counter is unchanged). A refused
-// attempt (contention or overflow) writes nothing at all, so waiters cost
-// the server no disk writes. An acquire run twice
-// with the same id (go-redis retrying a script whose reply was lost) gets the
-// same lease back. Fences above [lock.FenceWarn] are logged, with the key
-// hashed.
-//
-// Redis deletes a lock record itself at its expiry (PXAT), so a release or
-// extend after the expiry usually reports [lock.ReasonNotFound];
-// [lock.ReasonExpired] only when the record is still there. IsLocked's
-// optional cleanup ([WithCleanupInIsLocked]) deletes only records expired
-// more than [lock.CleanupGrace] ago, never the fence counter.
-//
-// Index hints are written with the lease's TTL (plus a second) and only
-// ever lengthened; a hint that outlives its lease is harmless. Redis 7.0 or
-// later is required (SET ... PXAT, PEXPIRE ... GT).
+// [lock.Do] releases and extends by key: one round trip each.
 //
 // # Cluster
 //
-// A *redis.ClusterClient works as it is: every script stays on the lock's
-// slot, and only the index hint (on its id's slot) travels separately,
-// after the acquire succeeded: a successful acquire costs two round trips
-// on a cluster, one elsewhere. A
-// plain client on a cluster-mode endpoint (a proxy, a one-shard cluster)
-// meets CROSSSLOT on its first acquire; the locker then switches to the
-// cluster layout of its commands for good and retries.
+// A *redis.ClusterClient works as it is: every script touches one lock
+// record, and only the index hint travels separately. A plain client on a
+// cluster-mode endpoint (a proxy, a one-shard cluster) meets CROSSSLOT on
+// its first acquire; the locker then writes the hint separately for good,
+// and retries.
 //
-// # Fence durability
+// # Durability
 //
-// A fence must never be issued twice, so the increment must survive a crash
-// and a failover. That takes AOF with appendfsync always (every write is on
-// disk before the reply), or a wait for replicas: with [WithWaitForReplicas]
-// the acquire waits (WAIT) until n replicas acknowledged the write before it
-// hands out the lease, and gives the lease back if they did not;
-// [WithWaitForAOF] does the same with WAITAOF (Redis 7.2+), for servers on
-// appendfsync everysec. With RDB snapshots only, with appendfsync everysec
-// and no wait, or with asynchronous replication and a failover, the last
-// increments can be lost and a fence reissued after a restart: fencing is
-// then only as strong as the persistence.
+// A lease is as durable as the server's persistence. With asynchronous
+// replication and a failover, or appendfsync everysec and a crash, the last
+// writes can be lost: a lease's record with them, so that another process
+// can take a lock that is still held. Fences stay monotonic even then (a
+// new fence is at least the new master's clock), barring the clock caveats
+// above. [WithWaitForReplicas] makes an acquire wait (WAIT) until n replicas
+// acknowledged the lease before handing it out, and gives the lease back if
+// they did not; [WithWaitForAOF] does the same with WAITAOF (Redis 7.2+).
 //
 // # Errors
 //
-// Failures are [*idemkit.Error] values that unwrap to their code's sentinel and
-// to go-redis's error; see [MapError] for the mapping. Contention, absence
-// and ownership mismatches are results, never errors.
+// Failures are [*idemkit.Error] values that unwrap to their code's sentinel
+// and to go-redis's error. Native errors are mapped by type, and server
+// error replies by their error code, never by message text:
 //
-// # Building a co-located store
+//	context.Canceled                              Aborted
+//	context.DeadlineExceeded, a net.Error timeout NetworkTimeout
+//	redis.ErrClosed, pool timeout or exhaustion,
+//	  EOF, refused, reset, broken pipe, dial      ServiceUnavailable
+//	LOADING READONLY MASTERDOWN CLUSTERDOWN
+//	  TRYAGAIN MOVED ASK BUSY NOREPLICAS MISCONF  ServiceUnavailable
+//	NOAUTH WRONGPASS NOPERM                       AuthFailed
+//	OOM (out of memory), max number of clients    RateLimited
+//	anything else (WRONGTYPE, NOSCRIPT, CROSSSLOT,
+//	  a script error, a malformed record)         Internal
 //
-// [Lua], [NewScript], [Layout], [Locker.AcquireWith], [Locker.ReleaseWith],
-// [Locker.SameLocks] and [MapError] are the building blocks of a store that
-// keeps its records on the locks' slots and folds lock operations into its
-// own scripts (see [github.com/idemkit/idemkit/store/redisstore]): the lock
-// semantics stay in this package, written once.
+// Contention, absence and ownership mismatches are results, never errors.
+//
+// # Upgrading from fence counters
+//
+// Earlier versions kept a fence counter with no expiry beside every lock
+// record, named <prefix>:{<tag>}:f:<part>. This version never reads or
+// writes them: delete them at leisure, for example
+//
+//	redis-cli --scan --pattern 'idemkit:{*}:f:*' | while IFS= read -r k; do redis-cli unlink "$k"; done
+//
+// (on a cluster, on every master). Fences stay monotonic across the upgrade:
+// a new fence is at least the server's clock in milliseconds, far above any
+// counter. Lock records and index hints keep their names and form, so
+// processes of both versions exclude each other during a rolling upgrade;
+// but a process of the earlier version still issues counter fences, lower
+// than this version's, until it is replaced.
 package redislock

@@ -12,39 +12,34 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MapError turns an error from go-redis into a [*idemkit.Error] for op that
-// unwraps to both its code's sentinel and err. It returns nil for nil and
-// for [redis.Nil] (absence is a result, not an error). The mapping, by type
-// and by the server's error code (the first word of its reply), never by
-// message text:
+// mapError turns an error from go-redis into an [*idemkit.Error] for op
+// that unwraps to both its code's sentinel and err; nil for nil and for
+// [redis.Nil] (absence is a result). The mapping goes by type, and for a
+// server's error reply by its error code (the reply's first word, the
+// protocol's error type), never by message text:
 //
-//	context.Canceled                            Aborted
-//	context.DeadlineExceeded, net.Error timeout NetworkTimeout
-//	redis.ErrClosed, ErrPoolTimeout, ErrPoolExhausted,
-//	  io.EOF, connection refused/reset, broken pipe,
-//	  any other net.Error (dial, DNS)           ServiceUnavailable
-//	LOADING READONLY MASTERDOWN CLUSTERDOWN TRYAGAIN
-//	  MOVED ASK BUSY NOREPLICAS MISCONF          ServiceUnavailable
-//	NOAUTH WRONGPASS NOPERM                     AuthFailed
-//	OOM                                         RateLimited
-//	anything else (CROSSSLOT, WRONGTYPE, NOSCRIPT,
-//	  ERR, a script error, an unknown error)     Internal
+//	context.Canceled                              Aborted
+//	context.DeadlineExceeded, a net.Error timeout NetworkTimeout
+//	redis.ErrClosed, pool timeout or exhaustion,
+//	  EOF, refused, reset, broken pipe, any other
+//	  net.Error (dial, DNS)                       ServiceUnavailable
+//	LOADING READONLY MASTERDOWN CLUSTERDOWN
+//	  TRYAGAIN MOVED ASK BUSY NOREPLICAS MISCONF  ServiceUnavailable
+//	NOAUTH WRONGPASS NOPERM                       AuthFailed
+//	OOM, max number of clients reached            RateLimited
+//	anything else (WRONGTYPE, NOSCRIPT, CROSSSLOT,
+//	  ERR, a script error, an unknown error)      Internal
 //
-// OOM is RateLimited: the server refuses writes while it is over its
-// maxmemory quota, and recovers as keys expire or are evicted, so a later
-// attempt may succeed (the code is transient) but retrying at once will
-// not help. MOVED and ASK reach the caller only when the client gave up
-// following redirects (a slot-migration storm); BUSY when a script blocks
-// the server.
-//
-// The error's message is go-redis's, which never holds a key or an argument
-// of a command.
-func MapError(op string, err error) error {
+// OOM is RateLimited, not ServiceUnavailable: the server is up but over
+// its maxmemory and refuses writes until keys expire or are evicted. The
+// detail says what is wrong; the cause is go-redis's error, whose message
+// never holds a key or an argument.
+func mapError(op string, err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
 		return nil
 	}
-	var le *idemkit.Error
-	if errors.As(err, &le) {
+	var e *idemkit.Error
+	if errors.As(err, &e) {
 		return err
 	}
 	code, detail := classify(err)
@@ -56,51 +51,73 @@ func classify(err error) (idemkit.Code, string) {
 	case errors.Is(err, context.Canceled):
 		return idemkit.CodeAborted, "context canceled"
 	case errors.Is(err, context.DeadlineExceeded):
-		return idemkit.CodeNetworkTimeout, "context deadline exceeded"
+		return idemkit.CodeNetworkTimeout, "Redis did not answer before the context's deadline"
 	case errors.Is(err, redis.ErrClosed):
-		return idemkit.CodeServiceUnavailable, "client closed"
+		return idemkit.CodeServiceUnavailable, "the Redis client is closed"
 	case errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, redis.ErrPoolExhausted):
-		return idemkit.CodeServiceUnavailable, "no connection available in the pool"
+		return idemkit.CodeServiceUnavailable, "no connection to Redis was free in the client's pool in time"
+	case redis.IsMaxClientsError(err):
+		return idemkit.CodeRateLimited, "the Redis server refused the connection: it has reached maxclients"
 	}
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
-		return serverCode(rerr.Error())
+		return serverError(rerr.Error())
 	}
 	var nerr net.Error
 	switch {
 	case errors.As(err, &nerr) && nerr.Timeout():
-		return idemkit.CodeNetworkTimeout, "network timeout"
+		return idemkit.CodeNetworkTimeout, "Redis did not answer in time"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
 		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, net.ErrClosed):
-		return idemkit.CodeServiceUnavailable, "connection failed"
+		return idemkit.CodeServiceUnavailable, "the connection to Redis failed"
 	case errors.As(err, &nerr):
-		return idemkit.CodeServiceUnavailable, "network error"
+		return idemkit.CodeServiceUnavailable, "Redis cannot be reached"
 	}
-	return idemkit.CodeInternal, "unexpected client error"
+	return idemkit.CodeInternal, "unexpected error from the Redis client"
 }
 
-// serverCode maps a server error reply by its error code, the first word.
-func serverCode(msg string) (idemkit.Code, string) {
+// serverError maps an error reply by its error code, its first word.
+func serverError(msg string) (idemkit.Code, string) {
 	code, _, _ := strings.Cut(msg, " ")
 	switch code {
-	case "LOADING", "READONLY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "MOVED", "ASK", "BUSY", "NOREPLICAS", "MISCONF":
-		return idemkit.CodeServiceUnavailable, "server unavailable (" + code + ")"
-	case "NOAUTH", "WRONGPASS", "NOPERM":
-		return idemkit.CodeAuthFailed, "server refused the credentials (" + code + ")"
 	case "OOM":
-		return idemkit.CodeRateLimited, "server over its memory limit (OOM)"
+		return idemkit.CodeRateLimited, "the Redis server is out of memory (OOM: used memory is over maxmemory): it refuses new locks until keys expire or are evicted"
+	case "LOADING":
+		return idemkit.CodeServiceUnavailable, "the Redis server is loading its data set (LOADING)"
+	case "READONLY":
+		return idemkit.CodeServiceUnavailable, "the Redis node is a read-only replica (READONLY): a failover may be under way"
+	case "MASTERDOWN":
+		return idemkit.CodeServiceUnavailable, "the Redis replica lost its master (MASTERDOWN)"
+	case "CLUSTERDOWN":
+		return idemkit.CodeServiceUnavailable, "the Redis Cluster is down (CLUSTERDOWN)"
+	case "TRYAGAIN", "MOVED", "ASK":
+		return idemkit.CodeServiceUnavailable, "the Redis Cluster is moving the key's slot (" + code + ")"
+	case "BUSY":
+		return idemkit.CodeServiceUnavailable, "the Redis server is busy running a script (BUSY)"
+	case "NOREPLICAS":
+		return idemkit.CodeServiceUnavailable, "not enough Redis replicas (NOREPLICAS)"
+	case "MISCONF":
+		return idemkit.CodeServiceUnavailable, "the Redis server cannot persist its data and refuses writes (MISCONF)"
+	case "NOAUTH", "WRONGPASS":
+		return idemkit.CodeAuthFailed, "the Redis server refused the credentials (" + code + ")"
+	case "NOPERM":
+		return idemkit.CodeAuthFailed, "the Redis user may not run the locker's commands (NOPERM): it needs EVAL, EVALSHA, GET, SET and PEXPIRE on the keys of the locker's prefix"
+	case "WRONGTYPE":
+		return idemkit.CodeInternal, "a Redis key of the locker holds a value of another type (WRONGTYPE): does another program write under the locker's key prefix?"
+	case "NOSCRIPT":
+		return idemkit.CodeInternal, "the Redis server lost the locker's script (NOSCRIPT)"
 	}
-	if !isErrorCode(code) {
+	if !errorCode(code) {
 		code = "ERR"
 	}
-	return idemkit.CodeInternal, "server error (" + code + ")"
+	return idemkit.CodeInternal, "the Redis server answered with an error (" + code + ")"
 }
 
-// isErrorCode reports whether s looks like a server error code (upper-case
-// letters), so that the detail never quotes free text.
-func isErrorCode(s string) bool {
+// errorCode reports whether s looks like a server error code (upper-case
+// letters), so that a detail never quotes free text.
+func errorCode(s string) bool {
 	if s == "" || len(s) > 16 {
 		return false
 	}
@@ -112,7 +129,7 @@ func isErrorCode(s string) bool {
 	return true
 }
 
-// replyError reports a script reply of an unexpected shape.
+// replyError reports a reply, or stored state, of an unexpected shape.
 func replyError(op, what string) error {
 	return idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: "+what, nil)
 }

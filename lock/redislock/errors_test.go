@@ -12,20 +12,10 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock/redislock"
-	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
 const secretKey = "secret-key-7f3a"
-
-// noRetry is a client that reports the first error it meets (go-redis
-// would otherwise retry LOADING, READONLY, timeouts and the like).
-func noRetry(t testing.TB, o *redis.Options) *redis.Client {
-	o.MaxRetries = -1
-	c := redis.NewClient(o)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
 
 // serverReply makes a real server answer with the error reply msg, through
 // a script, so go-redis parses it as it would the server's own.
@@ -47,16 +37,16 @@ func TestMapError(t *testing.T) {
 		{"context canceled", func(t *testing.T) error {
 			ctx, cancel := context.WithCancel(t.Context())
 			cancel()
-			return redistest.ClientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
+			return clientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
 		}, idemkit.CodeAborted},
 		{"context deadline", func(t *testing.T) error {
 			ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
 			defer cancel()
-			return redistest.ClientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
+			return clientFor(t, testenv.Redis(t).Addr).Get(ctx, secretKey).Err()
 		}, idemkit.CodeNetworkTimeout},
 		{"read timeout (server paused)", func(t *testing.T) error {
 			srv := testenv.NewRedis(t)
-			admin := redistest.ClientFor(t, srv.Addr)
+			admin := clientFor(t, srv.Addr)
 			c := noRetry(t, &redis.Options{Addr: srv.Addr, ReadTimeout: 50 * time.Millisecond})
 			if err := c.Ping(t.Context()).Err(); err != nil { // connect before the pause
 				t.Fatal(err)
@@ -69,8 +59,17 @@ func TestMapError(t *testing.T) {
 			return c.Get(t.Context(), secretKey).Err()
 		}, idemkit.CodeNetworkTimeout},
 		{"closed client", func(t *testing.T) error {
-			c := redistest.ClientFor(t, testenv.Redis(t).Addr)
+			c := clientFor(t, testenv.Redis(t).Addr)
 			_ = c.Close()
+			return c.Get(t.Context(), secretKey).Err()
+		}, idemkit.CodeServiceUnavailable},
+		{"pool timeout (every connection taken)", func(t *testing.T) error {
+			c := noRetry(t, &redis.Options{Addr: testenv.Redis(t).Addr, PoolSize: 1, PoolTimeout: 50 * time.Millisecond})
+			held := c.Conn()
+			defer held.Close()
+			if err := held.Ping(t.Context()).Err(); err != nil {
+				t.Fatal(err)
+			}
 			return c.Get(t.Context(), secretKey).Err()
 		}, idemkit.CodeServiceUnavailable},
 		{"connection refused", func(t *testing.T) error {
@@ -92,7 +91,7 @@ func TestMapError(t *testing.T) {
 			return c.Get(t.Context(), secretKey).Err()
 		}, idemkit.CodeServiceUnavailable},
 		{"WRONGTYPE", func(t *testing.T) error {
-			c := redistest.ClientFor(t, testenv.Redis(t).Addr)
+			c := clientFor(t, testenv.Redis(t).Addr)
 			k := testenv.Name(t) + secretKey
 			if err := c.Set(t.Context(), k, "string", time.Minute).Err(); err != nil {
 				t.Fatal(err)
@@ -100,10 +99,10 @@ func TestMapError(t *testing.T) {
 			return c.HGet(t.Context(), k, "f").Err()
 		}, idemkit.CodeInternal},
 		{"NOSCRIPT", func(t *testing.T) error {
-			return redistest.ClientFor(t, testenv.Redis(t).Addr).EvalSha(t.Context(), strings.Repeat("0", 40), []string{secretKey}).Err()
+			return clientFor(t, testenv.Redis(t).Addr).EvalSha(t.Context(), strings.Repeat("0", 40), []string{secretKey}).Err()
 		}, idemkit.CodeInternal},
 		{"script runtime error", func(t *testing.T) error {
-			return redistest.ClientFor(t, testenv.Redis(t).Addr).Eval(t.Context(), "return nil + 1", []string{secretKey}).Err()
+			return clientFor(t, testenv.Redis(t).Addr).Eval(t.Context(), "return nil + 1", []string{secretKey}).Err()
 		}, idemkit.CodeInternal},
 		{"READONLY (a replica)", func(t *testing.T) error {
 			primary, replica := testenv.NewRedis(t), testenv.NewRedis(t)
@@ -179,6 +178,12 @@ func TestMapError(t *testing.T) {
 			if !errors.Is(err, c.want.Sentinel()) || !errors.Is(err, native) {
 				t.Fatalf("%v does not match both its sentinel and its cause", err)
 			}
+			if c.want == idemkit.CodeRateLimited && strings.HasPrefix(c.name, "OOM") && !strings.Contains(le.Detail, "out of memory") {
+				t.Fatalf("the OOM detail does not say the server is out of memory: %q", le.Detail)
+			}
+			if strings.Contains(le.Detail, "cannot be reached") && c.want != idemkit.CodeServiceUnavailable {
+				t.Fatalf("a reachable server is described as unreachable: %q", le.Detail)
+			}
 			if strings.Contains(le.Detail, secretKey) || strings.Contains(le.Detail, "something") || strings.Contains(le.Detail, "lower case") {
 				t.Fatalf("the detail quotes a key or server text: %q", le.Detail)
 			}
@@ -187,7 +192,7 @@ func TestMapError(t *testing.T) {
 }
 
 func TestMapErrorPassesNilAndAbsence(t *testing.T) {
-	c := redistest.ClientFor(t, testenv.Redis(t).Addr)
+	c := clientFor(t, testenv.Redis(t).Addr)
 	absent := c.Get(t.Context(), testenv.Name(t)).Err()
 	if !errors.Is(absent, redis.Nil) {
 		t.Fatalf("GET of a missing key: %v; want redis.Nil", absent)
@@ -208,7 +213,7 @@ func TestMapErrorPassesNilAndAbsence(t *testing.T) {
 // who may only read.
 func authServer(t *testing.T) *testenv.RedisServer {
 	srv := testenv.NewRedis(t)
-	c := redistest.ClientFor(t, srv.Addr)
+	c := clientFor(t, srv.Addr)
 	ctx := t.Context()
 	if err := c.Do(ctx, "ACL", "SETUSER", "reader", "on", ">reader-pw", "~*", "+get", "+hello", "+auth", "+ping").Err(); err != nil {
 		t.Fatal(err)

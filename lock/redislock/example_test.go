@@ -12,9 +12,11 @@ import (
 )
 
 // A lock on a single Redis server, held while fn runs and renewed in the
-// background; the fence goes to the resource the work writes to.
+// background; the fence goes to the resource the work writes to. The
+// client must honour ctx deadlines (ContextTimeoutEnabled), so that a
+// stalled server fails the call at its deadline.
 func ExampleNew() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
 	locker, err := redislock.New(client, redislock.WithKeyPrefix("billing"))
 	if err != nil {
@@ -30,17 +32,23 @@ func ExampleNew() {
 }
 
 // The same locker on Redis Cluster, with acquires that wait until a replica
-// has the fence, so a failover cannot reissue it.
+// has the lease, so a failover cannot lose it.
 func ExampleWithWaitForReplicas() {
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"localhost:7000", "localhost:7001", "localhost:7002"}})
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 []string{"localhost:7000", "localhost:7001", "localhost:7002"},
+		ContextTimeoutEnabled: true,
+	})
 	defer client.Close()
 	locker, err := redislock.New(client, redislock.WithWaitForReplicas(1, 500*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, ok, err := locker.Acquire(context.Background(), "report:2026-11", time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	lease, ok, err := locker.Acquire(ctx, "report:2026-11", time.Minute)
 	if err != nil || !ok {
 		log.Fatal("not acquired: ", err)
 	}
 	defer locker.ReleaseKey(context.Background(), lease.Key, lease.ID)
+	fmt.Println("generating the report under fence", lease.Fence)
 }

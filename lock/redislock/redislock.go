@@ -20,7 +20,6 @@ type config struct {
 	prefix      string
 	cleanup     bool
 	logger      *slog.Logger
-	hasher      lock.Hasher
 	wait        waitMode
 	waitLocal   int
 	waitN       int
@@ -35,35 +34,33 @@ const (
 	waitAOF
 )
 
-// WithKeyPrefix sets the prefix of every Redis key the locker uses. It must
-// have 1 to [MaxKeyPrefixBytes] bytes of printable ASCII without spaces or
-// braces. Default: [DefaultKeyPrefix] ("idemkit").
+// WithKeyPrefix sets the prefix of every Redis key the locker writes: 1 to
+// 64 bytes of printable ASCII without spaces or braces. Lockers with
+// different prefixes never see each other's locks. Default: "idemkit".
 func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
-// WithCleanupInIsLocked makes IsLocked delete a lock record that expired
-// more than [lock.CleanupGrace] ago (never the fence counter). Redis
-// deletes lock records itself at their expiry, so this matters only for
-// records that somehow lost their TTL. Default: off.
+// WithCleanupInIsLocked makes IsLocked end a lock record that expired more
+// than [lock.CleanupGrace] ago, as a release would (a fence the server's
+// clock has not passed yet stays behind as a tombstone). Redis removes
+// every record itself once it has run out, so this only matters for a
+// record whose expiry an operator removed. Default: off (IsLocked is a
+// pure read).
 func WithCleanupInIsLocked(on bool) Option { return func(c *config) { c.cleanup = on } }
 
 // WithLogger sets the logger for fence-limit warnings, which name the key
 // only by its hash. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithHasher sets how keys are hashed in log lines. Default:
-// lock.DefaultHasher() (HMAC-SHA-256 under a per-process secret).
-func WithHasher(h lock.Hasher) Option { return func(c *config) { c.hasher = h } }
-
-// WithWaitForReplicas makes every successful acquire wait, after the fence
-// was issued and before the lease is handed out, until n replicas of the
-// lock's master acknowledged the write (Redis WAIT), for at most timeout.
-// When fewer acknowledge in time, the lease is released and the acquire
-// fails with ServiceUnavailable: a fence that a failover could lose is
-// never handed out. Each successful acquire costs two more round trips
-// (the wait, and the index hint written separately) plus the replication
-// delay. n must be positive and timeout at least one millisecond and below
-// the client's ReadTimeout. Default: off (the fence is as durable as the
-// server's persistence makes it; see the package documentation).
+// WithWaitForReplicas makes every successful acquire wait, before the
+// lease is handed out, until n replicas of the lock's master acknowledged
+// the write (Redis WAIT), for at most timeout. When fewer acknowledge in
+// time, the lease is released and the acquire fails with
+// ServiceUnavailable: a lease that a failover could lose is never handed
+// out. Each successful acquire costs a round trip more (the wait) plus the
+// replication delay. n must be positive, and timeout at least one
+// millisecond and below the caller's ctx deadline and the client's
+// ReadTimeout. Default: off (a lease is as durable as the server's
+// persistence makes it; see the package documentation).
 func WithWaitForReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.wait, c.waitLocal, c.waitN, c.waitTimeout = waitReplicas, 0, n, timeout }
 }
@@ -71,7 +68,7 @@ func WithWaitForReplicas(n int, timeout time.Duration) Option {
 // WithWaitForAOF is [WithWaitForReplicas] with Redis WAITAOF (Redis 7.2 or
 // later): the acquire waits until the write is fsynced to the master's
 // append-only file (local = true) and to those of n replicas. It makes a
-// fence durable on a server with appendfsync everysec. Default: off.
+// lease durable on a server with appendfsync everysec. Default: off.
 func WithWaitForAOF(local bool, n int, timeout time.Duration) Option {
 	return func(c *config) {
 		c.wait, c.waitLocal, c.waitN, c.waitTimeout = waitAOF, 0, n, timeout
@@ -88,10 +85,9 @@ func WithWaitForAOF(local bool, n int, timeout time.Duration) Option {
 // The zero value is not usable; call [New].
 type Locker struct {
 	client  redis.UniversalClient
-	layout  Layout
+	names   names
 	cleanup bool
 	logger  *slog.Logger
-	hasher  lock.Hasher
 	wait    waitMode
 	local   int
 	waitN   int
@@ -99,7 +95,7 @@ type Locker struct {
 	cluster *redis.ClusterClient // client, when it is a cluster client
 
 	// crossSlot is set once a plain client met a cluster-mode endpoint
-	// (CROSSSLOT): from then on every script stays on one slot.
+	// (CROSSSLOT): from then on every script touches one key.
 	crossSlot atomic.Bool
 }
 
@@ -108,28 +104,41 @@ var (
 	_ lock.KeyedLocker = (*Locker)(nil)
 )
 
-// New returns a locker on client. It validates its options and returns an
-// InvalidArgument error for a bad one; it does no I/O.
+// New returns a locker on client. It does no I/O.
+//
+// The client must bound its commands by the caller's ctx: a
+// [*redis.Client] (also from redis.NewFailoverClient), [*redis.ClusterClient]
+// (also from redis.NewFailoverClusterClient) or [*redis.Ring] must be built
+// with ContextTimeoutEnabled: true in its options, or New refuses it.
+// Without it go-redis ignores ctx deadlines, and a stalled server holds
+// every call for ReadTimeout × (MaxRetries + 1) instead of the caller's
+// deadline. Other [redis.UniversalClient] implementations are taken as
+// they are: they must honour ctx themselves.
+//
+// A refused client or a bad option is an InvalidArgument error.
 func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
 	if client == nil {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a Redis client is required", nil)
+		return nil, bad("a Redis client is required")
 	}
-	cfg := config{prefix: DefaultKeyPrefix}
+	if !contextTimeouts(client) {
+		return nil, bad(fmt.Sprintf("the %T does not honour ctx deadlines, so a stalled Redis would hang every call: "+
+			"build it with ContextTimeoutEnabled: true in its options (redis.Options, redis.FailoverOptions, "+
+			"redis.ClusterOptions, redis.RingOptions or redis.UniversalOptions)", client))
+	}
+	cfg := config{prefix: defaultKeyPrefix}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	layout, err := NewLayout(cfg.prefix)
+	n, err := newNames(cfg.prefix)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	if cfg.hasher == nil {
-		cfg.hasher = lock.DefaultHasher()
-	}
 	l := &Locker{
-		client: client, layout: layout, cleanup: cfg.cleanup, logger: cfg.logger, hasher: cfg.hasher,
+		client: client, names: n, cleanup: cfg.cleanup, logger: cfg.logger,
 		wait: cfg.wait, local: cfg.waitLocal, waitN: cfg.waitN, waitFor: cfg.waitTimeout,
 	}
 	l.cluster, _ = client.(*redis.ClusterClient)
@@ -137,28 +146,28 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		_, single := client.(*redis.Client)
 		switch {
 		case l.waitN < 0 || l.waitN == 0 && l.local == 0:
-			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "wait-for-replicas needs a positive number of replicas", nil)
+			return nil, bad("the durability wait needs a positive number of replicas (or the local AOF)")
 		case l.waitFor < time.Millisecond:
-			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "wait-for-replicas needs a timeout of at least 1ms", nil)
+			return nil, bad("the durability wait needs a timeout of at least 1ms")
 		case !single && l.cluster == nil:
-			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("wait-for-replicas needs a *redis.Client or *redis.ClusterClient (got %T)", client), nil)
+			return nil, bad(fmt.Sprintf("the durability wait needs a *redis.Client or *redis.ClusterClient (got %T)", client))
 		}
 	}
 	return l, nil
 }
 
-// Client returns the client the locker was built on.
-func (l *Locker) Client() redis.UniversalClient { return l.client }
-
-// Layout returns the locker's key layout.
-func (l *Locker) Layout() Layout { return l.layout }
-
-// SameLocks reports whether o takes the same locks as l in the same way:
-// the same client, the same key layout and the same durability wait. A
-// store co-located with o may then take l's locks itself.
-func (l *Locker) SameLocks(o *Locker) bool {
-	return l != nil && o != nil && l.client == o.client && l.layout == o.layout &&
-		l.wait == o.wait && l.local == o.local && l.waitN == o.waitN && l.waitFor == o.waitFor
+// contextTimeouts reports whether client honours ctx deadlines, as far as
+// New can tell.
+func contextTimeouts(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // Capabilities reports fencing with the Redis server's clock as the time
@@ -169,15 +178,176 @@ func (l *Locker) Capabilities() lock.Capabilities {
 
 // Acquire implements [lock.Locker]: one script, which on a single node (or
 // Sentinel) also writes the id's index hint. On a cluster the hint lives on
-// another slot and a successful acquire writes it with a second command (a
-// refused one writes nothing).
+// another slot, and a successful acquire writes it with a second command
+// (a refused one writes nothing).
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
-	lease, ok, _, err := l.AcquireWith(ctx, acquireScript, key, ttl, nil)
+	const op = "acquire"
+	key, err := lock.NormalizeKey(key)
+	if err != nil {
+		return lock.Lease{}, false, err
+	}
+	if err := lock.ValidateTTL(ttl); err != nil {
+		return lock.Lease{}, false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return lock.Lease{}, false, err
+	}
+	id := lock.NewID()
+	lease, ok, err := l.acquire(ctx, key, id, ttl)
+	if err != nil && l.crossSlotMet(err) {
+		lease, ok, err = l.acquire(ctx, key, id, ttl)
+	}
 	return lease, ok, err
 }
 
+// crossSlotMet reports whether err is the CROSSSLOT of a plain client on a
+// cluster-mode endpoint (a proxy, a one-shard cluster), whose script ran
+// nothing; the locker then keeps every script on one key for good.
+func (l *Locker) crossSlotMet(err error) bool {
+	if l.cluster != nil || l.crossSlot.Load() || !redis.HasErrorPrefix(err, "CROSSSLOT") {
+		return false
+	}
+	l.crossSlot.Store(true)
+	return true
+}
+
+// oneKey reports whether scripts must touch the lock record alone: on a
+// cluster the index hint lives on another slot.
+func (l *Locker) oneKey() bool { return l.cluster != nil || l.crossSlot.Load() }
+
+// acquire takes the lock on the normalised key for the lock id id. Run
+// again with the same id while the lease is live (a retry after a lost
+// reply), it returns the same lease.
+func (l *Locker) acquire(ctx context.Context, key, id string, ttl time.Duration) (lock.Lease, bool, error) {
+	const op = "acquire"
+	name, index := l.names.lock(key), l.names.index(id)
+	// The index hint is written by the script when the lease is granted,
+	// unless scripts touch one key (a cluster): then by a command of its
+	// own once the lease is granted, so that a refused attempt writes
+	// nothing.
+	keys := []string{name, index}
+	if l.oneKey() {
+		keys = keys[:1]
+	}
+	args := []any{id, ttl.Milliseconds(), key}
+
+	var (
+		cmd  *redis.Cmd
+		conn *redis.Conn
+		err  error
+	)
+	if l.wait != waitNone {
+		// WAIT counts the writes of one connection: the script runs on a
+		// dedicated connection to the lock's master, and the wait follows
+		// on it.
+		conn, err = l.lockConn(ctx, name)
+		if err != nil {
+			return lock.Lease{}, false, mapError(op, err)
+		}
+		defer conn.Close()
+		cmd = acquireScript.Run(ctx, conn, keys, args...)
+	} else {
+		cmd = acquireScript.Run(ctx, l.client, keys, args...)
+	}
+	if err := cmd.Err(); err != nil {
+		return lock.Lease{}, false, mapError(op, err)
+	}
+	lease, ok, err := l.acquired(ctx, key, id, cmd.Val())
+	if err != nil || !ok {
+		return lock.Lease{}, false, err
+	}
+	if len(keys) == 1 {
+		// The hint goes through the client, which routes it to its own
+		// slot; it need not be durable (it is only a hint).
+		err = mapError(op, l.client.Set(ctx, index, name, ttl+hintSlack).Err())
+	}
+	if err == nil && conn != nil {
+		err = l.durable(ctx, conn)
+	}
+	if err != nil {
+		// The lease cannot be handed out: give it back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		_, _ = l.releaseName(rctx, name, id)
+		cancel()
+		return lock.Lease{}, false, err
+	}
+	return lease, true, nil
+}
+
+// cleanupTimeout bounds the release of a lease that an acquire could not
+// hand out (its write was not acknowledged, or its index hint not written).
+const cleanupTimeout = 5 * time.Second
+
+// acquired decodes the acquire script's reply.
+func (l *Locker) acquired(ctx context.Context, key, id string, v any) (lock.Lease, bool, error) {
+	const op = "acquire"
+	r, _ := v.([]any)
+	nums := make([]int64, len(r))
+	for i, x := range r {
+		n, ok := x.(int64)
+		if !ok {
+			return lock.Lease{}, false, replyError(op, "acquire")
+		}
+		nums[i] = n
+	}
+	switch {
+	case len(nums) == 4 && nums[0] == 1 && nums[1] > 0:
+		fence := lock.Fence(nums[1])
+		if err := lock.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
+			return lock.Lease{}, false, err
+		}
+		return lock.Lease{Key: key, ID: id, Fence: fence, AcquiredAt: time.UnixMilli(nums[2]), ExpiresAt: time.UnixMilli(nums[3])}, true, nil
+	case len(nums) == 1 && nums[0] == 0:
+		return lock.Lease{}, false, nil
+	case len(nums) == 2 && nums[0] == -1 && nums[1] > int64(lock.FenceMax):
+		// The script refused before writing anything; CheckFence gives the
+		// overflow error (and never a raw key).
+		return lock.Lease{}, false, lock.CheckFence(ctx, l.logger, nil, key, lock.Fence(nums[1]))
+	}
+	return lock.Lease{}, false, replyError(op, "acquire")
+}
+
+// durable waits until the acquire's writes are acknowledged as the
+// durability option asks. conn must be the connection the acquire script
+// ran on: WAIT and WAITAOF count that connection's writes.
+func (l *Locker) durable(ctx context.Context, conn *redis.Conn) error {
+	const op = "acquire"
+	switch l.wait {
+	case waitReplicas:
+		n, err := conn.Wait(ctx, l.waitN, l.waitFor).Result()
+		if err != nil {
+			return mapError(op, err)
+		}
+		if n < int64(l.waitN) {
+			return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("the lease was acknowledged by %d of %d replicas in time; it was given back", n, l.waitN), nil)
+		}
+	case waitAOF:
+		acks, err := conn.WaitAOF(ctx, l.local, l.waitN, l.waitFor).Result()
+		if err != nil {
+			return mapError(op, err)
+		}
+		if len(acks) != 2 || acks[0] < int64(l.local) || acks[1] < int64(l.waitN) {
+			return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("the lease was not fsynced as asked in time (acknowledged %v); it was given back", acks), nil)
+		}
+	}
+	return nil
+}
+
+// lockConn returns a dedicated connection to the master that holds name,
+// for a script followed by WAIT or WAITAOF on the same connection.
+func (l *Locker) lockConn(ctx context.Context, name string) (*redis.Conn, error) {
+	if l.cluster != nil {
+		node, err := l.cluster.MasterForKey(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		return node.Conn(), nil
+	}
+	return l.client.(*redis.Client).Conn(), nil // New accepts nothing else with a wait
+}
+
 // Release implements [lock.Locker]: two round trips (the id's index hint,
-// then the release script on the lock's slot, which checks the id and the
+// then the release script on the lock record, which checks the id and the
 // lease's liveness atomically).
 func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	const op = "release"
@@ -191,18 +361,46 @@ func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err != nil || !found {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, err
 	}
-	out, _, err := l.releaseName(ctx, op, releaseScript, name, id, nil, nil)
-	return out, err
+	return l.releaseName(ctx, name, id)
 }
 
-// ReleaseKey implements [lock.KeyedLocker]: one script on the lock's slot.
+// ReleaseKey implements [lock.KeyedLocker]: one script on the lock record.
 func (l *Locker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, error) {
-	out, _, err := l.ReleaseWith(ctx, releaseScript, key, id, nil)
-	return out, err
+	const op = "release"
+	key, err := lock.NormalizeKey(key)
+	if err != nil {
+		return lock.Outcome{}, err
+	}
+	if err := lock.ValidateID(id); err != nil {
+		return lock.Outcome{}, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return lock.Outcome{}, err
+	}
+	return l.releaseName(ctx, l.names.lock(key), id)
+}
+
+// releaseName runs the release script on the lock record name.
+func (l *Locker) releaseName(ctx context.Context, name, id string) (lock.Outcome, error) {
+	const op = "release"
+	code, err := releaseScript.Run(ctx, l.client, []string{name}, id).Int64()
+	if err != nil {
+		return lock.Outcome{}, mapError(op, err)
+	}
+	switch code {
+	case 1:
+		return lock.Outcome{OK: true}, nil
+	case 0:
+		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
+	case -1:
+		return lock.Outcome{Reason: lock.ReasonExpired}, nil
+	}
+	return lock.Outcome{}, replyError(op, "release")
 }
 
 // Extend implements [lock.Locker]: two round trips (the id's index hint,
-// then the extend script, pipelined with a refresh of the hint's TTL).
+// then the extend script, which also lengthens the hint on a single node,
+// or pipelined with a command that does on a cluster).
 func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock.Outcome, error) {
 	const op = "extend"
 	if err := lock.ValidateID(id); err != nil {
@@ -222,8 +420,8 @@ func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock
 }
 
 // ExtendKey implements [lock.KeyedLocker]: one round trip (the extend
-// script on the lock's slot, pipelined with a refresh of the id's index
-// hint).
+// script on the lock record, which also lengthens the id's index hint on a
+// single node; on a cluster a command pipelined with it does).
 func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (lock.Outcome, error) {
 	const op = "extend"
 	key, err := lock.NormalizeKey(key)
@@ -239,37 +437,61 @@ func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duratio
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	return l.extendName(ctx, l.layout.Lock(key), id, ttl)
+	return l.extendName(ctx, l.names.lock(key), id, ttl)
 }
 
-// extendName runs the extend script on the lock record name and, in the
-// same pipeline, lengthens the id's index hint (PEXPIRE ... GT: never
-// shortens it, so a mismatched key cannot cut another lease's hint short).
+// extendName runs the extend script on the lock record name and lengthens
+// the id's index hint to the new expiry (never shortening it, so a
+// mismatched key cannot cut another lease's hint short).
 func (l *Locker) extendName(ctx context.Context, name, id string, ttl time.Duration) (lock.Outcome, error) {
 	const op = "extend"
-	cmd, err := l.pipelined(ctx, extendScript, []string{name}, []any{id, ttl.Milliseconds()}, func(p redis.Pipeliner) {
-		p.Do(ctx, "pexpire", l.layout.Index(id), (ttl + hintSlack).Milliseconds(), "gt")
-	})
+	var (
+		v   int64
+		err error
+	)
+	index := l.names.index(id)
+	if l.oneKey() {
+		v, err = l.extendPipelined(ctx, name, index, id, ttl)
+	} else {
+		v, err = extendScript.Run(ctx, l.client, []string{name, index}, id, ttl.Milliseconds()).Int64()
+	}
 	if err != nil {
-		return lock.Outcome{}, MapError(op, err)
+		return lock.Outcome{}, mapError(op, err)
 	}
-	r, ok := cmd.Val().([]any)
-	if !ok || len(r) == 0 {
-		return lock.Outcome{}, replyError(op, "extend")
-	}
-	switch code, _ := r[0].(int64); code {
-	case 1:
-		if len(r) != 2 {
-			return lock.Outcome{}, replyError(op, "extend")
-		}
-		exp, _ := r[1].(int64)
-		return lock.Outcome{OK: true, ExpiresAt: time.UnixMilli(exp)}, nil
-	case 0:
+	switch {
+	case v > 0:
+		return lock.Outcome{OK: true, ExpiresAt: time.UnixMilli(v)}, nil
+	case v == 0:
 		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
-	case -2:
+	case v == -1:
 		return lock.Outcome{Reason: lock.ReasonExpired}, nil
 	}
 	return lock.Outcome{}, replyError(op, "extend")
+}
+
+// extendPipelined runs the extend script on name and, in the same pipeline
+// (one round trip; on a cluster the two commands go to their nodes at
+// once), lengthens the hint index (PEXPIRE ... GT). When the server does
+// not have the script cached (NOSCRIPT: nothing ran), it sends the
+// pipeline again with the script's source.
+func (l *Locker) extendPipelined(ctx context.Context, name, index, id string, ttl time.Duration) (int64, error) {
+	keys, args := []string{name}, []any{id, ttl.Milliseconds()}
+	for _, bySHA := range [...]bool{true, false} {
+		pipe := l.client.Pipeline()
+		var cmd *redis.Cmd
+		if bySHA {
+			cmd = extendScript.EvalSha(ctx, pipe, keys, args...)
+		} else {
+			cmd = extendScript.Eval(ctx, pipe, keys, args...)
+		}
+		pipe.Do(ctx, "pexpire", index, (ttl + hintSlack).Milliseconds(), "gt")
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		if bySHA && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			continue
+		}
+		return cmd.Int64()
+	}
+	return 0, replyError("extend", "NOSCRIPT after sending the script")
 }
 
 // IsLocked implements [lock.Locker]: one script.
@@ -286,9 +508,9 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if l.cleanup {
 		cleanup = "1"
 	}
-	v, err := isLockedScript.s.Run(ctx, l.client, []string{l.layout.Lock(key)}, cleanup, lock.CleanupGrace.Milliseconds()).Int64()
+	v, err := isLockedScript.Run(ctx, l.client, []string{l.names.lock(key)}, cleanup).Int64()
 	if err != nil {
-		return false, MapError(op, err)
+		return false, mapError(op, err)
 	}
 	return v == 1, nil
 }
@@ -303,11 +525,11 @@ func (l *Locker) LookupKey(ctx context.Context, key string) (lock.Info, bool, er
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
-	return l.lookup(ctx, l.layout.Lock(key), "")
+	return l.lookup(ctx, l.names.lock(key), "")
 }
 
 // LookupID implements [lock.Locker]: two round trips (the id's index hint,
-// then a script that checks the id and liveness on the lock's slot).
+// then a script that checks the id and liveness on the lock record).
 func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, error) {
 	const op = "lookup"
 	if err := lock.ValidateID(id); err != nil {
@@ -325,61 +547,38 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 
 func (l *Locker) lookup(ctx context.Context, name, id string) (lock.Info, bool, error) {
 	const op = "lookup"
-	v, err := lookupScript.s.Run(ctx, l.client, []string{name}, id).Text()
+	v, err := lookupScript.Run(ctx, l.client, []string{name}, id).Text()
 	if err != nil {
-		return lock.Info{}, false, MapError(op, err)
+		return lock.Info{}, false, mapError(op, err)
 	}
 	if v == "" {
 		return lock.Info{}, false, nil
 	}
-	rec, err := decodeRecord(v)
-	if err != nil {
-		return lock.Info{}, false, err
+	if len(v) <= recordHeader {
+		return lock.Info{}, false, replyError(op, "a lock record too short")
 	}
-	return lock.NewInfo(rec.key, rec.id, rec.fence, rec.acquired, rec.expires), true, nil
+	fence, err1 := strconv.ParseUint(v[22:37], 10, 64)
+	acq, err2 := strconv.ParseInt(v[37:52], 10, 64)
+	exp, err3 := strconv.ParseInt(v[52:67], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return lock.Info{}, false, replyError(op, "a malformed lock record")
+	}
+	return lock.NewInfo(v[recordHeader:], v[:22], lock.Fence(fence), time.UnixMilli(acq), time.UnixMilli(exp)), true, nil
 }
 
 // resolve reads the index hint of id: the name of the lock record it was
 // issued for. found is false when there is none (the id was never issued,
 // or its lease ran out a while ago).
 func (l *Locker) resolve(ctx context.Context, op, id string) (name string, found bool, err error) {
-	name, err = l.client.Get(ctx, l.layout.Index(id)).Result()
+	name, err = l.client.Get(ctx, l.names.index(id)).Result()
 	if err == redis.Nil {
 		return "", false, nil
 	}
 	if err != nil {
-		return "", false, MapError(op, err)
+		return "", false, mapError(op, err)
 	}
-	if !l.layout.isLock(name) {
-		return "", false, replyError(op, "an index entry that names no lock record")
+	if !l.names.isLock(name) {
+		return "", false, replyError(op, "an index hint that names no lock record")
 	}
 	return name, true, nil
-}
-
-// hintSlack is how much longer than its lease an index hint lives, so that
-// clock differences between cluster nodes never let a live lease's hint
-// expire first. A hint that outlives its lease is harmless: every operation
-// through it checks the id and liveness on the lock itself.
-const hintSlack = time.Second
-
-// record is a decoded lock record.
-type record struct {
-	id       string
-	fence    lock.Fence
-	acquired time.Time
-	expires  time.Time
-	key      string
-}
-
-func decodeRecord(v string) (record, error) {
-	if len(v) <= lockHeader {
-		return record{}, replyError("lookup", "a lock record too short")
-	}
-	fence, err1 := strconv.ParseUint(v[22:37], 10, 64)
-	acq, err2 := strconv.ParseInt(v[37:52], 10, 64)
-	exp, err3 := strconv.ParseInt(v[52:67], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return record{}, replyError("lookup", "a malformed lock record")
-	}
-	return record{id: v[:22], fence: lock.Fence(fence), acquired: time.UnixMilli(acq), expires: time.UnixMilli(exp), key: v[lockHeader:]}, nil
 }

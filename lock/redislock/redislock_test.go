@@ -1,8 +1,10 @@
 package redislock_test
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,23 +12,13 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
-	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
-func newLocker(t *testing.T, c redis.UniversalClient, opts ...redislock.Option) *redislock.Locker {
-	t.Helper()
-	l, err := redislock.New(c, append([]redislock.Option{redislock.WithKeyPrefix(testenv.Name(t))}, opts...)...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return l
-}
-
 func TestNewValidates(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer c.Close()
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: true})
 	defer ring.Close()
 	for _, tc := range []struct {
 		name   string
@@ -34,7 +26,11 @@ func TestNewValidates(t *testing.T) {
 		opts   []redislock.Option
 	}{
 		{"nil client", nil, nil},
-		{"bad prefix", c, []redislock.Option{redislock.WithKeyPrefix("a{b}")}},
+		{"empty prefix", c, []redislock.Option{redislock.WithKeyPrefix("")}},
+		{"prefix with braces", c, []redislock.Option{redislock.WithKeyPrefix("a{b}")}},
+		{"prefix with a space", c, []redislock.Option{redislock.WithKeyPrefix("a b")}},
+		{"prefix not ASCII", c, []redislock.Option{redislock.WithKeyPrefix("caf\u00e9")}},
+		{"prefix too long", c, []redislock.Option{redislock.WithKeyPrefix(strings.Repeat("p", 65))}},
 		{"no replicas", c, []redislock.Option{redislock.WithWaitForReplicas(0, time.Second)}},
 		{"negative replicas", c, []redislock.Option{redislock.WithWaitForAOF(true, -1, time.Second)}},
 		{"no aof at all", c, []redislock.Option{redislock.WithWaitForAOF(false, 0, time.Second)}},
@@ -45,11 +41,16 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
 		}
 	}
+	for _, prefix := range []string{"a", "app:v2", "a::b", strings.Repeat("p", 64)} {
+		if _, err := redislock.New(c, redislock.WithKeyPrefix(prefix)); err != nil {
+			t.Errorf("New with prefix %q: %v", prefix, err)
+		}
+	}
 	l, err := redislock.New(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := l.Layout().Prefix(); got != redislock.DefaultKeyPrefix {
+	if got := redislock.Prefix(l); got != "idemkit" {
 		t.Fatalf("default prefix %q", got)
 	}
 	if caps := l.Capabilities(); caps.Backend != "redis" || !caps.Fencing || caps.TimeAuthority != lock.TimeServer {
@@ -57,155 +58,493 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestSameLocks(t *testing.T) {
-	c1, c2 := redistest.Single(t), redistest.Single(t)
-	base := newLocker(t, c1)
-	prefix := base.Layout().Prefix()
-	mk := func(c redis.UniversalClient, opts ...redislock.Option) *redislock.Locker {
-		l, err := redislock.New(c, append([]redislock.Option{redislock.WithKeyPrefix(prefix)}, opts...)...)
-		if err != nil {
-			t.Fatal(err)
+// TestNewRefusesClientsWithoutContextTimeouts: every go-redis client that
+// would ignore ctx deadlines is refused with an error that says how to
+// build it; the same clients with ContextTimeoutEnabled are accepted.
+func TestNewRefusesClientsWithoutContextTimeouts(t *testing.T) {
+	const addr = "127.0.0.1:1"
+	for _, on := range []bool{false, true} {
+		clients := map[string]redis.UniversalClient{
+			"client":          redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: on}),
+			"cluster client":  redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, ContextTimeoutEnabled: on}),
+			"ring":            redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, ContextTimeoutEnabled: on}),
+			"failover client": redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr}, ContextTimeoutEnabled: on}),
+			"failover cluster client": redis.NewFailoverClusterClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr},
+				ContextTimeoutEnabled: on}),
+			"universal client": redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: on}),
 		}
-		return l
+		for name, c := range clients {
+			_, err := redislock.New(c)
+			_ = c.Close()
+			switch {
+			case on && err != nil:
+				t.Errorf("%s with ContextTimeoutEnabled: %v", name, err)
+			case !on && idemkit.CodeOf(err) != idemkit.CodeInvalidArgument:
+				t.Errorf("%s without ContextTimeoutEnabled: %v; want InvalidArgument", name, err)
+			case !on && !strings.Contains(err.Error(), "ContextTimeoutEnabled: true"):
+				t.Errorf("%s: the error does not say what to do: %v", name, err)
+			}
+		}
 	}
+}
+
+// TestStalledServer: a server that stops answering (SIGSTOP) gives every
+// operation a coded timeout within the caller's deadline, never a hang.
+func TestStalledServer(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	c := clientFor(t, srv.Addr)
+	l := newLocker(t, c)
+	lease, ok, err := l.Acquire(t.Context(), "k", time.Minute) // connections are open before the stall
+	if err != nil || !ok {
+		t.Fatalf("Acquire: %v, %v", ok, err)
+	}
+	resume := srv.Stall(t)
+	defer resume()
+	const deadline = 300 * time.Millisecond
 	for _, tc := range []struct {
 		name string
-		l    *redislock.Locker
-		want bool
+		call func(ctx context.Context) error
 	}{
-		{"itself", base, true},
-		{"same client and prefix, other logger", mk(c1, redislock.WithCleanupInIsLocked(true)), true},
-		{"another client", mk(c2), false},
-		{"another prefix", newLocker(t, c1), false},
-		{"waits for replicas", mk(c1, redislock.WithWaitForReplicas(1, time.Second)), false},
-		{"nil", nil, false},
+		{"Acquire", func(ctx context.Context) error { _, _, err := l.Acquire(ctx, "other", time.Minute); return err }},
+		{"ReleaseKey", func(ctx context.Context) error { _, err := l.ReleaseKey(ctx, lease.Key, lease.ID); return err }},
+		{"Release", func(ctx context.Context) error { _, err := l.Release(ctx, lease.ID); return err }},
+		{"ExtendKey", func(ctx context.Context) error {
+			_, err := l.ExtendKey(ctx, lease.Key, lease.ID, time.Minute)
+			return err
+		}},
+		{"Extend", func(ctx context.Context) error { _, err := l.Extend(ctx, lease.ID, time.Minute); return err }},
+		{"IsLocked", func(ctx context.Context) error { _, err := l.IsLocked(ctx, "k"); return err }},
+		{"LookupKey", func(ctx context.Context) error { _, _, err := l.LookupKey(ctx, "k"); return err }},
+		{"LookupID", func(ctx context.Context) error { _, _, err := l.LookupID(ctx, lease.ID); return err }},
 	} {
-		if got := base.SameLocks(tc.l); got != tc.want {
-			t.Errorf("%s: SameLocks = %v; want %v", tc.name, got, tc.want)
+		ctx, cancel := context.WithTimeout(t.Context(), deadline)
+		start := time.Now()
+		err := tc.call(ctx)
+		took := time.Since(start)
+		cancel()
+		if code := idemkit.CodeOf(err); code != idemkit.CodeNetworkTimeout && code != idemkit.CodeServiceUnavailable {
+			t.Errorf("%s on a stalled server: %v; want NetworkTimeout or ServiceUnavailable", tc.name, err)
 		}
+		if took > deadline+2*time.Second {
+			t.Errorf("%s on a stalled server took %v; want it bounded by the ctx deadline (%v)", tc.name, took, deadline)
+		}
+	}
+	resume()
+	if out, err := l.ReleaseKey(t.Context(), lease.Key, lease.ID); err != nil || !out.OK {
+		t.Fatalf("ReleaseKey after the server resumed: %+v, %v", out, err)
 	}
 }
 
 // TestAcquireIsIdempotentPerID: an acquire that is run again with the same
 // lock id (go-redis retrying a script whose reply was lost) gets the same
-// lease back rather than "locked", and consumes no second fence.
+// lease back rather than "locked", and issues no second fence.
 func TestAcquireIsIdempotentPerID(t *testing.T) {
-	for _, b := range redistest.Backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			c := b.NewClient(t)
-			layout := newLocker(t, c).Layout()
-			script := redislock.NewScript(`return lock_acquire(KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4]), '')`)
-			k := "retried"
-			keys := []string{layout.Lock(k), layout.Fence(k)}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			l := newLocker(t, b.newClient(t))
 			id := lock.NewID()
-			run := func(id string) []any {
-				t.Helper()
-				v, err := script.Run(t.Context(), c, keys, id, 60000, k, uint64(lock.FenceMax)).Slice()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return v
+			first, ok1, err1 := redislock.AcquireAs(t.Context(), l, "retried", id, time.Minute)
+			again, ok2, err2 := redislock.AcquireAs(t.Context(), l, "retried", id, time.Minute)
+			if err1 != nil || err2 != nil || !ok1 || !ok2 || first != again {
+				t.Fatalf("first %v (%v, %v), again %v (%v, %v); want the same lease", first, ok1, err1, again, ok2, err2)
 			}
-			first, again := run(id), run(id)
-			if fmt.Sprint(first) != fmt.Sprint(again) || first[0] != int64(1) || first[1] != int64(1) {
-				t.Fatalf("first %v, again %v; want the same lease with fence 1", first, again)
-			}
-			if other := run(lock.NewID()); other[0] != int64(0) {
-				t.Fatalf("another id: %v; want locked", other)
+			if _, ok, err := l.Acquire(t.Context(), "retried", time.Minute); ok || err != nil {
+				t.Fatalf("another id: %v, %v; want locked", ok, err)
 			}
 		})
 	}
 }
 
-// TestCleanupOnlyLongExpired exercises IsLocked's cleanup on records that
-// lost their TTL (Redis deletes the others itself): a record expired less
-// than the grace ago stays, one expired longer ago goes, the fence stays.
+// TestFencesFromTheServerClock: with no counter, a key's first fence is
+// the server's clock in milliseconds; after a release (also within the
+// same millisecond) or an expiry the next one is greater; and nothing but
+// the lock record and the id's index hint is written.
+func TestFencesFromTheServerClock(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := b.newClient(t)
+			l := newLocker(t, c)
+			before := serverNow(t, c).UnixMilli()
+			lease, ok, err := l.Acquire(ctx, "k", time.Minute)
+			if err != nil || !ok {
+				t.Fatalf("Acquire: %v, %v", ok, err)
+			}
+			after := serverNow(t, c).UnixMilli()
+			if f := int64(lease.Fence); f < before || f > after {
+				t.Fatalf("first fence %d; want the server's clock in ms, within [%d, %d]", f, before, after)
+			}
+			if n, err := countKeys(ctx, c, redislock.Prefix(l)); err != nil || n != 2 {
+				t.Fatalf("%d keys after one acquire (%v); want the lock record and the index hint", n, err)
+			}
+			name := redislock.LockName(l, "k")
+			prev := lease
+			for i := range 50 { // back to back: several cycles in one millisecond
+				if out, err := l.ReleaseKey(ctx, prev.Key, prev.ID); err != nil || !out.OK {
+					t.Fatalf("ReleaseKey %d: %+v, %v", i, out, err)
+				}
+				// Released: deleted, or a tombstone that keeps the fence until
+				// the clock passes it.
+				r, found, err := readRecord(ctx, c, name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if found && (r.id != redislock.TombstoneID || r.fence != prev.Fence || r.key != "") {
+					t.Fatalf("after a release: %+v; want nothing or a tombstone with fence %v", r, prev.Fence)
+				}
+				lease, ok, err := l.Acquire(ctx, "k", time.Minute)
+				if err != nil || !ok {
+					t.Fatalf("Acquire %d: %v, %v", i, ok, err)
+				}
+				if lease.Fence <= prev.Fence {
+					t.Fatalf("fence %v after %v; want greater", lease.Fence, prev.Fence)
+				}
+				prev = lease
+			}
+
+			// A lease that runs out: Redis removes its record, the next fence
+			// is greater still.
+			if out, err := l.ReleaseKey(ctx, prev.Key, prev.ID); err != nil || !out.OK {
+				t.Fatalf("ReleaseKey: %+v, %v", out, err)
+			}
+			short, ok, err := l.Acquire(ctx, "k", 50*time.Millisecond)
+			if err != nil || !ok {
+				t.Fatalf("Acquire: %v, %v", ok, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			if _, found, err := readRecord(ctx, c, name); err != nil || found {
+				t.Fatalf("the record of a lease that ran out is still there (%v)", err)
+			}
+			next, ok, err := l.Acquire(ctx, "k", time.Minute)
+			if err != nil || !ok || next.Fence <= short.Fence {
+				t.Fatalf("Acquire after the expiry: fence %v after %v (%v, %v); want greater", next.Fence, short.Fence, ok, err)
+			}
+		})
+	}
+}
+
+// TestTombstones: a fence ahead of the server's clock (raised by an
+// operator, or many leases in one millisecond) outlives its lease as a
+// tombstone: not live, found by no id, acquirable, expiring once the clock
+// passes the fence. An expired lease ahead of the clock stays recorded
+// (ReasonExpired) until then, and IsLocked's cleanup ends it as a release
+// would.
+func TestTombstones(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := b.newClient(t)
+			l := newLocker(t, c, redislock.WithCleanupInIsLocked(true))
+			name := redislock.LockName(l, "k")
+			ahead := lock.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
+			if err := c.Set(ctx, name, rawRecord(redislock.TombstoneID, ahead, 0, 0, ""), time.Hour+time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if locked, err := l.IsLocked(ctx, "k"); err != nil || locked {
+				t.Fatalf("IsLocked over a tombstone: %v, %v", locked, err)
+			}
+			if _, found, err := l.LookupKey(ctx, "k"); err != nil || found {
+				t.Fatalf("LookupKey over a tombstone: %v, %v", found, err)
+			}
+			lease, ok, err := l.Acquire(ctx, "k", time.Minute)
+			if err != nil || !ok || lease.Fence != ahead+1 {
+				t.Fatalf("Acquire over a tombstone: %v, %v, %v; want fence %v", lease, ok, err, ahead+1)
+			}
+			if out, err := l.Release(ctx, lease.ID); err != nil || !out.OK {
+				t.Fatalf("Release: %+v, %v", out, err)
+			}
+			checkTombstone(t, c, name, ahead+1)
+			if out, err := l.Release(ctx, lease.ID); err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+				t.Fatalf("Release again: %+v, %v; want not found", out, err)
+			}
+			if out, err := l.ExtendKey(ctx, lease.Key, lease.ID, time.Minute); err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+				t.Fatalf("ExtendKey of a released lease: %+v, %v; want not found", out, err)
+			}
+			if _, found, err := l.LookupID(ctx, lease.ID); err != nil || found {
+				t.Fatalf("LookupID of a released lease: %v, %v", found, err)
+			}
+
+			// An expired lease ahead of the clock: still recorded.
+			short, ok, err := l.Acquire(ctx, "k", 30*time.Millisecond)
+			if err != nil || !ok || short.Fence != ahead+2 {
+				t.Fatalf("Acquire: %v, %v, %v; want fence %v", short, ok, err, ahead+2)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if out, err := l.ReleaseKey(ctx, short.Key, short.ID); err != nil || out.Reason != lock.ReasonExpired {
+				t.Fatalf("ReleaseKey of an expired lease: %+v, %v; want expired", out, err)
+			}
+			time.Sleep(lock.CleanupGrace)
+			if locked, err := l.IsLocked(ctx, "k"); err != nil || locked {
+				t.Fatalf("IsLocked: %v, %v", locked, err)
+			}
+			checkTombstone(t, c, name, ahead+2)
+			next, ok, err := l.Acquire(ctx, "k", time.Minute)
+			if err != nil || !ok || next.Fence != ahead+3 {
+				t.Fatalf("Acquire after the cleanup: %v, %v, %v; want fence %v", next, ok, err, ahead+3)
+			}
+		})
+	}
+}
+
+// checkTombstone asserts that name holds a tombstone with fence f that
+// expires just after the clock passes f.
+func checkTombstone(t *testing.T, c redis.UniversalClient, name string, f lock.Fence) {
+	t.Helper()
+	r, found, err := readRecord(t.Context(), c, name)
+	if err != nil || !found || r.id != redislock.TombstoneID || r.fence != f || r.key != "" {
+		t.Fatalf("want a tombstone with fence %v; got %+v (found %v, %v)", f, r, found, err)
+	}
+	at, err := c.PExpireTime(t.Context(), name).Result()
+	if err != nil || at.Milliseconds() != lock.KeepUntil(f, time.Time{}).UnixMilli() {
+		t.Fatalf("the tombstone expires at %v (%v); want %v", at.Milliseconds(), err, lock.KeepUntil(f, time.Time{}).UnixMilli())
+	}
+}
+
+// TestNoStateWithoutExpiry: after a burst of acquires, releases (by key
+// and by id), extensions, contention, expiries and cleanups, every key the
+// locker holds on the server has an expiry.
+func TestNoStateWithoutExpiry(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := b.newClient(t)
+			l := newLocker(t, c, redislock.WithCleanupInIsLocked(true))
+			var held []lock.Lease
+			for i := range 60 {
+				k := fmt.Sprintf("k%d\x00{%d}", i%20, i%3)
+				ttl := time.Minute
+				if i%4 == 0 {
+					ttl = 20 * time.Millisecond
+				}
+				lease, ok, err := l.Acquire(ctx, k, ttl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !ok {
+					continue
+				}
+				switch i % 5 {
+				case 0:
+					_, err = l.ReleaseKey(ctx, lease.Key, lease.ID)
+				case 1:
+					_, err = l.Release(ctx, lease.ID)
+				case 2:
+					_, err = l.Extend(ctx, lease.ID, 2*time.Minute)
+					held = append(held, lease)
+				case 3:
+					_, err = l.ExtendKey(ctx, lease.Key, lease.ID, 10*time.Millisecond)
+				default:
+					held = append(held, lease)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			for i := range 20 {
+				k := fmt.Sprintf("k%d\x00{%d}", i, i%3)
+				if _, err := l.IsLocked(ctx, k); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := countKeys(ctx, c, redislock.Prefix(l)); err != nil || n == 0 {
+				t.Fatalf("%d keys (%v): the burst left nothing to check", n, err)
+			}
+			keys, err := persistentKeys(ctx, c, redislock.Prefix(l))
+			if err != nil || len(keys) != 0 {
+				t.Fatalf("keys without an expiry: %q (%v)", keys, err)
+			}
+			for _, lease := range held {
+				if _, err := l.ReleaseKey(ctx, lease.Key, lease.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keys, err = persistentKeys(ctx, c, redislock.Prefix(l))
+			if err != nil || len(keys) != 0 {
+				t.Fatalf("keys without an expiry after the releases: %q (%v)", keys, err)
+			}
+		})
+	}
+}
+
+// TestUpgradeFromFenceCounters: the lock records keep the names and form
+// of earlier versions, which also kept a fence counter per key beside
+// them. A lock held by such a version excludes this one; once it is
+// released, this version's fence is greater than the counter, and the
+// counter is never read or written (an operator may delete it).
+func TestUpgradeFromFenceCounters(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := b.newClient(t)
+			l := newLocker(t, c)
+			name := redislock.LockName(l, "invoice:42")
+			counter := strings.Replace(name, "}:l:", "}:f:", 1)
+			now := serverNow(t, c).UnixMilli()
+			oldID := lock.NewID()
+			if err := c.Set(ctx, counter, 7, 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Set(ctx, name, rawRecord(oldID, 7, now, now+60_000, "invoice:42"), time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := l.Acquire(ctx, "invoice:42", time.Minute); ok || err != nil {
+				t.Fatalf("Acquire over an earlier version's live lock: %v, %v; want locked", ok, err)
+			}
+			info, found, err := lock.LookupKeyRaw(ctx, l, "invoice:42")
+			if err != nil || !found || info.ID != oldID || info.Fence != 7 {
+				t.Fatalf("LookupKey of an earlier version's lock: %+v, %v, %v", info, found, err)
+			}
+			if out, err := l.ReleaseKey(ctx, "invoice:42", oldID); err != nil || !out.OK {
+				t.Fatalf("ReleaseKey of an earlier version's lock: %+v, %v", out, err)
+			}
+			lease, ok, err := l.Acquire(ctx, "invoice:42", time.Minute)
+			if err != nil || !ok || lease.Fence <= 7 || int64(lease.Fence) < now {
+				t.Fatalf("Acquire after the upgrade: %v, %v, %v; want a fence from the clock", lease, ok, err)
+			}
+			if v, err := c.Get(ctx, counter).Int(); err != nil || v != 7 {
+				t.Fatalf("the old counter was touched: %d, %v", v, err)
+			}
+		})
+	}
+}
+
+// TestCleanupOnlyLongExpired exercises IsLocked's cleanup on records whose
+// expiry an operator removed (Redis removes the others itself): a record
+// expired less than the grace ago stays; one expired longer ago goes, or
+// becomes a tombstone while the clock has not passed its fence.
 func TestCleanupOnlyLongExpired(t *testing.T) {
-	c := redistest.Single(t)
+	c := single(t)
 	ctx := t.Context()
 	for _, cleanup := range []bool{false, true} {
 		l := newLocker(t, c, redislock.WithCleanupInIsLocked(cleanup))
-		now, err := c.Time(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
+		now := serverNow(t, c)
 		for _, tc := range []struct {
-			key     string
-			expired time.Duration
-			kept    bool
+			key       string
+			expired   time.Duration
+			fence     lock.Fence
+			kept      bool // the record is still a record
+			tombstone bool // it became a tombstone
 		}{
-			{"recent", lock.CleanupGrace - 500*time.Millisecond, true},
-			{"old", lock.CleanupGrace + 500*time.Millisecond, !cleanup},
+			{"recent", lock.CleanupGrace - 500*time.Millisecond, 4, true, false},
+			{"old", lock.CleanupGrace + 500*time.Millisecond, 4, !cleanup, false},
+			{"old-ahead", lock.CleanupGrace + 500*time.Millisecond, lock.Fence(now.Add(time.Hour).UnixMilli()), !cleanup, cleanup},
 		} {
 			exp := now.Add(-tc.expired).UnixMilli()
-			rec := fmt.Sprintf("%s%015d%015d%015d%s", lock.NewID(), 4, exp-1000, exp, tc.key)
-			if err := c.Set(ctx, l.Layout().Lock(tc.key), rec, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Set(ctx, l.Layout().Fence(tc.key), 4, 0).Err(); err != nil {
+			name := redislock.LockName(l, tc.key)
+			if err := c.Set(ctx, name, rawRecord(lock.NewID(), tc.fence, exp-1000, exp, tc.key), 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			locked, err := l.IsLocked(ctx, tc.key)
 			if err != nil || locked {
 				t.Fatalf("IsLocked(%s) = %v, %v; want false", tc.key, locked, err)
 			}
-			n, _ := c.Exists(ctx, l.Layout().Lock(tc.key)).Result()
-			if (n == 1) != tc.kept {
-				t.Fatalf("cleanup %v, record expired %v ago: kept = %v; want %v", cleanup, tc.expired, n == 1, tc.kept)
+			r, found, err := readRecord(ctx, c, name)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if f, _ := c.Get(ctx, l.Layout().Fence(tc.key)).Int(); f != 4 {
-				t.Fatalf("the fence counter changed to %d", f)
+			kept := found && r.id != redislock.TombstoneID
+			tomb := found && r.id == redislock.TombstoneID
+			if kept != tc.kept || tomb != tc.tombstone {
+				t.Fatalf("cleanup %v, %s: record kept %v, tombstone %v; want %v, %v", cleanup, tc.key, kept, tomb, tc.kept, tc.tombstone)
+			}
+			if tomb {
+				checkTombstone(t, c, name, tc.fence)
 			}
 		}
 	}
 }
 
-// TestMalformedStateIsInternal: records and index entries that this
-// package did not write give Internal errors, never a wrong answer.
+// TestMalformedStateIsInternal: records and index hints that this package
+// did not write give Internal errors, never a wrong answer.
 func TestMalformedStateIsInternal(t *testing.T) {
-	c := redistest.Single(t)
+	c := single(t)
 	ctx := t.Context()
 	l := newLocker(t, c)
-	if err := c.Set(ctx, l.Layout().Lock("short"), "garbage", time.Minute).Err(); err != nil {
+	if err := c.Set(ctx, redislock.LockName(l, "short"), "garbage", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := l.LookupKey(ctx, "short"); idemkit.CodeOf(err) != idemkit.CodeInternal {
 		t.Fatalf("LookupKey of a malformed record: %v; want Internal", err)
 	}
+	if _, _, err := l.Acquire(ctx, "short", time.Minute); idemkit.CodeOf(err) != idemkit.CodeInternal {
+		t.Fatalf("Acquire over a malformed record: %v; want Internal", err)
+	}
 	id := lock.NewID()
-	if err := c.Set(ctx, l.Layout().Index(id), "elsewhere", time.Minute).Err(); err != nil {
+	if err := c.Set(ctx, redislock.IndexName(l, id), "elsewhere", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := l.Release(ctx, id); idemkit.CodeOf(err) != idemkit.CodeInternal {
-		t.Fatalf("Release through an index that names no lock: %v; want Internal", err)
+		t.Fatalf("Release through an index hint that names no lock: %v; want Internal", err)
 	}
-	if err := c.Set(ctx, l.Layout().Fence("nan"), "not a number", 0).Err(); err != nil {
+	now := serverNow(t, c).UnixMilli()
+	bad := lock.NewID() + "not-a-number-00" + pad(now-2000) + pad(now-1000) + "nan"
+	if err := c.Set(ctx, redislock.LockName(l, "nan"), bad, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := l.Acquire(ctx, "nan", time.Minute); idemkit.CodeOf(err) != idemkit.CodeInternal {
-		t.Fatalf("Acquire over a corrupt fence counter: %v; want Internal", err)
+		t.Fatalf("Acquire over a record with a corrupt fence: %v; want Internal", err)
 	}
 	if locked, _ := l.IsLocked(ctx, "nan"); locked {
 		t.Fatal("a failed acquire left a lock")
 	}
 }
 
-// TestWithRefusesForeignSlots: the combined-script helpers refuse
-// keys off the lock's slot before any I/O.
-func TestWithRefusesForeignSlots(t *testing.T) {
-	l := newLocker(t, redistest.Single(t))
-	script := redislock.NewScript(`return {lock_acquire_call()}`)
-	_, _, _, err := l.AcquireWith(t.Context(), script, "ns:lock:{a}", time.Minute, []string{l.Layout().Record("ns:record:{b}")})
-	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-		t.Fatalf("AcquireWith with a key on another slot: %v; want InvalidArgument", err)
+// TestNamesAreInjective: distinct keys and prefixes never share a lock
+// record, and no key names an index hint, whatever bytes the keys hold.
+func TestNamesAreInjective(t *testing.T) {
+	keys := []string{"a", "b", "a:b", "a:{b}", "{a}:b", "k:a", "h:a", "l:a", "f:a", "i", ":i", "}:i", "{x}:i",
+		"a\x00", "\x00a", "\xff", "{a}", "{{a}", "{a}}", "a{", "a}", " ", "caf\u00e9", strings.Repeat("k", 512)}
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer c.Close()
+	seen := make(map[string]string)
+	add := func(name, what string) {
+		if prev, dup := seen[name]; dup {
+			t.Fatalf("%s and %s share the name %q", prev, what, name)
+		}
+		seen[name] = what
 	}
-	_, _, err = l.ReleaseWith(t.Context(), script, "ns:lock:{a}", lock.NewID(), []string{"plain"})
-	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-		t.Fatalf("ReleaseWith with an untagged key: %v; want InvalidArgument", err)
+	for _, prefix := range []string{"p", "p:p", "p:", "pp"} {
+		l, err := redislock.New(c, redislock.WithKeyPrefix(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			add(redislock.LockName(l, k), fmt.Sprintf("lock(%s, %q)", prefix, k))
+		}
+		for _, id := range []string{lock.NewID(), lock.NewID()} {
+			add(redislock.IndexName(l, id), fmt.Sprintf("index(%s, %q)", prefix, id))
+		}
 	}
-	lease, ok, extra, err := l.AcquireWith(t.Context(), script, "ns:lock:{a}", time.Minute, []string{l.Layout().Record("ns:record:{a}")})
-	if err != nil || !ok || len(extra) != 0 || lease.Fence != 1 {
-		t.Fatalf("AcquireWith on one slot: %v, %v, %v, %v", lease, ok, extra, err)
+}
+
+// TestNamesStayOnTheirSlot asks a cluster node where lock records land:
+// a key's own hash tag chooses the slot, other keys spread.
+func TestNamesStayOnTheirSlot(t *testing.T) {
+	c := cluster(t).(*redis.ClusterClient)
+	ctx := t.Context()
+	slot := func(k string) int64 {
+		t.Helper()
+		s, err := c.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		return s
+	}
+	l := newLocker(t, c)
+	if a, b := slot(redislock.LockName(l, "x:{user1}:a")), slot(redislock.LockName(l, "y:{user1}:b")); a != b || a != slot("user1") {
+		t.Errorf("keys with one hash tag are on slots %d and %d; want %d", a, b, slot("user1"))
+	}
+	slots := make(map[int64]bool)
+	for i := range 50 {
+		slots[slot(redislock.LockName(l, fmt.Sprint("key-", i)))] = true
+	}
+	if len(slots) < 40 {
+		t.Errorf("50 keys landed on %d slots; want them spread", len(slots))
+	}
+	id := lock.NewID()
+	if slot(redislock.IndexName(l, id)) != slot(id) {
+		t.Errorf("the index hint of %q is not on the id's own slot", id)
 	}
 }
 
@@ -216,10 +555,10 @@ func TestWaitForReplicas(t *testing.T) {
 	ctx := t.Context()
 	primary, replica := testenv.NewRedis(t), testenv.NewRedis(t)
 	host, port, _ := net.SplitHostPort(primary.Addr)
-	if err := redistest.ClientFor(t, replica.Addr).SlaveOf(ctx, host, port).Err(); err != nil {
+	if err := clientFor(t, replica.Addr).SlaveOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pc := redistest.ClientFor(t, primary.Addr)
+	pc := clientFor(t, primary.Addr)
 	waitReplicaOnline(t, pc)
 
 	l := newLocker(t, pc, redislock.WithWaitForReplicas(1, 2*time.Second))
@@ -227,22 +566,22 @@ func TestWaitForReplicas(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Acquire with an attached replica: %v, %v", ok, err)
 	}
-	rc := redistest.ClientFor(t, replica.Addr)
-	if f, err := rc.Get(ctx, l.Layout().Fence("k")).Int(); err != nil || f != int(lease.Fence) {
-		t.Fatalf("the replica's fence counter: %d, %v; want %v as soon as the lease is handed out", f, err, lease.Fence)
+	rc := clientFor(t, replica.Addr)
+	if r, found, err := readRecord(ctx, rc, redislock.LockName(l, "k")); err != nil || !found || r.id != lease.ID || r.fence != lease.Fence {
+		t.Fatalf("the replica's lock record: %+v, %v, %v; want the lease as soon as it is handed out", r, found, err)
 	}
 	if info, ok, err := l.LookupID(ctx, lease.ID); err != nil || !ok || info.Fence != lease.Fence {
 		t.Fatalf("LookupID after a durable acquire: %v, %v, %v", info, ok, err)
 	}
 
-	lonely := newLocker(t, redistest.ClientFor(t, testenv.NewRedis(t).Addr), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
+	lonely := newLocker(t, clientFor(t, testenv.NewRedis(t).Addr), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
 	checkRefusedDurably(t, lonely, "lonely")
 }
 
 // TestWaitForReplicasOnCluster: the wait runs on the connection to the
 // master of the lock's slot (the test cluster has no replicas: refused).
 func TestWaitForReplicasOnCluster(t *testing.T) {
-	l := newLocker(t, redistest.Cluster(t), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
+	l := newLocker(t, cluster(t), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
 	for _, k := range []string{"a", "b", "c", "d"} {
 		checkRefusedDurably(t, l, k)
 	}
@@ -252,7 +591,7 @@ func TestWaitForReplicasOnCluster(t *testing.T) {
 // fails (the command is unknown) and gives the lease back; on a newer one
 // the local fsync is acknowledged.
 func TestWaitForAOF(t *testing.T) {
-	c := redistest.Single(t)
+	c := single(t)
 	l := newLocker(t, c, redislock.WithWaitForAOF(true, 0, time.Second))
 	info, err := c.Info(t.Context(), "server").Result()
 	if err != nil {
@@ -275,24 +614,12 @@ func TestWaitForAOF(t *testing.T) {
 
 func supportsWaitAOF(info string) bool {
 	var major, minor int
-	for _, line := range splitLines(info) {
+	for _, line := range strings.Split(info, "\n") {
 		if _, err := fmt.Sscanf(line, "redis_version:%d.%d", &major, &minor); err == nil {
 			return major > 7 || major == 7 && minor >= 2
 		}
 	}
 	return false
-}
-
-func splitLines(s string) []string {
-	var out []string
-	start := 0
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\n' {
-			out = append(out, s[start:i])
-			start = i + 1
-		}
-	}
-	return append(out, s[start:])
 }
 
 func checkRefusedDurably(t *testing.T, l *redislock.Locker, k string) {
@@ -321,7 +648,7 @@ func waitReplicaOnline(t *testing.T, primary *redis.Client) {
 
 // TestPlainClientOnClusterEndpoint: a plain client on a cluster-mode node
 // meets CROSSSLOT on its first acquire (the index hint is on another slot);
-// the locker then keeps every script on one slot. On a multi-node cluster
+// the locker then keeps every script on one key. On a multi-node cluster
 // such a client reaches only the node's own slots, so the test looks for a
 // key (and lock id) that node owns; every attempt that fails fails cleanly.
 func TestPlainClientOnClusterEndpoint(t *testing.T) {
