@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
 // The cycle benchmarks measure acquire+release on pglock and, side by side,
@@ -33,8 +32,8 @@ func BenchmarkCycle(b *testing.B) {
 	}{{"conns=1", 1, false}, {"conns=16", 16, false}, {"conns=16/hot-key", 16, true}} {
 		b.Run("pglock/"+c.name, func(b *testing.B) {
 			srv := testenv.Postgres(b)
-			pool := pgtest.NewPool(b, srv.URL, int32(c.workers))
-			l, err := New(pool, tables(b, pgtest.NewPool(b, srv.URL, 1))...)
+			pool := newPool(b, srv.URL, int32(c.workers))
+			l, err := New(pool, tables(b, newPool(b, srv.URL, 1))...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -48,7 +47,7 @@ func BenchmarkCycle(b *testing.B) {
 			})
 		})
 		b.Run("advisory/"+c.name, func(b *testing.B) {
-			pool := pgtest.NewPool(b, testenv.Postgres(b).URL, int32(c.workers))
+			pool := newPool(b, testenv.Postgres(b).URL, int32(c.workers))
 			conns := make(chan *pgxpool.Conn, c.workers)
 			for range c.workers {
 				conn, err := pool.Acquire(context.Background())
@@ -125,7 +124,7 @@ func cycles(b *testing.B, workers int, hot bool, cycle func(ctx context.Context,
 // one read, nothing written.
 func BenchmarkContendedAcquire(b *testing.B) {
 	srv := testenv.Postgres(b)
-	l, err := New(pgtest.NewPool(b, srv.URL, 1), tables(b, pgtest.NewPool(b, srv.URL, 1))...)
+	l, err := New(newPool(b, srv.URL, 1), tables(b, newPool(b, srv.URL, 1))...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +144,7 @@ func BenchmarkContendedAcquire(b *testing.B) {
 // BenchmarkExtend measures a renewal: one durable UPDATE by key and id.
 func BenchmarkExtend(b *testing.B) {
 	srv := testenv.Postgres(b)
-	l, err := New(pgtest.NewPool(b, srv.URL, 1), tables(b, pgtest.NewPool(b, srv.URL, 1))...)
+	l, err := New(newPool(b, srv.URL, 1), tables(b, newPool(b, srv.URL, 1))...)
 	if err != nil {
 		b.Fatal(err)
 	}

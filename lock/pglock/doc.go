@@ -5,11 +5,11 @@
 //
 // # Setup
 //
-// Create the tables once with [SetupSchema] (idempotent and safe to run
+// Create the table once with [SetupSchema] (idempotent and safe to run
 // from many processes at once), or apply the same DDL from the embedded
-// schema.sql ([SchemaSQL]) with a migration tool. Table names are options
-// ([WithTable], [WithFenceTable]), validated and always quoted; the
-// defaults are idemkit_locks and idemkit_lock_fences.
+// schema.sql ([SchemaSQL]) with a migration tool. The table name is an
+// option ([WithTable]), validated and always quoted; the default is
+// idemkit_locks.
 //
 //	pool, _ := pgxpool.New(ctx, url)
 //	if err := pglock.SetupSchema(ctx, pool); err != nil { ... }
@@ -20,77 +20,107 @@
 // operation becomes part of that transaction and takes effect when it
 // commits; useful in tests and to take a lock together with other writes).
 //
-// # Tables
+// # The table
 //
-// The lock table holds one row per key: key (the storage key from
-// [lock.StorageKey]: "k:" + the key when it is valid UTF-8 without NUL and
-// at most 254 bytes, else "h:" + its SHA-256, so any byte sequence is a
-// valid key), lock_id (unique index), acquired_at, expires_at (indexed, for
-// Sweep), and user_key (the key itself when key holds its hash). The
-// fence-counter table holds one row per key ever locked (key, fence, with a
-// CHECK that fence <= [lock.FenceMax]); it is never deleted from, so fences
-// survive release, expiry, cleanup, Sweep and restarts. A live lease's fence
-// is its key's counter, which moves only when a lease is granted.
+// One row per key: key (the storage key from [lock.StorageKey]: "k:" + the
+// key when it is valid UTF-8 without NUL and at most 254 bytes, else "h:" +
+// its SHA-256, so any byte sequence is a valid key), lock_id (unique index;
+// NULL in a tombstone), fence (with a CHECK that it is at most
+// [lock.FenceMax]), acquired_at, expires_at (indexed, for Sweep) and
+// user_key (the key itself when key holds its hash).
+//
+// # Fences
+//
+// No counter is kept. A new lease's fence is the greater of the fence on
+// the key's row + 1 (0 without a row) and the server clock in Unix
+// milliseconds ([lock.NextFence]): about 1.8e12 today, far below
+// [lock.FenceMax], growing with time, and by one when leases follow each
+// other within a millisecond. A row is never deleted before the server clock has passed
+// its fence, read as Unix milliseconds ([lock.KeepUntil]): a release before
+// that leaves a tombstone (the fence alone: not live, not found by lock id,
+// acquirable) whose expires_at is that instant. So after a release, an
+// expiry, a sweep or a restart, the key's next fence is still greater than
+// every fence it had, and nothing lives for ever: every row has an expiry,
+// and [Locker.Sweep] deletes the rows past it.
+//
+// The server clock must not be stepped back by more than the time between
+// a row's deletion and the key's next acquire; a fence derived from a clock
+// that went back could repeat one.
 //
 // # Time and liveness
 //
 // Expiry is judged by the server clock, clock_timestamp() (the time of
 // reading, not NOW(), the start of the transaction), in SQL: a lease is
 // live while clock_timestamp() < expires_at. Expired rows stay until an
-// acquire replaces them, [Locker.Sweep] (or a sweeper, [Locker.StartSweeper])
-// deletes them, or IsLocked's optional cleanup does.
+// acquire takes them over, [Locker.Sweep] (or a sweeper,
+// [Locker.StartSweeper]) deletes them, or IsLocked's optional cleanup does.
 //
 // # Operations and round trips
 //
 // Every operation is one statement: one round trip, one implicit
 // transaction.
 //
-//   - Acquire: if the key's row is live by the statement's snapshot, or
-//     another acquire of the key holds the key's transaction-scoped advisory
-//     lock (tried, never waited for), "locked": nothing written, no row
-//     lock. Otherwise it inserts the lock row, or replaces it only if it is
-//     expired once its row lock is held, then increments the fence counter;
-//     times come from clock_timestamp() read after those locks, so
-//     acquired_at grows with the fence. A fence past [lock.FenceMax] fails
-//     the counter's CHECK and the whole statement: nothing is written.
-//     Durable commit.
-//   - Release, ReleaseKey: delete the live row by lock id (and key) and tell
-//     "expired" from "not found"; asynchronous commit.
+//   - Acquire: if a live lease holds the key by the statement's snapshot,
+//     or another acquire of the key holds the key's transaction-scoped
+//     advisory lock (tried, never waited for), "locked": nothing written,
+//     no row lock, no transaction id, no WAL. Otherwise it inserts the row,
+//     or takes it over only if it is a tombstone or an expired lease once
+//     its row lock is held, with the fence above; times come from
+//     clock_timestamp() read after those locks, so acquired_at grows with
+//     the fence. A fence past [lock.FenceMax] fails the CHECK and the whole
+//     statement: nothing is written. Durable commit.
+//   - Release, ReleaseKey: end the live lease by lock id (and key) and tell
+//     "expired" from "not found": delete the row, or leave a tombstone as
+//     above; asynchronous commit.
 //   - Extend, ExtendKey: set expires_at to clock_timestamp() + ttl on the
 //     live row; durable commit. An acquire and an extend racing at the
 //     expiry serialise on the row lock and both judge liveness on the latest
 //     row version: one of them fails, never both succeed.
 //   - IsLocked, LookupKey, LookupID: reads (IsLocked with cleanup also
-//     deletes the key's long-expired row, asynchronously committed).
-//   - Sweep: DELETEs of at most [WithSweepBatch] expired rows each.
+//     deletes the key's row when Sweep would, asynchronously committed).
+//   - Sweep: DELETEs of at most [WithSweepBatch] rows each.
+//
+// Every statement that deletes a row first tries the key's advisory lock,
+// the one an acquire holds from before it reads the clock until it commits,
+// and leaves the row (a release: as a tombstone) when it is taken; so no
+// acquire can insert a fresh row with a clock read before the deletion.
 //
 // Inside a caller's pgx.Tx, Acquire runs in a savepoint (two more round
-// trips) so that a refused acquire leaves the transaction usable.
+// trips) so that a failed acquire leaves the transaction usable.
 //
 // The advisory locks live in PostgreSQL's one advisory-lock space, under
-// 64-bit hashes of the storage keys (seeded with [SchemaLockID]). Another
-// application's advisory lock on the same number, or a hash collision, can
-// only make an acquire answer "locked" while that lock is held; it never lets
-// two holders in.
+// 64-bit hashes of the storage keys (seeded with the number of SetupSchema's
+// advisory lock, which schema.sql names). Another application's advisory
+// lock on the same number, or a hash collision, can only make an acquire
+// answer "locked" (or a deletion wait for a later sweep) while that lock is
+// held; it never lets two holders in.
+//
+// # Deadlines
+//
+// Every call, SetupSchema and Sweep included, runs under its ctx: when the
+// ctx ends, pgx interrupts the statement (closing the connection if it has
+// to) and the call fails with NetworkTimeout (deadline) or Aborted
+// (cancelled), also against a server that stopped answering. Give every
+// ctx a deadline: the locker adds none of its own.
 //
 // # Durability
 //
-// A fence is handed out only after the statement that incremented it
-// committed durably (with the server's synchronous_commit, on by default).
-// Releases, cleanups and sweeps commit asynchronously (synchronous_commit
-// off for their own transaction only): a release lost in a crash only lets
-// the lease run out, and this halves the WAL flushes of an acquire-release
+// A fence is handed out only after the statement that wrote it committed
+// durably (with the server's synchronous_commit, on by default). Releases,
+// cleanups and sweeps commit asynchronously (synchronous_commit off for
+// their own transaction only): a release lost in a crash only lets the
+// lease run out, and this halves the WAL flushes of an acquire-release
 // cycle. Inside a caller's pgx.Tx nothing changes its commit.
 //
 // # Errors
 //
-// Failures are [*idemkit.Error] values that unwrap to their code's sentinel and
-// the native error (*pgconn.PgError, net.Error, ...). Serialization failures
-// (40001), deadlocks (40P01), failures before anything was sent, and
-// connection losses in repeatable operations (reads, extends, cleanups,
-// sweeps) are retried inside the operation ([Retry]), up to three times with
-// a short jittered back-off that stops when ctx ends. Mapping ([MapError]),
-// by type and SQLSTATE:
+// Failures are [*idemkit.Error] values that unwrap to their code's sentinel
+// and the native error (*pgconn.PgError, net.Error, ...). Serialization
+// failures (40001), deadlocks (40P01), failures before anything was sent,
+// and connection losses in repeatable operations (reads, extends,
+// cleanups, sweeps) are retried inside the operation, up to three times
+// with a short jittered back-off that stops when ctx ends. Mapping, by type
+// and SQLSTATE class:
 //
 //	ctx cancelled / deadline                          Aborted / NetworkTimeout
 //	class 08, 57P01-57P05, 25006, 40001/40P01 after retries,
@@ -101,18 +131,27 @@
 //	42P01, 3F000, 42703 (run SetupSchema)             InvalidArgument
 //	anything else                                     Internal
 //
-// # Building blocks for a co-located store
+// # Upgrading from the fence-counter table
 //
-// A store that keeps its rows in the same database, on the same client, and
-// should fail, retry and sweep the way the locker does, builds on the
-// locker's own pieces instead of copying them; store/pgstore does:
+// Earlier versions kept fences in a second table, idemkit_lock_fences, with
+// one row per key ever locked. It is gone: the fence lives in the lock row.
+// Stop every locker of the old version, then migrate (with your table
+// names):
 //
-//   - [DB]: the client interface (*pgxpool.Pool, *pgx.Conn, pgx.Tx).
-//   - [Retry]: one statement, retried like the locker's, its last error
-//     mapped by [MapError] (the table above).
-//   - [ParseTableName], [TableName]: validated table names, always quoted.
-//   - [SetupDDL]: idempotent DDL in one transaction under the advisory lock
-//     [SchemaLockID].
-//   - [SweepBatches]: deletion of expired rows in batches (the background
-//     loop that runs it is [lock.SweepEvery]).
+//	BEGIN;
+//	ALTER TABLE idemkit_locks ADD COLUMN IF NOT EXISTS fence bigint;
+//	UPDATE idemkit_locks AS l SET fence = f.fence
+//	    FROM idemkit_lock_fences AS f WHERE f.key = l.key;
+//	UPDATE idemkit_locks SET fence = 1 WHERE fence IS NULL;
+//	ALTER TABLE idemkit_locks
+//	    ALTER COLUMN fence SET NOT NULL,
+//	    ALTER COLUMN lock_id DROP NOT NULL,
+//	    ADD CONSTRAINT idemkit_locks_fence_max CHECK (fence <= 900000000000000);
+//	DROP TABLE idemkit_lock_fences;
+//	COMMIT;
+//
+// Dropping the counters is safe: they counted acquires from 1, far below
+// the clock in Unix milliseconds that new fences start from, so every new
+// fence is greater than every fence issued before. The old option
+// WithFenceTable is gone with the table.
 package pglock

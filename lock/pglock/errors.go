@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
@@ -21,51 +20,45 @@ import (
 // nothing behind.
 const maxRetries = 3
 
-// retryBase is the first back-off between tries; it doubles each time, with
-// jitter.
-const retryBase = 2 * time.Millisecond
+// retryBackoff spaces the tries: from 2ms, doubling, jittered, at most 20ms.
+func retryBackoff() idemkit.Backoff {
+	return idemkit.Backoff{Base: 2 * time.Millisecond, Max: 20 * time.Millisecond}
+}
 
-// Retry runs one statement of an operation on PostgreSQL, the way every
-// [Locker] operation runs its own: it calls f until f succeeds, fails with
-// an error that is not worth a retry, or has been tried four times (one try
-// and three retries), with a jittered back-off from 2ms that doubles each
-// time and stops when ctx ends. It returns nil on success, else the last
-// error mapped by [MapError] for op.
+// retry runs one statement of an operation: it calls f until f succeeds,
+// fails with an error that is not worth a retry, or has been tried four
+// times (one try and three retries), with a jittered back-off from 2ms that
+// doubles each time and stops when ctx ends. It returns nil on success,
+// else the last error mapped by [mapError] for op.
 //
 // f reports, with its error, whether its try is repeatable: whether running
 // it again after a connection loss that may have happened after the
 // statement committed leaves the same state (a read, or a write whose
-// repetition changes nothing, such as an extend, a sweep or pgstore's put
-// of the same record). Serialization failures (40001), deadlocks (40P01) and
-// failures that pgx guarantees happened before anything was sent are
-// retried whatever f reports; a lost connection (class 08, 57P01..57P05, a
-// network error, io.EOF) only when the try is repeatable; a closed pool or
-// connection, or a [*idemkit.Error] that f returns, never.
+// repetition changes nothing, such as an extend or a sweep).
+// Serialization failures (40001), deadlocks (40P01) and failures that pgx
+// guarantees happened before anything was sent are retried whatever f
+// reports; a lost connection (class 08, 57P01..57P05, a network error,
+// io.EOF) only when the try is repeatable; a closed pool or connection, or
+// a [*idemkit.Error] that f returns, never.
 //
 // inTx says that f runs in a caller's transaction (a pgx.Tx), which any
 // failure aborts: f is then tried once.
-//
-// It is exported as a building block for a store that keeps its rows next
-// to the locker's, on the same client ([DB]), with the same retries and
-// error mapping (pgstore does).
-func Retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context) (repeatable bool, err error)) error {
-	delay := retryBase
-	for try := 0; ; try++ {
+func retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context) (repeatable bool, err error)) error {
+	for try := 1; ; try++ {
 		repeatable, err := f(ctx)
 		if err == nil {
 			return nil
 		}
-		if inTx || try == maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
-			return MapError(ctx, op, err)
+		if inTx || try > maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
+			return mapError(ctx, op, err)
 		}
-		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		t := time.NewTimer(retryBackoff().Delay(try))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return MapError(ctx, op, err)
+			return mapError(ctx, op, err)
 		case <-t.C:
 		}
-		delay *= 2
 	}
 }
 
@@ -118,13 +111,12 @@ func transport(err error) bool {
 }
 
 // undefinedHint is the detail of the error for a missing table, schema or
-// column. The SQLSTATE does not say whose table is missing, so it names the
-// setup of both packages that map their errors here.
-const undefinedHint = "a table is missing or out of date: run SetupSchema (pglock.SetupSchema for the lock tables, pgstore.SetupSchema for the record table), or apply that package's schema.sql, with the same table names"
+// column.
+const undefinedHint = "the lock table is missing or out of date: run pglock.SetupSchema, or apply its schema.sql, with the same table name (a table of an earlier version needs the migration in the package documentation)"
 
 // classify returns the code and a detail for a native error (never nil),
 // by type and SQLSTATE, never by message text (the table is in
-// [MapError]'s documentation).
+// [mapError]'s documentation).
 func classify(err error) (idemkit.Code, string) {
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -146,7 +138,7 @@ func classify(err error) (idemkit.Code, string) {
 	return idemkit.CodeInternal, "unexpected error from PostgreSQL"
 }
 
-// classifySQLState maps a SQLSTATE (see [MapError]).
+// classifySQLState maps a SQLSTATE (see [mapError]).
 func classifySQLState(code string) (idemkit.Code, string) {
 	switch code {
 	case "40001", "40P01":
@@ -173,12 +165,13 @@ func classifySQLState(code string) (idemkit.Code, string) {
 	return idemkit.CodeInternal, "unexpected SQLSTATE " + code
 }
 
-// MapError turns an error from pgx into a [*idemkit.Error] for op that
+// mapError turns an error from pgx into a [*idemkit.Error] for op that
 // unwraps to both its code's sentinel and err; it returns nil for nil and a
 // *idemkit.Error unchanged. When ctx has ended, the error is Aborted
 // (cancelled) or NetworkTimeout (deadline) whatever pgx made of the
 // interruption, and unwraps to ctx's error as well. Otherwise the code
-// comes from the error's type and SQLSTATE, never from its message text:
+// comes from the error's type and SQLSTATE (class), never from its message
+// text:
 //
 //	context.Canceled / DeadlineExceeded in err           Aborted / NetworkTimeout
 //	40001 serialization_failure, 40P01 deadlock_detected (after retries)  ServiceUnavailable
@@ -193,10 +186,8 @@ func classifySQLState(code string) (idemkit.Code, string) {
 //	connect errors, net errors, io.EOF, closed conn or pool, SafeToRetry errors  ServiceUnavailable
 //	anything else                                        Internal
 //
-// The detail never holds a key or a statement's arguments. Every [Locker]
-// operation maps its errors with it (through [Retry]), and so does a store
-// built on pglock's building blocks (pgstore).
-func MapError(ctx context.Context, op string, err error) error {
+// The detail never holds a key or a statement's arguments.
+func mapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}

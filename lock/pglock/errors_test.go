@@ -18,8 +18,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock/pglock/pgtest"
-	"github.com/idemkit/idemkit/store"
 )
 
 // timeoutErr is a net.Error that timed out.
@@ -79,10 +77,10 @@ func TestMapError(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := MapError(context.Background(), "op", c.err)
+			err := mapError(context.Background(), "op", c.err)
 			var le *idemkit.Error
 			if !errors.As(err, &le) || le.Code != c.want {
-				t.Fatalf("MapError(%v) = %v; want code %v", c.err, err, c.want)
+				t.Fatalf("mapError(%v) = %v; want code %v", c.err, err, c.want)
 			}
 			if !errors.Is(err, c.want.Sentinel()) || !errors.Is(err, c.err) {
 				t.Fatalf("%v does not match both its sentinel and its cause", err)
@@ -94,7 +92,7 @@ func TestMapError(t *testing.T) {
 	}
 	t.Run("lock errors pass through", func(t *testing.T) {
 		in := idemkit.NewError(idemkit.CodeInternal, "acquire", "fence overflow", nil)
-		if err := MapError(context.Background(), "op", in); err != error(in) {
+		if err := mapError(context.Background(), "op", in); err != error(in) {
 			t.Fatalf("MapError changed a *idemkit.Error: %v", err)
 		}
 	})
@@ -107,7 +105,7 @@ func TestMapError(t *testing.T) {
 			ctx  context.Context
 			want idemkit.Code
 		}{{canceled, idemkit.CodeAborted}, {expired, idemkit.CodeNetworkTimeout}} {
-			err := MapError(c.ctx, "op", pgErr("57014"))
+			err := mapError(c.ctx, "op", pgErr("57014"))
 			if idemkit.CodeOf(err) != c.want || !errors.Is(err, c.ctx.Err()) || !errors.Is(err, c.want.Sentinel()) {
 				t.Fatalf("MapError under an ended ctx = %v; want %v wrapping the ctx error", err, c.want)
 			}
@@ -118,18 +116,14 @@ func TestMapError(t *testing.T) {
 		}
 	})
 	t.Run("missing table names the fix", func(t *testing.T) {
-		err := MapError(context.Background(), "op", pgErr("42P01"))
-		// Both packages whose tables it may be (pglock's own, pgstore's
-		// on pglock's mapping).
-		for _, fix := range []string{"pglock.SetupSchema", "pgstore.SetupSchema"} {
-			if !strings.Contains(err.Error(), fix) {
-				t.Fatalf("%v does not say to run %s", err, fix)
-			}
+		err := mapError(context.Background(), "op", pgErr("42P01"))
+		if !strings.Contains(err.Error(), "pglock.SetupSchema") {
+			t.Fatalf("%v does not say to run pglock.SetupSchema", err)
 		}
 	})
 	t.Run("nil stays nil", func(t *testing.T) {
-		if err := MapError(context.Background(), "op", nil); err != nil {
-			t.Fatalf("MapError(nil) = %v", err)
+		if err := mapError(context.Background(), "op", nil); err != nil {
+			t.Fatalf("mapError(nil) = %v", err)
 		}
 	})
 }
@@ -156,7 +150,7 @@ func TestRetryable(t *testing.T) {
 		{"closed conn", fmt.Errorf("x: %w", pgconn.ErrConnClosed), true, false},
 		{"lock error", idemkit.NewError(idemkit.CodeInternal, "acquire", "overflow", nil), true, false},
 		{"unknown", errors.New("odd"), true, false},
-		{"a store's sentinel", store.ErrTooLarge, true, false},
+		{"a sentinel", idemkit.ErrInternal, true, false},
 	}
 	for _, c := range cases {
 		if got := retryable(c.err, c.repeatable); got != c.want {
@@ -191,7 +185,7 @@ func TestRetry(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			tries := 0
-			err := Retry(t.Context(), "op", c.inTx, func(context.Context) (bool, error) {
+			err := retry(t.Context(), "op", c.inTx, func(context.Context) (bool, error) {
 				tries++
 				if tries <= c.fails {
 					return c.repeatable, c.err
@@ -222,7 +216,7 @@ func TestRetry(t *testing.T) {
 	t.Run("an ended ctx stops the retries", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		tries := 0
-		err := Retry(ctx, "op", false, func(context.Context) (bool, error) {
+		err := retry(ctx, "op", false, func(context.Context) (bool, error) {
 			tries++
 			cancel()
 			return true, pgErr("40001")
@@ -239,11 +233,11 @@ func TestRetry(t *testing.T) {
 func TestErrorsFromServer(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := pgtest.NewPool(t, srv.URL, 4)
+	admin := newPool(t, srv.URL, 4)
 	ctx := t.Context()
 
 	t.Run("missing table", func(t *testing.T) {
-		l, err := New(admin, WithTable("no_such_schema_x.locks"), WithFenceTable("no_such_schema_x.fences"))
+		l, err := New(admin, WithTable("no_such_schema_x.locks"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +267,7 @@ func TestErrorsFromServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+l.cfg.names.locks.Sanitize()+" WHERE lock_id = $1 FOR UPDATE", lease.ID); err != nil {
+		if _, err := tx.Exec(ctx, "SELECT 1 FROM "+l.cfg.table.sanitize()+" WHERE lock_id = $1 FOR UPDATE", lease.ID); err != nil {
 			t.Fatal(err)
 		}
 		return func() { _ = tx.Rollback(context.Background()) }
@@ -316,7 +310,7 @@ func TestErrorsFromServer(t *testing.T) {
 		}, idemkit.CodeAborted, context.Canceled},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			pool := pgtest.NewPool(t, srv.URL, 2)
+			pool := newPool(t, srv.URL, 2)
 			ml, _ := New(pool, opts...)
 			unhold := hold(t)
 			qctx, cancel := c.ctx()
@@ -337,7 +331,7 @@ func TestErrorsFromServer(t *testing.T) {
 	}
 
 	t.Run("terminated backend", func(t *testing.T) {
-		conn := pgtest.Connect(t, srv.URL)
+		conn := connect(t, srv.URL)
 		tl, _ := New(conn, opts...)
 		var pid int
 		if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {

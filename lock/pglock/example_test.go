@@ -15,7 +15,7 @@ import (
 	"github.com/idemkit/idemkit/lock/pglock"
 )
 
-// A locker on a connection pool, with the tables created at start-up and a
+// A locker on a connection pool, with the table created at start-up and a
 // background sweeper for expired rows. (It needs a server, so it does not
 // run as a test.)
 func Example() {
@@ -39,33 +39,41 @@ func Example() {
 		// Pass lease.Fence to the resource, which refuses older fences.
 		fmt.Println("holding fence", lease.Fence)
 		return nil
-	}, lock.WithTTL(10*time.Second))
+	}, lock.WithTTL(10*time.Second), lock.WithTimeout(5*time.Second))
 	if errors.Is(err, idemkit.ErrAcquisitionTimeout) {
 		fmt.Println("busy")
 	}
 }
 
-// Table names are options, validated and quoted; SetupSchema and New take
-// the same ones.
-func ExampleNew_tableNames() {
+// Every call is bounded by its ctx: a server that stops answering gives a
+// NetworkTimeout (or ServiceUnavailable) error when the deadline passes,
+// never a hang.
+func ExampleLocker_Acquire() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://app@db.internal:5432/app")
 	if err != nil {
 		log.Fatal(err)
 	}
-	opts := []pglock.Option{pglock.WithTable("infra.locks"), pglock.WithFenceTable("infra.lock_fences")}
-	if err := pglock.SetupSchema(ctx, pool, opts...); err != nil {
-		log.Fatal(err)
-	}
-	locker, err := pglock.New(pool, opts...)
+	locker, err := pglock.New(pool, pglock.WithTable("infra.locks"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, ok, err := locker.Acquire(ctx, "report:daily", 30*time.Second)
-	if err != nil || !ok {
-		return // failed, or held by someone else
+	actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	lease, ok, err := locker.Acquire(actx, "report:daily", 30*time.Second)
+	switch {
+	case err != nil:
+		log.Printf("lock unavailable (%v): %v", idemkit.CodeOf(err), err)
+		return
+	case !ok:
+		return // held by someone else
 	}
-	defer func() { _, _ = locker.ReleaseKey(context.WithoutCancel(ctx), lease.Key, lease.ID) }()
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = locker.ReleaseKey(rctx, lease.Key, lease.ID)
+	}()
+	// ... work, passing lease.Fence along ...
 }
 
 // A lock taken inside a transaction takes effect when it commits, together
@@ -95,7 +103,7 @@ func ExampleNew_transaction() {
 	_ = tx.Commit(ctx)
 }
 
-// The DDL for migration tools, with the default table names.
+// The DDL for migration tools, with the default table name.
 func ExampleSchemaSQL() {
 	_ = pglock.SchemaSQL() // write it to migrations/0001_idemkit_locks.sql
 }

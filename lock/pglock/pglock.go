@@ -25,10 +25,7 @@ import (
 // several goroutines at once (nor with a sweeper running). A pgx.Tx makes
 // every lock operation part of that transaction: locks are taken, extended
 // and released only when it commits (Acquire runs in a savepoint, so that a
-// refused acquire leaves the transaction usable).
-//
-// It is also the client of the other building blocks ([SetupDDL],
-// [SweepBatches]); pgstore's DB is this interface.
+// failed acquire leaves the transaction usable).
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -48,68 +45,50 @@ var (
 type Option func(*config)
 
 type config struct {
-	table, fenceTable string
-	names             names
-	cleanup           bool
-	logger            *slog.Logger
-	hasher            lock.Hasher
-	sweepBatch        int
+	tableName  string
+	table      tableName
+	cleanup    bool
+	logger     *slog.Logger
+	sweepBatch int
 }
 
 // WithTable sets the lock table: "table" or "schema.table", each part a
 // letter or underscore followed by letters, digits and underscores (the
 // table part at most 48 bytes, the schema 63). Names are always quoted, so
 // their case is kept. Default: "idemkit_locks".
-func WithTable(name string) Option { return func(c *config) { c.table = name } }
+func WithTable(name string) Option { return func(c *config) { c.tableName = name } }
 
-// WithFenceTable sets the fence-counter table, named as for [WithTable]. It
-// must differ from the lock table. Default: "idemkit_lock_fences".
-func WithFenceTable(name string) Option { return func(c *config) { c.fenceTable = name } }
-
-// WithCleanupInIsLocked makes IsLocked also delete the key's lock row when
-// it expired more than [lock.CleanupGrace] ago (never the fence counter).
-// Default: off (IsLocked is a pure read; Sweep collects expired rows).
+// WithCleanupInIsLocked makes IsLocked also delete the key's row when
+// [Locker.Sweep] would: it expired more than [lock.CleanupGrace] ago and
+// the server clock has passed its fence. Default: off (IsLocked is a pure
+// read; Sweep collects expired rows).
 func WithCleanupInIsLocked(on bool) Option { return func(c *config) { c.cleanup = on } }
 
 // WithLogger sets the logger for fence-limit warnings and sweeper failures.
 // Log lines never contain a raw key or lock id. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithHasher sets how the fence-limit warning names its key. Default:
-// lock.DefaultHasher().
-func WithHasher(h lock.Hasher) Option { return func(c *config) { c.hasher = h } }
-
 // WithSweepBatch sets how many expired rows one DELETE of [Locker.Sweep]
-// removes at most, so that collecting a large backlog never holds many row
-// locks at once. Default: 1000.
+// removes at most, so that collecting a large backlog never holds many
+// locks at once (a row lock and an advisory lock per row). Default: 100.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
-// DefaultSweepBatch is the default of [WithSweepBatch].
-const DefaultSweepBatch = 1000
-
 func newConfig(opts []Option) (config, error) {
-	c := config{table: DefaultTable, fenceTable: DefaultFenceTable, sweepBatch: DefaultSweepBatch}
+	c := config{tableName: defaultTable, sweepBatch: 100}
 	for _, o := range opts {
-		o(&c)
+		if o != nil {
+			o(&c)
+		}
 	}
 	var err error
-	if c.names.locks, err = ParseTableName("lock table", c.table); err != nil {
+	if c.table, err = parseTableName(c.tableName); err != nil {
 		return config{}, err
-	}
-	if c.names.fences, err = ParseTableName("fence table", c.fenceTable); err != nil {
-		return config{}, err
-	}
-	if c.names.locks.same(c.names.fences) {
-		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the lock table and the fence-counter table must differ", nil)
 	}
 	if c.sweepBatch < 1 {
 		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the sweep batch must be at least 1", nil)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
-	}
-	if c.hasher == nil {
-		c.hasher = lock.DefaultHasher()
 	}
 	return c, nil
 }
@@ -124,7 +103,7 @@ type Locker struct {
 	q    queries
 }
 
-// New returns a locker on db, with the tables named by opts, which must
+// New returns a locker on db, with the table named by opts, which must
 // exist (see [SetupSchema]). It validates the options (InvalidArgument) and
 // sends nothing to the server.
 func New(db DB, opts ...Option) (*Locker, error) {
@@ -136,7 +115,7 @@ func New(db DB, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	_, inTx := db.(pgx.Tx)
-	return &Locker{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.names, !inTx)}, nil
+	return &Locker{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}, nil
 }
 
 // Capabilities reports fencing, with the PostgreSQL server's clock
@@ -179,17 +158,18 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 // Acquire implements [lock.Locker] in one statement (one round trip, one
 // implicit transaction):
 //
-//   - If the key's row is live by the statement's snapshot, or another
+//   - If a live lease holds the key by the statement's snapshot, or another
 //     acquire of the key is in flight (a transaction-scoped advisory lock on
 //     the key's hash, tried without waiting), it answers "locked" having
-//     written nothing and taken no row lock.
-//   - Otherwise it inserts the lock row, or replaces it on the condition
-//     that it is expired once its row lock is held, and increments the
-//     key's fence counter only if it took the row. acquired_at and
-//     expires_at come from clock_timestamp() read after those locks, so
-//     acquired_at grows with the fence. A fence past [lock.FenceMax] fails
-//     the counter's CHECK constraint and the whole statement: nothing is
-//     written. The commit is durable before the lease is returned.
+//     written nothing, taken no row lock and been given no transaction id.
+//   - Otherwise it inserts the key's row, or takes it over on the condition
+//     that it is a tombstone or an expired lease once its row lock is held.
+//     The fence is the greater of the row's fence + 1 and the server clock
+//     in Unix milliseconds ([lock.NextFence]); acquired_at and expires_at
+//     come from clock_timestamp() read after those locks. A fence past
+//     [lock.FenceMax] fails the column's CHECK constraint and the whole
+//     statement: nothing is written. The commit is durable before the
+//     lease is returned.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
 	key, err := lock.NormalizeKey(key)
@@ -209,7 +189,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		acquired, expires time.Time
 		ok                bool
 	)
-	err = Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+	err = retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		ok = false
 		err := l.acquire(ctx, sk, id, micros(ttl), raw, &fence, &acquired, &expires)
 		switch {
@@ -227,17 +207,17 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return lock.Lease{}, false, err
 	}
 	if fence < 1 {
-		return lock.Lease{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the fence counter holds %d", fence), nil)
+		return lock.Lease{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the lock row holds the fence %d", fence), nil)
 	}
 	f := lock.Fence(fence)
-	if err := lock.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, f); err != nil {
+	if err := lock.CheckFence(ctx, l.cfg.logger, nil, key, f); err != nil {
 		return lock.Lease{}, false, err // only if the CHECK constraint was dropped from the table
 	}
 	return lock.Lease{Key: key, ID: id, Fence: f, AcquiredAt: acquired, ExpiresAt: expires}, true, nil
 }
 
 // acquire runs the acquire statement. Inside a caller's transaction it runs
-// in a savepoint, so that a refused acquire (fence overflow) leaves that
+// in a savepoint, so that a failed acquire (fence overflow) leaves that
 // transaction usable.
 func (l *Locker) acquire(ctx context.Context, sk, id string, ttl int64, raw []byte, dest ...any) error {
 	if !l.inTx {
@@ -254,21 +234,26 @@ func (l *Locker) acquire(ctx context.Context, sk, id string, ttl int64, raw []by
 	return sp.Commit(ctx)
 }
 
-// overflow turns the fence counter's CHECK violation into the Internal
+// overflow turns the fence column's CHECK violation into the Internal
 // error of a refused fence.
 func overflow(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23514" {
-		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence counter overflow: the next fence exceeds the maximum %s", lock.FenceMax), err)
+		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence overflow: the next fence exceeds the maximum %s", lock.FenceMax), err)
 	}
 	return err
 }
 
-// Release implements [lock.Locker]: one statement that deletes the live row
-// with this lock id (through its unique index) and tells an expired row
-// from a missing one. Its commit is asynchronous (synchronous_commit off for
-// that transaction only): a release lost in a server crash only lets the
-// lease run out, and the next durable commit flushes it anyway.
+// Release implements [lock.Locker]: one statement that ends the live lease
+// with this lock id (through its unique index) and tells an expired lease
+// from a missing one. It deletes the row if the server clock has passed the
+// lease's fence (read as Unix milliseconds) and no acquire of the key is in
+// flight, and otherwise leaves a tombstone (the fence alone, no lock id)
+// that expires once the clock passes it, so the key's next fence is still
+// greater. Its commit is
+// asynchronous (synchronous_commit off for that transaction only): a
+// release lost in a server crash only lets the lease run out, and the next
+// durable commit flushes it anyway.
 func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
@@ -296,7 +281,7 @@ func (l *Locker) release(ctx context.Context, sql string, args ...any) (lock.Out
 		return lock.Outcome{}, err
 	}
 	var released, present bool
-	err := Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+	err := retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		// Not repeatable: a release that committed before the connection
 		// was lost would be reported as not found.
 		return false, l.db.QueryRow(ctx, sql, args...).Scan(&released, &present)
@@ -351,7 +336,7 @@ func (l *Locker) extend(ctx context.Context, sql string, args ...any) (lock.Outc
 		expires *time.Time
 		present bool
 	)
-	err := Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+	err := retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		// Repeatable: extending twice leaves the same state as once.
 		return true, l.db.QueryRow(ctx, sql, args...).Scan(&expires, &present)
 	})
@@ -368,7 +353,7 @@ func (l *Locker) extend(ctx context.Context, sql string, args ...any) (lock.Outc
 
 // IsLocked implements [lock.Locker]: one read. With
 // [WithCleanupInIsLocked], the same statement also deletes the key's row if
-// it expired more than [lock.CleanupGrace] ago (asynchronous commit).
+// [Locker.Sweep] would (asynchronous commit).
 func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	const op = "is-locked"
 	key, err := lock.NormalizeKey(key)
@@ -379,13 +364,13 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	sk, _ := storageKey(key)
-	sql, args := l.q.isLocked, []any{sk}
+	sql := l.q.isLocked
 	if l.cfg.cleanup {
-		sql, args = l.q.isLockedCleanup, []any{sk, micros(lock.CleanupGrace)}
+		sql = l.q.isLockedCleanup
 	}
 	var locked bool
-	err = Retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
-		return true, l.db.QueryRow(ctx, sql, args...).Scan(&locked)
+	err = retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
+		return true, l.db.QueryRow(ctx, sql, sk).Scan(&locked)
 	})
 	return locked, err
 }
@@ -424,7 +409,7 @@ func (l *Locker) lookup(ctx context.Context, sql string, arg string) (lock.Info,
 		acquired, expires time.Time
 		found             bool
 	)
-	err := Retry(ctx, "lookup", l.inTx, func(ctx context.Context) (bool, error) {
+	err := retry(ctx, "lookup", l.inTx, func(ctx context.Context) (bool, error) {
 		err := l.db.QueryRow(ctx, sql, arg).Scan(&sk, &raw, &id, &fence, &acquired, &expires)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {

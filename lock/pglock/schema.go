@@ -14,47 +14,49 @@ import (
 	"github.com/idemkit/idemkit/lock"
 )
 
-// Default table names.
-const (
-	DefaultTable      = "idemkit_locks"
-	DefaultFenceTable = "idemkit_lock_fences"
-)
+// defaultTable is the lock table's name unless [WithTable] sets another.
+const defaultTable = "idemkit_locks"
 
-// SchemaLockID is the key of the transaction-scoped advisory lock
-// ([pg_advisory_xact_lock]) that [SetupSchema] holds while it runs its DDL,
-// so that processes starting together do not race on CREATE TABLE IF NOT
-// EXISTS. The same key serialises pgstore's SetupSchema. It is the
-// big-endian int64 of the ASCII bytes "idemkit!".
-//
-// [pg_advisory_xact_lock]: https://www.postgresql.org/docs/current/functions-admin.html#FUNCTIONS-ADVISORY-LOCKS
-const SchemaLockID int64 = 0x6964656d6b697421
+// schemaLockID is the key of the transaction-scoped advisory lock that
+// [SetupSchema] holds while it runs its DDL, so that processes starting
+// together do not race on CREATE TABLE IF NOT EXISTS: the big-endian int64
+// of the ASCII bytes "idemkit!". schema.sql names it in its header.
+const schemaLockID int64 = 0x6964656d6b697421
 
 //go:embed schema.sql
 var schemaSQL string
 
 // SchemaSQL returns the DDL that [SetupSchema] runs with the default table
-// names, as shipped in this package's schema.sql, for migration tools
+// name, as shipped in this package's schema.sql, for migration tools
 // (goose, golang-migrate, Atlas, Flyway, ...). It is idempotent (IF NOT
-// EXISTS throughout). With other table names, call SetupSchema or edit a
+// EXISTS throughout). With another table name, call SetupSchema or edit a
 // copy of the file.
 func SchemaSQL() string { return schemaSQL }
 
 // ddl is the schema, with placeholders for the quoted names. schema.sql is
-// this text rendered with the default names, below a comment header; a test
+// this text rendered with the default name, below a comment header; a test
 // keeps the two in step.
-const ddl = `-- Lock records: one row per key that is locked or was locked and not yet
--- deleted. A row whose expires_at has passed (by the server clock) is
--- expired: acquire replaces it, release and extend refuse it, and Sweep (or
--- IsLocked's optional cleanup) deletes it once it has been expired for
--- longer than lock.CleanupGrace.
+const ddl = `-- Lock records: one row per key that is locked, was locked and has not
+-- been removed yet, or keeps a released lease's fence (a tombstone). A
+-- lease is live while clock_timestamp() < expires_at by the server clock;
+-- acquire replaces an expired lease or a tombstone, release and extend
+-- refuse an expired lease. A row is deleted (by Sweep, a release or
+-- IsLocked's optional cleanup) only once the clock has passed its fence read
+-- as Unix milliseconds, so the next fence of its key, the greater of the
+-- previous fence + 1 and the clock in Unix milliseconds, is always greater.
 CREATE TABLE IF NOT EXISTS {{locks}} (
     -- lock.StorageKey of the normalised key: "k:" + the key when it is
     -- valid UTF-8 without NUL and short, else "h:" + its SHA-256.
     key         text        PRIMARY KEY,
-    -- The lease's lock id (22 base64url characters). The lease's fence is
-    -- the key's fence counter: it moves only when a lease is granted.
-    lock_id     text        NOT NULL,
+    -- The lease's lock id (22 base64url characters); NULL in a tombstone.
+    lock_id     text,
+    -- The lease's fence, or a tombstone's: the last fence issued for the
+    -- key. The check refuses, atomically, the acquire that would pass
+    -- lock.FenceMax.
+    fence       bigint      NOT NULL CONSTRAINT {{locks_fence_max}} CHECK (fence <= {{fence_max}}),
     acquired_at timestamptz NOT NULL,
+    -- The row's expiry: the lease's end, or for a tombstone the instant the
+    -- clock passes its fence. Sweep deletes the rows past it.
     expires_at  timestamptz NOT NULL,
     -- The normalised key when key holds its hash, else NULL.
     user_key    bytea
@@ -63,78 +65,52 @@ CREATE TABLE IF NOT EXISTS {{locks}} (
 CREATE UNIQUE INDEX IF NOT EXISTS {{locks_lock_id}} ON {{locks}} (lock_id);
 -- Sweep: the expired rows, oldest first, without a scan of the table.
 CREATE INDEX IF NOT EXISTS {{locks_expires_at}} ON {{locks}} (expires_at);
-
--- Fence counters: one row per key ever locked, never deleted (not by
--- release, expiry, cleanup or Sweep), so fences only grow.
-CREATE TABLE IF NOT EXISTS {{fences}} (
-    -- The same storage key as the lock table's.
-    key   text   PRIMARY KEY,
-    -- The last fence issued for the key. The check refuses, atomically,
-    -- the acquire that would pass lock.FenceMax.
-    fence bigint NOT NULL CONSTRAINT {{fences_max}} CHECK (fence <= {{fence_max}})
-);
 `
 
-// renderDDL fills ddl with the names of n.
-func renderDDL(n names) string {
+// renderDDL fills ddl with the name n.
+func renderDDL(n tableName) string {
 	return strings.NewReplacer(
-		"{{locks}}", n.locks.Sanitize(),
-		"{{locks_lock_id}}", n.locks.Derived("_lock_id_key"),
-		"{{locks_expires_at}}", n.locks.Derived("_expires_at_idx"),
-		"{{fences}}", n.fences.Sanitize(),
-		"{{fences_max}}", n.fences.Derived("_fence_max"),
+		"{{locks}}", n.sanitize(),
+		"{{locks_lock_id}}", n.derived("_lock_id_key"),
+		"{{locks_expires_at}}", n.derived("_expires_at_idx"),
+		"{{locks_fence_max}}", n.derived("_fence_max"),
 		"{{fence_max}}", strconv.FormatUint(lock.FenceMax.Uint64(), 10),
 	).Replace(ddl)
 }
 
-// SetupSchema creates the lock and fence-counter tables and their indexes
-// if they do not exist, with the table names set by opts ([WithTable],
-// [WithFenceTable]; other options are ignored). It is idempotent and safe
-// to run concurrently from several processes: it runs the DDL through
-// [SetupDDL], in one transaction that holds the advisory lock
-// [SchemaLockID]. Invalid names are refused with InvalidArgument before any
-// SQL is sent.
+// SetupSchema creates the lock table and its indexes if they do not exist,
+// with the table name set by opts ([WithTable]; other options are
+// ignored). It is idempotent and safe to run concurrently from several
+// processes: it runs its DDL in one transaction that first takes a
+// transaction-scoped advisory lock (the number schema.sql names), so that
+// setups started together queue up instead of racing. An invalid name is
+// refused with InvalidArgument before any SQL is sent. It does not migrate
+// a table of an earlier version (see the package documentation).
 //
-// db may be a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (the tables then exist
-// when that transaction commits).
+// db may be a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (the table then
+// exists when that transaction commits).
 func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
+	const op = "setup-schema"
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return err
 	}
-	return SetupDDL(ctx, db, renderDDL(cfg.names))
-}
-
-// SetupDDL runs ddl, idempotent DDL (CREATE ... IF NOT EXISTS throughout),
-// in one transaction on db that first takes the transaction-scoped advisory
-// lock [SchemaLockID], so that setups run by processes starting together
-// queue up instead of racing on CREATE TABLE IF NOT EXISTS (which can fail
-// when another transaction creates the same table). An ended ctx fails it
-// before any SQL is sent; other failures are mapped by [MapError] with op
-// "setup-schema". On a pgx.Tx it runs in a savepoint, and the DDL takes
-// effect when that transaction commits.
-//
-// [SetupSchema] runs the locker's DDL through it. It is exported as a
-// building block for a store that keeps its tables next to the locker's
-// (pgstore's SetupSchema runs its DDL through it, under the same lock).
-func SetupDDL(ctx context.Context, db DB, ddl string) error {
-	const op = "setup-schema"
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return err
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return MapError(ctx, op, err)
+		return mapError(ctx, op, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", SchemaLockID); err != nil {
-		return MapError(ctx, op, err)
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", schemaLockID); err != nil {
+		return mapError(ctx, op, err)
 	}
-	if _, err := tx.Exec(ctx, ddl); err != nil {
-		return MapError(ctx, op, err)
+	if _, err := tx.Exec(ctx, renderDDL(cfg.table)); err != nil {
+		return mapError(ctx, op, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return MapError(ctx, op, err)
+		return mapError(ctx, op, err)
 	}
 	return nil
 }
@@ -151,27 +127,20 @@ const (
 	maxTableLen  = 48
 )
 
-// TableName is a validated table name, optionally schema-qualified, ready
-// to be put into SQL: every name it renders is quoted, so no table name can
-// inject SQL and its case is kept. Get one from [ParseTableName]; the zero
-// TableName names no table.
-//
-// It is exported as a building block for a store that names its tables the
-// way the locker does ([WithTable]); pgstore's WithTable is validated by it.
-type TableName struct {
+// tableName is a validated table name, optionally schema-qualified: every
+// name it renders is quoted, so no table name can inject SQL and its case
+// is kept.
+type tableName struct {
 	schema, table string
 }
 
-// ParseTableName validates name: "table" or "schema.table", each part a
+// parseTableName validates name: "table" or "schema.table", each part a
 // letter or underscore followed by letters, digits and underscores, the
-// table part at most 48 bytes (so that the names derived from it, such as
-// "<table>_expires_at_idx", stay within PostgreSQL's 63) and the schema at
-// most 63. Anything else is refused with an InvalidArgument error (op
-// "new") whose detail starts with what ("lock table", "record table")
-// and the quoted name.
-func ParseTableName(what, name string) (TableName, error) {
-	bad := func(detail string) (TableName, error) {
-		return TableName{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("%s %q: %s", what, name, detail), nil)
+// table part at most 48 bytes (so that the names derived from it stay
+// within PostgreSQL's 63) and the schema at most 63.
+func parseTableName(name string) (tableName, error) {
+	bad := func(detail string) (tableName, error) {
+		return tableName{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("lock table %q: %s", name, detail), nil)
 	}
 	schema, table, qualified := strings.Cut(name, ".")
 	if !qualified {
@@ -187,32 +156,21 @@ func ParseTableName(what, name string) (TableName, error) {
 	case len(table) > maxTableLen:
 		return bad(fmt.Sprintf("the table name exceeds %d bytes", maxTableLen))
 	}
-	return TableName{schema: schema, table: table}, nil
+	return tableName{schema: schema, table: table}, nil
 }
 
-// Sanitize returns the quoted, possibly schema-qualified name, for SQL.
-func (n TableName) Sanitize() string {
+// sanitize returns the quoted, possibly schema-qualified name, for SQL.
+func (n tableName) sanitize() string {
 	if n.schema == "" {
 		return pgx.Identifier{n.table}.Sanitize()
 	}
 	return pgx.Identifier{n.schema, n.table}.Sanitize()
 }
 
-// Derived returns the quoted name of an index or constraint of the table:
+// derived returns the quoted name of an index or constraint of the table:
 // the table part plus suffix (such as "_expires_at_idx"), unqualified, as
 // CREATE INDEX and CONSTRAINT take it (the object lives in the table's
 // schema).
-func (n TableName) Derived(suffix string) string {
+func (n tableName) derived(suffix string) string {
 	return pgx.Identifier{n.table + suffix}.Sanitize()
-}
-
-// same reports whether n and m may name the same table: equal table parts
-// in equal schemas, or with either schema left to the search path.
-func (n TableName) same(m TableName) bool {
-	return n.table == m.table && (n.schema == m.schema || n.schema == "" || m.schema == "")
-}
-
-// names are the locker's tables.
-type names struct {
-	locks, fences TableName
 }

@@ -3,48 +3,121 @@ package pglock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
 // TestSchemaSQLMatchesSetupSchema checks that the shipped schema.sql is the
-// DDL SetupSchema runs for the default names, below a header of comments.
+// DDL SetupSchema runs for the default name, below a header of comments
+// that names the advisory lock SetupSchema holds.
 func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
 	cfg, err := newConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pgtest.SchemaSQLMatches(t, SchemaSQL(), renderDDL(cfg.names), SchemaLockID)
+	want := renderDDL(cfg.table)
+	header, ok := strings.CutSuffix(SchemaSQL(), want)
+	if !ok {
+		t.Fatalf("schema.sql is not the DDL of SetupSchema with the default name; want it to end with:\n%s", want)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(header), "\n") {
+		if line != "" && !strings.HasPrefix(line, "--") {
+			t.Fatalf("schema.sql has a line that is not a comment before the DDL: %q", line)
+		}
+	}
+	if !strings.Contains(header, fmt.Sprint(schemaLockID)) {
+		t.Fatal("the header of schema.sql does not name the advisory lock SetupSchema holds")
+	}
+	if strings.Contains(SchemaSQL(), "CREATE TABLE IF NOT EXISTS \"idemkit_lock_fences\"") {
+		t.Fatal("schema.sql still creates the fence-counter table")
+	}
 }
 
 // TestSchemaSQLAppliesLikeSetupSchema applies schema.sql as a migration
 // tool would (in a schema of its own, through the search path) and compares
-// the catalog with what SetupSchema creates.
+// the catalog with what SetupSchema creates in another schema.
 func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
 	t.Parallel()
-	admin := pgtest.NewPool(t, testenv.Postgres(t).URL, 2)
-	a := pgtest.AppliesLikeSetup(t, admin, SchemaSQL(), func(ctx context.Context, schema string) error {
-		return SetupSchema(ctx, admin, WithTable(schema+"."+DefaultTable), WithFenceTable(schema+"."+DefaultFenceTable))
-	})
-	if !strings.Contains(a, "idemkit_locks_lock_id_key") || !strings.Contains(a, "fence bigint NO") {
-		t.Fatalf("the catalog lacks what the schema declares:\n%s", a)
+	admin := newPool(t, testenv.Postgres(t).URL, 2)
+	ctx := t.Context()
+	viaFile, viaSetup := newSchema(t, admin), newSchema(t, admin)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL search_path = "+pgx.Identifier{viaFile}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, SchemaSQL()); err != nil {
+		t.Fatalf("applying schema.sql: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetupSchema(ctx, admin, WithTable(viaSetup+"."+defaultTable)); err != nil {
+		t.Fatal(err)
+	}
+	a, b := catalog(t, admin, viaFile), catalog(t, admin, viaSetup)
+	if a != b {
+		t.Fatalf("schema.sql and SetupSchema disagree:\nschema.sql:\n%s\nSetupSchema:\n%s", a, b)
+	}
+	for _, want := range []string{
+		"idemkit_locks_lock_id_key", "idemkit_locks_expires_at_idx",
+		"idemkit_locks.fence bigint NO", "idemkit_locks.lock_id text YES", "idemkit_locks.expires_at timestamp with time zone NO",
+		"idemkit_locks_fence_max: CHECK ((fence <= '900000000000000'::bigint))",
+	} {
+		if !strings.Contains(a, want) {
+			t.Fatalf("the catalog lacks %q:\n%s", want, a)
+		}
+	}
+	if strings.Contains(a, "fences") {
+		t.Fatalf("the catalog has a fence table:\n%s", a)
 	}
 }
 
+// catalog describes the tables, columns, indexes and check constraints of
+// schema, one line each in a stable order, with the schema's name left
+// out: two schemas built by the same DDL have the same catalog.
+func catalog(t testing.TB, db *pgxpool.Pool, schema string) string {
+	t.Helper()
+	rows, err := db.Query(t.Context(), `
+		SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable
+		FROM information_schema.columns WHERE table_schema = $1
+		UNION ALL
+		SELECT indexname || ': ' || replace(indexdef, $1 || '.', '')
+		FROM pg_indexes WHERE schemaname = $1
+		UNION ALL
+		SELECT c.conname || ': ' || pg_get_constraintdef(c.oid)
+		FROM pg_constraint AS c JOIN pg_namespace AS n ON n.oid = c.connamespace
+		WHERE n.nspname = $1 AND c.contype = 'c'
+		ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // TestSetupSchemaIdempotent runs SetupSchema twice in a row, then from
-// several goroutines at once on fresh names, each on a connection of its
-// own.
+// several goroutines at once on a fresh name, each on a connection of its
+// own, as processes starting together would.
 func TestSetupSchemaIdempotent(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := pgtest.NewPool(t, srv.URL, 2)
+	admin := newPool(t, srv.URL, 2)
 	ctx := t.Context()
 	opts := tables(t, admin) // the first run
 	if err := SetupSchema(ctx, admin, opts...); err != nil {
@@ -58,12 +131,27 @@ func TestSetupSchemaIdempotent(t *testing.T) {
 		t.Fatalf("Acquire after two SetupSchema runs: %v, %v", ok, err)
 	}
 
-	schema := pgtest.Schema(t, admin)
-	fresh := []Option{WithTable(schema + ".locks"), WithFenceTable(schema + ".fences")}
-	pool := pgtest.SetupConcurrently(t, srv.URL, 8, func(ctx context.Context, db *pgxpool.Pool) error {
-		return SetupSchema(ctx, db, fresh...)
-	})
-	l, _ = New(pool, fresh...)
+	const runners = 8
+	fresh := WithTable(newSchema(t, admin) + ".locks")
+	pool := newPool(t, srv.URL, runners)
+	var wg sync.WaitGroup
+	errs := make(chan error, runners)
+	start := make(chan struct{})
+	for range runners {
+		wg.Go(func() {
+			<-start
+			errs <- SetupSchema(ctx, pool, fresh)
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent SetupSchema: %v", err)
+		}
+	}
+	l, _ = New(pool, fresh)
 	if _, ok, err := l.Acquire(ctx, "k", lock.CleanupGrace); err != nil || !ok {
 		t.Fatalf("Acquire after concurrent SetupSchema: %v, %v", ok, err)
 	}
@@ -74,7 +162,7 @@ func TestSetupSchemaIdempotent(t *testing.T) {
 // would fail with ServiceUnavailable instead.
 func TestInvalidTableNames(t *testing.T) {
 	t.Parallel()
-	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
+	closed := newPool(t, testenv.Postgres(t).URL, 1)
 	closed.Close()
 	long := strings.Repeat("t", maxTableLen+1)
 	bad := []string{
@@ -82,19 +170,31 @@ func TestInvalidTableNames(t *testing.T) {
 		"sch.1t", "s.", "ünïcode", "locks\x00", long, "s." + long, strings.Repeat("s", maxSchemaLen+1) + ".t",
 	}
 	for _, name := range bad {
-		for _, opt := range []Option{WithTable(name), WithFenceTable(name)} {
-			if _, err := New(closed, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-				t.Fatalf("New with table %q: %v; want InvalidArgument", name, err)
-			}
-			if err := SetupSchema(t.Context(), closed, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-				t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
-			}
+		_, err := New(closed, WithTable(name))
+		if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !errors.Is(err, idemkit.ErrInvalidArgument) {
+			t.Fatalf("New with table %q: %v; want InvalidArgument", name, err)
+		}
+		if !strings.Contains(err.Error(), fmt.Sprintf("lock table %q", name)) {
+			t.Fatalf("the refusal of %q does not name the table: %v", name, err)
+		}
+		if err := SetupSchema(t.Context(), closed, WithTable(name)); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+			t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
 		}
 	}
-	good := []string{"locks", "_l", "L0cks", "s.locks", "S_1.T_2", strings.Repeat("t", maxTableLen), strings.Repeat("s", maxSchemaLen) + ".t"}
-	for _, name := range good {
-		if _, err := New(closed, WithTable(name)); err != nil {
-			t.Fatalf("New with table %q: %v", name, err)
+	good := []struct{ name, sanitized, derived string }{
+		{"locks", `"locks"`, `"locks_expires_at_idx"`},
+		{"_l", `"_l"`, `"_l_expires_at_idx"`},
+		{"S_1.T_2", `"S_1"."T_2"`, `"T_2_expires_at_idx"`},
+		{strings.Repeat("t", maxTableLen), `"` + strings.Repeat("t", maxTableLen) + `"`, `"` + strings.Repeat("t", maxTableLen) + `_expires_at_idx"`},
+		{strings.Repeat("s", maxSchemaLen) + ".t", `"` + strings.Repeat("s", maxSchemaLen) + `"."t"`, `"t_expires_at_idx"`},
+	}
+	for _, g := range good {
+		if _, err := New(closed, WithTable(g.name)); err != nil {
+			t.Fatalf("New with table %q: %v", g.name, err)
+		}
+		n, err := parseTableName(g.name)
+		if err != nil || n.sanitize() != g.sanitized || n.derived("_expires_at_idx") != g.derived {
+			t.Fatalf("table %q renders as %s, %s (%v); want %s, %s", g.name, n.sanitize(), n.derived("_expires_at_idx"), err, g.sanitized, g.derived)
 		}
 	}
 	if _, err := New(nil); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
@@ -103,63 +203,21 @@ func TestInvalidTableNames(t *testing.T) {
 	if _, err := New(closed, WithSweepBatch(0)); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("New with a zero sweep batch: %v", err)
 	}
-	// The lock and fence-counter tables must differ (SyncGuard checklist
-	// item 37), also when one name leaves the schema to the search path.
-	for _, pair := range [][2]string{{"x", "x"}, {"s.x", "s.x"}, {"s.x", "x"}, {"x", "s.x"}, {DefaultFenceTable, DefaultFenceTable}} {
-		_, err := New(closed, WithTable(pair[0]), WithFenceTable(pair[1]))
-		if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !errors.Is(err, idemkit.ErrInvalidArgument) {
-			t.Fatalf("New with lock table %q and fence table %q: %v; want InvalidArgument", pair[0], pair[1], err)
-		}
-		if err := SetupSchema(context.Background(), closed, WithTable(pair[0]), WithFenceTable(pair[1])); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-			t.Fatalf("SetupSchema with one table for both: %v", err)
-		}
-	}
-	for _, pair := range [][2]string{{"a.x", "b.x"}, {"x", "X"}, {"locks", "fences"}} {
-		if _, err := New(closed, WithTable(pair[0]), WithFenceTable(pair[1])); err != nil {
-			t.Fatalf("New with lock table %q and fence table %q: %v", pair[0], pair[1], err)
-		}
-	}
 }
 
-// TestParseTableName checks the names a valid TableName renders, and that a
-// refusal names the table it is about.
-func TestParseTableName(t *testing.T) {
-	for _, c := range []struct {
-		name, sanitized, derived string
-	}{
-		{"records", `"records"`, `"records_expires_at_idx"`},
-		{"S_1.T_2", `"S_1"."T_2"`, `"T_2_expires_at_idx"`},
-	} {
-		n, err := ParseTableName("record table", c.name)
-		if err != nil {
-			t.Fatalf("ParseTableName(%q): %v", c.name, err)
-		}
-		if got := n.Sanitize(); got != c.sanitized {
-			t.Fatalf("%q sanitized: %s; want %s", c.name, got, c.sanitized)
-		}
-		if got := n.Derived("_expires_at_idx"); got != c.derived {
-			t.Fatalf("%q derived: %s; want %s", c.name, got, c.derived)
-		}
-	}
-	_, err := ParseTableName("record table", "r;drop table x")
-	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), `record table "r;drop table x"`) {
-		t.Fatalf("ParseTableName of a bad name: %v; want InvalidArgument naming the record table", err)
-	}
-}
-
-// TestSetupDDLEndedContext checks that SetupDDL sends nothing under an
-// ended ctx: the client is a closed pool, so any I/O would fail with
+// TestSetupSchemaEndedContext checks that SetupSchema sends nothing under
+// an ended ctx: the client is a closed pool, so any I/O would fail with
 // ServiceUnavailable instead.
-func TestSetupDDLEndedContext(t *testing.T) {
+func TestSetupSchemaEndedContext(t *testing.T) {
 	t.Parallel()
-	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
+	closed := newPool(t, testenv.Postgres(t).URL, 1)
 	closed.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if err := SetupDDL(ctx, closed, "SELECT 1"); idemkit.CodeOf(err) != idemkit.CodeAborted || !errors.Is(err, context.Canceled) {
-		t.Fatalf("SetupDDL under a cancelled ctx: %v; want Aborted", err)
+	if err := SetupSchema(ctx, closed); idemkit.CodeOf(err) != idemkit.CodeAborted || !errors.Is(err, context.Canceled) {
+		t.Fatalf("SetupSchema under a cancelled ctx: %v; want Aborted", err)
 	}
-	if err := SetupDDL(t.Context(), closed, "SELECT 1"); idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
-		t.Fatalf("SetupDDL on a closed pool: %v; want ServiceUnavailable", err)
+	if err := SetupSchema(t.Context(), closed); idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
+		t.Fatalf("SetupSchema on a closed pool: %v; want ServiceUnavailable", err)
 	}
 }

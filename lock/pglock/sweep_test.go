@@ -6,34 +6,42 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 )
 
-// TestSweep checks that Sweep deletes, in batches, exactly the lock rows
-// expired for longer than the cleanup grace, and never a fence counter:
-// fences go on growing after a sweep.
+// TestSweep checks that Sweep deletes, in batches, exactly the rows
+// expired for longer than the cleanup grace whose fence the server clock
+// has passed, and that the next fence of a swept key is still greater.
 func TestSweep(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := pgtest.NewPool(t, srv.URL, 2)
+	admin := newPool(t, srv.URL, 2)
 	opts := tables(t, admin)
-	l, err := New(pgtest.NewPool(t, srv.URL, 4), append(opts, WithSweepBatch(2))...)
+	l, err := New(newPool(t, srv.URL, 4), append(opts, WithSweepBatch(2))...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := newProbes(t, admin, opts)
 	ctx := t.Context()
 	const old = 5
+	fences := make(map[string]lock.Fence)
 	for i := range old {
 		k := fmt.Sprintf("old/%d", i)
-		lease := acquireOK(t, l, k, time.Millisecond)
-		if lease.Fence != 1 {
-			t.Fatalf("fence %v", lease.Fence)
-		}
+		fences[k] = acquireOK(t, l, k, time.Millisecond).Fence
+	}
+	// An expired lease and a tombstone whose fences are an hour ahead of
+	// the clock: they must outlive the sweep.
+	ahead := lock.Fence(time.Now().Add(time.Hour).UnixMilli())
+	if err := p.raiseFence(ctx, "ahead/lease", ahead); err != nil {
+		t.Fatal(err)
+	}
+	if lease := acquireOK(t, l, "ahead/lease", time.Millisecond); lease.Fence != ahead+1 {
+		t.Fatalf("fence after a raised one: %v; want %v", lease.Fence, ahead+1)
+	}
+	if err := p.raiseFence(ctx, "ahead/tombstone", ahead); err != nil {
+		t.Fatal(err)
 	}
 	time.Sleep(lock.CleanupGrace + 2*margin)
 	acquireOK(t, l, "recent", time.Millisecond) // expired, but not for long
@@ -46,18 +54,24 @@ func TestSweep(t *testing.T) {
 		t.Fatalf("Sweep = %d, %v; want %d", n, err, old)
 	}
 	for _, c := range []struct {
-		key    string
-		stored bool
-	}{{"old/0", false}, {"old/4", false}, {"recent", true}, {"live", true}, {"held-after-sweep", true}} {
-		if got, err := p.stored(ctx, c.key); err != nil || got != c.stored {
-			t.Fatalf("after Sweep, row of %q stored = %v, %v; want %v", c.key, got, err, c.stored)
+		key   string
+		fence bool // the row is still there
+	}{
+		{"old/0", false}, {"old/4", false}, {"recent", true}, {"live", true}, {"held-after-sweep", true},
+		{"ahead/lease", true}, {"ahead/tombstone", true},
+	} {
+		if f, err := p.fence(ctx, c.key); err != nil || (f != 0) != c.fence {
+			t.Fatalf("after Sweep, the row of %q has fence %v (%v); want it kept: %v", c.key, f, err, c.fence)
 		}
 	}
-	if got := p.rows(t, p.n.fences); got != old+3 {
-		t.Fatalf("%d fence counters after Sweep; want %d (never deleted)", got, old+3)
+	if got := p.rows(t); got != 5 {
+		t.Fatalf("%d rows after Sweep; want 5", got)
 	}
-	if lease := acquireOK(t, l, "old/0", time.Hour); lease.Fence != 2 {
-		t.Fatalf("fence after a sweep: %v; want 2", lease.Fence)
+	if lease := acquireOK(t, l, "old/0", time.Hour); lease.Fence <= fences["old/0"] {
+		t.Fatalf("fence after a sweep: %v; want more than %v", lease.Fence, fences["old/0"])
+	}
+	if lease := acquireOK(t, l, "ahead/tombstone", time.Hour); lease.Fence != ahead+1 {
+		t.Fatalf("fence after a tombstone: %v; want %v", lease.Fence, ahead+1)
 	}
 	if info, ok, err := l.LookupID(ctx, held.ID); err != nil || !ok {
 		t.Fatalf("a live lease was swept: %v, %v, %v", info, ok, err)
@@ -67,16 +81,15 @@ func TestSweep(t *testing.T) {
 	}
 }
 
-// TestSweeper checks the background sweeper: it collects expired rows on
-// its own, logs its failures without raw keys, and stops; it leaves the
-// fence counter alone.
+// TestSweeper checks the background sweeper: it collects an expired row
+// on its own, logs its failures without raw keys, and stops.
 func TestSweeper(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := pgtest.NewPool(t, srv.URL, 2)
+	admin := newPool(t, srv.URL, 2)
 	opts := tables(t, admin)
 	var logs sweepertest.Logs
-	pool := pgtest.NewPool(t, srv.URL, 2)
+	pool := newPool(t, srv.URL, 2)
 	l, err := New(pool, append(opts, WithLogger(logs.Logger()))...)
 	if err != nil {
 		t.Fatal(err)
@@ -87,34 +100,14 @@ func TestSweeper(t *testing.T) {
 	sweepertest.Run(t, sweepertest.Sweeper{
 		Start: l.StartSweeper,
 		Collected: func(ctx context.Context) (bool, error) {
-			stored, err := p.stored(ctx, k)
-			return !stored, err
+			f, err := p.fence(ctx, k) // 0 once the row is gone
+			return f == 0, err
 		},
 		Break:   pool.Close, // every sweep now fails
 		Logs:    &logs,
 		Message: "pglock: sweeping expired locks failed",
 		Secret:  "secret-key",
 	})
-	if f, _ := p.fence(t.Context(), k); f != 1 {
-		t.Fatalf("the sweeper touched the fence counter: %v", f)
-	}
-}
-
-// TestSweepBuildingBlocks checks the edges of SweepBatches: a batch below 1
-// is refused before any I/O (the client is a closed pool, so I/O would fail
-// with ServiceUnavailable).
-func TestSweepBuildingBlocks(t *testing.T) {
-	t.Parallel()
-	closed := pgtest.NewPool(t, testenv.Postgres(t).URL, 1)
-	closed.Close()
-	for _, batch := range []int{0, -1} {
-		if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", batch); n != 0 || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-			t.Fatalf("SweepBatches with batch %d = %d, %v; want InvalidArgument", batch, n, err)
-		}
-	}
-	if n, err := SweepBatches(t.Context(), closed, "DELETE FROM x", 1); n != 0 || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
-		t.Fatalf("SweepBatches on a closed pool = %d, %v; want ServiceUnavailable", n, err)
-	}
 }
 
 // acquireOK acquires key on l and fails the test unless it gets it.
