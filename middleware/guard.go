@@ -25,10 +25,8 @@ const (
 	DefaultNamespace          = "idempotency"
 )
 
-// DefaultBackoff is the default back-off between a duplicate's claims and
-// between retries of a failed completion: 25 ms doubling up to 250 ms, with
-// jitter.
-var DefaultBackoff = idemkit.Backoff{Base: 25 * time.Millisecond, Max: 250 * time.Millisecond}
+// defaultBackoff is documented on WithBackoff.
+var defaultBackoff = idemkit.Backoff{Base: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 
 // Option configures [New].
 type Option func(*config)
@@ -57,7 +55,9 @@ func WithRecordTTL(d time.Duration) Option { return func(c *config) { c.recordTT
 func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
 
 // WithBackoff sets the back-off between a duplicate's claims while it waits
-// and between retries of a failed completion. Default: [DefaultBackoff].
+// and between retries of a failed completion. Default: 25 ms doubling up to
+// 250 ms, with jitter (idemkit.Backoff{Base: 25 * time.Millisecond, Max: 250 *
+// time.Millisecond}).
 func WithBackoff(b idemkit.Backoff) Option { return func(c *config) { c.backoff = b } }
 
 // WithWaitBudget sets how long a duplicate waits for the first request to
@@ -124,7 +124,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a store is required", nil)
 	}
 	cfg := config{
-		recordTTL: DefaultRecordTTL, leaseTTL: DefaultLeaseTTL, backoff: DefaultBackoff,
+		recordTTL: DefaultRecordTTL, leaseTTL: DefaultLeaseTTL, backoff: defaultBackoff,
 		waitBudget: DefaultWaitBudget, recordWriteTimeout: DefaultRecordWriteTimeout, opTimeout: DefaultOpTimeout,
 		namespace: DefaultNamespace, now: time.Now, valueFingerprint: fingerprint.Value,
 	}

@@ -298,18 +298,76 @@ func postgresBinDirs() []string {
 	return dirs
 }
 
-// stall stops the process and its children (SIGSTOP to its process group):
-// it keeps its sockets open but answers nothing, as a server whose machine
-// froze. The returned function resumes it (SIGCONT); it is also registered
-// with t.Cleanup, and calling it twice is harmless.
+// stall stops the process and all its descendants (SIGSTOP to its process
+// group and to every descendant, since servers such as PostgreSQL start
+// their backends in sessions of their own): it keeps its sockets open but
+// answers nothing, as a server whose machine froze. The returned function
+// resumes them all (SIGCONT); it is also registered with t.Cleanup, and
+// calling it twice is harmless.
 func (p *process) stall(t testing.TB) (resume func()) {
 	t.Helper()
 	pid := p.cmd.Process.Pid
 	if err := syscall.Kill(-pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("testenv: stall %s: %v", p.name, err)
 	}
+	// Stopped, the server starts no new children: its descendants are
+	// a fixed set now.
+	stopped := descendants(pid)
+	for _, c := range stopped {
+		_ = syscall.Kill(c, syscall.SIGSTOP)
+	}
 	var once sync.Once
-	resume = func() { once.Do(func() { _ = syscall.Kill(-pid, syscall.SIGCONT) }) }
+	resume = func() {
+		once.Do(func() {
+			for _, c := range stopped {
+				_ = syscall.Kill(c, syscall.SIGCONT)
+			}
+			_ = syscall.Kill(-pid, syscall.SIGCONT)
+		})
+	}
 	t.Cleanup(resume)
 	return resume
+}
+
+// descendants returns the pids of every process below pid, from /proc.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after
+		// its closing parenthesis.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(string(stat[i+1:]))
+		if len(fields) < 2 {
+			continue
+		}
+		if ppid, err := strconv.Atoi(fields[1]); err == nil {
+			children[ppid] = append(children[ppid], c)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, c := range children[p] {
+			out = append(out, c)
+			queue = append(queue, c)
+		}
+	}
+	return out
 }

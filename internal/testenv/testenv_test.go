@@ -120,3 +120,61 @@ func TestFirestore(t *testing.T) {
 	}
 	e.Clear(t, p)
 }
+
+// answers reports whether c answers within d: it reads one byte.
+func answers(c net.Conn, d time.Duration) bool {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var b [1]byte
+	_, err := c.Read(b[:])
+	return err == nil
+}
+
+// TestStallPostgres: a stalled server answers nothing, on connections
+// opened before the stall too (their backends are stopped as well), and
+// answers again once resumed.
+func TestStallPostgres(t *testing.T) {
+	p := testenv.NewPostgres(t)
+	host := strings.TrimPrefix(p.URL, "postgres://idemkit@")
+	host = host[:strings.IndexByte(host, '/')]
+	c, err := net.DialTimeout("tcp", host, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// An SSLRequest: the connection's backend answers 'N' (no TLS here).
+	if _, err := c.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil || !answers(c, 5*time.Second) {
+		t.Fatalf("no answer to an SSLRequest before the stall: %v", err)
+	}
+	resume := p.Stall(t)
+	startup := []byte("\x00\x03\x00\x00user\x00idemkit\x00database\x00postgres\x00\x00")
+	msg := append([]byte{0, 0, 0, byte(4 + len(startup))}, startup...)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	if answers(c, 500*time.Millisecond) {
+		t.Fatal("a stalled server's backend answered")
+	}
+	resume()
+	if !answers(c, 5*time.Second) {
+		t.Fatal("no answer after the server was resumed")
+	}
+}
+
+// TestStallRedis: a stalled server answers nothing until resumed.
+func TestStallRedis(t *testing.T) {
+	s := testenv.NewRedis(t)
+	c, err := net.DialTimeout("tcp", s.Addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	resume := s.Stall(t)
+	fmt.Fprint(c, "*1\r\n$4\r\nPING\r\n")
+	if answers(c, 500*time.Millisecond) {
+		t.Fatal("a stalled server answered")
+	}
+	resume()
+	if !answers(c, 5*time.Second) {
+		t.Fatal("no answer after the server was resumed")
+	}
+}
