@@ -1,9 +1,10 @@
-// Package pgstore is a [store.Store] on PostgreSQL, built on pgx v5 and on
-// the building blocks of [github.com/idemkit/idemkit/lock/pglock] (client
-// interface, retries, error mapping, table names, schema setup, sweeping).
-// It passes the conformance suite in
-// [github.com/idemkit/idemkit/store/storetest]. Pair it with pglock (or any
-// locker) in the guard.
+// Package pgstore is the guard's backend on PostgreSQL, built on pgx v5:
+// records that carry their own lease ([store.Store]), one row per record
+// key, in one table. A replay costs one statement (one round trip), a first
+// execution two (claim, then complete). It also implements the plain
+// fenced record store [store.Records] (Get, Put, Delete) for
+// [store.Compose]. It passes the conformance suite in
+// [github.com/idemkit/idemkit/store/storetest].
 //
 // # Setup
 //
@@ -11,46 +12,133 @@
 // from many processes at once), or apply the same DDL from the embedded
 // schema.sql ([SchemaSQL]) with a migration tool. The table name is an
 // option ([WithTable]), validated and always quoted; the default is
-// idemkit_records.
+// idemkit_records. Run a sweeper in one process or more
+// ([Store.StartSweeper]), or call [Store.Sweep] from a job of your own.
 //
 //	if err := pgstore.SetupSchema(ctx, pool); err != nil { ... }
-//	records, err := pgstore.New(pool)
+//	s, err := pgstore.New(pool)
+//	defer s.StartSweeper(ctx, 0)()
+//	guard, err := middleware.New(s)
 //
 // The client ([DB]) is a *pgxpool.Pool (the usual choice), a *pgx.Conn
 // (one connection: never shared between goroutines) or a pgx.Tx.
 //
 // # Table
 //
-// One row per record: key (the storage key from [lock.StorageKey]: "k:" +
-// the key when it is valid UTF-8 without NUL and at most 254 bytes, else
-// "h:" + its SHA-256, so any byte sequence is a valid key), fingerprint,
-// state, response (bytea), fence, created_at, expires_at, with an index on
-// expires_at for [Store.Sweep].
+// Columns: key, fingerprint (bytea), state (smallint: 1 claimed, 2
+// completed, 3 executed but not replayable, 0 a tombstone), response
+// (bytea), fence (bigint), created_at, expires_at (a claim: the end of its
+// lease; an outcome: when it is forgotten) and keep_until (when [Store.Sweep]
+// may delete the row), with an index on keep_until.
+//
+// The key column (text, collation "C") holds the record key itself when it
+// is printable ASCII (bytes 0x20 to 0x7E) and does not start with `\x`, so
+// that an operator finds a guard's record with
+//
+//	SELECT * FROM idemkit_records WHERE key = 'idempotency:tenant-1:order-42';
+//
+// Any other key (NUL, invalid UTF-8, other Unicode, or a leading `\x`) is
+// stored as `\x` followed by the lowercase hex of its bytes, PostgreSQL's
+// own notation for bytes ('\x' || encode(convert_to('ключ', 'UTF8'),
+// 'hex')): exact, reversible, and never equal to a verbatim key, so no two
+// keys share a row, in any server encoding.
+//
+// Time is the server's: every statement reads clock_timestamp(); no client
+// clock is ever used. A row is visible (to Get, and answered by Claim as
+// busy or as an outcome) while its state is not 0 and clock_timestamp() <
+// expires_at.
 //
 // # Operations
 //
-// Get is one read; a record is visible while clock_timestamp() <
-// expires_at (the server clock judges expiry). Put is one fenced upsert
-// (INSERT ... ON CONFLICT DO UPDATE ... WHERE the stored fence is not
-// higher or the stored row has expired), with a durable commit: it is
-// refused only when the live stored record carries a higher fence. Delete
-// is one statement. Responses above the maximum ([WithMaxResponseBytes],
-// default 8 MiB) are refused with [store.ErrTooLarge] before any I/O.
-// Expired rows are deleted by [Store.Sweep] or a sweeper
-// ([Store.StartSweeper]), in batches, with asynchronous commits.
+// Every operation is one statement, so one round trip (Sweep: one per
+// batch).
+//
+// Claim is a single statement of data-modifying CTEs that reads the key's
+// row and then either inserts a claim (no row), takes the row over in
+// place (a tombstone, a claim whose lease ran out, an outcome past its
+// expiry), or returns the row as it is (a live claim: busy; an outcome). A
+// refused claim is read-only: it writes nothing, locks nothing and takes no
+// transaction id, so waiting duplicates that poll a busy key cost the
+// server a read each (an upsert whose WHERE is false would lock the row and
+// write WAL every time). Of racing claims on a free or claimable key, one
+// wins and each loser answers with the winner's claim in the same
+// statement (reading a row committed after its snapshot takes a no-op ON
+// CONFLICT DO UPDATE, or a FOR SHARE lock, in those races only). A new
+// claim's fence is max(previous fence + 1, the server's clock in Unix
+// milliseconds) ([store.NextFence]).
+//
+// Extend, Complete and Release are one UPDATE each, guarded by the key,
+// the claim's fence and the claimed state; Complete and Extend work after
+// the lease ran out as long as nobody claimed the key since. Complete
+// commits durably; a Complete repeated with the same outcome under the
+// same fence (its first answer lost with a connection) is reported done.
+// Release and Delete leave a tombstone (state 0, the fence kept, nothing
+// visible) that the next claim takes over; Release commits asynchronously
+// (synchronous_commit off for its own transaction, set in the same
+// statement; not inside a caller's pgx.Tx): a release lost in a crash only
+// lets its claim run out. Get is one read. Put is one fenced upsert.
+// Responses above the maximum ([WithMaxResponseBytes], default 8 MiB) are
+// refused with [store.ErrTooLarge] before any I/O.
+//
+// Nothing lives forever: every row has a keep_until, at least its
+// expires_at (a claim: [store.ClaimRetention] past it, so that a holder
+// whose database was unreachable for a while still completes), and past
+// its fence read as Unix milliseconds, so that a later claim's
+// clock-derived fence is greater ([store.KeepUntil]); tombstones are kept
+// a minute. [Store.Sweep] deletes the rows past it.
+//
+// The first time a pooled connection runs one of the store's statements,
+// pgx prepares it (one more round trip, once per connection and
+// statement), unless the pool is configured otherwise.
 //
 // # Errors
 //
-// The store fails, retries and sweeps the way pglock's locker does, with
-// pglock's building blocks rather than a copy of them. Failures are
-// [idemkit.Error] values that unwrap to their code's sentinel and the native
-// pgx error, mapped by type and SQLSTATE by [pglock.MapError] (see its
-// table): connection losses are ServiceUnavailable, 57014 NetworkTimeout,
-// class 53 RateLimited, class 28 AuthFailed, a missing table
-// InvalidArgument (run SetupSchema), anything else Internal; an ended ctx
-// is Aborted or NetworkTimeout. Each statement runs through
-// [pglock.Retry]: serialization failures, deadlocks and failures before
-// anything was sent are retried inside the operation a few times, and so
-// are connection losses of the operations that are safe to repeat (Get,
-// Put, Sweep; not Delete); inside a caller's pgx.Tx nothing is retried.
+// Failures are [idemkit.Error] values that unwrap to their code's sentinel
+// and to the native pgx error, mapped by type and SQLSTATE, never by
+// message text: an ended ctx is Aborted or NetworkTimeout; connection
+// losses, a closed pool and an unreachable server are ServiceUnavailable;
+// 57014 (statement_timeout) and 55P03 (lock_timeout) NetworkTimeout; class
+// 53 (out of connections, memory or disk) RateLimited; class 28 and 42501
+// AuthFailed; a missing table, schema or column InvalidArgument (run
+// SetupSchema, or migrate); anything else Internal. Every statement runs
+// under the caller's ctx: pgx ends a statement whose ctx ends by closing
+// its connection, so a stalled server gives NetworkTimeout by the ctx's
+// deadline (a statement already sent may still run when the server comes
+// back). Serialization failures, deadlocks, failures before anything was
+// sent and lost connections (a pooled connection that died while idle,
+// most often) are retried inside the operation, up to three times, except a
+// lost connection in Delete; inside a caller's pgx.Tx nothing is retried.
+// Should a claim whose connection was lost have been made, its retry finds
+// it and answers busy until its lease runs out: a delay, never a second
+// execution.
+//
+// # Migrating from the lock-and-records layout
+//
+// Earlier versions kept records in idemkit_records with other columns (a
+// "k:" or "h:" prefixed key, state 1 completed and 2 not replayable, no
+// keep_until) and the guard's claims in pglock's idemkit_locks and
+// idemkit_lock_fences. Stop every process of the earlier version first (an
+// earlier and a later guard do not see each other's claims), then, with the
+// default names:
+//
+//	BEGIN;
+//	ALTER TABLE idemkit_records RENAME TO idemkit_records_v1;
+//	ALTER INDEX idemkit_records_pkey RENAME TO idemkit_records_v1_pkey;
+//	-- here: the DDL of schema.sql (pgstore.SchemaSQL())
+//	INSERT INTO idemkit_records (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
+//	SELECT CASE WHEN k ~ '^[ -~]*$' AND k NOT LIKE '\\x%' THEN k
+//	            ELSE '\x' || encode(convert_to(k, 'UTF8'), 'hex') END,
+//	       fingerprint, state + 1, response, fence, created_at, expires_at,
+//	       greatest(expires_at, timestamptz 'epoch' + (fence + 1) * interval '1 millisecond')
+//	FROM (SELECT substr(key, 3) AS k, * FROM idemkit_records_v1
+//	      WHERE key LIKE 'k:%' AND expires_at > clock_timestamp()) AS old;
+//	DROP TABLE idemkit_records_v1;
+//	COMMIT;
+//
+// Live records are carried over; records stored under a hashed key ("h:",
+// keys too long or not valid text) cannot be, and a retry of one runs its
+// work again. Running claims are not carried over. Then, unless you use
+// pglock for locks of your own, drop its tables:
+//
+//	DROP TABLE IF EXISTS idemkit_locks, idemkit_lock_fences;
 package pgstore

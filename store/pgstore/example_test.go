@@ -4,18 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/idemkit/idemkit/lock/pglock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/pgstore"
 )
 
-// A guard on PostgreSQL: records in pgstore, locks in pglock, one pool per
-// process, expired rows swept in the background. (It needs a server, so it
-// does not run as a test.)
+// A guard on PostgreSQL: claims and outcomes in one table, one pool per
+// process, rows past their time swept in the background. (It needs a
+// server, so it does not run as a test.)
 func Example() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, "postgres://app@db.internal:5432/app")
@@ -26,21 +24,13 @@ func Example() {
 	if err := pgstore.SetupSchema(ctx, pool); err != nil {
 		log.Fatal(err)
 	}
-	if err := pglock.SetupSchema(ctx, pool); err != nil {
-		log.Fatal(err)
-	}
-	records, err := pgstore.New(pool, pgstore.WithMaxResponseBytes(1<<20))
+	s, err := pgstore.New(pool, pgstore.WithMaxResponseBytes(1<<20))
 	if err != nil {
 		log.Fatal(err)
 	}
-	locker, err := pglock.New(pool)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer records.StartSweeper(ctx, 10*time.Minute)()
-	defer locker.StartSweeper(ctx, time.Minute)()
+	defer s.StartSweeper(ctx, 0)() // every minute
 
-	guard, err := middleware.New(records, locker)
+	guard, err := middleware.New(s)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,4 +39,31 @@ func Example() {
 			return 1999, nil // charge the card once
 		})
 	fmt.Println(total, replayed, err)
+}
+
+// An operator looks at one record and forgets it, so that a retry runs the
+// work again. Keys are stored as they are when they are printable ASCII:
+//
+//	SELECT state, fence, expires_at FROM idemkit_records WHERE key = 'idempotency:charge:order-42';
+func ExampleStore_Delete() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://ops@db.internal:5432/app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	s, err := pgstore.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	rec, ok, err := s.Get(ctx, "idempotency:charge:order-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if ok {
+		fmt.Println(rec.State, rec.Fence, rec.ExpiresAt)
+		if _, err := s.Delete(ctx, rec.Key); err != nil {
+			log.Fatal(err)
+		}
+	}
 }

@@ -13,81 +13,62 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock/pglock"
-	"github.com/idemkit/idemkit/lock/pglock/pgtest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/middleware/guardtest"
 )
 
-// node is one guard instance with a connection pool of its own, as one
-// server process of a service would have.
+// node is one guard with a connection pool of its own, as one server
+// process of a service would have.
 type node struct {
 	guard *middleware.Guard
 	pool  *pgxpool.Pool
 	store *Store
+	stmts *statements
 }
 
-// cluster builds n nodes on the tables of one fresh schema, each pool
-// tagged with appName so its backends can be found in pg_stat_activity.
-func cluster(t *testing.T, url string, n int, appName string, opts ...middleware.Option) []node {
+// cluster builds n nodes on one fresh table, each pool tagged with appName
+// (so its backends can be found in pg_stat_activity) and its statements
+// counted.
+func cluster(t *testing.T, url string, n int, appNameTag string, opts ...middleware.Option) []node {
 	t.Helper()
-	admin := pgtest.NewPool(t, url, 2)
-	schema := pgtest.Schema(t, admin)
-	lockOpts := []pglock.Option{pglock.WithTable(schema + ".locks"), pglock.WithFenceTable(schema + ".fences")}
-	recOpt := WithTable(schema + ".records")
-	ctx := t.Context()
-	if err := pglock.SetupSchema(ctx, admin, lockOpts...); err != nil {
-		t.Fatal(err)
-	}
-	if err := SetupSchema(ctx, admin, recOpt); err != nil {
-		t.Fatal(err)
-	}
+	admin := newPool(t, url, 2)
+	opt := table(t, admin)
 	nodes := make([]node, n)
 	for i := range nodes {
-		cfg, err := pgxpool.ParseConfig(url)
+		st := &statements{}
+		pool := newPool(t, url, 8, appName(appNameTag), traced(st))
+		s, err := New(pool, opt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.MaxConns = 8
-		cfg.ConnConfig.RuntimeParams["application_name"] = appName
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		g, err := middleware.New(s, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(pool.Close)
-		s, err := New(pool, recOpt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		l, err := pglock.New(pool, lockOpts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := middleware.New(s, l, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodes[i] = node{guard: g, pool: pool, store: s}
+		nodes[i] = node{guard: g, pool: pool, store: s, stmts: st}
 	}
 	return nodes
 }
 
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// fastWaits makes duplicates claim again every few milliseconds while they
+// wait (PostgreSQL cannot wake them when the outcome lands).
+var fastWaits = middleware.WithBackoff(idemkit.Backoff{Base: 2 * time.Millisecond, Max: 20 * time.Millisecond})
+
 // TestExactlyOnceAcrossNodes races 64 goroutines over 4 guards, each with
 // its own pool, on one key, 50 times (guardtest.ExactlyOnce): every time,
 // the work runs exactly once, every other caller gets its response
-// replayed or is told the request is in progress, and afterwards every
+// replayed (or is told the request is in progress), and afterwards every
 // guard replays it.
 func TestExactlyOnceAcrossNodes(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	// Waiters poll the lock quickly (PostgreSQL cannot wake them on a
-	// release), so the 63 duplicates of each round replay within
-	// milliseconds of the execution.
-	nodes := cluster(t, srv.URL, 4, testenv.Name(t), middleware.WithLogger(discard()),
-		middleware.WithBaseDelay(2*time.Millisecond), middleware.WithMaxDelay(20*time.Millisecond),
-		middleware.WithLockRetries(1000), middleware.WithWaitBudget(20*time.Second))
+	nodes := cluster(t, srv.URL, 4, testenv.Name(t), middleware.WithLogger(discard()), fastWaits,
+		middleware.WithWaitBudget(20*time.Second))
 	guards := make([]*middleware.Guard, len(nodes))
 	for i, n := range nodes {
 		guards[i] = n.guard
@@ -97,21 +78,117 @@ func TestExactlyOnceAcrossNodes(t *testing.T) {
 	})
 }
 
+// TestGuardRoundTrips counts the statements a guard sends: a first
+// execution costs two (claim, complete), a replay one, with and without an
+// event hook.
+func TestGuardRoundTrips(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	fp, err := fingerprint.Value("the same request")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events atomic.Int32
+	hook := middleware.WithHook(middleware.HookFunc(func(middleware.Event) { events.Add(1) }))
+	for _, withHook := range []bool{false, true} {
+		opts := []middleware.Option{middleware.WithLogger(discard())}
+		if withHook {
+			opts = append(opts, hook)
+		}
+		n := cluster(t, srv.URL, 1, testenv.Name(t), opts...)[0]
+		for i := range 5 {
+			key := fmt.Sprint("order-", i)
+			cost := func(what string, want int) {
+				t.Helper()
+				before := n.stmts.count()
+				out, err := n.guard.Execute(t.Context(), key, fp, func(context.Context) (middleware.Result, error) {
+					return middleware.Result{Value: []byte(key)}, nil
+				})
+				if err != nil || string(out.Value) != key || out.Replayed != (want == 1) {
+					t.Fatalf("hook %v, %s: %+v, %v", withHook, what, out, err)
+				}
+				if got := n.stmts.count() - before; got != want {
+					t.Fatalf("hook %v, %s: %d statements; want %d", withHook, what, got, want)
+				}
+			}
+			cost("first execution", 2)
+			cost("replay", 1)
+			cost("second replay", 1)
+		}
+	}
+	if events.Load() == 0 {
+		t.Fatal("the hook saw no event")
+	}
+}
+
+// TestOutageMidHandler freezes the server for 15 s while the handler runs;
+// the handler returns during the outage, and the guard's completion,
+// retried (record write timeout 30 s by default), lands once the server is
+// back. A retry of the same request then replays the response, on this
+// node and another, and the handler ran exactly once.
+func TestOutageMidHandler(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewPostgres(t)
+	nodes := cluster(t, srv.URL, 2, testenv.Name(t), middleware.WithLogger(discard()))
+	fp, err := fingerprint.Value("charge 42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const outage = 15 * time.Second
+	var (
+		runs   atomic.Int32
+		resume func()
+		frozen = make(chan time.Time, 1)
+	)
+	t0 := time.Now()
+	out, err := nodes[0].guard.Execute(t.Context(), "charge-42", fp, func(ctx context.Context) (middleware.Result, error) {
+		runs.Add(1)
+		resume = freeze(t, srv)
+		frozen <- time.Now()
+		time.Sleep(time.Second) // the handler returns during the outage
+		go func() {
+			time.Sleep(outage - time.Second)
+			resume()
+		}()
+		return middleware.Result{Value: []byte("charged")}, nil
+	})
+	took := time.Since(t0)
+	start := <-frozen
+	if err != nil || out.Replayed || !out.Recorded || string(out.Value) != "charged" {
+		t.Fatalf("Execute across the outage: %+v, %v; want executed and recorded", out, err)
+	}
+	if since := time.Since(start); since < outage-time.Second {
+		t.Fatalf("the execution returned %v into a %v outage: the outcome cannot have been written", since, outage)
+	}
+	t.Logf("executed and recorded in %v, across a %v outage", took, outage)
+	for _, n := range nodes {
+		out, err := n.guard.Execute(t.Context(), "charge-42", fp, func(context.Context) (middleware.Result, error) {
+			runs.Add(1)
+			return middleware.Result{Value: []byte("charged again")}, nil
+		})
+		if err != nil || !out.Replayed || string(out.Value) != "charged" {
+			t.Fatalf("the retry after the outage: %+v, %v; want a replay", out, err)
+		}
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+}
+
 // TestTerminatedConnections runs guarded requests on 4 nodes while another
 // connection keeps terminating the nodes' backends (pg_terminate_backend),
-// mid-statement and mid-transaction. No request may run twice; every
-// execution reported recorded must be in the store and be replayed; the
-// guard may answer in progress or unavailable, never run work whose record
-// it could not read.
+// mid-statement. No request may run twice; every execution reported
+// recorded must be in the store and be replayed; the guard may answer in
+// progress or unavailable, never run work whose record it could not read.
 func TestTerminatedConnections(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
 	app := testenv.Name(t)
 	nodes := cluster(t, srv.URL, 4, app, middleware.WithLogger(discard()),
-		middleware.WithLockTTL(5*time.Second), middleware.WithWaitBudget(2*time.Second),
-		middleware.WithBaseDelay(2*time.Millisecond), middleware.WithMaxDelay(50*time.Millisecond),
-		middleware.WithLockRetries(1000), middleware.WithOpTimeout(2*time.Second))
-	admin := pgtest.NewPool(t, srv.URL, 2)
+		middleware.WithLeaseTTL(5*time.Second), middleware.WithWaitBudget(2*time.Second),
+		middleware.WithBackoff(idemkit.Backoff{Base: 2 * time.Millisecond, Max: 50 * time.Millisecond}),
+		middleware.WithOpTimeout(2*time.Second))
+	admin := newPool(t, srv.URL, 2)
 	fp, err := fingerprint.Value("the same request")
 	if err != nil {
 		t.Fatal(err)
@@ -128,8 +205,7 @@ func TestTerminatedConnections(t *testing.T) {
 				return
 			case <-time.After(time.Duration(5+rand.N(20)) * time.Millisecond):
 			}
-			// One of the nodes' backends, a busy one (in a statement or
-			// a transaction) if there is one.
+			// One of the nodes' backends, a busy one if there is one.
 			var n int64
 			err := admin.QueryRow(context.Background(), `SELECT count(*) FROM (
 				SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -150,7 +226,7 @@ func TestTerminatedConnections(t *testing.T) {
 	type result struct {
 		executions atomic.Int32
 		mu         sync.Mutex
-		recorded   []string // values of executions reported recorded
+		recorded   int
 		unrecorded int
 	}
 	results := make([]*result, keys)
@@ -185,7 +261,7 @@ func TestTerminatedConnections(t *testing.T) {
 				default:
 					r.mu.Lock()
 					if out.Recorded {
-						r.recorded = append(r.recorded, string(out.Value))
+						r.recorded++
 					} else {
 						r.unrecorded++
 					}
@@ -214,8 +290,8 @@ func TestTerminatedConnections(t *testing.T) {
 			t.Fatalf("%s: the work ran %d times", key, n)
 		}
 		unrecorded += r.unrecorded
-		recorded += len(r.recorded)
-		if len(r.recorded) == 0 {
+		recorded += r.recorded
+		if r.recorded == 0 {
 			continue
 		}
 		out, err := g.Execute(t.Context(), key, fp, func(context.Context) (middleware.Result, error) {
@@ -230,19 +306,18 @@ func TestTerminatedConnections(t *testing.T) {
 		killed.Load(), recorded, unrecorded, replayed.Load(), inProgress.Load(), unavailable.Load())
 }
 
-func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
 // TestRecordWrittenAfterConnectionsCut cuts every connection of the node
 // that runs the work, from another connection, at the moment the work
-// finishes: the record write that follows meets dead connections. The
-// guard retries it on new ones; the outcome is recorded, the work never runs
-// again, and every retry, on any node, replays it.
+// finishes: the completion that follows meets dead connections. It is
+// retried on new ones; the outcome is recorded, the work never runs again,
+// and every retry, on any node, replays it.
 func TestRecordWrittenAfterConnectionsCut(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
 	app := testenv.Name(t)
-	nodes := cluster(t, srv.URL, 2, app, middleware.WithLogger(discard()), middleware.WithBaseDelay(5*time.Millisecond))
-	admin := pgtest.NewPool(t, srv.URL, 1)
+	nodes := cluster(t, srv.URL, 2, app, middleware.WithLogger(discard()),
+		middleware.WithBackoff(idemkit.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}))
+	admin := newPool(t, srv.URL, 1)
 	fp, err := fingerprint.Value("the same request")
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +343,7 @@ func TestRecordWrittenAfterConnectionsCut(t *testing.T) {
 				t.Fatalf("%s: retry %+v, %v; want a replay", key, out, err)
 			}
 		}
-		if got, ok, err := nodes[1].store.Get(t.Context(), "idempotency:record:{k:"+key+"}"); err != nil || !ok || string(got.Response) != key {
+		if got, ok, err := nodes[1].store.Get(t.Context(), middleware.DefaultNamespace+":"+key); err != nil || !ok || string(got.Response) != key {
 			t.Fatalf("%s: the stored record: %+v, %v, %v", key, got, ok, err)
 		}
 		if n := executions.Load(); n != 1 {

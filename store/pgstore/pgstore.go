@@ -2,39 +2,50 @@ package pgstore
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/pglock"
 	"github.com/idemkit/idemkit/store"
 )
 
-// DB is what the store needs of a PostgreSQL client: pglock's client
-// interface ([pglock.DB]), which *pgxpool.Pool, *pgx.Conn and pgx.Tx all
-// satisfy, so that a store and a locker can share one pool.
+// DB is what the store needs of a PostgreSQL client, and no more: methods
+// that *pgxpool.Pool, *pgx.Conn and pgx.Tx all have.
 //
 // A *pgxpool.Pool is the usual choice. A *pgx.Conn is one connection and
 // not safe for concurrent use: a store built on one must not be used from
-// several goroutines at once (nor with a sweeper running). In a pgx.Tx,
-// writes take effect when that transaction commits.
-type DB = pglock.DB
+// several goroutines at once (nor with a sweeper running). On a pgx.Tx
+// every operation is part of that transaction and takes effect when it
+// commits.
+type DB interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ DB = (*pgxpool.Pool)(nil)
+	_ DB = (*pgx.Conn)(nil)
+	_ DB = (pgx.Tx)(nil)
+
+	_ store.Store   = (*Store)(nil)
+	_ store.Records = (*Store)(nil)
+)
 
 // Option configures [New] and [SetupSchema].
 type Option func(*config)
 
 type config struct {
 	tableName   string
-	table       pglock.TableName
+	table       tableName
 	maxResponse int
 	logger      *slog.Logger
 	sweepBatch  int
@@ -42,23 +53,22 @@ type config struct {
 
 // WithTable sets the record table: "table" or "schema.table", each part a
 // letter or underscore followed by letters, digits and underscores (the
-// table part at most 48 bytes, the schema 63), as [pglock.ParseTableName]
-// validates it. Names are always quoted, so their case is kept. Default:
-// "idemkit_records".
+// table part at most 48 bytes, the schema 63). Names are always quoted, so
+// their case is kept. Default: [DefaultTable] ("idemkit_records").
 func WithTable(name string) Option { return func(c *config) { c.tableName = name } }
 
-// WithMaxResponseBytes sets the largest response Put accepts; a larger one
-// is refused with an error matching [store.ErrTooLarge] before any I/O (the
-// guard then records the execution as not replayable). At most
-// [MaxResponseLimit]. Default: [DefaultMaxResponseBytes] (8 MiB).
+// WithMaxResponseBytes sets the largest response Complete and Put accept;
+// a larger one is refused with an error matching [store.ErrTooLarge] before
+// any I/O (the guard then records the execution as not replayable). At
+// most [MaxResponseLimit]. Default: [DefaultMaxResponseBytes] (8 MiB).
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithLogger sets the logger for sweeper failures. Log lines never contain
 // a record key. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithSweepBatch sets how many expired rows one DELETE of [Store.Sweep]
-// removes at most. Default: 1000.
+// WithSweepBatch sets how many rows one DELETE of [Store.Sweep] removes at
+// most. Default: [DefaultSweepBatch].
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
 // Limits and defaults.
@@ -80,7 +90,7 @@ func newConfig(opts []Option) (config, error) {
 		o(&c)
 	}
 	var err error
-	if c.table, err = pglock.ParseTableName("record table", c.tableName); err != nil {
+	if c.table, err = parseTableName(c.tableName); err != nil {
 		return config{}, err
 	}
 	bad := func(detail string) (config, error) {
@@ -98,12 +108,13 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// Store is a [store.Store] on PostgreSQL. Its methods are safe for
-// concurrent use when its [DB] is (a pool is; a *pgx.Conn or a pgx.Tx is
-// not).
+// Store is a [store.Store] (records that carry their own lease) and a
+// [store.Records] (plain fenced records, for [store.Compose]) on
+// PostgreSQL, one row per record key. Its methods are safe for concurrent
+// use when its [DB] is (a pool is; a *pgx.Conn or a pgx.Tx is not).
 type Store struct {
 	db   DB
-	inTx bool // db is a caller's transaction: no retries, no async commit
+	inTx bool // db is a caller's transaction: no retries, no asynchronous commits
 	cfg  config
 	q    queries
 }
@@ -123,20 +134,220 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}, nil
 }
 
-// maxVerbatim is the longest storage key kept verbatim ("k:" + key).
-const maxVerbatim = 256
-
-// storageKey returns the key column's value for a record key (any bytes).
-func storageKey(key string) string { return lock.StorageKey(key, maxVerbatim, textSafe) }
-
-// textSafe reports whether a text column holds s exactly: valid UTF-8
-// without NUL.
-func textSafe(s string) bool {
-	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+// storedKey returns the key column's value for a record key (any bytes):
+// the key itself when it is printable ASCII (0x20 to 0x7E) and does not
+// start with `\x`; otherwise `\x` followed by the lowercase hex of its
+// bytes (PostgreSQL's own notation for bytes). Every encoded key starts
+// with `\x` and no verbatim one does, so no two keys share a row; ASCII is
+// stored alike in every server encoding.
+func storedKey(key string) string {
+	if verbatim(key) {
+		return key
+	}
+	return `\x` + hex.EncodeToString([]byte(key))
 }
 
-// Get implements [store.Store]: one read; a record is visible while
-// clock_timestamp() < expires_at.
+func verbatim(key string) bool {
+	if strings.HasPrefix(key, `\x`) {
+		return false
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// checkFence refuses a fence no record can carry (above lock.FenceMax,
+// which also keeps it within a bigint).
+func checkFence(op string, f lock.Fence) error {
+	if f > lock.FenceMax {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", f, lock.FenceMax), nil)
+	}
+	return nil
+}
+
+// row holds the columns of a record as the queries return them.
+type row struct {
+	fp                   []byte
+	state                int16
+	response             []byte
+	fence                int64
+	createdAt, expiresAt time.Time
+}
+
+func (r *row) dest() []any {
+	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
+}
+
+// record turns the row into the record under key, checking what the
+// database returned.
+func (r *row) record(op, key string) (store.Record, error) {
+	st := store.State(r.state)
+	if r.state < 0 || !st.Valid() || r.fence < 0 {
+		return store.Record{}, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the stored record has state %d and fence %d", r.state, r.fence), nil)
+	}
+	rec := store.Record{
+		Key: key, Fingerprint: string(r.fp), State: st, Fence: lock.Fence(r.fence),
+		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt,
+	}
+	if st == store.StateCompleted {
+		rec.Response = r.response
+	}
+	return rec, nil
+}
+
+// maxClaimTries bounds the claims run again because the key's row changed
+// under the statement in a way it could not read (see [claimSQL]): each
+// such try means that another claim won a race and then ended at once.
+const maxClaimTries = 4
+
+// Claim implements [store.Store]: one statement, so one round trip (see
+// the package documentation). A claim that finds the key busy or completed
+// writes nothing and takes no lock. Should the key's row change under the
+// statement in a way it cannot read (a racing claim that won and ended
+// within it), the statement runs again, at most four times in all.
+func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	const op = "claim"
+	if err := store.ValidateClaim(key, ttl); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	sk, fpb, micros := storedKey(key), []byte(fp), ttl.Microseconds()
+	for try := 1; ; try++ {
+		var (
+			r              row
+			claimed, found bool
+		)
+		err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+			err := s.db.QueryRow(ctx, s.q.claim, sk, fpb, micros).Scan(append([]any{&claimed}, r.dest()...)...)
+			found = err == nil
+			if errors.Is(err, pgx.ErrNoRows) {
+				err = nil
+			}
+			// Repeated after a lost connection (a pooled connection that
+			// died while idle, most often): should the lost try have
+			// committed, the next one finds that claim and answers busy
+			// until its lease runs out. That delays the request; it never
+			// runs it twice.
+			return true, err
+		})
+		if err != nil {
+			return store.Record{}, false, err
+		}
+		if found {
+			rec, err := r.record(op, key)
+			return rec, claimed && err == nil, err
+		}
+		if try == maxClaimTries {
+			return store.Record{}, false, idemkit.NewError(idemkit.CodeServiceUnavailable, op,
+				fmt.Sprintf("the key's record changed under %d claims in a row", try), nil)
+		}
+		if err := idemkit.CheckContext(ctx, op); err != nil {
+			return store.Record{}, false, err
+		}
+	}
+}
+
+// Extend implements [store.Store]: one UPDATE guarded by the fence and the
+// claimed state.
+func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	const op = "extend"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := store.ValidateTTL(op, ttl); err != nil {
+		return false, err
+	}
+	if err := checkFence(op, fence); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	return s.fenced(ctx, op, true, s.q.extend, storedKey(key), int64(fence), ttl.Microseconds())
+}
+
+// Complete implements [store.Store]: one UPDATE guarded by the fence and
+// the claimed state, with a durable commit. A repeat of a completion that
+// landed (the same outcome under the same fence, whose answer was lost with
+// its connection) is reported as done: a completion that landed is never
+// reported lost.
+func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "complete"
+	if err := store.ValidateComplete(rec, ttl); err != nil {
+		return false, err
+	}
+	if err := checkFence(op, rec.Fence); err != nil {
+		return false, err
+	}
+	if len(rec.Response) > s.cfg.maxResponse {
+		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	response := rec.Response
+	if rec.State != store.StateCompleted || response == nil {
+		response = []byte{}
+	}
+	return s.fenced(ctx, op, true, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
+		response, []byte(rec.Fingerprint), ttl.Microseconds())
+}
+
+// Release implements [store.Store]: one UPDATE, guarded by the fence and
+// the claimed state, that leaves a tombstone (the fence, nothing visible)
+// until the sweeper removes it. It commits asynchronously (a release lost
+// in a server crash only lets its claim run out), in the same round trip.
+// Repeated after a lost connection, it reports done when it finds the
+// claim's tombstone.
+func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	const op = "release"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := checkFence(op, fence); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	sk := storedKey(key)
+	var done bool
+	err := retry(ctx, op, s.inTx, func(ctx context.Context, try int) (bool, error) {
+		sql := s.q.release
+		if try > 0 {
+			// After a lost connection the try before may have released
+			// the claim: a tombstone with its fence says it is gone.
+			sql = s.q.releaseAgain
+		}
+		err := s.db.QueryRow(ctx, sql, sk, int64(fence)).Scan(&done)
+		if errors.Is(err, pgx.ErrNoRows) {
+			done, err = false, nil
+		}
+		return true, err
+	})
+	return done && err == nil, err
+}
+
+// fenced runs a statement that returns one row when it took effect.
+func (s *Store) fenced(ctx context.Context, op string, repeatable bool, sql string, args ...any) (bool, error) {
+	var done bool
+	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+		err := s.db.QueryRow(ctx, sql, args...).Scan(&done)
+		if errors.Is(err, pgx.ErrNoRows) {
+			done, err = false, nil
+		}
+		return repeatable, err
+	})
+	return done && err == nil, err
+}
+
+// Get implements [store.Store] and [store.Records]: one read; a record is
+// visible while clock_timestamp() < expires_at.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
 	if err := store.ValidateKey(key); err != nil {
@@ -146,15 +357,11 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 		return store.Record{}, false, err
 	}
 	var (
-		rec   = store.Record{Key: key}
-		fp    []byte
-		state int16
-		fence int64
+		r     row
 		found bool
 	)
-	err := pglock.Retry(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
-		err := s.db.QueryRow(ctx, s.q.get, storageKey(key)).
-			Scan(&fp, &state, &rec.Response, &fence, &rec.CreatedAt, &rec.ExpiresAt)
+	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+		err := s.db.QueryRow(ctx, s.q.get, storedKey(key)).Scan(r.dest()...)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
@@ -164,54 +371,13 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
-	rec.Fingerprint, rec.State, rec.Fence = string(fp), store.State(state), lock.Fence(fence)
-	if !rec.State.Valid() || fence < 0 {
-		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the stored record has state %d and fence %d", state, fence), nil)
-	}
-	return rec, true, nil
+	rec, err := r.record(op, key)
+	return rec, err == nil, err
 }
 
-// Put implements [store.Store]: one upsert that writes the record unless
-// the stored row is live (clock_timestamp() < expires_at) and carries a
-// higher fence, with a durable commit. created_at is clock_timestamp() and
-// expires_at created_at + ttl.
-func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
-	const op = "put"
-	if err := store.ValidatePut(rec, ttl); err != nil {
-		return false, err
-	}
-	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	if rec.Fence > lock.FenceMax {
-		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, lock.FenceMax), nil)
-	}
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
-	}
-	var stored bool
-	err := pglock.Retry(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
-		err := s.db.QueryRow(ctx, s.q.put, storageKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
-			response, int64(rec.Fence), ttl.Microseconds()).Scan(&stored)
-		if errors.Is(err, pgx.ErrNoRows) {
-			stored, err = false, nil
-		}
-		// Repeatable: writing the same record twice leaves what writing
-		// it once does.
-		return true, err
-	})
-	if err != nil {
-		return false, err
-	}
-	return stored, nil
-}
-
-// Delete implements [store.Store]: one statement that deletes the row and
-// reports whether it was live.
+// Delete implements [store.Store] and [store.Records]: one UPDATE that
+// turns the live record into a tombstone (its fence kept, nothing
+// visible), whatever its state.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := store.ValidateKey(key); err != nil {
@@ -220,11 +386,47 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
-	var deleted bool
-	err := pglock.Retry(ctx, op, s.inTx, func(ctx context.Context) (bool, error) {
-		// Not repeatable: a delete that committed before the connection
-		// was lost would be reported as finding nothing.
-		return false, s.db.QueryRow(ctx, s.q.delete, storageKey(key)).Scan(&deleted)
-	})
-	return deleted, err
+	// Not repeatable: a delete that committed before the connection was
+	// lost would be reported as finding nothing.
+	return s.fenced(ctx, op, false, s.q.delete, storedKey(key))
+}
+
+// Put implements [store.Records]: one upsert that writes the outcome rec
+// unless the live record under its key carries a higher fence, with a
+// durable commit.
+func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "put"
+	if err := validatePut(rec, ttl); err != nil {
+		return false, err
+	}
+	if err := checkFence(op, rec.Fence); err != nil {
+		return false, err
+	}
+	if len(rec.Response) > s.cfg.maxResponse {
+		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	response := rec.Response
+	if rec.State != store.StateCompleted || response == nil {
+		response = []byte{}
+	}
+	// Repeatable: writing the same record twice leaves what writing it
+	// once does, and reports it written.
+	return s.fenced(ctx, op, true, s.q.put, storedKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
+		response, int64(rec.Fence), ttl.Microseconds())
+}
+
+// validatePut checks a Put's arguments: a valid key, an outcome state and a
+// TTL of at least one millisecond. The fence may be zero (an unfenced
+// writer).
+func validatePut(rec store.Record, ttl time.Duration) error {
+	if err := store.ValidateKey(rec.Key); err != nil {
+		return err
+	}
+	if !rec.State.Done() {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
+	}
+	return store.ValidateTTL("put", ttl)
 }

@@ -1,63 +1,197 @@
 package pgstore
 
 import (
+	"fmt"
 	"strings"
 
-	"github.com/idemkit/idemkit/lock/pglock"
+	"github.com/idemkit/idemkit/store"
+)
+
+// Record states in the state column: store.State's values, and 0 for a
+// tombstone (a released claim or a deleted record, kept for its fence).
+const (
+	stateTombstone = 0
+	stateClaimed   = int16(store.StateClaimed)
 )
 
 // queries holds the store's SQL, built once with its table name.
 type queries struct {
-	get, put, delete, sweep string
+	claim, extend, complete, release, releaseAgain, get, delete, put, sweep string
 }
 
-// asyncCommit is a FROM item that turns synchronous_commit off for the
-// statement's own transaction; left out inside a caller's transaction.
-const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit`
+// claimSQL is the one statement of a claim. Its parameters: $1 the stored
+// key, $2 the fingerprint, $3 the lease in microseconds. It answers one row
+// (claimed, fingerprint, state, response, fence, created_at, expires_at),
+// or, when the key's row changed under it in a way it cannot read in the
+// same statement, none (the caller then runs it again).
+//
+//   - n: the server's clock, read once, and its Unix milliseconds.
+//   - cur: the key's row as the statement's snapshot sees it.
+//   - ins: no row: insert the claim. A concurrent claim that inserted the
+//     row first makes it do nothing (ON CONFLICT DO NOTHING waits for that
+//     transaction to end).
+//   - race: ins lost that race, so the winner's row exists but is not in
+//     the snapshot: only ON CONFLICT DO UPDATE can read it. A no-op update
+//     returns it when it is live (the loser's answer: busy); it proposes a
+//     claim that has already run out, so that it never leaves a live claim
+//     behind should the row have vanished meanwhile.
+//   - upd: the row is a tombstone, a claim whose lease ran out or an outcome
+//     past its expiry: take it over, with a fence above its fence. The WHERE
+//     is checked again on the newest version of the row when a concurrent
+//     transaction changed it (READ COMMITTED), so of racing take-overs one
+//     wins and the others update nothing.
+//   - lost: the row looked claimable but upd lost such a race: FOR SHARE
+//     waits for and reads the newest version (the winner's claim) to answer
+//     busy. (FOR KEY SHARE would not do: it may lock the old version of a
+//     row whose update changed no key column, and return it.)
+//
+// A key that is live in the snapshot (busy or completed) is answered from
+// cur: ins and race insert nothing, upd's WHERE is false on the only
+// version it sees, lost reads nothing. The statement then writes nothing,
+// locks nothing and takes no transaction id.
+const claimSQL = `WITH n AS (
+	SELECT c.t, greatest(floor(extract(epoch FROM c.t) * 1000)::bigint, 1) AS ms
+	FROM (SELECT clock_timestamp() AS t) AS c
+),
+cur AS (
+	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at,
+		r.state <> 0 AND r.expires_at > n.t AS live
+	FROM {{t}} AS r, n WHERE r.key = $1::text
+),
+ins AS (
+	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
+	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t + {{ttl3}}, {{claimKeep n.ms}}
+	FROM n WHERE NOT EXISTS (SELECT FROM cur)
+	ON CONFLICT (key) DO NOTHING
+	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+),
+race AS (
+	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
+	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t, {{tombKeep n.ms}}
+	FROM n WHERE NOT EXISTS (SELECT FROM cur) AND NOT EXISTS (SELECT FROM ins)
+	ON CONFLICT (key) DO UPDATE SET state = r.state
+	WHERE r.state <> 0 AND r.expires_at > EXCLUDED.created_at
+	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+),
+upd AS (
+	UPDATE {{t}} AS r SET fingerprint = $2::bytea, state = 1, response = '',
+		fence = greatest(r.fence + 1, n.ms), created_at = n.t, expires_at = n.t + {{ttl3}},
+		keep_until = {{claimKeep greatest(r.fence + 1, n.ms)}}
+	FROM n
+	WHERE r.key = $1::text AND (r.state = 0 OR r.expires_at <= n.t)
+	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+),
+lost AS (
+	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+	FROM {{t}} AS r
+	WHERE r.key = $1::text AND EXISTS (SELECT FROM cur WHERE NOT cur.live) AND NOT EXISTS (SELECT FROM upd)
+	FOR SHARE
+)
+SELECT true AS claimed, fingerprint, state, response, fence, created_at, expires_at FROM ins
+UNION ALL
+SELECT true, fingerprint, state, response, fence, created_at, expires_at FROM upd
+UNION ALL
+SELECT false, fingerprint, state, response, fence, created_at, expires_at FROM cur WHERE live
+UNION ALL
+SELECT false, x.fingerprint, x.state, x.response, x.fence, x.created_at, x.expires_at
+FROM (SELECT * FROM race UNION ALL SELECT * FROM lost) AS x, n
+WHERE x.state <> 0 AND x.expires_at > n.t`
 
-// ttlExpr turns a parameter holding microseconds into an interval.
-func ttlExpr(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
-
-func buildQueries(t pglock.TableName, async bool) queries {
-	from := func(prefix string) string {
-		if !async {
-			return ""
-		}
-		return prefix + asyncCommit
+// buildQueries renders the store's SQL for table t. async makes releases
+// and sweeps commit asynchronously (not inside a caller's transaction,
+// whose commit it would change).
+func buildQueries(t tableName, async bool) queries {
+	asyncCol := ""
+	if async {
+		// A FROM item's column that turns synchronous_commit off for the
+		// statement's own transaction, in the same round trip.
+		asyncCol = ", set_config('synchronous_commit', 'off', true) AS async_commit"
 	}
 	q := queries{
-		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
-FROM {{records}} WHERE key = $1 AND expires_at > clock_timestamp()`,
+		claim: claimSQL,
 
-		// The WHERE of DO UPDATE runs on the locked, latest version of the
-		// row: a live record with a higher fence is kept; anything else is
-		// replaced.
-		put: `INSERT INTO {{records}} AS r (key, fingerprint, state, response, fence, created_at, expires_at)
-SELECT $1, $2, $3, $4, $5, c.now, c.now + ` + ttlExpr("$6") + `
-FROM (SELECT clock_timestamp() AS now) AS c
-ON CONFLICT (key) DO UPDATE SET
-	fingerprint = EXCLUDED.fingerprint, state = EXCLUDED.state, response = EXCLUDED.response,
-	fence = EXCLUDED.fence, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
-WHERE r.fence <= EXCLUDED.fence OR r.expires_at <= clock_timestamp()
+		extend: `UPDATE {{t}} AS r SET expires_at = n.t + {{ttl3}}, keep_until = {{claimKeep r.fence}}
+FROM (SELECT clock_timestamp() AS t) AS n
+WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1
 RETURNING true`,
 
-		delete: `WITH d AS (
-	DELETE FROM {{records}} WHERE key = $1 RETURNING expires_at > clock_timestamp() AS live
-)
-SELECT coalesce(bool_or(live), false) FROM d`,
+		// The holder's claim, or (a repeat of this very completion whose
+		// answer was lost) the same outcome under the same fence.
+		complete: `UPDATE {{t}} AS r SET fingerprint = $5::bytea, state = $3::smallint, response = $4::bytea,
+	created_at = n.t, expires_at = n.t + {{ttl6}}, keep_until = {{outcomeKeep ttl6 r.fence}}
+FROM (SELECT clock_timestamp() AS t) AS n
+WHERE r.key = $1::text AND r.fence = $2::bigint
+	AND (r.state = 1 OR (r.state = $3::smallint AND r.fingerprint = $5::bytea AND r.response = $4::bytea))
+RETURNING true`,
 
-		// One batch ($1 rows, for pglock.SweepBatches) of the oldest
-		// expired rows; rows locked by a concurrent Put are skipped.
-		sweep: `DELETE FROM {{records}} AS r` + from("\nUSING ") + `
+		release: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
+	keep_until = {{tombKeep r.fence}}
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
+WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1
+RETURNING true`,
+
+		releaseAgain: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
+	keep_until = greatest(r.keep_until, {{tombKeep r.fence}})
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
+WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state IN (0, 1)
+RETURNING true`,
+
+		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
+FROM {{t}} WHERE key = $1::text AND state <> 0 AND expires_at > clock_timestamp()`,
+
+		delete: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
+	keep_until = {{tombKeep r.fence}}
+FROM (SELECT clock_timestamp() AS t) AS n
+WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
+RETURNING true`,
+
+		// The WHERE of DO UPDATE runs on the locked, newest version of the
+		// row: a live record with a higher fence is kept; anything else is
+		// replaced.
+		put: `INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
+SELECT $1::text, $2::bytea, $3::smallint, $4::bytea, $5::bigint, n.t, n.t + {{ttl6}}, {{outcomeKeep ttl6 $5::bigint}}
+FROM (SELECT clock_timestamp() AS t) AS n
+ON CONFLICT (key) DO UPDATE SET
+	fingerprint = EXCLUDED.fingerprint, state = EXCLUDED.state, response = EXCLUDED.response,
+	fence = EXCLUDED.fence, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at,
+	keep_until = greatest(EXCLUDED.keep_until, {{fenceTime r.fence}})
+WHERE r.fence <= EXCLUDED.fence OR r.state = 0 OR r.expires_at <= EXCLUDED.created_at
+RETURNING true`,
+
+		// One batch ($1 rows) of the rows past their keep_until, oldest
+		// first; rows locked by a concurrent operation are skipped.
+		sweep: `DELETE FROM {{t}} AS r
+USING (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
 WHERE r.key IN (
-	SELECT key FROM {{records}}
-	WHERE expires_at <= clock_timestamp()
-	ORDER BY expires_at LIMIT $1
+	SELECT key FROM {{t}}
+	WHERE keep_until <= clock_timestamp()
+	ORDER BY keep_until LIMIT $1
 	FOR UPDATE SKIP LOCKED
-) AND r.expires_at <= clock_timestamp()`,
+) AND r.keep_until <= n.t`,
 	}
-	r := strings.NewReplacer("{{records}}", t.Sanitize())
-	for _, s := range []*string{&q.get, &q.put, &q.delete, &q.sweep} {
+	retention := fmt.Sprintf("interval '%d microseconds'", store.ClaimRetention.Microseconds())
+	fenceTime := func(f string) string {
+		return "(timestamptz 'epoch' + (" + f + " + 1) * interval '1 millisecond')"
+	}
+	ttl := func(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
+	r := strings.NewReplacer(
+		"{{t}}", t.sanitize(),
+		"{{ttl3}}", ttl("$3"),
+		"{{ttl6}}", ttl("$6"),
+		// A claim: kept ClaimRetention past its lease, and past its fence.
+		"{{claimKeep n.ms}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("n.ms")+")",
+		"{{claimKeep greatest(r.fence + 1, n.ms)}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("greatest(r.fence + 1, n.ms)")+")",
+		"{{claimKeep r.fence}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("r.fence")+")",
+		// An outcome: kept until it expires, and past its fence.
+		"{{outcomeKeep ttl6 r.fence}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("r.fence")+")",
+		"{{outcomeKeep ttl6 $5::bigint}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("$5::bigint")+")",
+		// A tombstone: kept past its fence, and ClaimRetention past now, so
+		// that a claim statement in flight never misses a removed fence.
+		"{{tombKeep n.ms}}", "greatest(n.t + "+retention+", "+fenceTime("n.ms")+")",
+		"{{tombKeep r.fence}}", "greatest(n.t + "+retention+", "+fenceTime("r.fence")+")",
+		"{{fenceTime r.fence}}", fenceTime("r.fence"),
+	)
+	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep} {
 		*s = r.Replace(*s)
 	}
 	return q

@@ -3,20 +3,21 @@ package pgstore
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strings"
 
-	"github.com/idemkit/idemkit/lock/pglock"
+	"github.com/idemkit/idemkit"
 )
 
 // DefaultTable is the default name of the record table.
 const DefaultTable = "idemkit_records"
 
-// SchemaLockID is the key of the transaction-scoped advisory lock
+// schemaLockID is the key of the transaction-scoped advisory lock
 // (pg_advisory_xact_lock) that [SetupSchema] holds while it runs its DDL,
 // so that processes starting together do not race on CREATE TABLE IF NOT
-// EXISTS: [pglock.SchemaLockID], which pglock's SetupSchema holds too. It
-// is the big-endian int64 of the ASCII bytes "idemkit!".
-const SchemaLockID = pglock.SchemaLockID
+// EXISTS: the big-endian int64 of the ASCII bytes "idemkit!", the key
+// pglock's setup holds too.
+const schemaLockID int64 = 0x6964656d6b697421
 
 //go:embed schema.sql
 var schemaSQL string
@@ -26,49 +27,69 @@ var schemaSQL string
 // idempotent (IF NOT EXISTS throughout).
 func SchemaSQL() string { return schemaSQL }
 
-// ddl is the schema with a placeholder for the quoted names. schema.sql is
+// ddl is the schema with placeholders for the quoted names. schema.sql is
 // this text rendered with the default name, below a comment header; a test
 // keeps the two in step.
-const ddl = `-- Records: the outcome of each execution, one row per record key. A row
--- whose expires_at has passed (by the server clock) is invisible to Get, is
--- replaced by any Put, and is deleted by Sweep.
+const ddl = `-- Records: one row per record key, holding a claim while its request runs,
+-- then the request's outcome. Time is the server's clock_timestamp(). A row
+-- past its keep_until is deleted by Sweep (or taken over in place by a new
+-- claim before that).
 CREATE TABLE IF NOT EXISTS {{records}} (
-    -- lock.StorageKey of the record key: "k:" + the key when it is valid
-    -- UTF-8 without NUL and short, else "h:" + its SHA-256.
-    key         text        PRIMARY KEY,
+    -- The record key itself when it is printable ASCII (0x20..0x7E) not
+    -- starting with \x; otherwise \x followed by the hex of its bytes.
+    key         text COLLATE "C" PRIMARY KEY,
     -- The request's fingerprint, as the caller gave it.
     fingerprint bytea       NOT NULL,
-    -- store.State: 1 completed, 2 executed but not replayable.
+    -- 1 claimed, 2 completed, 3 executed but not replayable; 0 a tombstone
+    -- (a released claim or a deleted record, kept only for its fence).
     state       smallint    NOT NULL,
-    -- The encoded response (empty when not replayable).
+    -- The encoded response (empty unless completed).
     response    bytea       NOT NULL,
-    -- The fence of the lease that wrote the record.
+    -- The claim's fence: above every fence the key carried before.
     fence       bigint      NOT NULL,
+    -- When the claim was made or the outcome written.
     created_at  timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL
+    -- A claim: when its lease runs out; an outcome: when it is forgotten.
+    expires_at  timestamptz NOT NULL,
+    -- When Sweep may delete the row: past expires_at (a claim: one minute
+    -- past it), and past the fence read as Unix milliseconds.
+    keep_until  timestamptz NOT NULL
 );
--- Sweep: the expired rows, oldest first, without a scan of the table.
-CREATE INDEX IF NOT EXISTS {{records_expires_at}} ON {{records}} (expires_at);
+-- Sweep: the rows past keep_until, oldest first, without a scan of the table.
+CREATE INDEX IF NOT EXISTS {{records_keep_until}} ON {{records}} (keep_until);
 `
 
 // renderDDL fills ddl with the name t.
-func renderDDL(t pglock.TableName) string {
+func renderDDL(t tableName) string {
 	return strings.NewReplacer(
-		"{{records}}", t.Sanitize(),
-		"{{records_expires_at}}", t.Derived("_expires_at_idx"),
+		"{{records}}", t.sanitize(),
+		"{{records_keep_until}}", t.derived("_keep_until_idx"),
 	).Replace(ddl)
 }
 
 // SetupSchema creates the record table and its index if they do not exist,
 // with the table name set by opts ([WithTable]; other options are
 // ignored). It is idempotent and safe to run concurrently from several
-// processes: it runs the DDL with [pglock.SetupDDL], in one transaction
-// that holds the advisory lock [SchemaLockID]. An invalid name is refused
-// with InvalidArgument before any SQL is sent.
+// processes: it sends the DDL in one statement batch, one implicit
+// transaction that first takes a transaction-scoped advisory lock
+// (pg_advisory_xact_lock(7594306392281412641)). On a pgx.Tx the DDL takes
+// effect when that transaction commits. An invalid name is refused with
+// InvalidArgument before any SQL is sent.
 func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
+	const op = "setup-schema"
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return err
 	}
-	return pglock.SetupDDL(ctx, db, renderDDL(cfg.table))
+	if db == nil {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, "a database client is required", nil)
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return err
+	}
+	// Without arguments pgx sends this as one simple query: its statements
+	// run in one transaction, which holds the lock until it commits.
+	batch := fmt.Sprintf("SELECT pg_advisory_xact_lock(%d);\n%s", schemaLockID, renderDDL(cfg.table))
+	_, err = db.Exec(ctx, batch)
+	return mapError(ctx, op, err)
 }

@@ -1,26 +1,33 @@
 -- idemkit store/pgstore schema, with the default table name
 -- (idemkit_records). pgstore.SetupSchema runs exactly this DDL (for the name
--- it is given) inside a transaction holding pg_advisory_xact_lock(
--- 7594306392281412641), the constant pgstore.SchemaLockID. Every statement
--- is idempotent, so migration tools may apply this file as it is.
+-- it is given) in one transaction that first takes
+-- pg_advisory_xact_lock(7594306392281412641). Every statement is
+-- idempotent, so migration tools may apply this file as it is.
 
--- Records: the outcome of each execution, one row per record key. A row
--- whose expires_at has passed (by the server clock) is invisible to Get, is
--- replaced by any Put, and is deleted by Sweep.
+-- Records: one row per record key, holding a claim while its request runs,
+-- then the request's outcome. Time is the server's clock_timestamp(). A row
+-- past its keep_until is deleted by Sweep (or taken over in place by a new
+-- claim before that).
 CREATE TABLE IF NOT EXISTS "idemkit_records" (
-    -- lock.StorageKey of the record key: "k:" + the key when it is valid
-    -- UTF-8 without NUL and short, else "h:" + its SHA-256.
-    key         text        PRIMARY KEY,
+    -- The record key itself when it is printable ASCII (0x20..0x7E) not
+    -- starting with \x; otherwise \x followed by the hex of its bytes.
+    key         text COLLATE "C" PRIMARY KEY,
     -- The request's fingerprint, as the caller gave it.
     fingerprint bytea       NOT NULL,
-    -- store.State: 1 completed, 2 executed but not replayable.
+    -- 1 claimed, 2 completed, 3 executed but not replayable; 0 a tombstone
+    -- (a released claim or a deleted record, kept only for its fence).
     state       smallint    NOT NULL,
-    -- The encoded response (empty when not replayable).
+    -- The encoded response (empty unless completed).
     response    bytea       NOT NULL,
-    -- The fence of the lease that wrote the record.
+    -- The claim's fence: above every fence the key carried before.
     fence       bigint      NOT NULL,
+    -- When the claim was made or the outcome written.
     created_at  timestamptz NOT NULL,
-    expires_at  timestamptz NOT NULL
+    -- A claim: when its lease runs out; an outcome: when it is forgotten.
+    expires_at  timestamptz NOT NULL,
+    -- When Sweep may delete the row: past expires_at (a claim: one minute
+    -- past it), and past the fence read as Unix milliseconds.
+    keep_until  timestamptz NOT NULL
 );
--- Sweep: the expired rows, oldest first, without a scan of the table.
-CREATE INDEX IF NOT EXISTS "idemkit_records_expires_at_idx" ON "idemkit_records" (expires_at);
+-- Sweep: the rows past keep_until, oldest first, without a scan of the table.
+CREATE INDEX IF NOT EXISTS "idemkit_records_keep_until_idx" ON "idemkit_records" (keep_until);

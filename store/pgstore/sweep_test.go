@@ -8,44 +8,145 @@ import (
 
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock/pglock/pgtest"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
-// TestSweep checks that Sweep deletes, in batches, exactly the expired
-// records.
-func TestSweep(t *testing.T) {
+// TestKeepUntil checks every row's keep_until against store.KeepUntil,
+// for each kind of row: a claim, an extended claim, an outcome, a
+// not-replayable outcome, a put record, and the tombstones of a release
+// and a delete (kept past their fence and a minute past the moment they
+// were left).
+func TestKeepUntil(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := pgtest.NewPool(t, srv.URL, 2)
-	opt := table(t, admin)
-	s, err := New(pgtest.NewPool(t, srv.URL, 2), opt, WithSweepBatch(2))
+	admin := newPool(t, srv.URL, 2)
+	s, err := New(admin, table(t, admin))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	put := func(k string, ttl time.Duration) {
+	claim := func(k string, ttl time.Duration) store.Record {
 		t.Helper()
-		if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: 1}, ttl); err != nil || !ok {
+		c, claimed, err := s.Claim(ctx, k, fp, ttl)
+		if err != nil || !claimed {
+			t.Fatalf("Claim(%s): %v, %v", k, claimed, err)
+		}
+		return c
+	}
+	claim("claim", time.Hour)
+	c := claim("extended", time.Minute)
+	if ok, err := s.Extend(ctx, "extended", c.Fence, 2*time.Hour); err != nil || !ok {
+		t.Fatalf("Extend: %v, %v", ok, err)
+	}
+	for k, st := range map[string]store.State{"completed": store.StateCompleted, "not-replayable": store.StateNotReplayable} {
+		c := claim(k, time.Hour)
+		c.State, c.Response = st, []byte("r")
+		if ok, err := s.Complete(ctx, c, 3*time.Hour); err != nil || !ok {
+			t.Fatalf("Complete: %v, %v", ok, err)
+		}
+	}
+	if ok, err := s.Put(ctx, store.Record{Key: "put", State: store.StateCompleted, Fence: 5}, time.Hour); err != nil || !ok {
+		t.Fatalf("Put: %v, %v", ok, err)
+	}
+	c = claim("released", time.Hour)
+	if ok, err := s.Release(ctx, "released", c.Fence); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	claim("deleted", time.Hour)
+	if ok, err := s.Delete(ctx, "deleted"); err != nil || !ok {
+		t.Fatalf("Delete: %v, %v", ok, err)
+	}
+
+	rows, err := admin.Query(ctx, `SELECT key, state, fence, expires_at, keep_until, clock_timestamp() FROM `+tableOf(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	seen := 0
+	for rows.Next() {
+		var (
+			key                   string
+			state                 int16
+			fence                 int64
+			expires, keep, dbTime time.Time
+		)
+		if err := rows.Scan(&key, &state, &fence, &expires, &keep, &dbTime); err != nil {
+			t.Fatal(err)
+		}
+		seen++
+		fenceTime := time.UnixMilli(fence + 1)
+		switch state {
+		case stateTombstone:
+			if keep.Before(fenceTime) || keep.Before(dbTime.Add(store.ClaimRetention-time.Minute/2)) || keep.After(dbTime.Add(store.ClaimRetention)) {
+				t.Errorf("%s: a tombstone kept until %v (fence %d, now %v); want past its fence and about a minute from now", key, keep, fence, dbTime)
+			}
+		default:
+			want := store.KeepUntil(store.Record{State: store.State(state), Fence: lock.Fence(fence), ExpiresAt: expires})
+			if !keep.Equal(want) {
+				t.Errorf("%s (state %d): kept until %v; want store.KeepUntil = %v", key, state, keep, want)
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if seen != 7 {
+		t.Fatalf("%d rows; want 7", seen)
+	}
+}
+
+// TestSweep checks that Sweep deletes, in batches, exactly the rows past
+// their keep_until: expired put records and a run-out claim once its
+// retention is over, not a run-out claim within its retention nor a live
+// record.
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opt := table(t, admin)
+	s, err := New(newPool(t, srv.URL, 2), opt, WithSweepBatch(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const expired = 5
+	for i := range expired {
+		if ok, err := s.Put(ctx, store.Record{Key: fmt.Sprint("old/", i), State: store.StateCompleted}, time.Millisecond); err != nil || !ok {
 			t.Fatalf("Put: %v, %v", ok, err)
 		}
 	}
-	const expired = 5
-	for i := range expired {
-		put(fmt.Sprint("old/", i), time.Millisecond)
+	if ok, err := s.Put(ctx, store.Record{Key: "live", State: store.StateCompleted}, time.Hour); err != nil || !ok {
+		t.Fatalf("Put: %v, %v", ok, err)
 	}
-	put("live", time.Hour)
+	for _, k := range []string{"run-out", "retention-over"} {
+		if _, claimed, err := s.Claim(ctx, k, fp, time.Millisecond); err != nil || !claimed {
+			t.Fatalf("Claim: %v, %v", claimed, err)
+		}
+	}
+	// As if store.ClaimRetention had passed for one of the run-out claims.
+	if _, err := admin.Exec(ctx, `UPDATE `+tableOf(s)+` SET keep_until = clock_timestamp() - interval '1 second' WHERE key = 'retention-over'`); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(margin)
 	n, err := s.Sweep(ctx)
-	if err != nil || n != expired {
-		t.Fatalf("Sweep = %d, %v; want %d", n, err, expired)
+	if err != nil || n != expired+1 {
+		t.Fatalf("Sweep = %d, %v; want %d", n, err, expired+1)
 	}
-	var rows int
-	if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.Sanitize()).Scan(&rows); err != nil || rows != 1 {
-		t.Fatalf("%d rows left (%v); want only the live one", rows, err)
+	var left []string
+	rows, err := admin.Query(ctx, "SELECT key FROM "+tableOf(s)+" ORDER BY key")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, ok, err := s.Get(ctx, "live"); err != nil || !ok {
-		t.Fatalf("the live record: %v, %v", ok, err)
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, k)
+	}
+	if fmt.Sprint(left) != "[live run-out]" {
+		t.Fatalf("rows left: %v; want the live record and the claim within its retention", left)
 	}
 	if n, err := s.Sweep(ctx); err != nil || n != 0 {
 		t.Fatalf("second Sweep = %d, %v", n, err)
@@ -57,10 +158,10 @@ func TestSweep(t *testing.T) {
 func TestSweeper(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := pgtest.NewPool(t, srv.URL, 2)
+	admin := newPool(t, srv.URL, 2)
 	opt := table(t, admin)
 	var logs sweepertest.Logs
-	pool := pgtest.NewPool(t, srv.URL, 2)
+	pool := newPool(t, srv.URL, 2)
 	s, err := New(pool, opt, WithLogger(logs.Logger()))
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +173,7 @@ func TestSweeper(t *testing.T) {
 		Start: s.StartSweeper,
 		Collected: func(ctx context.Context) (bool, error) {
 			var rows int
-			err := admin.QueryRow(ctx, "SELECT count(*) FROM "+s.cfg.table.Sanitize()).Scan(&rows)
+			err := admin.QueryRow(ctx, "SELECT count(*) FROM "+tableOf(s)).Scan(&rows)
 			return rows == 0, err
 		},
 		Break:   pool.Close,
@@ -82,16 +183,17 @@ func TestSweeper(t *testing.T) {
 	})
 }
 
-// TestInTransaction uses a store on a pgx.Tx: writes are visible to others
-// only after the commit.
+// TestInTransaction uses a store on a pgx.Tx: its claims and outcomes are
+// visible to others only after the commit, and it leaves the caller's
+// synchronous_commit alone.
 func TestInTransaction(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
-	admin := pgtest.NewPool(t, srv.URL, 2)
+	admin := newPool(t, srv.URL, 2)
 	opt := table(t, admin)
 	observer, _ := New(admin, opt)
 	ctx := t.Context()
-	conn := pgtest.Connect(t, srv.URL)
+	conn := connect(t, srv.URL)
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -101,16 +203,23 @@ func TestInTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := store.Record{Key: "k", Fingerprint: "fp", State: store.StateCompleted, Response: []byte("r"), Fence: 3}
-	if ok, err := s.Put(ctx, rec, time.Hour); err != nil || !ok {
-		t.Fatalf("Put in a transaction: %v, %v", ok, err)
+	c, claimed, err := s.Claim(ctx, "k", fp, time.Hour)
+	if err != nil || !claimed {
+		t.Fatalf("Claim in a transaction: %v, %v", claimed, err)
 	}
-	if got, ok, err := s.Get(ctx, "k"); err != nil || !ok || string(got.Response) != "r" || got.Fence != 3 {
+	r, _, err := s.Claim(ctx, "r", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Release(ctx, "r", r.Fence); err != nil || !ok {
+		t.Fatalf("Release in a transaction: %v, %v", ok, err)
+	}
+	c.State, c.Response = store.StateCompleted, []byte("r")
+	if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete in a transaction: %v, %v", ok, err)
+	}
+	if got, ok, err := s.Get(ctx, "k"); err != nil || !ok || string(got.Response) != "r" {
 		t.Fatalf("Get in the transaction: %+v, %v, %v", got, ok, err)
-	}
-	rec.Fence = 2
-	if ok, err := s.Put(ctx, rec, time.Hour); err != nil || ok {
-		t.Fatalf("a lower fence in the transaction: %v, %v; want refused", ok, err)
 	}
 	if _, ok, err := observer.Get(ctx, "k"); err != nil || ok {
 		t.Fatalf("another connection sees the record before the commit: %v, %v", ok, err)
@@ -125,7 +234,37 @@ func TestInTransaction(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := observer.Get(ctx, "k"); err != nil || !ok || got.Fence != 3 {
+	if got, ok, err := observer.Get(ctx, "k"); err != nil || !ok || got.Fence != c.Fence {
 		t.Fatalf("the committed record: %+v, %v, %v", got, ok, err)
+	}
+}
+
+// TestReleaseCommitsAsynchronously checks that a release turns
+// synchronous_commit off for its own transaction only: the statement reads
+// it as off, and the connection's next statement as on.
+func TestReleaseCommitsAsynchronously(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	conn := connect(t, srv.URL)
+	s, err := New(conn, table(t, conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	c, _, err := s.Claim(ctx, "k", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The release statement, returning the setting it ran under.
+	probe := s.q.release[:len(s.q.release)-len("RETURNING true")] + "RETURNING current_setting('synchronous_commit')"
+	var during, after string
+	if err := conn.QueryRow(ctx, probe, "k", int64(c.Fence)).Scan(&during); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SHOW synchronous_commit").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if during != "off" || after != "on" {
+		t.Fatalf("synchronous_commit during the release %q, after it %q; want off, then on", during, after)
 	}
 }

@@ -1,0 +1,343 @@
+package pgstore
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
+)
+
+const fp = "test-v1:abababababababababababababababababababababababababababababababab"
+
+// TestRefusedClaimTakesNoTransactionID runs refused claims (a busy key, a
+// completed key, a not-replayable key) in a caller's transaction and
+// checks that none took a transaction id: PostgreSQL assigns one to a
+// transaction at its first write or row lock, so the claims wrote nothing
+// and locked nothing. A claim that does take the key is checked to take
+// one, so the check can tell.
+func TestRefusedClaimTakesNoTransactionID(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opt := table(t, admin)
+	s, err := New(admin, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	busy, _, err := s.Claim(ctx, "busy", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []store.State{store.StateCompleted, store.StateNotReplayable} {
+		c, _, err := s.Claim(ctx, st.String(), fp, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.State, c.Response = st, []byte("r")
+		if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
+			t.Fatalf("Complete: %v, %v", ok, err)
+		}
+	}
+	conn := connect(t, srv.URL)
+	xid := func(tx pgx.Tx) (assigned bool) {
+		t.Helper()
+		var id *string
+		if err := tx.QueryRow(ctx, "SELECT pg_current_xact_id_if_assigned()::text").Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id != nil
+	}
+	for _, k := range []string{"busy", "completed", "not-replayable"} {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, err := New(tx, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, claimed, err := ts.Claim(ctx, k, "test-v1:other", time.Hour)
+		if err != nil || claimed {
+			t.Fatalf("%s: Claim = %+v, %v, %v; want refused", k, rec, claimed, err)
+		}
+		if k == "busy" && rec.Fence != busy.Fence {
+			t.Fatalf("busy: the refused claim returned %+v; want the live claim %+v", rec, busy)
+		}
+		if xid(tx) {
+			t.Fatalf("%s: a refused claim took a transaction id: it wrote or locked a row", k)
+		}
+		_ = tx.Rollback(ctx)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	ts, _ := New(tx, opt)
+	if _, claimed, err := ts.Claim(ctx, "free", fp, time.Hour); err != nil || !claimed {
+		t.Fatalf("Claim of a free key: %v, %v", claimed, err)
+	}
+	if !xid(tx) {
+		t.Fatal("a claim that took a key took no transaction id: the check cannot tell")
+	}
+}
+
+// TestRefusedClaimWritesNoWAL claims a busy and a completed key 200 times
+// each on a server of the test's own and checks that the WAL insert
+// position did not move: a refused claim writes nothing to the log, not
+// even a lock record. Background processes may write a record now and
+// then, so a window with a move is measured again (each take-over, by
+// contrast, moves the position every time).
+func TestRefusedClaimWritesNoWAL(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewPostgres(t)
+	admin := newPool(t, srv.URL, 1)
+	opt := table(t, admin)
+	s, err := New(newPool(t, srv.URL, 1), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, _, err := s.Claim(ctx, "busy", fp, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := s.Claim(ctx, "done", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.Response = store.StateCompleted, []byte("r")
+	if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	lsn := func() string {
+		t.Helper()
+		var l string
+		if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&l); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	window := func(f func(i int)) bool {
+		before := lsn()
+		for i := range 200 {
+			f(i)
+		}
+		return lsn() == before
+	}
+	refused := func(int) {
+		for _, k := range []string{"busy", "done"} {
+			if _, claimed, err := s.Claim(ctx, k, fp, time.Hour); err != nil || claimed {
+				t.Fatalf("Claim of %s: %v, %v; want refused", k, claimed, err)
+			}
+		}
+	}
+	still := false
+	for try := 0; try < 5 && !still; try++ {
+		still = window(refused)
+	}
+	if !still {
+		t.Fatal("the WAL position moved during each of 5 windows of 400 refused claims: refused claims write")
+	}
+	if window(func(i int) {
+		if _, claimed, err := s.Claim(ctx, fmt.Sprint("free-", i), fp, time.Hour); err != nil || !claimed {
+			t.Fatalf("Claim of a free key: %v, %v", claimed, err)
+		}
+	}) {
+		t.Fatal("200 claims of free keys left the WAL position where it was: the check cannot tell")
+	}
+}
+
+// raceClaims races n claims of key over one pool and returns them, failing
+// unless exactly one claimed and every other returned its claim.
+func raceClaims(t *testing.T, s *Store, key string, n int) (winner store.Record) {
+	t.Helper()
+	recs := make([]store.Record, n)
+	won := make([]bool, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			recs[i], won[i], errs[i] = s.Claim(t.Context(), key, fmt.Sprint("fp-", i), time.Hour)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	w := -1
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Claim: %v", errs[i])
+		}
+		if won[i] {
+			if w >= 0 {
+				t.Fatalf("two claims won (fences %v and %v)", recs[w].Fence, recs[i].Fence)
+			}
+			w = i
+		}
+	}
+	if w < 0 {
+		t.Fatal("no claim won")
+	}
+	for i := range n {
+		if i != w && (recs[i].State != store.StateClaimed || recs[i].Fence != recs[w].Fence || recs[i].Fingerprint != recs[w].Fingerprint) {
+			t.Fatalf("a losing claim returned %+v; want the winner's %+v", recs[i], recs[w])
+		}
+	}
+	return recs[w]
+}
+
+// TestRacingClaimsOneStatementEach races 16 claims, on 16 connections, of a
+// free key, of a key whose claim ran out, of a released key and of an
+// expired outcome, and checks that one wins, the others answer with the
+// winner's claim, and that every claim, winner or loser, was one statement:
+// the losers read the winner's row within their statement (ON CONFLICT DO
+// UPDATE for a row inserted after their snapshot, FOR SHARE for one
+// updated after it) rather than running again.
+func TestRacingClaimsOneStatementEach(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opt := table(t, admin)
+	var st statements
+	s, err := New(newPool(t, srv.URL, 16, traced(&st)), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	const n, rounds = 16, 10
+	for round := range rounds {
+		keys := map[string]func(k string) lock.Fence{
+			"free": func(string) lock.Fence { return 0 },
+			"run-out": func(k string) lock.Fence {
+				c, _, err := s.Claim(ctx, k, fp, time.Millisecond)
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(5 * time.Millisecond)
+				return c.Fence
+			},
+			"released": func(k string) lock.Fence {
+				c, _, err := s.Claim(ctx, k, fp, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := s.Release(ctx, k, c.Fence); err != nil || !ok {
+					t.Fatalf("Release: %v, %v", ok, err)
+				}
+				return c.Fence
+			},
+			"expired-outcome": func(k string) lock.Fence {
+				c, _, err := s.Claim(ctx, k, fp, time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.State, c.Response = store.StateCompleted, []byte("r")
+				if ok, err := s.Complete(ctx, c, time.Millisecond); err != nil || !ok {
+					t.Fatalf("Complete: %v, %v", ok, err)
+				}
+				time.Sleep(5 * time.Millisecond)
+				return c.Fence
+			},
+		}
+		for kind, prepare := range keys {
+			k := fmt.Sprintf("%s-%d", kind, round)
+			prev := prepare(k)
+			before := st.count()
+			w := raceClaims(t, s, k, n)
+			if got := st.count() - before; got != n {
+				t.Fatalf("%s: %d racing claims ran %d statements; want one each", kind, n, got)
+			}
+			if w.Fence <= prev {
+				t.Fatalf("%s: the winner's fence %v is not above the previous %v", kind, w.Fence, prev)
+			}
+		}
+	}
+}
+
+// TestFencesFromTheServerClock checks that a new key's fence is the
+// server's clock in Unix milliseconds, and that claims of one key within
+// one millisecond still get growing fences (previous + 1).
+func TestFencesFromTheServerClock(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	s, err := New(admin, table(t, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var before, after int64
+	if err := admin.QueryRow(ctx, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint").Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := s.Claim(ctx, "k", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.QueryRow(ctx, "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint").Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	if int64(c.Fence) < before || int64(c.Fence) > after {
+		t.Fatalf("the first fence %v is not the server clock in ms (between %d and %d)", c.Fence, before, after)
+	}
+	if !c.CreatedAt.Equal(time.UnixMicro(c.CreatedAt.UnixMicro())) || c.Fence != lock.Fence(c.CreatedAt.UnixMilli()) {
+		t.Fatalf("the fence %v is not the claim's time %v in ms", c.Fence, c.CreatedAt)
+	}
+	prev := c.Fence
+	for i := range 200 {
+		if ok, err := s.Release(ctx, "k", prev); err != nil || !ok {
+			t.Fatalf("Release: %v, %v", ok, err)
+		}
+		next, claimed, err := s.Claim(ctx, "k", fp, time.Hour)
+		if err != nil || !claimed || next.Fence <= prev {
+			t.Fatalf("cycle %d: %+v, %v, %v; want a fence above %v", i, next, claimed, err, prev)
+		}
+		prev = next.Fence
+	}
+}
+
+// TestStoredKeys checks the key column: printable ASCII verbatim, anything
+// else (and a leading \x) as \x and hex, and each key its own row.
+func TestStoredKeys(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	s, err := New(admin, table(t, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for _, c := range []struct{ key, stored string }{
+		{"idempotency:tenant-1:order-42", "idempotency:tenant-1:order-42"},
+		{" ~!\"'%_*?", " ~!\"'%_*?"},
+		{`a\xb`, `a\xb`},
+		{`\x00`, `\x5c783030`},
+		{"\x00", `\x00`},
+		{"caf\u00e9", `\x636166c3a9`},
+		{"\xff\xfe", `\xfffe`},
+		{"tab\there", `\x7461620968657265`},
+		{"\x7f", `\x7f`},
+	} {
+		if got := storedKey(c.key); got != c.stored {
+			t.Errorf("storedKey(%q) = %q; want %q", c.key, got, c.stored)
+			continue
+		}
+		if _, claimed, err := s.Claim(ctx, c.key, fp, time.Hour); err != nil || !claimed {
+			t.Fatalf("Claim(%q): %v, %v", c.key, claimed, err)
+		}
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+tableOf(s)+" WHERE key = $1", c.stored).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("rows stored under %q: %d, %v", c.stored, n, err)
+		}
+	}
+}

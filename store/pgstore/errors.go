@@ -1,0 +1,203 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/idemkit/idemkit"
+)
+
+// maxRetries is how many times a statement is tried again after a
+// serialization failure, a deadlock, or a connection loss that provably left
+// nothing behind (or, for a repeatable try, any connection loss).
+const maxRetries = 3
+
+// retryBase is the first back-off between tries; it doubles each time, with
+// jitter.
+const retryBase = 2 * time.Millisecond
+
+// retry runs one statement of the operation op: it calls f(ctx, try) until f
+// succeeds, fails with an error not worth a retry, or has been tried four
+// times, with a jittered back-off from 2 ms that doubles each time and ends
+// with ctx. It returns nil or the last error mapped by [mapError].
+//
+// try counts from 0. f reports with its error whether its try is
+// repeatable: whether running it again, after a connection loss that may
+// have come after the statement committed, leaves the same state and
+// answer. Serialization failures (40001), deadlocks (40P01) and failures pgx
+// guarantees happened before anything was sent are retried whatever f
+// reports; a lost connection only when the try is repeatable; a closed pool
+// or connection, never. In a caller's transaction (inTx) any failure aborts
+// the transaction, so f is tried once.
+func retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context, try int) (repeatable bool, err error)) error {
+	delay := retryBase
+	for try := 0; ; try++ {
+		repeatable, err := f(ctx, try)
+		if err == nil {
+			return nil
+		}
+		if inTx || try == maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
+			return mapError(ctx, op, err)
+		}
+		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return mapError(ctx, op, err)
+		case <-t.C:
+		}
+		delay *= 2
+	}
+}
+
+// retryable reports whether a failed try is worth repeating.
+func retryable(err error, repeatable bool) bool {
+	var le *idemkit.Error
+	if errors.As(err, &le) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", "40P01":
+			return true
+		}
+		return repeatable && connectionLost(pe.Code)
+	}
+	if errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, net.ErrClosed) {
+		return false
+	}
+	if pgconn.SafeToRetry(err) {
+		return true
+	}
+	return repeatable && transport(err)
+}
+
+// connectionLost reports whether a SQLSTATE says the session is gone: class
+// 08 (connection exception) and the shutdown and termination codes of class
+// 57 (57P01 admin_shutdown, which pg_terminate_backend sends, 57P02
+// crash_shutdown, 57P03 cannot_connect_now, 57P04 database_dropped, 57P05
+// idle_session_timeout).
+func connectionLost(code string) bool {
+	return strings.HasPrefix(code, "08") || (strings.HasPrefix(code, "57P") && code != "57P00")
+}
+
+// transport reports whether err is a failure of the connection rather than
+// of the statement.
+func transport(err error) bool {
+	var ne net.Error
+	var ce *pgconn.ConnectError
+	return errors.As(err, &ne) || errors.As(err, &ce) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
+}
+
+// undefinedHint is the detail of the error for a missing table, schema or
+// column.
+const undefinedHint = "the record table is missing or has an older layout: run pgstore.SetupSchema (or apply schema.sql) with the same table name, and see the package documentation on migrating"
+
+// classify returns the code and a detail for a native error (never nil),
+// by type and SQLSTATE, never by message text (the table is in
+// [mapError]'s documentation).
+func classify(err error) (idemkit.Code, string) {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return idemkit.CodeAborted, "context canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return idemkit.CodeNetworkTimeout, "context deadline exceeded"
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return classifySQLState(pe.Code)
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, puddle.ErrClosedPool):
+		return idemkit.CodeServiceUnavailable, "the connection pool is closed"
+	case pgconn.Timeout(err), errors.As(err, &ne) && ne.Timeout():
+		return idemkit.CodeNetworkTimeout, "timed out talking to PostgreSQL"
+	case transport(err), pgconn.SafeToRetry(err):
+		return idemkit.CodeServiceUnavailable, "PostgreSQL is unreachable"
+	}
+	return idemkit.CodeInternal, "unexpected error from PostgreSQL"
+}
+
+// classifySQLState maps a SQLSTATE (see [mapError]).
+func classifySQLState(code string) (idemkit.Code, string) {
+	switch code {
+	case "40001", "40P01":
+		return idemkit.CodeServiceUnavailable, "transaction conflict persisted after retries"
+	case "25006":
+		return idemkit.CodeServiceUnavailable, "the server is read-only (a standby?)"
+	case "57014":
+		return idemkit.CodeNetworkTimeout, "statement cancelled (statement_timeout or a cancel request)"
+	case "55P03":
+		return idemkit.CodeNetworkTimeout, "lock wait timed out (lock_timeout)"
+	case "42501":
+		return idemkit.CodeAuthFailed, "permission denied on the record table"
+	case "42P01", "3F000", "42703":
+		return idemkit.CodeInvalidArgument, undefinedHint
+	case "54000":
+		return idemkit.CodeInvalidArgument, "a value exceeds a server limit (program_limit_exceeded)"
+	}
+	switch {
+	case connectionLost(code):
+		return idemkit.CodeServiceUnavailable, "the connection to PostgreSQL was lost"
+	case strings.HasPrefix(code, "53"):
+		return idemkit.CodeRateLimited, "the server is out of resources (connections, memory or disk)"
+	case strings.HasPrefix(code, "28"):
+		return idemkit.CodeAuthFailed, "authentication failed"
+	}
+	return idemkit.CodeInternal, "unexpected SQLSTATE " + code
+}
+
+// mapError turns an error from pgx into a [*idemkit.Error] for op that
+// unwraps to both its code's sentinel and err; nil stays nil and a
+// *idemkit.Error is returned unchanged. When ctx has ended, the error is
+// Aborted (cancelled) or NetworkTimeout (deadline) whatever pgx made of the
+// interruption, and unwraps to ctx's error as well. Otherwise the code comes
+// from the error's type and SQLSTATE, never from its message text:
+//
+//	context.Canceled / DeadlineExceeded in err            Aborted / NetworkTimeout
+//	40001 serialization_failure, 40P01 deadlock_detected  ServiceUnavailable
+//	class 08, 57P01..57P05 (connection lost, shutdown)    ServiceUnavailable
+//	25006 read_only_sql_transaction (a standby)           ServiceUnavailable
+//	57014 query_canceled, 55P03 lock_not_available        NetworkTimeout
+//	class 53 insufficient_resources                       RateLimited
+//	class 28, 42501 insufficient_privilege                AuthFailed
+//	42P01, 3F000, 42703 (missing table, schema, column)   InvalidArgument (run SetupSchema)
+//	54000 program_limit_exceeded                          InvalidArgument
+//	any other SQLSTATE                                    Internal
+//	a closed pool, connect and network errors, io.EOF     ServiceUnavailable
+//	pgconn timeouts, net.Error with Timeout()             NetworkTimeout
+//	anything else                                         Internal
+//
+// The detail never holds a key or a statement's arguments.
+func mapError(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var le *idemkit.Error
+	if errors.As(err, &le) {
+		return err
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		if !errors.Is(err, cerr) {
+			err = fmt.Errorf("%w: %w", cerr, err)
+		}
+		return idemkit.ContextError(op, err)
+	}
+	code, detail := classify(err)
+	return idemkit.NewError(code, op, detail, err)
+}

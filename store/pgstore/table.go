@@ -1,0 +1,69 @@
+package pgstore
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idemkit"
+)
+
+// identPart is one part of a table name: a letter or underscore, then
+// letters, digits and underscores.
+var identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Identifier limits. PostgreSQL truncates identifiers to 63 bytes; a table
+// part is shorter so that the index name derived from it (the table name
+// plus "_keep_until_idx") fits too.
+const (
+	maxSchemaLen = 63
+	maxTableLen  = 48
+)
+
+// tableName is a validated table name, optionally schema-qualified. Every
+// name it renders is quoted, so no table name can inject SQL and its case
+// is kept.
+type tableName struct {
+	schema, table string
+}
+
+// parseTableName validates name: "table" or "schema.table", each part a
+// letter or underscore followed by letters, digits and underscores, the
+// table part at most 48 bytes and the schema at most 63.
+func parseTableName(name string) (tableName, error) {
+	bad := func(detail string) (tableName, error) {
+		return tableName{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("record table %q: %s", name, detail), nil)
+	}
+	schema, table, qualified := strings.Cut(name, ".")
+	if !qualified {
+		schema, table = "", name
+	}
+	switch {
+	case qualified && !identPart.MatchString(schema):
+		return bad("the schema must match [A-Za-z_][A-Za-z0-9_]*")
+	case len(schema) > maxSchemaLen:
+		return bad(fmt.Sprintf("the schema exceeds %d bytes", maxSchemaLen))
+	case !identPart.MatchString(table):
+		return bad(`the name must be "table" or "schema.table", each matching [A-Za-z_][A-Za-z0-9_]*`)
+	case len(table) > maxTableLen:
+		return bad(fmt.Sprintf("the table name exceeds %d bytes", maxTableLen))
+	}
+	return tableName{schema: schema, table: table}, nil
+}
+
+// sanitize returns the quoted, possibly schema-qualified name, for SQL.
+func (n tableName) sanitize() string {
+	if n.schema == "" {
+		return pgx.Identifier{n.table}.Sanitize()
+	}
+	return pgx.Identifier{n.schema, n.table}.Sanitize()
+}
+
+// derived returns the quoted name of an index of the table: the table part
+// plus suffix, unqualified, as CREATE INDEX takes it (the index lives in
+// the table's schema).
+func (n tableName) derived(suffix string) string {
+	return pgx.Identifier{n.table + suffix}.Sanitize()
+}
