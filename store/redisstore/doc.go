@@ -1,47 +1,102 @@
-// Package redisstore is a [store.Store] on Redis (a single node, Sentinel
-// or Redis Cluster, through any [redis.UniversalClient] of go-redis v9) and
-// a [store.Combiner] for the locks of
-// [github.com/idemkit/idemkit/lock/redislock]. It passes the conformance
-// suite in [github.com/idemkit/idemkit/store/storetest] on a single node and
-// on a 3-master cluster.
+// Package redisstore is the guard's backend on Redis: a [store.Store] whose
+// records carry their own lease, on a single node, through Sentinel (a
+// failover client) or on Redis Cluster, through any [redis.UniversalClient]
+// of go-redis v9. It also is a [store.Records] (the fenced plain put) for a
+// composition with a lock. It passes the conformance suite in
+// [github.com/idemkit/idemkit/store/storetest] on a single node and on a
+// 3-master cluster.
 //
-//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-//	locker, _ := redislock.New(client)
-//	records, _ := redisstore.New(client)
-//	guard, _ := middleware.New(records, locker)
+//	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+//	backend, err := redisstore.New(client)
+//	guard, err := middleware.New(backend)
 //
-// # Records
+// # Clients
 //
-// A record lives at "<prefix>:{<tag>}:r:<part>", in redislock's layout (see
-// its package documentation): the tag of the guard's record key
-// "<ns>:record:{X}" is X, the tag of its lock key "<ns>:lock:{X}", so a
-// key's record and lock share a cluster slot. Any bytes make a key. The
-// record is a hash: the meta field (state, fence, created-at and expires-at
-// in milliseconds), the fingerprint and the response. It expires by Redis's
-// clock: PEXPIREAT deletes it, and every read judges it (visible while now <
-// its expiry).
+// The client must bound its commands by the caller's ctx: [New] refuses a
+// [*redis.Client], [*redis.ClusterClient] or [*redis.Ring] (failover ones
+// included) built without ContextTimeoutEnabled: true, because go-redis
+// otherwise ignores ctx deadlines and a stalled server would hold every
+// call for ReadTimeout × (MaxRetries + 1) rather than the guard's op
+// timeout. Other implementations of the interface are taken as they are.
 //
-// Each operation is one Lua script: Get reads and judges expiry; Put
-// compares the stored record's fence with the new one and writes (equal,
-// lower or no live record) or refuses (a higher one) atomically; Delete
-// reports whether a live record was there. Responses above the limit
-// ([WithMaxResponseBytes], default 512 MiB, Redis's largest string) are
-// refused with [store.ErrTooLarge] before any I/O.
+// # Keys
 //
-// # Combining with the lock
+// One record is one Redis key, a hash, so every operation is one script
+// on one key (one cluster slot, no hash tags). The key is the prefix
+// ([WithKeyPrefix], default none) followed by the record key itself when
+// it is readable, so an operator finds "idempotency:<scope>:<key>" with
+// SCAN: at most 512 bytes of valid UTF-8 without control characters, not
+// starting with '@'. Any other record key (longer, with control bytes or
+// invalid UTF-8, or starting with '@') is stored as "@sha256:" followed by
+// the unpadded base64url SHA-256 of the record key. A readable key never
+// starts with '@', so the two forms never meet: distinct record keys never
+// share a Redis key. Record keys may hold any bytes, up to
+// [store.MaxKeyBytes].
 //
-// When the guard's locker is a [*redislock.Locker] on the same client with
-// the same key prefix (and the same durability wait), [Store.Combines]
-// reports true and the guard folds its lock operations into the store's
-// scripts, built on redislock's Lua library so that the lock semantics exist
-// once:
+// The hash reads:
 //
-//	AcquireGet   redislock's acquire and a read of the record, one script on the key's slot
-//	PutRelease   the fenced put and redislock's release (by key and id), one script
+//	state     claimed, completed, not-replayable, released or deleted
+//	fence     the claim's fence
+//	created   when the claim or the outcome was written (Unix ms)
+//	expires   when the claim's lease runs out, or the outcome is forgotten (Unix ms)
+//	fp        the request's fingerprint
+//	response  the stored response
+//	claim     the claim's token (a retry of a Claim gets its own claim back)
 //
-// A guarded request then costs one round trip when it replays (the record
-// read) and three when it runs first (read; acquire and read; put and
-// release) instead of five. On a cluster a successful acquire also writes
-// the lock id's index hint, which lives on another slot (see redislock):
-// one round trip more, four instead of six.
+// # Time and expiry
+//
+// Every script reads the server's clock (TIME): a claim is live while TIME
+// is before its expires, an outcome until its record TTL has passed. A new
+// claim's fence is max(previous fence + 1, TIME in Unix ms), so fences grow
+// without a counter. Every key carries an expiry (PEXPIREAT), so nothing is
+// kept forever: a claim is kept for its lease plus [store.ClaimRetention]
+// (so that a holder whose lease ran out still completes, as long as nobody
+// claimed the key since), an outcome for its record TTL. A released claim
+// or a deleted record leaves a tombstone (state and fence only, invisible,
+// claimable at once) until the server's clock passes its fence, or none
+// when it already has. No key ever outlives store.KeepUntil by more than
+// Redis's expiry cycle.
+//
+// Each operation costs one round trip (EVALSHA; the first call on a server
+// that does not have the script yet sends it, one round trip more): a
+// replay through the guard costs one, a first execution two. A refused
+// claim writes nothing. A Claim or Complete that go-redis retries after a
+// lost reply finds its own claim or outcome and reports it as its own.
+//
+// # Memory and eviction
+//
+// Use maxmemory-policy noeviction for the Redis that holds the records (or
+// a Redis of their own). Over its maxmemory Redis then refuses new claims
+// and outcomes, which fail with RateLimited ("the Redis server is out of
+// memory"), while replays, busy answers, extensions, releases and
+// deletions go on. Every record has a TTL, so the volatile-* policies (and
+// the allkeys-* ones) can evict a live record: an evicted outcome makes its
+// retry run the work again, an evicted live claim lets a duplicate run it
+// concurrently, and an evicted tombstone can let a new claim's fence repeat
+// an old one. Choose such a policy only if that is acceptable.
+//
+// # Durability
+//
+// A record is as durable as the Redis that holds it: replication is
+// asynchronous, so a failover can lose the latest claims and outcomes, and
+// a restart loses what was not yet on disk (appendonly yes with
+// appendfsync always keeps every acknowledged write). A lost outcome makes
+// its retry run the work again. The scripts read TIME before they write,
+// which needs Redis 5 or later (scripts replicated by their effects).
+//
+// # Responses
+//
+// Responses above the limit ([WithMaxResponseBytes], default 512 MiB,
+// Redis's largest string) are refused with [store.ErrTooLarge] before any
+// I/O.
+//
+// # Errors
+//
+// Failures are [*idemkit.Error] values that unwrap to go-redis's error:
+// context ends are Aborted or NetworkTimeout; a closed client, a broken or
+// refused connection, LOADING, READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN,
+// MOVED, ASK, BUSY, NOREPLICAS and MISCONF are ServiceUnavailable; OOM and
+// maxclients are RateLimited; NOAUTH, WRONGPASS and NOPERM are AuthFailed;
+// anything else (WRONGTYPE, a malformed reply) is Internal. Messages never
+// hold a key.
 package redisstore

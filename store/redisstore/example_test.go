@@ -6,28 +6,24 @@ import (
 	"log"
 	"net/http"
 
-	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
-// A guard on Redis: records and locks on one client, so that the guard
-// combines them (three round trips for a first execution, one for a
-// replay).
+// A guard on Redis. The client must honour ctx deadlines
+// (ContextTimeoutEnabled), or New refuses it: a stalled server then fails
+// a request within the guard's op timeout instead of hanging it. A replay
+// costs one round trip, a first execution two.
 func ExampleNew() {
-	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer client.Close()
-	locker, err := redislock.New(client)
+	backend, err := redisstore.New(client)
 	if err != nil {
 		log.Fatal(err)
 	}
-	records, err := redisstore.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	guard, err := middleware.New(records, locker)
+	guard, err := middleware.New(backend)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -37,20 +33,29 @@ func ExampleNew() {
 	fmt.Println(r.ID, replayed, err)
 }
 
-// The same guard behind net/http: POSTs with an Idempotency-Key run once
-// across every instance of the service.
-func ExampleStore_Combines() {
-	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"localhost:7000", "localhost:7001", "localhost:7002"}})
+// A guard on Redis Cluster behind net/http, with its keys under "shop:":
+// POSTs with an Idempotency-Key run once across every instance of the
+// service. Each record is one key, so no hash tags are needed.
+func ExampleWithKeyPrefix() {
+	client := redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs:                 []string{"localhost:7000", "localhost:7001", "localhost:7002"},
+		ContextTimeoutEnabled: true,
+	})
 	defer client.Close()
-	locker, _ := redislock.New(client, redislock.WithKeyPrefix("shop"))
-	records, _ := redisstore.New(client, redisstore.WithKeyPrefix("shop"))
-	fmt.Println("combined:", records.Combines(locker))
-	guard, err := middleware.New(records, locker)
+	backend, err := redisstore.New(client, redisstore.WithKeyPrefix("shop:"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	guard, err := middleware.New(backend)
+	if err != nil {
+		log.Fatal(err)
+	}
+	idem, err := nethttp.New(guard)
 	if err != nil {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", nethttp.Middleware(guard)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /orders", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})))
 	log.Fatal(http.ListenAndServe("localhost:8080", mux))

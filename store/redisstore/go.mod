@@ -4,7 +4,6 @@ go 1.26.0
 
 require (
 	github.com/idemkit/idemkit v0.0.0
-	github.com/idemkit/idemkit/lock/redislock v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -15,7 +14,4 @@ require (
 	golang.org/x/text v0.44.0 // indirect
 )
 
-replace (
-	github.com/idemkit/idemkit => ../..
-	github.com/idemkit/idemkit/lock/redislock => ../../lock/redislock
-)
+replace github.com/idemkit/idemkit => ../..

@@ -1,74 +1,209 @@
 package redisstore
 
-import "github.com/idemkit/idemkit/lock/redislock"
+import (
+	"strconv"
 
-// recordLua holds the record functions, written after redislock's library
-// (whose now_ms they use). A record is a hash: m, the meta field (the state,
-// then the fence, the created-at and the expires-at times in Unix
-// milliseconds, 15 zero-padded digits each); p, the fingerprint; b, the
-// response. It carries a PEXPIREAT of its expiry, so Redis deletes it when
-// it runs out; visibility is still judged by the stored expiry against
-// Redis's clock (visible while now < expiry).
-//
-//	record_get(rk) → {m, p, b} when live, else {}
-//	record_put(rk, fence, ttlMs, state, fp, body) → 1 written, 0 refused (a live record with a higher fence)
-//	record_delete(rk) → 1 when a live record was deleted, else 0
-const recordLua = `
-local function record_expires(m)
-  return tonumber(string.sub(m, 32, 46))
-end
-
-local function record_get(rk)
-  local v = redis.call('HMGET', rk, 'm', 'p', 'b')
-  if not v[1] or now_ms() >= record_expires(v[1]) then
-    return {}
-  end
-  return {v[1], v[2] or '', v[3] or ''}
-end
-
-local function record_put(rk, fence, ttl, state, fp, body)
-  local now = now_ms()
-  local m = redis.call('HGET', rk, 'm')
-  if m and now < record_expires(m) and tonumber(string.sub(m, 2, 16)) > fence then
-    return 0
-  end
-  local exp = now + ttl
-  redis.call('HSET', rk, 'm', state .. string.format('%015d%015d%015d', fence, now, exp), 'p', fp, 'b', body)
-  redis.call('PEXPIREAT', rk, string.format('%d', exp))
-  return 1
-end
-
-local function record_delete(rk)
-  local m = redis.call('HGET', rk, 'm')
-  if not m then
-    return 0
-  end
-  redis.call('DEL', rk)
-  if now_ms() >= record_expires(m) then
-    return 0
-  end
-  return 1
-end
-`
-
-// The store's scripts. The combined ones follow redislock's conventions
-// (see redislock.Locker.AcquireWith and ReleaseWith): the lock's keys and
-// arguments first, the lock function's reply first.
-var (
-	getScript    = redislock.NewScript(recordLua + `return record_get(KEYS[1])`)
-	putScript    = redislock.NewScript(recordLua + `return record_put(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5])`)
-	deleteScript = redislock.NewScript(recordLua + `return record_delete(KEYS[1])`)
-
-	// KEYS: the lock's three, then the record. ARGV: the lock's five.
-	acquireGetScript = redislock.NewScript(recordLua + `
-local r = lock_acquire_call()
-if r[1] == 1 then
-  return {r, record_get(KEYS[4])}
-end
-return {r}`)
-
-	// KEYS: lock, record. ARGV: id, then record_put's arguments.
-	putReleaseScript = redislock.NewScript(recordLua + `
-local p = record_put(KEYS[2], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5], ARGV[6])
-return {lock_release_call(), p}`)
+	"github.com/idemkit/idemkit/store"
+	"github.com/redis/go-redis/v9"
 )
+
+// The store's one script. Every operation is a call of it on one key (the
+// record's hash, so on one cluster slot), with the operation's name as
+// ARGV[1]: one script means one NOSCRIPT miss per server at most, after
+// which every call is an EVALSHA.
+//
+// A record is a hash:
+//
+//	state     claimed | completed | not-replayable | released | deleted
+//	fence     the claim's fence, in decimal
+//	created   when the claim or the outcome was written (Unix ms, by TIME)
+//	expires   a claim: when its lease runs out; an outcome: when it is forgotten (Unix ms)
+//	fp        the request's fingerprint
+//	response  the stored response (absent when empty)
+//	claim     the claim's token: a Claim retried by the client after a lost reply gets its own claim back
+//
+// "released" and "deleted" are tombstones: a fence and nothing else,
+// invisible to get, claimable at once, kept until the server's clock has
+// passed the fence so that a later claim's fence (at least the clock in
+// Unix ms) is greater. A record is live while it is a claim or an outcome
+// and TIME < expires. Every write sets PEXPIREAT: for a claim, its lease
+// plus the claim retention; for an outcome, its expiry; never before
+// fence + 1 ms (store.KeepUntil).
+//
+// Writes that add data (claim, complete, put) start with HSET, which Redis
+// refuses when it is over maxmemory (OOM) before anything is written.
+// Extensions start with PEXPIREAT and tombstones with HDEL or DEL, which it
+// allows (after which a script may write on), so that running claims keep
+// their leases and releases and deletions free memory even then.
+//
+// Replies (integers and strings; a record is state, fence, created,
+// expires, fingerprint, response):
+//
+//	claim    fp ttl token        → {1, record} a new claim; {0, record} a live claim or an outcome
+//	extend   fence ttl           → 1 extended, 0 not this claim
+//	complete fence ttl state fp response → 1 written (or this claim's identical outcome is there), 0 refused
+//	release  fence               → 1 released, 0 not this claim
+//	get                          → {record} live, {} none
+//	delete                       → 1 a live record was deleted, 0 none
+//	put      fence ttl state fp response → 1 written, 0 refused (a live record with a higher fence)
+var script = redis.NewScript(`
+local k = KEYS[1]
+local op = ARGV[1]
+local retention = ` + strconv.FormatInt(store.ClaimRetention.Milliseconds(), 10) + `
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function fmt(n)
+  return string.format('%d', n)
+end
+
+local function is_outcome(st)
+  return st == 'completed' or st == 'not-replayable'
+end
+
+-- keep sets the key's expiry: at t, and never before fence + 1 ms.
+local function keep(t, fence)
+  redis.call('PEXPIREAT', k, fmt(math.max(t, fence + 1)))
+end
+
+-- read returns state, fence (number), created, expires (number), fp,
+-- token and, when asked (claim and get, which may return an outcome, so one
+-- HMGET does), the response.
+local function read(body)
+  local v
+  if body then
+    v = redis.call('HMGET', k, 'state', 'fence', 'created', 'expires', 'fp', 'claim', 'response')
+  else
+    v = redis.call('HMGET', k, 'state', 'fence', 'created', 'expires', 'fp', 'claim')
+  end
+  return v[1], tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0, v[5] or '', v[6], v[7] or ''
+end
+
+local function live(st, exp, now)
+  return (st == 'claimed' or is_outcome(st)) and now < exp
+end
+
+local function record(st, fence, created, exp, fp, body)
+  if not is_outcome(st) then
+    body = ''
+  end
+  return {st, fence, created, exp, fp, body}
+end
+
+-- tombstone ends the record, keeping its fence until the clock passes it.
+local function tombstone(st, fence, now)
+  if now > fence then
+    redis.call('DEL', k)
+    return
+  end
+  redis.call('HDEL', k, 'fp', 'response', 'claim', 'expires')
+  redis.call('HSET', k, 'state', st, 'fence', fmt(fence), 'created', fmt(now))
+  keep(0, fence)
+end
+
+-- outcome writes an outcome over whatever the hash holds.
+local function outcome(st, fence, ttl, fp, body, now)
+  local exp = now + ttl
+  redis.call('HSET', k, 'state', st, 'fence', fmt(fence), 'created', fmt(now), 'expires', fmt(exp), 'fp', fp)
+  if body == '' then
+    redis.call('HDEL', k, 'response', 'claim')
+  else
+    redis.call('HSET', k, 'response', body)
+    redis.call('HDEL', k, 'claim')
+  end
+  return exp
+end
+
+local now = now_ms()
+local st, fence, created, exp, fp, token, body = read(op == 'claim' or op == 'get')
+
+if op == 'claim' then
+  if is_outcome(st) and now < exp then
+    return {0, record(st, fence, created, exp, fp, body)}
+  end
+  if st == 'claimed' and now < exp then
+    if token == ARGV[4] then
+      return {1, record(st, fence, created, exp, fp, body)}
+    end
+    return {0, record(st, fence, created, exp, fp, body)}
+  end
+  local nf = math.max(fence + 1, now)
+  local ne = now + tonumber(ARGV[3])
+  redis.call('HSET', k, 'state', 'claimed', 'fence', fmt(nf), 'created', fmt(now), 'expires', fmt(ne), 'fp', ARGV[2], 'claim', ARGV[4])
+  if is_outcome(st) then
+    redis.call('HDEL', k, 'response')
+  end
+  keep(ne + retention, nf)
+  return {1, {'claimed', nf, now, ne, ARGV[2], ''}}
+end
+
+if op == 'extend' then
+  if st ~= 'claimed' or fmt(fence) ~= ARGV[2] then
+    return 0
+  end
+  local ne = now + tonumber(ARGV[3])
+  keep(ne + retention, fence)
+  redis.call('HSET', k, 'expires', fmt(ne))
+  return 1
+end
+
+if op == 'complete' then
+  if fmt(fence) ~= ARGV[2] then
+    return 0
+  end
+  if st == 'claimed' then
+    local e = outcome(ARGV[4], fence, tonumber(ARGV[3]), ARGV[5], ARGV[6], now)
+    keep(e, fence)
+    return 1
+  end
+  -- The claim's own outcome is there already: a completion retried after
+  -- its reply was lost.
+  if st == ARGV[4] and now < exp and fp == ARGV[5] and (redis.call('HGET', k, 'response') or '') == ARGV[6] then
+    return 1
+  end
+  return 0
+end
+
+if op == 'release' then
+  if st ~= 'claimed' or fmt(fence) ~= ARGV[2] then
+    return 0
+  end
+  tombstone('released', fence, now)
+  return 1
+end
+
+if op == 'get' then
+  if live(st, exp, now) then
+    return record(st, fence, created, exp, fp, body)
+  end
+  return {}
+end
+
+if op == 'delete' then
+  if not st or st == 'released' or st == 'deleted' then
+    return 0
+  end
+  -- A claim whose lease ran out is ended too, so that it can no longer
+  -- complete; only a live record counts as deleted.
+  tombstone('deleted', fence, now)
+  if live(st, exp, now) then
+    return 1
+  end
+  return 0
+end
+
+if op == 'put' then
+  local nf = tonumber(ARGV[2])
+  if live(st, exp, now) and fence > nf then
+    return 0
+  end
+  local e = outcome(ARGV[4], nf, tonumber(ARGV[3]), ARGV[5], ARGV[6], now)
+  keep(e, math.max(nf, fence))
+  return 1
+end
+
+return redis.error_reply('ERR idemkit: unknown operation')
+`)

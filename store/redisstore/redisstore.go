@@ -2,13 +2,15 @@ package redisstore
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -17,85 +19,185 @@ import (
 // MiB, the largest string Redis accepts by default (proto-max-bulk-len).
 const DefaultMaxResponseBytes = 512 << 20
 
+// maxPrefixBytes bounds [WithKeyPrefix].
+const maxPrefixBytes = 64
+
 // Option configures [New].
 type Option func(*config)
 
 type config struct {
 	prefix      string
 	maxResponse int
-	locker      *redislock.Locker
 }
 
-// WithKeyPrefix sets the prefix of every Redis key the store uses; it must
-// be the prefix of the locker the store combines with. It follows
-// redislock's rules (1 to 64 bytes of printable ASCII without spaces or
-// braces). Default: [redislock.DefaultKeyPrefix] ("idemkit").
+// WithKeyPrefix sets a prefix written before every Redis key of the store,
+// as it is (end it with a separator, e.g. "shop:"): up to 64 bytes of
+// printable ASCII without spaces. Default: none; the guard's record keys
+// already read "<namespace>:<scope>:<key>" (namespace "idempotency").
 func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
 
 // WithMaxResponseBytes refuses responses larger than n bytes with an error
-// matching [store.ErrTooLarge] (the guard then records the execution as not
-// replayable). n must be between 1 and [DefaultMaxResponseBytes]; lower it
-// when the server's proto-max-bulk-len is lower. A write holds the server
-// for as long as copying the response takes, so a modest limit also bounds
-// that pause. Default: [DefaultMaxResponseBytes].
+// matching [store.ErrTooLarge], before any I/O (the guard then records the
+// execution as not replayable). n must be between 1 and
+// [DefaultMaxResponseBytes]; lower it when the server's proto-max-bulk-len
+// is lower. A write holds the server for as long as copying the response
+// takes, so a modest limit also bounds that pause. Default:
+// [DefaultMaxResponseBytes].
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
-// WithLocker sets the locker whose locks the store takes and releases in
-// its combined operations ([store.Combiner]). It must be built on the
-// store's client with the store's key prefix. Default: a locker on the
-// store's client and prefix with redislock's default options; a guard's
-// locker combines with the store when it takes the same locks the same way
-// ([redislock.Locker.SameLocks]).
-func WithLocker(l *redislock.Locker) Option { return func(c *config) { c.locker = l } }
-
-// Store is a [store.Store] and [store.Combiner] on Redis: single node,
-// Sentinel (a failover client) or Redis Cluster. Records expire by the
-// Redis server's clock. It is safe for concurrent use.
+// Store is the guard's backend on Redis: a [store.Store] whose records
+// carry their own lease, and the fenced [store.Records] for a composition
+// with a lock. It works on a single node, through Sentinel (a failover
+// client) and on Redis Cluster. It is safe for concurrent use.
 //
 // The zero value is not usable; call [New].
 type Store struct {
 	client      redis.UniversalClient
-	layout      redislock.Layout
+	prefix      string
 	maxResponse int
-	locker      *redislock.Locker
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Combiner = (*Store)(nil)
+	_ store.Store   = (*Store)(nil)
+	_ store.Records = (*Store)(nil)
 )
 
-// New returns a store on client. It validates its options and returns an
-// InvalidArgument error for a bad one; it does no I/O.
+// New returns a store on client. It does no I/O.
+//
+// The client must bound its commands by the caller's ctx: a
+// [*redis.Client] (also from redis.NewFailoverClient), [*redis.ClusterClient]
+// (also from redis.NewFailoverClusterClient) or [*redis.Ring] must be built
+// with ContextTimeoutEnabled: true in its options, or New refuses it
+// (InvalidArgument). Without it go-redis ignores ctx deadlines, and a
+// stalled server holds every call for ReadTimeout × (MaxRetries + 1)
+// instead of the guard's op timeout. Other [redis.UniversalClient]
+// implementations are taken as they are: they must honour ctx themselves.
+//
+// A bad option is an InvalidArgument error.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
 	if client == nil {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a Redis client is required", nil)
+		return nil, bad("a Redis client is required")
 	}
-	cfg := config{prefix: redislock.DefaultKeyPrefix, maxResponse: DefaultMaxResponseBytes}
+	if !contextTimeouts(client) {
+		return nil, bad(fmt.Sprintf("the %T does not honour ctx deadlines, so a stalled Redis would hang every call: "+
+			"build it with ContextTimeoutEnabled: true in its options (redis.Options, redis.FailoverOptions, "+
+			"redis.ClusterOptions, redis.RingOptions or redis.UniversalOptions)", client))
+	}
+	cfg := config{maxResponse: DefaultMaxResponseBytes}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	layout, err := redislock.NewLayout(cfg.prefix)
-	if err != nil {
-		return nil, err
+	if !validPrefix(cfg.prefix) {
+		return nil, bad(fmt.Sprintf("the key prefix must have at most %d bytes of printable ASCII without spaces", maxPrefixBytes))
 	}
 	if cfg.maxResponse < 1 || cfg.maxResponse > DefaultMaxResponseBytes {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("max response bytes must be between 1 and %d", DefaultMaxResponseBytes), nil)
+		return nil, bad(fmt.Sprintf("max response bytes must be between 1 and %d", DefaultMaxResponseBytes))
 	}
-	l := cfg.locker
-	switch {
-	case l == nil:
-		if l, err = redislock.New(client, redislock.WithKeyPrefix(cfg.prefix)); err != nil {
-			return nil, err
-		}
-	case l.Client() != client || l.Layout() != layout:
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the locker must use the store's client and key prefix", nil)
-	}
-	return &Store{client: client, layout: layout, maxResponse: cfg.maxResponse, locker: l}, nil
+	return &Store{client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse}, nil
 }
 
-// Get implements [store.Store]: one script, which judges expiry by the
-// server's clock.
+// contextTimeouts reports whether client honours ctx deadlines, as far as
+// New can tell.
+func contextTimeouts(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+func validPrefix(p string) bool {
+	if len(p) > maxPrefixBytes {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] <= ' ' || p[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Claim implements [store.Store]: one script, which judges the record by
+// the server's clock (TIME). A new claim's fence is max(previous fence + 1,
+// TIME in Unix ms), and its key is kept for the lease plus
+// [store.ClaimRetention], so that a holder whose lease ran out still
+// completes as long as nobody claimed the key since. A Claim the client
+// retries after a lost reply gets its own claim back, not "busy".
+func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	const op = "claim"
+	if err := store.ValidateClaim(key, ttl); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	v, err := s.run(ctx, key, op, fp, ttl.Milliseconds(), claimToken())
+	if err != nil {
+		return store.Record{}, false, mapError(op, err)
+	}
+	r, ok := v.([]any)
+	if !ok || len(r) != 2 {
+		return store.Record{}, false, replyError(op)
+	}
+	claimed, ok := r[0].(int64)
+	if !ok {
+		return store.Record{}, false, replyError(op)
+	}
+	rec, found, err := decodeRecord(op, key, r[1])
+	if err != nil || !found {
+		return store.Record{}, false, replyError(op)
+	}
+	return rec, claimed == 1, nil
+}
+
+// Extend implements [store.Store]: one script.
+func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	const op = "extend"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := store.ValidateTTL(op, ttl); err != nil {
+		return false, err
+	}
+	return s.flag(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
+}
+
+// Complete implements [store.Store]: one script, which writes the outcome
+// only while the record is the claim rec.Fence (even after its lease ran
+// out). The record is kept for ttl (and never removed before the server's
+// clock passes its fence). A Complete retried after a lost reply, which
+// finds this very outcome already written, reports ok.
+func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "complete"
+	if err := store.ValidateComplete(rec, ttl); err != nil {
+		return false, err
+	}
+	if len(rec.Response) > s.maxResponse {
+		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+	}
+	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
+}
+
+// Release implements [store.Store]: one script. The claim becomes a
+// tombstone (its fence only, invisible, claimable at once) until the
+// server's clock passes its fence, or is deleted at once when it already
+// has.
+func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	const op = "release"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	return s.flag(ctx, op, key, fenceArg(fence))
+}
+
+// Get implements [store.Store] and [store.Records]: one script, which
+// judges expiry by the server's clock.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
 	if err := store.ValidateKey(key); err != nil {
@@ -104,189 +206,120 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	v, err := getScript.Run(ctx, s.client, []string{s.layout.Record(key)}).Result()
+	v, err := s.run(ctx, key, op)
 	if err != nil {
-		return store.Record{}, false, redislock.MapError(op, err)
+		return store.Record{}, false, mapError(op, err)
 	}
 	return decodeRecord(op, key, v)
 }
 
-// Put implements [store.Store]: one script that compares fences and writes
-// (or refuses) atomically.
-func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
-	const op = "put"
-	if err := s.validatePut(op, rec, ttl); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	v, err := putScript.Run(ctx, s.client, []string{s.layout.Record(rec.Key)}, putArgs(rec, ttl)...).Int64()
-	if err != nil {
-		return false, redislock.MapError(op, err)
-	}
-	return v == 1, nil
-}
-
-// Delete implements [store.Store]: one script.
+// Delete implements [store.Store] and [store.Records]: one script. The
+// record becomes a tombstone like a released claim; a claim whose lease
+// ran out is ended too (it can no longer complete), though only a live
+// record is reported deleted.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
+	return s.flag(ctx, op, key)
+}
+
+// Put implements [store.Records]: one script that compares fences and
+// writes (or refuses) atomically.
+func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "put"
+	if err := store.ValidateKey(rec.Key); err != nil {
+		return false, err
+	}
+	if !rec.State.Done() {
+		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("a put needs an outcome state (got %v)", rec.State), nil)
+	}
+	if rec.Fence > lock.FenceMax {
+		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the fence exceeds lock.FenceMax", nil)
+	}
+	if err := store.ValidateTTL(op, ttl); err != nil {
+		return false, err
+	}
+	if len(rec.Response) > s.maxResponse {
+		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+	}
+	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
+}
+
+// flag runs an operation whose reply is 1 or 0.
+func (s *Store) flag(ctx context.Context, op, key string, args ...any) (bool, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
-	v, err := deleteScript.Run(ctx, s.client, []string{s.layout.Record(key)}).Int64()
+	v, err := s.run(ctx, key, op, args...)
 	if err != nil {
-		return false, redislock.MapError(op, err)
+		return false, mapError(op, err)
 	}
-	return v == 1, nil
+	n, ok := v.(int64)
+	if !ok || n < 0 || n > 1 {
+		return false, replyError(op)
+	}
+	return n == 1, nil
 }
 
-// Combines implements [store.Combiner]: true when l is a
-// [*redislock.Locker] that takes the same locks the same way as the store's
-// locker (the same client value, the same key prefix, the same durability
-// wait; see [redislock.Locker.SameLocks]). A locker wrapped by a decorator
-// (lock.WithTelemetry) does not combine, so that its events stay complete.
-func (s *Store) Combines(l lock.Locker) bool {
-	rl, ok := l.(*redislock.Locker)
-	return ok && rl.SameLocks(s.locker)
+// run calls the script for op on key's record: EVALSHA, and EVAL when the
+// server does not have the script yet.
+func (s *Store) run(ctx context.Context, key, op string, args ...any) (any, error) {
+	argv := make([]any, 0, 1+len(args))
+	argv = append(append(argv, op), args...)
+	return script.Run(ctx, s.client, []string{s.redisKey(key)}, argv...).Result()
 }
 
-// AcquireGet implements [store.Combiner]: one script that takes the lock
-// (redislock's acquire, the same function) and reads the record under it.
-// When the two keys do not share a hash tag (so could be on different
-// cluster nodes), it falls back to an acquire and a read.
-func (s *Store) AcquireGet(ctx context.Context, lockKey string, ttl time.Duration, recordKey string) (lock.Lease, bool, store.Record, bool, error) {
-	const op = "acquire-get"
-	if err := store.ValidateKey(recordKey); err != nil {
-		return lock.Lease{}, false, store.Record{}, false, err
-	}
-	nk, err := lock.NormalizeKey(lockKey)
-	if err != nil {
-		return lock.Lease{}, false, store.Record{}, false, err
-	}
-	if redislock.Tag(nk) != redislock.Tag(recordKey) {
-		lease, ok, err := s.locker.Acquire(ctx, nk, ttl)
-		if err != nil || !ok {
-			return lease, ok, store.Record{}, false, err
+// claimToken returns a new claim's token: 64 random bits (from the
+// runtime's ChaCha8 generator), enough to tell a client's retry of a Claim
+// from another request's claim of the same key.
+func claimToken() string {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], rand.Uint64())
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// The states as the hash spells them.
+var stateNames = [...]string{
+	store.StateClaimed:       "claimed",
+	store.StateCompleted:     "completed",
+	store.StateNotReplayable: "not-replayable",
+}
+
+func stateName(st store.State) string { return stateNames[st] }
+
+func parseState(s string) store.State {
+	for st, name := range stateNames {
+		if name != "" && name == s {
+			return store.State(st)
 		}
-		rec, found, err := s.Get(context.WithoutCancel(ctx), recordKey)
-		if err != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			_, _ = s.locker.ReleaseKey(rctx, lease.Key, lease.ID)
-			cancel()
-			return lock.Lease{}, false, store.Record{}, false, err
-		}
-		return lease, true, rec, found, nil
 	}
-	lease, ok, extra, err := s.locker.AcquireWith(ctx, acquireGetScript, nk, ttl, []string{s.layout.Record(recordKey)})
-	if err != nil || !ok {
-		return lease, ok, store.Record{}, false, err
-	}
-	if len(extra) != 1 {
-		// The lease is ours but the read is unusable: give the lease back.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		_, _ = s.locker.ReleaseKey(rctx, lease.Key, lease.ID)
-		cancel()
-		return lock.Lease{}, false, store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: acquire-get", nil)
-	}
-	rec, found, err := decodeRecord(op, recordKey, extra[0])
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		_, _ = s.locker.ReleaseKey(rctx, lease.Key, lease.ID)
-		cancel()
-		return lock.Lease{}, false, store.Record{}, false, err
-	}
-	return lease, true, rec, found, nil
+	return 0
 }
 
-// PutRelease implements [store.Combiner]: one script that writes the record
-// (the fenced put) and releases the lease (redislock's release, by key and
-// id). When the two keys do not share a hash tag, it falls back to a put
-// and a release.
-func (s *Store) PutRelease(ctx context.Context, rec store.Record, ttl time.Duration, lease lock.Lease) (bool, lock.Outcome, error) {
-	const op = "put-release"
-	if err := s.validatePut(op, rec, ttl); err != nil {
-		return false, lock.Outcome{}, err
-	}
-	if err := lock.ValidateID(lease.ID); err != nil {
-		return false, lock.Outcome{}, err
-	}
-	nk, err := lock.NormalizeKey(lease.Key)
-	if err != nil {
-		return false, lock.Outcome{}, err
-	}
-	if redislock.Tag(nk) != redislock.Tag(rec.Key) {
-		stored, err := s.Put(ctx, rec, ttl)
-		if err != nil {
-			return false, lock.Outcome{}, err
-		}
-		out, err := s.locker.ReleaseKey(context.WithoutCancel(ctx), nk, lease.ID)
-		return stored, out, err
-	}
-	out, extra, err := s.locker.ReleaseWith(ctx, putReleaseScript, nk, lease.ID, []string{s.layout.Record(rec.Key)}, putArgs(rec, ttl)...)
-	if err != nil {
-		return false, lock.Outcome{}, err
-	}
-	if len(extra) != 1 {
-		return false, lock.Outcome{}, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: put-release", nil)
-	}
-	stored, _ := extra[0].(int64)
-	return stored == 1, out, nil
-}
-
-// releaseTimeout bounds the release of a lease the combined read could not
-// complete.
-const releaseTimeout = 5 * time.Second
-
-func (s *Store) validatePut(op string, rec store.Record, ttl time.Duration) error {
-	if err := store.ValidatePut(rec, ttl); err != nil {
-		return err
-	}
-	if len(rec.Response) > s.maxResponse {
-		return store.TooLarge(op, len(rec.Response), s.maxResponse)
-	}
-	return nil
-}
-
-// putArgs are the ARGV of record_put: fence, TTL in ms, state, fingerprint,
-// response.
-func putArgs(rec store.Record, ttl time.Duration) []any {
-	return []any{uint64(rec.Fence), ttl.Milliseconds(), strconv.Itoa(int(rec.State)), rec.Fingerprint, rec.Response}
-}
-
-// metaLen is the size of a record's meta field: the state (one digit), the
-// fence, the created-at and the expires-at times in Unix milliseconds (15
-// zero-padded digits each).
-const metaLen = 1 + 3*15
-
-// decodeRecord decodes record_get's reply: an empty array when there is no
-// live record, else the meta field, the fingerprint and the response.
+// decodeRecord decodes a record reply: an empty array when there is none,
+// else state, fence, created, expires, fingerprint, response.
 func decodeRecord(op, key string, v any) (store.Record, bool, error) {
 	r, ok := v.([]any)
 	if !ok {
-		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: record", nil)
+		return store.Record{}, false, replyError(op)
 	}
 	if len(r) == 0 {
 		return store.Record{}, false, nil
 	}
-	if len(r) != 3 {
-		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "unexpected reply from Redis: record", nil)
+	if len(r) != 6 {
+		return store.Record{}, false, replyError(op)
 	}
-	meta, ok1 := r[0].(string)
-	fp, ok2 := r[1].(string)
-	body, ok3 := r[2].(string)
-	if !ok1 || !ok2 || !ok3 || len(meta) != metaLen {
-		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a malformed record", nil)
-	}
-	fence, err1 := strconv.ParseUint(meta[1:16], 10, 64)
-	created, err2 := strconv.ParseInt(meta[16:31], 10, 64)
-	expires, err3 := strconv.ParseInt(meta[31:46], 10, 64)
-	state := store.State(meta[0] - '0')
-	if err1 != nil || err2 != nil || err3 != nil || !state.Valid() {
-		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a malformed record", nil)
+	st, ok1 := r[0].(string)
+	fence, ok2 := r[1].(int64)
+	created, ok3 := r[2].(int64)
+	expires, ok4 := r[3].(int64)
+	fp, ok5 := r[4].(string)
+	body, ok6 := r[5].(string)
+	state := parseState(st)
+	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !state.Valid() || fence < 0 {
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a malformed record in Redis", nil)
 	}
 	rec := store.Record{
 		Key:         key,
@@ -301,3 +334,6 @@ func decodeRecord(op, key string, v any) (store.Record, bool, error) {
 	}
 	return rec, true, nil
 }
+
+// fenceArg is a fence as the hash spells it: decimal, no leading zeros.
+func fenceArg(f lock.Fence) string { return strconv.FormatUint(uint64(f), 10) }

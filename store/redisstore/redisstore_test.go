@@ -1,8 +1,13 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -10,236 +15,430 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/locktest"
-	"github.com/idemkit/idemkit/lock/memlock"
-	"github.com/idemkit/idemkit/lock/redislock"
-	"github.com/idemkit/idemkit/lock/redislock/redistest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 )
 
 func TestNewValidates(t *testing.T) {
-	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer c.Close()
-	other := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer other.Close()
-	onOther, _ := redislock.New(other)
-	otherPrefix, _ := redislock.New(c, redislock.WithKeyPrefix("elsewhere"))
+	ok := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer ok.Close()
 	for _, tc := range []struct {
 		name   string
 		client redis.UniversalClient
 		opts   []redisstore.Option
 	}{
 		{"nil client", nil, nil},
-		{"bad prefix", c, []redisstore.Option{redisstore.WithKeyPrefix("{x}")}},
-		{"zero limit", c, []redisstore.Option{redisstore.WithMaxResponseBytes(0)}},
-		{"limit past Redis's", c, []redisstore.Option{redisstore.WithMaxResponseBytes(redisstore.DefaultMaxResponseBytes + 1)}},
-		{"locker on another client", c, []redisstore.Option{redisstore.WithLocker(onOther)}},
-		{"locker with another prefix", c, []redisstore.Option{redisstore.WithLocker(otherPrefix)}},
+		{"prefix with a space", ok, []redisstore.Option{redisstore.WithKeyPrefix("a b")}},
+		{"prefix with a control byte", ok, []redisstore.Option{redisstore.WithKeyPrefix("a\nb")}},
+		{"prefix too long", ok, []redisstore.Option{redisstore.WithKeyPrefix(strings.Repeat("p", 65))}},
+		{"zero limit", ok, []redisstore.Option{redisstore.WithMaxResponseBytes(0)}},
+		{"limit past Redis's", ok, []redisstore.Option{redisstore.WithMaxResponseBytes(redisstore.DefaultMaxResponseBytes + 1)}},
 	} {
 		if _, err := redisstore.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
 		}
 	}
-	if _, err := redisstore.New(c, redisstore.WithMaxResponseBytes(redisstore.DefaultMaxResponseBytes)); err != nil {
-		t.Fatalf("New at the default limit: %v", err)
+	for _, opts := range [][]redisstore.Option{
+		nil,
+		{redisstore.WithKeyPrefix(strings.Repeat("p", 64))},
+		{redisstore.WithKeyPrefix("shop:"), redisstore.WithMaxResponseBytes(redisstore.DefaultMaxResponseBytes)},
+	} {
+		if _, err := redisstore.New(ok, opts...); err != nil {
+			t.Errorf("New with valid options: %v", err)
+		}
 	}
 }
 
-func TestCombines(t *testing.T) {
-	c1, c2 := redistest.Single(t), redistest.Single(t)
-	prefix := testenv.Name(t)
-	s, err := redisstore.New(c1, redisstore.WithKeyPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mk := func(c redis.UniversalClient, opts ...redislock.Option) *redislock.Locker {
-		l, err := redislock.New(c, append([]redislock.Option{redislock.WithKeyPrefix(prefix)}, opts...)...)
+// TestNewRefusesClientsWithoutContextTimeouts: every go-redis client kind
+// built without ContextTimeoutEnabled is refused with a message naming the
+// setting; with it, accepted.
+func TestNewRefusesClientsWithoutContextTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mk   func(on bool) redis.UniversalClient
+	}{
+		{"client", func(on bool) redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: on})
+		}},
+		{"failover client", func(on bool) redis.UniversalClient {
+			return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: on})
+		}},
+		{"cluster client", func(on bool) redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: on})
+		}},
+		{"failover cluster client", func(on bool) redis.UniversalClient {
+			return redis.NewFailoverClusterClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: on})
+		}},
+		{"ring", func(on bool) redis.UniversalClient {
+			return redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}, ContextTimeoutEnabled: on})
+		}},
+		{"universal client", func(on bool) redis.UniversalClient {
+			return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}, ContextTimeoutEnabled: on})
+		}},
+	} {
+		off := tc.mk(false)
+		_, err := redisstore.New(off)
+		_ = off.Close()
+		if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "ContextTimeoutEnabled: true") {
+			t.Errorf("%s without ContextTimeoutEnabled: New = %v; want InvalidArgument naming the setting", tc.name, err)
+		}
+		on := tc.mk(true)
+		_, err = redisstore.New(on)
+		_ = on.Close()
 		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
-	same := mk(c1, redislock.WithLogger(nil), redislock.WithCleanupInIsLocked(true))
-	for _, tc := range []struct {
-		name string
-		l    lock.Locker
-		want bool
-	}{
-		{"same client and prefix", same, true},
-		{"another client", mk(c2), false},
-		{"another prefix", mk(c1, redislock.WithKeyPrefix("other")), false},
-		{"a durability wait the store's locker lacks", mk(c1, redislock.WithWaitForReplicas(1, time.Second)), false},
-		{"behind a telemetry decorator", lock.WithTelemetry(same, lock.HookFunc(func(lock.Event) {})), false},
-		{"another backend", memlock.New(), false},
-	} {
-		if got := s.Combines(tc.l); got != tc.want {
-			t.Errorf("%s: Combines = %v; want %v", tc.name, got, tc.want)
-		}
-	}
-	waiting := mk(c1, redislock.WithWaitForReplicas(1, time.Second))
-	s2, err := redisstore.New(c1, redisstore.WithKeyPrefix(prefix), redisstore.WithLocker(waiting))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !s2.Combines(waiting) || s2.Combines(same) {
-		t.Fatal("a store given a locker combines with exactly the lockers that wait as it does")
-	}
-}
-
-// TestCombinedOperations exercises AcquireGet and PutRelease directly: on
-// keys that share a hash tag (one script each) and on keys that do not
-// (separate calls), on a single node and a cluster.
-func TestCombinedOperations(t *testing.T) {
-	for _, b := range redistest.Backends() {
-		for _, tc := range []struct {
-			name, lockKey, recordKey string
-		}{
-			{"shared tag", "ns:lock:{k:order-1}", "ns:record:{k:order-1}"},
-			{"no shared tag", "lock-order-1", "record-order-1"},
-		} {
-			t.Run(b.Name+"/"+tc.name, func(t *testing.T) {
-				ctx := t.Context()
-				c := b.NewClient(t)
-				prefix := testenv.Name(t)
-				s, err := redisstore.New(c, redisstore.WithKeyPrefix(prefix))
-				if err != nil {
-					t.Fatal(err)
-				}
-				l, err := redislock.New(c, redislock.WithKeyPrefix(prefix))
-				if err != nil {
-					t.Fatal(err)
-				}
-				lease, ok, _, found, err := s.AcquireGet(ctx, tc.lockKey, time.Minute, tc.recordKey)
-				if err != nil || !ok || found || lease.Fence != 1 {
-					t.Fatalf("AcquireGet on a free key: %v, %v, %v, %v", lease, ok, found, err)
-				}
-				if _, ok, _, _, err := s.AcquireGet(ctx, tc.lockKey, time.Minute, tc.recordKey); err != nil || ok {
-					t.Fatalf("AcquireGet on a held key: %v, %v; want contention", ok, err)
-				}
-				rec := store.Record{Key: tc.recordKey, Fingerprint: "fp", State: store.StateCompleted, Response: []byte("r1"), Fence: lease.Fence}
-				stored, out, err := s.PutRelease(ctx, rec, time.Minute, lease)
-				if err != nil || !stored || !out.OK {
-					t.Fatalf("PutRelease: %v, %+v, %v", stored, out, err)
-				}
-				if locked, _ := l.IsLocked(ctx, tc.lockKey); locked {
-					t.Fatal("PutRelease left the lock held")
-				}
-				lease2, ok, got, found, err := s.AcquireGet(ctx, tc.lockKey, time.Minute, tc.recordKey)
-				if err != nil || !ok || !found || string(got.Response) != "r1" || got.Fence != 1 || lease2.Fence != 2 {
-					t.Fatalf("AcquireGet over a record: %v, %v, %+v, %v, %v", lease2, ok, got, found, err)
-				}
-				// A stale holder (lower fence) is refused, and its lease is
-				// still released.
-				stale := rec
-				stale.Fence, stale.Response = 0, []byte("stale")
-				stored, out, err = s.PutRelease(ctx, stale, time.Minute, lease2)
-				if err != nil || stored || !out.OK {
-					t.Fatalf("PutRelease with a lower fence: %v, %+v, %v; want refused and released", stored, out, err)
-				}
-				if got, _, _ := s.Get(ctx, tc.recordKey); string(got.Response) != "r1" {
-					t.Fatalf("the refused put changed the record: %q", got.Response)
-				}
-				// A foreign lease releases nothing but the put is fenced as usual.
-				_, out, err = s.PutRelease(ctx, rec, time.Minute, lock.Lease{Key: tc.lockKey, ID: lock.NewID()})
-				if err != nil || out.OK || out.Reason != lock.ReasonNotFound {
-					t.Fatalf("PutRelease with a foreign lease: %+v, %v", out, err)
-				}
-			})
+			t.Errorf("%s with ContextTimeoutEnabled: New = %v", tc.name, err)
 		}
 	}
 }
 
-func TestCombinedValidation(t *testing.T) {
-	s, err := redisstore.New(redistest.Single(t), redisstore.WithKeyPrefix(testenv.Name(t)), redisstore.WithMaxResponseBytes(8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	rec := store.Record{Key: "r", State: store.StateCompleted, Fence: 1}
-	lease := lock.Lease{Key: "l", ID: lock.NewID()}
-	for _, tc := range []struct {
-		name string
-		err  error
-	}{
-		{"AcquireGet empty record key", func() error { _, _, _, _, err := s.AcquireGet(ctx, "l", time.Second, ""); return err }()},
-		{"AcquireGet empty lock key", func() error { _, _, _, _, err := s.AcquireGet(ctx, "", time.Second, "r"); return err }()},
-		{"AcquireGet zero ttl", func() error { _, _, _, _, err := s.AcquireGet(ctx, "l", 0, "r"); return err }()},
-		{"PutRelease bad id", func() error {
-			_, _, err := s.PutRelease(ctx, rec, time.Second, lock.Lease{Key: "l", ID: "x"})
-			return err
-		}()},
-		{"PutRelease empty lock key", func() error {
-			_, _, err := s.PutRelease(ctx, rec, time.Second, lock.Lease{ID: lease.ID})
-			return err
-		}()},
-		{"PutRelease zero state", func() error {
-			_, _, err := s.PutRelease(ctx, store.Record{Key: "r"}, time.Second, lease)
-			return err
-		}()},
-	} {
-		if idemkit.CodeOf(tc.err) != idemkit.CodeInvalidArgument {
-			t.Errorf("%s: %v; want InvalidArgument", tc.name, tc.err)
-		}
-	}
-	big := rec
-	big.Response = []byte(strings.Repeat("x", 9))
-	if _, _, err := s.PutRelease(ctx, big, time.Second, lease); !errors.Is(err, store.ErrTooLarge) {
-		t.Fatalf("PutRelease over the limit: %v; want ErrTooLarge", err)
+// keyCases are record keys around every rule of the key encoding.
+func keyCases() map[string]string {
+	long := strings.Repeat("k", 512)
+	collide := "@sha256:" + base64.RawURLEncoding.EncodeToString(func() []byte { s := sha256.Sum256([]byte("\x00")); return s[:] }())
+	return map[string]string{
+		"plain":                   "idempotency:tenant-1:order-7",
+		"spaces and unicode":      "idempotency:tenant 1:Bestellung-Müller-注文-🎉",
+		"glob and brace bytes":    "idempotency:{t}:*?[a]",
+		"512 bytes":               long,
+		"513 bytes":               long + "k",
+		"1024 bytes":              strings.Repeat("x", store.MaxKeyBytes),
+		"512 bytes then hashed":   long[:511] + "\x00",
+		"a NUL":                   "\x00",
+		"control bytes":           "a\r\nb\x1b[31m",
+		"DEL":                     "a\x7fb",
+		"a C1 control":            "a\u0085b",
+		"invalid UTF-8":           "a\xff\xfeb",
+		"leading @":               "@k",
+		"the hashed form of NUL":  collide,
+		"the hashed form without": collide[1:],
+		"U+FFFD itself":           "a\uFFFDb",
 	}
 }
 
-// combinedLocker takes locks through the store's combined scripts, so that
-// the lock conformance suite runs on them: Acquire is AcquireGet (reading a
-// probe record on the lock's slot), ReleaseKey is PutRelease (writing it).
-type combinedLocker struct {
-	*redislock.Locker
-	s *redisstore.Store
-}
-
-func (c combinedLocker) probe(key string) string {
-	n, err := lock.NormalizeKey(key)
-	if err != nil {
-		return "probe"
+// TestKeys: record keys of any bytes each get a record of their own, under
+// the Redis key the documentation promises: verbatim when readable and at
+// most 512 bytes, else "@sha256:" and the base64url SHA-256; a verbatim
+// key never starts with '@', so the two forms never meet (even a key that
+// spells another key's hashed form).
+func TestKeys(t *testing.T) {
+	verbatim := map[string]bool{
+		"plain": true, "spaces and unicode": true, "glob and brace bytes": true, "512 bytes": true,
+		"the hashed form without": true, "U+FFFD itself": true,
 	}
-	return "{" + redislock.Tag(n) + "}probe"
-}
-
-// Acquire is the store's AcquireGet.
-func (c combinedLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
-	lease, ok, _, _, err := c.s.AcquireGet(ctx, key, ttl, c.probe(key))
-	return lease, ok, err
-}
-
-// ReleaseKey is the store's PutRelease.
-func (c combinedLocker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, error) {
-	rec := store.Record{Key: c.probe(key), Fingerprint: "probe", State: store.StateCompleted}
-	_, out, err := c.s.PutRelease(ctx, rec, time.Minute, lock.Lease{Key: key, ID: id})
-	return out, err
-}
-
-// TestLockConformanceThroughCombiner runs the lock conformance suite on
-// locks taken and released through the store's combined scripts.
-func TestLockConformanceThroughCombiner(t *testing.T) {
-	for _, b := range redistest.Backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			locktest.Run(t, func(t *testing.T, cfg locktest.Config) *locktest.Env {
-				c := b.NewClient(t)
-				prefix := testenv.Name(t)
-				l, err := redislock.New(c, redislock.WithKeyPrefix(prefix), redislock.WithLogger(cfg.Logger),
-					redislock.WithCleanupInIsLocked(cfg.CleanupInIsLocked))
-				if err != nil {
-					t.Fatal(err)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := b.newClient(t)
+			s := newStore(t, c)
+			p := prefix(t)
+			seen := map[string]string{}
+			for name, k := range keyCases() {
+				rk := redisstore.RedisKey(s, k)
+				sum := sha256.Sum256([]byte(k))
+				want := p + "@sha256:" + base64.RawURLEncoding.EncodeToString(sum[:])
+				if verbatim[name] {
+					want = p + k
 				}
-				s, err := redisstore.New(c, redisstore.WithKeyPrefix(prefix), redisstore.WithLocker(l))
-				if err != nil {
-					t.Fatal(err)
+				if rk != want {
+					t.Errorf("%s: Redis key %q; want %q", name, rk, want)
 				}
-				e := &locktest.Env{Locker: combinedLocker{Locker: l, s: s}, Break: func() { _ = c.Close() }, ExpiresNatively: true}
-				redistest.Probes(t, e, l.Layout(), b.NewClient(t))
-				return e
-			})
+				if other, dup := seen[rk]; dup {
+					t.Errorf("%s and %s share the Redis key %q", name, other, rk)
+				}
+				seen[rk] = name
+				rec, claimed, err := s.Claim(ctx, k, "fp:"+name, time.Minute)
+				if err != nil || !claimed {
+					t.Fatalf("%s: Claim = %v, %v", name, claimed, err)
+				}
+				done := rec
+				done.State, done.Response = store.StateCompleted, []byte(name)
+				if ok, err := s.Complete(ctx, done, time.Minute); err != nil || !ok {
+					t.Fatalf("%s: Complete = %v, %v", name, ok, err)
+				}
+				if n, err := c.Exists(ctx, rk).Result(); err != nil || n != 1 {
+					t.Fatalf("%s: the record is not at its Redis key: %v, %v", name, n, err)
+				}
+			}
+			for name, k := range keyCases() {
+				rec, ok, err := s.Get(ctx, k)
+				if err != nil || !ok || rec.Key != k || string(rec.Response) != name || rec.Fingerprint != "fp:"+name {
+					t.Errorf("%s: Get = %+v, %v, %v; want its own record", name, rec, ok, err)
+				}
+			}
 		})
+	}
+}
+
+// TestRecordLayout: the hash an operator sees, and the expiry of each kind
+// of record (store.KeepUntil).
+func TestRecordLayout(t *testing.T) {
+	ctx := t.Context()
+	c := nodeClient(t, testenv.Redis(t).Addr)
+	s := newStore(t, c)
+	k := "idempotency:tenant:order-1"
+	rk := prefix(t) + k
+	claim, claimed, err := s.Claim(ctx, k, "fp", 10*time.Second)
+	if err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	h, err := c.HGetAll(ctx, rk).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h["state"] != "claimed" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) || h["fp"] != "fp" ||
+		h["expires"] != fmt.Sprint(claim.ExpiresAt.UnixMilli()) || h["created"] != fmt.Sprint(claim.CreatedAt.UnixMilli()) {
+		t.Fatalf("the claim's hash: %v (claim %+v)", h, claim)
+	}
+	// A claim is kept for its lease plus the claim retention.
+	if d := c.PTTL(ctx, rk).Val(); d <= store.ClaimRetention || d > 10*time.Second+store.ClaimRetention {
+		t.Fatalf("a claim's PTTL is %v; want its lease plus %v", d, store.ClaimRetention)
+	}
+	done := claim
+	done.State, done.Response = store.StateCompleted, []byte("receipt")
+	if ok, err := s.Complete(ctx, done, time.Hour); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	h = c.HGetAll(ctx, rk).Val()
+	if h["state"] != "completed" || h["response"] != "receipt" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) || h["claim"] != "" {
+		t.Fatalf("the outcome's hash: %v", h)
+	}
+	if d := c.PTTL(ctx, rk).Val(); d <= 59*time.Minute || d > time.Hour {
+		t.Fatalf("an outcome's PTTL is %v; want its record TTL", d)
+	}
+	// A deleted record whose fence is still ahead of the clock stays as a
+	// tombstone until the clock passes it; one whose fence is behind goes.
+	if ok, err := s.Delete(ctx, k); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if n := c.Exists(ctx, rk).Val(); n != 0 {
+		t.Fatalf("a deleted record whose fence the clock has passed is still there: %v", c.HGetAll(ctx, rk).Val())
+	}
+	ahead := uint64(time.Now().Add(time.Hour).UnixMilli())
+	if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: lock.Fence(ahead), Response: []byte("x")}, time.Minute); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if ok, err := s.Delete(ctx, k); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	h = c.HGetAll(ctx, rk).Val()
+	if h["state"] != "deleted" || h["fence"] != fmt.Sprint(ahead) || len(h) != 3 {
+		t.Fatalf("the tombstone: %v", h)
+	}
+	if d := c.PTTL(ctx, rk).Val(); d < 59*time.Minute || d > time.Hour+time.Second {
+		t.Fatalf("a tombstone's PTTL is %v; want until its fence", d)
+	}
+	if _, ok, _ := s.Get(ctx, k); ok {
+		t.Fatal("Get sees a tombstone")
+	}
+	next, claimed, err := s.Claim(ctx, k, "fp", time.Second)
+	if err != nil || !claimed || uint64(next.Fence) != ahead+1 {
+		t.Fatalf("a claim over a tombstone: %+v, %v, %v; want fence %d", next, claimed, err, ahead+1)
+	}
+}
+
+// TestNoKeyWithoutExpiry runs random operations on a few keys, on a single
+// node and a cluster, and then checks that every key the store left has an
+// expiry.
+func TestNoKeyWithoutExpiry(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			c := b.newClient(t)
+			s := newStore(t, c)
+			rng := rand.New(rand.NewPCG(1, 2))
+			keys := []string{"a", "b", "c", "d", "@e", strings.Repeat("f", 600), "g\x00"}
+			fences := map[string]lock.Fence{}
+			for range 2000 {
+				k := keys[rng.IntN(len(keys))]
+				ttl := time.Duration(1+rng.IntN(30)) * time.Millisecond
+				var err error
+				switch rng.IntN(7) {
+				case 0, 1:
+					var rec store.Record
+					var claimed bool
+					rec, claimed, err = s.Claim(ctx, k, "fp", ttl)
+					if claimed {
+						fences[k] = rec.Fence
+					}
+				case 2:
+					_, err = s.Extend(ctx, k, fences[k]+lock.Fence(rng.IntN(2)), ttl)
+				case 3:
+					_, err = s.Complete(ctx, store.Record{Key: k, State: store.State(2 + rng.IntN(2)), Fence: fences[k], Response: []byte("r")}, ttl)
+				case 4:
+					_, err = s.Release(ctx, k, fences[k]+lock.Fence(rng.IntN(2)))
+				case 5:
+					_, err = s.Delete(ctx, k)
+				case 6:
+					_, err = s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: fences[k] + lock.Fence(rng.IntN(3)) - 1}, ttl)
+				}
+				if err != nil && idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+					t.Fatal(err)
+				}
+			}
+			left, err := immortal(ctx, c, prefix(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(left) > 0 {
+				t.Fatalf("keys without expiry: %q", left)
+			}
+		})
+	}
+}
+
+// TestOutOfMemory: a Redis over its maxmemory (noeviction) refuses new
+// claims and outcomes with RateLimited and a message that says so, while
+// replays, busy answers, extensions and releases go on.
+func TestOutOfMemory(t *testing.T) {
+	ctx := t.Context()
+	srv := testenv.NewRedis(t)
+	c := nodeClient(t, srv.Addr)
+	s := newStore(t, c)
+	held, _, err := s.Claim(ctx, "held", "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, _, err := s.Claim(ctx, "done", "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done.State, done.Response = store.StateCompleted, []byte("receipt")
+	if ok, err := s.Complete(ctx, done, time.Hour); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ConfigSet(context.Background(), "maxmemory", "0")
+
+	_, _, err = s.Claim(ctx, "fresh", "fp", time.Minute)
+	var rerr redis.Error
+	if idemkit.CodeOf(err) != idemkit.CodeRateLimited || !errors.Is(err, idemkit.ErrRateLimited) || !errors.As(err, &rerr) ||
+		!strings.Contains(err.Error(), "out of memory") || strings.Contains(err.Error(), "fresh") {
+		t.Fatalf("a claim on an out-of-memory Redis: %v; want RateLimited saying the server is out of memory, without the key", err)
+	}
+	t.Logf("the error: %v", err)
+	if _, ok, err := s.Get(ctx, "fresh"); err != nil || ok {
+		t.Fatalf("the refused claim left something: %v, %v", ok, err)
+	}
+	if rec, claimed, err := s.Claim(ctx, "done", "fp", time.Minute); err != nil || claimed || string(rec.Response) != "receipt" {
+		t.Fatalf("a replay on an out-of-memory Redis: %+v, %v, %v", rec, claimed, err)
+	}
+	if _, claimed, err := s.Claim(ctx, "held", "fp", time.Minute); err != nil || claimed {
+		t.Fatalf("a busy claim on an out-of-memory Redis: %v, %v", claimed, err)
+	}
+	if ok, err := s.Extend(ctx, "held", held.Fence, time.Minute); err != nil || !ok {
+		t.Fatalf("an extension on an out-of-memory Redis: %v, %v", ok, err)
+	}
+	out := held
+	out.State, out.Response = store.StateCompleted, []byte("r")
+	if _, err := s.Complete(ctx, out, time.Hour); idemkit.CodeOf(err) != idemkit.CodeRateLimited {
+		t.Fatalf("a completion on an out-of-memory Redis: %v; want RateLimited", err)
+	}
+	if ok, err := s.Release(ctx, "held", held.Fence); err != nil || !ok {
+		t.Fatalf("a release on an out-of-memory Redis: %v, %v", ok, err)
+	}
+	if ok, err := s.Delete(ctx, "done"); err != nil || !ok {
+		t.Fatalf("a deletion on an out-of-memory Redis: %v, %v", ok, err)
+	}
+}
+
+// TestStalledServer: calls on a frozen server (SIGSTOP) end with
+// NetworkTimeout at the ctx deadline, not after go-redis's read timeouts
+// and retries; once it resumes, the store works again.
+func TestStalledServer(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	c := nodeClient(t, srv.Addr)
+	s := newStore(t, c)
+	if _, _, err := s.Claim(t.Context(), "k", "fp", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	resume := srv.Stall(t)
+	for _, op := range []struct {
+		name string
+		call func(ctx context.Context) error
+	}{
+		{"claim", func(ctx context.Context) error { _, _, err := s.Claim(ctx, "k2", "fp", time.Minute); return err }},
+		{"get", func(ctx context.Context) error { _, _, err := s.Get(ctx, "k"); return err }},
+		{"extend", func(ctx context.Context) error { _, err := s.Extend(ctx, "k", 1, time.Minute); return err }},
+	} {
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		start := time.Now()
+		err := op.call(ctx)
+		cancel()
+		if took := time.Since(start); took > 300*time.Millisecond+2*time.Second {
+			t.Errorf("%s on a stalled server took %v", op.name, took)
+		}
+		if code := idemkit.CodeOf(err); code != idemkit.CodeNetworkTimeout {
+			t.Errorf("%s on a stalled server: %v; want NetworkTimeout", op.name, err)
+		}
+	}
+	resume()
+	if _, ok, err := s.Get(t.Context(), "k"); err != nil || !ok {
+		t.Fatalf("after the stall: %v, %v", ok, err)
+	}
+}
+
+// TestClosedClient: a closed client is ServiceUnavailable.
+func TestClosedClient(t *testing.T) {
+	c := nodeClient(t, testenv.Redis(t).Addr)
+	s := newStore(t, c)
+	_ = c.Close()
+	if _, _, err := s.Claim(t.Context(), "k", "fp", time.Second); idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
+		t.Fatalf("a claim on a closed client: %v; want ServiceUnavailable", err)
+	}
+}
+
+// TestWrongType: a key of the store's holding another type (another
+// program writing under the prefix) is Internal, and says so.
+func TestWrongType(t *testing.T) {
+	ctx := t.Context()
+	c := nodeClient(t, testenv.Redis(t).Addr)
+	s := newStore(t, c)
+	if err := c.Set(ctx, prefix(t)+"k", "v", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := s.Claim(ctx, "k", "fp", time.Second)
+	if idemkit.CodeOf(err) != idemkit.CodeInternal || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a claim over a string key: %v; want Internal naming WRONGTYPE", err)
+	}
+}
+
+// TestClaimRetriedAfterLostReply: the connection breaks after the server
+// ran a claim and before its reply arrived; go-redis sends the claim again
+// on a new connection, and the store gets its own claim back (not "busy").
+// The same for a completion: its retry finds its own outcome and reports
+// it written.
+func TestClaimRetriedAfterLostReply(t *testing.T) {
+	ctx := t.Context()
+	l := newLink(t, testenv.Redis(t).Addr)
+	c := nodeClient(t, l.addr())
+	s := newStore(t, c)
+	l.dropReplyTo("claim")
+	rec, claimed, err := s.Claim(ctx, "k", "fp", time.Minute)
+	if l.dropped.Load() != 1 {
+		t.Fatalf("the reply was not lost (%d)", l.dropped.Load())
+	}
+	if err != nil || !claimed {
+		t.Fatalf("a claim whose first reply was lost: %+v, %v, %v; want claimed", rec, claimed, err)
+	}
+	rec.State, rec.Response = store.StateCompleted, []byte("receipt")
+	l.dropReplyTo("complete")
+	if ok, err := s.Complete(ctx, rec, time.Minute); err != nil || !ok || l.dropped.Load() != 2 {
+		t.Fatalf("a completion whose first reply was lost: %v, %v (lost %d)", ok, err, l.dropped.Load())
+	}
+	got, ok, err := s.Get(ctx, "k")
+	if err != nil || !ok || !bytes.Equal(got.Response, rec.Response) || got.Fence != rec.Fence {
+		t.Fatalf("Get: %+v, %v, %v", got, ok, err)
+	}
+	other := rec
+	other.Response = []byte("another")
+	if ok, err := s.Complete(ctx, other, time.Minute); err != nil || ok {
+		t.Fatalf("another outcome over the written one: %v, %v; want refused", ok, err)
 	}
 }
