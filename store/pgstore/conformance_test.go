@@ -15,7 +15,7 @@ func server(t *testing.T) (*testenv.PostgresServer, func() (resume func())) {
 		return testenv.Postgres(t), nil
 	}
 	srv := testenv.NewPostgres(t)
-	return srv, func() func() { return freeze(t, srv) }
+	return srv, func() func() { return srv.Stall(t) }
 }
 
 // TestConformance runs the store suite on a store built on a

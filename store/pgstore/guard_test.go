@@ -143,7 +143,7 @@ func TestOutageMidHandler(t *testing.T) {
 	t0 := time.Now()
 	out, err := nodes[0].guard.Execute(t.Context(), "charge-42", fp, func(ctx context.Context) (middleware.Result, error) {
 		runs.Add(1)
-		resume = freeze(t, srv)
+		resume = srv.Stall(t)
 		frozen <- time.Now()
 		time.Sleep(time.Second) // the handler returns during the outage
 		go func() {
@@ -350,4 +350,54 @@ func TestRecordWrittenAfterConnectionsCut(t *testing.T) {
 			t.Fatalf("%s: the work ran %d times", key, n)
 		}
 	}
+}
+
+// TestStalledServerThroughGuard: with the server frozen (SIGSTOP, its
+// backends included), a request gets ErrUnavailable within the op timeout
+// (an HTTP adapter answers 503), never a hang, and fn does not run; once
+// the server is back, the same key executes.
+func TestStalledServerThroughGuard(t *testing.T) {
+	srv := testenv.NewPostgres(t)
+	const opTimeout = time.Second
+	nodes := cluster(t, srv.URL, 1, "stall", middleware.WithOpTimeout(opTimeout), middleware.WithLeaseTTL(2*time.Second), middleware.WithLogger(discard()))
+	g := nodes[0].guard
+	var runs atomic.Int32
+	work := func(context.Context) (middleware.Result, error) {
+		runs.Add(1)
+		return middleware.Result{Value: []byte("v")}, nil
+	}
+	if _, err := g.Execute(t.Context(), "warm", fpOf("warm"), work); err != nil { // connections open, statements prepared
+		t.Fatal(err)
+	}
+	resume := srv.Stall(t)
+	start := time.Now()
+	_, err := g.Execute(t.Context(), "stalled", fpOf("stalled"), work)
+	took := time.Since(start)
+	if !errors.Is(err, middleware.ErrUnavailable) || runs.Load() != 1 {
+		t.Fatalf("Execute on a stalled server: %v, fn ran %d times; want ErrUnavailable and no run", err, runs.Load()-1)
+	}
+	if took > opTimeout+2*time.Second {
+		t.Fatalf("Execute on a stalled server took %v; want about the op timeout (%v)", took, opTimeout)
+	}
+	resume()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := g.Execute(t.Context(), "stalled", fpOf("stalled"), work)
+		if err == nil {
+			if out.Replayed || runs.Load() != 2 {
+				t.Fatalf("after the server came back: %+v, runs %d; want one execution", out, runs.Load())
+			}
+			break
+		}
+		// A claim sent before the stall may run when the server resumes
+		// and hold the key until its lease ends: busy, never a second run.
+		if time.Now().After(deadline) || !(errors.Is(err, middleware.ErrInProgress) || errors.Is(err, middleware.ErrUnavailable)) {
+			t.Fatalf("after the server came back: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func fpOf(s string) fingerprint.Fingerprint {
+	return fingerprint.HTTP(fingerprint.HTTPRequest{Method: "POST", Route: "/" + s})
 }

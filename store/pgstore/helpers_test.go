@@ -2,13 +2,9 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -192,64 +188,3 @@ func (r serialRow) Scan(dest ...any) error {
 // ownServer reports whether the conformance case t needs a server of its
 // own: the case that stalls its server (every other case shares one).
 func ownServer(t *testing.T) bool { return strings.Contains(t.Name(), "Stall") }
-
-// freeze stalls srv, a server of the test's own, entirely: srv.Stall
-// stops the postmaster's process group, but PostgreSQL's backends and
-// auxiliary processes each run in a session of their own (setsid), so
-// freeze stops them too, one by one, as a machine that froze would. The
-// returned function resumes them all; the test's cleanup does too.
-func freeze(t testing.TB, srv *testenv.PostgresServer) (resume func()) {
-	t.Helper()
-	conn := connect(t, srv.URL)
-	var backend int
-	if err := conn.QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&backend); err != nil {
-		t.Fatal(err)
-	}
-	postmaster, err := parentOf(backend)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resumePostmaster := srv.Stall(t) // no new backends from here on
-	var children []int
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, err := parentOf(pid); err == nil && ppid == postmaster {
-			if syscall.Kill(pid, syscall.SIGSTOP) == nil {
-				children = append(children, pid)
-			}
-		}
-	}
-	var once sync.Once
-	resume = func() {
-		once.Do(func() {
-			for _, pid := range children {
-				_ = syscall.Kill(pid, syscall.SIGCONT)
-			}
-			resumePostmaster()
-		})
-	}
-	t.Cleanup(resume)
-	return resume
-}
-
-// parentOf returns the parent process id of pid, from /proc/<pid>/stat.
-func parentOf(pid int) (int, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// pid (comm) state ppid ...; comm may hold spaces and parentheses.
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 2 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.Atoi(fields[1])
-}

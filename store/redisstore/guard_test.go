@@ -338,3 +338,40 @@ func TestOutOfMemoryThroughGuard(t *testing.T) {
 		t.Fatalf("fn ran %d times; want 1", runs.Load())
 	}
 }
+
+// TestStalledServerThroughGuard: with the server frozen (SIGSTOP), a
+// request gets ErrUnavailable within the op timeout (an HTTP adapter
+// answers 503), never a hang, and fn does not run; once the server is back,
+// the same key executes.
+func TestStalledServerThroughGuard(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	const opTimeout = time.Second
+	g := newGuard(t, nodeClient(t, srv.Addr), middleware.WithOpTimeout(opTimeout), middleware.WithLeaseTTL(2*time.Second))
+	var runs atomic.Int32
+	resume := srv.Stall(t)
+	start := time.Now()
+	_, err := g.Execute(t.Context(), "stalled", fp, answer(&runs, "v"))
+	took := time.Since(start)
+	if !errors.Is(err, middleware.ErrUnavailable) || runs.Load() != 0 {
+		t.Fatalf("Execute on a stalled server: %v, fn ran %d times; want ErrUnavailable and no run", err, runs.Load())
+	}
+	if took > opTimeout+2*time.Second {
+		t.Fatalf("Execute on a stalled server took %v; want about the op timeout (%v)", took, opTimeout)
+	}
+	resume()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := g.Execute(t.Context(), "stalled", fp, answer(&runs, "v"))
+		if err == nil {
+			if out.Replayed || runs.Load() != 1 {
+				t.Fatalf("after the server came back: %+v, runs %d; want one execution", out, runs.Load())
+			}
+			break
+		}
+		// The claim sent before the stall runs when the server resumes and
+		// holds the key until its lease ends: busy, never a second run.
+		if time.Now().After(deadline) || !errors.Is(err, middleware.ErrInProgress) {
+			t.Fatalf("after the server came back: %v", err)
+		}
+	}
+}
