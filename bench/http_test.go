@@ -16,9 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
-	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
@@ -46,28 +43,21 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func httpScenarios(t *testing.T, d time.Duration) []Result {
 	ctx := t.Context()
 	const workers = 16
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr, PoolSize: 64})
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr, PoolSize: 64, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
-	prefix := testenv.Name(t)
-	rl, err := redislock.New(rdb, redislock.WithKeyPrefix(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs, err := redisstore.New(rdb, redisstore.WithKeyPrefix(prefix), redisstore.WithLocker(rl))
+	rs, err := redisstore.New(rdb, redisstore.WithKeyPrefix(testenv.Name(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	type config struct {
-		name   string
-		store  store.Store
-		locker lock.Locker
+		name  string
+		store store.Store
 	}
-	ml := memlock.New()
 	configs := []config{
 		{name: "bare handler (no middleware)"},
-		{name: "middleware, memory backends", store: memstore.New(memstore.WithLocker(ml)), locker: ml},
-		{name: "middleware, Redis (combined round trips)", store: rs, locker: rl},
+		{name: "middleware, memory", store: memstore.New()},
+		{name: "middleware, Redis", store: rs},
 	}
 	body := `{"item":"book","quantity":1}`
 	var results []Result
@@ -75,11 +65,15 @@ func httpScenarios(t *testing.T, d time.Duration) []Result {
 		for _, c := range configs {
 			var h http.Handler = &orders{}
 			if c.store != nil {
-				g, err := middleware.New(c.store, c.locker, middleware.WithLogger(slog.New(slog.DiscardHandler)))
+				g, err := middleware.New(c.store, middleware.WithLogger(slog.New(slog.DiscardHandler)))
 				if err != nil {
 					t.Fatal(err)
 				}
-				h = nethttp.Middleware(g, nethttp.WithLogger(slog.New(slog.DiscardHandler)))(h)
+				idem, err := nethttp.New(g, nethttp.WithLogger(slog.New(slog.DiscardHandler)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				h = idem(h)
 			}
 			srv := httptest.NewServer(h)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}

@@ -36,7 +36,7 @@ func postgresScenarios(t *testing.T, d time.Duration) []Result {
 	for _, conns := range []int{1, 16} {
 		pool := newPool(int32(conns))
 		name := testenv.Name(t)
-		opts := []pglock.Option{pglock.WithTable(name + "_locks"), pglock.WithFenceTable(name + "_fences")}
+		opts := []pglock.Option{pglock.WithTable(name + "_locks")}
 		if err := pglock.SetupSchema(ctx, pool, opts...); err != nil {
 			t.Fatal(err)
 		}

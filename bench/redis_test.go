@@ -12,6 +12,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
@@ -29,7 +30,7 @@ const hotWait = 30 * time.Second
 func redisScenarios(t *testing.T, d time.Duration) []Result {
 	srv := testenv.NewRedis(t)
 	newClient := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64})
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
@@ -61,8 +62,8 @@ func redisScenarios(t *testing.T, d time.Duration) []Result {
 			hot: func(ctx context.Context, key string) error {
 				// lock.Do with a short back-off; Redis waiters poll.
 				return lock.Do(ctx, ours, key, func(context.Context, lock.Lease) error { return nil },
-					lock.WithTTL(lockTTL), lock.WithRetryDelay(2*time.Millisecond), lock.WithMaxDelay(50*time.Millisecond),
-					lock.WithTimeout(hotWait), lock.WithMaxRetries(1<<20), lock.WithRenewInterval(-1))
+					lock.WithTTL(lockTTL), lock.WithBackoff(idemkit.Backoff{Base: 2 * time.Millisecond, Max: 50 * time.Millisecond}),
+					lock.WithTimeout(hotWait), lock.WithRenewInterval(-1))
 			},
 		},
 		{

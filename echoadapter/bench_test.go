@@ -13,8 +13,8 @@ import (
 )
 
 // BenchmarkEcho compares a small JSON POST through a bare echo instance
-// with the same request through the adapter (memory backends, as in
-// nethttp's benchmarks): a first execution (a new key each time) and a
+// with the same request through the adapter (the memory backend, as
+// in nethttp's benchmarks): a first execution (a new key each time) and a
 // replay (one key). The difference is the adapter's overhead, nethttp's
 // core included. See httpsuite.Bench.
 func BenchmarkEcho(b *testing.B) {
@@ -22,7 +22,7 @@ func BenchmarkEcho(b *testing.B) {
 		e := echo.New()
 		var mws []echo.MiddlewareFunc
 		if g != nil {
-			idem, err := echoadapter.Middleware(g, echoadapter.Config{Options: opts})
+			idem, err := echoadapter.New(g, echoadapter.WithHTTPOptions(opts...))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,12 +1,12 @@
 // Package echoadapter makes echo handlers idempotent: the behaviour of
 // [nethttp] (every row of its table, the same options and defaults, the
-// same RFC 9457 problems), as echo middleware with an echo-style [Config].
+// same RFC 9457 problems), as echo middleware; nethttp's options go in
+// through [WithHTTPOptions], and [WithSkipper] skips requests in echo's
+// style.
 //
-//	guard, err := middleware.New(memstore.New(), memlock.New())
+//	guard, err := middleware.New(memstore.New())
 //	...
-//	idem, err := echoadapter.Middleware(guard, echoadapter.Config{
-//		Options: []nethttp.Option{nethttp.WithKeyRequired(true)},
-//	})
+//	idem, err := echoadapter.New(guard, echoadapter.WithHTTPOptions(nethttp.WithKeyRequired(true)))
 //	...
 //	e := echo.New()
 //	e.POST("/orders", createOrder, idem)
@@ -76,8 +76,8 @@
 // echo.Context, so a scope can come from what an authentication middleware
 // stored with c.Set:
 //
-//	nethttp.WithScope(func(r *http.Request) string {
+//	echoadapter.WithHTTPOptions(nethttp.WithScope(func(r *http.Request) string {
 //		tenant, _ := echoadapter.ContextOf(r).Get("tenant").(string)
 //		return tenant
-//	})
+//	}))
 package echoadapter

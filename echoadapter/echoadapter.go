@@ -11,29 +11,42 @@ import (
 	"github.com/idemkit/idemkit/nethttp"
 )
 
-// Config configures the middleware, in echo's style. The zero Config is
-// valid and gives nethttp's defaults.
-type Config struct {
-	// Skipper skips the middleware for a request: it goes on to the next
-	// handler unguarded. Default: echo's DefaultSkipper (nothing skipped).
-	Skipper echomw.Skipper
+// Option configures [New].
+type Option func(*config)
 
-	// Options are the HTTP core's options (see [nethttp.Option]). Default:
-	// none, that is nethttp's defaults: POST and PATCH guarded, the key
-	// optional, a 1 MiB body limit, 2xx–4xx recorded and 5xx forgotten,
-	// one scope for the whole service, the URL path as the route.
-	Options []nethttp.Option
+type config struct {
+	skipper echomw.Skipper
+	http    []nethttp.Option
 }
 
-// Middleware validates the configuration and returns echo middleware that
-// makes the handlers after it idempotent with guard. An invalid option, or
-// a nil guard, is an error here; nothing panics on the request path.
-func Middleware(guard *middleware.Guard, config Config) (echo.MiddlewareFunc, error) {
-	core, err := nethttp.NewCore(guard, config.Options...)
+// WithSkipper sets a function that skips the middleware for a request: it
+// goes on to the next handler unguarded. Default: echo's DefaultSkipper
+// (nothing skipped); nil restores it.
+func WithSkipper(skip echomw.Skipper) Option { return func(c *config) { c.skipper = skip } }
+
+// WithHTTPOptions sets options of the HTTP core (see [nethttp.Option]);
+// repeated calls add up. Default: none, that is nethttp's defaults: POST
+// and PATCH guarded, the key optional, a 1 MiB body limit, 2xx–4xx
+// recorded and 5xx forgotten, one scope for the whole service, the URL
+// path as the route.
+func WithHTTPOptions(opts ...nethttp.Option) Option {
+	return func(c *config) { c.http = append(c.http, opts...) }
+}
+
+// New validates the options and returns echo middleware that makes the
+// handlers after it idempotent with guard. An invalid option, or a nil
+// guard, is an error here (InvalidArgument); nothing panics on the request
+// path.
+func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	core, err := nethttp.NewCore(guard, cfg.http...)
 	if err != nil {
 		return nil, err
 	}
-	skip := config.Skipper
+	skip := cfg.skipper
 	if skip == nil {
 		skip = echomw.DefaultSkipper
 	}

@@ -24,18 +24,18 @@ import (
 // adapter (after echo's Recover), on a real loopback listener.
 func echoStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {
 	e := newEcho()
-	e.Use(echomw.Recover(), newIdem(t, g, echoadapter.Config{Options: opts}))
+	e.Use(echomw.Recover(), newIdem(t, g, echoadapter.WithHTTPOptions(opts...)))
 	e.Any("/*", echo.WrapHandler(app))
 	return httpsuite.Serve(t, e)
 }
 
 // TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
-// through echo, on memory backends that combine their round trips and on
-// plain ones.
+// through echo, on the memory backend, and on memory records composed with
+// memory locks.
 func TestBehaviour(t *testing.T) {
-	t.Run("combined", func(t *testing.T) { httpsuite.Run(t, echoStack) })
-	t.Run("plain", func(t *testing.T) {
-		httpsuite.RunWith(t, echoStack, httpsuite.Plain)
+	t.Run("memory", func(t *testing.T) { httpsuite.Run(t, echoStack) })
+	t.Run("composed", func(t *testing.T) {
+		httpsuite.RunWith(t, echoStack, httpsuite.Composed)
 	})
 }
 
@@ -46,10 +46,10 @@ func newEcho() *echo.Echo {
 	return e
 }
 
-func newIdem(t *testing.T, g *middleware.Guard, config echoadapter.Config) echo.MiddlewareFunc {
+func newIdem(t *testing.T, g *middleware.Guard, opts ...echoadapter.Option) echo.MiddlewareFunc {
 	t.Helper()
-	config.Options = append([]nethttp.Option{nethttp.WithLogger(slog.New(slog.DiscardHandler))}, config.Options...)
-	mw, err := echoadapter.Middleware(g, config)
+	opts = append([]echoadapter.Option{echoadapter.WithHTTPOptions(nethttp.WithLogger(slog.New(slog.DiscardHandler)))}, opts...)
+	mw, err := echoadapter.New(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,10 +59,10 @@ func newIdem(t *testing.T, g *middleware.Guard, config echoadapter.Config) echo.
 func TestSkipper(t *testing.T) {
 	var runs atomic.Int32
 	e := newEcho()
-	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{
-		Skipper: func(c echo.Context) bool { return strings.HasPrefix(c.Request().URL.Path, "/internal/") },
-		Options: []nethttp.Option{nethttp.WithKeyRequired(true)},
-	}))
+	e.Use(newIdem(t, httpsuite.NewGuard(t),
+		echoadapter.WithSkipper(func(c echo.Context) bool { return strings.HasPrefix(c.Request().URL.Path, "/internal/") }),
+		echoadapter.WithHTTPOptions(nethttp.WithKeyRequired(true)),
+	))
 	h := func(c echo.Context) error { return c.String(http.StatusCreated, fmt.Sprint("order ", runs.Add(1))) }
 	e.POST("/orders", h)
 	e.POST("/internal/orders", h)
@@ -122,7 +122,7 @@ func TestHandlerErrorsRenderedInsideTheCapture(t *testing.T) {
 					}
 					return err
 				}
-			}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithStorePolicy(c.policy)}}))
+			}, newIdem(t, httpsuite.NewGuard(t), echoadapter.WithHTTPOptions(nethttp.WithStorePolicy(c.policy))))
 			e.POST("/orders", func(echo.Context) error { runs.Add(1); return c.err })
 			url := httpsuite.Serve(t, e)
 
@@ -154,7 +154,7 @@ func TestErrorRenderedOnce(t *testing.T) {
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
 		_ = c.JSON(http.StatusTeapot, map[string]string{"error": err.Error()})
 	}
-	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	e.Use(newIdem(t, httpsuite.NewGuard(t)))
 	e.POST("/orders", func(echo.Context) error { return errors.New("no tea") })
 	url := httpsuite.Serve(t, e)
 	first := httpsuite.Post(t, url+"/orders", "k", `{}`)
@@ -187,7 +187,7 @@ func TestOuterMiddlewareSeesTheResponse(t *testing.T) {
 			obs <- seen{c.Response().Status, c.Response().Size, c.Response().Committed, err, before}
 			return err
 		}
-	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithKeyRequired(true)}}))
+	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.WithHTTPOptions(nethttp.WithKeyRequired(true))))
 	e.POST("/orders", func(c echo.Context) error {
 		return c.JSON(http.StatusCreated, map[string]int32{"order": runs.Add(1)})
 	}, func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -232,13 +232,13 @@ func TestRouteParams(t *testing.T) {
 			return err
 		}
 		return c.JSON(http.StatusOK, map[string]any{"paid": c.Param("id"), "amount": in.Amount, "route": c.Path()})
-	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	}, newIdem(t, httpsuite.NewGuard(t)))
 	httpsuite.CheckPathsUnderOnePattern(t, httpsuite.Serve(t, e), runs.Load)
 }
 
 func TestUnmatchedRoute(t *testing.T) {
 	e := newEcho()
-	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	e.Use(newIdem(t, httpsuite.NewGuard(t)))
 	e.POST("/orders", func(c echo.Context) error { return c.NoContent(http.StatusCreated) })
 	httpsuite.CheckUnmatchedRouteRecorded(t, httpsuite.Serve(t, e))
 }
@@ -248,10 +248,10 @@ func TestScopeFromEchoContext(t *testing.T) {
 	e := newEcho()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error { c.Set("tenant", c.Request().Header.Get("X-Tenant")); return next(c) }
-	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{Options: []nethttp.Option{nethttp.WithScope(func(r *http.Request) string {
+	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.WithHTTPOptions(nethttp.WithScope(func(r *http.Request) string {
 		tenant, _ := echoadapter.ContextOf(r).Get("tenant").(string)
 		return tenant
-	})}}))
+	}))))
 	e.POST("/orders", func(c echo.Context) error {
 		if echoadapter.ContextOf(c.Request()) != c {
 			t.Error("ContextOf in the handler is not the handler's echo.Context")
@@ -276,7 +276,7 @@ func TestStreamedIsNotReplayable(t *testing.T) {
 			c.Response().Flush()
 		}
 		return nil
-	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	}, newIdem(t, httpsuite.NewGuard(t)))
 	url := httpsuite.Serve(t, e)
 	first := httpsuite.Post(t, url+"/stream", "s", `{}`)
 	if first.Status != http.StatusOK || first.Body != "data: 0\n\ndata: 1\n\ndata: 2\n\n" {
@@ -289,12 +289,12 @@ func TestStreamedIsNotReplayable(t *testing.T) {
 }
 
 func TestConstruction(t *testing.T) {
-	if _, err := echoadapter.Middleware(nil, echoadapter.Config{}); err == nil {
+	if _, err := echoadapter.New(nil); err == nil {
 		t.Fatal("a nil guard was accepted")
 	}
 	g := httpsuite.NewGuard(t)
 	for _, o := range httpsuite.InvalidOptions() {
-		if mw, err := echoadapter.Middleware(g, echoadapter.Config{Options: []nethttp.Option{o}}); err == nil || mw != nil {
+		if mw, err := echoadapter.New(g, echoadapter.WithHTTPOptions(o)); err == nil || mw != nil {
 			t.Fatal("an invalid option was accepted")
 		}
 	}
@@ -307,7 +307,7 @@ func TestConstruction(t *testing.T) {
 func TestGzipInsideTheGuard(t *testing.T) {
 	var runs atomic.Int32
 	e := newEcho()
-	e.Use(newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}), echomw.Gzip())
+	e.Use(newIdem(t, httpsuite.NewGuard(t)), echomw.Gzip())
 	e.POST("/orders", func(c echo.Context) error {
 		runs.Add(1)
 		return c.JSON(http.StatusCreated, map[string]string{"order": "42"})
@@ -334,7 +334,7 @@ func TestGzipInsideTheGuard(t *testing.T) {
 // the compressed size; the handler still gets the whole body.
 func TestDecompressInFront(t *testing.T) {
 	e := newEcho()
-	e.Use(echomw.Decompress(), newIdem(t, httpsuite.NewGuard(t), echoadapter.Config{}))
+	e.Use(echomw.Decompress(), newIdem(t, httpsuite.NewGuard(t)))
 	e.POST("/echo", func(c echo.Context) error {
 		b, err := io.ReadAll(c.Request().Body)
 		if err != nil {

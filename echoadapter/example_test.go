@@ -9,25 +9,21 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkit/idemkit/echoadapter"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
 // A retried POST with the same Idempotency-Key gets the first response
-// back, an *echo.HTTPError included; the handler runs once. Memory backends
-// serve one process; Redis or PostgreSQL share the guarantee between
-// processes.
+// back, an *echo.HTTPError included; the handler runs once. The memory backend
+// serves one process; Redis, PostgreSQL or Firestore share the guarantee
+// between processes.
 func Example() {
-	locker := memlock.New()
-	guard, err := middleware.New(memstore.New(memstore.WithLocker(locker)), locker)
+	guard, err := middleware.New(memstore.New())
 	if err != nil {
 		panic(err)
 	}
-	idem, err := echoadapter.Middleware(guard, echoadapter.Config{
-		Options: []nethttp.Option{nethttp.WithKeyRequired(true)},
-	})
+	idem, err := echoadapter.New(guard, echoadapter.WithHTTPOptions(nethttp.WithKeyRequired(true)))
 	if err != nil {
 		panic(err)
 	}

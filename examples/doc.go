@@ -2,7 +2,7 @@
 // folder per program. It is a module of its own and is never tagged.
 //
 //   - quickstart: what `make demo` runs: a retry storm against the demo
-//     service on memory backends, executed exactly once.
+//     service on the memory backend, executed exactly once.
 //   - nethttp, gin, echo: the same demo service (POST /orders, POST /notes,
 //     GET /stats) on net/http, gin and echo, on any backend (-store memory,
 //     redis, redis-cluster, postgres, firestore).

@@ -9,10 +9,7 @@ require (
 	github.com/idemkit/idemkit/echoadapter v0.0.0
 	github.com/idemkit/idemkit/ginadapter v0.0.0
 	github.com/idemkit/idemkit/grpcinterceptor v0.0.0
-	github.com/idemkit/idemkit/lock/firestorelock v0.0.0
-	github.com/idemkit/idemkit/lock/pglock v0.0.0
-	github.com/idemkit/idemkit/lock/redislock v0.0.0
-	github.com/idemkit/idemkit/store/firestorestore v0.0.0-00010101000000-000000000000
+	github.com/idemkit/idemkit/store/firestorestore v0.0.0
 	github.com/idemkit/idemkit/store/pgstore v0.0.0
 	github.com/idemkit/idemkit/store/redisstore v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -95,9 +92,6 @@ replace (
 	github.com/idemkit/idemkit/echoadapter => ../echoadapter
 	github.com/idemkit/idemkit/ginadapter => ../ginadapter
 	github.com/idemkit/idemkit/grpcinterceptor => ../grpcinterceptor
-	github.com/idemkit/idemkit/lock/firestorelock => ../lock/firestorelock
-	github.com/idemkit/idemkit/lock/pglock => ../lock/pglock
-	github.com/idemkit/idemkit/lock/redislock => ../lock/redislock
 	github.com/idemkit/idemkit/store/firestorestore => ../store/firestorestore
 	github.com/idemkit/idemkit/store/pgstore => ../store/pgstore
 	github.com/idemkit/idemkit/store/redisstore => ../store/redisstore

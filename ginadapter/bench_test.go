@@ -13,7 +13,7 @@ import (
 )
 
 // BenchmarkGin compares a small JSON POST through a bare gin engine with
-// the same request through the adapter (memory backends, as in nethttp's
+// the same request through the adapter (the memory backend, as in nethttp's
 // benchmarks): a first execution (a new key each time) and a replay (one
 // key). The difference is the adapter's overhead, nethttp's core included.
 // See httpsuite.Bench.

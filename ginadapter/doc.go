@@ -2,7 +2,7 @@
 // [nethttp] (every row of its table, the same options and defaults, the
 // same RFC 9457 problems), as gin middleware.
 //
-//	guard, err := middleware.New(memstore.New(), memlock.New())
+//	guard, err := middleware.New(memstore.New())
 //	...
 //	idem, err := ginadapter.New(guard, nethttp.WithKeyRequired(true))
 //	...
@@ -56,7 +56,7 @@
 //
 // A panic in the guarded chain is caught by the core: logged, answered 500
 // internal-error (problem+json), recorded only if the store policy's Panic
-// field says so (not by default: the lock is released and a retry runs
+// field says so (not by default: the claim is released and a retry runs
 // again), and the chain is aborted. http.ErrAbortHandler goes on to gin
 // (recorded as executed-not-replayable if the chain had begun its answer).
 // Keep gin.Recovery (or your own) in front for everything else. A timeout

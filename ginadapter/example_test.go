@@ -9,19 +9,17 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemkit/idemkit/ginadapter"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
 // A retried POST with the same Idempotency-Key gets the first response
-// back; the handler runs once. Memory backends serve one process; Redis or
-// PostgreSQL share the guarantee between processes.
+// back; the handler runs once. The memory backend serves one process; Redis,
+// PostgreSQL or Firestore share the guarantee between processes.
 func Example() {
 	gin.SetMode(gin.ReleaseMode)
-	locker := memlock.New()
-	guard, err := middleware.New(memstore.New(memstore.WithLocker(locker)), locker)
+	guard, err := middleware.New(memstore.New())
 	if err != nil {
 		panic(err)
 	}

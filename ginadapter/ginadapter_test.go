@@ -38,12 +38,12 @@ func ginStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http
 }
 
 // TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
-// through gin, on memory backends that combine their round trips and on
-// plain ones.
+// through gin, on the memory backend, and on memory records composed with
+// memory locks.
 func TestBehaviour(t *testing.T) {
-	t.Run("combined", func(t *testing.T) { httpsuite.Run(t, ginStack) })
-	t.Run("plain", func(t *testing.T) {
-		httpsuite.RunWith(t, ginStack, httpsuite.Plain)
+	t.Run("memory", func(t *testing.T) { httpsuite.Run(t, ginStack) })
+	t.Run("composed", func(t *testing.T) {
+		httpsuite.RunWith(t, ginStack, httpsuite.Composed)
 	})
 }
 

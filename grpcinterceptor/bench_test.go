@@ -12,14 +12,13 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/idemkit/idemkit/grpcinterceptor"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
 // The benchmarks send a small UnaryCall over a real loopback connection to
 // a bare TestService and to the same service behind the server interceptor
-// (memory backends): a first execution (a new key each time) and a replay
+// (the memory backend): a first execution (a new key each time) and a replay
 // (one key). The difference is the interceptor's overhead per call.
 
 type benchService struct {
@@ -37,11 +36,15 @@ func benchClient(b *testing.B, guarded bool) testgrpc.TestServiceClient {
 	b.Helper()
 	var opts []grpc.ServerOption
 	if guarded {
-		g, err := middleware.New(memstore.New(), memlock.New(), middleware.WithLogger(slog.New(slog.DiscardHandler)))
+		g, err := middleware.New(memstore.New(), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			b.Fatal(err)
 		}
-		opts = append(opts, grpc.ChainUnaryInterceptor(grpcinterceptor.UnaryServerInterceptor(g)))
+		idem, err := grpcinterceptor.New(g, grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		opts = append(opts, grpc.ChainUnaryInterceptor(idem))
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -105,11 +108,11 @@ func (nopStream) SendHeader(metadata.MD) error    { return nil }
 func (nopStream) SetTrailer(md metadata.MD) error { return nil }
 
 func benchIntercept(b *testing.B, key func(i int) string) {
-	g, err := middleware.New(memstore.New(), memlock.New(), middleware.WithLogger(slog.New(slog.DiscardHandler)))
+	g, err := middleware.New(memstore.New(), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		b.Fatal(err)
 	}
-	si, err := grpcinterceptor.NewServerInterceptor(g, grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler)))
+	idem, err := grpcinterceptor.New(g, grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,7 +126,7 @@ func benchIntercept(b *testing.B, key func(i int) string) {
 		i++
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.MD{keyMD: {key(i)}})
 		ctx = grpc.NewContextWithServerTransportStream(ctx, nopStream{})
-		if _, err := si.Intercept(ctx, benchRequest, info, handler); err != nil {
+		if _, err := idem(ctx, benchRequest, info, handler); err != nil {
 			b.Fatal(err)
 		}
 	}

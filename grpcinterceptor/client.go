@@ -2,7 +2,8 @@ package grpcinterceptor
 
 import (
 	"context"
-	"math/rand/v2"
+	crand "crypto/rand"
+	"encoding/hex"
 	"strings"
 	"time"
 
@@ -12,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/nethttp"
 )
 
 // Defaults of the client interceptor.
@@ -23,9 +23,10 @@ const (
 	// otherwise.
 	DefaultMaxAttempts = 1
 	// DefaultBaseDelay is the default first back-off delay between the
-	// interceptor's attempts.
+	// client interceptor's attempts (the Base of its [idemkit.Backoff]).
 	DefaultBaseDelay = 100 * time.Millisecond
-	// DefaultMaxDelay is the default cap of one back-off delay.
+	// DefaultMaxDelay is the default cap of one back-off delay (the Max of
+	// its [idemkit.Backoff]).
 	DefaultMaxDelay = 5 * time.Second
 )
 
@@ -37,8 +38,7 @@ type clientConfig struct {
 	selector    Selector
 	newKey      func() string
 	maxAttempts int
-	baseDelay   time.Duration
-	maxDelay    time.Duration
+	backoff     idemkit.Backoff
 	domain      string
 }
 
@@ -64,17 +64,20 @@ func WithKeyFunc(newKey func() string) ClientOption {
 // WithMaxAttempts bounds the attempts the interceptor makes per call, the
 // first included, all with the same key. It retries Unavailable,
 // ResourceExhausted and Aborted with the in-progress reason
-// (IDEMPOTENCY_KEY_IN_PROGRESS), with capped exponential back-off and full
-// jitter, waiting at least a RetryInfo delay the server sends (one longer
+// (IDEMPOTENCY_KEY_IN_PROGRESS), with capped exponential back-off and
+// jitter ([WithBackoff]), waiting at least a RetryInfo delay the server sends (one longer
 // than the maximum delay ends the retries) and never past the call's
 // context. Default: 1 (no retries by the interceptor; grpc-go's own retry
 // policy, if the service config has one, still resends the key).
 func WithMaxAttempts(n int) ClientOption { return func(c *clientConfig) { c.maxAttempts = n } }
 
-// WithBackoff sets the back-off between attempts: the n-th delay is
-// random(0, base·2^(n−1)], capped by max. Default: 100 ms and 5 s.
-func WithBackoff(base, max time.Duration) ClientOption {
-	return func(c *clientConfig) { c.baseDelay, c.maxDelay = base, max }
+// WithBackoff sets the back-off between attempts (see [idemkit.Backoff]:
+// the n-th delay is drawn from [d/2, d] for d = Base·2^(n−1), capped by
+// Max). Max also bounds the RetryInfo delay the interceptor waits: a longer
+// one ends the retries. Default: [DefaultBaseDelay] (100 ms) doubling up to
+// [DefaultMaxDelay] (5 s).
+func WithBackoff(b idemkit.Backoff) ClientOption {
+	return func(c *clientConfig) { c.backoff = b }
 }
 
 // WithClientErrorDomain sets the google.rpc.ErrorInfo domain whose
@@ -83,30 +86,30 @@ func WithClientErrorDomain(domain string) ClientOption {
 	return func(c *clientConfig) { c.domain = domain }
 }
 
-// ClientInterceptor is the client side of idempotency: it gives every call
-// to a selected method that lacks a key a fresh one, and keeps it for every
-// attempt of that call — its own retries and those of grpc-go's retry
-// policy alike (the key is in the outgoing metadata before the first
-// attempt, so every attempt carries it). Because every attempt carries the
-// same key, a retry can never run the call twice on a server guarded by
-// [ServerInterceptor].
-type ClientInterceptor struct {
+// client is the client interceptor.
+type client struct {
 	cfg clientConfig
 }
 
-var _ grpc.UnaryClientInterceptor = (*ClientInterceptor)(nil).Intercept
-
-// NewClientInterceptor validates the options and returns the client
-// interceptor. A bad option is an InvalidArgument [idemkit.Error].
-func NewClientInterceptor(opts ...ClientOption) (*ClientInterceptor, error) {
+// NewClientInterceptor validates the options and returns the client side
+// of idempotency, a unary client interceptor for
+// grpc.WithChainUnaryInterceptor: it gives every call to a selected method
+// that lacks a key a fresh one, and keeps it for every attempt of that
+// call — its own retries and those of grpc-go's retry policy alike (the
+// key is in the outgoing metadata before the first attempt, so every
+// attempt carries it). Because every attempt carries the same key, a retry
+// can never run the call twice on a server guarded by [New]'s interceptor.
+// A bad option is an InvalidArgument [idemkit.Error]; nothing panics on a
+// call.
+func NewClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, error) {
 	cfg := clientConfig{
-		key: DefaultMetadataKey, newKey: nethttp.NewUUID, maxAttempts: DefaultMaxAttempts,
-		baseDelay: DefaultBaseDelay, maxDelay: DefaultMaxDelay, domain: DefaultErrorDomain,
+		key: DefaultMetadataKey, newKey: newUUID, maxAttempts: DefaultMaxAttempts,
+		backoff: idemkit.Backoff{Base: DefaultBaseDelay, Max: DefaultMaxDelay}, domain: DefaultErrorDomain,
 	}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	bad := func(detail string) (*ClientInterceptor, error) {
+	bad := func(detail string) (grpc.UnaryClientInterceptor, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}
 	switch {
@@ -116,29 +119,17 @@ func NewClientInterceptor(opts ...ClientOption) (*ClientInterceptor, error) {
 		return bad("the key function must not be nil")
 	case cfg.maxAttempts < 1:
 		return bad("the maximum attempts must be at least 1")
-	case cfg.baseDelay <= 0 || cfg.maxDelay < cfg.baseDelay:
+	case !cfg.backoff.Valid():
 		return bad("the back-off delays must be positive, the maximum at least the base")
 	}
 	if cfg.selector == nil {
 		cfg.selector = DefaultSelector(nil)
 	}
-	return &ClientInterceptor{cfg: cfg}, nil
+	return (&client{cfg: cfg}).intercept, nil
 }
 
-// UnaryClientInterceptor returns the client interceptor, for
-// grpc.WithChainUnaryInterceptor. It panics if an option is invalid (at
-// construction, never on a call); use [NewClientInterceptor] to get the
-// error instead.
-func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
-	c, err := NewClientInterceptor(opts...)
-	if err != nil {
-		panic(err)
-	}
-	return c.Intercept
-}
-
-// Intercept is the grpc.UnaryClientInterceptor.
-func (c *ClientInterceptor) Intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+// intercept is the grpc.UnaryClientInterceptor.
+func (c *client) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if !c.cfg.selector(method) {
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
@@ -172,7 +163,7 @@ func (c *ClientInterceptor) Intercept(ctx context.Context, method string, req, r
 
 // retryable decides whether a failed attempt may be retried with the same
 // key, and after how long.
-func (c *ClientInterceptor) retryable(err error, attempt int) (time.Duration, bool) {
+func (c *client) retryable(err error, attempt int) (time.Duration, bool) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
 	case codes.Aborted:
@@ -182,9 +173,9 @@ func (c *ClientInterceptor) retryable(err error, attempt int) (time.Duration, bo
 	default:
 		return 0, false
 	}
-	wait := c.backoff(attempt)
+	wait := c.cfg.backoff.Delay(attempt)
 	if ri, ok := RetryDelayOf(err); ok {
-		if ri > c.cfg.maxDelay {
+		if ri > c.cfg.backoff.Max {
 			return 0, false
 		}
 		wait = max(wait, ri)
@@ -192,20 +183,28 @@ func (c *ClientInterceptor) retryable(err error, attempt int) (time.Duration, bo
 	return wait, true
 }
 
-// backoff is the delay after the n-th attempt: full jitter over
-// base·2^(n−1), capped.
-func (c *ClientInterceptor) backoff(n int) time.Duration {
-	d := c.cfg.baseDelay
-	for i := 1; i < n && d < c.cfg.maxDelay; i++ {
-		d *= 2
-	}
-	d = min(d, c.cfg.maxDelay)
-	return time.Duration(rand.Int64N(int64(d)) + 1)
-}
-
 // Replayed reports whether header, the header metadata of a call (from
 // grpc.Header), marks its answer as a replay of a recorded one.
 func Replayed(header metadata.MD) bool {
 	v := header.Get(ReplayedMetadataKey)
 	return len(v) == 1 && v[0] == "true"
+}
+
+// newUUID returns a random (version 4) UUID in its canonical text form.
+func newUUID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
 }

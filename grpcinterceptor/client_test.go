@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 )
 
@@ -36,13 +37,13 @@ func TestClientKeyAcrossRetries(t *testing.T) {
 		opts []grpcinterceptor.ClientOption
 	}{
 		{"interceptor retries", nil, []grpcinterceptor.ClientOption{
-			grpcinterceptor.WithMaxAttempts(3), grpcinterceptor.WithBackoff(time.Millisecond, 10*time.Millisecond)}},
+			grpcinterceptor.WithMaxAttempts(3), grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond})}},
 		{"grpc retry policy", []grpc.DialOption{grpc.WithDefaultServiceConfig(retryServiceConfig)}, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			svc := newService()
 			svc.failFirst = true
-			opts := append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(c.opts...))}, c.dial...)
+			opts := append([]grpc.DialOption{grpc.WithChainUnaryInterceptor(clientInterceptor(t, c.opts...))}, c.dial...)
 			client := dial(t, serve(t, newBackend().guard(t), svc), opts...)
 			for range 3 {
 				if a := unary(t.Context(), client, &testgrpc.SimpleRequest{}); a.err != nil || a.replayed() {
@@ -72,7 +73,7 @@ func TestClientWithoutRetries(t *testing.T) {
 	svc := newService()
 	svc.failFirst = true
 	client := dial(t, serve(t, newBackend().guard(t), svc),
-		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor()))
+		grpc.WithChainUnaryInterceptor(clientInterceptor(t)))
 	if a := unary(t.Context(), client, &testgrpc.SimpleRequest{}); status.Code(a.err) != codes.Unavailable {
 		t.Fatalf("%v", a.err)
 	}
@@ -81,7 +82,7 @@ func TestClientWithoutRetries(t *testing.T) {
 func TestClientKeepsCallersKey(t *testing.T) {
 	svc := newService()
 	client := dial(t, serve(t, newBackend().guard(t), svc),
-		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor()))
+		grpc.WithChainUnaryInterceptor(clientInterceptor(t)))
 	ctx := withKey(t.Context(), "mine")
 	_ = unary(ctx, client, &testgrpc.SimpleRequest{})
 	if a := unary(ctx, client, &testgrpc.SimpleRequest{}); a.err != nil || !a.replayed() {
@@ -95,7 +96,7 @@ func TestClientKeepsCallersKey(t *testing.T) {
 func TestClientSelector(t *testing.T) {
 	svc := newService()
 	client := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithKeyRequired(false)),
-		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(
+		grpc.WithChainUnaryInterceptor(clientInterceptor(t,
 			grpcinterceptor.WithClientSelector(grpcinterceptor.SelectMethods(cacheableCall)))))
 	if _, err := client.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); err != nil {
 		t.Fatal(err)
@@ -127,7 +128,7 @@ func TestClientRetriesInProgress(t *testing.T) {
 		return err
 	}
 	retrying := dial(t, addr, grpc.WithChainUnaryInterceptor(
-		grpcinterceptor.UnaryClientInterceptor(grpcinterceptor.WithMaxAttempts(1000), grpcinterceptor.WithBackoff(time.Millisecond, 20*time.Millisecond)),
+		clientInterceptor(t, grpcinterceptor.WithMaxAttempts(1000), grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond})),
 		countRefusals))
 	ctx := withKey(t.Context(), "k")
 	first := make(chan answer, 1)
@@ -160,7 +161,7 @@ func TestClientStopsRetrying(t *testing.T) {
 			return err
 		}
 	}
-	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(5), grpcinterceptor.WithBackoff(time.Millisecond, time.Second))
+	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(5), grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestClientStopsRetrying(t *testing.T) {
 		{"ended context", ended, status.Error(codes.Unavailable, "down"), 1},
 	} {
 		calls = 0
-		_ = ci.Intercept(c.ctx, unaryCall, nil, nil, nil, fail(c.err))
+		_ = ci(c.ctx, unaryCall, nil, nil, nil, fail(c.err))
 		if calls != c.calls {
 			t.Errorf("%s: %d attempts, want %d", c.name, calls, c.calls)
 		}
@@ -193,8 +194,8 @@ func TestClientOptionsValidated(t *testing.T) {
 		{grpcinterceptor.WithClientMetadataKey("grpc-x")},
 		{grpcinterceptor.WithKeyFunc(nil)},
 		{grpcinterceptor.WithMaxAttempts(0)},
-		{grpcinterceptor.WithBackoff(0, time.Second)},
-		{grpcinterceptor.WithBackoff(time.Second, time.Millisecond)},
+		{grpcinterceptor.WithBackoff(idemkit.Backoff{Base: 0, Max: time.Second})},
+		{grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Second, Max: time.Millisecond})},
 	} {
 		if _, err := grpcinterceptor.NewClientInterceptor(opts...); err == nil {
 			t.Errorf("options %d accepted", i)
@@ -209,7 +210,7 @@ func TestClientKeyFunc(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	_ = ci.Intercept(t.Context(), unaryCall, nil, nil, nil, func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+	_ = ci(t.Context(), unaryCall, nil, nil, nil, func(ctx context.Context, _ string, _, _ any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 		got = metadata.ValueFromOutgoingContext(ctx, "x-key")
 		return nil
 	})
@@ -222,7 +223,7 @@ func TestClientKeyFunc(t *testing.T) {
 // only start after the call's deadline, the interceptor returns the last
 // attempt's error at once instead of waiting for DeadlineExceeded.
 func TestClientReturnsLastErrorBeforeDeadline(t *testing.T) {
-	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(5), grpcinterceptor.WithBackoff(time.Millisecond, time.Hour))
+	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(5), grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: time.Hour}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestClientReturnsLastErrorBeforeDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	calls := 0
-	err = ci.Intercept(ctx, unaryCall, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+	err = ci(ctx, unaryCall, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
 		calls++
 		return later.Err()
 	})

@@ -1,14 +1,19 @@
 // Package grpcinterceptor makes unary gRPC methods idempotent: a server
 // interceptor runs a call at most once per idempotency key across every
-// server that shares the guard's backends and replays its answer to
-// retries, and a client interceptor gives every call a key and keeps it
-// across retries.
+// server that shares the guard's backend and replays its answer to
+// retries ([New]), and a client interceptor gives every call a key and
+// keeps it across retries ([NewClientInterceptor]).
 //
-//	guard, _ := middleware.New(memstore.New(), memlock.New())
-//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(grpcinterceptor.UnaryServerInterceptor(guard)))
+//	guard, err := middleware.New(memstore.New())
+//	...
+//	idem, err := grpcinterceptor.New(guard)
+//	...
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
 //
-//	conn, _ := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-//		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(grpcinterceptor.WithMaxAttempts(4))))
+//	keys, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(4))
+//	...
+//	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+//		grpc.WithChainUnaryInterceptor(keys))
 //
 // # Behaviour
 //
@@ -44,7 +49,7 @@
 //	  record)                                             Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo
 //	handler answered Unavailable, Internal, Unknown,
 //	  DeadlineExceeded, Canceled or ResourceExhausted     delivered, not recorded (see StorePolicy):
-//	                                                      the lock is released, a retry runs again
+//	                                                      the claim is released, a retry runs again
 //	handler panicked                                      Internal, not recorded
 //
 // # Keys, scope and fingerprint
@@ -77,13 +82,14 @@
 //
 // # The client
 //
-// [ClientInterceptor] attaches a fresh UUIDv4 key to each call of a
-// selected method that has none, before the call, so grpc-go's transparent
-// and policy retries resend it; with [WithMaxAttempts] it retries
-// Unavailable, ResourceExhausted and in-progress Aborted itself, with the
-// same key, capped exponential back-off with jitter, honouring RetryInfo
-// and the call's context (when the next attempt could only start after the
-// deadline, it returns the last attempt's error at once).
+// The interceptor of [NewClientInterceptor] attaches a fresh UUIDv4 key to
+// each call of a selected method that has none, before the call, so
+// grpc-go's transparent and policy retries resend it; with
+// [WithMaxAttempts] it retries Unavailable, ResourceExhausted and
+// in-progress Aborted itself, with the same key, capped exponential
+// back-off with jitter ([WithBackoff]), honouring RetryInfo and the call's
+// context (when the next attempt could only start after the deadline, it
+// returns the last attempt's error at once).
 //
 // Chain order matters with another retrying interceptor. In
 // grpc.WithChainUnaryInterceptor(a, b), a runs first and calls b once per
@@ -92,8 +98,8 @@
 // any retry interceptor:
 //
 //	grpc.WithChainUnaryInterceptor(
-//		grpcinterceptor.UnaryClientInterceptor(), // attaches the key once
-//		retry.UnaryClientInterceptor(...),         // resends it on every attempt
+//		keys,                              // from NewClientInterceptor: attaches the key once
+//		retry.UnaryClientInterceptor(...), // resends it on every attempt
 //	)
 //
 // The other way round, the retrier calls this interceptor afresh for each

@@ -7,8 +7,6 @@ import (
 
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/reflect/protoreflect"
-
-	"github.com/idemkit/idemkit/internal/wire"
 )
 
 // The stored value of a completed call, version 1:
@@ -63,7 +61,7 @@ func appendPrefix(b []byte, s stored) []byte {
 	b = appendMD(b, s.header)
 	b = appendMD(b, s.trailer)
 	if !s.status {
-		b = wire.AppendString(b, string(s.messageName))
+		b = appendString(b, string(s.messageName))
 	}
 	return b
 }
@@ -92,11 +90,11 @@ func appendMD(b []byte, md metadata.MD) []byte {
 	sort.Strings(keys)
 	b = binary.AppendUvarint(b, uint64(len(keys)))
 	for _, k := range keys {
-		b = wire.AppendString(b, k)
+		b = appendString(b, k)
 		vs := md[k]
 		b = binary.AppendUvarint(b, uint64(len(vs)))
 		for _, v := range vs {
-			b = wire.AppendString(b, v)
+			b = appendString(b, v)
 		}
 	}
 	return b
@@ -126,7 +124,7 @@ func decode(b []byte) (stored, error) {
 	}
 	if !s.status {
 		var name []byte
-		if name, b, ok = wire.Field(b); !ok {
+		if name, b, ok = field(b); !ok {
 			return stored{}, errCorrupt
 		}
 		s.messageName = protoreflect.FullName(name)
@@ -142,7 +140,7 @@ func decode(b []byte) (stored, error) {
 // (every entry takes at least one), so corrupt input cannot make it
 // allocate without limit.
 func decodeMD(b []byte) (metadata.MD, []byte, bool) {
-	n, b, ok := wire.Uvarint(b)
+	n, b, ok := uvarint(b)
 	if !ok || n > uint64(len(b)) {
 		return nil, nil, false
 	}
@@ -153,18 +151,18 @@ func decodeMD(b []byte) (metadata.MD, []byte, bool) {
 	prev := ""
 	for i := range n {
 		var kb []byte
-		if kb, b, ok = wire.Field(b); !ok || len(kb) == 0 || (i > 0 && string(kb) <= prev) {
+		if kb, b, ok = field(b); !ok || len(kb) == 0 || (i > 0 && string(kb) <= prev) {
 			return nil, nil, false
 		}
 		key := string(kb)
 		var count uint64
-		if count, b, ok = wire.Uvarint(b); !ok || count > uint64(len(b)) {
+		if count, b, ok = uvarint(b); !ok || count > uint64(len(b)) {
 			return nil, nil, false
 		}
 		values := make([]string, count)
 		for j := range values {
 			var vb []byte
-			if vb, b, ok = wire.Field(b); !ok {
+			if vb, b, ok = field(b); !ok {
 				return nil, nil, false
 			}
 			values[j] = string(vb)
@@ -173,4 +171,31 @@ func decodeMD(b []byte) (metadata.MD, []byte, bool) {
 		prev = key
 	}
 	return md, b, true
+}
+
+// appendString appends s prefixed with its length as a uvarint.
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// uvarint reads a uvarint from the front of b and returns it and the rest.
+// Only the shortest encoding of a value is accepted, so that one value has
+// one encoding.
+func uvarint(b []byte) (v uint64, rest []byte, ok bool) {
+	v, n := binary.Uvarint(b)
+	if n <= 0 || n > 1 && b[n-1] == 0 {
+		return 0, nil, false
+	}
+	return v, b[n:], true
+}
+
+// field reads a length-prefixed field from the front of b and returns it
+// (aliasing b) and the rest.
+func field(b []byte) (f, rest []byte, ok bool) {
+	n, b, ok := uvarint(b)
+	if !ok || n > uint64(len(b)) {
+		return nil, nil, false
+	}
+	return b[:n], b[n:], true
 }

@@ -12,8 +12,8 @@ import (
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -31,12 +31,15 @@ func (o *orders) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.
 // The server interceptor in front of a service, and the client interceptor
 // giving each call a key: the same call sent twice with one key runs once.
 func Example() {
-	guard, err := middleware.New(memstore.New(), memlock.New())
+	guard, err := middleware.New(memstore.New())
 	if err != nil {
 		panic(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-		grpcinterceptor.UnaryServerInterceptor(guard, grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"))))
+	idem, err := grpcinterceptor.New(guard, grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"))
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
 	svc := &orders{}
 	testgrpc.RegisterTestServiceServer(srv, svc)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -46,9 +49,13 @@ func Example() {
 	go func() { _ = srv.Serve(ln) }()
 	defer srv.Stop()
 
+	keys, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(4))
+	if err != nil {
+		panic(err)
+	}
 	conn, err := grpc.NewClient(ln.Addr().String(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(grpcinterceptor.WithMaxAttempts(4))))
+		grpc.WithChainUnaryInterceptor(keys))
 	if err != nil {
 		panic(err)
 	}
@@ -79,8 +86,8 @@ func Example() {
 
 // Options of the server interceptor: a principal from the metadata, a
 // method left unguarded, and every outcome recorded.
-func ExampleNewServerInterceptor() {
-	guard, err := middleware.New(memstore.New(), memlock.New())
+func ExampleNew() {
+	guard, err := middleware.New(memstore.New())
 	if err != nil {
 		panic(err)
 	}
@@ -90,25 +97,36 @@ func ExampleNewServerInterceptor() {
 		}
 		return ""
 	}
-	si, err := grpcinterceptor.NewServerInterceptor(guard,
+	idem, err := grpcinterceptor.New(guard,
 		grpcinterceptor.WithScope(tenant),
 		grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"),
 		grpcinterceptor.WithStorePolicy(grpcinterceptor.RecordAllStorePolicy))
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println(si.Guarded("/grpc.testing.TestService/UnaryCall"), si.Guarded("/grpc.testing.TestService/EmptyCall"))
-	// Output: true false
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
+	defer srv.Stop()
+	testgrpc.RegisterTestServiceServer(srv, &orders{})
+
+	// An invalid option is an error at construction, never a panic on a
+	// call.
+	_, err = grpcinterceptor.New(guard, grpcinterceptor.WithMetadataKey("grpc-key"))
+	fmt.Println(err != nil)
+	// Output: true
 }
 
 // The client interceptor retrying on its own, with a grpc-go retry policy
 // as the alternative: either way every attempt carries the call's key.
-func ExampleUnaryClientInterceptor() {
+func ExampleNewClientInterceptor() {
+	keys, err := grpcinterceptor.NewClientInterceptor(
+		grpcinterceptor.WithMaxAttempts(4),
+		grpcinterceptor.WithBackoff(idemkit.Backoff{Base: 100 * time.Millisecond, Max: 2 * time.Second}))
+	if err != nil {
+		panic(err)
+	}
 	conn, err := grpc.NewClient("127.0.0.1:9090",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(
-			grpcinterceptor.WithMaxAttempts(4),
-			grpcinterceptor.WithBackoff(100*time.Millisecond, 2*time.Second))))
+		grpc.WithChainUnaryInterceptor(keys))
 	if err != nil {
 		panic(err)
 	}

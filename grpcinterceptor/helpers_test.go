@@ -22,7 +22,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -132,21 +131,20 @@ func (s *service) keysSeen() map[string]int {
 	return m
 }
 
-// backend is one shared memory backend: the store and the locker every
-// guard of a test uses, behind wrappers that can be made to fail.
+// backend is one shared memory backend, the store every guard of a test
+// uses, behind a wrapper that can be made to fail.
 type backend struct {
-	store  *flakyStore
-	locker *flakyLocker
+	store *flakyStore
 }
 
 func newBackend() *backend {
-	return &backend{store: &flakyStore{Store: memstore.New()}, locker: &flakyLocker{Locker: memlock.New()}}
+	return &backend{store: &flakyStore{Store: memstore.New()}}
 }
 
 func (b *backend) guard(t testing.TB, opts ...middleware.Option) *middleware.Guard {
 	t.Helper()
 	opts = append([]middleware.Option{middleware.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	g, err := middleware.New(b.store, b.locker, opts...)
+	g, err := middleware.New(b.store, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +160,34 @@ type flakyStore struct {
 	fail atomic.Bool
 }
 
+func (f *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	if f.fail.Load() {
+		return store.Record{}, false, errOutage
+	}
+	return f.Store.Claim(ctx, key, fp, ttl)
+}
+
+func (f *flakyStore) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	if f.fail.Load() {
+		return false, errOutage
+	}
+	return f.Store.Extend(ctx, key, fence, ttl)
+}
+
+func (f *flakyStore) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	if f.fail.Load() {
+		return false, errOutage
+	}
+	return f.Store.Complete(ctx, rec, ttl)
+}
+
+func (f *flakyStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	if f.fail.Load() {
+		return false, errOutage
+	}
+	return f.Store.Release(ctx, key, fence)
+}
+
 func (f *flakyStore) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	if f.fail.Load() {
 		return store.Record{}, false, errOutage
@@ -169,32 +195,19 @@ func (f *flakyStore) Get(ctx context.Context, key string) (store.Record, bool, e
 	return f.Store.Get(ctx, key)
 }
 
-func (f *flakyStore) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+func (f *flakyStore) Delete(ctx context.Context, key string) (bool, error) {
 	if f.fail.Load() {
 		return false, errOutage
 	}
-	return f.Store.Put(ctx, rec, ttl)
-}
-
-// flakyLocker is a locker whose acquires fail while fail is set.
-type flakyLocker struct {
-	lock.Locker
-	fail atomic.Bool
-}
-
-func (f *flakyLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
-	if f.fail.Load() {
-		return lock.Lease{}, false, errOutage
-	}
-	return f.Locker.Acquire(ctx, key, ttl)
+	return f.Store.Delete(ctx, key)
 }
 
 // serve starts a gRPC server for svc on a loopback port, with the server
 // interceptor for g, and returns its address.
-func serve(t testing.TB, g *middleware.Guard, svc testgrpc.TestServiceServer, opts ...grpcinterceptor.ServerOption) string {
+func serve(t testing.TB, g *middleware.Guard, svc testgrpc.TestServiceServer, opts ...grpcinterceptor.Option) string {
 	t.Helper()
-	opts = append([]grpcinterceptor.ServerOption{grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	si, err := grpcinterceptor.NewServerInterceptor(g, opts...)
+	opts = append([]grpcinterceptor.Option{grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
+	idem, err := grpcinterceptor.New(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +215,7 @@ func serve(t testing.TB, g *middleware.Guard, svc testgrpc.TestServiceServer, op
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(si.Intercept))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
 	testgrpc.RegisterTestServiceServer(srv, svc)
 	done := make(chan struct{})
 	go func() {
@@ -214,6 +227,17 @@ func serve(t testing.TB, g *middleware.Guard, svc testgrpc.TestServiceServer, op
 		<-done
 	})
 	return ln.Addr().String()
+}
+
+// clientInterceptor returns NewClientInterceptor's interceptor with opts;
+// it fails t if they are invalid.
+func clientInterceptor(t testing.TB, opts ...grpcinterceptor.ClientOption) grpc.UnaryClientInterceptor {
+	t.Helper()
+	ci, err := grpcinterceptor.NewClientInterceptor(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ci
 }
 
 // dial returns a client of the TestService at addr.

@@ -13,9 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
@@ -57,23 +55,29 @@ func TestParseKey(t *testing.T) {
 	}
 }
 
-// The key errors are nethttp's: one errors.Is or errors.As test serves both
-// adapters, and the reason survives.
-func TestKeyErrorsAreNethttps(t *testing.T) {
+// A key error says why, matches its sentinel and middleware.ErrInvalidKey
+// (as every idemkit adapter's key errors do), and never repeats the key.
+func TestKeyErrors(t *testing.T) {
 	for _, c := range []struct {
 		values []string
 		want   error
 		reason string
 	}{
-		{nil, nethttp.ErrKeyMissing, "no idempotency key"},
-		{[]string{"a", "b"}, nethttp.ErrKeyMalformed, "the key appears 2 times; send it once"},
-		{[]string{"a b"}, nethttp.ErrKeyMalformed, "character ' ' (a space) at position 1 is not allowed in a key"},
+		{nil, ErrKeyMissing, "no idempotency key"},
+		{[]string{"a", "b"}, ErrKeyMalformed, "the key appears 2 times; send it once"},
+		{[]string{"a b"}, ErrKeyMalformed, "character ' ' (a space) at position 1 is not allowed in a key"},
 	} {
 		_, err := ParseKey(c.values, DefaultMaxKeyLength)
-		var ke *nethttp.KeyError
-		if !errors.Is(err, c.want) || !errors.As(err, &ke) || ke.Reason != c.reason || ke.Unwrap() != c.want {
-			t.Fatalf("ParseKey(%q) = %v; want a *nethttp.KeyError matching %v with reason %q", c.values, err, c.want, c.reason)
+		var ke *KeyError
+		if !errors.Is(err, c.want) || !errors.Is(err, middleware.ErrInvalidKey) || !errors.As(err, &ke) || ke.Reason != c.reason {
+			t.Fatalf("ParseKey(%q) = %v; want a *KeyError matching %v and middleware.ErrInvalidKey with reason %q", c.values, err, c.want, c.reason)
 		}
+		if err.Error() != c.want.Error()+": "+c.reason {
+			t.Fatalf("message %q", err.Error())
+		}
+	}
+	if errors.Is(ErrKeyMissing, ErrKeyMalformed) {
+		t.Fatal("the sentinels match each other")
 	}
 }
 
@@ -127,6 +131,33 @@ func TestEncodeRoundTrip(t *testing.T) {
 	}
 }
 
+// TestWireRefused checks the malformed inputs the record's readers refuse:
+// an empty or truncated uvarint, a uvarint that is not the shortest, and a
+// field longer than what follows.
+func TestWireRefused(t *testing.T) {
+	for name, b := range map[string][]byte{
+		"empty":              nil,
+		"truncated varint":   {0x80},
+		"overlong zero":      {0x80, 0x00},
+		"overlong one":       {0x81, 0x00},
+		"field past the end": {0x05},
+	} {
+		if _, _, ok := uvarint(b); ok && name != "field past the end" {
+			t.Errorf("%s: uvarint accepted %x", name, b)
+		}
+		if _, _, ok := field(b); ok {
+			t.Errorf("%s: field accepted %x", name, b)
+		}
+	}
+	for _, n := range []int{0, 1, 127, 128, 300, 16384} {
+		s := strings.Repeat("x", n)
+		f, rest, ok := field(append(appendString(nil, s), "tail"...))
+		if !ok || string(f) != s || string(rest) != "tail" {
+			t.Fatalf("length %d: field = %d bytes, rest %q, ok %v", n, len(f), rest, ok)
+		}
+	}
+}
+
 // FuzzParseKey: ParseKey never panics, accepts only what it documents and
 // never returns a key it would refuse.
 func FuzzParseKey(f *testing.F) {
@@ -169,11 +200,11 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encode(nil, stored{messageName: "grpc.testing.SimpleResponse", payload: msg, trailer: metadata.MD{"t": {"x", "y"}}}))
 	f.Add(encode(nil, stored{messageName: "no.Such", payload: msg}))
 	f.Add([]byte{'g', 1, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
-	g, err := middleware.New(memstore.New(), memlock.New())
+	g, err := middleware.New(memstore.New())
 	if err != nil {
 		f.Fatal(err)
 	}
-	s, err := NewServerInterceptor(g, WithLogger(slog.New(slog.DiscardHandler)))
+	s, err := newServer(g, WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,32 +1,41 @@
 package grpcinterceptor
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
-	"github.com/idemkit/idemkit/nethttp"
+	"github.com/idemkit/idemkit/middleware"
 )
 
-// Key errors: the same values as nethttp's, so that one errors.Is test
-// (errors.Is(err, nethttp.ErrKeyMalformed), or this package's name for it)
-// matches a key refused by any of idemkit's adapters. A [*KeyError]
-// matches one of them with errors.Is.
+// Key errors. A [*KeyError] matches one of them with errors.Is, and
+// middleware.ErrInvalidKey too, as the key errors of every idemkit adapter
+// do.
 var (
 	// ErrKeyMissing: the call has no idempotency key where one is
-	// required. It is [nethttp.ErrKeyMissing].
-	ErrKeyMissing = nethttp.ErrKeyMissing
+	// required.
+	ErrKeyMissing = errors.New("grpcinterceptor: idempotency key missing")
 	// ErrKeyMalformed: the key metadata is empty, too long, repeated, or
-	// has characters a key cannot have. It is [nethttp.ErrKeyMalformed].
-	ErrKeyMalformed = nethttp.ErrKeyMalformed
+	// has characters a key cannot have.
+	ErrKeyMalformed = errors.New("grpcinterceptor: idempotency key malformed")
 )
 
 // KeyError says what is wrong with the key metadata. Its message never
-// repeats the key. It is [nethttp.KeyError]: Reason says what is wrong, and
-// it unwraps to [ErrKeyMissing] or [ErrKeyMalformed].
-type KeyError = nethttp.KeyError
+// repeats the key.
+type KeyError struct {
+	Reason string
+	err    error
+}
+
+// Error describes the problem.
+func (e *KeyError) Error() string { return e.err.Error() + ": " + e.Reason }
+
+// Unwrap returns [ErrKeyMissing] or [ErrKeyMalformed], and
+// middleware.ErrInvalidKey.
+func (e *KeyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
 
 func malformed(format string, args ...any) error {
-	return nethttp.NewKeyError(false, fmt.Sprintf(format, args...))
+	return &KeyError{Reason: fmt.Sprintf(format, args...), err: ErrKeyMalformed}
 }
 
 // ParseKey checks the values of the key metadata entry (all of them, as
@@ -44,7 +53,7 @@ func malformed(format string, args ...any) error {
 func ParseKey(values []string, maxLen int) (string, error) {
 	switch len(values) {
 	case 0:
-		return "", nethttp.NewKeyError(true, "no idempotency key")
+		return "", &KeyError{Reason: "no idempotency key", err: ErrKeyMissing}
 	case 1:
 	default:
 		return "", malformed("the key appears %d times; send it once", len(values))

@@ -50,7 +50,7 @@ func Codes(cs ...codes.Code) CodeSet {
 func (s CodeSet) Has(c codes.Code) bool { return c < 32 && s&(1<<c) != 0 }
 
 // StorePolicy says which outcomes are recorded. What is not recorded is
-// delivered once and forgotten: the lock is released and a retry runs the
+// delivered once and forgotten: the claim is released and a retry runs the
 // handler again.
 type StorePolicy struct {
 	// Forget holds the status codes that are delivered and not recorded.
@@ -72,8 +72,8 @@ var RecordAllStorePolicy = StorePolicy{Panic: true}
 
 func (p StorePolicy) stores(c codes.Code) bool { return !p.Forget.Has(c) }
 
-// ServerOption configures the server interceptor.
-type ServerOption func(*serverConfig)
+// Option configures the server interceptor ([New]).
+type Option func(*serverConfig)
 
 type serverConfig struct {
 	key          string
@@ -114,7 +114,7 @@ func serverDefaults() serverConfig {
 
 // WithMetadataKey sets the metadata key that carries the idempotency key
 // (case-insensitive, as metadata keys are). Default: "idempotency-key".
-func WithMetadataKey(key string) ServerOption {
+func WithMetadataKey(key string) Option {
 	return func(c *serverConfig) { c.key = strings.ToLower(key) }
 }
 
@@ -124,18 +124,18 @@ func WithMetadataKey(key string) ServerOption {
 // protoregistry.GlobalFiles and those of gRPC's health, reflection and
 // channelz services. [WithInclude] and [WithExclude] adjust
 // whichever selector is in force.
-func WithSelector(s Selector) ServerOption { return func(c *serverConfig) { c.selector = s } }
+func WithSelector(s Selector) Option { return func(c *serverConfig) { c.selector = s } }
 
 // WithInclude guards the methods named ("/package.Service/Method") whatever
 // the selector says. Default: none. Repeated calls add up.
-func WithInclude(fullMethods ...string) ServerOption {
+func WithInclude(fullMethods ...string) Option {
 	return func(c *serverConfig) { c.include = append(c.include, fullMethods...) }
 }
 
 // WithExclude passes the methods named ("/package.Service/Method") through
 // unguarded whatever the selector and [WithInclude] say. Default: none.
 // Repeated calls add up.
-func WithExclude(fullMethods ...string) ServerOption {
+func WithExclude(fullMethods ...string) Option {
 	return func(c *serverConfig) { c.exclude = append(c.exclude, fullMethods...) }
 }
 
@@ -143,18 +143,18 @@ func WithExclude(fullMethods ...string) ServerOption {
 // InvalidArgument (IDEMPOTENCY_KEY_MISSING). Set it to false to let such
 // calls through unguarded while clients are being taught to send keys.
 // Default: true.
-func WithKeyRequired(required bool) ServerOption {
+func WithKeyRequired(required bool) Option {
 	return func(c *serverConfig) { c.required = required }
 }
 
 // WithMaxKeyLength bounds a key's length in characters. Default: 255.
-func WithMaxKeyLength(n int) ServerOption { return func(c *serverConfig) { c.maxKeyLen = n } }
+func WithMaxKeyLength(n int) Option { return func(c *serverConfig) { c.maxKeyLen = n } }
 
 // WithScope sets the principal a key belongs to, from the call's context:
 // typically the authenticated user or tenant (from the peer's certificate
 // or a token in the metadata), so one client's key can never replay
 // another client's response. Default: one principal for the whole service.
-func WithScope(scope func(ctx context.Context) string) ServerOption {
+func WithScope(scope func(ctx context.Context) string) Option {
 	return func(c *serverConfig) { c.scope = scope }
 }
 
@@ -165,7 +165,7 @@ func WithScope(scope func(ctx context.Context) string) ServerOption {
 // IDEMPOTENCY_KEY_REUSED: the full method name is part of the
 // fingerprint), as the HTTP adapters refuse a key reused on another route.
 // Default: true.
-func WithMethodScope(perMethod bool) ServerOption {
+func WithMethodScope(perMethod bool) Option {
 	return func(c *serverConfig) { c.methodScope = perMethod }
 }
 
@@ -173,7 +173,7 @@ func WithMethodScope(perMethod bool) ServerOption {
 // ("grpc-v1": the full method name and the request's deterministic
 // protobuf encoding). An error answers the call Internal without running
 // it.
-func WithFingerprint(f func(fullMethod string, req any) (fingerprint.Fingerprint, error)) ServerOption {
+func WithFingerprint(f func(fullMethod string, req any) (fingerprint.Fingerprint, error)) Option {
 	return func(c *serverConfig) { c.fingerprint = f }
 }
 
@@ -182,7 +182,7 @@ func WithFingerprint(f func(fullMethod string, req any) (fingerprint.Fingerprint
 // one is delivered and recorded as executed-not-replayable: retries get
 // FailedPrecondition (IDEMPOTENCY_NOT_REPLAYABLE) and the handler never runs again
 // under that key. Default: 1 MiB.
-func WithMaxResponseBytes(n int) ServerOption {
+func WithMaxResponseBytes(n int) Option {
 	return func(c *serverConfig) { c.maxResponse = n }
 }
 
@@ -190,45 +190,45 @@ func WithMaxResponseBytes(n int) ServerOption {
 // case) that are recorded and repeated by a replay. Keys starting with
 // "grpc-", pseudo-headers and "idempotent-replayed" are never recorded.
 // Default: every other key the handler set.
-func WithReplayMetadata(keep func(key string) bool) ServerOption {
+func WithReplayMetadata(keep func(key string) bool) Option {
 	return func(c *serverConfig) { c.keepMetadata = keep }
 }
 
 // WithStorePolicy sets which outcomes are recorded. Default:
 // [DefaultStorePolicy]; [RecordAllStorePolicy] records everything.
-func WithStorePolicy(p StorePolicy) ServerOption { return func(c *serverConfig) { c.policy = p } }
+func WithStorePolicy(p StorePolicy) Option { return func(c *serverConfig) { c.policy = p } }
 
 // WithWaitForResult makes a duplicate of a running call wait (up to the
 // guard's wait budget) and then get its response. Set it to false to answer
 // such duplicates Aborted (IDEMPOTENCY_KEY_IN_PROGRESS) at once. Default:
 // true.
-func WithWaitForResult(wait bool) ServerOption { return func(c *serverConfig) { c.wait = wait } }
+func WithWaitForResult(wait bool) Option { return func(c *serverConfig) { c.wait = wait } }
 
 // WithFailOpen lets calls through unguarded when the idempotency backend
 // is unreachable. Default: false (fail closed: Unavailable with RetryInfo,
 // so a call is never run without knowing whether it already ran).
-func WithFailOpen(open bool) ServerOption { return func(c *serverConfig) { c.failOpen = open } }
+func WithFailOpen(open bool) Option { return func(c *serverConfig) { c.failOpen = open } }
 
 // WithRetryDelay sets the RetryInfo delay of the in-progress and
 // unavailable statuses. Zero leaves RetryInfo out. Default: 1 s.
-func WithRetryDelay(d time.Duration) ServerOption {
+func WithRetryDelay(d time.Duration) Option {
 	return func(c *serverConfig) { c.retryDelay = d }
 }
 
 // WithErrorDomain sets the google.rpc.ErrorInfo domain of the statuses the
 // interceptor answers itself. Default: "idemkit.dev".
-func WithErrorDomain(domain string) ServerOption { return func(c *serverConfig) { c.domain = domain } }
+func WithErrorDomain(domain string) Option { return func(c *serverConfig) { c.domain = domain } }
 
 // WithMessageTypes sets the registry that rebuilds a recorded response
 // message from its full name on replay. Default: protoregistry.GlobalTypes,
 // where every generated message type registers itself.
-func WithMessageTypes(types protoregistry.MessageTypeResolver) ServerOption {
+func WithMessageTypes(types protoregistry.MessageTypeResolver) Option {
 	return func(c *serverConfig) { c.types = types }
 }
 
 // WithLogger sets the logger for handler panics and unreadable records.
 // Default: slog.Default().
-func WithLogger(l *slog.Logger) ServerOption { return func(c *serverConfig) { c.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(c *serverConfig) { c.logger = l } }
 
 // validMetadataKey reports whether k can name a metadata entry that
 // carries a text key: lower-case [0-9a-z-_.], not reserved by gRPC ("grpc-")

@@ -17,12 +17,8 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// ServerInterceptor makes unary gRPC methods idempotent: the first call
-// with a key runs the handler, at most once across every server that
-// shares the guard's backends, and every retry with the same key and
-// request gets the recorded answer back. See the package documentation for
-// the statuses it answers.
-type ServerInterceptor struct {
+// server is the server interceptor.
+type server struct {
 	guard    *middleware.Guard
 	cfg      serverConfig
 	include  map[string]bool
@@ -31,12 +27,24 @@ type ServerInterceptor struct {
 	keyMeta  map[string]string // the ErrorInfo metadata of the key statuses
 }
 
-var _ grpc.UnaryServerInterceptor = (*ServerInterceptor)(nil).Intercept
+// New validates the options and returns a unary server interceptor that
+// makes the methods it guards idempotent with guard: the first call with a
+// key runs the handler, at most once across every server that shares the
+// guard's backend, and every retry with the same key and request gets the
+// recorded answer back. See the package documentation for the statuses it
+// answers. Use it with grpc.ChainUnaryInterceptor or grpc.UnaryInterceptor.
+// An invalid option, or a nil guard, is an InvalidArgument
+// [idemkit.Error]; nothing panics on a call.
+func New(guard *middleware.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
+	s, err := newServer(guard, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return s.intercept, nil
+}
 
-// NewServerInterceptor validates the options and returns the interceptor
-// for guard. A bad option is an InvalidArgument [idemkit.Error].
-func NewServerInterceptor(guard *middleware.Guard, opts ...ServerOption) (*ServerInterceptor, error) {
-	bad := func(detail string) (*ServerInterceptor, error) {
+func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
+	bad := func(detail string) (*server, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}
 	if guard == nil {
@@ -66,7 +74,7 @@ func NewServerInterceptor(guard *middleware.Guard, opts ...ServerOption) (*Serve
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	s := &ServerInterceptor{
+	s := &server{
 		guard: guard, cfg: cfg,
 		include: setOf(cfg.include), exclude: setOf(cfg.exclude),
 		keyMeta: map[string]string{errorInfoMetadataKey: cfg.key},
@@ -75,18 +83,6 @@ func NewServerInterceptor(guard *middleware.Guard, opts ...ServerOption) (*Serve
 		s.callOpts = []middleware.CallOption{middleware.WaitBudget(0)}
 	}
 	return s, nil
-}
-
-// UnaryServerInterceptor returns the interceptor for guard, for
-// grpc.ChainUnaryInterceptor or grpc.UnaryInterceptor. It panics if an
-// option is invalid (at construction, never on the request path); use
-// [NewServerInterceptor] to get the error instead.
-func UnaryServerInterceptor(guard *middleware.Guard, opts ...ServerOption) grpc.UnaryServerInterceptor {
-	s, err := NewServerInterceptor(guard, opts...)
-	if err != nil {
-		panic(err)
-	}
-	return s.Intercept
 }
 
 func setOf(names []string) map[string]bool {
@@ -100,10 +96,10 @@ func setOf(names []string) map[string]bool {
 	return m
 }
 
-// Guarded reports whether calls to fullMethod go through the guard:
+// guarded reports whether calls to fullMethod go through the guard:
 // excluded methods never do, included ones always, the rest as the
 // selector says.
-func (s *ServerInterceptor) Guarded(fullMethod string) bool {
+func (s *server) guarded(fullMethod string) bool {
 	switch {
 	case s.exclude[fullMethod]:
 		return false
@@ -113,9 +109,9 @@ func (s *ServerInterceptor) Guarded(fullMethod string) bool {
 	return s.cfg.selector(fullMethod)
 }
 
-// Intercept is the grpc.UnaryServerInterceptor.
-func (s *ServerInterceptor) Intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !s.Guarded(info.FullMethod) {
+// intercept is the grpc.UnaryServerInterceptor.
+func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if !s.guarded(info.FullMethod) {
 		return handler(ctx, req)
 	}
 	values := metadata.ValueFromIncomingContext(ctx, s.cfg.key)
@@ -167,7 +163,7 @@ func (s *ServerInterceptor) Intercept(ctx context.Context, req any, info *grpc.U
 
 // run calls the handler with a capturing stream and decides what the guard
 // records. A panic is answered Internal.
-func (s *ServerInterceptor) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, res middleware.Result, err error) {
+func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, res middleware.Result, err error) {
 	hctx, cs := newMetadataCapture(ctx, s.cfg.keepMetadata)
 	defer func() {
 		p := recover()
@@ -196,7 +192,7 @@ func (s *ServerInterceptor) run(ctx context.Context, req any, info *grpc.UnarySe
 
 // verdict encodes the outcome for the record: the response message (st ==
 // nil) or the status, with the metadata the handler set.
-func (s *ServerInterceptor) verdict(cs metadataCapture, resp any, st *status.Status, store bool) middleware.Result {
+func (s *server) verdict(cs metadataCapture, resp any, st *status.Status, store bool) middleware.Result {
 	if !store {
 		return middleware.Result{Verdict: middleware.Forget}
 	}
@@ -235,7 +231,7 @@ func (s *ServerInterceptor) verdict(cs metadataCapture, resp any, st *status.Sta
 
 // replay rebuilds a recorded answer and restores its metadata, marked
 // replayed.
-func (s *ServerInterceptor) replay(ctx context.Context, value []byte) (any, error) {
+func (s *server) replay(ctx context.Context, value []byte) (any, error) {
 	a, err := s.rebuild(value)
 	if err != nil {
 		s.cfg.logger.Error("grpcinterceptor: a recorded answer cannot be rebuilt", slog.String("error", err.Error()))
@@ -265,7 +261,7 @@ type answer struct {
 }
 
 // rebuild decodes a record into the answer it holds.
-func (s *ServerInterceptor) rebuild(value []byte) (answer, error) {
+func (s *server) rebuild(value []byte) (answer, error) {
 	rec, err := decode(value)
 	if err != nil {
 		return answer{}, err
@@ -295,7 +291,7 @@ func (s *ServerInterceptor) rebuild(value []byte) (answer, error) {
 }
 
 // refuse answers a call the guard did not run.
-func (s *ServerInterceptor) refuse(ctx context.Context, req any, handler grpc.UnaryHandler, err error) (any, error) {
+func (s *server) refuse(ctx context.Context, req any, handler grpc.UnaryHandler, err error) (any, error) {
 	switch {
 	case errors.Is(err, middleware.ErrMismatch):
 		return nil, s.refusal(codes.FailedPrecondition, ReasonKeyReused,

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/middleware"
 )
@@ -199,7 +200,7 @@ func TestKeyOptional(t *testing.T) {
 func TestMismatch(t *testing.T) {
 	for _, c := range []struct {
 		name        string
-		opts        []grpcinterceptor.ServerOption
+		opts        []grpcinterceptor.Option
 		second      func(ctx context.Context, c testgrpc.TestServiceClient) error
 		wantRefused bool
 	}{
@@ -211,7 +212,7 @@ func TestMismatch(t *testing.T) {
 			_, err := c.CacheableUnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 1})
 			return err
 		}, false},
-		{"another method, one namespace", []grpcinterceptor.ServerOption{grpcinterceptor.WithMethodScope(false)}, func(ctx context.Context, c testgrpc.TestServiceClient) error {
+		{"another method, one namespace", []grpcinterceptor.Option{grpcinterceptor.WithMethodScope(false)}, func(ctx context.Context, c testgrpc.TestServiceClient) error {
 			_, err := c.CacheableUnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 1})
 			return err
 		}, true},
@@ -288,33 +289,27 @@ func TestInProgress(t *testing.T) {
 }
 
 func TestBackendOutage(t *testing.T) {
-	for _, c := range []struct {
-		name   string
-		break_ func(b *backend)
-	}{
-		{"store", func(b *backend) { b.store.fail.Store(true) }},
-		{"locker", func(b *backend) { b.locker.fail.Store(true) }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			b := newBackend()
-			svc := newService()
-			client := dial(t, serve(t, b.guard(t), svc, grpcinterceptor.WithRetryDelay(3*time.Second)))
-			c.break_(b)
-			a := unary(withKey(t.Context(), "k"), client, &testgrpc.SimpleRequest{})
-			checkRefusal(t, a.err, codes.Unavailable, grpcinterceptor.ReasonUnavailable, true)
-			if d, _ := grpcinterceptor.RetryDelayOf(a.err); d != 3*time.Second {
-				t.Fatalf("RetryInfo delay = %v", d)
-			}
-			if n := svc.executions.Load(); n != 0 {
-				t.Fatalf("executions = %d during the outage", n)
-			}
-			b.store.fail.Store(false)
-			b.locker.fail.Store(false)
-			if a := unary(withKey(t.Context(), "k"), client, &testgrpc.SimpleRequest{}); a.err != nil {
-				t.Fatalf("after the outage: %v", a.err)
-			}
-		})
-	}
+	t.Run("fail closed", func(t *testing.T) {
+		b := newBackend()
+		svc := newService()
+		client := dial(t, serve(t, b.guard(t), svc, grpcinterceptor.WithRetryDelay(3*time.Second)))
+		b.store.fail.Store(true)
+		a := unary(withKey(t.Context(), "k"), client, &testgrpc.SimpleRequest{})
+		checkRefusal(t, a.err, codes.Unavailable, grpcinterceptor.ReasonUnavailable, true)
+		if d, _ := grpcinterceptor.RetryDelayOf(a.err); d != 3*time.Second {
+			t.Fatalf("RetryInfo delay = %v", d)
+		}
+		if n := svc.executions.Load(); n != 0 {
+			t.Fatalf("executions = %d during the outage", n)
+		}
+		b.store.fail.Store(false)
+		if a := unary(withKey(t.Context(), "k"), client, &testgrpc.SimpleRequest{}); a.err != nil {
+			t.Fatalf("after the outage: %v", a.err)
+		}
+		if n := svc.executions.Load(); n != 1 {
+			t.Fatalf("executions = %d, want 1", n)
+		}
+	})
 	t.Run("fail open", func(t *testing.T) {
 		b := newBackend()
 		svc := newService()
@@ -388,7 +383,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 	svc.started, svc.release = make(chan struct{}, calls), make(chan struct{})
 	clients := make([]testgrpc.TestServiceClient, servers)
 	for i := range clients {
-		g := b.guard(t, middleware.WithWaitBudget(time.Minute), middleware.WithLockRetries(10000), middleware.WithMaxDelay(20*time.Millisecond))
+		g := b.guard(t, middleware.WithWaitBudget(time.Minute), middleware.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 20 * time.Millisecond}))
 		clients[i] = dial(t, serve(t, g, svc))
 	}
 	req := &testgrpc.SimpleRequest{ResponseSize: 16}
@@ -539,7 +534,7 @@ func TestFingerprint(t *testing.T) {
 
 func TestOptionsValidated(t *testing.T) {
 	g := newBackend().guard(t)
-	for i, opts := range [][]grpcinterceptor.ServerOption{
+	for i, opts := range [][]grpcinterceptor.Option{
 		{grpcinterceptor.WithMetadataKey("grpc-key")},
 		{grpcinterceptor.WithMetadataKey("key-bin")},
 		{grpcinterceptor.WithMetadataKey("a key")},
@@ -551,14 +546,14 @@ func TestOptionsValidated(t *testing.T) {
 		{grpcinterceptor.WithMessageTypes(nil)},
 		{grpcinterceptor.WithFingerprint(nil)},
 	} {
-		if _, err := grpcinterceptor.NewServerInterceptor(g, opts...); err == nil {
+		if si, err := grpcinterceptor.New(g, opts...); err == nil || si != nil {
 			t.Errorf("options %d accepted", i)
 		}
 	}
-	if _, err := grpcinterceptor.NewServerInterceptor(nil); err == nil {
+	if _, err := grpcinterceptor.New(nil); err == nil {
 		t.Error("a nil guard was accepted")
 	}
-	if _, err := grpcinterceptor.NewServerInterceptor(g, grpcinterceptor.WithMetadataKey("X-Request-Key")); err != nil {
+	if _, err := grpcinterceptor.New(g, grpcinterceptor.WithMetadataKey("X-Request-Key")); err != nil {
 		t.Errorf("an upper-case key name: %v", err)
 	}
 }
@@ -769,7 +764,7 @@ func TestUnknownResponseTypeIsNotReplayable(t *testing.T) {
 // gRPC's health service answers probes without a key, and reflection and
 // channelz are left alone too.
 func TestHealthCheckNeedsNoKey(t *testing.T) {
-	si, err := grpcinterceptor.NewServerInterceptor(newBackend().guard(t))
+	idem, err := grpcinterceptor.New(newBackend().guard(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -777,8 +772,9 @@ func TestHealthCheckNeedsNoKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(si.Intercept))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
+	testgrpc.RegisterTestServiceServer(srv, newService())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -797,16 +793,20 @@ func TestHealthCheckNeedsNoKey(t *testing.T) {
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health check without a key: %v %v", resp, err)
 	}
+	if _, err := testgrpc.NewTestServiceClient(conn).UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("UnaryCall without a key on the same server: %v; want InvalidArgument", err)
+	}
+	selected := grpcinterceptor.DefaultSelector(nil)
 	for _, m := range []string{
 		"/grpc.health.v1.Health/Check",
 		"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
 		"/grpc.channelz.v1.Channelz/GetTopChannels",
 	} {
-		if si.Guarded(m) {
+		if selected(m) {
 			t.Errorf("%s is guarded by default", m)
 		}
 	}
-	if !si.Guarded(unaryCall) {
+	if !selected(unaryCall) {
 		t.Errorf("%s is not guarded", unaryCall)
 	}
 }

@@ -32,7 +32,7 @@ const (
 	// but its response was too large to keep. It will never run again
 	// under this key.
 	ReasonNotReplayable = "IDEMPOTENCY_NOT_REPLAYABLE"
-	// ReasonUnavailable: Unavailable with RetryInfo; the lock or record
+	// ReasonUnavailable: Unavailable with RetryInfo; the idempotency
 	// backend cannot be reached, so the call was not run. Retry later with
 	// the same key.
 	ReasonUnavailable = "IDEMPOTENCY_UNAVAILABLE"
@@ -49,7 +49,7 @@ const errorInfoMetadataKey = "metadata_key"
 
 // refusal builds a status with an ErrorInfo detail and, when retryAfter >
 // 0, a RetryInfo detail.
-func (s *ServerInterceptor) refusal(code codes.Code, reason, msg string, retryAfter time.Duration, meta map[string]string) error {
+func (s *server) refusal(code codes.Code, reason, msg string, retryAfter time.Duration, meta map[string]string) error {
 	details := make([]protoadapt.MessageV1, 0, 2)
 	details = append(details, &errdetails.ErrorInfo{Reason: reason, Domain: s.cfg.domain, Metadata: meta})
 	if retryAfter > 0 {

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkNetHTTP compares a small JSON POST through a bare handler with
-// the same request through the middleware (memory backends): a first
+// the same request through the middleware (memory backend): a first
 // execution (a new key each time) and a replay (one key). The difference
 // is the middleware's overhead. See httpsuite.Bench.
 func BenchmarkNetHTTP(b *testing.B) {
@@ -18,10 +18,10 @@ func BenchmarkNetHTTP(b *testing.B) {
 		if g == nil {
 			return app
 		}
-		core, err := nethttp.NewCore(g, opts...)
+		mw, err := nethttp.New(g, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
-		return core.Middleware()(app)
+		return mw(app)
 	})
 }

@@ -6,10 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/idemkit/idemkit"
 )
 
 // Transport is the client side of idempotency: an http.RoundTripper that
@@ -38,12 +39,13 @@ type Transport struct {
 	// MaxAttempts bounds the attempts per request, the first included.
 	// Default: 4.
 	MaxAttempts int
-	// BaseDelay is the first back-off delay; the n-th is BaseDelay·2^(n−1)
-	// with full jitter, capped by MaxDelay. Default: 100 ms.
-	BaseDelay time.Duration
-	// MaxDelay caps one delay, including a server's Retry-After (a longer
-	// Retry-After ends the retries and returns that answer). Default: 5 s.
-	MaxDelay time.Duration
+	// Backoff is the back-off between attempts (see [idemkit.Backoff]:
+	// the n-th delay is drawn from [d/2, d] for d = Base·2^(n−1), capped
+	// by Max). Backoff.Max also caps a server's Retry-After: a longer one
+	// ends the retries and returns that answer. A zero Base means 100 ms,
+	// a zero Max 5 s, and a Max below Base counts as Base. Default: 100 ms
+	// doubling up to 5 s.
+	Backoff idemkit.Backoff
 	// NewKey makes a key for a request without one. Default: a random UUID
 	// (version 4), unquoted, as most servers and Stripe's SDKs send it.
 	NewKey func() string
@@ -115,7 +117,7 @@ func (t *Transport) retryable(resp *http.Response, err error, attempt int) (time
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			ctxErr = true
 		}
-		return t.backoff(attempt), !ctxErr
+		return t.backoff().Delay(attempt), !ctxErr
 	}
 	switch resp.StatusCode {
 	case http.StatusConflict:
@@ -128,40 +130,31 @@ func (t *Transport) retryable(resp *http.Response, err error, attempt int) (time
 		if ra, ok := retryAfter(resp); ok {
 			return t.capped(ra, attempt)
 		}
-		return t.backoff(attempt), true
+		return t.backoff().Delay(attempt), true
 	}
 	return 0, false
 }
 
 // capped waits the server's Retry-After (at least the back-off), unless it
-// exceeds MaxDelay: then it does not retry.
+// exceeds the back-off's maximum: then it does not retry.
 func (t *Transport) capped(ra time.Duration, attempt int) (time.Duration, bool) {
-	if ra > t.maxDelay() {
+	if ra > t.backoff().Max {
 		return 0, false
 	}
-	return max(ra, t.backoff(attempt)), true
+	return max(ra, t.backoff().Delay(attempt)), true
 }
 
-// backoff is the delay after the n-th attempt: full jitter over
-// BaseDelay·2^(n−1), capped.
-func (t *Transport) backoff(n int) time.Duration {
-	base := t.BaseDelay
-	if base <= 0 {
-		base = 100 * time.Millisecond
+// backoff returns the Transport's back-off with its defaults filled in.
+func (t *Transport) backoff() idemkit.Backoff {
+	b := t.Backoff
+	if b.Base <= 0 {
+		b.Base = 100 * time.Millisecond
 	}
-	d := base
-	for i := 1; i < n && d < t.maxDelay(); i++ {
-		d *= 2
+	if b.Max <= 0 {
+		b.Max = 5 * time.Second
 	}
-	d = min(d, t.maxDelay())
-	return time.Duration(rand.Int64N(int64(d)) + 1)
-}
-
-func (t *Transport) maxDelay() time.Duration {
-	if t.MaxDelay <= 0 {
-		return 5 * time.Second
-	}
-	return t.MaxDelay
+	b.Max = max(b.Max, b.Base)
+	return b
 }
 
 func (t *Transport) guarded(method string) bool {

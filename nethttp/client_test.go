@@ -14,10 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock/memlock"
-	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/nethttp/httpsuite"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -42,7 +41,7 @@ func (k *keyLog) all() []string {
 
 // fastTransport retries quickly, so tests do not wait.
 func fastTransport() *nethttp.Transport {
-	return &nethttp.Transport{BaseDelay: time.Millisecond, MaxDelay: 2 * time.Second}
+	return &nethttp.Transport{Backoff: idemkit.Backoff{Base: time.Millisecond, Max: 2 * time.Second}}
 }
 
 func post(t *testing.T, c *http.Client, url, body string) (*http.Response, string) {
@@ -127,9 +126,9 @@ func TestTransportWhatItDoesNotRetry(t *testing.T) {
 	c := &http.Client{Transport: fastTransport()}
 	for name, answer := range map[string]func(http.ResponseWriter){
 		"409 without Retry-After (not replayable)": func(w http.ResponseWriter) { w.WriteHeader(http.StatusConflict) },
-		"503 with a Retry-After past MaxDelay":     func(w http.ResponseWriter) { w.Header().Set("Retry-After", "3600"); w.WriteHeader(503) },
-		"422 mismatch":                             func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnprocessableEntity) },
-		"500":                                      func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) },
+		"503 with a Retry-After past Backoff.Max":  func(w http.ResponseWriter) { w.Header().Set("Retry-After", "3600"); w.WriteHeader(503) },
+		"422 mismatch": func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnprocessableEntity) },
+		"500":          func(w http.ResponseWriter) { w.WriteHeader(http.StatusInternalServerError) },
 	} {
 		calls.Store(0)
 		status <- answer
@@ -158,7 +157,7 @@ func TestTransportStopsWhenContextEnds(t *testing.T) {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
-	c := &http.Client{Transport: &nethttp.Transport{MaxAttempts: 100, MaxDelay: time.Hour}}
+	c := &http.Client{Transport: &nethttp.Transport{MaxAttempts: 100, Backoff: idemkit.Backoff{Max: time.Hour}}}
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, strings.NewReader("x"))
@@ -173,14 +172,14 @@ func TestTransportStopsWhenContextEnds(t *testing.T) {
 // transport retries with the same key, and the guarded server replays the
 // first answer instead of running the handler again.
 func TestLostResponseRetriedSafely(t *testing.T) {
-	g, _ := middleware.New(memstore.New(), memlock.New())
+	g := httpsuite.NewGuard(t)
 	var executions atomic.Int32
 	business := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := executions.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "order "+string(rune('0'+n)))
 	})
-	guarded := nethttp.Middleware(g, nethttp.WithKeyRequired(true), nethttp.WithLogger(slog.New(slog.DiscardHandler)))(business)
+	guarded := idem(t, g, nethttp.WithKeyRequired(true), nethttp.WithLogger(slog.New(slog.DiscardHandler)))(business)
 	var attempts atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if attempts.Add(1) == 1 {
@@ -208,14 +207,14 @@ func TestLostResponseRetriedSafely(t *testing.T) {
 // TestTransportWaitsOutInProgress: a duplicate refused with 409 and
 // Retry-After is retried after that delay and gets the replay.
 func TestTransportWaitsOutInProgress(t *testing.T) {
-	g, _ := middleware.New(memstore.New(), memlock.New())
+	g := httpsuite.NewGuard(t)
 	var executions atomic.Int32
 	business := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		executions.Add(1)
 		time.Sleep(300 * time.Millisecond)
 		w.WriteHeader(http.StatusCreated)
 	})
-	srv := httptest.NewServer(nethttp.Middleware(g, nethttp.WithWaitForResult(false), nethttp.WithRetryAfter(time.Second),
+	srv := httptest.NewServer(idem(t, g, nethttp.WithWaitForResult(false), nethttp.WithRetryAfter(time.Second),
 		nethttp.WithLogger(slog.New(slog.DiscardHandler)))(business))
 	defer srv.Close()
 	const key = "8e03978e-40d5-43e8-bc93-6894a57f9324"

@@ -25,7 +25,8 @@ type Core struct {
 	cfg   config
 }
 
-// NewCore validates the options and returns the HTTP core for guard.
+// NewCore validates the options and returns the HTTP core for guard, for
+// adapters of other routers. Applications use [New].
 func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 	if guard == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", "a guard is required", nil)
@@ -55,25 +56,20 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 	return &Core{guard: guard, cfg: cfg}, nil
 }
 
-// Middleware returns net/http middleware that makes the handlers it wraps
-// idempotent with guard. It panics if an option is invalid (at
-// construction, never on the request path); use [NewCore] and
-// [Core.Middleware] to get the error instead.
-func Middleware(guard *middleware.Guard, opts ...Option) func(http.Handler) http.Handler {
+// New validates the options and returns net/http middleware that makes the
+// handlers it wraps idempotent with guard. An invalid option, or a nil
+// guard, is an error here (InvalidArgument); nothing panics on the request
+// path.
+func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c, err := NewCore(guard, opts...)
 	if err != nil {
-		panic(err)
+		return nil, err
 	}
-	return c.Middleware()
-}
-
-// Middleware returns the core as net/http middleware.
-func (c *Core) Middleware() func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			c.Serve(w, r, next.ServeHTTP)
 		})
-	}
+	}, nil
 }
 
 // Serve handles one request: it passes unguarded requests to next

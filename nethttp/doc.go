@@ -1,10 +1,13 @@
 // Package nethttp makes net/http handlers idempotent: one line of
 // middleware in front of a handler, and a retried POST with the same
 // Idempotency-Key runs the handler exactly once, across every process that
-// shares the guard's backends.
+// shares the guard's backend.
 //
-//	guard, _ := middleware.New(memstore.New(), memlock.New())
-//	mux.Handle("POST /orders", nethttp.Middleware(guard, nethttp.WithKeyRequired(true))(orders))
+//	guard, err := middleware.New(memstore.New())
+//	...
+//	idem, err := nethttp.New(guard, nethttp.WithKeyRequired(true))
+//	...
+//	mux.Handle("POST /orders", idem(orders))
 //
 // # Behaviour
 //
@@ -29,7 +32,7 @@
 //	backend unreachable                                     503 idempotency-unavailable + Retry-After
 //	                                                        (fail closed; WithFailOpen passes through)
 //	handler answered 5xx / panicked                         delivered / 500; not stored (see StorePolicy);
-//	                                                        the lock is released so a retry runs again
+//	                                                        the claim is released so a retry runs again
 //
 // Error answers are RFC 9457 application/problem+json with stable type URIs
 // and Cache-Control: no-store.

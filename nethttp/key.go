@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/idemkit/idemkit/middleware"
 )
 
-// Key-header errors. A *KeyError matches one of them with errors.Is.
+// Key-header errors. A *KeyError matches one of them with errors.Is, and
+// middleware.ErrInvalidKey too, as the key errors of every idemkit adapter
+// do.
 var (
 	// ErrKeyMissing: the request has no idempotency key where one is
 	// required.
@@ -26,22 +30,12 @@ type KeyError struct {
 // Error describes the problem.
 func (e *KeyError) Error() string { return e.err.Error() + ": " + e.Reason }
 
-// Unwrap returns [ErrKeyMissing] or [ErrKeyMalformed].
-func (e *KeyError) Unwrap() error { return e.err }
-
-// NewKeyError returns a *KeyError with reason that matches [ErrKeyMissing]
-// when missing is true, else [ErrKeyMalformed]. Other adapters (gRPC
-// metadata keys) use it so that one pair of sentinels covers every
-// transport. The reason must not repeat the key.
-func NewKeyError(missing bool, reason string) *KeyError {
-	if missing {
-		return &KeyError{Reason: reason, err: ErrKeyMissing}
-	}
-	return &KeyError{Reason: reason, err: ErrKeyMalformed}
-}
+// Unwrap returns [ErrKeyMissing] or [ErrKeyMalformed], and
+// middleware.ErrInvalidKey.
+func (e *KeyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
 
 func malformed(format string, args ...any) error {
-	return NewKeyError(false, fmt.Sprintf(format, args...))
+	return &KeyError{Reason: fmt.Sprintf(format, args...), err: ErrKeyMalformed}
 }
 
 // ParseKey parses the values of an Idempotency-Key header field (all of its

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 )
 
@@ -52,8 +53,8 @@ func TestParseKey(t *testing.T) {
 			t.Errorf("ParseKey(%q, strict=%v) = %q, %v; want %q, %v", c.in, c.strict, got, err, c.want, c.wantErr)
 		}
 		var ke *nethttp.KeyError
-		if err != nil && (!errors.As(err, &ke) || ke.Reason == "") {
-			t.Errorf("ParseKey(%q): error %v is not a *KeyError with a reason", c.in, err)
+		if err != nil && (!errors.As(err, &ke) || ke.Reason == "" || !errors.Is(err, middleware.ErrInvalidKey)) {
+			t.Errorf("ParseKey(%q): error %v is not a *KeyError with a reason matching middleware.ErrInvalidKey", c.in, err)
 		}
 	}
 }

@@ -9,33 +9,38 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/nethttp/httpsuite"
-	"github.com/idemkit/idemkit/store/memstore"
 )
 
-// netHTTPStack serves the suite's app behind nethttp.Middleware on a real
-// loopback listener.
+// netHTTPStack serves the suite's app behind nethttp.New's middleware on a
+// real loopback listener.
 func netHTTPStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {
 	opts = append([]nethttp.Option{nethttp.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	core, err := nethttp.NewCore(g, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(core.Middleware()(app))
+	srv := httptest.NewServer(idem(t, g, opts...)(app))
 	t.Cleanup(srv.Close)
 	return srv.URL
 }
 
+// idem returns nethttp.New's middleware for g with opts; it fails t if
+// they are invalid.
+func idem(t *testing.T, g *middleware.Guard, opts ...nethttp.Option) func(http.Handler) http.Handler {
+	t.Helper()
+	mw, err := nethttp.New(g, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
 // TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table,
-// through a real server and client) on memory backends that combine their
-// round trips, and on plain ones.
+// through a real server and client) on the memory backend, and on memory
+// records composed with memory locks.
 func TestBehaviour(t *testing.T) {
-	t.Run("combined", func(t *testing.T) { httpsuite.Run(t, netHTTPStack) })
-	t.Run("plain", func(t *testing.T) {
-		httpsuite.RunWith(t, netHTTPStack, httpsuite.Plain)
+	t.Run("memory", func(t *testing.T) { httpsuite.Run(t, netHTTPStack) })
+	t.Run("composed", func(t *testing.T) {
+		httpsuite.RunWith(t, netHTTPStack, httpsuite.Composed)
 	})
 }
 
@@ -53,8 +58,7 @@ func send(t *testing.T, url, key string) *http.Response {
 }
 
 func TestCORSExposure(t *testing.T) {
-	g, _ := middleware.New(memstore.New(), memlock.New())
-	mw := nethttp.Middleware(g)
+	mw := idem(t, httpsuite.NewGuard(t))
 	cors := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Access-Control-Allow-Origin", "https://app.example")
@@ -73,8 +77,7 @@ func TestCORSExposure(t *testing.T) {
 }
 
 func TestPathsUnderOnePatternAreDifferentRoutes(t *testing.T) {
-	g, _ := middleware.New(memstore.New(), memlock.New())
-	mw := nethttp.Middleware(g)
+	mw := idem(t, httpsuite.NewGuard(t))
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders/{id}", mw(&httpsuite.App{}))
 	srv := httptest.NewServer(mux)
@@ -91,21 +94,21 @@ func TestPathsUnderOnePatternAreDifferentRoutes(t *testing.T) {
 }
 
 func TestConstruction(t *testing.T) {
-	g, _ := middleware.New(memstore.New(), memlock.New())
-	if _, err := nethttp.NewCore(nil); err == nil {
+	g := httpsuite.NewGuard(t)
+	if mw, err := nethttp.New(nil); err == nil || mw != nil {
 		t.Fatal("a nil guard was accepted")
 	}
+	if _, err := nethttp.NewCore(nil); err == nil {
+		t.Fatal("NewCore accepted a nil guard")
+	}
 	for _, o := range httpsuite.InvalidOptions() {
-		if _, err := nethttp.NewCore(g, o); err == nil {
+		if mw, err := nethttp.New(g, o); err == nil || mw != nil {
 			t.Fatal("an invalid option was accepted")
 		}
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("Middleware with an invalid option did not panic at construction")
+		if _, err := nethttp.NewCore(g, o); err == nil {
+			t.Fatal("NewCore accepted an invalid option")
 		}
-	}()
-	nethttp.Middleware(g, nethttp.WithMaxBodyBytes(-1))
+	}
 }
 
 // decompress is a request-decompressing middleware of the usual kind: it
@@ -130,11 +133,11 @@ func decompress(next http.Handler) http.Handler {
 // the guard leaves ContentLength stale; the core reads the body through its
 // limit regardless.
 func TestRequestDecompressedInFront(t *testing.T) {
-	g, _ := middleware.New(memstore.New(), memlock.New())
+	g := httpsuite.NewGuard(t)
 	echoBody := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(w, r.Body)
 	})
-	url := httpsuite.Serve(t, decompress(nethttp.Middleware(g)(echoBody)))
+	url := httpsuite.Serve(t, decompress(idem(t, g)(echoBody)))
 	httpsuite.CheckRequestDecompressedInFront(t, url)
 }
 
@@ -148,9 +151,8 @@ func (failingBody) Close() error             { return nil }
 // request-body-unreadable (not a malformed key); one stopped by an
 // http.MaxBytesReader in front is a 413. Neither runs the handler.
 func TestUnreadableBody(t *testing.T) {
-	g, _ := middleware.New(memstore.New(), memlock.New())
 	var runs int
-	h := nethttp.Middleware(g)(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs++ }))
+	h := idem(t, httpsuite.NewGuard(t))(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { runs++ }))
 	for _, c := range []struct {
 		name   string
 		body   func(w http.ResponseWriter) io.ReadCloser

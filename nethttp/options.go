@@ -18,8 +18,12 @@ const (
 	DefaultRetryAfter       = time.Second
 )
 
-// DefaultReplayHeaders are the response headers a replay repeats.
-var DefaultReplayHeaders = []string{"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language"}
+// DefaultReplayHeaders returns the response headers a replay repeats by
+// default (a fresh slice on every call): Content-Type, Location, ETag,
+// Last-Modified, Link, Content-Language.
+func DefaultReplayHeaders() []string {
+	return []string{"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language"}
+}
 
 // neverReplayed are headers a replay never repeats, whatever the
 // allow-list says: per-response or per-connection ones.
@@ -29,7 +33,7 @@ var neverReplayed = map[string]bool{
 }
 
 // StorePolicy says which outcomes are recorded, by status class. What is
-// not recorded is delivered once and forgotten: the lock is released and a
+// not recorded is delivered once and forgotten: the claim is released and a
 // retry runs the handler again.
 type StorePolicy struct {
 	Success     bool // 2xx
@@ -94,7 +98,7 @@ func defaults() config {
 		retryAfter:  DefaultRetryAfter,
 		problemBase: DefaultProblemTypeBase,
 	}
-	WithReplayHeaders(DefaultReplayHeaders...)(&c)
+	WithReplayHeaders(DefaultReplayHeaders()...)(&c)
 	return c
 }
 

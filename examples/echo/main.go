@@ -1,14 +1,14 @@
 // Command echo serves the demo service on echo with idemkit's echo adapter
 // in front of it, with exactly the contract of the nethttp example:
 //
-//	go run ./echo -addr 127.0.0.1:8080             # memory backends
+//	go run ./echo -addr 127.0.0.1:8080             # memory backend
 //
 //	POST /orders   guarded, Idempotency-Key required
 //	POST /notes    guarded, Idempotency-Key optional
 //	GET  /stats    {"executions": n}
 //
-// The same flags choose the backends (-store memory, redis, redis-cluster,
-// postgres). Query parameters make the business handler misbehave on
+// The same flags choose the backend (-store memory, redis, redis-cluster,
+// postgres, firestore). Query parameters make the business handler misbehave on
 // purpose: sleep, status, panic, bytes, stream (see package demo). It logs
 // with slog and shuts down gracefully on SIGINT and SIGTERM.
 package main
@@ -21,29 +21,26 @@ import (
 	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idemkit/echoadapter"
+	"github.com/idemkit/idemkit/examples/internal/cli"
 	"github.com/idemkit/idemkit/examples/internal/demo"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 )
 
-func main() { demo.Main(program()) }
+func main() { cli.Main(program()) }
 
 // program is the demo on echo.
-func program() demo.Program { return demo.HTTP("echo", routes) }
+func program() cli.Program { return cli.HTTP("echo", routes) }
 
 // routes mounts the demo service on an echo instance: POST /orders guarded
 // with a required key, POST /notes guarded with an optional key, GET
 // /stats unguarded.
 func routes(svc *demo.Service, guard *middleware.Guard, logger *slog.Logger) (http.Handler, error) {
-	required, err := echoadapter.Middleware(guard, echoadapter.Config{
-		Options: []nethttp.Option{nethttp.WithLogger(logger), nethttp.WithKeyRequired(true)},
-	})
+	required, err := echoadapter.New(guard, echoadapter.WithHTTPOptions(nethttp.WithLogger(logger), nethttp.WithKeyRequired(true)))
 	if err != nil {
 		return nil, err
 	}
-	optional, err := echoadapter.Middleware(guard, echoadapter.Config{
-		Options: []nethttp.Option{nethttp.WithLogger(logger)},
-	})
+	optional, err := echoadapter.New(guard, echoadapter.WithHTTPOptions(nethttp.WithLogger(logger)))
 	if err != nil {
 		return nil, err
 	}

@@ -1,14 +1,14 @@
 // Command gin serves the demo service on gin with idemkit's gin adapter in
 // front of it, with exactly the contract of the nethttp example:
 //
-//	go run ./gin -addr 127.0.0.1:8080              # memory backends
+//	go run ./gin -addr 127.0.0.1:8080              # memory backend
 //
 //	POST /orders   guarded, Idempotency-Key required
 //	POST /notes    guarded, Idempotency-Key optional
 //	GET  /stats    {"executions": n}
 //
-// The same flags choose the backends (-store memory, redis, redis-cluster,
-// postgres). Query parameters make the business handler misbehave on
+// The same flags choose the backend (-store memory, redis, redis-cluster,
+// postgres, firestore). Query parameters make the business handler misbehave on
 // purpose: sleep, status, panic, bytes, stream (see package demo). It logs
 // with slog and shuts down gracefully on SIGINT and SIGTERM.
 package main
@@ -20,16 +20,17 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/idemkit/idemkit/examples/internal/cli"
 	"github.com/idemkit/idemkit/examples/internal/demo"
 	"github.com/idemkit/idemkit/ginadapter"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 )
 
-func main() { demo.Main(program()) }
+func main() { cli.Main(program()) }
 
 // program is the demo on gin.
-func program() demo.Program { return demo.HTTP("gin", routes) }
+func program() cli.Program { return cli.HTTP("gin", routes) }
 
 // routes mounts the demo service on a gin engine: POST /orders guarded
 // with a required key, POST /notes guarded with an optional key, GET

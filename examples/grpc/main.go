@@ -1,7 +1,7 @@
 // Command grpc serves grpc.testing.TestService with idemkit's gRPC
 // interceptor in front of it:
 //
-//	go run ./grpc -addr 127.0.0.1:9090              # memory backends
+//	go run ./grpc -addr 127.0.0.1:9090              # memory backend
 //
 //	UnaryCall   guarded, idempotency-key metadata required. Each execution
 //	            counts and answers a SimpleResponse whose payload has
@@ -17,8 +17,8 @@
 //	grpcurl -plaintext -H 'idempotency-key: order-1' -d '{"response_size": 4}' \
 //	    127.0.0.1:9090 grpc.testing.TestService/UnaryCall
 //
-// The backend flags (-store memory|redis|redis-cluster|postgres and their
-// addresses) are the same as the other demos'. It logs with slog and shuts
+// The backend flags (-store memory|redis|redis-cluster|postgres|firestore
+// and their addresses) are the same as the other demos'. It logs with slog and shuts
 // down gracefully on SIGINT and SIGTERM.
 package main
 
@@ -39,7 +39,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idemkit/examples/internal/demo"
+	"github.com/idemkit/idemkit/examples/internal/cli"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/middleware"
 )
@@ -47,11 +47,11 @@ import (
 // maxPayload bounds response_size.
 const maxPayload = 4 << 20
 
-func main() { demo.Main(program()) }
+func main() { cli.Main(program()) }
 
 // program is the gRPC demo.
-func program() demo.Program {
-	return demo.Program{Name: "grpc", Addr: "127.0.0.1:9090", Build: build}
+func program() cli.Program {
+	return cli.Program{Name: "grpc", Addr: "127.0.0.1:9090", Build: build}
 }
 
 // service is the demo's TestService: UnaryCall is the business call,
@@ -100,15 +100,15 @@ func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.E
 
 // build builds the gRPC server: TestService behind the interceptor (on
 // UnaryCall), the health service and server reflection.
-func build(guard *middleware.Guard, logger *slog.Logger) (demo.Server, func() int64, error) {
-	interceptor, err := grpcinterceptor.NewServerInterceptor(guard,
+func build(guard *middleware.Guard, logger *slog.Logger) (cli.Server, func() int64, error) {
+	idem, err := grpcinterceptor.New(guard,
 		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
 		grpcinterceptor.WithLogger(logger))
 	if err != nil {
 		return nil, nil, err
 	}
 	svc := &service{}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(interceptor.Intercept))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
 	testgrpc.RegisterTestServiceServer(srv, svc)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)
@@ -117,13 +117,13 @@ func build(guard *middleware.Guard, logger *slog.Logger) (demo.Server, func() in
 	return server{srv, healthSrv}, svc.executions.Load, nil
 }
 
-// server is the gRPC server with its health service, as a [demo.Server].
+// server is the gRPC server with its health service, as a [cli.Server].
 type server struct {
 	*grpc.Server
 	health *health.Server
 }
 
-var _ demo.Server = server{}
+var _ cli.Server = server{}
 
 // Shutdown reports NOT_SERVING (load balancers stop sending new calls) and
 // waits for the calls in flight until ctx ends; then it cuts them.
@@ -140,6 +140,6 @@ func (s server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		s.Stop()
 		<-stopped
-		return fmt.Errorf("calls still running after %v were cut", demo.ShutdownTimeout)
+		return fmt.Errorf("calls still running after %v were cut", cli.ShutdownTimeout)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/examples/internal/demotest"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/internal/testenv"
@@ -136,9 +137,13 @@ func checkCluster(t *testing.T, addrs []string) {
 
 // checkDemo drives the gRPC demo at addr with a real client.
 func checkDemo(t *testing.T, addr string) {
+	keys, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithMaxAttempts(20),
+		grpcinterceptor.WithBackoff(idemkit.Backoff{Base: 10 * time.Millisecond, Max: 2 * time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(grpcinterceptor.UnaryClientInterceptor(
-			grpcinterceptor.WithMaxAttempts(20), grpcinterceptor.WithBackoff(10*time.Millisecond, 2*time.Second))))
+		grpc.WithChainUnaryInterceptor(keys))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,6 +77,7 @@ func run(ctx context.Context, w io.Writer) error {
 	say("worker B woke on the release, not on a polling timer")
 
 	title("\n2. The fence grows with every holder, and never goes back")
+	say("(a fence is the key's previous fence + 1, or the clock in Unix ms if that is greater: no counter is kept)")
 	for range 3 {
 		h, _, err := lock.Acquire(ctx, locker, "report:daily", time.Second)
 		if err != nil {

@@ -1,5 +1,5 @@
 // Command quickstart is idemkit's first demo (`make demo`): it starts the
-// demo service in-process on a free port with the in-memory backends, fires
+// demo service in-process on a free port with the in-memory backend, fires
 // a realistic retry storm at it, prints what each request got, and ends with
 // a summary line in which the storm and all its retries account for exactly
 // one execution.
@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/examples/internal/demo"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store/memstore"
 )
 
 func main() {
@@ -66,13 +68,12 @@ func (a answer) String() string {
 func run(ctx context.Context, out io.Writer) (summary, error) {
 	var sum summary
 	svc := &demo.Service{}
-	logger := slog.New(slog.DiscardHandler)
-	flags := demo.Flags{Store: "memory"}
-	guard, closeBackends, err := flags.Guard(ctx, logger)
+	records := memstore.New()
+	defer records.Close()
+	guard, err := middleware.New(records, middleware.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		return sum, err
 	}
-	defer closeBackends()
 	handler, err := demo.NetHTTP(svc, guard)
 	if err != nil {
 		return sum, err
@@ -111,7 +112,7 @@ func run(ctx context.Context, out io.Writer) (summary, error) {
 		return a
 	}
 
-	fmt.Fprintf(out, "idemkit quickstart: the demo service on %s (in-memory backends)\n\n", base)
+	fmt.Fprintf(out, "idemkit quickstart: the demo service on %s (in-memory backend)\n\n", base)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tscenario\trequests\tanswers\texecutions")
 	row := 0

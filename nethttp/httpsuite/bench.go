@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -23,9 +22,8 @@ import (
 type BenchStack func(b *testing.B, guard *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler
 
 // Bench benchmarks stack with a small JSON POST /orders whose handler
-// answers 201 Created with a Location and a small JSON body, on memory
-// backends (memstore combining its round trips with memlock), in three
-// sub-benchmarks:
+// answers 201 Created with a Location and a small JSON body, on the memory
+// backend (memstore), in three sub-benchmarks:
 //
 //	bare    the stack without the middleware: the baseline
 //	first   a first execution: a new key on every request
@@ -69,11 +67,10 @@ func benchApp() http.Handler {
 	})
 }
 
-// benchGuarded builds stack behind the middleware on fresh memory
-// backends.
+// benchGuarded builds stack behind the middleware on a fresh memory
+// backend.
 func benchGuarded(b *testing.B, stack BenchStack) http.Handler {
-	l := memlock.New()
-	g, err := middleware.New(memstore.New(memstore.WithLocker(l)), l)
+	g, err := middleware.New(memstore.New())
 	if err != nil {
 		b.Fatal(err)
 	}

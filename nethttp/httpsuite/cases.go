@@ -247,7 +247,7 @@ func testWaitingDuplicateGetsReplay(t *testing.T, s *suite) {
 }
 
 func testStormExecutesOnce(t *testing.T, s *suite) {
-	// Three server processes sharing one store and one locker.
+	// Three server processes sharing one backend.
 	b := s.backends(t)
 	a := &App{}
 	var servers []*server
@@ -441,7 +441,7 @@ func testHandlerThatGivesUpOnDisconnectIsForgotten(t *testing.T, s *suite) {
 	<-errc
 	var r response
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		// The first request's lock is released once its handler returns.
+		// The first request's claim is released once its handler returns.
 		r = srv.do(t, request{path: "/orders?giveup=1", key: []string{"k"}, body: "{}"})
 		if r.status != http.StatusConflict || time.Now().After(deadline) {
 			break

@@ -13,14 +13,18 @@
 //
 //	func TestBehaviour(t *testing.T) {
 //		httpsuite.Run(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {
-//			srv := httptest.NewServer(nethttp.Middleware(g, opts...)(app))
+//			idem, err := nethttp.New(g, opts...)
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			srv := httptest.NewServer(idem(app))
 //			t.Cleanup(srv.Close)
 //			return srv.URL
 //		})
 //	}
 //
 // [RunWith] runs the same cases on other backends (Redis, PostgreSQL, ...);
-// [Plain] is the memory backends without the store's Combiner.
+// [Composed] is memory records composed with memory locks.
 //
 // [Bench] benchmarks a stack in process: the bare framework, a first
 // execution and a replay, as sub-benchmarks bare, first and replay. A
@@ -32,7 +36,11 @@
 //			if g == nil {
 //				return app
 //			}
-//			return nethttp.Middleware(g, opts...)(app)
+//			idem, err := nethttp.New(g, opts...)
+//			if err != nil {
+//				b.Fatal(err)
+//			}
+//			return idem(app)
 //		})
 //	}
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
+	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
@@ -21,20 +22,25 @@ import (
 // context): they build a guard and a server, send requests and check the
 // answers the same way for every adapter.
 
-// Plain is a [NewBackends] whose store does not combine its round trips
-// with the locker (memstore and memlock, not linked): the guard's path
-// for backends without a Combiner. [Memory] is the combining one.
-func Plain(t *testing.T) Backends {
-	s := memstore.New()
-	return Backends{Store: s, Locker: memlock.New(), Break: func() { _ = s.Close() }}
+// Composed is a [NewBackends] on the composition of a plain record store
+// with a lock provider (memstore's records and memlock, through
+// store.Compose): the guard's backend for those who keep records in one
+// place and locks in another.
+func Composed(t *testing.T) Backends {
+	records := memstore.New()
+	s, err := store.Compose(records, memlock.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Backends{Store: s, Break: func() { _ = records.Close() }}
 }
 
-// NewGuard returns a guard built with opts on fresh [Memory] backends. It
+// NewGuard returns a guard built with opts on a fresh [Memory] backend. It
 // fails t if the options are invalid.
 func NewGuard(t *testing.T, opts ...middleware.Option) *middleware.Guard {
 	t.Helper()
 	b := Memory(t)
-	g, err := middleware.New(b.Store, b.Locker, opts...)
+	g, err := middleware.New(b.Store, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
@@ -26,25 +24,23 @@ import (
 // the server's base URL and stops the server with t.Cleanup.
 type Stack func(t *testing.T, guard *middleware.Guard, opts []nethttp.Option, app http.Handler) (baseURL string)
 
-// Backends are the lock and record backends a case's guards run on.
+// Backends are the backend a case's guards run on.
 // Break makes them unreachable (the backend-outage rows).
 type Backends struct {
-	Store  store.Store
-	Locker lock.Locker
-	Break  func()
+	Store store.Store
+	Break func()
 }
 
 // NewBackends builds fresh, isolated backends for one case.
 type NewBackends func(t *testing.T) Backends
 
-// Memory is the default [NewBackends]: memstore and memlock.
+// Memory is the default [NewBackends]: memstore.
 func Memory(t *testing.T) Backends {
-	l := memlock.New()
-	s := memstore.New(memstore.WithLocker(l))
-	return Backends{Store: s, Locker: l, Break: func() { _ = s.Close() }}
+	s := memstore.New()
+	return Backends{Store: s, Break: func() { _ = s.Close() }}
 }
 
-// Run runs the behaviour suite against stack on the memory backends.
+// Run runs the behaviour suite against stack on the memory backend.
 func Run(t *testing.T, stack Stack) { RunWith(t, stack, Memory) }
 
 // RunWith runs the behaviour suite against stack on the backends that
@@ -87,7 +83,7 @@ func (s *suite) serve(t *testing.T, gopts []middleware.Option, opts ...nethttp.O
 // share them, as nodes of one service do).
 func (s *suite) serveOn(t *testing.T, b Backends, app *App, gopts []middleware.Option, opts ...nethttp.Option) *server {
 	t.Helper()
-	g, err := middleware.New(b.Store, b.Locker, gopts...)
+	g, err := middleware.New(b.Store, gopts...)
 	if err != nil {
 		t.Fatal(err)
 	}

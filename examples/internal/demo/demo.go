@@ -8,6 +8,10 @@
 // answering), status=<code> (answer that code instead, still counting the
 // execution), panic=1, bytes=<n> (n bytes of padding in the body), stream=1
 // (flush the body in chunks).
+//
+// It imports no backend's SDK, so a program on the memory backend (the
+// quickstart) builds from the root module alone; the backend flags and
+// the programs' plumbing are in package cli.
 package demo
 
 import (

@@ -2,6 +2,7 @@ package demo
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
@@ -11,17 +12,23 @@ import (
 // required key, POST /notes guarded with an optional key, GET /stats
 // unguarded.
 func NetHTTP(s *Service, guard *middleware.Guard, opts ...nethttp.Option) (http.Handler, error) {
-	required, err := nethttp.NewCore(guard, append(opts, nethttp.WithKeyRequired(true))...)
+	required, err := nethttp.New(guard, append(opts, nethttp.WithKeyRequired(true))...)
 	if err != nil {
 		return nil, err
 	}
-	optional, err := nethttp.NewCore(guard, opts...)
+	optional, err := nethttp.New(guard, opts...)
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders", required.Middleware()(s.Business()))
-	mux.Handle("POST /notes", optional.Middleware()(s.Business()))
+	mux.Handle("POST /orders", required(s.Business()))
+	mux.Handle("POST /notes", optional(s.Business()))
 	mux.Handle("GET /stats", s.Stats())
 	return mux, nil
+}
+
+// HTTPServer returns the http.Server the demos serve h with: a 10-second
+// ReadHeaderTimeout, defaults otherwise.
+func HTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 }

@@ -25,7 +25,7 @@ const (
 
 // ClusterSleep is how long the business logic sleeps in round (1-based)
 // of the cluster checks: round 1 answers at once (the duplicates race for
-// the lock), round 2 sleeps 200 ms (the duplicates arrive while it runs
+// the claim), round 2 sleeps 200 ms (the duplicates arrive while it runs
 // and wait for its record), round 3 and later sleep 3 s, past the guard's
 // 2-second wait budget (the duplicates are refused as in progress, unless
 // they come late enough to find the record).

@@ -1,4 +1,4 @@
-package demo
+package cli
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idemkit/idemkit/examples/internal/demo"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -45,28 +46,22 @@ type Program struct {
 	Build func(guard *middleware.Guard, logger *slog.Logger) (srv Server, executions func() int64, err error)
 }
 
-// HTTP returns the Program of an HTTP demo: the demo [Service] served by
-// the handler that routes mounts it on, in the demos' http.Server (see
-// [HTTPServer]); Addr is 127.0.0.1:8080.
-func HTTP(name string, routes func(svc *Service, guard *middleware.Guard, logger *slog.Logger) (http.Handler, error)) Program {
+// HTTP returns the Program of an HTTP demo: the demo service
+// ([demo.Service]) served by the handler that routes mounts it on, in the
+// demos' http.Server ([demo.HTTPServer]); Addr is 127.0.0.1:8080.
+func HTTP(name string, routes func(svc *demo.Service, guard *middleware.Guard, logger *slog.Logger) (http.Handler, error)) Program {
 	return Program{
 		Name: name,
 		Addr: "127.0.0.1:8080",
 		Build: func(guard *middleware.Guard, logger *slog.Logger) (Server, func() int64, error) {
-			svc := &Service{}
+			svc := &demo.Service{}
 			h, err := routes(svc, guard, logger)
 			if err != nil {
 				return nil, nil, err
 			}
-			return HTTPServer(h), svc.Executions, nil
+			return demo.HTTPServer(h), svc.Executions, nil
 		},
 	}
-}
-
-// HTTPServer returns the http.Server the demos serve h with: a 10-second
-// ReadHeaderTimeout, defaults otherwise.
-func HTTPServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 }
 
 // Main runs p as the process's program: with the command-line arguments,
@@ -85,7 +80,7 @@ func Main(p Program) {
 
 // Run parses args (the backend flags of [Flags] and -addr), builds the
 // guard and the server, and serves until ctx ends; then it shuts the server
-// down gracefully (within [ShutdownTimeout]) and closes the backends. If
+// down gracefully (within [ShutdownTimeout]) and closes the backend. If
 // ready is not nil, it receives the address the server listens on.
 func (p Program) Run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- string) error {
 	fs := flag.NewFlagSet(p.Name, flag.ContinueOnError)

@@ -1,0 +1,125 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"cloud.google.com/go/firestore"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/firestorestore"
+	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/pgstore"
+	"github.com/idemkit/idemkit/store/redisstore"
+)
+
+// Flags are the backend flags every demo server shares.
+type Flags struct {
+	Addr        string
+	Store       string
+	RedisAddr   string
+	RedisAddrs  string
+	PostgresURL string
+	Project     string
+}
+
+// Register defines the flags on fs.
+func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
+	fs.StringVar(&f.Addr, "addr", defaultAddr, "listen address")
+	fs.StringVar(&f.Store, "store", "memory", "the guard's backend: memory, redis, redis-cluster, postgres, firestore")
+	fs.StringVar(&f.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address, with -store redis")
+	fs.StringVar(&f.RedisAddrs, "redis-addrs", "", "comma-separated Redis Cluster node addresses, with -store redis-cluster")
+	fs.StringVar(&f.PostgresURL, "postgres-url", "", "PostgreSQL connection URL, with -store postgres (the tables are created if missing)")
+	fs.StringVar(&f.Project, "firestore-project", "", "Google Cloud project id, with -store firestore (FIRESTORE_EMULATOR_HOST points the client at an emulator)")
+}
+
+// Guard builds the guard on the chosen backend. It returns a function that
+// closes the backend.
+func (f *Flags) Guard(ctx context.Context, logger *slog.Logger, opts ...middleware.Option) (*middleware.Guard, func(), error) {
+	s, closeBackend, err := f.backend(ctx, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := middleware.New(s, append([]middleware.Option{middleware.WithLogger(logger)}, opts...)...)
+	if err != nil {
+		closeBackend()
+		return nil, nil, err
+	}
+	return g, closeBackend, nil
+}
+
+// backend builds the one backend the -store flag names: records that
+// carry their own lease, on that engine. PostgreSQL and Firestore get a
+// sweeper that deletes what expired (Redis expires its keys itself, and
+// the memory store sweeps as it goes).
+func (f *Flags) backend(ctx context.Context, logger *slog.Logger) (store.Store, func(), error) {
+	switch f.Store {
+	case "memory":
+		s := memstore.New()
+		return s, func() { _ = s.Close() }, nil
+	case "redis", "redis-cluster":
+		// ContextTimeoutEnabled makes every command respect its ctx's
+		// deadline, so a stalled server is an error within the guard's op
+		// timeout, never a hang; redisstore refuses a client without it.
+		var client redis.UniversalClient
+		if f.Store == "redis" {
+			client = redis.NewClient(&redis.Options{Addr: f.RedisAddr, ContextTimeoutEnabled: true})
+		} else {
+			if f.RedisAddrs == "" {
+				return nil, nil, fmt.Errorf("-store redis-cluster needs -redis-addrs")
+			}
+			client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(f.RedisAddrs, ","), ContextTimeoutEnabled: true})
+		}
+		if err := client.Ping(ctx).Err(); err != nil {
+			_ = client.Close()
+			return nil, nil, fmt.Errorf("redis: %w", err)
+		}
+		s, err := redisstore.New(client)
+		if err != nil {
+			_ = client.Close()
+			return nil, nil, err
+		}
+		return s, func() { _ = client.Close() }, nil
+	case "postgres":
+		if f.PostgresURL == "" {
+			return nil, nil, fmt.Errorf("-store postgres needs -postgres-url")
+		}
+		pool, err := pgxpool.New(ctx, f.PostgresURL)
+		if err != nil {
+			return nil, nil, fmt.Errorf("postgres: %w", err)
+		}
+		if err := pgstore.SetupSchema(ctx, pool); err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		s, err := pgstore.New(pool)
+		if err != nil {
+			pool.Close()
+			return nil, nil, err
+		}
+		stop := s.StartSweeper(ctx, 0)
+		return s, func() { stop(); pool.Close() }, nil
+	case "firestore":
+		if f.Project == "" {
+			return nil, nil, fmt.Errorf("-store firestore needs -firestore-project")
+		}
+		client, err := firestore.NewClient(ctx, f.Project)
+		if err != nil {
+			return nil, nil, fmt.Errorf("firestore: %w", err)
+		}
+		s, err := firestorestore.New(client, firestorestore.WithLogger(logger))
+		if err != nil {
+			_ = client.Close()
+			return nil, nil, err
+		}
+		stop := s.StartSweeper(ctx, 0)
+		return s, func() { stop(); _ = client.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown -store %q (memory, redis, redis-cluster, postgres, firestore)", f.Store)
+}
