@@ -1,106 +1,128 @@
-// Package firestorestore is a [store.Store] on Google Cloud Firestore
-// (Native mode), built on cloud.google.com/go/firestore and on the building
-// blocks of [github.com/idemkit/idemkit/lock/firestorelock] (error mapping,
-// document ids, collection names, the clock-skew monitor, the sweeper). It
-// passes the conformance suite in
+// Package firestorestore is the guard's backend on Google Cloud Firestore
+// (Native mode), built on cloud.google.com/go/firestore: a [store.Store]
+// whose records carry their own lease, so that one conditional write
+// decides everything, and a [store.Records] (plain fenced records, for
+// [store.Compose]). It passes the conformance suites in
 // [github.com/idemkit/idemkit/store/storetest] on Google's Firestore
-// emulator. Pair it with firestorelock's locker in the guard:
+// emulator.
 //
 //	client, _ := firestore.NewClient(ctx, "my-project")
-//	locker, _ := firestorelock.New(client)
 //	records, _ := firestorestore.New(client)
-//	guard, _ := middleware.New(records, locker)
+//	guard, _ := middleware.New(records)
 //
 // # Layout
 //
 // One document per record, in one collection ([WithCollection], default
-// "idemkit_records"; keep it apart from the locker's collections). The
-// document id is [firestorelock.DocID] of the record key: "k:" and the key
-// itself when Firestore can take it as an id (valid UTF-8 without "/", at
-// most 1,500 bytes in all), else "h:" and its SHA-256 in base64url. So any
-// key works — "/", ".", "..", "__x__", 1 KiB keys, any Unicode, bytes that
-// are not UTF-8 — every document sits in the collection itself (a "/"
-// never makes a sub-collection), and distinct keys never share a document.
-// Record keys are taken as they are, never normalised.
+// "idemkit_records"). The document id is the record key itself when
+// Firestore can hold it as an id and an operator can read it (valid UTF-8
+// of at most 1,500 bytes, without "/" or control characters, neither "."
+// nor "..", not of Firestore's reserved form "__...__", and not starting
+// with "#sha256:"); any other key gets "#sha256:" and the unpadded
+// base64url SHA-256 of the key. So a guard's key reads as it is
+// ("idempotency:<key>"), any key works ("/", ".", "__x__", 1 KiB keys,
+// bytes that are not UTF-8), every document sits in the collection itself
+// (a "/" never makes a sub-collection), and distinct keys never share a
+// document. Record keys are taken as they are, never normalised.
 //
-// The fields ([FieldKey] and the others): key (a string, or bytes when the
-// key is not valid UTF-8), fingerprint, state (an integer), response
-// (bytes), fence (an integer), createdAt and expiresAt (timestamps),
-// expireAt = expiresAt + [lock.CleanupGrace], the time from which the
-// document may be deleted, and writeId, a random id of the Put that wrote
-// the record (see below).
+// The fields:
+//
+//	key          the record key: a string, or bytes when it is not valid UTF-8
+//	fingerprint  the request's fingerprint (a string, or bytes)
+//	state        0 released or deleted (a tombstone), 1 claimed, 2 completed, 3 not replayable
+//	response     the encoded response (bytes; empty but for a completed record)
+//	fence        the fence of the claim (an integer)
+//	ttlMicros    the lease or record lifetime, in microseconds, from the document's update time
+//	createdAt    only on an extended claim: when it was made (else the update time is)
+//	expireAt     when the document may be deleted: the field of the TTL policy
+//	writeId      a random id of the write that last changed the document
 //
 // # Time
 //
-// A Firestore read or write cannot be conditioned on the server's clock,
-// so the client's clock is the time authority, as for
-// firestorelock's locks: it stamps createdAt and expiresAt, and a record is
-// visible while the client clock is before its expiresAt (the one liveness
-// rule of every backend, [lock.Live]). Keep the clocks of every node
-// synchronised (NTP): a node whose clock runs ahead sees records expire
-// early, one whose clock runs behind sees them late. Each Put compares the
-// client clock with the commit time Firestore reports and logs a warning
-// when they differ by more than a tolerance ([WithSkewTolerance], default
-// 500 ms); [Store.Skew] returns the last measurement. With record TTLs of
-// hours, a skew of a second matters little; the locks' TTLs of seconds are
-// what the NTP advice protects.
+// Firestore's clock is the only clock: the store has no clock of its own
+// and never reads the client's wall clock. Every write that sets a record's
+// lifetime (a claim, an extension, an outcome) sets ttlMicros, and the
+// lifetime runs from that write's commit time, which Firestore keeps as the
+// document's update time: a record expires at update time + ttlMicros. It
+// is judged live against the read time Firestore reports with each read.
+// So a claim's CreatedAt is the commit time of its write and its ExpiresAt
+// that plus the lease, exactly as every node reads them, and a node whose
+// clock is off cannot take over a live claim or keep one alive. (Copying
+// documents by export and import resets their update times, and so
+// their leases and lifetimes.)
 //
-// # Operations
+// expireAt, which no operation judges, is written before the commit time is
+// known: it is estimated from Firestore's time as last read (plus the time
+// elapsed since by the local monotonic clock, which never runs ahead of
+// it) and padded by a second, and it is never before the fence read as
+// Unix milliseconds, so that a document is kept at least until
+// [store.KeepUntil] of its record.
 //
-// Get is one read, outside any transaction. Put is one read-write
-// transaction (begin, read, commit): it reads the document and writes the
-// whole record unless the stored record is live and carries a higher
-// fence, exactly the contract of [store.Store]. Delete is one read-write
-// transaction too, so that it can report whether a live record was there.
-// A transaction that Firestore aborts for contention (another transaction
-// on the same document: concurrent Puts of one key, which the guard does
-// not issue, or a sweep) is retried by the client up to
-// [WithTransactionAttempts] times, then reported as ServiceUnavailable
-// whose cause is the Aborted status.
+// # Operations and round trips
 //
-// A failed commit is an unknown outcome, settled by a read. The Firestore
-// client retries a commit whose answer was lost (Unavailable), and the
-// retry of a transaction that has already committed fails with
-// InvalidArgument ("the transaction is invalid or closed"). So when a
-// transaction that got as far as its write fails, Put reads the document
-// back and answers true if it carries this call's write id, and Delete
-// answers what its transaction saw if the document is gone. Only when the
-// read shows the commit did not land is the failure reported, and an
-// InvalidArgument then is transient (ServiceUnavailable, see
-// [firestorelock.MapCommitError]), never a configuration error.
+// Reads are BatchGetDocuments outside any transaction (no document locks);
+// writes are single-document commits conditioned on the document being as
+// the store last saw it: a Create for a document that did not exist, else
+// an update conditioned on its update time. No operation uses a
+// transaction, so a contender never waits on document locks: a conditional
+// write that loses fails fast (AlreadyExists or FailedPrecondition) and the
+// loser reads again.
+//
+//	Claim, a replay or a busy key     1 read
+//	Claim of a free key               1 read + 1 commit (Create)
+//	Claim that takes over             1 read + 1 commit (a run-out claim, an expired outcome or a tombstone)
+//	Extend, Complete, Release         1 commit, for a claim this store made
+//	                                  (else, or when the document changed since: 1 read + 1 commit)
+//	Get                               1 read
+//	Delete, Put                       1 read + 1 commit
+//
+// A guard's replay is one RPC, its first execution three: the claim's read
+// and Create, and the completion's commit, conditioned on the update time
+// of the claim's write (the store remembers, in a bounded in-process map,
+// the update times of the claims it made and still holds).
+//
+// A refused claim writes nothing. A new claim's fence is [store.NextFence]
+// of the fence the document carried (0 for none) and the read time, so it
+// is greater than any fence the key's record ever carried: Release and
+// Delete leave a tombstone (the fence alone, invisible to Get, claimable)
+// whose expireAt is when Firestore's clock passes the fence, and nothing
+// removes a document before its expireAt.
+//
+// A failed commit is an unknown outcome: the client retries a commit whose
+// answer was lost (Unavailable), and the retry fails its own precondition.
+// Every write carries a fresh write id, and one read settles the outcome:
+// the write landed when the document carries one of the call's write ids.
+// A commit that a read shows did not land is reported as ServiceUnavailable
+// (transient), never as a configuration error.
 //
 // # Size
 //
 // A Firestore document holds at most 1 MiB ([MaxDocumentBytes]), counted
 // as Firestore counts storage size: the document name (collection id and
-// document id), each field's name and value, and 32 bytes. Put counts the
-// record document the same way and refuses, before any I/O, a response
-// that would bring it within [DocumentMargin] (1 KiB) of the limit, with
-// an error matching [store.ErrTooLarge]; the guard then records the
-// execution as not replayable, and retries are told so rather than run the
-// work again. [Store.MaxResponseBytes] tells the limit for a key; with the
-// defaults, a guard's record under a short key holds a response of up to
-// about 1,047,200 bytes. Should Firestore still refuse a large document
-// (over half the limit) as InvalidArgument, and the read that settles the
-// commit show that it did not land, Put reports that as [store.ErrTooLarge]
-// too.
+// document id), each field's name and value, and 32 bytes. Complete and Put
+// count the record document the same way and refuse, before any I/O, a
+// response that would bring it within [DocumentMargin] (1 KiB) of the
+// limit, with an error matching [store.ErrTooLarge]; the guard then
+// records the execution as not replayable. [Store.MaxResponseBytes] tells
+// the limit for a key; with the defaults, a guard's record under a short
+// key holds a response of up to about 1,047,200 bytes. Should Firestore
+// still refuse a large document as invalid, and a read show that the write
+// did not land, that is reported as [store.ErrTooLarge] too.
 // [WithMaxResponseBytes] sets a lower limit of your own.
 //
 // # Expiry and garbage collection
 //
-// Expired records are invisible at once and deleted later. In production,
-// enable a Firestore TTL policy on expireAt, and Firestore deletes expired
-// documents itself, typically within 24 hours of their expireAt (by
-// Google's clock; expireAt trails expiresAt by [lock.CleanupGrace], so a
-// client clock running a little behind never sees a live record vanish):
+// Expired records are invisible at once and deleted later; every document
+// carries expireAt. In production, enable a Firestore TTL policy on it,
+// and Firestore deletes expired documents itself (typically within a day
+// of their expireAt):
 //
 //	gcloud firestore fields ttls update expireAt --collection-group=idemkit_records --enable-ttl
 //
 // (with your collection's name if you changed it). Without a TTL policy,
 // run [Store.Sweep] now and then, or a background [Store.StartSweeper]: it
-// queries expireAt through Firestore's automatic single-field index and
-// deletes expired documents in batches, each batch one transaction that
-// checks expiry again.
+// queries expireAt in order and deletes, each conditioned on the update
+// time it read, the documents whose expireAt and [store.KeepUntil] have
+// passed by the query's read time.
 //
 // # Indexes
 //
@@ -113,15 +135,18 @@
 //
 // # Errors
 //
-// Failures are [idemkit.Error] values that unwrap to their code's sentinel and
-// the native error, mapped by gRPC status code and error type by
-// [firestorelock.MapError] (see its table): Unavailable and a closed client
-// are ServiceUnavailable, contention that outlasted the retries (Aborted)
-// ServiceUnavailable, DeadlineExceeded NetworkTimeout, ResourceExhausted
-// RateLimited, PermissionDenied and Unauthenticated AuthFailed; an ended
-// ctx is Aborted or NetworkTimeout. Status messages, which can quote a
-// document name and so a key, never reach the error text. A document this
-// package did not write (a missing or mistyped field, a key that does not
-// match its id) makes Get and Put fail with Internal; Put never overwrites
-// it (Delete, asked to remove the key's record, does remove it).
+// Failures are [idemkit.Error] values that unwrap to their code's sentinel
+// and the native error, mapped by gRPC status code and error type, never by
+// message text: Unavailable, Internal and a closed client are
+// ServiceUnavailable; DeadlineExceeded is NetworkTimeout; ResourceExhausted
+// (quota) RateLimited; PermissionDenied and Unauthenticated AuthFailed;
+// InvalidArgument InvalidArgument; conditional writes that kept losing to
+// concurrent ones ServiceUnavailable; an ended ctx is Aborted or
+// NetworkTimeout. Every call runs under the caller's ctx, whose deadline
+// bounds the client's own retries: a stalled Firestore is a coded error by
+// the deadline, never a hang. Status messages, which can quote a document
+// name and so a key, never reach the error text. A document this package
+// did not write (a missing or mistyped field, a key that does not match
+// its id) makes every operation that reads it fail with Internal; it is
+// never overwritten.
 package firestorestore

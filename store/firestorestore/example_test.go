@@ -8,16 +8,15 @@ import (
 
 	"cloud.google.com/go/firestore"
 
-	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
 
-// A guard on Firestore: records in firestorestore, locks in firestorelock,
-// one client per process. Expired documents are collected by a sweeper
-// here; in production a TTL policy on expireAt does it instead (see the
-// package documentation). (It needs Firestore or its emulator, so it does
-// not run as a test.)
+// A guard on Firestore: claims and outcomes live in one document per key,
+// one client per process. A TTL policy on expireAt collects what is no
+// longer needed (see the package documentation); without one, a sweeper
+// does it. (It needs Firestore or its emulator, so it does not run as a
+// test.)
 func Example() {
 	ctx := context.Background()
 	client, err := firestore.NewClient(ctx, "my-project")
@@ -29,14 +28,9 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	locker, err := firestorelock.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer records.StartSweeper(ctx, 10*time.Minute)()
-	defer locker.StartSweeper(ctx, time.Minute)()
+	defer records.StartSweeper(ctx, 10*time.Minute)() // only without a TTL policy
 
-	guard, err := middleware.New(records, locker)
+	guard, err := middleware.New(records)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -61,5 +55,5 @@ func ExampleStore_MaxResponseBytes() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(records.MaxResponseBytes("idempotency:record:{k:order-42}", "http-v1:"+fmt.Sprintf("%064x", 0)))
+	fmt.Println(records.MaxResponseBytes("idempotency:order-42", "http-v1:"+fmt.Sprintf("%064x", 0)))
 }

@@ -2,10 +2,9 @@ package firestorestore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
+	"strings"
 	"time"
 
 	"cloud.google.com/go/firestore"
@@ -14,162 +13,122 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/firestorelock"
 	"github.com/idemkit/idemkit/store"
 )
 
-var _ store.Store = (*Store)(nil)
-
-// DefaultCollection is the default of [WithCollection].
-const DefaultCollection = "idemkit_records"
-
-// Field names of a record document. [FieldExpireAt] is the field to name
-// in a TTL policy; [Store.Sweep] queries it through Firestore's automatic
-// single-field index. [FieldResponse] needs no index and can be exempted
-// from indexing (see the package documentation).
-const (
-	FieldKey         = firestorelock.FieldKey       // the record key: a string, or bytes when it is not valid UTF-8
-	FieldFingerprint = "fingerprint"                // the request's fingerprint: a string, or bytes when it is not valid UTF-8
-	FieldState       = "state"                      // the record's state (an integer: 1 completed, 2 not replayable)
-	FieldResponse    = "response"                   // the encoded response (bytes)
-	FieldFence       = firestorelock.FieldFence     // the fence the record was written under (an integer)
-	FieldCreatedAt   = "createdAt"                  // when the record was written (client clock)
-	FieldExpiresAt   = firestorelock.FieldExpiresAt // when the record expires (client clock)
-	FieldExpireAt    = firestorelock.FieldExpireAt  // expiresAt + lock.CleanupGrace: when the document may be deleted
-	FieldWriteID     = "writeId"                    // a random id of the Put that wrote the record, by which a Put whose answer was lost recognises its own write
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Records = (*Store)(nil)
 )
 
-// writeIDBytes is the length of a write id: a fresh [lock.NewID].
-const writeIDBytes = lock.IDLen
-
-// Size limits and defaults.
+// Defaults and bounds of the options.
 const (
-	// MaxDocumentBytes is Firestore's limit on a document's size (1 MiB),
-	// counted as Firestore counts storage size: the document name, each
-	// field's name and value, and 32 bytes.
-	MaxDocumentBytes = 1 << 20
-	// DocumentMargin is how far below [MaxDocumentBytes] the store keeps
-	// every record document, by its own count, so that a small difference
-	// in how a Firestore release counts never turns into a failed write.
-	DocumentMargin = 1 << 10
-	// DefaultMaxResponseBytes is the default of [WithMaxResponseBytes]: no
-	// limit of its own below what fits in a document.
-	DefaultMaxResponseBytes = MaxDocumentBytes
+	// DefaultCollection is the default of [WithCollection].
+	DefaultCollection = "idemkit_records"
 	// DefaultSweepBatch is the default of [WithSweepBatch].
 	DefaultSweepBatch = 100
-	// MaxSweepBatch is the largest [WithSweepBatch]: the deletes of one
-	// batch are one commit, and a commit holds at most 500 writes.
+	// MaxSweepBatch is the largest [WithSweepBatch].
 	MaxSweepBatch = 500
-	// DefaultTransactionAttempts is the default of
-	// [WithTransactionAttempts].
-	DefaultTransactionAttempts = 10
 )
+
+// maxAttempts is how many conditional writes one operation tries when the
+// document keeps changing under it before it gives up (ServiceUnavailable).
+const maxAttempts = 8
+
+// maxCollectionBytes is the longest collection name New accepts.
+const maxCollectionBytes = 100
 
 // Option configures [New].
 type Option func(*config)
 
 type config struct {
-	collection    string
-	logger        *slog.Logger
-	hasher        lock.Hasher
-	clock         func() time.Time
-	maxResponse   int
-	sweepBatch    int
-	skewTolerance time.Duration
-	attempts      int
-	docLimit      int // the largest document, by the store's count; tests raise it
+	collection  string
+	logger      *slog.Logger
+	maxResponse int
+	sweepBatch  int
+	docLimit    int // the largest document, by the store's count; tests raise it
 }
 
 // WithCollection sets the collection of the record documents: 1 to 100
-// bytes of ASCII letters, digits, "_", "-" and "." (see
-// [firestorelock.CheckCollection]). Keep it apart from the locker's
-// collections. Default: "idemkit_records".
+// bytes of ASCII letters, digits, "_", "-" and ".", neither "." nor ".."
+// nor of Firestore's reserved form "__...__". Default: "idemkit_records".
 func WithCollection(name string) Option { return func(c *config) { c.collection = name } }
 
-// WithLogger sets the logger for clock-skew warnings and sweeper failures.
-// Log lines never contain a raw record key. Default: slog.Default().
+// WithLogger sets the logger of the background sweeper's failures
+// ([Store.StartSweeper]). Log lines never contain a record key. Default:
+// slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithHasher sets how warnings name their record key. Default:
-// lock.DefaultHasher().
-func WithHasher(h lock.Hasher) Option { return func(c *config) { c.hasher = h } }
-
-// WithClock sets the clock that stamps records and judges their expiry:
-// the client's clock is the time authority on Firestore (see the package
-// documentation). Tests inject a fake one. Default: time.Now.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.clock = now } }
-
-// WithMaxResponseBytes sets the largest response Put accepts, 1 to
-// [MaxDocumentBytes]; a larger one is refused with an error matching
-// [store.ErrTooLarge] before any I/O (the guard then records the execution
-// as not replayable). Whatever the limit, a response is also refused when
-// its record document would not fit Firestore's document limit (see
-// [Store.MaxResponseBytes]). Default: [DefaultMaxResponseBytes], so only the
-// document limit applies.
+// WithMaxResponseBytes sets the largest response Complete and Put accept,
+// 1 to [MaxDocumentBytes]; a larger one is refused with an error matching
+// [store.ErrTooLarge] before any write (the guard then records the
+// execution as not replayable). Whatever the limit, a response is also
+// refused when its record document would not fit Firestore's document
+// limit (see [Store.MaxResponseBytes]). Default: [MaxDocumentBytes], so only
+// the document limit applies.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
-// WithSweepBatch sets how many expired records one transaction of
-// [Store.Sweep] deletes at most, 1 to [MaxSweepBatch]. Default: 100.
+// WithSweepBatch sets how many documents one query of [Store.Sweep] reads
+// at most, 1 to [MaxSweepBatch]. Default: [DefaultSweepBatch].
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
-
-// WithSkewTolerance sets how far the client clock may differ from
-// Firestore's, as measured at each Put, before a warning is logged (at
-// most once a minute, see [firestorelock.SkewMonitor]); 0 turns the warning
-// off. Negative values are refused. Default:
-// [firestorelock.DefaultSkewTolerance] (500 ms).
-func WithSkewTolerance(d time.Duration) Option { return func(c *config) { c.skewTolerance = d } }
-
-// WithTransactionAttempts sets how many times the client tries a
-// transaction of Put, Delete or Sweep that Firestore aborted for
-// contention (another transaction on the same document) before the
-// operation fails with ServiceUnavailable, 1 to 100. Default: 10.
-func WithTransactionAttempts(n int) Option { return func(c *config) { c.attempts = n } }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		collection: DefaultCollection, clock: time.Now, maxResponse: DefaultMaxResponseBytes,
-		sweepBatch: DefaultSweepBatch, skewTolerance: firestorelock.DefaultSkewTolerance,
-		attempts: DefaultTransactionAttempts, docLimit: MaxDocumentBytes - DocumentMargin,
+		collection: DefaultCollection, maxResponse: MaxDocumentBytes,
+		sweepBatch: DefaultSweepBatch, docLimit: MaxDocumentBytes - DocumentMargin,
 	}
 	for _, o := range opts {
 		o(&c)
 	}
-	if err := firestorelock.CheckCollection("record collection", c.collection); err != nil {
-		return config{}, err
-	}
 	bad := func(detail string) (config, error) {
 		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil)
 	}
+	if detail := checkCollection(c.collection); detail != "" {
+		return bad("the record collection " + detail)
+	}
 	switch {
-	case c.clock == nil:
-		return bad("the clock must not be nil")
 	case c.maxResponse < 1 || c.maxResponse > MaxDocumentBytes:
 		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", MaxDocumentBytes))
 	case c.sweepBatch < 1 || c.sweepBatch > MaxSweepBatch:
 		return bad(fmt.Sprintf("the sweep batch must be 1 to %d", MaxSweepBatch))
-	case c.skewTolerance < 0:
-		return bad("the skew tolerance must not be negative")
-	case c.attempts < 1 || c.attempts > 100:
-		return bad("the transaction attempts must be 1 to 100")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
 	}
-	if c.hasher == nil {
-		c.hasher = lock.DefaultHasher()
-	}
 	return c, nil
 }
 
-// Store is a [store.Store] on Firestore. Its methods are safe for
-// concurrent use.
+// checkCollection returns what is wrong with a collection name, or "".
+func checkCollection(name string) string {
+	switch {
+	case name == "":
+		return "must not be empty"
+	case len(name) > maxCollectionBytes:
+		return fmt.Sprintf("exceeds %d bytes", maxCollectionBytes)
+	case name == "." || name == "..":
+		return `must not be "." or ".."`
+	case len(name) >= 4 && strings.HasPrefix(name, "__") && strings.HasSuffix(name, "__"):
+		return "must not have Firestore's reserved form __...__"
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Sprintf("has a character outside [A-Za-z0-9_.-] at byte %d", i)
+		}
+	}
+	return ""
+}
+
+// Store is a [store.Store] (records that carry their own lease) and a
+// [store.Records] (plain fenced records) on Firestore, one document per
+// record. Its methods are safe for concurrent use.
 //
 // The zero value is not usable; call [New].
 type Store struct {
 	client  *firestore.Client
 	records *firestore.CollectionRef
 	cfg     config
-	skew    *firestorelock.SkewMonitor
+	claims  claims
 }
 
 // New returns a store on client, with the record collection named by opts.
@@ -185,35 +144,351 @@ func New(client *firestore.Client, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{
-		client:  client,
-		records: client.Collection(cfg.collection),
-		cfg:     cfg,
-		skew:    firestorelock.NewSkewMonitor(cfg.logger, cfg.hasher, cfg.skewTolerance),
-	}, nil
+	return &Store{client: client, records: client.Collection(cfg.collection), cfg: cfg}, nil
 }
 
-// Client returns the Firestore client the store was built on.
-func (s *Store) Client() *firestore.Client { return s.client }
+// ref returns the document of a record key.
+func (s *Store) ref(key string) *firestore.DocumentRef { return s.records.Doc(docID(key)) }
 
-// Collection returns the name of the record collection.
-func (s *Store) Collection() string { return s.cfg.collection }
-
-// Skew returns the clock skew measured at the store's last Put (see
-// [firestorelock.SkewMonitor.Last]).
-func (s *Store) Skew() time.Duration { return s.skew.Last() }
-
-// now reads the clock at Firestore's resolution.
-func (s *Store) now() time.Time { return firestorelock.Micro(s.cfg.clock()) }
-
-// ref returns the document of a record key (any bytes, taken as it is).
-func (s *Store) ref(key string) *firestore.DocumentRef {
-	return s.records.Doc(firestorelock.DocID(key))
+// read reads the record document of key: one BatchGetDocuments, outside
+// any transaction (it takes no document lock).
+func (s *Store) read(ctx context.Context, op, key string, ref *firestore.DocumentRef) (*doc, error) {
+	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{ref})
+	if err != nil {
+		return nil, mapError(ctx, op, err)
+	}
+	return decode(op, key, snaps[0])
 }
 
-// Get implements [store.Store]: one read, outside any transaction (it
-// takes no document lock). A record is visible while the client clock is
-// before its expiresAt.
+// write commits c to the document d was read from, on the condition that
+// it is still as read: a Create when it did not exist, else an update of
+// every field conditioned on its update time.
+func write(ctx context.Context, ref *firestore.DocumentRef, d *doc, c *contents) (*firestore.WriteResult, error) {
+	if !d.exists {
+		return ref.Create(ctx, c.data())
+	}
+	return ref.Update(ctx, c.fields(), firestore.LastUpdateTime(d.updateTime))
+}
+
+// tombstone is what a release or delete leaves of the record of key with
+// fence: the fence alone, until Firestore's clock has passed it.
+func tombstone(key string, fence lock.Fence, writeID string) *contents {
+	return &contents{key: key, state: released, fence: fence, expireAt: fenceEnd(fence), writeID: writeID}
+}
+
+// Claim implements [store.Store]. It reads the record document (one RPC);
+// an outcome or a live claim, judged by the read time Firestore reports,
+// is the answer, and nothing is written. Otherwise one commit writes the
+// new claim, conditioned on the document being as read: a Create when
+// there was none, else an update conditioned on its update time (taking
+// over a run-out claim, an expired outcome or a tombstone). The claim's
+// fence is [store.NextFence] of the fence read and the read time; its
+// CreatedAt is the commit time (the document's update time) and its
+// ExpiresAt the commit time + ttl.
+//
+// A contender that loses the commit fails fast (AlreadyExists or
+// FailedPrecondition, no document locks), reads again and answers with
+// what it finds: the winner's live claim (busy). The same read settles a
+// commit whose answer was lost: the claim is this call's when the document
+// carries its write id.
+func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	const op = "claim"
+	if err := store.ValidateClaim(key, ttl); err != nil {
+		return store.Record{}, false, err
+	}
+	if s.maxResponse(key, fp) < 0 {
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInvalidArgument, op,
+			fmt.Sprintf("a %d-byte fingerprint does not fit a record document", len(fp)), nil)
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	ref := s.ref(key)
+	var (
+		ids     []string // the write ids of this call's commits
+		lastErr error    // the error of the last commit
+	)
+	for attempt := 0; ; attempt++ {
+		d, err := s.read(ctx, op, key, ref)
+		if err != nil {
+			return store.Record{}, false, err
+		}
+		if d.live() {
+			if d.wrote(ids, isClaimed) {
+				s.claims.put(key, d.fence, d.createdAt, d.updateTime) // a commit whose answer was lost
+				return d.record(), true, nil
+			}
+			return d.record(), false, nil
+		}
+		if lastErr != nil && !contended(lastErr) {
+			return store.Record{}, false, mapCommitError(ctx, op, lastErr)
+		}
+		if attempt == maxAttempts {
+			return store.Record{}, false, contention(op)
+		}
+		fence := store.NextFence(d.fence, d.readTime)
+		if fence > maxFence {
+			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "the next fence exceeds what a record document holds", nil)
+		}
+		c := &contents{
+			key: key, fp: fp, state: store.StateClaimed, fence: fence, ttl: ttl,
+			expireAt: lifetimeEnd(d.now(), ttl, fence, true), writeID: newWriteID(),
+		}
+		ids = append(ids, c.writeID)
+		wr, err := write(ctx, ref, d, c)
+		if err == nil {
+			s.claims.put(key, fence, wr.UpdateTime, wr.UpdateTime)
+			return store.Record{
+				Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
+				CreatedAt: wr.UpdateTime, ExpiresAt: wr.UpdateTime.Add(micros(ttl)),
+			}, true, nil
+		}
+		if ctx.Err() != nil {
+			return store.Record{}, false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
+}
+
+func isClaimed(s store.State) bool  { return s == store.StateClaimed }
+func isReleased(s store.State) bool { return s == released }
+
+// Extend implements [store.Store]. For a claim this store made, it is one
+// commit conditioned on the update time of the store's last write to the
+// claim; otherwise (or when that write is no longer the last) a read and a
+// commit conditioned on the update time read, only while the document
+// still carries the claim. The new lease runs from the commit time.
+func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	const op = "extend"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := store.ValidateTTL(op, ttl); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	ref := s.ref(key)
+	var lastErr error
+	if k, ok := s.claims.get(key, fence); ok {
+		wr, err := ref.Update(ctx, extension(ttl, k.createdAt, lifetimeEnd(k.now(), ttl, fence, true), newWriteID()), firestore.LastUpdateTime(k.updateTime))
+		if err == nil {
+			s.claims.put(key, fence, k.createdAt, wr.UpdateTime)
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
+	for attempt := 0; ; attempt++ {
+		d, err := s.read(ctx, op, key, ref)
+		if err != nil {
+			return false, err
+		}
+		if !d.holds(fence) {
+			s.claims.drop(key, fence)
+			return false, nil
+		}
+		// An extension whose answer was lost is written again: harmless.
+		if lastErr != nil && !contended(lastErr) {
+			return false, mapCommitError(ctx, op, lastErr)
+		}
+		if attempt == maxAttempts {
+			return false, contention(op)
+		}
+		wr, err := ref.Update(ctx, extension(ttl, d.createdAt, lifetimeEnd(d.now(), ttl, fence, true), newWriteID()), firestore.LastUpdateTime(d.updateTime))
+		if err == nil {
+			s.claims.put(key, fence, d.createdAt, wr.UpdateTime)
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
+}
+
+// Complete implements [store.Store]. For a claim this store made, it is
+// one commit: the whole outcome record, conditioned on the update time of
+// the store's last write to the claim, so it lands only while the document
+// is exactly as this claim left it. Otherwise (the store does not know the
+// claim, or the document changed: an extension by another instance, a
+// commit whose answer was lost) it reads the document and, only while it
+// still carries the claim, writes the outcome conditioned on the update
+// time read. A read also settles a failed commit: the outcome landed when
+// the document carries one of this call's write ids. createdAt and the
+// record's lifetime start at the commit time.
+//
+// A response whose record document would not fit (see
+// [Store.MaxResponseBytes]) is refused with [store.ErrTooLarge] before any
+// write.
+func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "complete"
+	if err := store.ValidateComplete(rec, ttl); err != nil {
+		return false, err
+	}
+	if err := s.checkOutcome(op, rec); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	ref := s.ref(rec.Key)
+	var (
+		ids     []string
+		lastErr error
+	)
+	outcome := func(now time.Time) *contents {
+		c := &contents{
+			key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
+			expireAt: lifetimeEnd(now, ttl, rec.Fence, false), writeID: newWriteID(),
+		}
+		ids = append(ids, c.writeID)
+		return c
+	}
+	if k, ok := s.claims.get(rec.Key, rec.Fence); ok {
+		_, err := ref.Update(ctx, outcome(k.now()).fields(), firestore.LastUpdateTime(k.updateTime))
+		if err == nil {
+			s.claims.drop(rec.Key, rec.Fence)
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
+	for attempt := 0; ; attempt++ {
+		d, err := s.read(ctx, op, rec.Key, ref)
+		if err != nil {
+			return false, err
+		}
+		if d.wrote(ids, store.State.Done) {
+			s.claims.drop(rec.Key, rec.Fence)
+			return true, nil // a commit whose answer was lost
+		}
+		if !d.holds(rec.Fence) {
+			s.claims.drop(rec.Key, rec.Fence)
+			return false, nil
+		}
+		if lastErr != nil && !contended(lastErr) {
+			return false, s.outcomeError(ctx, op, rec, lastErr)
+		}
+		if attempt == maxAttempts {
+			return false, contention(op)
+		}
+		_, err = ref.Update(ctx, outcome(d.now()).fields(), firestore.LastUpdateTime(d.updateTime))
+		if err == nil {
+			s.claims.drop(rec.Key, rec.Fence)
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
+}
+
+// checkOutcome refuses, before any I/O, an outcome record whose fence or
+// response a record document cannot hold.
+func (s *Store) checkOutcome(op string, rec store.Record) error {
+	if rec.Fence > maxFence {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, lock.Fence(maxFence)), nil)
+	}
+	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
+		return store.TooLarge(op, len(rec.Response), max(limit, 0))
+	}
+	return nil
+}
+
+// outcomeError maps the error of an outcome's write that a read has shown
+// not to have landed. Firestore refuses a document over its size limit
+// with InvalidArgument. The store's own exact count refuses such a record
+// before any I/O, but should a Firestore release count differently, an
+// InvalidArgument answer to the write of a large document (over half the
+// limit: nothing else in a record this store writes can be invalid) is
+// reported as [store.ErrTooLarge], so the guard records the execution as
+// not replayable. Any other error maps as [mapCommitError] maps it. The
+// read comes first because the retry of a write that did land is refused
+// too, and taking that for ErrTooLarge would overwrite a completed record
+// as not replayable.
+func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, err error) error {
+	size := documentSize(s.cfg.collection, rec.Key, rec.Fingerprint, len(rec.Response))
+	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil && size > MaxDocumentBytes/2 {
+		return tooLargeRefused(ctx, op, size, err)
+	}
+	return mapCommitError(ctx, op, err)
+}
+
+// Release implements [store.Store]: it leaves a tombstone (the fence
+// alone, invisible and claimable, expiring when Firestore's clock passes
+// the fence), only while the document still carries the claim. For a claim
+// this store made it is one commit conditioned on the update time of its
+// last write; otherwise a read and a conditioned commit.
+func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	const op = "release"
+	if err := store.ValidateFenced(op, key, fence); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	ref := s.ref(key)
+	var (
+		ids     []string
+		lastErr error
+	)
+	stone := func() *contents {
+		c := tombstone(key, fence, newWriteID())
+		ids = append(ids, c.writeID)
+		return c
+	}
+	if k, ok := s.claims.get(key, fence); ok {
+		_, err := ref.Update(ctx, stone().fields(), firestore.LastUpdateTime(k.updateTime))
+		if err == nil {
+			s.claims.drop(key, fence)
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
+	for attempt := 0; ; attempt++ {
+		d, err := s.read(ctx, op, key, ref)
+		if err != nil {
+			return false, err
+		}
+		if d.wrote(ids, isReleased) {
+			s.claims.drop(key, fence)
+			return true, nil // a commit whose answer was lost
+		}
+		if !d.holds(fence) {
+			s.claims.drop(key, fence)
+			return false, nil
+		}
+		if lastErr != nil && !contended(lastErr) {
+			return false, mapCommitError(ctx, op, lastErr)
+		}
+		if attempt == maxAttempts {
+			return false, contention(op)
+		}
+		_, err = ref.Update(ctx, stone().fields(), firestore.LastUpdateTime(d.updateTime))
+		if err == nil {
+			s.claims.drop(key, fence)
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
+}
+
+// Get implements [store.Store] and [store.Records]: one read (one RPC,
+// outside any transaction). A record is live while the read time Firestore
+// reports is before its expiry.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
 	if err := store.ValidateKey(key); err != nil {
@@ -222,150 +497,19 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{s.ref(key)})
-	if err != nil {
-		return store.Record{}, false, firestorelock.MapError(ctx, op, err)
-	}
-	if !snaps[0].Exists() {
-		return store.Record{}, false, nil
-	}
-	rec, err := decode(op, key, snaps[0])
-	if err != nil || !lock.Live(rec.ExpiresAt, s.now()) {
+	d, err := s.read(ctx, op, key, s.ref(key))
+	if err != nil || !d.live() {
 		return store.Record{}, false, err
 	}
-	return rec, true, nil
+	return d.record(), true, nil
 }
 
-// Put implements [store.Store]: one read-write transaction that reads the
-// record document and writes the whole record unless the stored one is
-// live (by the client clock) and carries a higher fence; then it writes
-// nothing and answers false. createdAt is the client clock at the read,
-// expiresAt createdAt + ttl, and expireAt expiresAt + [lock.CleanupGrace].
-//
-// A response whose record document would not fit (see [Store.MaxResponseBytes])
-// is refused with [store.ErrTooLarge] before any I/O.
-//
-// Every run of the transaction writes a fresh random write id with the
-// record ([FieldWriteID]). A failed transaction that got as far as its
-// write is an unknown outcome: the client retries a commit whose answer was
-// lost, and the retry of a transaction that has committed fails
-// (InvalidArgument, "the transaction is invalid or closed"). So, unless ctx
-// has ended, one read settles it: the record landed if the document now
-// carries one of this call's write ids, and Put answers true. Otherwise the
-// failure is reported (see [Store.putError]), and never as a configuration
-// error.
-func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
-	const op = "put"
-	if err := store.ValidatePut(rec, ttl); err != nil {
-		return false, err
-	}
-	if rec.Fence > lock.FenceMax {
-		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, lock.FenceMax), nil)
-	}
-	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
-		return false, store.TooLarge(op, len(rec.Response), limit)
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	ref := s.ref(rec.Key)
-	var (
-		stored    bool
-		writes    []string // the write ids of the runs that wrote the record
-		sent      time.Time
-		committed firestore.CommitResponse
-	)
-	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		stored = false
-		snaps, err := tx.GetAll([]*firestore.DocumentRef{ref})
-		if err != nil {
-			return err
-		}
-		now := s.now()
-		if snaps[0].Exists() {
-			old, err := decode(op, rec.Key, snaps[0])
-			if err != nil {
-				return err
-			}
-			if lock.Live(old.ExpiresAt, now) && old.Fence > rec.Fence {
-				return nil // refused: nothing to write
-			}
-		}
-		stored = true
-		sent = s.cfg.clock()
-		id := lock.NewID()
-		writes = append(writes, id)
-		return tx.Set(ref, recordData(rec, now, firestorelock.Micro(now.Add(ttl)), id))
-	}, firestore.MaxAttempts(s.cfg.attempts), firestore.WithCommitResponseTo(&committed))
-	received := s.cfg.clock()
-	if err != nil {
-		return s.putFailed(ctx, op, rec, writes, err)
-	}
-	if stored {
-		if wrs, _ := committed.WriteResults(); len(wrs) > 0 {
-			s.skew.Observe(ctx, op, rec.Key, sent, received, wrs[0].UpdateTime)
-		}
-	}
-	return stored, nil
-}
-
-// putFailed settles a Put whose transaction failed with err after runs
-// that wrote the record under the write ids writes (none when no run got
-// as far as its write). Unless no run wrote, the function itself failed
-// (a malformed document) or ctx has ended, one read decides: the record
-// landed, and Put answers true, when the document carries one of writes.
-// When the read fails, the outcome stays unknown and the error is
-// transient ([firestorelock.MapCommitError]).
-func (s *Store) putFailed(ctx context.Context, op string, rec store.Record, writes []string, err error) (bool, error) {
-	var le *idemkit.Error
-	if len(writes) == 0 || ctx.Err() != nil || errors.As(err, &le) {
-		return false, firestorelock.MapError(ctx, op, err)
-	}
-	snaps, rerr := s.client.GetAll(ctx, []*firestore.DocumentRef{s.ref(rec.Key)})
-	if rerr != nil {
-		return false, firestorelock.MapCommitError(ctx, op, err)
-	}
-	if id, ok := snaps[0].Data()[FieldWriteID].(string); ok && slices.Contains(writes, id) {
-		return true, nil // the commit landed; its answer was lost
-	}
-	return false, s.putError(ctx, op, rec, err)
-}
-
-// putError maps the error of a Put whose commit a read has shown not to
-// have landed. Firestore refuses a document over its size limit with
-// InvalidArgument. The store's own exact count refuses such a record before
-// any I/O, but should a Firestore release count differently, an
-// InvalidArgument answer to the write of a large document (over half the
-// limit: nothing else in a record this store writes can be invalid) is
-// reported as [store.ErrTooLarge], so the guard records the execution as
-// not replayable. Any other InvalidArgument (say, the retry of a commit
-// whose transaction was closed without landing) is transient, never a
-// configuration error ([firestorelock.MapCommitError]). The read comes
-// first because the retry of a commit that did land gets InvalidArgument
-// too, and taking that for ErrTooLarge would overwrite a completed record
-// as not replayable.
-func (s *Store) putError(ctx context.Context, op string, rec store.Record, err error) error {
-	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil &&
-		documentSize(s.cfg.collection, rec.Key, rec.Fingerprint, len(rec.Response)) > MaxDocumentBytes/2 {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op,
-			fmt.Sprintf("Firestore refused the record document of a %d-byte response (its document limit is %d bytes)", len(rec.Response), MaxDocumentBytes),
-			fmt.Errorf("%w: %w", store.ErrTooLarge, firestorelock.MapError(ctx, op, err)))
-	}
-	return firestorelock.MapCommitError(ctx, op, err)
-}
-
-// Delete implements [store.Store]: one read-write transaction that reads
-// the record document and deletes it, and reports whether it held a live
-// record.
-//
-// A failed transaction that got as far as its delete is an unknown
-// outcome (the retry of a commit whose answer was lost fails once the
-// transaction has committed), settled by one read unless ctx has ended:
-// when the document is gone, Delete answers what the transaction saw. So
-// does a run of the transaction that the client repeats and that finds the
-// document gone after an earlier run reached its delete (that run's commit
-// may have landed; the answer is the earlier run's, even if another caller
-// deleted the record in between).
+// Delete implements [store.Store] and [store.Records]: a read and, when it
+// finds a live record, a commit conditioned on the update time read that
+// leaves a tombstone in its place (as [Store.Release] does), so a later
+// claim's fence is still greater than the deleted record's. A read settles
+// a failed commit: the tombstone is this call's when the document carries
+// its write id.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := store.ValidateKey(key); err != nil {
@@ -376,93 +520,110 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	}
 	ref := s.ref(key)
 	var (
-		live    bool // whether the last run that reached its delete saw a live record
-		reached bool // whether a run reached its delete
+		ids     []string
+		lastErr error
 	)
-	err := s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		snaps, err := tx.GetAll([]*firestore.DocumentRef{ref})
-		if err != nil || !snaps[0].Exists() {
-			return err // gone: live stays what an earlier run saw
+	for attempt := 0; ; attempt++ {
+		d, err := s.read(ctx, op, key, ref)
+		if err != nil {
+			return false, err
 		}
-		expires, ok := snaps[0].Data()[FieldExpiresAt].(time.Time)
-		live, reached = ok && lock.Live(expires, s.now()), true
-		return tx.Delete(ref)
-	}, firestore.MaxAttempts(s.cfg.attempts))
-	if err != nil {
-		if !reached || ctx.Err() != nil {
-			return false, firestorelock.MapError(ctx, op, err)
+		if d.wrote(ids, isReleased) {
+			return true, nil // a commit whose answer was lost
 		}
-		snaps, rerr := s.client.GetAll(ctx, []*firestore.DocumentRef{ref})
-		if rerr == nil && !snaps[0].Exists() {
-			return live, nil // the delete landed; its answer was lost
+		if !d.live() {
+			return false, nil
 		}
-		return false, firestorelock.MapCommitError(ctx, op, err)
-	}
-	return live, nil
-}
-
-// recordData is the whole record document.
-func recordData(rec store.Record, created, expires time.Time, writeID string) map[string]any {
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
-	}
-	return map[string]any{
-		FieldKey:         firestorelock.Text(rec.Key),
-		FieldFingerprint: firestorelock.Text(rec.Fingerprint),
-		FieldState:       int64(rec.State),
-		FieldResponse:    response,
-		FieldFence:       int64(rec.Fence),
-		FieldCreatedAt:   created,
-		FieldExpiresAt:   expires,
-		FieldExpireAt:    expires.Add(lock.CleanupGrace),
-		FieldWriteID:     writeID,
+		if lastErr != nil && !contended(lastErr) {
+			return false, mapCommitError(ctx, op, lastErr)
+		}
+		if attempt == maxAttempts {
+			return false, contention(op)
+		}
+		c := tombstone(key, d.fence, newWriteID())
+		ids = append(ids, c.writeID)
+		_, err = ref.Update(ctx, c.fields(), firestore.LastUpdateTime(d.updateTime))
+		if err == nil {
+			s.claims.drop(key, d.fence)
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
 	}
 }
 
-// malformed is the error for a record document this package did not
-// write as it reads it. The detail names the field, never a key.
-func malformed(op, what string) error {
-	return idemkit.NewError(idemkit.CodeInternal, op, "malformed record document: "+what, nil)
+// Put implements [store.Records]: a read and, unless the live record there
+// carries a higher fence, one commit of the whole record conditioned on
+// the document being as read (a Create when there was none). A contender
+// that changed the document in between makes Put read again. A read
+// settles a failed commit: the record landed when the document carries
+// one of this call's write ids. createdAt and the record's lifetime start
+// at the commit time.
+//
+// Put's fences are a lock's; do not mix Put and [Store.Claim] on one key.
+//
+// A response whose record document would not fit (see
+// [Store.MaxResponseBytes]) is refused with [store.ErrTooLarge] before any
+// write.
+func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "put"
+	if err := validatePut(rec, ttl); err != nil {
+		return false, err
+	}
+	if err := s.checkOutcome(op, rec); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	ref := s.ref(rec.Key)
+	var (
+		ids     []string
+		lastErr error
+	)
+	for attempt := 0; ; attempt++ {
+		d, err := s.read(ctx, op, rec.Key, ref)
+		if err != nil {
+			return false, err
+		}
+		if d.wrote(ids, store.State.Done) {
+			return true, nil // a commit whose answer was lost
+		}
+		if d.live() && d.fence > rec.Fence {
+			return false, nil
+		}
+		if lastErr != nil && !contended(lastErr) {
+			return false, s.outcomeError(ctx, op, rec, lastErr)
+		}
+		if attempt == maxAttempts {
+			return false, contention(op)
+		}
+		c := &contents{
+			key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
+			expireAt: lifetimeEnd(d.now(), ttl, rec.Fence, false), writeID: newWriteID(),
+		}
+		ids = append(ids, c.writeID)
+		if _, err = write(ctx, ref, d, c); err == nil {
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, mapError(ctx, op, err)
+		}
+		lastErr = err
+	}
 }
 
-// decode reads the record document of key. It checks that the document
-// holds that very key, so a document copied or edited by hand under
-// another id is reported rather than trusted.
-func decode(op, key string, snap *firestore.DocumentSnapshot) (store.Record, error) {
-	m := snap.Data()
-	rec := store.Record{Key: key}
-	stored, ok := firestorelock.FromText(m[FieldKey])
-	switch {
-	case !ok:
-		return store.Record{}, malformed(op, "the key field is missing or not text")
-	case stored != key || firestorelock.DocID(stored) != snap.Ref.ID:
-		return store.Record{}, malformed(op, "the record's key does not match its document id")
+// validatePut checks a Put's arguments: a valid key, an outcome state and a
+// TTL of at least one millisecond. The fence may be zero (an unfenced
+// writer).
+func validatePut(rec store.Record, ttl time.Duration) error {
+	if err := store.ValidateKey(rec.Key); err != nil {
+		return err
 	}
-	if rec.Fingerprint, ok = firestorelock.FromText(m[FieldFingerprint]); !ok {
-		return store.Record{}, malformed(op, "the fingerprint field is missing or not text")
+	if !rec.State.Done() {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("a record needs an outcome state (completed or not-replayable, got %v)", rec.State), nil)
 	}
-	state, ok := m[FieldState].(int64)
-	if rec.State = store.State(state); !ok || state < 0 || state > 255 || !rec.State.Valid() {
-		return store.Record{}, malformed(op, "the state field is missing or not a known state")
-	}
-	switch v := m[FieldResponse].(type) {
-	case []byte:
-		if len(v) > 0 {
-			rec.Response = v
-		}
-	case nil:
-	default:
-		return store.Record{}, malformed(op, "the response field is not bytes")
-	}
-	if rec.Fence, ok = firestorelock.DecodeFence(m[FieldFence]); !ok {
-		return store.Record{}, malformed(op, "the fence field is missing or not a non-negative integer")
-	}
-	if rec.CreatedAt, ok = m[FieldCreatedAt].(time.Time); !ok {
-		return store.Record{}, malformed(op, "the createdAt field is missing or not a timestamp")
-	}
-	if rec.ExpiresAt, ok = m[FieldExpiresAt].(time.Time); !ok {
-		return store.Record{}, malformed(op, "the expiresAt field is missing or not a timestamp")
-	}
-	return rec, nil
+	return store.ValidateTTL("put", ttl)
 }

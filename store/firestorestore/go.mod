@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	cloud.google.com/go/firestore v1.29.2
 	github.com/idemkit/idemkit v0.0.0
-	github.com/idemkit/idemkit/lock/firestorelock v0.0.0
+	google.golang.org/api v0.304.0
 	google.golang.org/grpc v1.84.0
 )
 
@@ -36,7 +36,6 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
-	google.golang.org/api v0.304.0 // indirect
 	google.golang.org/genproto v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
@@ -44,5 +43,3 @@ require (
 )
 
 replace github.com/idemkit/idemkit => ../..
-
-replace github.com/idemkit/idemkit/lock/firestorelock => ../../lock/firestorelock

@@ -7,60 +7,61 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock/firestorelock"
-	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
 
-// TestKeyKinds writes, reads and deletes a record under each kind of key
-// Firestore cannot take as a document id verbatim (or could misread as a
-// path), each in a collection of its own, and checks the document lands
-// in that collection itself (never a sub-collection) under the id DocID
-// derives.
+// TestKeyKinds claims, completes, reads, deletes and claims again a record
+// under each kind of key, each in a collection of its own, and checks that
+// its document lands in that collection itself (never a sub-collection),
+// under the key itself when Firestore can hold it as an id and under a
+// marked hash otherwise.
 func TestKeyKinds(t *testing.T) {
 	t.Parallel()
-	c := firestoretest.Client(t, testenv.FirestoreProject(t))
+	c := client(t, testenv.FirestoreProject(t))
 	ctx := t.Context()
 	for i, tc := range []struct {
 		name, key string
+		readable  bool
 	}{
-		{"slash", "/"},
-		{"path", "tenant/orders/42"},
-		{"trailing slash", "orders/"},
-		{"dot", "."},
-		{"dot dot", ".."},
-		{"reserved form", "__x__"},
-		{"reserved form with dots", "__.*__"},
-		{"longest", strings.Repeat("k", store.MaxKeyBytes)},
-		{"longest with slashes", strings.Repeat("a/", store.MaxKeyBytes/2)},
-		{"unicode composed", "caf\u00e9 \U0001F512"},
-		{"unicode decomposed", "cafe\u0301"},
-		{"invalid utf-8", "\xff\xfe/\x00"},
-		{"control characters", "a\x00b\n\t"},
-		{"spaces", "  "},
+		{"guard key", "idempotency:tenant-7:order 42", true},
+		{"unicode composed", "caf\u00e9 \U0001F512", true},
+		{"unicode decomposed", "cafe\u0301", true},
+		{"spaces", "  ", true},
+		{"longest", strings.Repeat("k", store.MaxKeyBytes), true},
+		{"slash", "/", false},
+		{"path", "tenant/orders/42", false},
+		{"trailing slash", "orders/", false},
+		{"dot", ".", false},
+		{"dot dot", "..", false},
+		{"reserved form", "__x__", false},
+		{"reserved form with dots", "__.*__", false},
+		{"hash marker", "#sha256:abc", false},
+		{"longest with slashes", strings.Repeat("a/", store.MaxKeyBytes/2), false},
+		{"invalid utf-8", "\xff\xfe/\x00", false},
+		{"control characters", "a\x00b\n\t", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			coll := fmt.Sprint("records_", i)
 			s := newStore(t, c, firestorestore.WithCollection(coll))
-			rec := store.Record{Key: tc.key, Fingerprint: "fp-" + tc.name, State: store.StateCompleted, Response: []byte(tc.name), Fence: 3}
-			if ok, err := s.Put(ctx, rec, time.Hour); err != nil || !ok {
-				t.Fatalf("Put: %v, %v", ok, err)
+			claim, claimed, err := s.Claim(ctx, tc.key, "fp-"+tc.name, time.Hour)
+			if err != nil || !claimed || claim.Key != tc.key {
+				t.Fatalf("Claim: %v, %v", claimed, err)
+			}
+			out := store.Record{Key: tc.key, Fingerprint: claim.Fingerprint, State: store.StateCompleted, Response: []byte(tc.name), Fence: claim.Fence}
+			if ok, err := s.Complete(ctx, out, time.Hour); err != nil || !ok {
+				t.Fatalf("Complete: %v, %v", ok, err)
 			}
 			got, ok, err := s.Get(ctx, tc.key)
-			if err != nil || !ok || got.Key != tc.key || string(got.Response) != tc.name || got.Fence != 3 || got.Fingerprint != rec.Fingerprint {
+			if err != nil || !ok || got.Key != tc.key || string(got.Response) != tc.name || got.Fence != claim.Fence || got.Fingerprint != out.Fingerprint {
 				t.Fatalf("Get: %+v, %v, %v", got, ok, err)
 			}
-			docs, err := c.Collection(coll).Documents(ctx).GetAll()
-			if err != nil {
-				t.Fatal(err)
+			snaps := docs(t, c, coll)
+			if len(snaps) != 1 || snaps[0].Ref.ID != firestorestore.DocID(tc.key) || snaps[0].Ref.Parent.ID != coll || snaps[0].Ref.Parent.Parent != nil {
+				t.Fatalf("the collection holds %d documents; want the one with the key's id, at its top level", len(snaps))
 			}
-			if len(docs) != 1 || docs[0].Ref.ID != firestorelock.DocID(tc.key) || docs[0].Ref.Parent.ID != coll || docs[0].Ref.Parent.Parent != nil {
-				t.Fatalf("the collection holds %d documents; want the one with the key's DocID, at its top level", len(docs))
-			}
-			rec.Fence, rec.Response = 4, []byte("again")
-			if ok, err := s.Put(ctx, rec, time.Hour); err != nil || !ok {
-				t.Fatalf("second Put: %v, %v", ok, err)
+			if readable := snaps[0].Ref.ID == tc.key; readable != tc.readable {
+				t.Fatalf("the document id is the key: %v; want %v", readable, tc.readable)
 			}
 			if deleted, err := s.Delete(ctx, tc.key); err != nil || !deleted {
 				t.Fatalf("Delete: %v, %v", deleted, err)
@@ -68,8 +69,12 @@ func TestKeyKinds(t *testing.T) {
 			if _, ok, err := s.Get(ctx, tc.key); err != nil || ok {
 				t.Fatalf("Get after Delete: %v, %v", ok, err)
 			}
-			if n := count(t, c, coll); n != 0 {
-				t.Fatalf("%d documents left after Delete", n)
+			again, claimed, err := s.Claim(ctx, tc.key, "fp", time.Hour)
+			if err != nil || !claimed || again.Fence <= claim.Fence {
+				t.Fatalf("Claim after Delete: %v, %v, fence %v after %v", claimed, err, again.Fence, claim.Fence)
+			}
+			if n := len(docs(t, c, coll)); n != 1 {
+				t.Fatalf("%d documents; want one", n)
 			}
 		})
 	}

@@ -1,9 +1,17 @@
 package firestorestore
 
-import (
-	"unicode/utf8"
+import "unicode/utf8"
 
-	"github.com/idemkit/idemkit/lock/firestorelock"
+// Size limits.
+const (
+	// MaxDocumentBytes is Firestore's limit on a document's size (1 MiB),
+	// counted as Firestore counts storage size: the document name, each
+	// field's name and value, and 32 bytes.
+	MaxDocumentBytes = 1 << 20
+	// DocumentMargin is how far below [MaxDocumentBytes] the store keeps
+	// every record document, by its own count, so that a small difference
+	// in how a Firestore release counts never turns into a failed write.
+	DocumentMargin = 1 << 10
 )
 
 // Firestore's storage-size rules, as its documentation states them and
@@ -24,8 +32,8 @@ const (
 // stringSize is the storage size of a string.
 func stringSize(s string) int { return len(s) + 1 }
 
-// textSize is the storage size of [firestorelock.Text] of s: a string when
-// s is valid UTF-8, else bytes.
+// textSize is the storage size of [text] of s: a string when s is valid
+// UTF-8, else bytes.
 func textSize(s string) int {
 	if utf8.ValidString(s) {
 		return stringSize(s)
@@ -33,33 +41,35 @@ func textSize(s string) int {
 	return len(s)
 }
 
-// documentSize is the storage size of the record document that holds a
-// response of n bytes under key with fingerprint fp, in collection.
+// documentSize is the storage size of the record document that holds an
+// outcome with a response of n bytes under key with fingerprint fp, in
+// collection.
 func documentSize(collection, key, fp string, n int) int {
-	size := stringSize(collection) + stringSize(firestorelock.DocID(key)) + nameOverhead
-	size += stringSize(FieldKey) + textSize(key)
-	size += stringSize(FieldFingerprint) + textSize(fp)
-	size += stringSize(FieldResponse) + n
-	for _, f := range [...]string{FieldState, FieldFence, FieldCreatedAt, FieldExpiresAt, FieldExpireAt} {
+	size := stringSize(collection) + stringSize(docID(key)) + nameOverhead
+	size += stringSize(fieldKey) + textSize(key)
+	size += stringSize(fieldFingerprint) + textSize(fp)
+	size += stringSize(fieldResponse) + n
+	for _, f := range [...]string{fieldState, fieldFence, fieldTTL, FieldExpireAt} { // an outcome has no createdAt
 		size += stringSize(f) + scalarSize
 	}
-	size += stringSize(FieldWriteID) + writeIDBytes + 1 // a string of writeIDBytes bytes
+	size += stringSize(fieldWriteID) + writeIDLen + 1 // a string of writeIDLen bytes
 	return size + documentOverhead
 }
 
-// maxResponse is the largest response Put accepts for key and fp: the
-// configured maximum, or less when the record document would otherwise
-// exceed the store's document limit. It is negative when not even an
-// empty response fits (a key and fingerprint of a megabyte).
+// maxResponse is the largest response a record of key with fingerprint fp
+// holds: the configured maximum, or less when the record document would
+// otherwise exceed the store's document limit. It is negative when not
+// even an empty response fits (a fingerprint of a megabyte).
 func (s *Store) maxResponse(key, fp string) int {
 	return min(s.cfg.maxResponse, s.cfg.docLimit-documentSize(s.cfg.collection, key, fp, 0))
 }
 
-// MaxResponseBytes returns the largest response [Store.Put] accepts under
-// key with fingerprint fp: the configured maximum ([WithMaxResponseBytes]),
-// or less when the record document would otherwise come within
-// [DocumentMargin] of Firestore's [MaxDocumentBytes], by Firestore's own
-// count (the record key, the fingerprint, the collection name and the
-// fixed fields take their share). With the defaults, a guard's record under
-// a short key holds a response of up to about 1,047,200 bytes.
+// MaxResponseBytes returns the largest response [Store.Complete] and
+// [Store.Put] accept under key with fingerprint fp: the configured maximum
+// ([WithMaxResponseBytes]), or less when the record document would
+// otherwise come within [DocumentMargin] of Firestore's [MaxDocumentBytes],
+// by Firestore's own count (the record key, the fingerprint, the
+// collection name and the fixed fields take their share). With the
+// defaults, a guard's record under a short key holds a response of up to
+// about 1,047,200 bytes.
 func (s *Store) MaxResponseBytes(key, fp string) int { return max(s.maxResponse(key, fp), 0) }

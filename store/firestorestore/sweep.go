@@ -2,113 +2,144 @@ package firestorestore
 
 import (
 	"context"
+	"log/slog"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/firestorelock"
 )
 
 // DefaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs: [lock.DefaultSweepInterval].
-const DefaultSweepInterval = lock.DefaultSweepInterval
+// interval runs.
+const DefaultSweepInterval = time.Minute
 
-// Sweep deletes the record documents whose expireAt (expiresAt +
-// [lock.CleanupGrace]) has passed by the client clock, for deployments
-// without a TTL policy. It works in batches of at most the sweep batch
-// ([WithSweepBatch]) documents: each batch is one read-write transaction
-// that queries the expired documents (served by the automatic single-field
-// index on expireAt, reading only the expiry fields, never the responses)
-// and deletes those still expired by the client clock. The query is part of
-// the transaction, so a record written again since it expired is never
-// deleted: its Put either commits first (and the query no longer finds
-// it) or the two conflict and one is retried. Each query starts after the
-// last document the previous one named (in expireAt order), so documents
-// that a batch leaves alone (not this store's) never hold up the ones
-// behind them. Sweep stops when a batch comes up short, or when its
-// transaction meets contention that outlasts the client's retries (the
-// documents are in use: the next sweep tries again). It returns how many
-// documents it deleted, also when it fails part way.
+// Sweep deletes the record documents that may go, for deployments
+// without a TTL policy: those whose expireAt has passed by Firestore's
+// clock, and whose record's [store.KeepUntil] has passed too (both judged
+// against the read time of the query that found them). It works in
+// batches of at most the sweep batch ([WithSweepBatch]): each batch is one
+// query in expireAt order (served by the automatic single-field index on
+// expireAt, reading only the fields it judges, never the responses) and
+// deletes through a [firestore.BulkWriter], each conditioned on the update
+// time the query read, so a record written again since it was read is
+// never deleted. Each query starts after the last document the previous
+// one named, so documents a batch leaves alone (not this store's) never
+// hold up the ones behind them. Sweep stops at the first document whose
+// expireAt is still ahead. It returns how many documents it deleted, also
+// when it fails part way.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return 0, err
 	}
 	total := 0
-	var last *firestore.DocumentSnapshot // the last document the previous batch's query named
+	var after *firestore.DocumentSnapshot // the last document the previous batch named
 	for {
-		n, next, err := s.sweepBatch(ctx, last)
-		total += n
-		switch {
-		case err != nil && status.Code(err) == codes.Aborted && ctx.Err() == nil:
-			return total, nil // the documents are in use: the next sweep tries again
-		case err != nil:
-			return total, firestorelock.MapError(ctx, op, err)
-		case next == nil:
-			return total, nil
-		}
-		last = next
-		if err := idemkit.CheckContext(ctx, op); err != nil {
-			return total, err
-		}
-	}
-}
-
-// sweepBatch deletes, in a transaction, one batch of expired record
-// documents, those after the document after (from the start when nil). It
-// returns how many it deleted and, when the query filled the batch (more
-// may be left), the last document it named.
-func (s *Store) sweepBatch(ctx context.Context, after *firestore.DocumentSnapshot) (deleted int, last *firestore.DocumentSnapshot, err error) {
-	err = s.client.RunTransaction(ctx, func(ctx context.Context, tx *firestore.Transaction) error {
-		deleted, last = 0, nil
-		now := s.now()
-		// The inequality orders the results by expireAt, then by document
-		// name; the cursor needs expireAt in the snapshot.
-		q := s.records.Where(FieldExpireAt, "<=", now).
-			Select(FieldExpiresAt, FieldExpireAt).
-			Limit(s.cfg.sweepBatch)
+		q := s.records.Select(fieldState, fieldFence, fieldTTL, FieldExpireAt).
+			OrderBy(FieldExpireAt, firestore.Asc).Limit(s.cfg.sweepBatch)
 		if after != nil {
 			q = q.StartAfter(after)
 		}
-		snaps, err := tx.Documents(q).GetAll()
+		snaps, err := q.Documents(ctx).GetAll()
 		if err != nil {
-			return err
+			return total, mapError(ctx, op, err)
 		}
-		if len(snaps) == s.cfg.sweepBatch {
-			last = snaps[len(snaps)-1]
-		}
+		more := len(snaps) == s.cfg.sweepBatch
+		var gone []*firestore.DocumentSnapshot
 		for _, snap := range snaps {
-			// The query judged expireAt; a document whose expiresAt is
-			// not a timestamp in the past (not one this store wrote) is
-			// left alone.
-			expires, ok := snap.Data()[FieldExpiresAt].(time.Time)
-			if !ok || lock.Live(expires, now) {
-				continue
+			m := snap.Data()
+			if at, ok := m[FieldExpireAt].(time.Time); ok && snap.ReadTime.Before(at) {
+				more = false // the rest of the order expires later still
+				break
 			}
-			if err := tx.Delete(snap.Ref); err != nil {
-				return err
+			if until, ok := keepUntil(snap); ok && !snap.ReadTime.Before(until) {
+				gone = append(gone, snap)
 			}
-			deleted++
 		}
-		return nil
-	}, firestore.MaxAttempts(s.cfg.attempts))
-	if err != nil {
-		return 0, nil, err
+		n, err := s.deleteAll(ctx, gone)
+		total += n
+		if err != nil {
+			return total, mapError(ctx, op, err)
+		}
+		if !more {
+			return total, nil
+		}
+		after = snaps[len(snaps)-1]
 	}
-	return deleted, last, nil
+}
+
+// deleteAll deletes the documents snaps, each only if its update time is
+// still the one read, and returns how many it deleted. A document that
+// changed or went away since is not an error.
+func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapshot) (int, error) {
+	if len(snaps) == 0 {
+		return 0, nil
+	}
+	bw := s.client.BulkWriter(ctx)
+	jobs := make([]*firestore.BulkWriterJob, 0, len(snaps))
+	var firstErr error
+	for _, snap := range snaps {
+		j, err := bw.Delete(snap.Ref, firestore.LastUpdateTime(snap.UpdateTime))
+		if err != nil {
+			firstErr = err
+			break
+		}
+		jobs = append(jobs, j)
+	}
+	bw.End()
+	n := 0
+	for _, j := range jobs {
+		_, err := j.Results()
+		switch {
+		case err == nil:
+			n++
+		case contended(err):
+		case firstErr == nil:
+			firstErr = err
+		}
+	}
+	return n, firstErr
 }
 
 // StartSweeper runs [Store.Sweep] every interval (a non-positive one means
 // [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
 // is called; stop waits for a sweep in progress and may be called more than
 // once. Each sweep is bounded by the interval. Failures are logged on the
-// store's logger (at warn level, with their code, never a key) and the
-// sweeper carries on ([lock.SweepEvery]). A TTL policy on
-// [FieldExpireAt] makes it unnecessary.
+// store's logger ([WithLogger]) at warn level with their code, never a
+// key, and the sweeper carries on. A TTL policy on [FieldExpireAt] makes
+// it unnecessary.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return lock.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			sctx, scancel := context.WithTimeout(ctx, interval)
+			n, err := s.Sweep(sctx)
+			scancel()
+			if err != nil && ctx.Err() == nil {
+				s.cfg.logger.WarnContext(ctx, "firestorestore: sweeping expired records failed",
+					slog.Int("deleted", n), slog.String("code", idemkit.CodeOf(err).String()), slog.String("error", err.Error()))
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			<-done
+		})
+	}
 }

@@ -3,122 +3,166 @@ package firestorestore_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
 
+// expired is long enough for a record with a 1 ms lifetime to be past its
+// expireAt (its lifetime and a second of slack) by Firestore's clock.
+const expired = 1500 * time.Millisecond
+
 // TestSweep checks that Sweep deletes, in batches, exactly the documents
-// whose expireAt has passed by the client clock: not live records, not
-// records expired less than lock.CleanupGrace ago, not records written
-// again since they expired.
+// that may go by Firestore's clock: expired outcomes and tombstones of
+// released claims, not live records, not a claim whose lease ran out less
+// than store.ClaimRetention ago, and not a record written again since it
+// expired. Every document carries an expireAt.
 func TestSweep(t *testing.T) {
 	t.Parallel()
-	c := firestoretest.Client(t, testenv.FirestoreProject(t))
-	clock := fakeclock.New()
-	s := newStore(t, c, firestorestore.WithClock(clock.Now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
+	c := client(t, testenv.FirestoreProject(t))
+	s := newStore(t, c, firestorestore.WithSweepBatch(2))
 	ctx := t.Context()
-	put := func(k string, ttl time.Duration) {
+	put := func(k string, fence int, ttl time.Duration) {
 		t.Helper()
-		rec := store.Record{Key: k, State: store.StateCompleted, Response: []byte(k), Fence: 1}
+		rec := store.Record{Key: k, State: store.StateCompleted, Response: []byte(k), Fence: lock.Fence(fence)}
 		if ok, err := s.Put(ctx, rec, ttl); err != nil || !ok {
 			t.Fatalf("Put: %v, %v", ok, err)
 		}
 	}
-	sweep := func(want int) {
-		t.Helper()
-		if n, err := s.Sweep(ctx); err != nil || n != want {
-			t.Fatalf("Sweep = %d, %v; want %d", n, err, want)
+	const old, released = 3, 2
+	for i := range old {
+		put(fmt.Sprint("old/", i), 1, time.Millisecond)
+	}
+	for i := range released {
+		k := fmt.Sprint("released/", i)
+		rec, claimed, err := s.Claim(ctx, k, "fp", time.Hour)
+		if err != nil || !claimed {
+			t.Fatalf("Claim: %v, %v", claimed, err)
+		}
+		if ok, err := s.Release(ctx, k, rec.Fence); err != nil || !ok {
+			t.Fatalf("Release: %v, %v", ok, err)
 		}
 	}
-	const expired = 5
-	for i := range expired {
-		put(fmt.Sprint("old/", i), time.Minute)
+	if _, claimed, err := s.Claim(ctx, "run-out", "fp", time.Millisecond); err != nil || !claimed {
+		t.Fatalf("Claim: %v, %v", claimed, err)
 	}
-	put("renewed", time.Minute)
-	put("live", time.Hour)
+	put("renewed", 1, time.Millisecond)
+	put("live", 1, time.Hour)
+	if ids, err := unexpiring(ctx, c, firestorestore.DefaultCollection); err != nil || len(ids) > 0 {
+		t.Fatalf("documents without expireAt: %q, %v", ids, err)
+	}
+	time.Sleep(expired)
+	put("renewed", 2, time.Hour)
+	if n, err := s.Sweep(ctx); err != nil || n != old+released {
+		t.Fatalf("Sweep = %d, %v; want %d", n, err, old+released)
+	}
+	left := map[string]bool{}
+	for _, d := range docs(t, c, firestorestore.DefaultCollection) {
+		left[d.Ref.ID] = true
+	}
+	if len(left) != 3 || !left["live"] || !left["renewed"] || !left["run-out"] {
+		t.Fatalf("documents left: %v; want live, renewed and run-out", left)
+	}
+	if n, err := s.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("second Sweep = %d, %v; want 0", n, err)
+	}
+}
 
-	clock.Advance(time.Minute)
-	if _, ok, err := s.Get(ctx, "old/0"); err != nil || ok {
-		t.Fatalf("an expired record is visible: %v, %v", ok, err)
-	}
-	sweep(0) // expired, but within the cleanup grace
-	put("renewed", time.Hour)
-
-	clock.Advance(lock.CleanupGrace)
-	sweep(expired)
-	if n := count(t, c, firestorestore.DefaultCollection); n != 2 {
-		t.Fatalf("%d documents left; want the live and the renewed one", n)
-	}
-	for _, k := range []string{"live", "renewed"} {
-		if _, ok, err := s.Get(ctx, k); err != nil || !ok {
-			t.Fatalf("%s: %v, %v", k, ok, err)
+// TestSweepSparesRewrittenRecords writes an expired record again between
+// the sweep's query and its deletes: the delete is conditioned on the
+// update time the query read, so the record written again survives.
+func TestSweepSparesRewrittenRecords(t *testing.T) {
+	t.Parallel()
+	p := testenv.FirestoreProject(t)
+	other := newStore(t, client(t, p))
+	var rewrite atomic.Bool
+	ctx := t.Context()
+	c := client(t, p, intercept(func(method string, _ any, call func() error) error {
+		if method == "/google.firestore.v1.Firestore/BatchWrite" && rewrite.CompareAndSwap(true, false) {
+			rec := store.Record{Key: "again", State: store.StateCompleted, Fence: 2}
+			if ok, err := other.Put(ctx, rec, time.Hour); err != nil || !ok {
+				return fmt.Errorf("the rewrite failed: %v, %v", ok, err)
+			}
+		}
+		return call()
+	})...)
+	s := newStore(t, c)
+	for _, k := range []string{"gone", "again"} {
+		if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: 1}, time.Millisecond); err != nil || !ok {
+			t.Fatalf("Put: %v, %v", ok, err)
 		}
 	}
-	sweep(0)
+	time.Sleep(expired)
+	rewrite.Store(true)
+	if n, err := s.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep = %d, %v; want 1", n, err)
+	}
+	if rewrite.Load() {
+		t.Fatal("the sweep sent no BatchWrite")
+	}
+	if got, ok, err := s.Get(ctx, "again"); err != nil || !ok || got.Fence != 2 {
+		t.Fatalf("Get = %+v, %v, %v; want the record written again", got, ok, err)
+	}
+	if _, ok, err := s.Get(ctx, "gone"); err != nil || ok {
+		t.Fatalf("Get = %v, %v; want nothing", ok, err)
+	}
+}
+
+// TestSweepPagesPastForeignDocuments puts more documents that the sweep
+// leaves alone (not this store's: an expireAt in the past and nothing
+// else) than a batch holds at the head of the expireAt order: the sweep
+// pages past them and still deletes the expired records behind them.
+func TestSweepPagesPastForeignDocuments(t *testing.T) {
+	t.Parallel()
+	c := client(t, testenv.FirestoreProject(t))
+	s := newStore(t, c, firestorestore.WithSweepBatch(2))
+	ctx := t.Context()
+	const foreign, old = 5, 3
+	for i := range foreign {
+		doc := map[string]any{"other": int64(i), firestorestore.FieldExpireAt: time.Unix(0, 0)}
+		if _, err := c.Collection(firestorestore.DefaultCollection).Doc(fmt.Sprint("foreign-", i)).Set(ctx, doc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range old {
+		rec := store.Record{Key: fmt.Sprint("old/", i), State: store.StateCompleted, Fence: 1}
+		if ok, err := s.Put(ctx, rec, time.Millisecond); err != nil || !ok {
+			t.Fatalf("Put: %v, %v", ok, err)
+		}
+	}
+	time.Sleep(expired)
+	if n, err := s.Sweep(ctx); err != nil || n != old {
+		t.Fatalf("Sweep = %d, %v; want %d", n, err, old)
+	}
+	if n := len(docs(t, c, firestorestore.DefaultCollection)); n != foreign {
+		t.Fatalf("%d documents left; want the %d foreign ones", n, foreign)
+	}
 }
 
 // TestSweeper checks that the background sweeper collects expired
 // records, logs its failures with their code and without keys, and stops.
 func TestSweeper(t *testing.T) {
 	t.Parallel()
-	c := firestoretest.Client(t, testenv.FirestoreProject(t))
-	clock := fakeclock.New()
+	c := client(t, testenv.FirestoreProject(t))
 	var logs sweepertest.Logs
-	s := newStore(t, c, firestorestore.WithClock(clock.Now), firestorestore.WithSkewTolerance(0),
-		firestorestore.WithLogger(logs.Logger()))
+	s := newStore(t, c, firestorestore.WithLogger(logs.Logger()))
 	if _, err := s.Put(t.Context(), store.Record{Key: "secret-key", State: store.StateCompleted}, time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Millisecond + lock.CleanupGrace)
 	sweepertest.Run(t, sweepertest.Sweeper{
 		Start: s.StartSweeper,
 		Collected: func(context.Context) (bool, error) {
-			return count(t, c, firestorestore.DefaultCollection) == 0, nil
+			return len(docs(t, c, firestorestore.DefaultCollection)) == 0, nil
 		},
 		Break:   func() { _ = c.Close() },
 		Logs:    &logs,
 		Message: "firestorestore: sweeping expired records failed",
 		Secret:  "secret-key",
 	})
-}
-
-// TestSweepPagesPastForeignDocuments puts more documents that the sweep
-// leaves alone (not this store's: an expireAt in the past but no
-// expiresAt) than a batch holds at the head of the expireAt order: the
-// sweep pages past them and still deletes the expired records behind
-// them.
-func TestSweepPagesPastForeignDocuments(t *testing.T) {
-	t.Parallel()
-	c := firestoretest.Client(t, testenv.FirestoreProject(t))
-	clock := fakeclock.New()
-	s := newStore(t, c, firestorestore.WithClock(clock.Now), firestorestore.WithSweepBatch(2), firestorestore.WithSkewTolerance(0))
-	ctx := t.Context()
-	const foreign, expired = 5, 3
-	for i := range foreign {
-		doc := map[string]any{"other": int64(i), firestorestore.FieldExpireAt: clock.Now().Add(-time.Hour)}
-		if _, err := c.Collection(firestorestore.DefaultCollection).Doc(fmt.Sprint("foreign-", i)).Set(ctx, doc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range expired {
-		rec := store.Record{Key: fmt.Sprint("old/", i), State: store.StateCompleted, Fence: 1}
-		if ok, err := s.Put(ctx, rec, time.Minute); err != nil || !ok {
-			t.Fatalf("Put: %v, %v", ok, err)
-		}
-	}
-	clock.Advance(time.Minute + lock.CleanupGrace)
-	if n, err := s.Sweep(ctx); err != nil || n != expired {
-		t.Fatalf("Sweep = %d, %v; want %d", n, err, expired)
-	}
-	if n := count(t, c, firestorestore.DefaultCollection); n != foreign {
-		t.Fatalf("%d documents left; want the %d foreign ones", n, foreign)
-	}
 }

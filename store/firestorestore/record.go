@@ -1,0 +1,313 @@
+package firestorestore
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"cloud.google.com/go/firestore"
+
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
+)
+
+// FieldExpireAt is the field of every record document that tells when the
+// document may be deleted ([store.KeepUntil], by Firestore's clock): the
+// field to name in a TTL policy. [Store.Sweep] queries it through
+// Firestore's automatic single-field index.
+const FieldExpireAt = "expireAt"
+
+// The other fields of a record document (see the package documentation).
+const (
+	fieldKey         = "key"         // the record key: a string, or bytes when it is not valid UTF-8
+	fieldFingerprint = "fingerprint" // the request's fingerprint: a string, or bytes when it is not valid UTF-8
+	fieldState       = "state"       // 0 released or deleted, 1 claimed, 2 completed, 3 not replayable
+	fieldResponse    = "response"    // the encoded response (bytes)
+	fieldFence       = "fence"       // the fence of the claim (an integer)
+	fieldCreatedAt   = "createdAt"   // when an extended claim was made (its commit time); absent: the document's update time
+	fieldTTL         = "ttlMicros"   // the lifetime from the document's update time, in microseconds (an integer)
+	fieldWriteID     = "writeId"     // a random id of the write that last changed the document
+)
+
+// released is the state of a tombstone: a released or deleted record that
+// keeps its fence until Firestore's clock has passed it. It is invisible
+// and can be claimed.
+const released store.State = 0
+
+// writeIDLen is the length of a write id: 16 random bytes in unpadded
+// base64url.
+const writeIDLen = 22
+
+// expireSlack is added to the expireAt of claims and outcomes, whose commit
+// time is not known when the field is written (see [lifetimeEnd]).
+const expireSlack = time.Second
+
+// newWriteID returns a fresh write id.
+func newWriteID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// doc is a record document as the store reads it, with the times of its
+// snapshot.
+type doc struct {
+	exists      bool
+	key, fp     string
+	state       store.State
+	response    []byte
+	fence       lock.Fence
+	createdAt   time.Time
+	ttl         time.Duration
+	writeID     string
+	updateTime  time.Time // the document's update time: its last write's commit time, and the precondition of the next write
+	readTime    time.Time // Firestore's clock when it was read
+	readLocally time.Time // the local (monotonic) clock when the read answered
+}
+
+// expiresAt is when the record's lease or lifetime runs out: its
+// lifetime after the commit time of the document's last write.
+func (d *doc) expiresAt() time.Time { return d.updateTime.Add(d.ttl) }
+
+// live reports whether the document holds a visible record at its read
+// time: a claim or an outcome whose lifetime has not run out.
+func (d *doc) live() bool {
+	return d.exists && d.state.Valid() && d.readTime.Before(d.expiresAt())
+}
+
+// holds reports whether the document still carries the claim fence, live
+// or run out.
+func (d *doc) holds(fence lock.Fence) bool {
+	return d.exists && d.state == store.StateClaimed && d.fence == fence
+}
+
+// wrote reports whether the document carries one of the write ids ids and
+// the state of such a write.
+func (d *doc) wrote(ids []string, state func(store.State) bool) bool {
+	if !d.exists || !state(d.state) {
+		return false
+	}
+	for _, id := range ids {
+		if id == d.writeID {
+			return true
+		}
+	}
+	return false
+}
+
+// record is the record the document holds.
+func (d *doc) record() store.Record {
+	rec := store.Record{
+		Key: d.key, Fingerprint: d.fp, State: d.state, Fence: d.fence,
+		CreatedAt: d.createdAt, ExpiresAt: d.expiresAt(),
+	}
+	if len(d.response) > 0 {
+		rec.Response = d.response
+	}
+	return rec
+}
+
+// now estimates Firestore's clock now from the document's read time and
+// the local monotonic clock: never later than Firestore's clock.
+func (d *doc) now() time.Time { return d.readTime.Add(time.Since(d.readLocally)) }
+
+// keepUntil is [store.KeepUntil] of the record document snap: when it may
+// be removed. ok is false when the fields it needs are missing.
+func keepUntil(snap *firestore.DocumentSnapshot) (until time.Time, ok bool) {
+	m := snap.Data()
+	state, ok1 := m[fieldState].(int64)
+	fence, ok2 := m[fieldFence].(int64)
+	ttl, ok3 := m[fieldTTL].(int64)
+	if !ok1 || !ok2 || !ok3 || state < 0 || state > int64(store.StateNotReplayable) || fence < 0 || ttl < 0 || ttl > maxTTLMicros {
+		return time.Time{}, false
+	}
+	return store.KeepUntil(store.Record{
+		State: store.State(state), Fence: lock.Fence(fence), ExpiresAt: snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond),
+	}), true
+}
+
+// maxTTLMicros is the longest lifetime a time.Duration holds.
+const maxTTLMicros = math.MaxInt64 / int64(time.Microsecond)
+
+// decode reads the record document of key from snap. A document that does
+// not exist decodes to exists = false with its read time. It checks that
+// the document holds that very key, so a document copied or edited by hand
+// under another id is reported rather than trusted.
+func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
+	d := &doc{readTime: snap.ReadTime, readLocally: time.Now()}
+	if !snap.Exists() {
+		return d, nil
+	}
+	d.exists, d.updateTime = true, snap.UpdateTime
+	m := snap.Data()
+	stored, ok := fromText(m[fieldKey])
+	switch {
+	case !ok:
+		return nil, malformed(op, "the key field is missing or not text")
+	case stored != key || docID(stored) != snap.Ref.ID:
+		return nil, malformed(op, "the record's key does not match its document id")
+	}
+	d.key = key
+	if d.fp, ok = fromText(m[fieldFingerprint]); !ok {
+		return nil, malformed(op, "the fingerprint field is missing or not text")
+	}
+	state, ok := m[fieldState].(int64)
+	if !ok || state < 0 || state > int64(store.StateNotReplayable) {
+		return nil, malformed(op, "the state field is missing or not a known state")
+	}
+	d.state = store.State(state)
+	switch v := m[fieldResponse].(type) {
+	case []byte:
+		d.response = v
+	case nil:
+	default:
+		return nil, malformed(op, "the response field is not bytes")
+	}
+	fence, ok := m[fieldFence].(int64)
+	if !ok || fence < 0 {
+		return nil, malformed(op, "the fence field is missing or not a non-negative integer")
+	}
+	d.fence = lock.Fence(fence)
+	switch v := m[fieldCreatedAt].(type) {
+	case time.Time:
+		d.createdAt = v
+	case nil:
+		d.createdAt = d.updateTime
+	default:
+		return nil, malformed(op, "the createdAt field is not a timestamp")
+	}
+	ttl, ok := m[fieldTTL].(int64)
+	if !ok || ttl < 0 || ttl > maxTTLMicros {
+		return nil, malformed(op, "the ttlMicros field is missing or not a non-negative integer")
+	}
+	d.ttl = time.Duration(ttl) * time.Microsecond
+	if _, ok = m[FieldExpireAt].(time.Time); !ok {
+		return nil, malformed(op, "the expireAt field is missing or not a timestamp")
+	}
+	if d.writeID, ok = m[fieldWriteID].(string); !ok {
+		return nil, malformed(op, "the writeId field is missing or not a string")
+	}
+	return d, nil
+}
+
+// micros is a lifetime as the store keeps it: whole microseconds, as
+// Firestore keeps timestamps.
+func micros(ttl time.Duration) time.Duration { return ttl.Truncate(time.Microsecond) }
+
+// contents is what one write puts in a record document: every field, so
+// that an update with a precondition replaces the whole record.
+type contents struct {
+	key, fp  string
+	state    store.State
+	response []byte
+	fence    lock.Fence
+	ttl      time.Duration
+	expireAt time.Time
+	writeID  string
+}
+
+// updates returns the field updates of c. It removes createdAt: the
+// record was created by this very write, at the document's update time.
+func (c *contents) updates() []firestore.Update {
+	response := c.response
+	if response == nil {
+		response = []byte{}
+	}
+	u := []firestore.Update{
+		{Path: fieldKey, Value: text(c.key)},
+		{Path: fieldFingerprint, Value: text(c.fp)},
+		{Path: fieldState, Value: int64(c.state)},
+		{Path: fieldResponse, Value: response},
+		{Path: fieldFence, Value: int64(c.fence)},
+		{Path: fieldTTL, Value: int64(micros(c.ttl) / time.Microsecond)},
+		{Path: FieldExpireAt, Value: c.expireAt},
+		{Path: fieldWriteID, Value: c.writeID},
+	}
+	return u
+}
+
+// data returns c as a whole document, for a Create.
+func (c *contents) data() map[string]any {
+	m := make(map[string]any, 10)
+	for _, u := range c.updates() {
+		m[u.Path] = u.Value
+	}
+	return m
+}
+
+// fields returns the field updates of c for an update of an existing
+// document: every field, and createdAt removed.
+func (c *contents) fields() []firestore.Update {
+	return append(c.updates(), firestore.Update{Path: fieldCreatedAt, Value: firestore.Delete})
+}
+
+// extension returns the field updates that set a claim's lease to ttl from
+// the commit time, keeping the time the claim was made, created.
+func extension(ttl time.Duration, created, expireAt time.Time, writeID string) []firestore.Update {
+	return []firestore.Update{
+		{Path: fieldCreatedAt, Value: created},
+		{Path: fieldTTL, Value: int64(micros(ttl) / time.Microsecond)},
+		{Path: FieldExpireAt, Value: expireAt},
+		{Path: fieldWriteID, Value: writeID},
+	}
+}
+
+// lifetimeEnd returns the expireAt of a claim or outcome of fence whose
+// lifetime ttl starts at its commit, which comes after now (an estimate of
+// Firestore's clock that is never later than it): past now + ttl (+
+// [store.ClaimRetention] for a claim) by [expireSlack], and past the fence.
+// So the document is kept at least until [store.KeepUntil] of its record,
+// give or take the time a write takes to reach Firestore, which the slack
+// covers.
+func lifetimeEnd(now time.Time, ttl time.Duration, fence lock.Fence, claim bool) time.Time {
+	end := now.Add(micros(ttl) + expireSlack)
+	if claim {
+		end = end.Add(store.ClaimRetention)
+	}
+	end = later(end, fenceEnd(fence))
+	if end.After(maxTimestamp) {
+		return maxTimestamp
+	}
+	return end
+}
+
+// maxTimestamp is the latest time a Firestore timestamp holds, and
+// maxFence the largest fence whose [fenceEnd] it holds.
+var maxTimestamp = time.UnixMilli(maxFence + 1).UTC()
+
+const maxFence = 253_402_300_799_998 // 9999-12-31T23:59:59.998Z in Unix milliseconds
+
+// fenceEnd is when Firestore's clock has passed fence read as Unix
+// milliseconds: the expireAt of a tombstone.
+func fenceEnd(fence lock.Fence) time.Time {
+	return time.UnixMilli(int64(min(fence, maxFence)) + 1).UTC()
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// text returns s as a Firestore value: a string when s is valid UTF-8
+// (Firestore strings must be), else bytes.
+func text(s string) any {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return []byte(s)
+}
+
+// fromText reverses [text].
+func fromText(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		return v, true
+	case []byte:
+		return string(v), true
+	}
+	return "", false
+}
