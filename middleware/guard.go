@@ -15,14 +15,14 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Defaults of [New].
+// The defaults of [New], documented on the options.
 const (
-	DefaultRecordTTL          = 24 * time.Hour
-	DefaultLeaseTTL           = 10 * time.Second
-	DefaultWaitBudget         = 2 * time.Second
-	DefaultRecordWriteTimeout = 30 * time.Second
-	DefaultOpTimeout          = 5 * time.Second
-	DefaultNamespace          = "idempotency"
+	defaultRecordTTL          = 24 * time.Hour
+	defaultLeaseTTL           = 10 * time.Second
+	defaultWaitBudget         = 2 * time.Second
+	defaultRecordWriteTimeout = 30 * time.Second
+	defaultOpTimeout          = 5 * time.Second
+	defaultNamespace          = "idempotency"
 )
 
 // defaultBackoff is documented on WithBackoff.
@@ -124,9 +124,9 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a store is required", nil)
 	}
 	cfg := config{
-		recordTTL: DefaultRecordTTL, leaseTTL: DefaultLeaseTTL, backoff: defaultBackoff,
-		waitBudget: DefaultWaitBudget, recordWriteTimeout: DefaultRecordWriteTimeout, opTimeout: DefaultOpTimeout,
-		namespace: DefaultNamespace, now: time.Now, valueFingerprint: fingerprint.Value,
+		recordTTL: defaultRecordTTL, leaseTTL: defaultLeaseTTL, backoff: defaultBackoff,
+		waitBudget: defaultWaitBudget, recordWriteTimeout: defaultRecordWriteTimeout, opTimeout: defaultOpTimeout,
+		namespace: defaultNamespace, now: time.Now, valueFingerprint: fingerprint.Value,
 	}
 	for _, o := range opts {
 		o(&cfg)

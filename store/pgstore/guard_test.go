@@ -343,7 +343,7 @@ func TestRecordWrittenAfterConnectionsCut(t *testing.T) {
 				t.Fatalf("%s: retry %+v, %v; want a replay", key, out, err)
 			}
 		}
-		if got, ok, err := nodes[1].store.Get(t.Context(), middleware.DefaultNamespace+":"+key); err != nil || !ok || string(got.Response) != key {
+		if got, ok, err := nodes[1].store.Get(t.Context(), "idempotency:"+key); err != nil || !ok || string(got.Response) != key {
 			t.Fatalf("%s: the stored record: %+v, %v, %v", key, got, ok, err)
 		}
 		if n := executions.Load(); n != 1 {
