@@ -2,7 +2,7 @@
 // Google Cloud Firestore in Native mode, through a *firestore.Client of
 // cloud.google.com/go/firestore. It passes the conformance suite in
 // [github.com/idemkit/idemkit/lock/locktest] against Google's Firestore
-// emulator, with an injected clock and with the real one.
+// emulator.
 //
 //	client, err := firestore.NewClient(ctx, "my-project")
 //	l, err := firestorelock.New(client)
@@ -10,79 +10,109 @@
 //		return issueInvoice(ctx, lease.Fence)
 //	})
 //
+// # Time
+//
+// Firestore's own times are the time authority ([lock.TimeServer]); no
+// operation reads the clock of the process calling it. Every read that
+// judges a lease (a document read, a query, a transaction's read) comes
+// with the time Firestore read it, and the one liveness rule of every
+// backend applies to that time: live ⇔ readTime < expiresAt ([lock.Live]).
+// A lease granted or extended by an operation whose read Firestore served
+// at T, with TTL d, has expiresAt = T + d: it is written after T, so it is
+// live for at most d once it lands, and holder and contenders judge it by
+// the same instant, whatever their clocks say. A client whose clock is
+// seconds off takes over nothing early and keeps nothing late; there is
+// nothing to synchronise but Google's own clocks.
+//
 // # Layout
 //
-// Locks live in one collection and fence counters in another, named by
-// [WithCollection] (default "idemkit_locks") and [WithFenceCollection]
-// (default "idemkit_lock_fences"); [New] refuses the same name for both.
-// Both documents of a key have the id [DocID] of the normalised key: "k:"
-// and the key itself when it is valid UTF-8 without "/" or control
-// characters (and fits Firestore's 1500-byte id limit, which every key of
-// at most [lock.MaxKeyBytes] bytes does), else "h:" and the base64url
-// SHA-256 of the key. So any key works: "/" never creates a
-// sub-collection, ".", ".." and "__x__" become "k:.", "k:.." and
-// "k:__x__", and release, extend and lookups find the lock again.
+// Locks live in one collection, named by [WithCollection] (default
+// "idemkit_locks"). A key's document has the id "k:" and the normalised
+// key itself when it is valid UTF-8 without "/" or control characters
+// (every key of at most [lock.MaxKeyBytes] bytes fits Firestore's
+// 1500-byte id limit), else "h:" and the base64url SHA-256 of the key. So
+// any key works: "/" never creates a sub-collection, ".", ".." and
+// "__x__" become "k:.", "k:.." and "k:__x__", and release, extend and
+// lookups find the lock again.
 //
-//	<locks>/<DocID(key)>    key         the normalised key (a string; bytes if not UTF-8)
-//	                        lockId      the lock id (22 base64url characters)
-//	                        fence       the lease's fence (an integer)
-//	                        acquiredAt  when the lease was granted (client clock)
-//	                        expiresAt   when it runs out (client clock)
-//	                        expireAt    expiresAt + lock.CleanupGrace: when the document may go
-//	<fences>/<DocID(key)>   fence       the key's counter: the fence of the last lease granted
-//	                        key         the key, for inspection
+//	<collection>/<id>   key         the normalised key (a string; bytes if not UTF-8)
+//	                    lockId      the lock id (22 base64url characters)
+//	                    fence       the lease's fence (an integer); absent when the lease was
+//	                                created on a free key: its fence is then the document's
+//	                                create time in Unix milliseconds
+//	                    acquiredAt  the server's read time when the lease was granted
+//	                    expiresAt   acquiredAt (or the last extend's read time) + TTL
+//	                    expireAt    when the document may be deleted (the TTL-policy field)
 //
-// Fence counters carry no expireAt: nothing in this package, and no TTL
-// policy on the lock collection, ever deletes them, so fences only grow,
-// across release, expiry, cleanup and sweeps.
+// A tombstone is a document with key, fence and expireAt only: what a
+// release, cleanup or sweep leaves of a lock while the server clock has
+// not passed its fence. It is not a lock (not live, not found by lock id
+// or lookups) and the next acquire replaces it.
+//
+// # Fences
+//
+// No counter is kept. A new lease's fence is [lock.NextFence] of the
+// fence the key's document carries, at the acquire's read time: the
+// previous fence plus one, or the server clock in Unix milliseconds if
+// that is greater. On a free key (no document) it is the create time of
+// the new document, in milliseconds. A document is removed only once the
+// server clock has passed its fence (a release or cleanup before then
+// leaves a tombstone, and expireAt is never earlier than that instant), and
+// Firestore's create times grow when a document is deleted and created
+// again, so a key's next fence is greater than every fence it carried,
+// through release, expiry, cleanup and sweeps, and nothing lives forever.
+// Fences are 15-digit decimals near 1.8×10¹² (milliseconds), far below
+// [lock.FenceMax]; an expireAt past Firestore's last timestamp
+// (9999-12-31) is clamped to it.
 //
 // # Operations and round trips
 //
-//	Acquire, free key      2: one read of both documents, then one write-only commit that
-//	                       Creates the lock document and bumps the counter with a server-side
-//	                       increment conditioned on the update time read; contenders fail
-//	                       fast (AlreadyExists) without waiting for document locks
-//	Acquire, expired lease 1 read, then a read-write transaction (3) that reads both documents
-//	                       again, judges liveness after its reads, and only then writes
+//	Acquire, free key      2: one read, then one write-only Create; contenders fail fast
+//	                       (AlreadyExists) without waiting for document locks
+//	Acquire, tombstone     2: one read, then one write-only update conditioned on the update
+//	                       time read; contenders fail fast (FailedPrecondition)
+//	Acquire, expired lease 1 read, then a read-write transaction (3) that reads the document
+//	                       again, judges it by that read's time, and only then writes
 //	Acquire, live lease    1 read; nothing written, no fence consumed
-//	Release, Extend        2: the query by lock id, then a delete or update conditioned on the
-//	                       document's update time (the ownership check and the write are one
-//	                       atomic step; a document changed in between is read again)
+//	Release, Extend        2: the query by lock id, then a delete, tombstone or update
+//	                       conditioned on the document's update time (the ownership check
+//	                       and the write are one atomic step; a document changed in between
+//	                       is read again)
 //	ReleaseKey, ExtendKey  2: the same through the key's document, without the query
 //	IsLocked, LookupKey    1 read;  LookupID 1 query
 //
 // Contention is a result: an acquire that loses a commit, or whose
-// transaction meets contention that outlasts the client's retries, answers
-// "locked", and [lock.Do] retries it. Other failures are [*idemkit.Error]
-// values mapped from the gRPC status code (see [MapError]): Unavailable is
-// ServiceUnavailable, DeadlineExceeded NetworkTimeout, PermissionDenied
-// AuthFailed, ResourceExhausted RateLimited, and so on. Their messages
-// never quote a document name (which would hold a key); the original
-// status stays reachable through errors.As and status.FromError.
+// transaction meets contention that outlasts the client's retries,
+// answers "locked", and [lock.Do] retries it. Other failures are
+// [*idemkit.Error] values mapped from the gRPC status code: Unavailable is
+// ServiceUnavailable, DeadlineExceeded (and an ended ctx deadline, also
+// when the server stalls) NetworkTimeout, PermissionDenied AuthFailed,
+// ResourceExhausted RateLimited, and so on. Their messages never quote a
+// document name (which would hold a key); the original status stays
+// reachable through errors.As and status.FromError.
 //
 // A failed commit is an unknown outcome, settled by a read. The Firestore
 // client retries a commit whose answer was lost (Unavailable), and the
 // retry meets what the first try left: its own precondition fails, or,
 // inside a transaction, the transaction has ended (InvalidArgument). So
-// after a failed commit an acquire reads the lock document and returns the
+// after a failed commit an acquire reads the document and returns the
 // lease if it carries this call's lock id, an extend reports OK if the
 // document holds the lease with the expiry it wrote, and a release reports
-// OK if the lease is gone and was still live when the delete's answer came
+// OK if the lease is gone and that read came before the lease's expiry
 // (expired otherwise: see [Locker.Release]). Only when the read shows the
-// commit did not land is its error reported, and never as InvalidArgument
-// (see [MapCommitError]).
+// commit did not land is its error reported, and never as
+// InvalidArgument.
 //
 // # Indexes
 //
 // LookupID, Release and Extend find a lock by its id with an equality query
-// on the lockId field, and [Locker.Sweep] with a range query on expireAt.
-// Both are served by Firestore's automatic single-field indexes, which
-// exist in production and on the emulator for every field unless an
-// exemption disables them; no composite index is needed. If a
-// single-field exemption (or a database-wide setting) disables indexing
-// of lockId in the lock collection, those operations fail with
-// InvalidArgument (Firestore answers FailedPrecondition); clear the
-// exemption with
+// on the lockId field, and [Locker.Sweep] orders by expireAt. Both are
+// served by Firestore's automatic single-field indexes, which exist in
+// production and on the emulator for every field unless an exemption
+// disables them; no composite index is needed. If a single-field exemption
+// (or a database-wide setting) disables indexing of lockId or expireAt in
+// the lock collection, those operations fail with InvalidArgument
+// (Firestore answers FailedPrecondition); clear the exemption with
 //
 //	gcloud firestore indexes fields update lockId --collection-group=idemkit_locks --clear-exemption
 //
@@ -91,52 +121,38 @@
 //
 // # Garbage collection
 //
-// An expired lock document stays until an acquire replaces it, IsLocked's
-// optional cleanup ([WithCleanupInIsLocked]) deletes it, or it is
-// collected. In production, let Firestore collect it with a TTL policy on
-// expireAt for the lock collection group:
+// Every document carries expireAt: for a lease, its expiry plus
+// [lock.CleanupGrace], moved by every extend and never before the server
+// clock passes its fence; for a tombstone, the instant the server clock
+// passes its fence. An expired lease stays until an acquire replaces it,
+// IsLocked's optional cleanup ([WithCleanupInIsLocked]) collects it, or it
+// is collected past its expireAt. In production, let Firestore collect
+// documents with a TTL policy on expireAt for the lock collection group:
 //
 //	gcloud firestore fields ttls update expireAt --collection-group=idemkit_locks --enable-ttl
 //
-// (use your collection name if you changed it, and never put a TTL policy
-// on the fence collection). Firestore deletes expired documents some time
-// after expireAt (typically within a day, with no promise), and since
-// expireAt trails expiresAt by [lock.CleanupGrace] and moves with every
-// extend, it never deletes a live lease. The emulator does not apply TTL
-// policies. Without a TTL policy, call [Locker.Sweep] now and then, or
-// start [Locker.StartSweeper]: it deletes expired documents in batches,
-// re-checking each in a transaction so that a lease taken or extended in
-// the meantime is kept.
+// (use your collection name if you changed it). Firestore deletes expired
+// documents some time after expireAt (typically within a day, with no
+// promise), never before it, so it never deletes a live lease or a fence
+// the clock has not passed. The emulator does not apply TTL policies.
+// Without a TTL policy, call [Locker.Sweep] now and then, or start
+// [Locker.StartSweeper]: it collects due documents in batches, re-checking
+// each in a transaction so that a lease taken or extended in the meantime
+// is kept.
 //
-// # Time
+// # Migrating from the fence collection
 //
-// A Firestore transaction cannot compare a document with Firestore's own
-// clock before it decides what to write (server timestamps are written,
-// never compared), so the client's clock is the time authority
-// ([lock.TimeClient], reported by Capabilities): every operation judges a
-// lease by the clock of the process calling it, with the one liveness rule
-// of every backend, live ⇔ now < expiresAt ([lock.Live]), and stamps
-// acquiredAt and expiresAt from that clock (truncated to the microsecond
-// Firestore keeps). Acquire and Extend return the expiry they stored, so
-// holder and contenders judge by the same instant.
+// Earlier versions kept a fence counter per key in a second collection
+// (default "idemkit_lock_fences") and judged leases by the client's clock.
+// Lock documents written by them are read as they are (their fence field
+// and expiry carry over). Fences now start from the server clock in
+// milliseconds, far above any counter, so the fence collection is no
+// longer read or written and can be deleted, for example with
 //
-// Clients must therefore keep their clocks synchronised: run NTP (chrony,
-// systemd-timesyncd, or the cloud provider's time service; on Google Cloud
-// the metadata server is the NTP source). Aim for an offset within ±100 ms
-// and alert beyond ±200 ms. A client whose clock runs ahead by d sees every
-// lease expire d early and may take over a lease its holder still
-// believes live; one whose clock runs behind keeps leases d too long. Keep
-// the lock TTL far above any plausible skew (the default 10 s is), and
-// rely on fences, not on time, for safety. Each locker compares its clock
-// with the update time Firestore stamps on every write ([SkewMonitor]) and
-// logs a warning, at most once a minute, when the two differ by more than
-// the skew tolerance ([WithSkewTolerance], default [DefaultSkewTolerance],
-// 500 ms); [Locker.Skew] reports the last measurement.
+//	gcloud firestore bulk-delete --collection-ids=idemkit_lock_fences
 //
-// # Building blocks
-//
-// [MapError], [DocID], [CheckCollection], [Text], [FromText], [Micro],
-// [DecodeFence] and [SkewMonitor] are exported for store/firestorestore,
-// which keeps its records beside the locks with the same encoding and
-// error mapping.
+// (bulk-delete removes that collection group wherever it occurs; use your
+// fence collection's name if you changed it). Do not run old and new versions
+// side by side on one collection: an old one would issue fences from its
+// counters, below the new ones.
 package firestorelock

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// MapError turns an error from the Firestore client into a [*idemkit.Error]
+// mapError turns an error from the Firestore client into a [*idemkit.Error]
 // for op that unwraps to both its code's sentinel and err. It returns nil
 // for nil and a *idemkit.Error unchanged. When ctx has ended, the error is
 // Aborted (cancelled) or NetworkTimeout (deadline), whatever the client
@@ -41,23 +41,22 @@ import (
 // Aborted is what the client reports when contention on a transaction's
 // documents outlasted its retries ([firestore.DefaultTransactionMaxAttempts]
 // attempts). Contention is a result, not a failure, wherever the caller can
-// answer with one: the operations of [Locker] call MapError for every
+// answer with one: the operations of [Locker] call mapError for every
 // failure except those. An acquire whose write-only commit or replacement
 // transaction meets contention (Aborted, AlreadyExists, or
 // FailedPrecondition on its own preconditions) answers "locked", which
 // [lock.Do] retries; a release or extend whose conditional write finds the
 // document changed reads it again; NotFound of a document read is absence.
-// Where MapError does see Aborted (a store's transaction, say), it gives
-// ServiceUnavailable: transient, so the callers' retry paths
-// ([lock.WithRetryTransient], the guard's record-write retries) try again.
+// Where mapError does see Aborted, it gives ServiceUnavailable: transient,
+// so the callers' retry paths ([lock.WithRetryTransient]) try again.
 // A commit's error, whose outcome is unknown until a read settles it, goes
-// through [MapCommitError] instead.
+// through [mapCommitError] instead.
 //
 // A gRPC status message can quote a document name, and document names hold
 // keys, so the cause kept in the returned error prints only its status
 // code; the original error, message included, stays reachable through
 // errors.As, errors.Is and status.FromError.
-func MapError(ctx context.Context, op string, err error) error {
+func mapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -76,7 +75,7 @@ func MapError(ctx context.Context, op string, err error) error {
 	return idemkit.NewError(code, op, detail, err)
 }
 
-// MapCommitError is [MapError] for the error of a commit whose outcome a
+// mapCommitError is [mapError] for the error of a commit whose outcome a
 // read has settled: the read found that the commit did not take effect.
 // The Firestore client retries a commit whose answer was lost
 // (Unavailable), and the retry meets the state its first try left: outside
@@ -86,10 +85,10 @@ func MapError(ctx context.Context, op string, err error) error {
 // not the first try landed. So on a commit those codes mean "outcome
 // unknown", never a configuration error: once a read shows the commit did
 // not land, they are ServiceUnavailable (transient: the callers' retry
-// paths try again). Every other error maps as MapError maps it, and so
+// paths try again). Every other error maps as mapError maps it, and so
 // does any error once ctx has ended.
-func MapCommitError(ctx context.Context, op string, err error) error {
-	mapped := MapError(ctx, op, err)
+func mapCommitError(ctx context.Context, op string, err error) error {
+	mapped := mapError(ctx, op, err)
 	if ctx.Err() != nil || err == nil {
 		return mapped
 	}
@@ -106,7 +105,7 @@ func MapCommitError(ctx context.Context, op string, err error) error {
 }
 
 // classify returns the code and a detail for a native error (see
-// [MapError]).
+// [mapError]).
 func classify(err error) (idemkit.Code, string) {
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -129,7 +128,7 @@ func classify(err error) (idemkit.Code, string) {
 	return idemkit.CodeInternal, "unexpected error from the Firestore client"
 }
 
-// classifyStatus maps a gRPC status code (see [MapError]).
+// classifyStatus maps a gRPC status code (see [mapError]).
 func classifyStatus(c codes.Code) (idemkit.Code, string) {
 	switch c {
 	case codes.Unavailable:
@@ -152,7 +151,7 @@ func classifyStatus(c codes.Code) (idemkit.Code, string) {
 		return idemkit.CodeInvalidArgument, "Firestore refused the request as invalid"
 	case codes.FailedPrecondition:
 		return idemkit.CodeInvalidArgument, "the database is not ready for this request (a single-field index on " +
-			FieldLockID + " or " + FieldExpireAt + " missing or disabled? a database in Datastore mode?)"
+			fieldLockID + " or " + fieldExpireAt + " missing or disabled? a database in Datastore mode?)"
 	case codes.NotFound:
 		return idemkit.CodeInvalidArgument, "not found (does the database exist?)"
 	}
@@ -184,15 +183,14 @@ func redact(err error) error {
 	return err
 }
 
-// IsContention reports whether err, the error of a commit, is Firestore's
+// isContention reports whether err, the error of a commit, is Firestore's
 // answer to contention: Aborted (a transaction whose retries ran out, or a
 // commit that lost to a concurrent one), AlreadyExists (a Create met a
 // document that another writer created first) or FailedPrecondition (an
 // update-time or existence precondition no longer held). Only a commit's
 // error means that: a query answers FailedPrecondition for a missing
-// index. The locker answers such an acquire "locked"; a store can treat
-// its commits the same way.
-func IsContention(err error) bool {
+// index. The locker answers such an acquire "locked".
+func isContention(err error) bool {
 	switch status.Code(err) {
 	case codes.Aborted, codes.AlreadyExists, codes.FailedPrecondition:
 		return true

@@ -35,30 +35,30 @@ func ExampleNew() {
 	}
 }
 
-// Collections of one's own, and a warning as soon as this process's clock
-// (Firestore's time authority for locks) drifts 200 ms from Google's.
+// A collection of one's own, one attempt, and a release through the key
+// (without the query by lock id). Every call is bounded by its ctx: a
+// stalled Firestore gives a NetworkTimeout error at the deadline.
 func ExampleWithCollection() {
 	client, err := firestore.NewClient(context.Background(), "my-project")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
-	locker, err := firestorelock.New(client,
-		firestorelock.WithCollection("billing_locks"),
-		firestorelock.WithFenceCollection("billing_lock_fences"),
-		firestorelock.WithSkewTolerance(200*time.Millisecond))
+	locker, err := firestorelock.New(client, firestorelock.WithCollection("billing_locks"))
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, ok, err := locker.Acquire(context.Background(), "report:2026-11", time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	lease, ok, err := locker.Acquire(ctx, "report:2026-11", time.Minute)
 	if err != nil || !ok {
 		log.Fatal("not acquired: ", err)
 	}
 	defer locker.ReleaseKey(context.Background(), lease.Key, lease.ID)
 }
 
-// Without a TTL policy on expireAt, a sweeper deletes expired lock
-// documents (never fence counters) in the background.
+// Without a TTL policy on expireAt, a sweeper collects expired lock
+// documents and tombstones the server clock has passed.
 func ExampleLocker_StartSweeper() {
 	ctx := context.Background()
 	client, err := firestore.NewClient(ctx, "my-project")
@@ -78,5 +78,5 @@ func ExampleLocker_StartSweeper() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("deleted", n, "expired locks")
+	fmt.Println("collected", n, "expired locks")
 }

@@ -12,14 +12,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/internal/fakeclock"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
-	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // before is an interceptor that returns f's error in place of the RPC, or
 // lets it through when f returns nil.
-func before(f func(method string, req any) error) firestoretest.Interceptor {
+func before(f func(method string, req any) error) interceptor {
 	return func(method string, req any, call func() error) error {
 		if err := f(method, req); err != nil {
 			return err
@@ -31,9 +30,20 @@ func before(f func(method string, req any) error) firestoretest.Interceptor {
 // faultyClient is a real client of the emulator whose connection passes
 // every RPC through f first: fault injection by a wrapper, with the real
 // server behind it.
-func faultyClient(t testing.TB, project string, f firestoretest.Interceptor) *firestore.Client {
+func faultyClient(t testing.TB, project string, f interceptor) *firestore.Client {
 	t.Helper()
-	return firestoretest.Client(t, project, firestoretest.Intercept(f)...)
+	return client(t, project, intercept(f)...)
+}
+
+// faultyLocker is a warmed-up locker on faultyClient(t, project, f).
+func faultyLocker(t testing.TB, project string, f interceptor, opts ...firestorelock.Option) *firestorelock.Locker {
+	t.Helper()
+	l, err := firestorelock.New(faultyClient(t, project, f), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm(t, l)
+	return l
 }
 
 // TestReplaceContentionIsLocked makes every transactional commit fail with
@@ -42,25 +52,20 @@ func faultyClient(t testing.TB, project string, f firestoretest.Interceptor) *fi
 // not an error, and writes nothing.
 func TestReplaceContentionIsLocked(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	clock := fakeclock.New()
-	l := fakeLocker(t, p, clock)
+	p := project(t)
+	l := newLocker(t, p)
 	pr := newProbes(t, p, l)
 	var commits atomic.Int32
-	c := faultyClient(t, p, before(func(method string, req any) error {
-		if r, ok := req.(*pb.CommitRequest); ok && method == firestoretest.CommitMethod && len(r.GetTransaction()) > 0 {
+	faulty := faultyLocker(t, p, before(func(method string, req any) error {
+		if r, ok := req.(*pb.CommitRequest); ok && method == commitMethod && len(r.GetTransaction()) > 0 {
 			commits.Add(1)
 			return status.Error(codes.Aborted, "injected: too much contention on these documents")
 		}
 		return nil
 	}))
-	faulty, err := firestorelock.New(c, firestorelock.WithClock(clock.Now), firestorelock.WithSkewTolerance(0))
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := t.Context()
-	first := acquireOK(t, l, "k", time.Second)
-	clock.Advance(2 * time.Second)
+	first := acquireOK(t, l, "k", margin)
+	outlive(first.ExpiresAt)
 
 	if _, ok, err := faulty.Acquire(ctx, "k", time.Minute); ok || err != nil {
 		t.Fatalf("Acquire under exhausted contention = %v, %v; want locked, no error", ok, err)
@@ -69,14 +74,15 @@ func TestReplaceContentionIsLocked(t *testing.T) {
 		t.Fatalf("%d transactional commits; want the client's %d attempts", n, firestore.DefaultTransactionMaxAttempts)
 	}
 	if f, err := pr.fence(ctx, "k"); err != nil || f != first.Fence {
-		t.Fatalf("fence counter %v, %v; want %v (nothing written)", f, err, first.Fence)
+		t.Fatalf("fence %v, %v; want %v (nothing written)", f, err, first.Fence)
 	}
-	// A free key goes through the write-only commit, which is unaffected.
-	if lease := acquireOK(t, faulty, "other", time.Minute); lease.Fence != 1 {
-		t.Fatalf("fence %v", lease.Fence)
+	if stored, err := pr.stored(ctx, "k"); err != nil || !stored {
+		t.Fatalf("stored = %v, %v; want the expired lease kept", stored, err)
 	}
-	if lease := acquireOK(t, l, "k", time.Minute); lease.Fence != first.Fence+1 {
-		t.Fatalf("fence %v; want %v", lease.Fence, first.Fence+1)
+	// A free key goes through the write-only Create, which is unaffected.
+	acquireOK(t, faulty, "other", time.Minute)
+	if lease := acquireOK(t, l, "k", time.Minute); lease.Fence <= first.Fence {
+		t.Fatalf("fence %v; want above %v", lease.Fence, first.Fence)
 	}
 }
 
@@ -100,25 +106,21 @@ func TestErrorsFromServer(t *testing.T) {
 		{"data-loss", codes.DataLoss, false, idemkit.CodeInternal},
 		{"commit-permission-denied", codes.PermissionDenied, true, idemkit.CodeAuthFailed},
 		// A commit refused as invalid that a read shows did not land is
-		// transient, never a configuration error (see MapCommitError).
+		// transient, never a configuration error.
 		{"commit-invalid-argument", codes.InvalidArgument, true, idemkit.CodeServiceUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p := firestoretest.Project(t)
+			p := project(t)
 			good := newLocker(t, p)
 			held := acquireOK(t, good, key, time.Hour)
 			var on atomic.Bool
-			c := faultyClient(t, p, before(func(method string, _ any) error {
-				if on.Load() && (!tc.commitsOn || method == firestoretest.CommitMethod) {
+			l := faultyLocker(t, p, before(func(method string, _ any) error {
+				if on.Load() && (!tc.commitsOn || method == commitMethod) {
 					return status.Errorf(tc.code, "injected: document idemkit_locks/k:%s", key)
 				}
 				return nil
 			}))
-			l, err := firestorelock.New(c)
-			if err != nil {
-				t.Fatal(err)
-			}
 			ctx := t.Context()
 			on.Store(true)
 			check := func(what string, err error) {
@@ -130,7 +132,7 @@ func TestErrorsFromServer(t *testing.T) {
 					t.Fatalf("%s: the message quotes a raw identifier: %v", what, err)
 				}
 			}
-			_, _, err = l.Acquire(ctx, "free/"+key, time.Minute)
+			_, _, err := l.Acquire(ctx, "free/"+key, time.Minute)
 			check("acquire", err)
 			if tc.commitsOn {
 				_, err = l.Release(ctx, held.ID)
@@ -159,34 +161,68 @@ func TestErrorsFromServer(t *testing.T) {
 	}
 }
 
-// TestAcquireCommitAnswerLost loses the answer to an acquire's commit
+// TestAcquireCommitAnswerLost loses the answer to an acquire's Create
 // after the server applied it: the client retries the commit, which meets
-// the documents its first try wrote (AlreadyExists), and the acquire must
+// the document its first try wrote (AlreadyExists), and the acquire must
 // still return its lease rather than "locked" (which would strand the
-// lock until it expired).
+// lock until it expired), with the fence the document carries.
 func TestAcquireCommitAnswerLost(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
+	p := project(t)
+	var armed atomic.Bool
 	var commits atomic.Int32
-	c := faultyClient(t, p, func(method string, req any, call func() error) error {
+	l := faultyLocker(t, p, func(method string, req any, call func() error) error {
 		err := call()
-		if method == firestoretest.CommitMethod && commits.Add(1) == 1 && err == nil {
+		if method == commitMethod && armed.Load() && commits.Add(1) == 1 && err == nil {
 			return status.Error(codes.Unavailable, "injected: the answer was lost")
 		}
 		return err
 	})
-	l, err := firestorelock.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pr := newProbes(t, p, l)
+	armed.Store(true)
 	lease := acquireOK(t, l, "k", time.Minute)
 	if commits.Load() < 2 {
 		t.Fatal("the client did not retry the commit")
 	}
-	if lease.Fence != 1 {
-		t.Fatalf("fence %v; want 1", lease.Fence)
+	if f, err := pr.fence(t.Context(), "k"); err != nil || f != lease.Fence {
+		t.Fatalf("stored fence %v, %v; want the lease's %v", f, err, lease.Fence)
 	}
 	if out, err := l.Release(t.Context(), lease.ID); err != nil || !out.OK {
 		t.Fatalf("Release = %+v, %v; want the recovered lease to be this call's", out, err)
+	}
+}
+
+// TestTombstoneTakeoverCommitAnswerLost loses the answer to an acquire's
+// conditional update of a tombstone: the client's retry fails its
+// condition on the document its first try changed, and the acquire still
+// returns the lease it wrote, with a fence above the tombstone's.
+func TestTombstoneTakeoverCommitAnswerLost(t *testing.T) {
+	t.Parallel()
+	p := project(t)
+	var armed atomic.Bool
+	var commits atomic.Int32
+	l := faultyLocker(t, p, func(method string, req any, call func() error) error {
+		err := call()
+		if method == commitMethod && armed.Load() && commits.Add(1) == 1 && err == nil {
+			return status.Error(codes.Unavailable, "injected: the answer was lost")
+		}
+		return err
+	})
+	pr := newProbes(t, p, l)
+	ahead := lock.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
+	if err := pr.raiseFence(t.Context(), "k", ahead); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	lease := acquireOK(t, l, "k", time.Minute)
+	if commits.Load() < 2 {
+		t.Fatal("the client did not retry the commit")
+	}
+	if lease.Fence != ahead+1 {
+		t.Fatalf("fence %v; want %v", lease.Fence, ahead+1)
+	}
+	info, ok, err := lock.LookupKeyRaw(t.Context(), l, "k")
+	if err != nil || !ok || info.ID != lease.ID || info.Fence != lease.Fence {
+		t.Fatalf("stored lock %+v, %v, %v; want the returned lease", info, ok, err)
 	}
 }

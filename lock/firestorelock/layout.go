@@ -12,44 +12,50 @@ import (
 	"github.com/idemkit/idemkit/lock"
 )
 
-// Default collection names.
+// DefaultCollection is the collection of the lock documents unless
+// [WithCollection] names another.
+const DefaultCollection = "idemkit_locks"
+
+// Field names of the lock documents (see the package documentation).
 const (
-	DefaultCollection      = "idemkit_locks"       // the lock documents
-	DefaultFenceCollection = "idemkit_lock_fences" // the fence counters
+	fieldKey        = "key"        // the normalised key: a string, or bytes when it is not valid UTF-8
+	fieldLockID     = "lockId"     // the lock id; absent from a tombstone
+	fieldFence      = "fence"      // the fence; absent from a lease created on a free key (its create time in ms)
+	fieldAcquiredAt = "acquiredAt" // the server's read time when the lease was granted; absent from a tombstone
+	fieldExpiresAt  = "expiresAt"  // acquiredAt (or the last extend's read time) + TTL; absent from a tombstone
+	fieldExpireAt   = "expireAt"   // when the document may be deleted: the TTL-policy field
 )
 
-// Field names of the lock documents. [FieldLockID] needs Firestore's
-// automatic single-field index (for Release, Extend and LookupID by lock
-// id), [FieldExpireAt] too (for [Locker.Sweep]); [FieldExpireAt] is also
-// the field to name in a TTL policy.
-const (
-	FieldKey        = "key"        // the normalised key: a string, or bytes when it is not valid UTF-8
-	FieldLockID     = "lockId"     // the lock id (22 base64url characters)
-	FieldFence      = "fence"      // the lease's fence (an integer); also the counter's only value
-	FieldAcquiredAt = "acquiredAt" // when the lease was granted (client clock)
-	FieldExpiresAt  = "expiresAt"  // when the lease runs out (client clock)
-	FieldExpireAt   = "expireAt"   // expiresAt + lock.CleanupGrace: when the document may be deleted
-)
-
-// MaxDocIDBytes is the longest document id Firestore accepts.
-const MaxDocIDBytes = 1500
+// maxDocIDBytes is the longest document id Firestore accepts.
+const maxDocIDBytes = 1500
 
 // maxCollectionBytes is the longest collection name New accepts.
 const maxCollectionBytes = 100
 
-// DocID returns the document id that stands for key (any bytes): "k:" and
-// the key itself when Firestore can hold it as an id and it is plain
-// enough to read (valid UTF-8 without "/" or control characters, at most
-// [MaxDocIDBytes] bytes in all), else "h:" and the unpadded base64url
-// SHA-256 of the key (see [lock.StorageKey]). The prefix already keeps
-// every id clear of ".", ".." and the reserved "__...__" form, so every key
-// has a valid id of its own, in the collection itself (a "/" never makes a
-// sub-collection), and distinct keys never share one.
-//
-// The locker applies it to normalised keys; a store applies it to its
-// record keys as they are.
-func DocID(key string) string {
-	return lock.StorageKey(key, MaxDocIDBytes, docIDSafe)
+// maxTimestamp is the latest instant Firestore stores. Expiries past it
+// (those of fences raised near lock.FenceMax) are clamped to it.
+var maxTimestamp = time.Date(9999, 12, 31, 23, 59, 59, 999_999_000, time.UTC)
+
+// clamp returns t at Firestore's resolution (microseconds, without a
+// monotonic clock reading), no later than the latest instant Firestore
+// stores.
+func clamp(t time.Time) time.Time {
+	if t.After(maxTimestamp) {
+		return maxTimestamp
+	}
+	return t.Truncate(time.Microsecond)
+}
+
+// docID returns the document id that stands for a normalised key (any
+// bytes): "k:" and the key itself when Firestore can hold it as an id and
+// it is plain enough to read (valid UTF-8 without "/" or control
+// characters), else "h:" and the unpadded base64url SHA-256 of the key
+// (see [lock.StorageKey]). The prefix keeps every id clear of ".", ".."
+// and the reserved "__...__" form, so every key has a valid id of its own,
+// in the collection itself (a "/" never makes a sub-collection), and
+// distinct keys never share one.
+func docID(key string) string {
+	return lock.StorageKey(key, maxDocIDBytes, docIDSafe)
 }
 
 // docIDSafe reports whether a document id can hold s verbatim after the
@@ -68,13 +74,13 @@ func docIDSafe(s string) bool {
 	return true
 }
 
-// CheckCollection validates a collection name for an option named what:
-// 1 to 100 bytes of ASCII letters, digits, "_", "-" and ".", neither "."
-// nor "..", and not of the reserved form "__...__". It returns an
-// InvalidArgument error for op "new".
-func CheckCollection(what, name string) error {
+// checkCollection validates a collection name: 1 to 100 bytes of ASCII
+// letters, digits, "_", "-" and ".", neither "." nor "..", and not of the
+// reserved form "__...__". It returns an InvalidArgument error for op
+// "new".
+func checkCollection(name string) error {
 	bad := func(why string) error {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("the %s %s", what, why), nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the lock collection "+why, nil)
 	}
 	switch {
 	case name == "":
@@ -95,17 +101,17 @@ func CheckCollection(what, name string) error {
 	return nil
 }
 
-// Text returns s as a Firestore value: a string when s is valid UTF-8
-// (Firestore strings must be), else bytes. [FromText] reverses it.
-func Text(s string) any {
+// text returns s as a Firestore value: a string when s is valid UTF-8
+// (Firestore strings must be), else bytes. [fromText] reverses it.
+func text(s string) any {
 	if utf8.ValidString(s) {
 		return s
 	}
 	return []byte(s)
 }
 
-// FromText reverses [Text]: it accepts a string or bytes value.
-func FromText(v any) (string, bool) {
+// fromText reverses [text]: it accepts a string or bytes value.
+func fromText(v any) (string, bool) {
 	switch v := v.(type) {
 	case string:
 		return v, true
@@ -115,36 +121,88 @@ func FromText(v any) (string, bool) {
 	return "", false
 }
 
-// Micro returns t at Firestore's resolution (microseconds), without its
-// monotonic clock reading, so that what a lease reports equals what a
-// lookup reads back.
-func Micro(t time.Time) time.Time { return t.Truncate(time.Microsecond) }
+// fenceAt is the fence of a lease created on a free key: its document's
+// create time in Unix milliseconds. Firestore's create times grow when a
+// document is deleted and created again, and a document is deleted only
+// once the server clock has passed its fence, so this is above every
+// fence the key carried before.
+func fenceAt(created time.Time) lock.Fence { return lock.Fence(max(created.UnixMilli(), 1)) }
 
-// lockDoc is the content of a lock document.
+// lockDoc is the content of a lock document: a lease, or a tombstone (no
+// lock id, no times) that only keeps the key's fence until the server
+// clock passes it.
 type lockDoc struct {
 	key      string
-	id       string
+	id       string // "" for a tombstone
 	fence    lock.Fence
+	implicit bool // the fence is the document's create time, not a field
 	acquired time.Time
 	expires  time.Time
 }
 
-// data is the whole document, for a Create.
+// tombstone reports whether the document holds no lease.
+func (d lockDoc) tombstone() bool { return d.id == "" }
+
+// live reports whether the document holds a lease that is live at the
+// server time now.
+func (d lockDoc) live(now time.Time) bool { return !d.tombstone() && lock.Live(d.expires, now) }
+
+// expireAt is when a lease document may be deleted: its lease's expiry
+// plus the cleanup grace, and not before the server clock passes its
+// fence. A lease being created on a free key does not know its fence yet
+// (0): it will be the create time, which lies before the expiry unless
+// the create takes longer than the lease's TTL and the grace to land, and
+// every later write of the document (extend, release, cleanup, sweep)
+// computes the field with the fence known.
+func (d lockDoc) expireAt() time.Time {
+	return clamp(lock.KeepUntil(d.fence, d.expires.Add(lock.CleanupGrace)))
+}
+
+// data is the whole lease document, for a Create or a transaction's Set.
+// A lease whose fence is its create time has no fence field.
 func (d lockDoc) data() map[string]any {
-	return map[string]any{
-		FieldKey:        Text(d.key),
-		FieldLockID:     d.id,
-		FieldFence:      int64(d.fence),
-		FieldAcquiredAt: d.acquired,
-		FieldExpiresAt:  d.expires,
-		FieldExpireAt:   d.expires.Add(lock.CleanupGrace),
+	m := map[string]any{
+		fieldKey:        text(d.key),
+		fieldLockID:     d.id,
+		fieldAcquiredAt: d.acquired,
+		fieldExpiresAt:  d.expires,
+		fieldExpireAt:   d.expireAt(),
+	}
+	if !d.implicit {
+		m[fieldFence] = int64(d.fence)
+	}
+	return m
+}
+
+// updates turns a tombstone into the lease d (every field but the key).
+func (d lockDoc) updates() []firestore.Update {
+	return []firestore.Update{
+		{Path: fieldLockID, Value: d.id},
+		{Path: fieldFence, Value: int64(d.fence)},
+		{Path: fieldAcquiredAt, Value: d.acquired},
+		{Path: fieldExpiresAt, Value: d.expires},
+		{Path: fieldExpireAt, Value: d.expireAt()},
 	}
 }
 
-// counterData is the whole fence-counter document of key at fence f.
-// The key is kept for inspection only; the counter is found by its id.
-func counterData(key string, f lock.Fence) map[string]any {
-	return map[string]any{FieldFence: int64(f), FieldKey: Text(key)}
+// tombstoneAt is when the tombstone of fence f may be deleted.
+func tombstoneAt(f lock.Fence) time.Time { return clamp(lock.KeepUntil(f, time.Time{})) }
+
+// tombstoneData is the whole tombstone of key at fence f.
+func tombstoneData(key string, f lock.Fence) map[string]any {
+	return map[string]any{fieldKey: text(key), fieldFence: int64(f), fieldExpireAt: tombstoneAt(f)}
+}
+
+// tombstoneUpdates turns a lease document with fence f into its
+// tombstone.
+func tombstoneUpdates(f lock.Fence) []firestore.Update {
+	return []firestore.Update{
+		{Path: fieldLockID, Value: firestore.Delete},
+		{Path: fieldAcquiredAt, Value: firestore.Delete},
+		{Path: fieldExpiresAt, Value: firestore.Delete},
+		{Path: fieldFence, Value: int64(f)},
+		{Path: fieldExpireAt, Value: tombstoneAt(f)},
+	}
 }
 
 // lease is the lease the document describes.
@@ -163,52 +221,43 @@ func malformed(op, what string) error {
 	return idemkit.NewError(idemkit.CodeInternal, op, "malformed document: "+what, nil)
 }
 
-// decodeLock reads a lock document. It checks that the stored key maps to
-// the document's own id, so a document copied or edited by hand under
-// another id is reported rather than trusted.
-func decodeLock(op string, snap *firestore.DocumentSnapshot) (lockDoc, error) {
+// decode reads a lock document. It checks that the stored key maps to the
+// document's own id, so a document copied or edited by hand under another
+// id is reported rather than trusted.
+func decode(op string, snap *firestore.DocumentSnapshot) (lockDoc, error) {
 	m := snap.Data()
 	var d lockDoc
 	var ok bool
-	if d.key, ok = FromText(m[FieldKey]); !ok {
-		return lockDoc{}, malformed(op, "the lock's key field is missing or not text")
+	if d.key, ok = fromText(m[fieldKey]); !ok {
+		return lockDoc{}, malformed(op, "the key field is missing or not text")
 	}
-	if DocID(d.key) != snap.Ref.ID {
-		return lockDoc{}, malformed(op, "the lock's key does not match its document id")
+	if docID(d.key) != snap.Ref.ID {
+		return lockDoc{}, malformed(op, "the key does not match the document id")
 	}
-	if d.id, ok = m[FieldLockID].(string); !ok {
-		return lockDoc{}, malformed(op, "the lock id field is missing or not a string")
+	if v, ok := m[fieldFence]; ok {
+		n, isInt := v.(int64)
+		if !isInt || n < 1 {
+			return lockDoc{}, malformed(op, "the fence is not a positive integer")
+		}
+		d.fence = lock.Fence(n)
+	} else {
+		d.fence, d.implicit = fenceAt(snap.CreateTime), true
 	}
-	if d.fence, ok = DecodeFence(m[FieldFence]); !ok {
-		return lockDoc{}, malformed(op, "the lock's fence is missing or not a non-negative integer")
+	v, isLease := m[fieldLockID]
+	if !isLease {
+		if d.implicit {
+			return lockDoc{}, malformed(op, "a tombstone without a fence")
+		}
+		return d, nil
 	}
-	if d.acquired, ok = m[FieldAcquiredAt].(time.Time); !ok {
+	if d.id, ok = v.(string); !ok || lock.ValidateID(d.id) != nil {
+		return lockDoc{}, malformed(op, "the lock id is not 22 base64url characters")
+	}
+	if d.acquired, ok = m[fieldAcquiredAt].(time.Time); !ok {
 		return lockDoc{}, malformed(op, "the acquiredAt field is missing or not a timestamp")
 	}
-	if d.expires, ok = m[FieldExpiresAt].(time.Time); !ok {
+	if d.expires, ok = m[fieldExpiresAt].(time.Time); !ok {
 		return lockDoc{}, malformed(op, "the expiresAt field is missing or not a timestamp")
 	}
 	return d, nil
-}
-
-// DecodeFence reads a fence stored as a Firestore integer; ok is false
-// when v is not a non-negative integer.
-func DecodeFence(v any) (f lock.Fence, ok bool) {
-	n, ok := v.(int64)
-	if !ok || n < 0 {
-		return 0, false
-	}
-	return lock.Fence(n), true
-}
-
-// decodeCounter reads a fence-counter document: 0 when it does not exist.
-func decodeCounter(op string, snap *firestore.DocumentSnapshot) (lock.Fence, error) {
-	if !snap.Exists() {
-		return 0, nil
-	}
-	f, ok := DecodeFence(snap.Data()[FieldFence])
-	if !ok {
-		return 0, malformed(op, "the fence counter is missing or not a non-negative integer")
-	}
-	return f, nil
 }

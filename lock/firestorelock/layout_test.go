@@ -71,7 +71,7 @@ func TestCheckCollection(t *testing.T) {
 		"idemkit_locks": true, "a": true, "A-b.c_9": true, strings.Repeat("c", 100): true,
 		"": false, ".": false, "..": false, "__x__": false, "a/b": false, "ä": false, "a b": false, strings.Repeat("c", 101): false,
 	} {
-		err := firestorelock.CheckCollection("lock collection", name)
+		err := firestorelock.CheckCollection(name)
 		if (err == nil) != ok {
 			t.Fatalf("CheckCollection(%q) = %v; want ok = %v", name, err, ok)
 		}
@@ -81,33 +81,27 @@ func TestCheckCollection(t *testing.T) {
 	}
 }
 
-// TestValues checks the value helpers that the store shares.
-func TestValues(t *testing.T) {
+// TestTombstoneExpiry checks a tombstone's expireAt: the instant the
+// server clock passes its fence, clamped to Firestore's last timestamp for
+// fences beyond it.
+func TestTombstoneExpiry(t *testing.T) {
 	t.Parallel()
-	for _, s := range []string{"", "plain", "キー", "\xff\xfe"} {
-		v := firestorelock.Text(s)
-		if _, isString := v.(string); isString != utf8.ValidString(s) {
-			t.Fatalf("Text(%q) = %T", s, v)
-		}
-		if back, ok := firestorelock.FromText(v); !ok || back != s {
-			t.Fatalf("FromText(Text(%q)) = %q, %v", s, back, ok)
-		}
-	}
-	if _, ok := firestorelock.FromText(42); ok {
-		t.Fatal("FromText(42) ok")
-	}
 	for _, tc := range []struct {
-		v    any
-		want lock.Fence
-		ok   bool
-	}{{int64(0), 0, true}, {int64(7), 7, true}, {int64(lock.FenceMax), lock.FenceMax, true}, {int64(-1), 0, false}, {"7", 0, false}, {nil, 0, false}} {
-		if f, ok := firestorelock.DecodeFence(tc.v); f != tc.want || ok != tc.ok {
-			t.Fatalf("DecodeFence(%#v) = %v, %v; want %v, %v", tc.v, f, ok, tc.want, tc.ok)
+		f    lock.Fence
+		want time.Time
+	}{
+		{1, time.UnixMilli(2)},
+		{1_800_000_000_000, time.UnixMilli(1_800_000_000_001)},
+		{lock.FenceMax - 1, firestorelock.MaxTimestamp},
+		{lock.FenceMax, firestorelock.MaxTimestamp},
+	} {
+		at, ok := firestorelock.TombstoneData("k", tc.f)[firestorelock.FieldExpireAt].(time.Time)
+		if !ok || !at.Equal(tc.want) {
+			t.Fatalf("tombstone of fence %v expires at %v; want %v", tc.f, at, tc.want)
 		}
 	}
-	now := time.Now()
-	if m := firestorelock.Micro(now); m.Nanosecond()%1000 != 0 || now.Sub(m) >= time.Microsecond || m != m.Round(0) {
-		t.Fatalf("Micro(%v) = %v", now, m)
+	if want := time.Date(9999, 12, 31, 23, 59, 59, 999_999_000, time.UTC); !firestorelock.MaxTimestamp.Equal(want) {
+		t.Fatalf("the last timestamp is %v; want Firestore's %v", firestorelock.MaxTimestamp, want)
 	}
 }
 

@@ -9,10 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
-	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // lostAnswer is an intercept that, once armed, lets the first commit that
@@ -41,7 +39,7 @@ func transactional(r *pb.CommitRequest) bool { return len(r.GetTransaction()) > 
 
 func (f *lostAnswer) intercept(method string, req any, call func() error) error {
 	r, ok := req.(*pb.CommitRequest)
-	if !ok || method != firestoretest.CommitMethod || !f.armed.Load() || !f.match(r) {
+	if !ok || method != commitMethod || !f.armed.Load() || !f.match(r) {
 		return call()
 	}
 	first := f.commits.Add(1) == 1
@@ -56,19 +54,25 @@ func (f *lostAnswer) intercept(method string, req any, call func() error) error 
 }
 
 // armedLostAnswer returns a locker in a project of the test's own (p) on a
-// client whose commit answers f loses, holding a lease on "k" for a
-// minute, with f armed (every commit, answered Unavailable).
-func armedLostAnswer(t *testing.T) (p string, l *firestorelock.Locker, f *lostAnswer, lease lock.Lease) {
+// client whose commit answers f loses, holding a lease on "k" for ttl,
+// with f armed (every commit, answered Unavailable).
+func armedLostAnswer(t *testing.T, ttl time.Duration) (p string, l *firestorelock.Locker, f *lostAnswer, lease lock.Lease) {
 	t.Helper()
-	p = firestoretest.Project(t)
+	p = project(t)
 	f = lose(nil)
-	l, err := firestorelock.New(faultyClient(t, p, f.intercept))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease = acquireOK(t, l, "k", time.Minute)
+	l = faultyLocker(t, p, f.intercept)
+	lease = acquireOK(t, l, "k", ttl)
 	f.armed.Store(true)
 	return p, l, f, lease
+}
+
+// expiredLease leaves an expired lease on "k" in project p, written by a
+// locker of its own, and returns it.
+func expiredLease(t *testing.T, p string) lock.Lease {
+	t.Helper()
+	first := acquireOK(t, newLocker(t, p), "k", margin)
+	outlive(first.ExpiresAt)
+	return first
 }
 
 // TestReplaceCommitAnswerLost takes over an expired lease through a
@@ -79,26 +83,20 @@ func armedLostAnswer(t *testing.T) (p string, l *firestorelock.Locker, f *lostAn
 // nobody holds until it expired).
 func TestReplaceCommitAnswerLost(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	clock := fakeclock.New()
+	p := project(t)
 	f := lose(transactional)
-	l, err := firestorelock.New(faultyClient(t, p, f.intercept), firestorelock.WithClock(clock.Now), firestorelock.WithSkewTolerance(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
-	first := acquireOK(t, l, "k", time.Second)
-	clock.Advance(2 * time.Second)
+	l := faultyLocker(t, p, f.intercept)
+	first := expiredLease(t, p)
 
 	f.armed.Store(true)
 	lease := acquireOK(t, l, "k", time.Minute)
 	if n := f.commits.Load(); n < 2 {
 		t.Fatalf("%d transactional commits; want the client's retry of the lost one", n)
 	}
-	if lease.Fence != first.Fence+1 {
-		t.Fatalf("fence %v; want %v", lease.Fence, first.Fence+1)
+	if lease.Fence <= first.Fence {
+		t.Fatalf("fence %v; want above %v", lease.Fence, first.Fence)
 	}
-	info, ok, err := lock.LookupKeyRaw(ctx, l, "k")
+	info, ok, err := lock.LookupKeyRaw(t.Context(), l, "k")
 	if err != nil || !ok || info.ID != lease.ID || info.Fence != lease.Fence {
 		t.Fatalf("stored lock %+v, %v, %v; want the returned lease", info, ok, err)
 	}
@@ -110,30 +108,30 @@ func TestReplaceCommitAnswerLost(t *testing.T) {
 // than "locked".
 func TestReplaceRerunFindsItsOwnLease(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	clock := fakeclock.New()
+	p := project(t)
 	f := lose(transactional)
 	f.fault = codes.Aborted
-	l, err := firestorelock.New(faultyClient(t, p, f.intercept), firestorelock.WithClock(clock.Now), firestorelock.WithSkewTolerance(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := acquireOK(t, l, "k", time.Second)
-	clock.Advance(2 * time.Second)
+	l := faultyLocker(t, p, f.intercept)
+	pr := newProbes(t, p, l)
+	first := expiredLease(t, p)
 
 	f.armed.Store(true)
 	lease := acquireOK(t, l, "k", time.Minute)
-	if lease.Fence != first.Fence+1 {
-		t.Fatalf("fence %v; want %v (one takeover, not two)", lease.Fence, first.Fence+1)
+	if lease.Fence <= first.Fence {
+		t.Fatalf("fence %v; want above %v", lease.Fence, first.Fence)
+	}
+	if stored, err := pr.fence(t.Context(), "k"); err != nil || stored != lease.Fence {
+		t.Fatalf("stored fence %v, %v; want %v (one takeover, not two)", stored, err, lease.Fence)
 	}
 	if out, err := l.ReleaseKey(t.Context(), "k", lease.ID); err != nil || !out.OK {
 		t.Fatalf("ReleaseKey = %+v, %v; want the returned lease to be the stored one", out, err)
 	}
 }
 
-// TestReleaseCommitAnswerLost loses the answer to a release's delete after
-// it landed: the client's retry fails its condition on the removed
-// document, and the release, by id and by key, must still report OK.
+// TestReleaseCommitAnswerLost loses the answer to a release's write after
+// it landed: the client's retry fails its condition on the document the
+// first try removed (or reduced to a tombstone), and the release, by id
+// and by key, must still report OK.
 func TestReleaseCommitAnswerLost(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -149,7 +147,7 @@ func TestReleaseCommitAnswerLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p, l, f, lease := armedLostAnswer(t)
+			p, l, f, lease := armedLostAnswer(t, time.Minute)
 			out, err := tc.release(l, lease)
 			if err != nil || !out.OK {
 				t.Fatalf("Release = %+v, %v; want OK (the lock was released)", out, err)
@@ -158,28 +156,20 @@ func TestReleaseCommitAnswerLost(t *testing.T) {
 				t.Fatalf("%d commits; want the client's retry of the lost one", n)
 			}
 			if stored, err := newProbes(t, p, l).stored(t.Context(), "k"); err != nil || stored {
-				t.Fatalf("lock document stored = %v, %v; want gone", stored, err)
+				t.Fatalf("lease stored = %v, %v; want gone", stored, err)
 			}
 		})
 	}
 }
 
-// TestReleaseAnswerLostAfterExpiry lets the lease run out (by the client
-// clock) while the release's delete is in flight, and loses the answer:
-// the document is gone, but a sweep or a takeover could have removed an
-// expired lease as well, so the release reports expired, not OK.
+// TestReleaseAnswerLostAfterExpiry lets the lease run out while the
+// release's write is in flight, and loses the answer: the lease is gone,
+// but a sweep or a takeover could have removed an expired lease as well,
+// so the release reports expired, not OK.
 func TestReleaseAnswerLostAfterExpiry(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	clock := fakeclock.New()
-	f := lose(nil)
-	f.during = func() { clock.Advance(2 * time.Second) }
-	l, err := firestorelock.New(faultyClient(t, p, f.intercept), firestorelock.WithClock(clock.Now), firestorelock.WithSkewTolerance(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lease := acquireOK(t, l, "k", time.Second)
-	f.armed.Store(true)
+	_, l, f, lease := armedLostAnswer(t, 2*margin)
+	f.during = func() { outlive(lease.ExpiresAt) }
 	out, err := l.ReleaseKey(t.Context(), "k", lease.ID)
 	if err != nil || out.OK || out.Reason != lock.ReasonExpired {
 		t.Fatalf("ReleaseKey = %+v, %v; want expired", out, err)
@@ -205,7 +195,7 @@ func TestExtendCommitAnswerLost(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, l, f, lease := armedLostAnswer(t)
+			_, l, f, lease := armedLostAnswer(t, time.Minute)
 			out, err := tc.extend(l, lease)
 			if err != nil || !out.OK || !out.ExpiresAt.After(lease.ExpiresAt) {
 				t.Fatalf("Extend = %+v, %v; want OK with a later expiry", out, err)
@@ -221,34 +211,30 @@ func TestExtendCommitAnswerLost(t *testing.T) {
 	}
 }
 
-// TestExtendAcrossExpiry lets the lease run out (by the client clock)
-// while the extend's update, sent while it was live, is in flight. The
-// update lands (its condition proves nobody took the lease over in
-// between), so the extend reports OK, the stored lease carries the new
-// expiry, and a contender finds the key locked.
+// TestExtendAcrossExpiry lets the lease run out while the extend's update,
+// decided while it was live, is in flight. The update lands (its condition
+// proves nobody took the lease over in between), so the extend reports
+// OK, the stored lease carries the new expiry, and a contender finds the
+// key locked.
 func TestExtendAcrossExpiry(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	clock := fakeclock.New()
+	p := project(t)
 	var armed atomic.Bool
-	c := faultyClient(t, p, func(method string, req any, call func() error) error {
-		if _, ok := req.(*pb.CommitRequest); ok && method == firestoretest.CommitMethod && armed.CompareAndSwap(true, false) {
-			clock.Advance(2 * time.Second) // the lease runs out while the update travels
+	var lease lock.Lease
+	l := faultyLocker(t, p, func(method string, req any, call func() error) error {
+		if _, ok := req.(*pb.CommitRequest); ok && method == commitMethod && armed.CompareAndSwap(true, false) {
+			outlive(lease.ExpiresAt) // the lease runs out while the update travels
 		}
 		return call()
 	})
-	l, err := firestorelock.New(c, firestorelock.WithClock(clock.Now), firestorelock.WithSkewTolerance(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := fakeLocker(t, p, clock)
-	lease := acquireOK(t, l, "k", time.Second)
+	other := newLocker(t, p)
+	lease = acquireOK(t, l, "k", 2*margin)
 	armed.Store(true)
 	out, err := l.Extend(t.Context(), lease.ID, time.Minute)
 	if err != nil || !out.OK {
 		t.Fatalf("Extend = %+v, %v; want OK (the update landed)", out, err)
 	}
-	if !clock.Now().After(lease.ExpiresAt) {
+	if !time.Now().After(lease.ExpiresAt) {
 		t.Fatal("the lease did not run out during the update")
 	}
 	info, ok, err := lock.LookupKeyRaw(t.Context(), other, "k")

@@ -9,31 +9,24 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
-	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // TestNewRejects checks that New refuses bad options with InvalidArgument
-// before any I/O: above all a fence-counter collection equal to the lock
-// collection, which would let a lock document and a counter share an id.
+// before any I/O.
 func TestNewRejects(t *testing.T) {
 	t.Parallel()
-	c := firestoretest.Client(t, firestoretest.Project(t))
+	c := client(t, project(t))
 	for _, tc := range []struct {
 		name string
 		opts []firestorelock.Option
 	}{
-		{"same-collections", []firestorelock.Option{firestorelock.WithCollection("x"), firestorelock.WithFenceCollection("x")}},
-		{"locks-named-like-default-fences", []firestorelock.Option{firestorelock.WithCollection(firestorelock.DefaultFenceCollection)}},
-		{"fences-named-like-default-locks", []firestorelock.Option{firestorelock.WithFenceCollection(firestorelock.DefaultCollection)}},
 		{"empty", []firestorelock.Option{firestorelock.WithCollection("")}},
 		{"dot", []firestorelock.Option{firestorelock.WithCollection(".")}},
-		{"dot-dot", []firestorelock.Option{firestorelock.WithFenceCollection("..")}},
+		{"dot-dot", []firestorelock.Option{firestorelock.WithCollection("..")}},
 		{"reserved", []firestorelock.Option{firestorelock.WithCollection("__locks__")}},
 		{"slash", []firestorelock.Option{firestorelock.WithCollection("a/b")}},
 		{"non-ascii", []firestorelock.Option{firestorelock.WithCollection("schlösser")}},
 		{"too-long", []firestorelock.Option{firestorelock.WithCollection(strings.Repeat("c", 101))}},
-		{"nil-clock", []firestorelock.Option{firestorelock.WithClock(nil)}},
-		{"negative-skew-tolerance", []firestorelock.Option{firestorelock.WithSkewTolerance(-time.Second)}},
 		{"sweep-batch-zero", []firestorelock.Option{firestorelock.WithSweepBatch(0)}},
 		{"sweep-batch-too-big", []firestorelock.Option{firestorelock.WithSweepBatch(firestorelock.MaxSweepBatch + 1)}},
 	} {
@@ -49,26 +42,33 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
-// TestCollections checks that configured collections are the ones used.
-func TestCollections(t *testing.T) {
+// TestCollection checks that the configured collection is the one used,
+// and that it is the only one: there is no fence collection any more.
+func TestCollection(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	l := newLocker(t, p, firestorelock.WithCollection("my-locks.v2"), firestorelock.WithFenceCollection("my_fences"),
-		firestorelock.WithSweepBatch(firestorelock.MaxSweepBatch))
-	if locks, fences := l.Collections(); locks != "my-locks.v2" || fences != "my_fences" {
-		t.Fatalf("Collections() = %q, %q", locks, fences)
+	p := project(t)
+	l := newLocker(t, p, firestorelock.WithCollection("my-locks.v2"), firestorelock.WithSweepBatch(firestorelock.MaxSweepBatch))
+	lease := acquireOK(t, l, "k", time.Minute)
+	if _, err := l.ReleaseKey(t.Context(), "k", lease.ID); err != nil {
+		t.Fatal(err)
 	}
 	acquireOK(t, l, "k", time.Minute)
-	c := firestoretest.Client(t, p)
-	for _, tc := range []struct {
-		name string
-		want int
-	}{{"my-locks.v2", 1}, {"my_fences", 1}, {firestorelock.DefaultCollection, 0}, {firestorelock.DefaultFenceCollection, 0}} {
-		if n := count(t, c.Collection(tc.name)); n != tc.want {
-			t.Fatalf("collection %s holds %d documents; want %d", tc.name, n, tc.want)
-		}
+	c := client(t, p)
+	if n := count(t, c.Collection("my-locks.v2")); n != 1 {
+		t.Fatalf("the configured collection holds %d documents; want 1", n)
 	}
-	if caps := l.Capabilities(); caps.Backend != "firestore" || !caps.Fencing || caps.TimeAuthority != lock.TimeClient {
-		t.Fatalf("Capabilities() = %+v; want firestore, fencing, client time", caps)
+	cols, err := c.Collections(t.Context()).GetAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cols) != 1 || cols[0].ID != "my-locks.v2" {
+		var names []string
+		for _, col := range cols {
+			names = append(names, col.ID)
+		}
+		t.Fatalf("collections %q; want only the configured one", names)
+	}
+	if caps := l.Capabilities(); caps.Backend != "firestore" || !caps.Fencing || caps.TimeAuthority != lock.TimeServer {
+		t.Fatalf("Capabilities() = %+v; want firestore, fencing, server time", caps)
 	}
 }

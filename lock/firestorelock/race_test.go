@@ -6,10 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
-	"github.com/idemkit/idemkit/lock/firestorelock/firestoretest"
 )
 
 // contenders is how many nodes (lockers with clients of their own) and
@@ -18,13 +16,13 @@ import (
 const (
 	nodes        = 3
 	perNode      = 3
-	raceDeadline = 3 * time.Minute // against hangs only
+	raceDeadline = time.Minute // against hangs only
 )
 
 // race makes every goroutine of every locker try Acquire(key) once, all
 // released at the same instant, and returns the leases granted; it fails
 // the test on any error: losing is a result.
-func race(t *testing.T, lockers []*firestorelock.Locker, key string) []lock.Lease {
+func race(t *testing.T, lockers []*firestorelock.Locker, key string, ttl time.Duration) []lock.Lease {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), raceDeadline)
 	defer cancel()
@@ -42,7 +40,7 @@ func race(t *testing.T, lockers []*firestorelock.Locker, key string) []lock.Leas
 			go func() {
 				defer wg.Done()
 				<-start
-				lease, ok, err := l.Acquire(ctx, key, time.Hour)
+				lease, ok, err := l.Acquire(ctx, key, ttl)
 				if err != nil {
 					errs <- err
 					return
@@ -69,26 +67,32 @@ func race(t *testing.T, lockers []*firestorelock.Locker, key string) []lock.Leas
 	return leases
 }
 
+func lockers(t *testing.T, p string) []*firestorelock.Locker {
+	var ls []*firestorelock.Locker
+	for range nodes {
+		ls = append(ls, newLocker(t, p))
+	}
+	return ls
+}
+
 // TestContentionFreeKey races nodes with separate clients on a free key,
 // several rounds: exactly one wins each round (the write-only Create lets
-// the others fail fast), the others see "locked", and fences follow one
-// another.
+// the others fail fast), the others see "locked", and fences grow from
+// round to round.
 func TestContentionFreeKey(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	var lockers []*firestorelock.Locker
-	for range nodes {
-		lockers = append(lockers, newLocker(t, p))
-	}
+	ls := lockers(t, project(t))
+	var prev lock.Fence
 	for round := 1; round <= 3; round++ {
-		leases := race(t, lockers, "hot")
+		leases := race(t, ls, "hot", time.Hour)
 		if len(leases) != 1 {
 			t.Fatalf("round %d: %d holders; want exactly 1", round, len(leases))
 		}
-		if leases[0].Fence != lock.Fence(round) {
-			t.Fatalf("round %d: fence %v; want %d", round, leases[0].Fence, round)
+		if leases[0].Fence <= prev {
+			t.Fatalf("round %d: fence %v after %v; want greater", round, leases[0].Fence, prev)
 		}
-		if out, err := lockers[round%nodes].Release(t.Context(), leases[0].ID); err != nil || !out.OK {
+		prev = leases[0].Fence
+		if out, err := ls[round%nodes].Release(t.Context(), leases[0].ID); err != nil || !out.OK {
 			t.Fatalf("round %d: release = %+v, %v", round, out, err)
 		}
 	}
@@ -98,25 +102,34 @@ func TestContentionFreeKey(t *testing.T) {
 // whose lease has expired, which each replaces in a read-write
 // transaction: exactly one wins, the others see "locked" (whether their
 // transaction found the new lease or ran out of retries), and the fence
-// moves by one.
+// grows.
 func TestContentionExpiredKey(t *testing.T) {
 	t.Parallel()
-	p := firestoretest.Project(t)
-	clock := fakeclock.New()
-	var lockers []*firestorelock.Locker
-	for range nodes {
-		lockers = append(lockers, fakeLocker(t, p, clock))
+	ls := lockers(t, project(t))
+	first := acquireOK(t, ls[0], "hot", margin)
+	outlive(first.ExpiresAt)
+	leases := race(t, ls, "hot", time.Hour)
+	if len(leases) != 1 {
+		t.Fatalf("%d holders; want exactly 1", len(leases))
 	}
-	for round := 1; round <= 2; round++ {
-		first := acquireOK(t, lockers[0], "hot", time.Second)
-		clock.Advance(2 * time.Second)
-		leases := race(t, lockers, "hot")
-		if len(leases) != 1 {
-			t.Fatalf("round %d: %d holders; want exactly 1", round, len(leases))
-		}
-		if leases[0].Fence != first.Fence+1 {
-			t.Fatalf("round %d: fence %v; want %v", round, leases[0].Fence, first.Fence+1)
-		}
-		clock.Advance(2 * time.Hour) // let the winner's lease expire too
+	if leases[0].Fence <= first.Fence {
+		t.Fatalf("fence %v; want above %v", leases[0].Fence, first.Fence)
+	}
+}
+
+// TestContentionTombstone races nodes on a key whose fence a tombstone
+// carries ahead of the clock: exactly one wins with the next fence (the
+// conditional update lets the others fail fast).
+func TestContentionTombstone(t *testing.T) {
+	t.Parallel()
+	p := project(t)
+	ls := lockers(t, p)
+	ahead := lock.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
+	if err := newProbes(t, p, ls[0]).raiseFence(t.Context(), "hot", ahead); err != nil {
+		t.Fatal(err)
+	}
+	leases := race(t, ls, "hot", time.Hour)
+	if len(leases) != 1 || leases[0].Fence != ahead+1 {
+		t.Fatalf("%d holders (%v); want exactly 1 with fence %v", len(leases), leases, ahead+1)
 	}
 }
