@@ -69,28 +69,14 @@ type RawInfo struct {
 	ID  string
 }
 
-// TimeAuthority names the clock that judges expiry.
-type TimeAuthority uint8
-
-// TimeServer: the backend's own clock (Redis TIME, PostgreSQL
-// clock_timestamp(), Firestore commit and read times, the process clock
-// for the in-memory backend). Every idemkit backend judges by it; clients'
-// clocks are never trusted.
-const TimeServer TimeAuthority = 1
-
-// String returns "server".
-func (t TimeAuthority) String() string {
-	if t == TimeServer {
-		return "server"
-	}
-	return "unknown"
-}
-
 // Capabilities describe a backend.
+//
+// Every idemkit backend judges expiry by its own clock (Redis TIME,
+// PostgreSQL clock_timestamp(), Firestore's read and write times, the
+// process clock in memory); clients' clocks are never trusted.
 type Capabilities struct {
-	Backend       string        // a short name: "memory", "redis", "postgres", "firestore"
-	Fencing       bool          // whether leases carry fences
-	TimeAuthority TimeAuthority // whose clock judges expiry
+	Backend string // a short name: "memory", "redis", "postgres", "firestore"
+	Fencing bool   // whether leases carry fences
 }
 
 // Reason says why a release, extend or acquire did not take effect.

@@ -12,7 +12,7 @@
 //
 // # Time
 //
-// Firestore's own times are the time authority ([lock.TimeServer]); no
+// Firestore's own times are the time authority; no
 // operation reads the clock of the process calling it. Every read that
 // judges a lease (a document read, a query, a transaction's read) comes
 // with the time Firestore read it, and the one liveness rule of every

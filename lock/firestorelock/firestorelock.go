@@ -113,13 +113,13 @@ func New(client *firestore.Client, opts ...Option) (*Locker, error) {
 	return &Locker{client: client, locks: client.Collection(cfg.collection), cfg: cfg}, nil
 }
 
-// Capabilities reports fencing, with Firestore's times as the time
-// authority ([lock.TimeServer]): a lease is judged by the read time
+// Capabilities reports fencing. Firestore's times are the time authority:
+// a lease is judged by the read time
 // Firestore reports for the snapshot that shows it, with the one liveness
 // rule of every backend, live ⇔ now < expiresAt ([lock.Live]). No
 // operation reads the process clock.
 func (l *Locker) Capabilities() lock.Capabilities {
-	return lock.Capabilities{Backend: "firestore", Fencing: true, TimeAuthority: lock.TimeServer}
+	return lock.Capabilities{Backend: "firestore", Fencing: true}
 }
 
 // ref returns the lock document of a normalised key.

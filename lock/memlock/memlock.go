@@ -112,7 +112,7 @@ const minSweep = 256
 // Capabilities reports fencing with the server (process) clock as the time
 // authority.
 func (l *Locker) Capabilities() lock.Capabilities {
-	return lock.Capabilities{Backend: "memory", Fencing: true, TimeAuthority: lock.TimeServer}
+	return lock.Capabilities{Backend: "memory", Fencing: true}
 }
 
 // Acquire implements [lock.Locker].

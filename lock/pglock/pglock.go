@@ -121,7 +121,7 @@ func New(db DB, opts ...Option) (*Locker, error) {
 // Capabilities reports fencing, with the PostgreSQL server's clock
 // (clock_timestamp()) as the time authority.
 func (l *Locker) Capabilities() lock.Capabilities {
-	return lock.Capabilities{Backend: "postgres", Fencing: true, TimeAuthority: lock.TimeServer}
+	return lock.Capabilities{Backend: "postgres", Fencing: true}
 }
 
 // maxVerbatim is the longest storage key kept verbatim ("k:" + key); longer

@@ -173,7 +173,7 @@ func contextTimeouts(client redis.UniversalClient) bool {
 // Capabilities reports fencing with the Redis server's clock as the time
 // authority.
 func (l *Locker) Capabilities() lock.Capabilities {
-	return lock.Capabilities{Backend: "redis", Fencing: true, TimeAuthority: lock.TimeServer}
+	return lock.Capabilities{Backend: "redis", Fencing: true}
 }
 
 // Acquire implements [lock.Locker]: one script, which on a single node (or
