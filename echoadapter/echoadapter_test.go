@@ -92,6 +92,10 @@ func TestSkipper(t *testing.T) {
 // what the client got is what the store policy records or forgets, and the
 // error leaves neither twice nor at all.
 func TestHandlerErrorsRenderedInsideTheCapture(t *testing.T) {
+	// nethttp's default store policy (2xx–4xx recorded), and one that
+	// records every outcome, as Stripe's API does.
+	defaultPolicy := nethttp.StorePolicy{Success: true, Redirection: true, ClientError: true}
+	recordAll := nethttp.StorePolicy{Success: true, Redirection: true, ClientError: true, ServerError: true, Panic: true}
 	for _, c := range []struct {
 		name     string
 		err      error
@@ -100,12 +104,12 @@ func TestHandlerErrorsRenderedInsideTheCapture(t *testing.T) {
 		body     string
 		replayed bool // the retry replays (else: runs again)
 	}{
-		{"HTTPError 4xx is recorded", echo.NewHTTPError(http.StatusPaymentRequired, "card declined"), nethttp.DefaultStorePolicy, 402, `{"message":"card declined"}`, true},
-		{"HTTPError 409 is recorded", echo.NewHTTPError(http.StatusConflict, "already shipped"), nethttp.DefaultStorePolicy, 409, `{"message":"already shipped"}`, true},
-		{"HTTPError 5xx is forgotten", echo.NewHTTPError(http.StatusServiceUnavailable, "try later"), nethttp.DefaultStorePolicy, 503, `{"message":"try later"}`, false},
-		{"plain error renders 500, forgotten", errors.New("boom"), nethttp.DefaultStorePolicy, 500, `{"message":"Internal Server Error"}`, false},
-		{"plain error, Stripe policy records it", errors.New("boom"), nethttp.StripeStorePolicy, 500, `{"message":"Internal Server Error"}`, true},
-		{"wrapped HTTPError", fmt.Errorf("charge: %w", echo.NewHTTPError(http.StatusBadRequest, "no amount")), nethttp.DefaultStorePolicy, 500, `{"message":"Internal Server Error"}`, false},
+		{"HTTPError 4xx is recorded", echo.NewHTTPError(http.StatusPaymentRequired, "card declined"), defaultPolicy, 402, `{"message":"card declined"}`, true},
+		{"HTTPError 409 is recorded", echo.NewHTTPError(http.StatusConflict, "already shipped"), defaultPolicy, 409, `{"message":"already shipped"}`, true},
+		{"HTTPError 5xx is forgotten", echo.NewHTTPError(http.StatusServiceUnavailable, "try later"), defaultPolicy, 503, `{"message":"try later"}`, false},
+		{"plain error renders 500, forgotten", errors.New("boom"), defaultPolicy, 500, `{"message":"Internal Server Error"}`, false},
+		{"plain error, Stripe policy records it", errors.New("boom"), recordAll, 500, `{"message":"Internal Server Error"}`, true},
+		{"wrapped HTTPError", fmt.Errorf("charge: %w", echo.NewHTTPError(http.StatusBadRequest, "no amount")), defaultPolicy, 500, `{"message":"Internal Server Error"}`, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var runs, rendered, escaped atomic.Int32

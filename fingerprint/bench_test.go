@@ -78,18 +78,6 @@ func BenchmarkValue(b *testing.B) {
 	}
 }
 
-func BenchmarkReadBody(b *testing.B) {
-	b.SetBytes(int64(len(smallBody)))
-	b.ReportAllocs()
-	r := bytes.NewReader(smallBody)
-	for b.Loop() {
-		r.Reset(smallBody)
-		if _, err := fingerprint.ReadBody(r, 1<<20); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkCanonicalJSONLarge measures ~1 MiB documents: a bulk array of
 // small objects whose keys are out of order (each rewritten in place), and
 // an object nested 999 deep, out of order at every level, around a 1 MiB

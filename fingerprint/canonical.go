@@ -10,9 +10,9 @@ import (
 	"unicode/utf8"
 )
 
-// MaxDepth is the deepest nesting of arrays and objects [CanonicalJSON]
+// maxDepth is the deepest nesting of arrays and objects [CanonicalJSON]
 // accepts; deeper input is refused with a [*SyntaxError].
-const MaxDepth = 1000
+const maxDepth = 1000
 
 // ErrInvalidJSON is matched (with errors.Is) by every error [CanonicalJSON]
 // returns for input it refuses.
@@ -20,7 +20,7 @@ var ErrInvalidJSON = errors.New("fingerprint: invalid JSON")
 
 // SyntaxError describes input that [CanonicalJSON] refuses: malformed JSON,
 // invalid UTF-8, a lone surrogate escape, a duplicate member name, a number
-// too large for a double or nesting deeper than [MaxDepth]. It unwraps to
+// too large for a double or nesting deeper than 1000 levels. It unwraps to
 // [ErrInvalidJSON]. Its message never quotes the input beyond a single byte.
 type SyntaxError struct {
 	Offset int64  // byte offset in the input at which the problem was found
@@ -61,7 +61,7 @@ func (e *SyntaxError) Unwrap() error { return ErrInvalidJSON }
 // "\ud800", duplicate member names in one object (compared after
 // unescaping), numbers with a fraction or an exponent whose magnitude
 // overflows a double (1e400; integer literals, kept as digits, have no such
-// limit) and nesting deeper than [MaxDepth]. The result is a new slice;
+// limit) and nesting deeper than 1000 levels. The result is a new slice;
 // data is not modified. It is safe for concurrent use.
 func CanonicalJSON(data []byte) ([]byte, error) {
 	st := getState()
@@ -282,8 +282,8 @@ func (c *canon) literal(lit string) error {
 
 func (c *canon) enter() error {
 	c.depth++
-	if c.depth > MaxDepth {
-		return c.fail(c.pos, "nesting deeper than "+strconv.Itoa(MaxDepth)+" levels")
+	if c.depth > maxDepth {
+		return c.fail(c.pos, "nesting deeper than "+strconv.Itoa(maxDepth)+" levels")
 	}
 	return nil
 }

@@ -21,9 +21,7 @@
 // hashed in its canonical form, so key order, white space, escapes and
 // number spelling do not matter; any other body, and a JSON-typed body that
 // is not valid JSON, is hashed as raw bytes, tagged apart from canonical
-// forms. Headers other than Content-Type are left out. [ReadBody] reads a
-// body under a limit, refusing a longer one with a [*BodyTooLargeError]
-// after reading at most one byte past the limit.
+// forms. Headers other than Content-Type are left out.
 //
 // # Canonical JSON
 //
@@ -32,7 +30,7 @@
 // strings and numbers printed as ECMAScript's JSON.stringify prints them. It
 // is strict where a fingerprint needs it to be: invalid UTF-8, lone
 // surrogate escapes, duplicate member names, trailing data, numbers beyond
-// the range of a double and nesting deeper than [MaxDepth] are errors
+// the range of a double and nesting deeper than 1000 levels are errors
 // matching [ErrInvalidJSON] (a [*SyntaxError] gives the offset).
 //
 // One deliberate extension: an integer literal (no fraction, no exponent) is

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/idemkit/idemkit/fingerprint"
 )
@@ -139,16 +138,4 @@ func ExampleFingerprint_Compare() {
 	// false true
 	// false false
 	// false false
-}
-
-func ExampleReadBody() {
-	body, err := fingerprint.ReadBody(strings.NewReader(`{"amount":1250}`), 1<<20)
-	fmt.Println(string(body), err)
-
-	_, err = fingerprint.ReadBody(strings.NewReader(strings.Repeat("x", 2048)), 1024)
-	var tooLarge *fingerprint.BodyTooLargeError
-	fmt.Println(errors.Is(err, fingerprint.ErrBodyTooLarge), errors.As(err, &tooLarge) && tooLarge.Limit == 1024)
-	// Output:
-	// {"amount":1250} <nil>
-	// true true
 }

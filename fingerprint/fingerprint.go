@@ -9,16 +9,14 @@ import (
 
 // Algorithm names of the fingerprints this package computes. Other packages
 // (a protobuf fingerprint in the gRPC interceptor, say) choose names of their
-// own with [New]; a name is 1 to [MaxAlgLen] characters of [a-z0-9.-].
+// own with [New]; a name is 1 to 32 characters of [a-z0-9.-].
 const (
-	// AlgHTTP names the fingerprints of [HTTP].
-	AlgHTTP = "http-v1"
-	// AlgJSON names the fingerprints of [Value] and [JSON].
-	AlgJSON = "json-v1"
+	algHTTP = "http-v1" // [HTTP]
+	algJSON = "json-v1" // [Value] and [JSON]
 )
 
-// MaxAlgLen is the longest algorithm name a [Fingerprint] may carry.
-const MaxAlgLen = 32
+// maxAlgLen is the longest algorithm name a [Fingerprint] may carry.
+const maxAlgLen = 32
 
 // ErrInvalidFingerprint is matched (with errors.Is) by every error of [Parse],
 // [Fingerprint.UnmarshalText] and [Fingerprint.MarshalText].
@@ -37,7 +35,7 @@ type Fingerprint struct {
 }
 
 // New returns the fingerprint with algorithm alg and digest sum. It does not
-// validate alg: a name outside 1 to [MaxAlgLen] characters of [a-z0-9.-]
+// validate alg: a name outside 1 to 32 characters of [a-z0-9.-]
 // yields a Fingerprint whose String does not [Parse] and whose MarshalText
 // fails. An empty alg yields the zero Fingerprint, whatever sum holds.
 func New(alg string, sum [32]byte) Fingerprint {
@@ -85,7 +83,7 @@ func (f Fingerprint) Compare(g Fingerprint) (same, comparable bool) {
 }
 
 // Parse is the inverse of [Fingerprint.String]: it accepts an algorithm name
-// of 1 to [MaxAlgLen] characters of [a-z0-9.-], a colon and exactly 64
+// of 1 to 32 characters of [a-z0-9.-], a colon and exactly 64
 // lowercase hex digits. Anything else, the empty string included, is refused
 // with an error matching [ErrInvalidFingerprint].
 func Parse(s string) (Fingerprint, error) {
@@ -143,7 +141,7 @@ func (f *Fingerprint) UnmarshalText(text []byte) error {
 }
 
 func validAlg(alg string) bool {
-	if len(alg) == 0 || len(alg) > MaxAlgLen {
+	if len(alg) == 0 || len(alg) > maxAlgLen {
 		return false
 	}
 	for i := 0; i < len(alg); i++ {

@@ -79,7 +79,7 @@ const rawInline = 16 << 10
 // use.
 func HTTP(req HTTPRequest) Fingerprint {
 	st := getState()
-	b := appendField(st.buf[:0], AlgHTTP)
+	b := appendField(st.buf[:0], algHTTP)
 	b = appendField(b, req.Method)
 	b = appendField(b, req.Route)
 	b = st.appendQuery(b, req.RawQuery)
@@ -116,7 +116,7 @@ func HTTP(req HTTPRequest) Fingerprint {
 	}
 	st.buf = b[:0]
 	putState(st)
-	return Fingerprint{alg: AlgHTTP, sum: sum}
+	return Fingerprint{alg: algHTTP, sum: sum}
 }
 
 // appendField appends s with its length as 8 big-endian bytes before it.

@@ -38,7 +38,7 @@ func with(fn func(r *fingerprint.HTTPRequest)) fingerprint.HTTPRequest {
 
 func TestHTTPMatches(t *testing.T) {
 	base := fingerprint.HTTP(baseRequest)
-	if base.Alg() != fingerprint.AlgHTTP {
+	if base.Alg() != "http-v1" {
 		t.Fatalf("Alg() = %q", base.Alg())
 	}
 	tests := []struct {

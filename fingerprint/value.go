@@ -20,7 +20,7 @@ func JSON(data []byte) (Fingerprint, error) {
 	}
 	sum := sha256.Sum256(out)
 	putState(st)
-	return Fingerprint{alg: AlgJSON, sum: sum}, nil
+	return Fingerprint{alg: algJSON, sum: sum}, nil
 }
 
 // Value returns the "json-v1" fingerprint of any Go value: v is encoded with
@@ -32,7 +32,7 @@ func JSON(data []byte) (Fingerprint, error) {
 //
 // A value json.Marshal refuses (a channel, a function, NaN) is an error that
 // wraps json.Marshal's error; JSON that [CanonicalJSON] refuses (a custom
-// marshaler writing duplicate names, nesting deeper than [MaxDepth]) is an
+// marshaler writing duplicate names, nesting deeper than 1000 levels) is an
 // error matching [ErrInvalidJSON].
 func Value(v any) (Fingerprint, error) {
 	data, err := json.Marshal(v)

@@ -30,7 +30,7 @@ func mustValue(t *testing.T, v any) fingerprint.Fingerprint {
 	if err != nil {
 		t.Fatalf("Value(%#v): %v", v, err)
 	}
-	if f.Alg() != fingerprint.AlgJSON {
+	if f.Alg() != "json-v1" {
 		t.Fatalf("Value(%#v).Alg() = %q", v, f.Alg())
 	}
 	return f

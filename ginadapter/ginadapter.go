@@ -34,9 +34,9 @@ func serve(core *nethttp.Core, c *gin.Context) {
 	r := outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, c))
 	defer func() { c.Request = outerR }()
 	completed := false
-	core.Serve(outerW, r, func(w http.ResponseWriter, r *http.Request) {
-		c.Request = r
-		if nethttp.CaptureOf(w) == nethttp.CaptureOf(outerW) {
+	core.Serve(outerW, r, func(w http.ResponseWriter, inner *http.Request) {
+		c.Request = inner
+		if inner == r {
 			// Passed through unguarded (method, no key, fail-open):
 			// gin's own writer.
 			c.Next()
@@ -55,7 +55,7 @@ func serve(core *nethttp.Core, c *gin.Context) {
 			// gets is not what the capture holds, so it is never
 			// replayed; the status chosen, if any, goes to gin's writer
 			// unsent, for that middleware to keep or change.
-			nethttp.CaptureOf(w).MarkNotReplayable()
+			nethttp.MarkNotReplayable(w)
 			gw.stage()
 		} else {
 			gw.commit()

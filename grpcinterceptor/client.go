@@ -4,7 +4,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,80 +14,9 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// Defaults of the client interceptor.
-const (
-	// DefaultMaxAttempts is the default number of attempts per call, the
-	// first included: 1, so the interceptor only attaches keys and leaves
-	// retrying to grpc-go's retry policy unless [WithMaxAttempts] says
-	// otherwise.
-	DefaultMaxAttempts = 1
-	// DefaultBaseDelay is the default first back-off delay between the
-	// client interceptor's attempts (the Base of its [idemkit.Backoff]).
-	DefaultBaseDelay = 100 * time.Millisecond
-	// DefaultMaxDelay is the default cap of one back-off delay (the Max of
-	// its [idemkit.Backoff]).
-	DefaultMaxDelay = 5 * time.Second
-)
-
-// ClientOption configures the client interceptor.
-type ClientOption func(*clientConfig)
-
-type clientConfig struct {
-	key         string
-	selector    Selector
-	newKey      func() string
-	maxAttempts int
-	backoff     idemkit.Backoff
-	domain      string
-}
-
-// WithClientMetadataKey sets the metadata key the client interceptor
-// attaches the idempotency key under (case-insensitive). Default:
-// "idempotency-key".
-func WithClientMetadataKey(key string) ClientOption {
-	return func(c *clientConfig) { c.key = strings.ToLower(key) }
-}
-
-// WithClientSelector sets which methods get a key (and the interceptor's
-// retries); others are invoked unchanged. Default: DefaultSelector(nil),
-// every method except those declared IDEMPOTENT or NO_SIDE_EFFECTS and
-// those of gRPC's health, reflection and channelz services.
-func WithClientSelector(s Selector) ClientOption { return func(c *clientConfig) { c.selector = s } }
-
-// WithKeyFunc sets how a fresh key is made for a call without one.
-// Default: a random (version 4) UUID from crypto/rand.
-func WithKeyFunc(newKey func() string) ClientOption {
-	return func(c *clientConfig) { c.newKey = newKey }
-}
-
-// WithMaxAttempts bounds the attempts the interceptor makes per call, the
-// first included, all with the same key. It retries Unavailable,
-// ResourceExhausted and Aborted with the in-progress reason
-// (IDEMPOTENCY_KEY_IN_PROGRESS), with capped exponential back-off and
-// jitter ([WithBackoff]), waiting at least a RetryInfo delay the server sends (one longer
-// than the maximum delay ends the retries) and never past the call's
-// context. Default: 1 (no retries by the interceptor; grpc-go's own retry
-// policy, if the service config has one, still resends the key).
-func WithMaxAttempts(n int) ClientOption { return func(c *clientConfig) { c.maxAttempts = n } }
-
-// WithBackoff sets the back-off between attempts (see [idemkit.Backoff]:
-// the n-th delay is drawn from [d/2, d] for d = Base·2^(n−1), capped by
-// Max). Max also bounds the RetryInfo delay the interceptor waits: a longer
-// one ends the retries. Default: [DefaultBaseDelay] (100 ms) doubling up to
-// [DefaultMaxDelay] (5 s).
-func WithBackoff(b idemkit.Backoff) ClientOption {
-	return func(c *clientConfig) { c.backoff = b }
-}
-
-// WithClientErrorDomain sets the google.rpc.ErrorInfo domain whose
-// in-progress reason the interceptor retries. Default: "idemkit.dev".
-func WithClientErrorDomain(domain string) ClientOption {
-	return func(c *clientConfig) { c.domain = domain }
-}
-
 // client is the client interceptor.
 type client struct {
-	cfg clientConfig
+	cfg config
 }
 
 // NewClientInterceptor validates the options and returns the client side
@@ -101,11 +29,8 @@ type client struct {
 // can never run the call twice on a server guarded by [New]'s interceptor.
 // A bad option is an InvalidArgument [idemkit.Error]; nothing panics on a
 // call.
-func NewClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, error) {
-	cfg := clientConfig{
-		key: DefaultMetadataKey, newKey: newUUID, maxAttempts: DefaultMaxAttempts,
-		backoff: idemkit.Backoff{Base: DefaultBaseDelay, Max: DefaultMaxDelay}, domain: DefaultErrorDomain,
-	}
+func NewClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
+	cfg := defaults(true)
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -113,6 +38,8 @@ func NewClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, er
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}
 	switch {
+	case cfg.misplaced != "":
+		return bad(cfg.misplaced)
 	case !validMetadataKey(cfg.key):
 		return bad("the key metadata name must be 1 or more of [0-9a-z-_.], not binary (-bin) and not reserved (grpc-)")
 	case cfg.newKey == nil:
@@ -123,7 +50,7 @@ func NewClientInterceptor(opts ...ClientOption) (grpc.UnaryClientInterceptor, er
 		return bad("the back-off delays must be positive, the maximum at least the base")
 	}
 	if cfg.selector == nil {
-		cfg.selector = DefaultSelector(nil)
+		cfg.selector = defaultSelector(nil)
 	}
 	return (&client{cfg: cfg}).intercept, nil
 }
@@ -174,7 +101,7 @@ func (c *client) retryable(err error, attempt int) (time.Duration, bool) {
 		return 0, false
 	}
 	wait := c.cfg.backoff.Delay(attempt)
-	if ri, ok := RetryDelayOf(err); ok {
+	if ri, ok := retryDelayOf(err); ok {
 		if ri > c.cfg.backoff.Max {
 			return 0, false
 		}
@@ -184,9 +111,10 @@ func (c *client) retryable(err error, attempt int) (time.Duration, bool) {
 }
 
 // Replayed reports whether header, the header metadata of a call (from
-// grpc.Header), marks its answer as a replay of a recorded one.
+// grpc.Header), marks its answer as a replay of a recorded one: the server
+// interceptor sets "idempotent-replayed: true" on replays.
 func Replayed(header metadata.MD) bool {
-	v := header.Get(ReplayedMetadataKey)
+	v := header.Get(replayedMetadataKey)
 	return len(v) == 1 && v[0] == "true"
 }
 

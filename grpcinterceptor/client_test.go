@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
@@ -34,9 +35,9 @@ func TestClientKeyAcrossRetries(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		dial []grpc.DialOption
-		opts []grpcinterceptor.ClientOption
+		opts []grpcinterceptor.Option
 	}{
-		{"interceptor retries", nil, []grpcinterceptor.ClientOption{
+		{"interceptor retries", nil, []grpcinterceptor.Option{
 			grpcinterceptor.WithMaxAttempts(3), grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond})}},
 		{"grpc retry policy", []grpc.DialOption{grpc.WithDefaultServiceConfig(retryServiceConfig)}, nil},
 	} {
@@ -97,7 +98,7 @@ func TestClientSelector(t *testing.T) {
 	svc := newService()
 	client := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithKeyRequired(false)),
 		grpc.WithChainUnaryInterceptor(clientInterceptor(t,
-			grpcinterceptor.WithClientSelector(grpcinterceptor.SelectMethods(cacheableCall)))))
+			grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(cacheableCall)))))
 	if _, err := client.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); err != nil {
 		t.Fatal(err)
 	}
@@ -190,8 +191,8 @@ func TestClientStopsRetrying(t *testing.T) {
 }
 
 func TestClientOptionsValidated(t *testing.T) {
-	for i, opts := range [][]grpcinterceptor.ClientOption{
-		{grpcinterceptor.WithClientMetadataKey("grpc-x")},
+	for i, opts := range [][]grpcinterceptor.Option{
+		{grpcinterceptor.WithMetadataKey("grpc-x")},
 		{grpcinterceptor.WithKeyFunc(nil)},
 		{grpcinterceptor.WithMaxAttempts(0)},
 		{grpcinterceptor.WithBackoff(idemkit.Backoff{Base: 0, Max: time.Second})},
@@ -203,9 +204,77 @@ func TestClientOptionsValidated(t *testing.T) {
 	}
 }
 
+// TestOptionsAppliedToTheRightInterceptor: an option of one interceptor
+// given to the other is refused at construction; the options of both
+// (metadata key, selector, error domain) configure either, so one list
+// serves both ends.
+func TestOptionsAppliedToTheRightInterceptor(t *testing.T) {
+	g := newBackend().guard(t)
+	for _, o := range []grpcinterceptor.Option{
+		grpcinterceptor.WithKeyFunc(func() string { return "k" }),
+		grpcinterceptor.WithMaxAttempts(2),
+		grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: time.Second}),
+	} {
+		if si, err := grpcinterceptor.New(g, o); err == nil || si != nil || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+			t.Errorf("the server interceptor accepted a client option: %v", err)
+		}
+	}
+	for _, o := range []grpcinterceptor.Option{
+		grpcinterceptor.WithExclude(emptyCall),
+		grpcinterceptor.WithKeyRequired(false),
+		grpcinterceptor.WithStorePolicy(grpcinterceptor.StorePolicy{}),
+		grpcinterceptor.WithLogger(nil),
+	} {
+		if ci, err := grpcinterceptor.NewClientInterceptor(o); err == nil || ci != nil || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+			t.Errorf("the client interceptor accepted a server option: %v", err)
+		}
+	}
+
+	// One list for both ends: the key travels under x-order-key, and the
+	// client retries the in-progress status of the shop's own domain.
+	shared := []grpcinterceptor.Option{
+		grpcinterceptor.WithMetadataKey("x-order-key"),
+		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(unaryCall)),
+		grpcinterceptor.WithErrorDomain("shop.example"),
+	}
+	svc := newService()
+	svc.failFirst = true
+	addr := serve(t, g, svc, shared...)
+	keys := clientInterceptor(t, append(shared, grpcinterceptor.WithMaxAttempts(2),
+		grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}))...)
+	c := dial(t, addr, grpc.WithChainUnaryInterceptor(keys))
+	// The server requires the key: the call succeeds only if the client
+	// attached it under x-order-key.
+	if a := unary(t.Context(), c, &testgrpc.SimpleRequest{}); a.err != nil {
+		t.Fatalf("a call with the shared options: %v", a.err)
+	}
+	if n := svc.executions.Load(); n != 2 {
+		t.Fatalf("executions = %d, want 2 (the forced failure and the retry)", n)
+	}
+
+	// The client retries Aborted IDEMPOTENCY_KEY_IN_PROGRESS of its domain
+	// only.
+	for _, c := range []struct {
+		domain string
+		calls  int
+	}{{"shop.example", 2}, {"idemkit.dev", 1}} {
+		ci := clientInterceptor(t, grpcinterceptor.WithErrorDomain("shop.example"), grpcinterceptor.WithMaxAttempts(2),
+			grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}))
+		busy, _ := status.New(codes.Aborted, "busy").WithDetails(&errdetails.ErrorInfo{Reason: grpcinterceptor.ReasonInProgress, Domain: c.domain})
+		calls := 0
+		_ = ci(t.Context(), unaryCall, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+			calls++
+			return busy.Err()
+		})
+		if calls != c.calls {
+			t.Errorf("in progress in domain %s: %d attempts, want %d", c.domain, calls, c.calls)
+		}
+	}
+}
+
 func TestClientKeyFunc(t *testing.T) {
 	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithKeyFunc(func() string { return "fixed" }),
-		grpcinterceptor.WithClientMetadataKey("X-Key"))
+		grpcinterceptor.WithMetadataKey("X-Key"))
 	if err != nil {
 		t.Fatal(err)
 	}

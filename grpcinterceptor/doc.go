@@ -48,7 +48,7 @@
 //	  server that knows a type this one does not, damaged
 //	  record)                                             Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo
 //	handler answered Unavailable, Internal, Unknown,
-//	  DeadlineExceeded, Canceled or ResourceExhausted     delivered, not recorded (see StorePolicy):
+//	  DeadlineExceeded, Canceled or ResourceExhausted     delivered, not recorded (see WithStorePolicy):
 //	                                                      the claim is released, a retry runs again
 //	handler panicked                                      Internal, not recorded
 //
@@ -58,9 +58,9 @@
 // literally (case-sensitive). It lives in a namespace made of the full
 // method name ([WithMethodScope]) and the principal ([WithScope]), so one
 // client's key never replays another client's answer. The fingerprint
-// ([Fingerprint]) is the SHA-256 of the full method name and the request's
-// deterministic protobuf encoding: the same key with another request is
-// refused, never answered with the other request's response.
+// ([WithFingerprint]) is the SHA-256 of the full method name and the
+// request's deterministic protobuf encoding: the same key with another
+// request is refused, never answered with the other request's response.
 //
 // # Capture and replay
 //
@@ -90,6 +90,11 @@
 // back-off with jitter ([WithBackoff]), honouring RetryInfo and the call's
 // context (when the next attempt could only start after the deadline, it
 // returns the last attempt's error at once).
+//
+// Both interceptors take the same [Option] type: [WithMetadataKey],
+// [WithSelector] and [WithErrorDomain] configure either, so one list can
+// serve both ends of a service; an option of one interceptor given to the
+// other is refused at construction.
 //
 // Chain order matters with another retrying interceptor. In
 // grpc.WithChainUnaryInterceptor(a, b), a runs first and calls b once per

@@ -64,7 +64,7 @@ func Example() {
 
 	// Two attempts of one logical call carry the same key (the client
 	// interceptor keeps a key the caller set): the second is a replay.
-	ctx := metadata.AppendToOutgoingContext(context.Background(), grpcinterceptor.DefaultMetadataKey, "order-42")
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "idempotency-key", "order-42")
 	for range 2 {
 		var header metadata.MD
 		resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 3}, grpc.Header(&header))
@@ -100,7 +100,7 @@ func ExampleNew() {
 	idem, err := grpcinterceptor.New(guard,
 		grpcinterceptor.WithScope(tenant),
 		grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"),
-		grpcinterceptor.WithStorePolicy(grpcinterceptor.RecordAllStorePolicy))
+		grpcinterceptor.WithStorePolicy(grpcinterceptor.StorePolicy{Panic: true}))
 	if err != nil {
 		panic(err)
 	}

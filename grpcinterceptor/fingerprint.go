@@ -10,16 +10,16 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// AlgProto names the fingerprints of [Fingerprint].
-const AlgProto = "grpc-v1"
+// algProto names the fingerprints of protoFingerprint.
+const algProto = "grpc-v1"
 
-// fpBuffers pools the marshalling buffers of Fingerprint. Buffers that grew
+// fpBuffers pools the marshalling buffers of protoFingerprint. Buffers that grew
 // past maxPooledBuffer are left to the garbage collector.
 var fpBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxPooledBuffer = 256 << 10
 
-// Fingerprint returns the fingerprint ("grpc-v1") of a call to fullMethod
+// protoFingerprint returns the fingerprint ("grpc-v1") of a call to fullMethod
 // with request req: the SHA-256 of the method's name (length-prefixed) and
 // the request's deterministic protobuf encoding
 // (proto.MarshalOptions{Deterministic: true}: map entries sorted). Equal
@@ -27,7 +27,7 @@ const maxPooledBuffer = 256 << 10
 // fields are kept, so a request carrying fields this server does not know
 // still matches its faithful retries. A req that is not a protobuf message
 // is an error.
-func Fingerprint(fullMethod string, req any) (fingerprint.Fingerprint, error) {
+func protoFingerprint(fullMethod string, req any) (fingerprint.Fingerprint, error) {
 	m, ok := req.(proto.Message)
 	if !ok {
 		return fingerprint.Fingerprint{}, fmt.Errorf("grpcinterceptor: cannot fingerprint a %T: not a protobuf message", req)
@@ -44,5 +44,5 @@ func Fingerprint(fullMethod string, req any) (fingerprint.Fingerprint, error) {
 		*bp = b
 		fpBuffers.Put(bp)
 	}
-	return fingerprint.New(AlgProto, sum), nil
+	return fingerprint.New(algProto, sum), nil
 }

@@ -31,7 +31,7 @@ const (
 	unaryCall     = "/grpc.testing.TestService/UnaryCall"
 	emptyCall     = "/grpc.testing.TestService/EmptyCall"
 	cacheableCall = "/grpc.testing.TestService/CacheableUnaryCall"
-	keyMD         = grpcinterceptor.DefaultMetadataKey
+	keyMD         = "idempotency-key"
 )
 
 // service is the TestService the tests serve. UnaryCall counts its
@@ -231,7 +231,7 @@ func serve(t testing.TB, g *middleware.Guard, svc testgrpc.TestServiceServer, op
 
 // clientInterceptor returns NewClientInterceptor's interceptor with opts;
 // it fails t if they are invalid.
-func clientInterceptor(t testing.TB, opts ...grpcinterceptor.ClientOption) grpc.UnaryClientInterceptor {
+func clientInterceptor(t testing.TB, opts ...grpcinterceptor.Option) grpc.UnaryClientInterceptor {
 	t.Helper()
 	ci, err := grpcinterceptor.NewClientInterceptor(opts...)
 	if err != nil {
@@ -284,8 +284,8 @@ func checkRefusal(t *testing.T, err error, code codes.Code, reason string, retry
 	if ei == nil {
 		t.Fatalf("no ErrorInfo in %v", err)
 	}
-	if ei.GetReason() != reason || ei.GetDomain() != grpcinterceptor.DefaultErrorDomain {
-		t.Fatalf("ErrorInfo = %s/%s, want %s/%s", ei.GetDomain(), ei.GetReason(), grpcinterceptor.DefaultErrorDomain, reason)
+	if ei.GetReason() != reason || ei.GetDomain() != "idemkit.dev" {
+		t.Fatalf("ErrorInfo = %s/%s, want %s/%s", ei.GetDomain(), ei.GetReason(), "idemkit.dev", reason)
 	}
 	d, ok := grpcinterceptor.RetryDelayOf(err)
 	if ok != retryInfo {

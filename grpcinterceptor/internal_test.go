@@ -28,28 +28,28 @@ func TestParseKey(t *testing.T) {
 		{"quotes are literal", []string{`"abc"`}, `"abc"`, nil},
 		{"case kept", []string{"AbC"}, "AbC", nil},
 		{"255", []string{strings.Repeat("k", 255)}, strings.Repeat("k", 255), nil},
-		{"missing", nil, "", ErrKeyMissing},
-		{"empty", []string{""}, "", ErrKeyMalformed},
-		{"256", []string{strings.Repeat("k", 256)}, "", ErrKeyMalformed},
-		{"two values", []string{"a", "b"}, "", ErrKeyMalformed},
-		{"space", []string{"a b"}, "", ErrKeyMalformed},
-		{"tab", []string{"a\tb"}, "", ErrKeyMalformed},
-		{"control", []string{"a\x01"}, "", ErrKeyMalformed},
-		{"DEL", []string{"a\x7f"}, "", ErrKeyMalformed},
-		{"non-ASCII", []string{"clé"}, "", ErrKeyMalformed},
-		{"list", []string{"a,b"}, "", ErrKeyMalformed},
+		{"missing", nil, "", errKeyMissing},
+		{"empty", []string{""}, "", errKeyMalformed},
+		{"256", []string{strings.Repeat("k", 256)}, "", errKeyMalformed},
+		{"two values", []string{"a", "b"}, "", errKeyMalformed},
+		{"space", []string{"a b"}, "", errKeyMalformed},
+		{"tab", []string{"a\tb"}, "", errKeyMalformed},
+		{"control", []string{"a\x01"}, "", errKeyMalformed},
+		{"DEL", []string{"a\x7f"}, "", errKeyMalformed},
+		{"non-ASCII", []string{"clé"}, "", errKeyMalformed},
+		{"list", []string{"a,b"}, "", errKeyMalformed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := ParseKey(c.values, DefaultMaxKeyLength)
+			got, err := parseKey(c.values, defaultMaxKeyLength)
 			if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
 				t.Fatalf("err = %v, want %v", err, c.err)
 			}
 			if got != c.want {
 				t.Fatalf("key = %q, want %q", got, c.want)
 			}
-			var ke *KeyError
-			if err != nil && (!errors.As(err, &ke) || ke.Reason == "") {
-				t.Fatalf("not a *KeyError with a reason: %v", err)
+			var ke *keyError
+			if err != nil && (!errors.As(err, &ke) || ke.reason == "") {
+				t.Fatalf("not a *keyError with a reason: %v", err)
 			}
 		})
 	}
@@ -63,20 +63,20 @@ func TestKeyErrors(t *testing.T) {
 		want   error
 		reason string
 	}{
-		{nil, ErrKeyMissing, "no idempotency key"},
-		{[]string{"a", "b"}, ErrKeyMalformed, "the key appears 2 times; send it once"},
-		{[]string{"a b"}, ErrKeyMalformed, "character ' ' (a space) at position 1 is not allowed in a key"},
+		{nil, errKeyMissing, "no idempotency key"},
+		{[]string{"a", "b"}, errKeyMalformed, "the key appears 2 times; send it once"},
+		{[]string{"a b"}, errKeyMalformed, "character ' ' (a space) at position 1 is not allowed in a key"},
 	} {
-		_, err := ParseKey(c.values, DefaultMaxKeyLength)
-		var ke *KeyError
-		if !errors.Is(err, c.want) || !errors.Is(err, middleware.ErrInvalidKey) || !errors.As(err, &ke) || ke.Reason != c.reason {
-			t.Fatalf("ParseKey(%q) = %v; want a *KeyError matching %v and middleware.ErrInvalidKey with reason %q", c.values, err, c.want, c.reason)
+		_, err := parseKey(c.values, defaultMaxKeyLength)
+		var ke *keyError
+		if !errors.Is(err, c.want) || !errors.Is(err, middleware.ErrInvalidKey) || !errors.As(err, &ke) || ke.reason != c.reason {
+			t.Fatalf("parseKey(%q) = %v; want a *keyError matching %v and middleware.ErrInvalidKey with reason %q", c.values, err, c.want, c.reason)
 		}
 		if err.Error() != c.want.Error()+": "+c.reason {
 			t.Fatalf("message %q", err.Error())
 		}
 	}
-	if errors.Is(ErrKeyMissing, ErrKeyMalformed) {
+	if errors.Is(errKeyMissing, errKeyMalformed) {
 		t.Fatal("the sentinels match each other")
 	}
 }
@@ -158,7 +158,7 @@ func TestWireRefused(t *testing.T) {
 	}
 }
 
-// FuzzParseKey: ParseKey never panics, accepts only what it documents and
+// FuzzParseKey: parseKey never panics, accepts only what it documents and
 // never returns a key it would refuse.
 func FuzzParseKey(f *testing.F) {
 	for _, s := range []string{"8e03978e-40d5-43e8-bc93-6894a57f9324", "", "a b", "a,b", "\x00", "é", strings.Repeat("x", 300)} {
@@ -170,17 +170,17 @@ func FuzzParseKey(f *testing.F) {
 		if b != "" {
 			values = append(values, b)
 		}
-		key, err := ParseKey(values, DefaultMaxKeyLength)
+		key, err := parseKey(values, defaultMaxKeyLength)
 		if err != nil {
-			if !errors.Is(err, ErrKeyMalformed) {
-				t.Fatalf("error %v does not match ErrKeyMalformed", err)
+			if !errors.Is(err, errKeyMalformed) {
+				t.Fatalf("error %v does not match errKeyMalformed", err)
 			}
 			if len(a) > 8 && strings.Contains(err.Error(), a) {
 				t.Fatal("the error repeats the key")
 			}
 			return
 		}
-		if len(values) != 1 || key != a || key == "" || len(key) > DefaultMaxKeyLength {
+		if len(values) != 1 || key != a || key == "" || len(key) > defaultMaxKeyLength {
 			t.Fatalf("accepted %q", values)
 		}
 		for i := 0; i < len(key); i++ {

@@ -8,37 +8,36 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// Key errors. A [*KeyError] matches one of them with errors.Is, and
+// Key errors. A *keyError matches one of them with errors.Is, and
 // middleware.ErrInvalidKey too, as the key errors of every idemkit adapter
 // do.
 var (
-	// ErrKeyMissing: the call has no idempotency key where one is
+	// errKeyMissing: the call has no idempotency key where one is
 	// required.
-	ErrKeyMissing = errors.New("grpcinterceptor: idempotency key missing")
-	// ErrKeyMalformed: the key metadata is empty, too long, repeated, or
+	errKeyMissing = errors.New("grpcinterceptor: idempotency key missing")
+	// errKeyMalformed: the key metadata is empty, too long, repeated, or
 	// has characters a key cannot have.
-	ErrKeyMalformed = errors.New("grpcinterceptor: idempotency key malformed")
+	errKeyMalformed = errors.New("grpcinterceptor: idempotency key malformed")
 )
 
-// KeyError says what is wrong with the key metadata. Its message never
-// repeats the key.
-type KeyError struct {
-	Reason string
+// keyError says what is wrong with the key metadata: reason is the detail
+// of the InvalidArgument answer. Its message never repeats the key.
+type keyError struct {
+	reason string
 	err    error
 }
 
-// Error describes the problem.
-func (e *KeyError) Error() string { return e.err.Error() + ": " + e.Reason }
+func (e *keyError) Error() string { return e.err.Error() + ": " + e.reason }
 
-// Unwrap returns [ErrKeyMissing] or [ErrKeyMalformed], and
+// Unwrap returns errKeyMissing or errKeyMalformed, and
 // middleware.ErrInvalidKey.
-func (e *KeyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
+func (e *keyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
 
 func malformed(format string, args ...any) error {
-	return &KeyError{Reason: fmt.Sprintf(format, args...), err: ErrKeyMalformed}
+	return &keyError{reason: fmt.Sprintf(format, args...), err: errKeyMalformed}
 }
 
-// ParseKey checks the values of the key metadata entry (all of them, as
+// parseKey checks the values of the key metadata entry (all of them, as
 // metadata.MD holds them) and returns the key.
 //
 // A key is exactly one value of 1 to maxLen (maxLen <= 0: no limit)
@@ -46,14 +45,14 @@ func malformed(format string, args ...any) error {
 // literally and is case-sensitive: unlike the HTTP header, gRPC metadata
 // has no quoted form, so quotes are part of the key.
 //
-// Refused with a [*KeyError] matching [ErrKeyMalformed]: an empty value, a
+// Refused with a *keyError matching errKeyMalformed: an empty value, a
 // value that is too long, a space, a control or non-ASCII character, a
 // comma (a list, as a proxy that joins repeated values would make it), and
-// more than one value. No value at all is [ErrKeyMissing].
-func ParseKey(values []string, maxLen int) (string, error) {
+// more than one value. No value at all is errKeyMissing.
+func parseKey(values []string, maxLen int) (string, error) {
 	switch len(values) {
 	case 0:
-		return "", &KeyError{Reason: "no idempotency key", err: ErrKeyMissing}
+		return "", &keyError{reason: "no idempotency key", err: errKeyMissing}
 	case 1:
 	default:
 		return "", malformed("the key appears %d times; send it once", len(values))

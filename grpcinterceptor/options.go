@@ -6,38 +6,43 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// Defaults of the interceptors.
+// Defaults of the interceptors (each written on its option too).
 const (
-	// DefaultMetadataKey is the metadata key that carries the idempotency
-	// key.
-	DefaultMetadataKey = "idempotency-key"
-	// ReplayedMetadataKey is set to "true" in the header metadata of a
-	// replayed response.
-	ReplayedMetadataKey = "idempotent-replayed"
-	// DefaultMaxKeyLength bounds a key's length in characters.
-	DefaultMaxKeyLength = 255
-	// DefaultMaxResponseBytes bounds the encoded response (message or
-	// status, with its metadata) kept for replay.
-	DefaultMaxResponseBytes = 1 << 20 // 1 MiB
-	// DefaultRetryDelay is the RetryInfo delay of the in-progress and
-	// unavailable statuses.
-	DefaultRetryDelay = time.Second
-	// DefaultErrorDomain is the google.rpc.ErrorInfo domain of the
-	// statuses the interceptor answers itself.
-	DefaultErrorDomain = "idemkit.dev"
+	defaultMetadataKey      = "idempotency-key"
+	defaultMaxKeyLength     = 255
+	defaultMaxResponseBytes = 1 << 20 // 1 MiB
+	defaultRetryDelay       = time.Second
+	defaultErrorDomain      = "idemkit.dev"
+	defaultMaxAttempts      = 1
+	defaultBaseDelay        = 100 * time.Millisecond
+	defaultMaxDelay         = 5 * time.Second
 )
 
-// CodeSet is a set of gRPC status codes (the 17 canonical ones).
-type CodeSet uint32
+// replayedMetadataKey is set to "true" in the header metadata of a
+// replayed response (see [Replayed]).
+const replayedMetadataKey = "idempotent-replayed"
 
-// Codes returns the set of the codes given.
-func Codes(cs ...codes.Code) CodeSet {
-	var s CodeSet
+// StorePolicy says which outcomes the server interceptor records. What is
+// not recorded is delivered once and forgotten: the claim is released and a
+// retry runs the handler again. See [WithStorePolicy] for the default.
+type StorePolicy struct {
+	// Forget holds the status codes that are delivered and not recorded.
+	Forget []codes.Code
+	// Panic records a handler panic (answered Internal) when true.
+	Panic bool
+}
+
+// codeSet is a set of gRPC status codes (the 17 canonical ones).
+type codeSet uint32
+
+func codesOf(cs []codes.Code) codeSet {
+	var s codeSet
 	for _, c := range cs {
 		if c < 32 {
 			s |= 1 << c
@@ -46,38 +51,24 @@ func Codes(cs ...codes.Code) CodeSet {
 	return s
 }
 
-// Has reports whether c is in the set.
-func (s CodeSet) Has(c codes.Code) bool { return c < 32 && s&(1<<c) != 0 }
+func (s codeSet) has(c codes.Code) bool { return c < 32 && s&(1<<c) != 0 }
 
-// StorePolicy says which outcomes are recorded. What is not recorded is
-// delivered once and forgotten: the claim is released and a retry runs the
-// handler again.
-type StorePolicy struct {
-	// Forget holds the status codes that are delivered and not recorded.
-	Forget CodeSet
-	// Panic records a handler panic (answered Internal) when true.
-	Panic bool
-}
+// Option configures the server interceptor ([New]), the client interceptor
+// ([NewClientInterceptor]) or both, as its doc says, so that one list of
+// options can configure both ends of a service. An interceptor refuses an
+// option that applies only to the other one (InvalidArgument).
+type Option func(*config)
 
-// DefaultStorePolicy records OK and the business errors, and forgets the
-// transient ones (Unavailable, Internal, Unknown, DeadlineExceeded,
-// Canceled, ResourceExhausted) and panics, so a retry can run again.
-var DefaultStorePolicy = StorePolicy{
-	Forget: Codes(codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted),
-}
+type config struct {
+	client    bool   // configuring the client interceptor
+	misplaced string // the first option given to the wrong interceptor
 
-// RecordAllStorePolicy records every outcome, transient errors and panics
-// included, as Stripe's API does: a retry always gets the first answer.
-var RecordAllStorePolicy = StorePolicy{Panic: true}
+	// Both interceptors.
+	key      string
+	selector Selector
+	domain   string
 
-func (p StorePolicy) stores(c codes.Code) bool { return !p.Forget.Has(c) }
-
-// Option configures the server interceptor ([New]).
-type Option func(*serverConfig)
-
-type serverConfig struct {
-	key          string
-	selector     Selector
+	// The server interceptor.
 	include      []string
 	exclude      []string
 	required     bool
@@ -91,71 +82,121 @@ type serverConfig struct {
 	wait         bool
 	failOpen     bool
 	retryDelay   time.Duration
-	domain       string
 	types        protoregistry.MessageTypeResolver
 	logger       *slog.Logger
+
+	// The client interceptor.
+	newKey      func() string
+	maxAttempts int
+	backoff     idemkit.Backoff
 }
 
-func serverDefaults() serverConfig {
-	return serverConfig{
-		key:         DefaultMetadataKey,
+func defaults(client bool) config {
+	return config{
+		client:      client,
+		key:         defaultMetadataKey,
+		domain:      defaultErrorDomain,
 		required:    true,
 		methodScope: true,
-		maxKeyLen:   DefaultMaxKeyLength,
-		fingerprint: Fingerprint,
-		maxResponse: DefaultMaxResponseBytes,
-		policy:      DefaultStorePolicy,
+		maxKeyLen:   defaultMaxKeyLength,
+		fingerprint: protoFingerprint,
+		maxResponse: defaultMaxResponseBytes,
+		policy: StorePolicy{Forget: []codes.Code{
+			codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted,
+		}},
 		wait:        true,
-		retryDelay:  DefaultRetryDelay,
-		domain:      DefaultErrorDomain,
+		retryDelay:  defaultRetryDelay,
 		types:       protoregistry.GlobalTypes,
+		newKey:      newUUID,
+		maxAttempts: defaultMaxAttempts,
+		backoff:     idemkit.Backoff{Base: defaultBaseDelay, Max: defaultMaxDelay},
+	}
+}
+
+// serverOnly is an option of the server interceptor alone.
+func serverOnly(name string, set func(*config)) Option {
+	return func(c *config) {
+		if c.client {
+			c.refuse(name + " applies to the server interceptor only")
+			return
+		}
+		set(c)
+	}
+}
+
+// clientOnly is an option of the client interceptor alone.
+func clientOnly(name string, set func(*config)) Option {
+	return func(c *config) {
+		if !c.client {
+			c.refuse(name + " applies to the client interceptor only")
+			return
+		}
+		set(c)
+	}
+}
+
+func (c *config) refuse(detail string) {
+	if c.misplaced == "" {
+		c.misplaced = detail
 	}
 }
 
 // WithMetadataKey sets the metadata key that carries the idempotency key
-// (case-insensitive, as metadata keys are). Default: "idempotency-key".
+// (case-insensitive, as metadata keys are): the one the server reads and
+// the client attaches. Both interceptors. Default: "idempotency-key".
 func WithMetadataKey(key string) Option {
-	return func(c *serverConfig) { c.key = strings.ToLower(key) }
+	return func(c *config) { c.key = strings.ToLower(key) }
 }
 
-// WithSelector sets which unary methods are guarded; others pass through.
-// Default: DefaultSelector(nil), every method except those declared with
+// WithSelector sets which unary methods are guarded (server) or get a key
+// and the interceptor's retries (client); others pass through. Both
+// interceptors. Default: every method except those declared with
 // idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS in
 // protoregistry.GlobalFiles and those of gRPC's health, reflection and
-// channelz services. [WithInclude] and [WithExclude] adjust
+// channelz services. On the server, [WithInclude] and [WithExclude] adjust
 // whichever selector is in force.
-func WithSelector(s Selector) Option { return func(c *serverConfig) { c.selector = s } }
+func WithSelector(s Selector) Option { return func(c *config) { c.selector = s } }
+
+// WithErrorDomain sets the google.rpc.ErrorInfo domain of the statuses the
+// server interceptor answers itself, and the domain whose in-progress
+// reason the client interceptor retries. Both interceptors. Default:
+// "idemkit.dev".
+func WithErrorDomain(domain string) Option { return func(c *config) { c.domain = domain } }
 
 // WithInclude guards the methods named ("/package.Service/Method") whatever
-// the selector says. Default: none. Repeated calls add up.
+// the selector says. Server only. Default: none. Repeated calls add up.
 func WithInclude(fullMethods ...string) Option {
-	return func(c *serverConfig) { c.include = append(c.include, fullMethods...) }
+	return serverOnly("WithInclude", func(c *config) { c.include = append(c.include, fullMethods...) })
 }
 
 // WithExclude passes the methods named ("/package.Service/Method") through
-// unguarded whatever the selector and [WithInclude] say. Default: none.
-// Repeated calls add up.
+// unguarded whatever the selector and [WithInclude] say. Server only.
+// Default: none. Repeated calls add up.
 func WithExclude(fullMethods ...string) Option {
-	return func(c *serverConfig) { c.exclude = append(c.exclude, fullMethods...) }
+	return serverOnly("WithExclude", func(c *config) { c.exclude = append(c.exclude, fullMethods...) })
 }
 
 // WithKeyRequired makes a call to a guarded method without a key an
 // InvalidArgument (IDEMPOTENCY_KEY_MISSING). Set it to false to let such
 // calls through unguarded while clients are being taught to send keys.
-// Default: true.
+// Server only. Default: true.
 func WithKeyRequired(required bool) Option {
-	return func(c *serverConfig) { c.required = required }
+	return serverOnly("WithKeyRequired", func(c *config) { c.required = required })
 }
 
-// WithMaxKeyLength bounds a key's length in characters. Default: 255.
-func WithMaxKeyLength(n int) Option { return func(c *serverConfig) { c.maxKeyLen = n } }
+// WithMaxKeyLength bounds a key's length in characters. Server only.
+// Default: 255.
+func WithMaxKeyLength(n int) Option {
+	return serverOnly("WithMaxKeyLength", func(c *config) { c.maxKeyLen = n })
+}
 
 // WithScope sets the principal a key belongs to, from the call's context:
 // typically the authenticated user or tenant (from the peer's certificate
 // or a token in the metadata), so one client's key can never replay
-// another client's response. Default: one principal for the whole service.
+// another client's response. Server only. Default: one principal for the
+// whole service.
 func WithScope(scope func(ctx context.Context) string) Option {
-	return func(c *serverConfig) { c.scope = scope }
+	return serverOnly("WithScope", func(c *config) { c.scope = scope })
 }
 
 // WithMethodScope puts each method's keys in a namespace of their own
@@ -164,77 +205,119 @@ func WithScope(scope func(ctx context.Context) string) Option {
 // key reused with another method is refused (FailedPrecondition,
 // IDEMPOTENCY_KEY_REUSED: the full method name is part of the
 // fingerprint), as the HTTP adapters refuse a key reused on another route.
-// Default: true.
+// Server only. Default: true.
 func WithMethodScope(perMethod bool) Option {
-	return func(c *serverConfig) { c.methodScope = perMethod }
+	return serverOnly("WithMethodScope", func(c *config) { c.methodScope = perMethod })
 }
 
-// WithFingerprint replaces the request fingerprint. Default: [Fingerprint]
-// ("grpc-v1": the full method name and the request's deterministic
-// protobuf encoding). An error answers the call Internal without running
-// it.
+// WithFingerprint replaces the request fingerprint. An error answers the
+// call Internal without running it. Server only. Default: "grpc-v1", the
+// SHA-256 of the full method name (length-prefixed) and the request's
+// deterministic protobuf encoding (proto.MarshalOptions{Deterministic:
+// true}: map entries sorted); unknown fields are kept, so a request
+// carrying fields this server does not know still matches its faithful
+// retries, and a request that is not a protobuf message is an error.
 func WithFingerprint(f func(fullMethod string, req any) (fingerprint.Fingerprint, error)) Option {
-	return func(c *serverConfig) { c.fingerprint = f }
+	return serverOnly("WithFingerprint", func(c *config) { c.fingerprint = f })
 }
 
 // WithMaxResponseBytes bounds the encoded outcome (the response message or
 // the error status, with the recorded metadata) kept for replay. A larger
 // one is delivered and recorded as executed-not-replayable: retries get
 // FailedPrecondition (IDEMPOTENCY_NOT_REPLAYABLE) and the handler never runs again
-// under that key. Default: 1 MiB.
+// under that key. Server only. Default: 1 MiB.
 func WithMaxResponseBytes(n int) Option {
-	return func(c *serverConfig) { c.maxResponse = n }
+	return serverOnly("WithMaxResponseBytes", func(c *config) { c.maxResponse = n })
 }
 
 // WithReplayMetadata selects the header and trailer metadata keys (lower
 // case) that are recorded and repeated by a replay. Keys starting with
 // "grpc-", pseudo-headers and "idempotent-replayed" are never recorded.
-// Default: every other key the handler set.
+// Server only. Default: every other key the handler set.
 func WithReplayMetadata(keep func(key string) bool) Option {
-	return func(c *serverConfig) { c.keepMetadata = keep }
+	return serverOnly("WithReplayMetadata", func(c *config) { c.keepMetadata = keep })
 }
 
-// WithStorePolicy sets which outcomes are recorded. Default:
-// [DefaultStorePolicy]; [RecordAllStorePolicy] records everything.
-func WithStorePolicy(p StorePolicy) Option { return func(c *serverConfig) { c.policy = p } }
+// WithStorePolicy sets which outcomes are recorded. Server only. Default:
+// OK and the business errors are recorded; the transient errors
+// (Unavailable, Internal, Unknown, DeadlineExceeded, Canceled,
+// ResourceExhausted) and panics are forgotten, so a retry can run again.
+// StorePolicy{Panic: true} records every outcome, as Stripe's API does: a
+// retry always gets the first answer.
+func WithStorePolicy(p StorePolicy) Option {
+	return serverOnly("WithStorePolicy", func(c *config) { c.policy = p })
+}
 
 // WithWaitForResult makes a duplicate of a running call wait (up to the
 // guard's wait budget) and then get its response. Set it to false to answer
-// such duplicates Aborted (IDEMPOTENCY_KEY_IN_PROGRESS) at once. Default:
-// true.
-func WithWaitForResult(wait bool) Option { return func(c *serverConfig) { c.wait = wait } }
-
-// WithFailOpen lets calls through unguarded when the idempotency backend
-// is unreachable. Default: false (fail closed: Unavailable with RetryInfo,
-// so a call is never run without knowing whether it already ran).
-func WithFailOpen(open bool) Option { return func(c *serverConfig) { c.failOpen = open } }
-
-// WithRetryDelay sets the RetryInfo delay of the in-progress and
-// unavailable statuses. Zero leaves RetryInfo out. Default: 1 s.
-func WithRetryDelay(d time.Duration) Option {
-	return func(c *serverConfig) { c.retryDelay = d }
+// such duplicates Aborted (IDEMPOTENCY_KEY_IN_PROGRESS) at once. Server
+// only. Default: true.
+func WithWaitForResult(wait bool) Option {
+	return serverOnly("WithWaitForResult", func(c *config) { c.wait = wait })
 }
 
-// WithErrorDomain sets the google.rpc.ErrorInfo domain of the statuses the
-// interceptor answers itself. Default: "idemkit.dev".
-func WithErrorDomain(domain string) Option { return func(c *serverConfig) { c.domain = domain } }
+// WithFailOpen lets calls through unguarded when the idempotency backend
+// is unreachable. Server only. Default: false (fail closed: Unavailable
+// with RetryInfo, so a call is never run without knowing whether it
+// already ran).
+func WithFailOpen(open bool) Option {
+	return serverOnly("WithFailOpen", func(c *config) { c.failOpen = open })
+}
+
+// WithRetryDelay sets the RetryInfo delay of the in-progress and
+// unavailable statuses. Zero leaves RetryInfo out. Server only. Default:
+// 1 s.
+func WithRetryDelay(d time.Duration) Option {
+	return serverOnly("WithRetryDelay", func(c *config) { c.retryDelay = d })
+}
 
 // WithMessageTypes sets the registry that rebuilds a recorded response
-// message from its full name on replay. Default: protoregistry.GlobalTypes,
-// where every generated message type registers itself.
+// message from its full name on replay. Server only. Default:
+// protoregistry.GlobalTypes, where every generated message type registers
+// itself.
 func WithMessageTypes(types protoregistry.MessageTypeResolver) Option {
-	return func(c *serverConfig) { c.types = types }
+	return serverOnly("WithMessageTypes", func(c *config) { c.types = types })
 }
 
 // WithLogger sets the logger for handler panics and unreadable records.
-// Default: slog.Default().
-func WithLogger(l *slog.Logger) Option { return func(c *serverConfig) { c.logger = l } }
+// Server only. Default: slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return serverOnly("WithLogger", func(c *config) { c.logger = l })
+}
+
+// WithKeyFunc sets how a fresh key is made for a call without one. Client
+// only. Default: a random (version 4) UUID from crypto/rand.
+func WithKeyFunc(newKey func() string) Option {
+	return clientOnly("WithKeyFunc", func(c *config) { c.newKey = newKey })
+}
+
+// WithMaxAttempts bounds the attempts the client interceptor makes per
+// call, the first included, all with the same key. It retries Unavailable,
+// ResourceExhausted and Aborted with the in-progress reason
+// (IDEMPOTENCY_KEY_IN_PROGRESS), with capped exponential back-off and
+// jitter ([WithBackoff]), waiting at least a RetryInfo delay the server
+// sends (one longer than the maximum delay ends the retries) and never past
+// the call's context. Client only. Default: 1 (no retries by the
+// interceptor; grpc-go's own retry policy, if the service config has one,
+// still resends the key).
+func WithMaxAttempts(n int) Option {
+	return clientOnly("WithMaxAttempts", func(c *config) { c.maxAttempts = n })
+}
+
+// WithBackoff sets the back-off between the client interceptor's attempts
+// (see [idemkit.Backoff]: the n-th delay is drawn from [d/2, d] for d =
+// Base·2^(n−1), capped by Max). Max also bounds the RetryInfo delay the
+// interceptor waits: a longer one ends the retries. Client only. Default:
+// 100 ms doubling up to 5 s.
+func WithBackoff(b idemkit.Backoff) Option {
+	return clientOnly("WithBackoff", func(c *config) { c.backoff = b })
+}
 
 // validMetadataKey reports whether k can name a metadata entry that
 // carries a text key: lower-case [0-9a-z-_.], not reserved by gRPC ("grpc-")
 // and not binary ("-bin").
 func validMetadataKey(k string) bool {
-	if k == "" || strings.HasPrefix(k, "grpc-") || strings.HasSuffix(k, "-bin") || k == ReplayedMetadataKey {
+	if k == "" || strings.HasPrefix(k, "grpc-") || strings.HasSuffix(k, "-bin") || k == replayedMetadataKey {
 		return false
 	}
 	for i := 0; i < len(k); i++ {

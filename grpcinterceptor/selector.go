@@ -15,15 +15,15 @@ import (
 // grpc.UnaryServerInfo.FullMethod and the client interceptor's method).
 type Selector func(fullMethod string) bool
 
-// DescriptorResolver finds descriptors by full name.
+// descriptorResolver finds descriptors by full name.
 // *protoregistry.Files implements it.
-type DescriptorResolver interface {
+type descriptorResolver interface {
 	FindDescriptorByName(name protoreflect.FullName) (protoreflect.Descriptor, error)
 }
 
-var _ DescriptorResolver = (*protoregistry.Files)(nil)
+var _ descriptorResolver = (*protoregistry.Files)(nil)
 
-// DefaultSelector returns the default [Selector]: every method except those
+// defaultSelector returns the default [Selector]: every method except those
 // whose proto options declare them safe to repeat, with idempotency_level
 // IDEMPOTENT or NO_SIDE_EFFECTS, and those of gRPC's own services, which
 // read state and are safe to repeat: grpc.health.v1.* (whose Check a load
@@ -32,7 +32,7 @@ var _ DescriptorResolver = (*protoregistry.Files)(nil)
 // (protoregistry.GlobalFiles when files is nil) once and remembers the
 // answer. A method it cannot find is selected. The server's WithInclude
 // still guards a method it leaves out.
-func DefaultSelector(files DescriptorResolver) Selector {
+func defaultSelector(files descriptorResolver) Selector {
 	if files == nil {
 		files = protoregistry.GlobalFiles
 	}
@@ -41,7 +41,7 @@ func DefaultSelector(files DescriptorResolver) Selector {
 		if v, ok := cache.Load(fullMethod); ok {
 			return v.(bool)
 		}
-		selected := !infrastructure(fullMethod) && !DeclaredIdempotent(files, fullMethod)
+		selected := !infrastructure(fullMethod) && !declaredIdempotent(files, fullMethod)
 		cache.Store(fullMethod, selected)
 		return selected
 	}
@@ -57,11 +57,11 @@ func SelectMethods(fullMethods ...string) Selector {
 	return func(fullMethod string) bool { return set[fullMethod] }
 }
 
-// DeclaredIdempotent reports whether the method named by fullMethod
+// declaredIdempotent reports whether the method named by fullMethod
 // ("/package.Service/Method") is declared with the method option
 // idempotency_level = IDEMPOTENT or NO_SIDE_EFFECTS in files
 // (protoregistry.GlobalFiles when nil). An unknown method is not.
-func DeclaredIdempotent(files DescriptorResolver, fullMethod string) bool {
+func declaredIdempotent(files descriptorResolver, fullMethod string) bool {
 	if files == nil {
 		files = protoregistry.GlobalFiles
 	}

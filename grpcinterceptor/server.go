@@ -20,7 +20,8 @@ import (
 // server is the server interceptor.
 type server struct {
 	guard    *middleware.Guard
-	cfg      serverConfig
+	cfg      config
+	forget   codeSet // the store policy's Forget
 	include  map[string]bool
 	exclude  map[string]bool
 	callOpts []middleware.CallOption
@@ -50,11 +51,13 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 	if guard == nil {
 		return bad("a guard is required")
 	}
-	cfg := serverDefaults()
+	cfg := defaults(false)
 	for _, o := range opts {
 		o(&cfg)
 	}
 	switch {
+	case cfg.misplaced != "":
+		return bad(cfg.misplaced)
 	case !validMetadataKey(cfg.key):
 		return bad("the key metadata name must be 1 or more of [0-9a-z-_.], not binary (-bin) and not reserved (grpc-)")
 	case cfg.maxKeyLen < 1:
@@ -69,13 +72,13 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 		return bad("the fingerprint function and the message types must not be nil")
 	}
 	if cfg.selector == nil {
-		cfg.selector = DefaultSelector(nil)
+		cfg.selector = defaultSelector(nil)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
 	s := &server{
-		guard: guard, cfg: cfg,
+		guard: guard, cfg: cfg, forget: codesOf(cfg.policy.Forget),
 		include: setOf(cfg.include), exclude: setOf(cfg.exclude),
 		keyMeta: map[string]string{errorInfoMetadataKey: cfg.key},
 	}
@@ -122,12 +125,12 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMissing,
 			"send the metadata "+s.cfg.key+" with a unique key, such as a UUID", 0, s.keyMeta)
 	}
-	key, err := ParseKey(values, s.cfg.maxKeyLen)
+	key, err := parseKey(values, s.cfg.maxKeyLen)
 	if err != nil {
-		var ke *KeyError
+		var ke *keyError
 		errors.As(err, &ke)
 		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMalformed,
-			"malformed idempotency key: "+ke.Reason, 0, s.keyMeta)
+			"malformed idempotency key: "+ke.reason, 0, s.keyMeta)
 	}
 	fp, err := s.cfg.fingerprint(info.FullMethod, req)
 	if err != nil {
@@ -185,9 +188,9 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		if !ok {
 			st = status.FromContextError(err)
 		}
-		return resp, s.verdict(cs, nil, st, s.cfg.policy.stores(st.Code())), err
+		return resp, s.verdict(cs, nil, st, !s.forget.has(st.Code())), err
 	}
-	return resp, s.verdict(cs, resp, nil, s.cfg.policy.stores(codes.OK)), nil
+	return resp, s.verdict(cs, resp, nil, !s.forget.has(codes.OK)), nil
 }
 
 // verdict encodes the outcome for the record: the response message (st ==
@@ -242,7 +245,7 @@ func (s *server) replay(ctx context.Context, value []byte) (any, error) {
 	if header == nil {
 		header = make(metadata.MD, 1)
 	}
-	header[ReplayedMetadataKey] = []string{"true"}
+	header[replayedMetadataKey] = []string{"true"}
 	// An error here means the transport went away: the answer below
 	// fails the same way.
 	_ = grpc.SetHeader(ctx, header)

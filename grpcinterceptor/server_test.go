@@ -129,7 +129,7 @@ func TestReplayErrors(t *testing.T) {
 
 func TestRecordAllStorePolicy(t *testing.T) {
 	svc := newService()
-	c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithStorePolicy(grpcinterceptor.RecordAllStorePolicy)))
+	c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithStorePolicy(grpcinterceptor.StorePolicy{Panic: true})))
 	ctx := withKey(t.Context(), "k")
 	req := &testgrpc.SimpleRequest{ResponseStatus: &testgrpc.EchoStatus{Code: int32(codes.Unavailable), Message: "down"}}
 	_ = unary(ctx, c, req)
@@ -138,6 +138,31 @@ func TestRecordAllStorePolicy(t *testing.T) {
 	}
 	if n := svc.executions.Load(); n != 1 {
 		t.Fatalf("executions = %d, want 1", n)
+	}
+}
+
+// TestStorePolicyForget: the codes a policy lists are forgotten (the retry
+// runs again) and the others recorded; the policy is read at construction,
+// so changing its slice afterwards changes nothing.
+func TestStorePolicyForget(t *testing.T) {
+	svc := newService()
+	forget := []codes.Code{codes.NotFound}
+	c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithStorePolicy(grpcinterceptor.StorePolicy{Forget: forget})))
+	forget[0] = codes.Unavailable
+	call := func(key string, code codes.Code) answer {
+		req := &testgrpc.SimpleRequest{ResponseStatus: &testgrpc.EchoStatus{Code: int32(code), Message: "no"}}
+		return unary(withKey(t.Context(), key), c, req)
+	}
+	call("notfound", codes.NotFound)
+	if a := call("notfound", codes.NotFound); status.Code(a.err) != codes.NotFound || a.replayed() {
+		t.Fatalf("NotFound, listed: %v replayed=%v; want a second execution", a.err, a.replayed())
+	}
+	call("unavailable", codes.Unavailable)
+	if a := call("unavailable", codes.Unavailable); status.Code(a.err) != codes.Unavailable || !a.replayed() {
+		t.Fatalf("Unavailable, not listed: %v replayed=%v; want a replay", a.err, a.replayed())
+	}
+	if n := svc.executions.Load(); n != 3 {
+		t.Fatalf("executions = %d, want 3", n)
 	}
 }
 
@@ -273,7 +298,7 @@ func TestInProgress(t *testing.T) {
 
 	a := unary(ctx, c, req)
 	checkRefusal(t, a.err, codes.Aborted, grpcinterceptor.ReasonInProgress, true)
-	if d, _ := grpcinterceptor.RetryDelayOf(a.err); d != grpcinterceptor.DefaultRetryDelay {
+	if d, _ := grpcinterceptor.RetryDelayOf(a.err); d != time.Second {
 		t.Fatalf("RetryInfo delay = %v", d)
 	}
 	close(svc.release)

@@ -12,8 +12,7 @@ import (
 
 // Reasons: the google.rpc.ErrorInfo reason of each status the interceptor
 // answers itself, in the domain set by [WithErrorDomain] (default
-// [DefaultErrorDomain], "idemkit.dev"). They are stable: clients may match
-// on them. The ErrorInfo of the key statuses carries the metadata key the
+// "idemkit.dev"). They are stable: clients may match on them. The ErrorInfo of the key statuses carries the metadata key the
 // server reads under "metadata_key".
 const (
 	// ReasonKeyMissing: InvalidArgument; the method is guarded, the key is
@@ -78,9 +77,9 @@ func ErrorInfoOf(err error) *errdetails.ErrorInfo {
 	return nil
 }
 
-// RetryDelayOf returns the delay of the google.rpc.RetryInfo detail of
+// retryDelayOf returns the delay of the google.rpc.RetryInfo detail of
 // err's status, and whether it has one.
-func RetryDelayOf(err error) (time.Duration, bool) {
+func retryDelayOf(err error) (time.Duration, bool) {
 	st, ok := status.FromError(err)
 	if !ok {
 		return 0, false

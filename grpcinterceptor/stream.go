@@ -153,5 +153,5 @@ func (c *captureStream) recorded() (header, trailer metadata.MD) {
 // reservedKey reports keys a replay never repeats: the transport's own
 // (grpc-*, pseudo-headers) and the replay marker.
 func reservedKey(k string) bool {
-	return k == "" || k[0] == ':' || strings.HasPrefix(k, "grpc-") || k == ReplayedMetadataKey
+	return k == "" || k[0] == ':' || strings.HasPrefix(k, "grpc-") || k == replayedMetadataKey
 }

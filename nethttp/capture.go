@@ -6,7 +6,7 @@ import (
 	"net/http"
 )
 
-// Capture is the ResponseWriter a guarded handler writes to. It passes
+// capture is the ResponseWriter a guarded handler writes to. It passes
 // everything through to the real writer at once (streaming works) and keeps
 // a copy of the status, the replayable headers and the body for the record.
 //
@@ -16,11 +16,11 @@ import (
 // hijacked (or 101) response, or one larger than the capture limit, is
 // delivered and marked not replayable.
 //
-// Capture implements Unwrap, so http.ResponseController reaches the real
+// capture implements Unwrap, so http.ResponseController reaches the real
 // writer's deadlines and full-duplex switch. It advertises http.Flusher,
 // http.Hijacker and http.Pusher exactly when the real writer does, never
-// more (see [NewCapture]).
-type Capture struct {
+// more (see newCapture).
+type capture struct {
 	w         http.ResponseWriter
 	keep      func(name string) bool
 	limit     int
@@ -34,55 +34,55 @@ type Capture struct {
 	marked    bool // MarkNotReplayable was called
 }
 
-// NewCapture wraps w. keep selects the headers worth recording; limit
+// newCapture wraps w. keep selects the headers worth recording; limit
 // bounds the recorded body (beyond it the response is still delivered but
-// not replayable; limit <= 0: no limit). The returned writer is the Capture
+// not replayable; limit <= 0: no limit). The returned writer is the capture
 // itself or a wrapper of it that adds exactly the optional interfaces
-// (Flusher, Hijacker, Pusher) w has; use [CaptureOf] to get the Capture back.
-func NewCapture(w http.ResponseWriter, keep func(name string) bool, limit int) (http.ResponseWriter, *Capture) {
-	c := &Capture{w: w, keep: keep, limit: limit}
+// (Flusher, Hijacker, Pusher) w has; captureOf gets the capture back.
+func newCapture(w http.ResponseWriter, keep func(name string) bool, limit int) (http.ResponseWriter, *capture) {
+	c := &capture{w: w, keep: keep, limit: limit}
 	_, f := w.(http.Flusher)
 	_, h := w.(http.Hijacker)
 	_, p := w.(http.Pusher)
 	switch {
 	case f && h && p:
 		return struct {
-			*Capture
+			*capture
 			flusher
 			hijacker
 			pusher
 		}{c, flusher{c}, hijacker{c}, pusher{c}}, c
 	case f && h:
 		return struct {
-			*Capture
+			*capture
 			flusher
 			hijacker
 		}{c, flusher{c}, hijacker{c}}, c
 	case f && p:
 		return struct {
-			*Capture
+			*capture
 			flusher
 			pusher
 		}{c, flusher{c}, pusher{c}}, c
 	case h && p:
 		return struct {
-			*Capture
+			*capture
 			hijacker
 			pusher
 		}{c, hijacker{c}, pusher{c}}, c
 	case f:
 		return struct {
-			*Capture
+			*capture
 			flusher
 		}{c, flusher{c}}, c
 	case h:
 		return struct {
-			*Capture
+			*capture
 			hijacker
 		}{c, hijacker{c}}, c
 	case p:
 		return struct {
-			*Capture
+			*capture
 			pusher
 		}{c, pusher{c}}, c
 	}
@@ -90,10 +90,10 @@ func NewCapture(w http.ResponseWriter, keep func(name string) bool, limit int) (
 }
 
 // Header returns the real writer's header map.
-func (c *Capture) Header() http.Header { return c.w.Header() }
+func (c *capture) Header() http.Header { return c.w.Header() }
 
 // WriteHeader records the first non-1xx status and passes it on.
-func (c *Capture) WriteHeader(code int) {
+func (c *capture) WriteHeader(code int) {
 	if c.wrote || c.hijacked {
 		return
 	}
@@ -113,7 +113,7 @@ func (c *Capture) WriteHeader(code int) {
 }
 
 // Write passes p on and keeps a copy, up to the capture limit.
-func (c *Capture) Write(p []byte) (int, error) {
+func (c *capture) Write(p []byte) (int, error) {
 	if !c.wrote {
 		c.WriteHeader(http.StatusOK)
 	}
@@ -127,42 +127,24 @@ func (c *Capture) Write(p []byte) (int, error) {
 	return c.w.Write(p)
 }
 
-func (c *Capture) captureOf() *Capture { return c }
+func (c *capture) self() *capture { return c }
 
 // Unwrap returns the real writer, for http.ResponseController.
-func (c *Capture) Unwrap() http.ResponseWriter { return c.w }
+func (c *capture) Unwrap() http.ResponseWriter { return c.w }
 
-// Status returns the recorded status: 0 before anything was written.
-func (c *Capture) Status() int { return c.status }
-
-// Written reports whether the status has been written.
-func (c *Capture) Written() bool { return c.wrote }
-
-// Replayable reports whether the response can be recorded for replay: it
+// replayable reports whether the response can be recorded for replay: it
 // was not flushed, hijacked or switched to another protocol, its body fits
-// the capture limit, and nobody called [Capture.MarkNotReplayable].
-func (c *Capture) Replayable() bool {
+// the capture limit, and nobody called [MarkNotReplayable].
+func (c *capture) replayable() bool {
 	return !c.flushed && !c.hijacked && !c.overLimit && !c.marked && c.status != http.StatusSwitchingProtocols
 }
 
-// MarkNotReplayable declares that what the capture holds is not what the
-// client gets, so it must not be replayed: the request is recorded as
-// executed-not-replayable (if the store policy records its status at all),
-// and a retry gets 409 response-not-replayable without running the handler
-// again. An adapter calls it when its framework answers outside the
-// capture, such as a gin middleware in front of the guard that renders
-// c.Errors after the chain returns.
-func (c *Capture) MarkNotReplayable() { c.marked = true }
-
-// Hijacked reports whether the handler took over the connection.
-func (c *Capture) Hijacked() bool { return c.hijacked }
-
-// Response returns the recorded status, replayable headers and body.
-func (c *Capture) Response() (status int, header http.Header, body []byte) {
+// recorded returns the recorded status, replayable headers and body.
+func (c *capture) recorded() (status int, header http.Header, body []byte) {
 	return c.status, c.header, c.body
 }
 
-type flusher struct{ c *Capture }
+type flusher struct{ c *capture }
 
 // Flush marks the response streamed and flushes the real writer.
 func (f flusher) Flush() {
@@ -173,7 +155,7 @@ func (f flusher) Flush() {
 	f.c.w.(http.Flusher).Flush()
 }
 
-type hijacker struct{ c *Capture }
+type hijacker struct{ c *capture }
 
 // Hijack marks the response not replayable and hands over the connection.
 func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -184,20 +166,36 @@ func (h hijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return conn, rw, err
 }
 
-type pusher struct{ c *Capture }
+type pusher struct{ c *capture }
 
 // Push passes an HTTP/2 server push on; it does not affect the record.
 func (p pusher) Push(target string, opts *http.PushOptions) error {
 	return p.c.w.(http.Pusher).Push(target, opts)
 }
 
-// CaptureOf returns the Capture behind a writer made by [NewCapture], or
-// nil.
-func CaptureOf(w http.ResponseWriter) *Capture {
+// MarkNotReplayable declares that the response being written to w is not
+// what the client gets, or must never be sent again, so it is not replayed:
+// the request is recorded as executed-not-replayable (if the store policy
+// records its status at all), and a retry gets 409 response-not-replayable
+// without running the handler again. w is the writer the middleware gave
+// the handler, or one that wraps it and implements Unwrap; for any other
+// writer (a request the middleware does not guard) it does nothing.
+//
+// Adapters call it when their framework answers outside the middleware,
+// such as a gin middleware in front of the guard that renders c.Errors
+// after the chain returns.
+func MarkNotReplayable(w http.ResponseWriter) {
+	if c := captureOf(w); c != nil {
+		c.marked = true
+	}
+}
+
+// captureOf returns the capture behind a writer made by newCapture, or nil.
+func captureOf(w http.ResponseWriter) *capture {
 	for {
 		switch x := w.(type) {
-		case interface{ captureOf() *Capture }:
-			return x.captureOf()
+		case interface{ self() *capture }:
+			return x.self()
 		case interface{ Unwrap() http.ResponseWriter }:
 			w = x.Unwrap()
 		default:

@@ -1,4 +1,4 @@
-package nethttp_test
+package nethttp
 
 import (
 	"bufio"
@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-
-	"github.com/idemkit/idemkit/nethttp"
 )
 
 func keepAll(string) bool { return true }
@@ -46,15 +44,15 @@ func TestCaptureAdvertisesExactlyTheWrappedInterfaces(t *testing.T) {
 		{"hijacker only", &hijackWriter{plainWriter{h: http.Header{}}}, false, true},
 		{"recorder (flusher)", httptest.NewRecorder(), true, false},
 	} {
-		cw, capture := nethttp.NewCapture(c.w, keepAll, 0)
+		cw, capture := newCapture(c.w, keepAll, 0)
 		_, f := cw.(http.Flusher)
 		_, h := cw.(http.Hijacker)
 		_, p := cw.(http.Pusher)
 		if f != c.flush || h != c.hijack || p {
 			t.Fatalf("%s: Flusher %v Hijacker %v Pusher %v; want %v %v false", c.name, f, h, p, c.flush, c.hijack)
 		}
-		if nethttp.CaptureOf(cw) != capture {
-			t.Fatalf("%s: CaptureOf does not find the capture", c.name)
+		if captureOf(cw) != capture {
+			t.Fatalf("%s: captureOf does not find the capture", c.name)
 		}
 		if cw.(interface{ Unwrap() http.ResponseWriter }).Unwrap() != c.w {
 			t.Fatalf("%s: Unwrap does not return the wrapped writer", c.name)
@@ -64,55 +62,55 @@ func TestCaptureAdvertisesExactlyTheWrappedInterfaces(t *testing.T) {
 
 func TestCaptureEdgeCases(t *testing.T) {
 	rec := httptest.NewRecorder()
-	cw, c := nethttp.NewCapture(rec, func(n string) bool { return n == "Content-Type" }, 10)
+	cw, c := newCapture(rec, func(n string) bool { return n == "Content-Type" }, 10)
 	cw.Header().Set("Content-Type", "text/plain")
 	cw.Header().Set("X-Other", "1")
 	cw.WriteHeader(http.StatusEarlyHints) // 1xx: passed on, not recorded
 	cw.WriteHeader(http.StatusAccepted)
 	cw.WriteHeader(http.StatusTeapot) // repeated: ignored
 	_, _ = cw.Write([]byte("hello"))
-	status, header, body := c.Response()
+	status, header, body := c.recorded()
 	if status != http.StatusAccepted {
 		t.Fatalf("status %d; want 202", status)
 	}
 	if header.Get("Content-Type") != "text/plain" || header.Get("X-Other") != "" {
 		t.Fatalf("recorded headers %v; want only the kept ones", header)
 	}
-	if string(body) != "hello" || !c.Replayable() {
-		t.Fatalf("body %q, replayable %v", body, c.Replayable())
+	if string(body) != "hello" || !c.replayable() {
+		t.Fatalf("body %q, replayable %v", body, c.replayable())
 	}
 	// Crossing the capture limit: still delivered, no longer replayable.
 	_, _ = cw.Write([]byte(" world, and more"))
-	if c.Replayable() || rec.Body.String() != "hello world, and more" {
-		t.Fatalf("over the limit: replayable %v, delivered %q", c.Replayable(), rec.Body.String())
+	if c.replayable() || rec.Body.String() != "hello world, and more" {
+		t.Fatalf("over the limit: replayable %v, delivered %q", c.replayable(), rec.Body.String())
 	}
 
 	// A missing WriteHeader means 200; a flush marks the response streamed.
 	rec2 := httptest.NewRecorder()
-	cw2, c2 := nethttp.NewCapture(rec2, keepAll, 0)
+	cw2, c2 := newCapture(rec2, keepAll, 0)
 	_, _ = cw2.Write([]byte("x"))
-	if c2.Status() != http.StatusOK || !c2.Replayable() {
-		t.Fatalf("implicit status %d, replayable %v", c2.Status(), c2.Replayable())
+	if c2.status != http.StatusOK || !c2.replayable() {
+		t.Fatalf("implicit status %d, replayable %v", c2.status, c2.replayable())
 	}
 	if err := http.NewResponseController(cw2).Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if c2.Replayable() || !rec2.Flushed {
+	if c2.replayable() || !rec2.Flushed {
 		t.Fatal("a flushed response is still replayable, or the flush did not reach the writer")
 	}
 
 	// Hijacking marks the response not replayable.
 	hw := &hijackWriter{plainWriter{h: http.Header{}}}
-	cw3, c3 := nethttp.NewCapture(hw, keepAll, 0)
+	cw3, c3 := newCapture(hw, keepAll, 0)
 	if _, _, err := http.NewResponseController(cw3).Hijack(); err != nil {
 		t.Fatal(err)
 	}
-	if !c3.Hijacked() || c3.Replayable() {
+	if !c3.hijacked || c3.replayable() {
 		t.Fatal("a hijacked response looks replayable")
 	}
 	// A flush through the controller on a writer that cannot flush reports
 	// it, instead of pretending.
-	cw4, _ := nethttp.NewCapture(&plainWriter{h: http.Header{}}, keepAll, 0)
+	cw4, _ := newCapture(&plainWriter{h: http.Header{}}, keepAll, 0)
 	if err := http.NewResponseController(cw4).Flush(); err == nil {
 		t.Fatal("Flush succeeded on a writer that cannot flush")
 	}
@@ -126,7 +124,7 @@ func FuzzCapture(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte, limit int) {
 		limit %= 4096
 		rec := httptest.NewRecorder()
-		cw, c := nethttp.NewCapture(rec, keepAll, limit)
+		cw, c := newCapture(rec, keepAll, limit)
 		var delivered []byte
 		status, flushed := 0, false
 		for i := 0; i+1 < len(ops); i += 2 {
@@ -152,18 +150,18 @@ func FuzzCapture(f *testing.F) {
 				}
 			}
 		}
-		if c.Status() != status {
-			t.Fatalf("status %d; model %d", c.Status(), status)
+		if c.status != status {
+			t.Fatalf("status %d; model %d", c.status, status)
 		}
 		if !bytes.Equal(rec.Body.Bytes(), delivered) {
 			t.Fatal("the capture did not pass every byte through")
 		}
 		over := limit > 0 && len(delivered) > limit
 		wantReplayable := !flushed && !over && status != 101
-		if c.Replayable() != wantReplayable {
-			t.Fatalf("replayable %v; model %v (flushed %v, over %v)", c.Replayable(), wantReplayable, flushed, over)
+		if c.replayable() != wantReplayable {
+			t.Fatalf("replayable %v; model %v (flushed %v, over %v)", c.replayable(), wantReplayable, flushed, over)
 		}
-		if _, _, body := c.Response(); wantReplayable && !bytes.Equal(body, delivered) {
+		if _, _, body := c.recorded(); wantReplayable && !bytes.Equal(body, delivered) {
 			t.Fatal("the recorded body differs from what was delivered")
 		}
 	})

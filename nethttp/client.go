@@ -60,12 +60,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	header := t.Header
 	if header == "" {
-		header = DefaultHeader
+		header = defaultHeader
 	}
 	if req.Header.Get(header) == "" {
 		newKey := t.NewKey
 		if newKey == nil {
-			newKey = NewUUID
+			newKey = newUUID
 		}
 		req = req.Clone(req.Context()) // a RoundTripper must not modify the caller's request
 		req.Header.Set(header, newKey())
@@ -191,8 +191,8 @@ func retryAfter(resp *http.Response) (time.Duration, bool) {
 	return 0, false
 }
 
-// NewUUID returns a random (version 4) UUID in its canonical text form.
-func NewUUID() string {
+// newUUID returns a random (version 4) UUID in its canonical text form.
+func newUUID() string {
 	var b [16]byte
 	_, _ = crand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40

@@ -248,14 +248,3 @@ func TestTransportWaitsOutInProgress(t *testing.T) {
 		t.Fatalf("%d executions", executions.Load())
 	}
 }
-
-func TestNewUUID(t *testing.T) {
-	seen := map[string]bool{}
-	for range 1000 {
-		u := nethttp.NewUUID()
-		if !uuidV4.MatchString(u) || seen[u] {
-			t.Fatalf("NewUUID() = %q (repeated: %v)", u, seen[u])
-		}
-		seen[u] = true
-	}
-}

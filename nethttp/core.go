@@ -73,10 +73,12 @@ func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handl
 }
 
 // Serve handles one request: it passes unguarded requests to next
-// unchanged, and runs guarded ones through the guard, calling next at most
-// once per key with a capturing writer and a request whose body has been
-// read (and restored). Adapters call it with their framework's writer and
-// a next that resumes the framework's chain.
+// unchanged (the very w and r it was given; with [WithFailOpen], r's body
+// restored), and runs guarded ones through the guard, calling next at most
+// once per key with a capturing writer and a new request whose body has
+// been read (and restored). Adapters call it with their framework's writer
+// and a next that resumes the framework's chain; they tell the two cases
+// apart by comparing the request next gets with r.
 func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
 	if !c.cfg.methods[r.Method] {
 		next(w, r)
@@ -91,11 +93,11 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 		next(w, r)
 		return
 	}
-	key, err := ParseKey(values, c.cfg.strict, c.cfg.maxKeyLen)
+	key, err := parseKey(values, c.cfg.strict, c.cfg.maxKeyLen)
 	if err != nil {
-		var ke *KeyError
+		var ke *keyError
 		errors.As(err, &ke)
-		c.writeProblem(w, http.StatusBadRequest, ProblemKeyMalformed, ke.Reason, 0)
+		c.writeProblem(w, http.StatusBadRequest, ProblemKeyMalformed, ke.reason, 0)
 		return
 	}
 
@@ -157,11 +159,11 @@ func (c *Core) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, true
 	}
-	body, err := fingerprint.ReadBodySized(r.Body, c.cfg.maxBody, r.ContentLength)
+	body, err := readLimited(r.Body, c.cfg.maxBody, r.ContentLength)
 	_ = r.Body.Close()
 	var maxBytes *http.MaxBytesError
 	switch {
-	case errors.Is(err, fingerprint.ErrBodyTooLarge):
+	case errors.Is(err, errBodyTooLarge):
 		c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
 			fmt.Sprintf("the body exceeds %d bytes", c.cfg.maxBody), 0)
 		return nil, false
@@ -206,7 +208,7 @@ func scopedKey(scope, key string) string {
 // written; one that began nothing re-panics at once, and nothing is
 // recorded (a retry runs it again).
 func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool) (res middleware.Result) {
-	cw, capture := NewCapture(w, c.keepHeader, c.cfg.maxResponse)
+	cw, rec := newCapture(w, c.keepHeader, c.cfg.maxResponse)
 	req := r.WithContext(ctx)
 	setBody(req, body)
 	defer func() {
@@ -215,7 +217,7 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			return
 		}
 		if p == http.ErrAbortHandler {
-			if !capture.Written() && !capture.Hijacked() {
+			if !rec.wrote && !rec.hijacked {
 				panic(p) // aborted before answering anything: nothing is recorded
 			}
 			*aborted = true
@@ -223,35 +225,35 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			return
 		}
 		c.cfg.logger.Error("nethttp: the handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
-		if !capture.Written() {
+		if !rec.wrote {
 			c.writeProblem(cw, http.StatusInternalServerError, ProblemInternal, "", 0)
 		}
-		res = c.verdict(capture, c.cfg.policy.Panic, ctx)
+		res = c.verdict(rec, c.cfg.policy.Panic, ctx)
 	}()
 	next(cw, req)
-	if !capture.Written() && !capture.Hijacked() {
+	if !rec.wrote && !rec.hijacked {
 		if ctx.Err() != nil {
 			// The client went away and the handler answered nothing:
 			// assume it gave up, and let a retry run it.
 			return middleware.Result{Verdict: middleware.Forget}
 		}
-		capture.WriteHeader(http.StatusOK)
+		rec.WriteHeader(http.StatusOK)
 	}
-	return c.verdict(capture, c.cfg.policy.stores(capture.Status()), ctx)
+	return c.verdict(rec, c.cfg.policy.stores(rec.status), ctx)
 }
 
 // verdict decides what the guard records for a finished response.
-func (c *Core) verdict(capture *Capture, store bool, _ context.Context) middleware.Result {
+func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.Result {
 	switch {
-	case capture.Hijacked():
+	case rec.hijacked:
 		return middleware.Result{Verdict: middleware.RecordNotReplayable}
 	case !store:
 		return middleware.Result{Verdict: middleware.Forget}
-	case !capture.Replayable():
+	case !rec.replayable():
 		return middleware.Result{Verdict: middleware.RecordNotReplayable}
 	}
-	status, header, body := capture.Response()
-	return middleware.Result{Value: EncodeResponse(Response{Status: status, Header: header, Body: body})}
+	status, header, body := rec.recorded()
+	return middleware.Result{Value: encodeResponse(response{Status: status, Header: header, Body: body})}
 }
 
 // keepHeader reports whether a response header is recorded and replayed:

@@ -31,7 +31,7 @@
 //	  Content-Encoding the retry does not accept            409 response-not-replayable; never re-executed
 //	backend unreachable                                     503 idempotency-unavailable + Retry-After
 //	                                                        (fail closed; WithFailOpen passes through)
-//	handler answered 5xx / panicked                         delivered / 500; not stored (see StorePolicy);
+//	handler answered 5xx / panicked                         delivered / 500; not stored (see WithStorePolicy);
 //	                                                        the claim is released so a retry runs again
 //
 // Error answers are RFC 9457 application/problem+json with stable type URIs
@@ -50,10 +50,11 @@
 //
 // # Streaming and the response writer
 //
-// Handlers write through a [Capture], which passes everything on at once;
-// it implements Unwrap for http.ResponseController and advertises Flusher,
-// Hijacker and Pusher exactly when the underlying writer does. A flushed or
-// hijacked response is delivered and recorded as executed-not-replayable.
+// Handlers write through a capturing writer, which passes everything on at
+// once; it implements Unwrap for http.ResponseController and advertises
+// Flusher, Hijacker and Pusher exactly when the underlying writer does. A
+// flushed or hijacked response is delivered and recorded as
+// executed-not-replayable, and so is one marked with [MarkNotReplayable].
 //
 // A handler that writes nothing is recorded as 200 with an empty body
 // (unless the client has gone, and then nothing is recorded, so a retry runs
@@ -87,6 +88,6 @@
 // # Reuse
 //
 // [Core] holds all of this independently of the router; the gin and echo
-// adapters call [Core.Serve], and mark a [Capture] with
-// [Capture.MarkNotReplayable] when their framework answers outside it.
+// adapters call [Core.Serve], and [MarkNotReplayable] when their framework
+// answers outside the capturing writer.
 package nethttp

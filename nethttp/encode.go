@@ -9,14 +9,15 @@ import (
 	"github.com/idemkit/idemkit/internal/wire"
 )
 
-// Response is a recorded HTTP response: what a replay writes.
-type Response struct {
+// response is a recorded HTTP response: what a replay writes.
+type response struct {
 	Status int
 	Header http.Header // the replayable headers only
 	Body   []byte
 }
 
-// errCorrupt is returned by DecodeResponse for bytes it did not produce.
+// errCorrupt is returned by decodeInto for bytes encodeResponse did not
+// produce.
 var errCorrupt = errors.New("nethttp: recorded response is corrupt")
 
 const encodingVersion = 1
@@ -25,9 +26,9 @@ const encodingVersion = 1
 // make it allocate without limit.
 const maxHeaderEntries = 1 << 12
 
-// EncodeResponse encodes r for the record store: a version byte, the status,
+// encodeResponse encodes r for the record store: a version byte, the status,
 // the headers (sorted by name, values in order) and the body.
-func EncodeResponse(r Response) []byte {
+func encodeResponse(r response) []byte {
 	names := make([]string, 0, len(r.Header))
 	size := 1 + 2 + binary.MaxVarintLen64 + len(r.Body)
 	for name, values := range r.Header {
@@ -53,19 +54,8 @@ func EncodeResponse(r Response) []byte {
 	return append(b, r.Body...)
 }
 
-// DecodeResponse decodes what EncodeResponse produced. Any other input is
-// an error, never a panic.
-func DecodeResponse(b []byte) (Response, error) {
-	r := Response{Header: make(http.Header)}
-	status, body, err := decodeInto(b, func(name string, values []string) { r.Header[name] = values })
-	r.Status, r.Body = status, body
-	if err != nil {
-		return Response{}, err
-	}
-	return r, nil
-}
-
-// decodeInto decodes an encoded response, handing each header to set, and
+// decodeInto decodes what encodeResponse produced (any other input is an
+// error, never a panic), handing each header to set, and
 // returns the status and the body (which aliases b). Well-known header
 // names are interned, so they cost no allocation.
 func decodeInto(b []byte, set func(name string, values []string)) (int, []byte, error) {

@@ -81,3 +81,40 @@ func ExampleTransport() {
 	fmt.Println(resp.StatusCode, string(body), "after", attempts.Load(), "attempts")
 	// Output: 201 created after 2 attempts
 }
+
+// A response that must never be sent twice (here a one-time download
+// token) is delivered once and marked not replayable: the retry gets 409
+// response-not-replayable, and the handler does not run again.
+func ExampleMarkNotReplayable() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard)
+	if err != nil {
+		panic(err)
+	}
+	tokens := 0
+	h := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tokens++
+		nethttp.MarkNotReplayable(w)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "token %d", tokens)
+	}))
+	for range 2 {
+		req := httptest.NewRequest(http.MethodPost, "/tokens", nil)
+		req.Header.Set("Idempotency-Key", "k1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code == http.StatusConflict {
+			fmt.Println(w.Code, w.Header().Get("Content-Type"))
+			continue
+		}
+		fmt.Println(w.Code, w.Body)
+	}
+	fmt.Println("tokens issued:", tokens)
+	// Output:
+	// 201 token 1
+	// 409 application/problem+json
+	// tokens issued: 1
+}

@@ -8,37 +8,36 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// Key-header errors. A *KeyError matches one of them with errors.Is, and
+// Key-header errors. A *keyError matches one of them with errors.Is, and
 // middleware.ErrInvalidKey too, as the key errors of every idemkit adapter
 // do.
 var (
-	// ErrKeyMissing: the request has no idempotency key where one is
+	// errKeyMissing: the request has no idempotency key where one is
 	// required.
-	ErrKeyMissing = errors.New("nethttp: idempotency key missing")
-	// ErrKeyMalformed: the key header is empty, too long, repeated, a list,
-	// or has characters a key cannot have.
-	ErrKeyMalformed = errors.New("nethttp: idempotency key malformed")
+	errKeyMissing = errors.New("nethttp: idempotency key missing")
+	// errKeyMalformed: the key header is empty, too long, repeated, a
+	// list, or has characters a key cannot have.
+	errKeyMalformed = errors.New("nethttp: idempotency key malformed")
 )
 
-// KeyError says what is wrong with a key header. Its message never repeats
-// the header's value.
-type KeyError struct {
-	Reason string
+// keyError says what is wrong with a key header: reason is the detail of
+// the 400 answer. Its message never repeats the header's value.
+type keyError struct {
+	reason string
 	err    error
 }
 
-// Error describes the problem.
-func (e *KeyError) Error() string { return e.err.Error() + ": " + e.Reason }
+func (e *keyError) Error() string { return e.err.Error() + ": " + e.reason }
 
-// Unwrap returns [ErrKeyMissing] or [ErrKeyMalformed], and
+// Unwrap returns errKeyMissing or errKeyMalformed, and
 // middleware.ErrInvalidKey.
-func (e *KeyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
+func (e *keyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
 
 func malformed(format string, args ...any) error {
-	return &KeyError{Reason: fmt.Sprintf(format, args...), err: ErrKeyMalformed}
+	return &keyError{reason: fmt.Sprintf(format, args...), err: errKeyMalformed}
 }
 
-// ParseKey parses the values of an Idempotency-Key header field (all of its
+// parseKey parses the values of an Idempotency-Key header field (all of its
 // field lines, as http.Header.Values returns them).
 //
 // The value is an RFC 8941 (RFC 9651) structured-field Item whose bare item
@@ -48,15 +47,15 @@ func malformed(format string, args ...any) error {
 // clients, Stripe's SDKs among them, send bare UUIDs); a bare value is one or
 // more visible ASCII characters other than `"`, `,`, `;` and `\`.
 //
-// Refused with a [*KeyError] matching [ErrKeyMalformed]: no value or an
-// empty key, a key longer than maxLen characters (maxLen <= 0: no limit),
-// control or non-ASCII characters, a list (a comma after the item), and more
-// than one field line. No values at all is [ErrKeyMissing]. Keys are
+// Refused with a *keyError matching errKeyMalformed: no value or an empty
+// key, a key longer than maxLen characters (maxLen <= 0: no limit), control
+// or non-ASCII characters, a list (a comma after the item), and more than
+// one field line. No values at all is errKeyMissing. Keys are
 // case-sensitive and returned unescaped.
-func ParseKey(values []string, strict bool, maxLen int) (string, error) {
+func parseKey(values []string, strict bool, maxLen int) (string, error) {
 	switch len(values) {
 	case 0:
-		return "", &KeyError{Reason: "no idempotency key header", err: ErrKeyMissing}
+		return "", &keyError{reason: "no idempotency key header", err: errKeyMissing}
 	case 1:
 	default:
 		return "", malformed("the header appears %d times; send it once", len(values))

@@ -1,4 +1,4 @@
-package nethttp_test
+package nethttp
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/nethttp"
 )
 
 func TestParseKey(t *testing.T) {
@@ -25,36 +24,36 @@ func TestParseKey(t *testing.T) {
 		{[]string{`"a b"`}, true, "a b", nil},
 		{[]string{`"abc";p=1;q;r="x";s=?0;t=:aGk=:;u=tok/en;v=-1.5`}, true, "abc", nil},
 		{[]string{`"Case"`}, true, "Case", nil},
-		{nil, false, "", nethttp.ErrKeyMissing},
-		{[]string{``}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`""`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`abc`}, true, "", nethttp.ErrKeyMalformed},
-		{[]string{`"a"`, `"a"`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"a", "b"`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`a,b`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"abc`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"a\x"`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{"\"a\x01\""}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{"a\x7f"}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{"\"caf\xc3\xa9\""}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"abc"x`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"abc";`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"abc";P=1`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"abc";p=`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"abc";p=(x)`}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`a b`}, false, "", nethttp.ErrKeyMalformed},
+		{nil, false, "", errKeyMissing},
+		{[]string{``}, false, "", errKeyMalformed},
+		{[]string{`""`}, false, "", errKeyMalformed},
+		{[]string{`abc`}, true, "", errKeyMalformed},
+		{[]string{`"a"`, `"a"`}, false, "", errKeyMalformed},
+		{[]string{`"a", "b"`}, false, "", errKeyMalformed},
+		{[]string{`a,b`}, false, "", errKeyMalformed},
+		{[]string{`"abc`}, false, "", errKeyMalformed},
+		{[]string{`"a\x"`}, false, "", errKeyMalformed},
+		{[]string{"\"a\x01\""}, false, "", errKeyMalformed},
+		{[]string{"a\x7f"}, false, "", errKeyMalformed},
+		{[]string{"\"caf\xc3\xa9\""}, false, "", errKeyMalformed},
+		{[]string{`"abc"x`}, false, "", errKeyMalformed},
+		{[]string{`"abc";`}, false, "", errKeyMalformed},
+		{[]string{`"abc";P=1`}, false, "", errKeyMalformed},
+		{[]string{`"abc";p=`}, false, "", errKeyMalformed},
+		{[]string{`"abc";p=(x)`}, false, "", errKeyMalformed},
+		{[]string{`a b`}, false, "", errKeyMalformed},
 		{[]string{strings.Repeat("k", 255)}, false, strings.Repeat("k", 255), nil},
-		{[]string{strings.Repeat("k", 256)}, false, "", nethttp.ErrKeyMalformed},
-		{[]string{`"` + strings.Repeat("k", 256) + `"`}, true, "", nethttp.ErrKeyMalformed},
+		{[]string{strings.Repeat("k", 256)}, false, "", errKeyMalformed},
+		{[]string{`"` + strings.Repeat("k", 256) + `"`}, true, "", errKeyMalformed},
 	}
 	for _, c := range cases {
-		got, err := nethttp.ParseKey(c.in, c.strict, 255)
+		got, err := parseKey(c.in, c.strict, 255)
 		if got != c.want || !errors.Is(err, c.wantErr) || (c.wantErr == nil) != (err == nil) {
-			t.Errorf("ParseKey(%q, strict=%v) = %q, %v; want %q, %v", c.in, c.strict, got, err, c.want, c.wantErr)
+			t.Errorf("parseKey(%q, strict=%v) = %q, %v; want %q, %v", c.in, c.strict, got, err, c.want, c.wantErr)
 		}
-		var ke *nethttp.KeyError
-		if err != nil && (!errors.As(err, &ke) || ke.Reason == "" || !errors.Is(err, middleware.ErrInvalidKey)) {
-			t.Errorf("ParseKey(%q): error %v is not a *KeyError with a reason matching middleware.ErrInvalidKey", c.in, err)
+		var ke *keyError
+		if err != nil && (!errors.As(err, &ke) || ke.reason == "" || !errors.Is(err, middleware.ErrInvalidKey)) {
+			t.Errorf("parseKey(%q): error %v is not a *keyError with a reason matching middleware.ErrInvalidKey", c.in, err)
 		}
 	}
 }
@@ -68,10 +67,10 @@ func FuzzParseKey(f *testing.F) {
 		f.Add(s, false)
 	}
 	f.Fuzz(func(t *testing.T, v string, strict bool) {
-		key, err := nethttp.ParseKey([]string{v}, strict, 255)
+		key, err := parseKey([]string{v}, strict, 255)
 		if err != nil {
-			if !errors.Is(err, nethttp.ErrKeyMalformed) || strings.Contains(err.Error(), v) && len(v) > 8 {
-				t.Fatalf("error %v: not ErrKeyMalformed, or repeats the value", err)
+			if !errors.Is(err, errKeyMalformed) || strings.Contains(err.Error(), v) && len(v) > 8 {
+				t.Fatalf("error %v: not errKeyMalformed, or repeats the value", err)
 			}
 			return
 		}
@@ -84,7 +83,7 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(key) + `"`
-		if again, err := nethttp.ParseKey([]string{quoted}, true, 255); err != nil || again != key {
+		if again, err := parseKey([]string{quoted}, true, 255); err != nil || again != key {
 			t.Fatalf("the quoted form %s of accepted key %q parses to %q, %v", quoted, key, again, err)
 		}
 	})

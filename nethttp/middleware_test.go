@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/idemkit/idemkit/middleware"
@@ -57,6 +58,13 @@ func send(t *testing.T, url, key string) *http.Response {
 	return resp
 }
 
+// created answers 201 Created with a JSON body.
+var created = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"order":1}`)
+})
+
 func TestCORSExposure(t *testing.T) {
 	mw := idem(t, httpsuite.NewGuard(t))
 	cors := func(next http.Handler) http.Handler {
@@ -66,7 +74,7 @@ func TestCORSExposure(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	}
-	srv := httptest.NewServer(cors(mw(&httpsuite.App{})))
+	srv := httptest.NewServer(cors(mw(created)))
 	defer srv.Close()
 	send(t, srv.URL, "k")
 	again := send(t, srv.URL, "k")
@@ -79,7 +87,7 @@ func TestCORSExposure(t *testing.T) {
 func TestPathsUnderOnePatternAreDifferentRoutes(t *testing.T) {
 	mw := idem(t, httpsuite.NewGuard(t))
 	mux := http.NewServeMux()
-	mux.Handle("POST /orders/{id}", mw(&httpsuite.App{}))
+	mux.Handle("POST /orders/{id}", mw(created))
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 	send(t, srv.URL+"/orders/1", "k")
@@ -175,5 +183,44 @@ func TestUnreadableBody(t *testing.T) {
 	}
 	if runs != 0 {
 		t.Fatalf("the handler ran %d times", runs)
+	}
+}
+
+// unwrapper wraps a writer the way middleware between the guard and the
+// handler does, with Unwrap for http.ResponseController.
+type unwrapper struct{ http.ResponseWriter }
+
+func (u unwrapper) Unwrap() http.ResponseWriter { return u.ResponseWriter }
+
+// TestMarkNotReplayable: a response marked by the handler (directly or
+// through a wrapping writer) is delivered once and recorded as
+// executed-not-replayable: the retry gets 409 response-not-replayable and
+// the handler does not run again. On a writer the middleware did not make
+// it does nothing.
+func TestMarkNotReplayable(t *testing.T) {
+	for _, wrap := range []bool{false, true} {
+		var runs atomic.Int32
+		h := idem(t, httpsuite.NewGuard(t))(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			runs.Add(1)
+			if wrap {
+				w = unwrapper{w}
+			}
+			nethttp.MarkNotReplayable(w)
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, "a one-time secret")
+		}))
+		url := httpsuite.Serve(t, h)
+		if first := httpsuite.Post(t, url, "k", "{}"); first.Status != http.StatusCreated || first.Body != "a one-time secret" {
+			t.Fatalf("wrapped %v: first answer %d %q", wrap, first.Status, first.Body)
+		}
+		httpsuite.WantProblem(t, httpsuite.Post(t, url, "k", "{}"), http.StatusConflict, nethttp.ProblemNotReplayable)
+		if n := runs.Load(); n != 1 {
+			t.Fatalf("wrapped %v: the handler ran %d times", wrap, n)
+		}
+	}
+	rec := httptest.NewRecorder()
+	nethttp.MarkNotReplayable(rec) // not guarded: nothing to mark
+	if rec.Code != http.StatusOK || rec.Body.Len() != 0 {
+		t.Fatal("MarkNotReplayable wrote to an unguarded writer")
 	}
 }

@@ -9,13 +9,13 @@ import (
 	"github.com/idemkit/idemkit/fingerprint"
 )
 
-// Defaults of the middleware.
+// Defaults of the middleware (each written on its option too).
 const (
-	DefaultHeader           = "Idempotency-Key"
-	DefaultMaxKeyLength     = 255
-	DefaultMaxBodyBytes     = 1 << 20 // 1 MiB
-	DefaultMaxResponseBytes = 1 << 20 // 1 MiB
-	DefaultRetryAfter       = time.Second
+	defaultHeader           = "Idempotency-Key"
+	defaultMaxKeyLength     = 255
+	defaultMaxBodyBytes     = 1 << 20 // 1 MiB
+	defaultMaxResponseBytes = 1 << 20 // 1 MiB
+	defaultRetryAfter       = time.Second
 )
 
 // DefaultReplayHeaders returns the response headers a replay repeats by
@@ -34,7 +34,7 @@ var neverReplayed = map[string]bool{
 
 // StorePolicy says which outcomes are recorded, by status class. What is
 // not recorded is delivered once and forgotten: the claim is released and a
-// retry runs the handler again.
+// retry runs the handler again. See [WithStorePolicy] for the default.
 type StorePolicy struct {
 	Success     bool // 2xx
 	Redirection bool // 3xx
@@ -42,14 +42,6 @@ type StorePolicy struct {
 	ServerError bool // 5xx
 	Panic       bool // the handler panicked (answered 500 by the middleware)
 }
-
-// DefaultStorePolicy records 2xx, 3xx and 4xx, and forgets 5xx and panics,
-// so a transient failure can be retried.
-var DefaultStorePolicy = StorePolicy{Success: true, Redirection: true, ClientError: true}
-
-// StripeStorePolicy records everything, 5xx and panics included, as
-// Stripe's API does: a retry always gets the first answer.
-var StripeStorePolicy = StorePolicy{Success: true, Redirection: true, ClientError: true, ServerError: true, Panic: true}
 
 func (p StorePolicy) stores(status int) bool {
 	switch {
@@ -89,14 +81,14 @@ type config struct {
 func defaults() config {
 	c := config{
 		methods:     map[string]bool{http.MethodPost: true, http.MethodPatch: true},
-		header:      DefaultHeader,
-		maxKeyLen:   DefaultMaxKeyLength,
-		maxBody:     DefaultMaxBodyBytes,
-		maxResponse: DefaultMaxResponseBytes,
-		policy:      DefaultStorePolicy,
+		header:      defaultHeader,
+		maxKeyLen:   defaultMaxKeyLength,
+		maxBody:     defaultMaxBodyBytes,
+		maxResponse: defaultMaxResponseBytes,
+		policy:      StorePolicy{Success: true, Redirection: true, ClientError: true},
 		wait:        true,
-		retryAfter:  DefaultRetryAfter,
-		problemBase: DefaultProblemTypeBase,
+		retryAfter:  defaultRetryAfter,
+		problemBase: defaultProblemTypeBase,
 	}
 	WithReplayHeaders(DefaultReplayHeaders()...)(&c)
 	return c
@@ -180,8 +172,12 @@ func WithReplayHeaders(names ...string) Option {
 	}
 }
 
-// WithStorePolicy sets which outcomes are recorded. Default:
-// [DefaultStorePolicy]; [StripeStorePolicy] records everything.
+// WithStorePolicy sets which outcomes are recorded. Default: 2xx, 3xx and
+// 4xx are recorded, 5xx and panics forgotten (StorePolicy{Success: true,
+// Redirection: true, ClientError: true}), so a transient failure can be
+// retried. A policy with every field true records everything, 5xx and
+// panics included, as Stripe's API does: a retry always gets the first
+// answer.
 func WithStorePolicy(p StorePolicy) Option { return func(c *config) { c.policy = p } }
 
 // WithWaitForResult makes a duplicate of a running request wait (up to the

@@ -21,11 +21,11 @@ const (
 	ProblemInternal       = "internal-error"              // 500: the handler panicked before answering
 )
 
-// DefaultProblemTypeBase prefixes the problem types in "type" URIs.
-const DefaultProblemTypeBase = "urn:idemkit:problem:"
+// defaultProblemTypeBase prefixes the problem types in "type" URIs.
+const defaultProblemTypeBase = "urn:idemkit:problem:"
 
-// Problem is an RFC 9457 problem details object.
-type Problem struct {
+// problem is an RFC 9457 problem details object.
+type problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
 	Status int    `json:"status"`
@@ -55,6 +55,6 @@ func (c *Core) writeProblem(w http.ResponseWriter, status int, kind, detail stri
 		h.Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
 	}
 	w.WriteHeader(status)
-	b, _ := json.Marshal(Problem{Type: c.cfg.problemBase + kind, Title: problemTitles[kind], Status: status, Detail: detail})
+	b, _ := json.Marshal(problem{Type: c.cfg.problemBase + kind, Title: problemTitles[kind], Status: status, Detail: detail})
 	_, _ = w.Write(append(b, '\n'))
 }

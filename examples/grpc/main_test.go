@@ -67,7 +67,7 @@ func checkCluster(t *testing.T, addrs []string) {
 		answers := demotest.Burst(demotest.ClusterDuplicates, func(i int) unaryAnswer {
 			ctx, cancel := context.WithTimeout(t.Context(), demotest.ClusterTimeout)
 			defer cancel()
-			ctx = metadata.AppendToOutgoingContext(ctx, grpcinterceptor.DefaultMetadataKey, key,
+			ctx = metadata.AppendToOutgoingContext(ctx, "idempotency-key", key,
 				"x-sleep-ms", strconv.FormatInt(demotest.ClusterSleep(round).Milliseconds(), 10))
 			var header metadata.MD
 			resp, err := clients[i%len(clients)].UnaryCall(ctx, req, grpc.Header(&header))
@@ -153,7 +153,7 @@ func checkDemo(t *testing.T, addr string) {
 	call := func(key string, req *testgrpc.SimpleRequest, md ...string) (*testgrpc.SimpleResponse, metadata.MD, error) {
 		cctx := t.Context()
 		if key != "" {
-			cctx = metadata.AppendToOutgoingContext(cctx, grpcinterceptor.DefaultMetadataKey, prefix+"-"+key)
+			cctx = metadata.AppendToOutgoingContext(cctx, "idempotency-key", prefix+"-"+key)
 		}
 		if len(md) > 0 {
 			cctx = metadata.AppendToOutgoingContext(cctx, md...)
@@ -187,7 +187,7 @@ func checkDemo(t *testing.T, addr string) {
 		}
 	}
 	unavailable := &testgrpc.SimpleRequest{ResponseStatus: &testgrpc.EchoStatus{Code: int32(codes.Unavailable), Message: "try later"}}
-	plainKeyed := metadata.AppendToOutgoingContext(t.Context(), grpcinterceptor.DefaultMetadataKey, "c")
+	plainKeyed := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", "c")
 	for range 2 {
 		if _, err := plain.UnaryCall(plainKeyed, unavailable); status.Code(err) != codes.Unavailable {
 			t.Fatalf("response_status Unavailable: %v", err)

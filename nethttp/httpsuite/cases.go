@@ -249,7 +249,7 @@ func testWaitingDuplicateGetsReplay(t *testing.T, s *suite) {
 func testStormExecutesOnce(t *testing.T, s *suite) {
 	// Three server processes sharing one backend.
 	b := s.backends(t)
-	a := &App{}
+	a := &app{}
 	var servers []*server
 	for range 3 {
 		servers = append(servers, s.serveOn(t, b, a, []middleware.Option{middleware.WithWaitBudget(30 * time.Second)}))
@@ -278,7 +278,7 @@ func testStormExecutesOnce(t *testing.T, s *suite) {
 			t.Fatalf("two different responses: %q and %q", first, b)
 		}
 	}
-	if n := a.Executions(); n != 1 {
+	if n := a.runs(); n != 1 {
 		t.Fatalf("the handler ran %d times for 50 duplicates on 3 servers", n)
 	}
 }
@@ -298,7 +298,7 @@ func testNotReplayable(t *testing.T, s *suite) {
 
 func testStreamingArrivesIncrementally(t *testing.T, s *suite) {
 	srv := s.serve(t, nil)
-	srv.app.Gate = make(chan struct{})
+	srv.app.gate = make(chan struct{})
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.url+"/orders?stream=1", strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", "stream")
 	resp, err := srv.client.Do(req)
@@ -311,7 +311,7 @@ func testStreamingArrivesIncrementally(t *testing.T, s *suite) {
 	if err != nil || line != "chunk 1 of order 1\n" {
 		t.Fatalf("the first chunk did not arrive while the handler was still running: %q, %v", line, err)
 	}
-	close(srv.app.Gate) // only now does the handler finish
+	close(srv.app.gate) // only now does the handler finish
 	rest, _ := io.ReadAll(br)
 	if string(rest) != "chunk 2 of order 1\n" {
 		t.Fatalf("second chunk %q", rest)
@@ -396,7 +396,7 @@ func testServerErrorsAndPanics(t *testing.T, s *suite) {
 	}
 	wantExecutions(t, srv, 5)
 
-	stripe := s.serve(t, nil, nethttp.WithStorePolicy(nethttp.StripeStorePolicy))
+	stripe := s.serve(t, nil, nethttp.WithStorePolicy(nethttp.StorePolicy{Success: true, Redirection: true, ClientError: true, ServerError: true, Panic: true}))
 	for range 2 {
 		stripe.do(t, request{key: []string{"five"}, path: "/orders?status=500", body: "{}"})
 		stripe.do(t, request{key: []string{"panic"}, path: "/orders?panic=1", body: "{}"})
@@ -538,7 +538,7 @@ func testAbortedResponseIsNotReplayable(t *testing.T, s *suite) {
 	early := request{key: []string{"early"}, path: "/orders?abort=early", body: "{}"}
 	srv.tryDo(t, early)
 	srv.tryDo(t, early)
-	if n := srv.app.Executions(); n < 3 {
+	if n := srv.app.runs(); n < 3 {
 		t.Fatalf("the handler ran %d times; want the early abort run again by its retry", n)
 	}
 }

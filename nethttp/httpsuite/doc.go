@@ -9,7 +9,7 @@
 // server and client.
 //
 // An adapter provides a [Stack]: a function that serves the suite's
-// business handler ([App]) behind its middleware on a real listener.
+// business handler behind its middleware on a real listener.
 //
 //	func TestBehaviour(t *testing.T) {
 //		httpsuite.Run(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {

@@ -102,8 +102,25 @@ func send(t *testing.T, client *http.Client, req *http.Request) Reply {
 
 // WantProblem checks that r is an RFC 9457 problem of the given status and
 // kind (one of the nethttp.Problem* constants, under the default type
-// base), not to be cached, and returns it.
-func WantProblem(t *testing.T, r Reply, status int, kind string) nethttp.Problem {
+// base), not to be cached.
+func WantProblem(t *testing.T, r Reply, status int, kind string) {
+	t.Helper()
+	wantProblem(t, r, status, kind)
+}
+
+// problemBody is an RFC 9457 problem details object.
+type problemBody struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// defaultProblemTypeBase prefixes the problem types in "type" URIs unless
+// nethttp.WithProblemTypeBase says otherwise.
+const defaultProblemTypeBase = "urn:idemkit:problem:"
+
+func wantProblem(t *testing.T, r Reply, status int, kind string) problemBody {
 	t.Helper()
 	if r.Status != status {
 		t.Fatalf("status %d (%s); want %d", r.Status, r.Body, status)
@@ -114,11 +131,11 @@ func WantProblem(t *testing.T, r Reply, status int, kind string) nethttp.Problem
 	if cc := r.Header.Get("Cache-Control"); cc != "no-store" {
 		t.Fatalf("Cache-Control %q; want no-store", cc)
 	}
-	var p nethttp.Problem
+	var p problemBody
 	if err := json.Unmarshal([]byte(r.Body), &p); err != nil {
 		t.Fatalf("problem body %q: %v", r.Body, err)
 	}
-	if p.Type != nethttp.DefaultProblemTypeBase+kind || p.Status != status || p.Title == "" {
+	if p.Type != defaultProblemTypeBase+kind || p.Status != status || p.Title == "" {
 		t.Fatalf("problem %+v; want type %s, status %d", p, kind, status)
 	}
 	return p

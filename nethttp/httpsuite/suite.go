@@ -68,7 +68,7 @@ type testCase struct {
 // server is one stack under test with its app.
 type server struct {
 	url      string
-	app      *App
+	app      *app
 	backends Backends
 	client   *http.Client
 }
@@ -76,12 +76,12 @@ type server struct {
 // serve builds a stack on fresh backends.
 func (s *suite) serve(t *testing.T, gopts []middleware.Option, opts ...nethttp.Option) *server {
 	t.Helper()
-	return s.serveOn(t, s.backends(t), &App{}, gopts, opts...)
+	return s.serveOn(t, s.backends(t), &app{}, gopts, opts...)
 }
 
 // serveOn builds a stack on given backends and app (several stacks can
 // share them, as nodes of one service do).
-func (s *suite) serveOn(t *testing.T, b Backends, app *App, gopts []middleware.Option, opts ...nethttp.Option) *server {
+func (s *suite) serveOn(t *testing.T, b Backends, app *app, gopts []middleware.Option, opts ...nethttp.Option) *server {
 	t.Helper()
 	g, err := middleware.New(b.Store, gopts...)
 	if err != nil {
@@ -93,7 +93,7 @@ func (s *suite) serveOn(t *testing.T, b Backends, app *App, gopts []middleware.O
 	return &server{url: url, app: app, backends: b, client: client}
 }
 
-// App is the business handler of the suite. It counts its executions and
+// app is the business handler of the suite. It counts its executions and
 // answers 201 Created with a Location, a Set-Cookie, an X-Custom header and
 // the JSON {"order": n, "request": <body>, "pad": ...}. Query parameters
 // make it misbehave on purpose:
@@ -102,7 +102,7 @@ func (s *suite) serveOn(t *testing.T, b Backends, app *App, gopts []middleware.O
 //	status=<code>     answer that status instead
 //	panic=1           panic
 //	bytes=<n>         n bytes of padding
-//	stream=1          flush a first chunk, wait on Gate (if set), then a second
+//	stream=1          flush a first chunk, wait on gate (if set), then a second
 //	giveup=1          on the handler's first execution: wait for the request's ctx
 //	                  to end and answer nothing (later executions answer normally)
 //	gzip=1            gzip the body, with Content-Encoding: gzip and Vary:
@@ -110,18 +110,18 @@ func (s *suite) serveOn(t *testing.T, b Backends, app *App, gopts []middleware.O
 //	abort=early       panic with http.ErrAbortHandler before answering anything
 //	abort=late        write the status and a first chunk, then panic with
 //	                  http.ErrAbortHandler
-type App struct {
+type app struct {
 	executions atomic.Int32
-	// Gate, when set, holds a stream=1 response after its first chunk
+	// gate, when set, holds a stream=1 response after its first chunk
 	// until it is closed.
-	Gate chan struct{}
+	gate chan struct{}
 }
 
-// Executions returns how many times the handler ran.
-func (a *App) Executions() int32 { return a.executions.Load() }
+// runs returns how many times the handler ran.
+func (a *app) runs() int32 { return a.executions.Load() }
 
 // ServeHTTP implements http.Handler.
-func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := a.executions.Add(1)
 	body, _ := io.ReadAll(r.Body)
 	q := r.URL.Query()
@@ -161,8 +161,8 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if err := rc.Flush(); err != nil {
 			panic(err)
 		}
-		if a.Gate != nil {
-			<-a.Gate
+		if a.gate != nil {
+			<-a.gate
 		}
 		_, _ = fmt.Fprintf(w, "chunk 2 of order %d\n", n)
 		return
@@ -246,21 +246,21 @@ func (s *server) newRequest(t *testing.T, r request) *http.Request {
 func (r response) replayed() bool { return r.header.Get("Idempotent-Replayed") == "true" }
 
 // problem decodes and checks an RFC 9457 answer (see [WantProblem]).
-func problem(t *testing.T, r response, status int, kind string) nethttp.Problem {
+func problem(t *testing.T, r response, status int, kind string) problemBody {
 	t.Helper()
-	return WantProblem(t, Reply{Status: r.status, Header: r.header, Body: r.body}, status, kind)
+	return wantProblem(t, Reply{Status: r.status, Header: r.header, Body: r.body}, status, kind)
 }
 
 func wantExecutions(t *testing.T, s *server, n int32) {
 	t.Helper()
-	if got := s.app.Executions(); got != n {
+	if got := s.app.runs(); got != n {
 		t.Fatalf("the handler ran %d times; want %d", got, n)
 	}
 }
 
 func waitExecutions(t *testing.T, s *server, n int32) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); s.app.Executions() < n; {
+	for deadline := time.Now().Add(10 * time.Second); s.app.runs() < n; {
 		if time.Now().After(deadline) {
 			t.Fatalf("the handler did not start %d times", n)
 		}

@@ -1,4 +1,4 @@
-package fingerprint_test
+package nethttp
 
 import (
 	"bytes"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
-
-	"github.com/idemkit/idemkit/fingerprint"
 )
 
 // countingReader counts the bytes its reader hands out.
@@ -49,7 +47,7 @@ func (p *pieces) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-func TestReadBody(t *testing.T) {
+func TestReadLimited(t *testing.T) {
 	data := bytes.Repeat([]byte("0123456789"), 100) // 1000 bytes
 	tests := []struct {
 		name    string
@@ -77,40 +75,36 @@ func TestReadBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := fingerprint.ReadBody(tt.r(), tt.limit)
+			got, err := readLimited(tt.r(), tt.limit, -1)
 			switch {
 			case tt.tooBig:
-				if !errors.Is(err, fingerprint.ErrBodyTooLarge) {
+				if !errors.Is(err, errBodyTooLarge) {
 					t.Fatalf("err = %v, want ErrBodyTooLarge", err)
-				}
-				var tl *fingerprint.BodyTooLargeError
-				if !errors.As(err, &tl) || tl.Limit != tt.limit {
-					t.Fatalf("errors.As(%v, *BodyTooLargeError) failed or wrong limit", err)
 				}
 				if got != nil {
 					t.Errorf("data returned with the error: %d bytes", len(got))
 				}
 			case tt.wantErr != nil:
 				if !errors.Is(err, tt.wantErr) || got != nil {
-					t.Fatalf("ReadBody = %q, %v; want nil, %v", got, err, tt.wantErr)
+					t.Fatalf("readLimited = %q, %v; want nil, %v", got, err, tt.wantErr)
 				}
 			default:
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(got, tt.want) {
-					t.Errorf("ReadBody = %d bytes, want %d", len(got), len(tt.want))
+					t.Errorf("readLimited = %d bytes, want %d", len(got), len(tt.want))
 				}
 			}
 		})
 	}
 }
 
-func TestReadBodyEndless(t *testing.T) {
+func TestReadLimitedEndless(t *testing.T) {
 	for _, limit := range []int64{1, 511, 512, 513, 1 << 20} {
 		cr := &countingReader{r: endless{}}
-		_, err := fingerprint.ReadBody(cr, limit)
-		if !errors.Is(err, fingerprint.ErrBodyTooLarge) {
+		_, err := readLimited(cr, limit, -1)
+		if !errors.Is(err, errBodyTooLarge) {
 			t.Fatalf("limit %d: err = %v, want ErrBodyTooLarge", limit, err)
 		}
 		if cr.n > limit+1 {
@@ -119,33 +113,41 @@ func TestReadBodyEndless(t *testing.T) {
 	}
 }
 
-func TestBodyTooLargeErrorMessage(t *testing.T) {
-	err := &fingerprint.BodyTooLargeError{Limit: 1 << 20}
-	if got, want := err.Error(), "fingerprint: request body too large (limit 1048576 bytes)"; got != want {
-		t.Errorf("Error() = %q, want %q", got, want)
-	}
-}
-
-// TestReadBodySized checks that the size hint changes nothing but the
+// TestReadLimitedSizeHint checks that the size hint changes nothing but the
 // buffer: with a truthful, a too small, a too large and an unknown hint the
 // body is read whole, the limit still holds, and a truthful hint costs one
 // allocation.
-func TestReadBodySized(t *testing.T) {
+func TestReadLimitedSizeHint(t *testing.T) {
 	body := strings.Repeat("b", 10_000)
 	for _, size := range []int64{-1, 0, 100, 10_000, 50_000} {
-		got, err := fingerprint.ReadBodySized(strings.NewReader(body), 1<<20, size)
+		got, err := readLimited(strings.NewReader(body), 1<<20, size)
 		if err != nil || string(got) != body {
 			t.Fatalf("size %d: read %d bytes, %v; want the whole body", size, len(got), err)
 		}
-		_, err = fingerprint.ReadBodySized(strings.NewReader(body), 9_999, size)
-		if !errors.Is(err, fingerprint.ErrBodyTooLarge) {
+		_, err = readLimited(strings.NewReader(body), 9_999, size)
+		if !errors.Is(err, errBodyTooLarge) {
 			t.Fatalf("size %d, limit 9999: %v; want ErrBodyTooLarge", size, err)
 		}
 	}
 	allocs := testing.AllocsPerRun(20, func() {
-		_, _ = fingerprint.ReadBodySized(strings.NewReader(body), 1<<20, int64(len(body)))
+		_, _ = readLimited(strings.NewReader(body), 1<<20, int64(len(body)))
 	})
 	if allocs > 2 { // the buffer, and the strings.Reader
 		t.Fatalf("a truthful size hint cost %v allocations; want the buffer alone", allocs)
+	}
+}
+
+// BenchmarkReadLimited reads a typical ~200 byte JSON request body of
+// unknown length.
+func BenchmarkReadLimited(b *testing.B) {
+	body := []byte(`{"customer":"cus_9s6XKzkNRiz8i3","amount":1250,"currency":"eur","description":"Order #1234","metadata":{"order_id":"1234","channel":"web"},"capture":true,"items":[{"sku":"A-1","qty":2,"price":4.99}]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	r := bytes.NewReader(body)
+	for b.Loop() {
+		r.Reset(body)
+		if _, err := readLimited(r, 1<<20, -1); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

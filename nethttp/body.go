@@ -1,0 +1,66 @@
+package nethttp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+)
+
+// errBodyTooLarge is what readLimited returns for a body over its limit.
+var errBodyTooLarge = errors.New("nethttp: request body too large")
+
+// readLimited reads r to its end and returns what it read. With limit > 0
+// it asks r for at most limit+1 bytes in all (enough to tell that a body is
+// too long, never the rest of an oversized or endless stream) and refuses a
+// body longer than limit bytes with errBodyTooLarge. limit <= 0 means no
+// limit. A nil r reads as an empty body. A chunked request body is just a
+// reader here: its length need not be known in advance.
+//
+// size is the length the body is expected to have (a request's
+// Content-Length; negative if unknown), used only to size the buffer so
+// that a truthful length costs one allocation. The body is still read to
+// its end and held to limit whatever its real length, so a wrong hint (a
+// middleware that swapped the body and left Content-Length as it was)
+// changes nothing but the allocations.
+//
+// Other read errors are returned wrapped, with no data: errors.Is and
+// errors.As reach them (a [net/http.MaxBytesError], for one).
+func readLimited(r io.Reader, limit, size int64) ([]byte, error) {
+	if r == nil {
+		return []byte{}, nil
+	}
+	if limit <= 0 || limit == math.MaxInt64 {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return nil, fmt.Errorf("nethttp: reading request body: %w", err)
+		}
+		return b, nil
+	}
+	want := limit + 1 // the most we ever ask r for
+	start := int64(512)
+	if size >= 0 {
+		start = size + 1 // room for the read that finds the end
+	}
+	b := make([]byte, 0, min(want, start))
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)] // let append pick the growth
+		}
+		room := b[len(b):cap(b)]
+		if rest := want - int64(len(b)); int64(len(room)) > rest {
+			room = room[:rest]
+		}
+		n, err := r.Read(room)
+		b = b[:len(b)+n]
+		if int64(len(b)) > limit {
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nethttp: reading request body: %w", err)
+		}
+	}
+}
