@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -81,7 +83,8 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 
 // WithNamespace sets the prefix of the guard's record keys
 // ("<namespace>:<key>"), so that guards with different namespaces never
-// share a record on one backend. Default: "idempotency".
+// share a record on one backend: 1 to 64 bytes without ':'. Default:
+// "idempotency".
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
 // WithClock sets the clock for waits, durations in outcomes and events.
@@ -151,6 +154,9 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		return nil, bad("timeouts must be positive")
 	case cfg.namespace == "" || len(cfg.namespace) > 64:
 		return nil, bad("namespace must have 1 to 64 bytes")
+	case strings.Contains(cfg.namespace, ":"):
+		// "a" with key "b:x" and "a:b" with key "x" would share a record.
+		return nil, bad("namespace must not contain ':', the separator before the key")
 	case cfg.now == nil || cfg.valueFingerprint == nil:
 		return nil, bad("clock and value fingerprint must not be nil")
 	}
@@ -228,16 +234,19 @@ func WaitBudget(d time.Duration) CallOption {
 //     once; with the same fingerprint the call waits (claiming again with
 //     back-off) up to the wait budget, then gives [ErrInProgress].
 //  2. Run fn under the new claim, extending its lease every third of the
-//     lease TTL. If the backend says the claim was taken over, fn's ctx
+//     lease TTL. If the backend says the claim was taken over, or the
+//     lease runs out by this process's clock (reckoned from when the claim
+//     or the last extension was sent) before an extension lands, fn's ctx
 //     ends with lock.ErrLeaseLost.
 //  3. Complete the claim with fn's outcome (one round trip), on a context
 //     detached from ctx: a client that went away does not lose the record.
 //     The backend writes it only while the record still carries this
 //     claim's fence, even after the lease ran out if nobody claimed the key
 //     since. A failed completion is retried with back-off, while the lease
-//     is extended, for up to the record write timeout; after that, or once
-//     another claim exists, the outcome is reported not recorded and the
-//     claim is left to run out.
+//     is extended, for up to the record write timeout; a retry refused
+//     because an earlier attempt landed (its answer lost) is told apart by
+//     a read. After the write timeout, or once another claim exists, the
+//     outcome is reported not recorded and the claim is left to run out.
 //
 // fn's error, panic or a Forget verdict releases the claim and stores
 // nothing; the error (or panic) goes on to the caller. A replay costs one
@@ -261,8 +270,10 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	// 1. The claim, and the wait for a running duplicate.
 	var claim store.Record
 	deadline := c.start.Add(c.waitBudget)
+	var sent time.Time // when the claim that won was sent: its lease runs from no earlier
 	for {
 		c.attempts++
+		sent = time.Now()
 		rec, claimed, err := g.claim(ctx, recordKey, fps)
 		if err != nil {
 			return Outcome{}, c.backend("claim", err)
@@ -292,7 +303,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 
 	// 2. fn, under the claim's lease.
 	fence := claim.Fence
-	l := g.hold(ctx, recordKey, fence, c)
+	l := g.hold(ctx, recordKey, fence, c, sent)
 	res, err := g.run(l, fn)
 	if err != nil {
 		l.stop()
@@ -313,7 +324,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	if res.Verdict == RecordNotReplayable {
 		rec.State, rec.Response = store.StateNotReplayable, nil
 	}
-	out.Recorded = g.complete(ctx, rec, c)
+	out.Recorded = g.complete(ctx, rec, c, l)
 	l.stop()
 	c.emit(Event{Kind: EventExecuted, Fence: fence, Recorded: out.Recorded})
 	return out, nil
@@ -366,16 +377,22 @@ func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *ca
 }
 
 // complete writes rec, retrying failures with back-off for up to the record
-// write timeout. It reports whether the outcome landed.
-func (g *Guard) complete(ctx context.Context, rec store.Record, c *call) bool {
+// write timeout, while l keeps the lease extended. It reports whether the
+// outcome landed.
+func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *lease) bool {
 	detached := context.WithoutCancel(ctx)
 	deadline := g.cfg.now().Add(g.cfg.recordWriteTimeout)
+	uncertain := false // a failed attempt may have landed
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(detached, g.cfg.opTimeout)
-		ok, err := g.store.Complete(pctx, rec, g.cfg.recordTTL)
+		ok, err := l.complete(pctx, rec, g.cfg.recordTTL)
 		cancel()
 		switch {
 		case err == nil && ok:
+			return true
+		case err == nil && uncertain && g.landed(detached, rec):
+			// An earlier attempt landed and its answer was lost: the
+			// record holds this claim's outcome.
 			return true
 		case err == nil:
 			// Another claim, or nothing, is there: the key was taken over
@@ -393,6 +410,7 @@ func (g *Guard) complete(ctx context.Context, rec store.Record, c *call) bool {
 			c.notRecorded(ctx, rec, err)
 			return false
 		}
+		uncertain = true
 		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "complete", Err: err}})
 		delay := g.cfg.backoff.Delay(attempt)
 		if !g.cfg.now().Add(delay).Before(deadline) {
@@ -401,6 +419,16 @@ func (g *Guard) complete(ctx context.Context, rec store.Record, c *call) bool {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// landed reports whether the record of rec.Key holds an outcome of the
+// claim rec.Fence: whether a completion whose answer was lost landed. Only
+// that claim's completion writes an outcome with its fence.
+func (g *Guard) landed(ctx context.Context, rec store.Record) bool {
+	gctx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
+	defer cancel()
+	got, ok, err := g.store.Get(gctx, rec.Key)
+	return err == nil && ok && got.State.Done() && got.Fence == rec.Fence
 }
 
 // lease keeps a claim's lease extended while fn runs and its outcome is
@@ -415,28 +443,58 @@ type lease struct {
 	fence  lock.Fence
 	call   *call
 
-	mu      sync.Mutex // held by a renewal while it runs, so stop waits for it
-	stopped bool
-	timer   *time.Timer
-	valid   time.Time // the lease's end as far as this process knows (monotonic clock)
+	mu         sync.Mutex // held by a renewal or a completion while it runs, so the two never overlap and stop waits for them
+	stopped    bool
+	completing bool // fn returned: its outcome is being completed
+	timer      *time.Timer
+
+	// The lease's end as far as this process knows (monotonic clock), and
+	// the timer that ends fn's ctx there, whatever a stalled renewal is
+	// doing. vmu is never held while waiting for the backend.
+	vmu    sync.Mutex
+	valid  time.Time
+	expiry *time.Timer
+	ended  bool // stopped, or the outcome landed
+
+	reported atomic.Bool // the lease's loss was reported
 }
 
-// hold starts extending the claim (key, fence) every third of the lease
-// TTL. fn's ctx ends with lock.ErrLeaseLost once the backend says another
-// claim replaced this one, or once the lease has run out by this process's
-// clock without a successful extension (the backend could not be reached:
-// another node may take the key over).
-func (g *Guard) hold(ctx context.Context, key string, fence lock.Fence, c *call) *lease {
+// hold starts extending the claim (key, fence), made by a Claim sent at
+// sent, every third of the lease TTL. fn's ctx ends with lock.ErrLeaseLost
+// once the backend says another claim replaced this one, or as soon as the
+// lease has run out by this process's clock without a successful extension
+// (the backend could not be reached: another node may take the key over).
+// A lease is reckoned from when its claim or extension was sent, so this
+// process never thinks it lasts longer than the backend does.
+func (g *Guard) hold(ctx context.Context, key string, fence lock.Fence, c *call, sent time.Time) *lease {
 	fctx, cancel := context.WithCancelCause(ctx)
 	l := &lease{g: g, parent: ctx, ctx: fctx, cancel: cancel, key: key, fence: fence, call: c,
-		valid: time.Now().Add(g.cfg.leaseTTL)}
+		valid: sent.Add(g.cfg.leaseTTL)}
 	if g.cfg.hook != nil {
 		c.hash() // before a renewal may emit events from its goroutine
 	}
 	l.mu.Lock() // the first renewal may fire before the timer is stored
 	l.timer = time.AfterFunc(g.cfg.leaseTTL/3, l.renew)
 	l.mu.Unlock()
+	l.vmu.Lock()
+	l.expiry = time.AfterFunc(time.Until(l.valid), l.expire)
+	l.vmu.Unlock()
 	return l
+}
+
+// expire ends fn's ctx when the lease has run out by this process's clock,
+// or waits again for a lease a renewal extended meanwhile.
+func (l *lease) expire() {
+	l.vmu.Lock()
+	defer l.vmu.Unlock()
+	if l.ended {
+		return
+	}
+	if left := time.Until(l.valid); left > 0 {
+		l.expiry.Reset(left)
+		return
+	}
+	l.lost(fmt.Errorf("%w: the lease ran out before the backend confirmed an extension", lock.ErrLeaseLost))
 }
 
 // renew extends the lease once and schedules the next renewal.
@@ -453,30 +511,60 @@ func (l *lease) renew() {
 	cancel()
 	switch {
 	case err == nil && ok:
+		l.vmu.Lock()
 		l.valid = sent.Add(ttl)
+		l.vmu.Unlock()
 	case err == nil:
-		l.lost(fmt.Errorf("%w: another claim replaced this one", lock.ErrLeaseLost))
-		return // nothing left to extend
-	default:
-		l.call.emit(Event{Kind: EventBackendError, Fence: l.fence, Err: &UnavailableError{Op: "extend", Err: err}})
-		if !time.Now().Before(l.valid) {
-			l.lost(fmt.Errorf("%w: the lease ran out while the backend could not be reached: %w", lock.ErrLeaseLost, err))
+		// Nothing left to extend. Once fn returned, the completion
+		// tells what happened (a completion whose answer was lost also
+		// leaves no claim to extend).
+		l.stopped = true
+		if !l.completing {
+			l.lost(fmt.Errorf("%w: another claim replaced this one", lock.ErrLeaseLost))
 		}
+		return
+	default:
+		// The expiry timer ends fn's ctx if no extension lands in time.
+		l.call.emit(Event{Kind: EventBackendError, Fence: l.fence, Err: &UnavailableError{Op: "extend", Err: err}})
 	}
 	l.timer.Reset(ttl / 3)
 }
 
+// complete makes one Complete of rec, never while a renewal runs; once it
+// lands, renewals end.
+func (l *lease) complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.completing = true
+	ok, err := l.g.store.Complete(ctx, rec, ttl)
+	if err == nil && ok {
+		l.stopped = true
+		l.timer.Stop()
+		l.end()
+	}
+	return ok, err
+}
+
 // lost ends fn's ctx with cause, once.
 func (l *lease) lost(cause error) {
-	if l.ctx.Err() == nil {
+	if l.ctx.Err() == nil && l.reported.CompareAndSwap(false, true) {
 		l.call.emit(Event{Kind: EventLeaseLost, Fence: l.fence, Err: cause})
 	}
 	l.cancel(cause)
 }
 
-// stop ends the renewals (waiting for one under way) and fn's ctx; it is
-// safe to call more than once.
+// end stops the expiry timer, waiting for it if it is under way.
+func (l *lease) end() {
+	l.vmu.Lock()
+	l.ended = true
+	l.expiry.Stop()
+	l.vmu.Unlock()
+}
+
+// stop ends the renewals and the expiry timer (waiting for one under way)
+// and fn's ctx; it is safe to call more than once.
 func (l *lease) stop() {
+	l.end()
 	l.mu.Lock()
 	l.stopped = true
 	l.timer.Stop()

@@ -102,10 +102,14 @@ type claimKey struct {
 type held struct {
 	sem     chan struct{} // one operation at a time on the claim
 	lockKey string
-	lease   lock.Lease    // the lease that backs the claim now (its fence may be above the claim's)
-	ttl     time.Duration // the last lease TTL asked for
-	touched time.Time     // when the lease was last taken or extended, by this process's clock
-	over    bool          // completed, released or lost; guarded by sem
+	lease   lock.Lease // the lease that backs the claim now (its fence may be above the claim's)
+	// ttl (the last lease TTL asked for) and touched (when the lease was
+	// last taken or extended, by this process's clock) are written under
+	// both sem and the store's mu: the holder reads them under sem,
+	// register under mu.
+	ttl     time.Duration
+	touched time.Time
+	over    bool // completed, released or lost; guarded by sem
 }
 
 // releaseTimeout bounds the detached lock releases the store makes after a
@@ -179,7 +183,9 @@ func (s *composed) Extend(ctx context.Context, key string, fence lock.Fence, ttl
 	defer done()
 	ok, err := s.keep(ctx, claimKey{key, fence}, h, ttl)
 	if ok {
+		s.mu.Lock()
 		h.ttl = ttl
+		s.mu.Unlock()
 	}
 	return ok, err
 }
@@ -309,7 +315,8 @@ func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Dura
 		return false, err
 	}
 	if out.OK {
-		h.lease.ExpiresAt, h.touched = out.ExpiresAt, time.Now()
+		h.lease.ExpiresAt = out.ExpiresAt
+		s.touch(h)
 		return true, nil
 	}
 	if out.Reason != lock.ReasonExpired {
@@ -324,8 +331,17 @@ func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Dura
 		s.end(ck, h)
 		return false, nil
 	}
-	h.lease, h.touched = lease, time.Now()
+	h.lease = lease
+	s.touch(h)
 	return true, nil
+}
+
+// touch records that h's lease was just taken or extended. The caller
+// holds h.sem.
+func (s *composed) touch(h *held) {
+	s.mu.Lock()
+	h.touched = time.Now()
+	s.mu.Unlock()
 }
 
 // register records a new claim, making room by dropping claims whose

@@ -4,12 +4,14 @@
 // source only, so it works on any module of the repository:
 //
 //	go run ./internal/apicount lock lock/memlock store ...
+//	go run ./internal/apicount -names lock   (lists them)
 //
 // Directories are relative to the current directory; test files and
 // packages named *test are skipped unless given explicitly.
 package main
 
 import (
+	"flag"
 	"fmt"
 	"go/ast"
 	"go/doc"
@@ -20,9 +22,12 @@ import (
 	"strings"
 )
 
+var listNames = flag.Bool("names", false, "list the names counted")
+
 func main() {
+	flag.Parse()
 	total := 0
-	for _, dir := range os.Args[1:] {
+	for _, dir := range flag.Args() {
 		n, err := count(dir)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -59,11 +64,39 @@ func count(dir string) (int, error) {
 			return 0, err
 		}
 		n += len(p.Funcs) + values(p.Consts) + values(p.Vars)
+		for _, f := range p.Funcs {
+			list(dir, f.Name)
+		}
+		listValues(dir, p.Consts)
+		listValues(dir, p.Vars)
 		for _, t := range p.Types {
 			n += 1 + len(t.Funcs) + len(t.Methods) + values(t.Consts) + values(t.Vars)
+			list(dir, t.Name)
+			for _, f := range t.Funcs {
+				list(dir, f.Name)
+			}
+			for _, m := range t.Methods {
+				list(dir, t.Name+"."+m.Name)
+			}
+			listValues(dir, t.Consts)
+			listValues(dir, t.Vars)
 		}
 	}
 	return n, nil
+}
+
+func list(dir, name string) {
+	if *listNames {
+		fmt.Printf("       %s: %s\n", dir, name)
+	}
+}
+
+func listValues(dir string, vs []*doc.Value) {
+	for _, v := range vs {
+		for _, name := range v.Names {
+			list(dir, name)
+		}
+	}
 }
 
 func values(vs []*doc.Value) int {
