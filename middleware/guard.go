@@ -41,7 +41,6 @@ type config struct {
 	recordWriteTimeout time.Duration
 	opTimeout          time.Duration
 	namespace          string
-	now                func() time.Time
 	logger             *slog.Logger
 	hook               Hook
 	hasher             lock.Hasher
@@ -87,11 +86,6 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 // "idempotency".
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
-// WithClock sets the clock for waits, durations in outcomes and events.
-// Leases and record expiry are judged by the backend's own clock. Default:
-// time.Now.
-func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
-
 // WithLogger sets the logger for failures that have no caller to return to
 // (an outcome that could not be recorded, a failed release). Default:
 // slog.Default().
@@ -129,7 +123,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	cfg := config{
 		recordTTL: defaultRecordTTL, leaseTTL: defaultLeaseTTL, backoff: defaultBackoff,
 		waitBudget: defaultWaitBudget, recordWriteTimeout: defaultRecordWriteTimeout, opTimeout: defaultOpTimeout,
-		namespace: defaultNamespace, now: time.Now, valueFingerprint: fingerprint.Value,
+		namespace: defaultNamespace, valueFingerprint: fingerprint.Value,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -157,8 +151,8 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	case strings.Contains(cfg.namespace, ":"):
 		// "a" with key "b:x" and "a:b" with key "x" would share a record.
 		return nil, bad("namespace must not contain ':', the separator before the key")
-	case cfg.now == nil || cfg.valueFingerprint == nil:
-		return nil, bad("clock and value fingerprint must not be nil")
+	case cfg.valueFingerprint == nil:
+		return nil, bad("value fingerprint must not be nil")
 	}
 	return &Guard{store: s, cfg: cfg}, nil
 }
@@ -288,9 +282,9 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		if same, comparable := compareStored(rec.Fingerprint, fp); comparable && !same {
 			return c.mismatch(rec, fp)
 		}
-		left := deadline.Sub(g.cfg.now())
+		left := deadline.Sub(time.Now())
 		if left <= 0 {
-			c.waited = g.cfg.now().Sub(c.start)
+			c.waited = time.Now().Sub(c.start)
 			e := &InProgressError{Attempts: c.attempts, Waited: c.waited}
 			c.emit(Event{Kind: EventInProgress, Fence: rec.Fence, Err: e})
 			return Outcome{}, e
@@ -298,7 +292,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		if err := sleep(ctx, min(g.cfg.backoff.Delay(c.attempts), left)); err != nil {
 			return Outcome{}, err
 		}
-		c.waited = g.cfg.now().Sub(c.start)
+		c.waited = time.Now().Sub(c.start)
 	}
 
 	// 2. fn, under the claim's lease.
@@ -381,7 +375,7 @@ func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *ca
 // outcome landed.
 func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *lease) bool {
 	detached := context.WithoutCancel(ctx)
-	deadline := g.cfg.now().Add(g.cfg.recordWriteTimeout)
+	deadline := time.Now().Add(g.cfg.recordWriteTimeout)
 	uncertain := false // a failed attempt may have landed
 	for attempt := 1; ; attempt++ {
 		pctx, cancel := context.WithTimeout(detached, g.cfg.opTimeout)
@@ -413,7 +407,7 @@ func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *leas
 		uncertain = true
 		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "complete", Err: err}})
 		delay := g.cfg.backoff.Delay(attempt)
-		if !g.cfg.now().Add(delay).Before(deadline) {
+		if !time.Now().Add(delay).Before(deadline) {
 			c.notRecorded(ctx, rec, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
 			return false
 		}
@@ -584,7 +578,7 @@ type call struct {
 }
 
 func (g *Guard) newCall(key string, opts []CallOption) *call {
-	c := &call{g: g, key: key, start: g.cfg.now(), waitBudget: g.cfg.waitBudget}
+	c := &call{g: g, key: key, start: time.Now(), waitBudget: g.cfg.waitBudget}
 	for _, o := range opts {
 		cc := callConfig{waitBudget: c.waitBudget} // per option, so no call without options allocates it
 		o(&cc)
@@ -669,7 +663,7 @@ func (c *call) emit(e Event) {
 	}
 	e.KeyHash = c.hash()
 	e.Attempts, e.Waited = c.attempts, c.waited
-	e.Duration = c.g.cfg.now().Sub(c.start)
+	e.Duration = time.Since(c.start)
 	defer func() { _ = recover() }()
 	h.IdempotencyEvent(e)
 }

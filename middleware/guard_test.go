@@ -557,7 +557,7 @@ func TestOptionValidation(t *testing.T) {
 	for i, o := range []middleware.Option{
 		middleware.WithRecordTTL(0), middleware.WithLeaseTTL(time.Millisecond),
 		middleware.WithBackoff(idemkit.Backoff{}), middleware.WithBackoff(idemkit.Backoff{Base: 2, Max: 1}), middleware.WithWaitBudget(-1),
-		middleware.WithRecordWriteTimeout(0), middleware.WithOpTimeout(0), middleware.WithNamespace(""), middleware.WithClock(nil), middleware.WithValueFingerprint(nil),
+		middleware.WithRecordWriteTimeout(0), middleware.WithOpTimeout(0), middleware.WithNamespace(""), middleware.WithValueFingerprint(nil),
 	} {
 		if _, err := middleware.New(s, o); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("option %d: %v; want InvalidArgument", i, err)
