@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"cloud.google.com/go/firestore"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit/internal/testenv"
@@ -20,6 +22,8 @@ import (
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/firestorestore"
+	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
 
@@ -37,15 +41,38 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // httpScenarios loads the demo handler through real loopback connections,
-// bare and behind the middleware on memory and on Redis: unique keys (every
-// request a first execution), then all requests retries of one key
-// (replays).
+// bare and behind the middleware on memory, Redis, PostgreSQL and
+// Firestore: unique keys (every request a first execution), then all
+// requests retries of one key (replays).
 func httpScenarios(t *testing.T, d time.Duration) []Result {
 	ctx := t.Context()
 	const workers = 16
 	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr, PoolSize: 64, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rs, err := redisstore.New(rdb, redisstore.WithKeyPrefix(testenv.Name(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxpool.New(ctx, testenv.Postgres(t).URL+"&pool_max_conns=32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	table := pgstore.WithTable(testenv.Name(t) + "_records")
+	if err := pgstore.SetupSchema(ctx, pool, table); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := pgstore.New(pool, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Firestore(t)
+	fc, err := firestore.NewClient(ctx, testenv.FirestoreProject(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fc.Close() })
+	fs, err := firestorestore.New(fc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +84,9 @@ func httpScenarios(t *testing.T, d time.Duration) []Result {
 	configs := []config{
 		{name: "bare handler (no middleware)"},
 		{name: "middleware, memory", store: memstore.New()},
-		{name: "middleware, Redis", store: rs},
+		{name: "middleware, Redis (appendfsync always)", store: rs},
+		{name: "middleware, PostgreSQL (fsync off)", store: ps},
+		{name: "middleware, Firestore emulator", store: fs},
 	}
 	body := `{"item":"book","quantity":1}`
 	var results []Result
