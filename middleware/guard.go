@@ -444,7 +444,8 @@ type lease struct {
 
 	// The lease's end as far as this process knows (monotonic clock), and
 	// the timer that ends fn's ctx there, whatever a stalled renewal is
-	// doing. vmu is never held while waiting for the backend.
+	// doing (armed by the first renewal). vmu is never held while waiting
+	// for the backend.
 	vmu    sync.Mutex
 	valid  time.Time
 	expiry *time.Timer
@@ -470,9 +471,6 @@ func (g *Guard) hold(ctx context.Context, key string, fence lock.Fence, c *call,
 	l.mu.Lock() // the first renewal may fire before the timer is stored
 	l.timer = time.AfterFunc(g.cfg.leaseTTL/3, l.renew)
 	l.mu.Unlock()
-	l.vmu.Lock()
-	l.expiry = time.AfterFunc(time.Until(l.valid), l.expire)
-	l.vmu.Unlock()
 	return l
 }
 
@@ -499,6 +497,14 @@ func (l *lease) renew() {
 		return
 	}
 	ttl := l.g.cfg.leaseTTL
+	// From the first renewal on, a stalled extension must not keep fn's
+	// ctx alive past the lease: the expiry timer ends it on time. (Before
+	// it, the lease cannot have run out, so short calls need no timer.)
+	l.vmu.Lock()
+	if l.expiry == nil && !l.ended {
+		l.expiry = time.AfterFunc(time.Until(l.valid), l.expire)
+	}
+	l.vmu.Unlock()
 	sent := time.Now()
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(l.parent), min(l.g.cfg.opTimeout, ttl/3))
 	ok, err := l.g.store.Extend(ectx, l.key, l.fence, ttl)
@@ -551,7 +557,9 @@ func (l *lease) lost(cause error) {
 func (l *lease) end() {
 	l.vmu.Lock()
 	l.ended = true
-	l.expiry.Stop()
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
 	l.vmu.Unlock()
 }
 
