@@ -20,23 +20,22 @@ type Backoff struct {
 // Valid reports whether b can be used: 0 < Base ≤ Max.
 func (b Backoff) Valid() bool { return b.Base > 0 && b.Max >= b.Base }
 
-// Nominal returns the n-th delay before jitter: min(Base·2^(n−1), Max).
-// n below 1 counts as 1.
-func (b Backoff) Nominal(n int) time.Duration {
-	d := b.Base
-	for i := 1; i < n && d < b.Max; i++ {
-		d *= 2
-	}
-	return min(d, b.Max)
-}
-
-// Delay returns the n-th delay (n ≥ 1): uniform in [d/2, d] for d =
-// [Backoff.Nominal](n).
+// Delay returns the n-th delay (n ≥ 1; below 1 counts as 1): uniform in
+// [d/2, d] for d = min(Base·2^(n−1), Max).
 func (b Backoff) Delay(n int) time.Duration {
-	d := b.Nominal(n)
+	d := b.nominal(n)
 	half := d / 2
 	if half <= 0 {
 		return d
 	}
 	return half + rand.N(d-half+1)
+}
+
+// nominal returns the n-th delay before jitter: min(Base·2^(n−1), Max).
+func (b Backoff) nominal(n int) time.Duration {
+	d := b.Base
+	for i := 1; i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	return min(d, b.Max)
 }

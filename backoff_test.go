@@ -12,17 +12,24 @@ func TestBackoff(t *testing.T) {
 	if !b.Valid() || (idemkit.Backoff{Base: 2, Max: 1}).Valid() || (idemkit.Backoff{}).Valid() {
 		t.Fatal("Valid")
 	}
-	for n, want := range map[int]time.Duration{0: 10, 1: 10, 2: 20, 3: 40, 4: 70, 5: 70, 60: 70} {
-		if got := b.Nominal(n); got != want*time.Millisecond {
-			t.Fatalf("Nominal(%d) = %v; want %v", n, got, want*time.Millisecond)
-		}
-	}
-	for n := 1; n < 8; n++ {
-		d := b.Nominal(n)
-		for range 200 {
-			if got := b.Delay(n); got < d/2 || got > d {
+	// Delay(n) lies in [d/2, d] for the nominal d = min(Base·2^(n−1), Max),
+	// and is jittered: 500 draws give more than one value.
+	for n, d := range map[int]time.Duration{0: 10, 1: 10, 2: 20, 3: 40, 4: 70, 5: 70, 60: 70} {
+		d *= time.Millisecond
+		seen := map[time.Duration]bool{}
+		for range 500 {
+			got := b.Delay(n)
+			if got < d/2 || got > d {
 				t.Fatalf("Delay(%d) = %v; want within [%v, %v]", n, got, d/2, d)
 			}
+			seen[got] = true
 		}
+		if len(seen) < 2 {
+			t.Fatalf("Delay(%d) returned one value in 500 draws: no jitter", n)
+		}
+	}
+	// A delay too short to halve is returned as it is.
+	if got := (idemkit.Backoff{Base: 1, Max: 1}).Delay(3); got != 1 {
+		t.Fatalf("Delay of a 1ns back-off = %v", got)
 	}
 }

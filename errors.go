@@ -153,22 +153,10 @@ func CodeOf(err error) Code {
 	return CodeUnknown
 }
 
-// ContextError maps a context error to an *Error: context.Canceled becomes
-// Aborted and context.DeadlineExceeded becomes NetworkTimeout, both wrapping
-// the original. It returns nil for nil, and Aborted for any other error a
-// context may report.
-func ContextError(op string, err error) error {
-	if err == nil {
-		return nil
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		return NewError(CodeNetworkTimeout, op, "context deadline exceeded", err)
-	}
-	return NewError(CodeAborted, op, "context canceled", err)
-}
-
-// CheckContext returns [ContextError] of ctx.Err(): nil while ctx is live.
-// Backends call it before dispatching any I/O.
+// CheckContext returns nil while ctx is live; once ctx has ended, an
+// [*Error] wrapping ctx.Err(): Aborted when ctx was cancelled,
+// NetworkTimeout when its deadline passed. Backends call it before
+// dispatching any I/O.
 //
 // When ctx was cancelled with a cause (context.WithCancelCause), the error
 // wraps both ctx.Err() and the cause.
@@ -177,8 +165,12 @@ func CheckContext(ctx context.Context, op string) error {
 	if err == nil {
 		return nil
 	}
+	code, detail := CodeAborted, "context canceled"
+	if errors.Is(err, context.DeadlineExceeded) {
+		code, detail = CodeNetworkTimeout, "context deadline exceeded"
+	}
 	if cause := context.Cause(ctx); cause != nil && cause != err {
 		err = fmt.Errorf("%w: %w", err, cause)
 	}
-	return ContextError(op, err)
+	return NewError(code, op, detail, err)
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit"
 )
@@ -69,33 +70,47 @@ func TestEveryCodeHasNameAndSentinel(t *testing.T) {
 }
 
 func TestContextErrors(t *testing.T) {
-	cases := []struct {
+	for _, c := range []struct {
 		err  error
 		code idemkit.Code
 	}{
 		{context.Canceled, idemkit.CodeAborted},
 		{context.DeadlineExceeded, idemkit.CodeNetworkTimeout},
 		{fmt.Errorf("x: %w", context.DeadlineExceeded), idemkit.CodeNetworkTimeout},
-	}
-	for _, c := range cases {
-		err := idemkit.ContextError("release", c.err)
-		if idemkit.CodeOf(err) != c.code || !errors.Is(err, c.err) || !errors.Is(err, c.code.Sentinel()) {
-			t.Fatalf("ContextError(%v) = %v", c.err, err)
-		}
+	} {
 		if idemkit.CodeOf(c.err) != c.code {
 			t.Fatalf("CodeOf(%v) = %v; want %v", c.err, idemkit.CodeOf(c.err), c.code)
 		}
 	}
-	if idemkit.ContextError("x", nil) != nil || idemkit.CodeOf(nil) != idemkit.CodeUnknown || idemkit.CodeOf(errors.New("x")) != idemkit.CodeUnknown {
+	if idemkit.CodeOf(nil) != idemkit.CodeUnknown || idemkit.CodeOf(errors.New("x")) != idemkit.CodeUnknown {
 		t.Fatal("nil or foreign errors are mapped")
 	}
 
-	ctx, cancel := context.WithCancelCause(context.Background())
-	if err := idemkit.CheckContext(ctx, "acquire"); err != nil {
+	if err := idemkit.CheckContext(context.Background(), "acquire"); err != nil {
 		t.Fatalf("CheckContext on a live ctx: %v", err)
 	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	for _, c := range []struct {
+		ctx  context.Context
+		want error
+		code idemkit.Code
+	}{
+		{cancelled, context.Canceled, idemkit.CodeAborted},
+		{expired, context.DeadlineExceeded, idemkit.CodeNetworkTimeout},
+	} {
+		err := idemkit.CheckContext(c.ctx, "release")
+		var ie *idemkit.Error
+		if !errors.As(err, &ie) || ie.Code != c.code || ie.Op != "release" || !errors.Is(err, c.want) || !errors.Is(err, c.code.Sentinel()) {
+			t.Fatalf("CheckContext after %v = %v; want %v wrapping it", c.want, err, c.code)
+		}
+	}
+
+	ctx, cancelCause := context.WithCancelCause(context.Background())
 	reason := errors.New("shutting down")
-	cancel(reason)
+	cancelCause(reason)
 	err := idemkit.CheckContext(ctx, "acquire")
 	if !errors.Is(err, context.Canceled) || !errors.Is(err, reason) || !errors.Is(err, idemkit.ErrAborted) {
 		t.Fatalf("CheckContext with a cause = %v; want Aborted wrapping both Canceled and the cause", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/idemkit/idemkit/middleware"
 )
@@ -87,9 +88,23 @@ func describe(c byte) string {
 }
 
 // scopedKey joins the principal, the method (empty when methods share a
-// namespace) and the key so that no triple can spell another, under a
-// prefix of its own so that gRPC keys never meet the HTTP adapters' keys in
-// a store the two share.
+// namespace) and the key as "@grpc:<principal>:<method>:<key>", readable in
+// the backend ("idempotency:@grpc:tenant-a:/shop.Orders/Create:order-42"
+// under the guard's namespace). The principal and the method are escaped
+// (see escapePart), so no triple spells another; the HTTP adapters escape
+// '@' in their scopes, so their keys never start with "@grpc" and never
+// meet these in a store the two share.
 func scopedKey(scope, method, key string) string {
-	return "grpc:" + strconv.Itoa(len(scope)) + ":" + scope + ":" + strconv.Itoa(len(method)) + ":" + method + ":" + key
+	return "@grpc:" + escapePart(scope) + ":" + escapePart(method) + ":" + key
+}
+
+// partEscaper percent-encodes the bytes that structure a scoped key.
+var partEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "@", "%40")
+
+// escapePart percent-encodes '%', ':' and '@' in s.
+func escapePart(s string) string {
+	if !strings.ContainsAny(s, "%:@") {
+		return s
+	}
+	return partEscaper.Replace(s)
 }

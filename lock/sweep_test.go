@@ -82,7 +82,7 @@ func TestSweepEveryStopWaits(t *testing.T) {
 			<-proceed // ignores ctx, as a slow sweep may
 			returned.Store(true)
 		}
-		return 0, idemkit.ContextError("sweep", context.Canceled)
+		return 0, idemkit.NewError(idemkit.CodeAborted, "sweep", "context canceled", context.Canceled)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	stop := lock.SweepEvery(ctx, time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")

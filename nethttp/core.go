@@ -197,9 +197,24 @@ func (c *Core) route(r *http.Request) string {
 	return r.URL.Path
 }
 
-// scopedKey joins a scope and a key so that no pair can spell another.
+// scopedKey joins a scope and a key as "<scope>:<key>", readable in the
+// backend ("idempotency:tenant-a:order-42" under the guard's namespace).
+// The scope is escaped (see escapeScope), so it never holds a raw ':' and
+// no two pairs spell one string; nor does it ever hold a raw '@', which
+// starts the gRPC interceptor's keys in a store the two share.
 func scopedKey(scope, key string) string {
-	return strconv.Itoa(len(scope)) + ":" + scope + ":" + key
+	return escapeScope(scope) + ":" + key
+}
+
+// scopeEscaper percent-encodes the bytes that structure a scoped key.
+var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "@", "%40")
+
+// escapeScope percent-encodes '%', ':' and '@' in s.
+func escapeScope(s string) string {
+	if !strings.ContainsAny(s, "%:@") {
+		return s
+	}
+	return scopeEscaper.Replace(s)
 }
 
 // run calls the handler with a capturing writer and returns what to record.

@@ -27,13 +27,13 @@
 // lease ran out but whose key nobody claimed still completes (a slow store
 // is never a second execution).
 //
-// Stores keep no counter for this. A new claim's fence is [NextFence]: the
-// previous fence plus one, or the backend's clock in Unix milliseconds if
-// that is greater. A record (a claim, an outcome, a released or deleted
-// claim) is never removed from the backend before its clock has passed the
-// record's fence ([KeepUntil]), so a later claim's clock-derived fence is
-// always greater, and every record still has an expiry: nothing is kept
-// forever.
+// Stores keep no counter for this. A new claim's fence is the previous
+// fence plus one, or the backend's clock in Unix milliseconds if that is
+// greater. A record (a claim, an outcome, a released or deleted claim) is
+// never removed from the backend before its clock has passed the record's
+// fence, so a later claim's clock-derived fence is always greater, and
+// every record still has an expiry: nothing is kept forever. [Store] states
+// the rule in full, for anyone writing a backend.
 //
 // # Composition
 //

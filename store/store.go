@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -64,8 +63,10 @@ type Record struct {
 // costs one round trip, a first execution two.
 //
 // All methods are safe for concurrent use, validate their arguments before
-// any I/O (InvalidArgument) and check ctx before any I/O (an ended ctx gives
-// Aborted or NetworkTimeout). Failures are [*idemkit.Error] values; a busy
+// any I/O (InvalidArgument: a key of 1 to [MaxKeyBytes] bytes, any bytes; a
+// TTL of at least one millisecond; a fence other than zero; an outcome
+// state for Complete; messages never repeat the key) and check ctx before
+// any I/O (an ended ctx gives Aborted or NetworkTimeout). Failures are [*idemkit.Error] values; a busy
 // key, a refused write and absence are results.
 //
 // Time is the backend's: leases and record expiry are judged by the
@@ -76,11 +77,16 @@ type Record struct {
 // Fences: a new claim's fence is greater than any fence the key's record
 // ever carried, including records that were released, deleted or expired.
 // Stores keep no counter for this: a new claim's fence is
-// max(previous fence + 1, the backend's clock in Unix milliseconds), and a
-// record is never removed from the backend (released, deleted, expired)
-// before the backend's clock has passed its fence, so that a later claim's
-// clock-derived fence is always greater. Every record, claim or outcome,
-// has an expiry on the backend: nothing is kept forever.
+// max(previous fence + 1, the backend's clock in Unix milliseconds), where
+// the previous fence is the one the key's record (or what is left of it)
+// carries, 0 when there is none. A record is never removed from the backend
+// before the backend's clock has passed its fence read as Unix
+// milliseconds, so that a later claim's clock-derived fence is always
+// greater: a released claim or a deleted record leaves a tombstone (its
+// fence only, invisible to Get, claimable at once) until then. Nor is a
+// record removed before its ExpiresAt, or, for a claim, [ClaimRetention]
+// past it. Every record, claim, outcome or tombstone, has an expiry on the
+// backend: nothing is kept forever.
 type Store interface {
 	// Claim makes one attempt, in one round trip, to claim key for a
 	// request whose fingerprint is fp, with a lease of ttl.
@@ -162,89 +168,3 @@ const MaxKeyBytes = 1024
 // ErrTooLarge is matched (errors.Is) by a Complete or Put whose response is
 // larger than the backend can hold. The error's code is InvalidArgument.
 var ErrTooLarge = errors.New("store: response too large for the backend")
-
-// ValidateKey returns an InvalidArgument error unless key has 1 to
-// [MaxKeyBytes] bytes. Messages never repeat the key.
-func ValidateKey(key string) error {
-	if key == "" {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", "record key must not be empty", nil)
-	}
-	if len(key) > MaxKeyBytes {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", fmt.Sprintf("record key exceeds %d bytes (%d bytes)", MaxKeyBytes, len(key)), nil)
-	}
-	return nil
-}
-
-// ValidateTTL returns an InvalidArgument error unless ttl is at least one
-// millisecond.
-func ValidateTTL(op string, ttl time.Duration) error {
-	if ttl < time.Millisecond {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("ttl must be at least 1ms (got %v)", ttl), nil)
-	}
-	return nil
-}
-
-// ValidateClaim checks a Claim's arguments: a valid key and TTL.
-func ValidateClaim(key string, ttl time.Duration) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	return ValidateTTL("claim", ttl)
-}
-
-// ValidateFenced checks the arguments of Extend and Release (and Complete's
-// key and fence): a valid key and a fence of at least 1.
-func ValidateFenced(op, key string, fence lock.Fence) error {
-	if err := ValidateKey(key); err != nil {
-		return err
-	}
-	if fence == 0 {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op, "fence must not be zero", nil)
-	}
-	return nil
-}
-
-// ValidateComplete checks a Complete's arguments: a valid key and fence, an
-// outcome state (completed or not replayable) and a TTL of at least one
-// millisecond.
-func ValidateComplete(rec Record, ttl time.Duration) error {
-	if err := ValidateFenced("complete", rec.Key, rec.Fence); err != nil {
-		return err
-	}
-	if !rec.State.Done() {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "complete", fmt.Sprintf("a completion needs an outcome state (got %v)", rec.State), nil)
-	}
-	return ValidateTTL("complete", ttl)
-}
-
-// TooLarge returns the error a store reports for a response of size bytes
-// above its limit.
-func TooLarge(op string, size, limit int) error {
-	return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("response of %d bytes exceeds the store's limit of %d", size, limit), ErrTooLarge)
-}
-
-// NextFence returns the fence of a new claim: prev + 1, or the backend's
-// clock in Unix milliseconds if that is greater. prev is the fence of the
-// record the claim replaces (0 when there is none). See [Store] for why
-// this keeps fences growing without a counter.
-func NextFence(prev lock.Fence, now time.Time) lock.Fence {
-	return max(prev+1, lock.Fence(now.UnixMilli()))
-}
-
-// KeepUntil returns when a store may remove a record from the backend: not
-// before expiresAt (plus [ClaimRetention] for a claim), and not before the
-// backend's clock has passed the record's fence read as Unix milliseconds.
-func KeepUntil(rec Record) time.Time {
-	until := rec.ExpiresAt
-	if rec.State == StateClaimed {
-		until = until.Add(ClaimRetention)
-	}
-	return later(until, time.UnixMilli(int64(rec.Fence)+1))
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}

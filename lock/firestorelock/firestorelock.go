@@ -39,7 +39,7 @@ const (
 // WithCollection sets the collection of the lock documents: 1 to 100
 // bytes of ASCII letters, digits, "_", "-" and ".", neither "." nor "..",
 // and not of Firestore's reserved form "__...__". Default:
-// [DefaultCollection] ("idemkit_locks").
+// "idemkit_locks".
 func WithCollection(name string) Option { return func(c *config) { c.collection = name } }
 
 // WithCleanupInIsLocked makes IsLocked also collect the key's lock
@@ -65,7 +65,7 @@ func WithHasher(h lock.Hasher) Option { return func(c *config) { c.hasher = h } 
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{collection: DefaultCollection, sweepBatch: defaultSweepBatch}
+	c := config{collection: defaultCollection, sweepBatch: defaultSweepBatch}
 	for _, o := range opts {
 		o(&c)
 	}

@@ -12,9 +12,9 @@ import (
 	"github.com/idemkit/idemkit/lock"
 )
 
-// DefaultCollection is the collection of the lock documents unless
+// defaultCollection is the collection of the lock documents unless
 // [WithCollection] names another.
-const DefaultCollection = "idemkit_locks"
+const defaultCollection = "idemkit_locks"
 
 // Field names of the lock documents (see the package documentation).
 const (

@@ -54,8 +54,8 @@
 // known: it is estimated from Firestore's time as last read (plus the time
 // elapsed since by the local monotonic clock, which never runs ahead of
 // it) and padded by a second, and it is never before the fence read as
-// Unix milliseconds, so that a document is kept at least until
-// [store.KeepUntil] of its record.
+// Unix milliseconds, so that a document is kept at least as long as its
+// record must be (see [store.Store]).
 //
 // # Operations and round trips
 //
@@ -80,12 +80,12 @@
 // of the claim's write (the store remembers, in a bounded in-process map,
 // the update times of the claims it made and still holds).
 //
-// A refused claim writes nothing. A new claim's fence is [store.NextFence]
-// of the fence the document carried (0 for none) and the read time, so it
-// is greater than any fence the key's record ever carried: Release and
-// Delete leave a tombstone (the fence alone, invisible to Get, claimable)
-// whose expireAt is when Firestore's clock passes the fence, and nothing
-// removes a document before its expireAt.
+// A refused claim writes nothing. A new claim's fence is max(the fence the
+// document carried (0 for none) + 1, the read time in Unix milliseconds),
+// so it is greater than any fence the key's record ever carried: Release
+// and Delete leave a tombstone (the fence alone, invisible to Get,
+// claimable) whose expireAt is when Firestore's clock passes the fence, and
+// nothing removes a document before its expireAt.
 //
 // A failed commit is an unknown outcome: the client retries a commit whose
 // answer was lost (Unavailable), and the retry fails its own precondition.
@@ -96,17 +96,17 @@
 //
 // # Size
 //
-// A Firestore document holds at most 1 MiB ([MaxDocumentBytes]), counted
-// as Firestore counts storage size: the document name (collection id and
+// A Firestore document holds at most 1 MiB (1,048,576 bytes), counted as
+// Firestore counts storage size: the document name (collection id and
 // document id), each field's name and value, and 32 bytes. Complete and Put
 // count the record document the same way and refuse, before any I/O, a
-// response that would bring it within [DocumentMargin] (1 KiB) of the
-// limit, with an error matching [store.ErrTooLarge]; the guard then
-// records the execution as not replayable. [Store.MaxResponseBytes] tells
-// the limit for a key; with the defaults, a guard's record under a short
-// key holds a response of up to about 1,047,200 bytes. Should Firestore
-// still refuse a large document as invalid, and a read show that the write
-// did not land, that is reported as [store.ErrTooLarge] too.
+// response that would bring it within 1 KiB of the limit, with an error
+// matching [store.ErrTooLarge]; the guard then records the execution as not
+// replayable. So the largest response depends on the key and fingerprint
+// (and the collection name): with the defaults, a guard's record under a
+// short key holds a response of up to about 1,047,200 bytes. Should
+// Firestore still refuse a large document as invalid, and a read show that
+// the write did not land, that is reported as [store.ErrTooLarge] too.
 // [WithMaxResponseBytes] sets a lower limit of your own.
 //
 // # Expiry and garbage collection
@@ -121,8 +121,8 @@
 // (with your collection's name if you changed it). Without a TTL policy,
 // run [Store.Sweep] now and then, or a background [Store.StartSweeper]: it
 // queries expireAt in order and deletes, each conditioned on the update
-// time it read, the documents whose expireAt and [store.KeepUntil] have
-// passed by the query's read time.
+// time it read, the documents whose expireAt has passed by the query's
+// read time and whose record may go (see [Store.Sweep]).
 //
 // # Indexes
 //

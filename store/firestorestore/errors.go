@@ -39,7 +39,7 @@ func mapError(ctx context.Context, op string, err error) error {
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}
-		return idemkit.ContextError(op, err)
+		return idemkit.NewError(idemkit.CodeOf(cerr), op, cerr.Error(), err)
 	}
 	code, detail := classify(err)
 	return idemkit.NewError(code, op, detail, err)
@@ -126,7 +126,7 @@ func classifyStatus(c codes.Code) (idemkit.Code, string) {
 		return idemkit.CodeInvalidArgument, "Firestore refused the request as invalid"
 	case codes.FailedPrecondition:
 		return idemkit.CodeInvalidArgument, "the database is not ready for this request (the single-field index on " +
-			FieldExpireAt + " missing or disabled? a database in Datastore mode?)"
+			fieldExpireAt + " missing or disabled? a database in Datastore mode?)"
 	case codes.NotFound:
 		return idemkit.CodeInvalidArgument, "not found (does the database exist?)"
 	}
@@ -176,6 +176,6 @@ func malformed(op, what string) error {
 // Firestore counted the document over its limit.
 func tooLargeRefused(ctx context.Context, op string, size int, err error) error {
 	return idemkit.NewError(idemkit.CodeInvalidArgument, op,
-		fmt.Sprintf("Firestore refused a %d-byte record document (its document limit is %d bytes)", size, MaxDocumentBytes),
+		fmt.Sprintf("Firestore refused a %d-byte record document (its document limit is %d bytes)", size, maxDocumentBytes),
 		fmt.Errorf("%w: %w", store.ErrTooLarge, mapError(ctx, op, err)))
 }

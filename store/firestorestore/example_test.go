@@ -40,20 +40,3 @@ func Example() {
 		})
 	fmt.Println(total, replayed, err)
 }
-
-// The largest response a record holds depends on its key and fingerprint:
-// Firestore counts them, with the fixed fields, towards its 1 MiB document
-// limit. A larger response is refused with store.ErrTooLarge, and the
-// guard records the execution as not replayable.
-func ExampleStore_MaxResponseBytes() {
-	client, err := firestore.NewClient(context.Background(), "my-project")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close()
-	records, err := firestorestore.New(client)
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(records.MaxResponseBytes("idempotency:order-42", "http-v1:"+fmt.Sprintf("%064x", 0)))
-}

@@ -21,14 +21,11 @@ var (
 	_ store.Records = (*Store)(nil)
 )
 
-// Defaults and bounds of the options.
+// Defaults and bounds of the options, as their documentation states them.
 const (
-	// DefaultCollection is the default of [WithCollection].
-	DefaultCollection = "idemkit_records"
-	// DefaultSweepBatch is the default of [WithSweepBatch].
-	DefaultSweepBatch = 100
-	// MaxSweepBatch is the largest [WithSweepBatch].
-	MaxSweepBatch = 500
+	defaultCollection = "idemkit_records"
+	defaultSweepBatch = 100
+	maxSweepBatch     = 500
 )
 
 // maxAttempts is how many conditional writes one operation tries when the
@@ -60,22 +57,22 @@ func WithCollection(name string) Option { return func(c *config) { c.collection 
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithMaxResponseBytes sets the largest response Complete and Put accept,
-// 1 to [MaxDocumentBytes]; a larger one is refused with an error matching
-// [store.ErrTooLarge] before any write (the guard then records the
-// execution as not replayable). Whatever the limit, a response is also
-// refused when its record document would not fit Firestore's document
-// limit (see [Store.MaxResponseBytes]). Default: [MaxDocumentBytes], so only
-// the document limit applies.
+// 1 to 1,048,576 (1 MiB, Firestore's document limit); a larger one is
+// refused with an error matching [store.ErrTooLarge] before any write (the
+// guard then records the execution as not replayable). Whatever the limit,
+// a response is also refused when its record document would not fit
+// Firestore's document limit (see "Size" in the package documentation).
+// Default: 1 MiB, so only the document limit applies.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithSweepBatch sets how many documents one query of [Store.Sweep] reads
-// at most, 1 to [MaxSweepBatch]. Default: [DefaultSweepBatch].
+// at most, 1 to 500. Default: 100.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
-		collection: DefaultCollection, maxResponse: MaxDocumentBytes,
-		sweepBatch: DefaultSweepBatch, docLimit: MaxDocumentBytes - DocumentMargin,
+		collection: defaultCollection, maxResponse: maxDocumentBytes,
+		sweepBatch: defaultSweepBatch, docLimit: maxDocumentBytes - documentMargin,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -87,10 +84,10 @@ func newConfig(opts []Option) (config, error) {
 		return bad("the record collection " + detail)
 	}
 	switch {
-	case c.maxResponse < 1 || c.maxResponse > MaxDocumentBytes:
-		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", MaxDocumentBytes))
-	case c.sweepBatch < 1 || c.sweepBatch > MaxSweepBatch:
-		return bad(fmt.Sprintf("the sweep batch must be 1 to %d", MaxSweepBatch))
+	case c.maxResponse < 1 || c.maxResponse > maxDocumentBytes:
+		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", maxDocumentBytes))
+	case c.sweepBatch < 1 || c.sweepBatch > maxSweepBatch:
+		return bad(fmt.Sprintf("the sweep batch must be 1 to %d", maxSweepBatch))
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -182,7 +179,7 @@ func tombstone(key string, fence lock.Fence, writeID string) *contents {
 // new claim, conditioned on the document being as read: a Create when
 // there was none, else an update conditioned on its update time (taking
 // over a run-out claim, an expired outcome or a tombstone). The claim's
-// fence is [store.NextFence] of the fence read and the read time; its
+// fence is max(the fence read + 1, the read time in Unix ms); its
 // CreatedAt is the commit time (the document's update time) and its
 // ExpiresAt the commit time + ttl.
 //
@@ -193,7 +190,10 @@ func tombstone(key string, fence lock.Fence, writeID string) *contents {
 // carries its write id.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateClaim(key, ttl); err != nil {
+	if err := validateKey(key); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := validateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if s.maxResponse(key, fp) < 0 {
@@ -226,7 +226,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		if attempt == maxAttempts {
 			return store.Record{}, false, contention(op)
 		}
-		fence := store.NextFence(d.fence, d.readTime)
+		fence := max(d.fence+1, lock.Fence(d.readTime.UnixMilli()))
 		if fence > maxFence {
 			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "the next fence exceeds what a record document holds", nil)
 		}
@@ -260,10 +260,10 @@ func isReleased(s store.State) bool { return s == released }
 // still carries the claim. The new lease runs from the commit time.
 func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := validateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := validateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -321,12 +321,12 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 // the document carries one of this call's write ids. createdAt and the
 // record's lifetime start at the commit time.
 //
-// A response whose record document would not fit (see
-// [Store.MaxResponseBytes]) is refused with [store.ErrTooLarge] before any
+// A response whose record document would not fit (see "Size" in the
+// package documentation) is refused with [store.ErrTooLarge] before any
 // write.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := validateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := s.checkOutcome(op, rec); err != nil {
@@ -397,7 +397,7 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, lock.Fence(maxFence)), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
-		return store.TooLarge(op, len(rec.Response), max(limit, 0))
+		return tooLarge(op, len(rec.Response), max(limit, 0))
 	}
 	return nil
 }
@@ -415,7 +415,7 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 // as not replayable.
 func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, err error) error {
 	size := documentSize(s.cfg.collection, rec.Key, rec.Fingerprint, len(rec.Response))
-	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil && size > MaxDocumentBytes/2 {
+	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil && size > maxDocumentBytes/2 {
 		return tooLargeRefused(ctx, op, size, err)
 	}
 	return mapCommitError(ctx, op, err)
@@ -428,7 +428,7 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 // last write; otherwise a read and a conditioned commit.
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := validateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -491,7 +491,7 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 // reports is before its expiry.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := validateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -512,7 +512,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // its write id.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := validateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -564,8 +564,8 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 //
 // Put's fences are a lock's; do not mix Put and [Store.Claim] on one key.
 //
-// A response whose record document would not fit (see
-// [Store.MaxResponseBytes]) is refused with [store.ErrTooLarge] before any
+// A response whose record document would not fit (see "Size" in the
+// package documentation) is refused with [store.ErrTooLarge] before any
 // write.
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
@@ -619,11 +619,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := validateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("a record needs an outcome state (completed or not-replayable, got %v)", rec.State), nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return validateTTL("put", ttl)
 }

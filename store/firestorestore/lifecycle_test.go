@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
@@ -82,7 +83,7 @@ func TestLifecycle(t *testing.T) {
 // extension moves the lease to its own commit time and keeps CreatedAt; an
 // outcome lives from its commit. The store has no clock of its own, so a
 // node's clock cannot move any of them. Every document's expireAt is at or
-// after store.KeepUntil of its record.
+// after leased.KeepUntil of its record.
 func TestTimesAreFirestores(t *testing.T) {
 	t.Parallel()
 	c := client(t, testenv.FirestoreProject(t))
@@ -105,8 +106,8 @@ func TestTimesAreFirestores(t *testing.T) {
 	if !claim.CreatedAt.Equal(written) || !claim.ExpiresAt.Equal(written.Add(time.Minute)) {
 		t.Fatalf("claim %v to %v; want the commit time %v plus the lease", claim.CreatedAt, claim.ExpiresAt, written)
 	}
-	if expireAt.Before(store.KeepUntil(claim)) {
-		t.Fatalf("the claim's expireAt %v is before it may go (%v)", expireAt, store.KeepUntil(claim))
+	if expireAt.Before(leased.KeepUntil(claim)) {
+		t.Fatalf("the claim's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(claim))
 	}
 	if ok, err := s.Extend(ctx, "order-1", claim.Fence, 2*time.Minute); err != nil || !ok {
 		t.Fatalf("Extend = %v, %v", ok, err)
@@ -116,8 +117,8 @@ func TestTimesAreFirestores(t *testing.T) {
 	if err != nil || !got.CreatedAt.Equal(claim.CreatedAt) || !got.ExpiresAt.Equal(extended.Add(2*time.Minute)) {
 		t.Fatalf("extended claim %+v, %v; want created at %v, expiring at %v", got, err, claim.CreatedAt, extended.Add(2*time.Minute))
 	}
-	if expireAt.Before(store.KeepUntil(got)) {
-		t.Fatalf("the extended claim's expireAt %v is before it may go (%v)", expireAt, store.KeepUntil(got))
+	if expireAt.Before(leased.KeepUntil(got)) {
+		t.Fatalf("the extended claim's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(got))
 	}
 	out := store.Record{Key: "order-1", Fingerprint: "fp", State: store.StateCompleted, Response: []byte("ok"), Fence: claim.Fence}
 	if ok, err := s.Complete(ctx, out, time.Hour); err != nil || !ok {
@@ -128,8 +129,8 @@ func TestTimesAreFirestores(t *testing.T) {
 	if err != nil || !got.CreatedAt.Equal(completed) || !got.ExpiresAt.Equal(completed.Add(time.Hour)) {
 		t.Fatalf("outcome %+v, %v; want written at %v for an hour", got, err, completed)
 	}
-	if expireAt.Before(store.KeepUntil(got)) {
-		t.Fatalf("the outcome's expireAt %v is before it may go (%v)", expireAt, store.KeepUntil(got))
+	if expireAt.Before(leased.KeepUntil(got)) {
+		t.Fatalf("the outcome's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(got))
 	}
 	if deleted, err := s.Delete(ctx, "order-1"); err != nil || !deleted {
 		t.Fatalf("Delete = %v, %v", deleted, err)

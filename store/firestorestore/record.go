@@ -13,13 +13,7 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// FieldExpireAt is the field of every record document that tells when the
-// document may be deleted ([store.KeepUntil], by Firestore's clock): the
-// field to name in a TTL policy. [Store.Sweep] queries it through
-// Firestore's automatic single-field index.
-const FieldExpireAt = "expireAt"
-
-// The other fields of a record document (see the package documentation).
+// The fields of a record document (see the package documentation).
 const (
 	fieldKey         = "key"         // the record key: a string, or bytes when it is not valid UTF-8
 	fieldFingerprint = "fingerprint" // the request's fingerprint: a string, or bytes when it is not valid UTF-8
@@ -29,6 +23,7 @@ const (
 	fieldCreatedAt   = "createdAt"   // when an extended claim was made (its commit time); absent: the document's update time
 	fieldTTL         = "ttlMicros"   // the lifetime from the document's update time, in microseconds (an integer)
 	fieldWriteID     = "writeId"     // a random id of the write that last changed the document
+	fieldExpireAt    = "expireAt"    // when the document may be deleted (by Firestore's clock): the TTL-policy field, which Sweep queries
 )
 
 // released is the state of a tombstone: a released or deleted record that
@@ -113,8 +108,11 @@ func (d *doc) record() store.Record {
 // the local monotonic clock: never later than Firestore's clock.
 func (d *doc) now() time.Time { return d.readTime.Add(time.Since(d.readLocally)) }
 
-// keepUntil is [store.KeepUntil] of the record document snap: when it may
-// be removed. ok is false when the fields it needs are missing.
+// keepUntil returns when the record document snap may be removed: not
+// before its record expires (a claim: [store.ClaimRetention] after its
+// lease), nor before Firestore's clock has passed its fence read as Unix
+// milliseconds (see [store.Store]). ok is false when the fields it needs
+// are missing.
 func keepUntil(snap *firestore.DocumentSnapshot) (until time.Time, ok bool) {
 	m := snap.Data()
 	state, ok1 := m[fieldState].(int64)
@@ -123,9 +121,11 @@ func keepUntil(snap *firestore.DocumentSnapshot) (until time.Time, ok bool) {
 	if !ok1 || !ok2 || !ok3 || state < 0 || state > int64(store.StateNotReplayable) || fence < 0 || ttl < 0 || ttl > maxTTLMicros {
 		return time.Time{}, false
 	}
-	return store.KeepUntil(store.Record{
-		State: store.State(state), Fence: lock.Fence(fence), ExpiresAt: snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond),
-	}), true
+	until = snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond)
+	if store.State(state) == store.StateClaimed {
+		until = until.Add(store.ClaimRetention)
+	}
+	return later(until, time.UnixMilli(fence+1)), true
 }
 
 // maxTTLMicros is the longest lifetime a time.Duration holds.
@@ -183,7 +183,7 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 		return nil, malformed(op, "the ttlMicros field is missing or not a non-negative integer")
 	}
 	d.ttl = time.Duration(ttl) * time.Microsecond
-	if _, ok = m[FieldExpireAt].(time.Time); !ok {
+	if _, ok = m[fieldExpireAt].(time.Time); !ok {
 		return nil, malformed(op, "the expireAt field is missing or not a timestamp")
 	}
 	if d.writeID, ok = m[fieldWriteID].(string); !ok {
@@ -222,7 +222,7 @@ func (c *contents) updates() []firestore.Update {
 		{Path: fieldResponse, Value: response},
 		{Path: fieldFence, Value: int64(c.fence)},
 		{Path: fieldTTL, Value: int64(micros(c.ttl) / time.Microsecond)},
-		{Path: FieldExpireAt, Value: c.expireAt},
+		{Path: fieldExpireAt, Value: c.expireAt},
 		{Path: fieldWriteID, Value: c.writeID},
 	}
 	return u
@@ -249,7 +249,7 @@ func extension(ttl time.Duration, created, expireAt time.Time, writeID string) [
 	return []firestore.Update{
 		{Path: fieldCreatedAt, Value: created},
 		{Path: fieldTTL, Value: int64(micros(ttl) / time.Microsecond)},
-		{Path: FieldExpireAt, Value: expireAt},
+		{Path: fieldExpireAt, Value: expireAt},
 		{Path: fieldWriteID, Value: writeID},
 	}
 }
@@ -258,7 +258,7 @@ func extension(ttl time.Duration, created, expireAt time.Time, writeID string) [
 // lifetime ttl starts at its commit, which comes after now (an estimate of
 // Firestore's clock that is never later than it): past now + ttl (+
 // [store.ClaimRetention] for a claim) by [expireSlack], and past the fence.
-// So the document is kept at least until [store.KeepUntil] of its record,
+// So the document is kept at least until its record may go ([keepUntil]),
 // give or take the time a write takes to reach Firestore, which the slack
 // covers.
 func lifetimeEnd(now time.Time, ttl time.Duration, fence lock.Fence, claim bool) time.Time {

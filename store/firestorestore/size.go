@@ -4,19 +4,19 @@ import "unicode/utf8"
 
 // Size limits.
 const (
-	// MaxDocumentBytes is Firestore's limit on a document's size (1 MiB),
+	// maxDocumentBytes is Firestore's limit on a document's size (1 MiB),
 	// counted as Firestore counts storage size: the document name, each
 	// field's name and value, and 32 bytes.
-	MaxDocumentBytes = 1 << 20
-	// DocumentMargin is how far below [MaxDocumentBytes] the store keeps
+	maxDocumentBytes = 1 << 20
+	// documentMargin is how far below maxDocumentBytes the store keeps
 	// every record document, by its own count, so that a small difference
 	// in how a Firestore release counts never turns into a failed write.
-	DocumentMargin = 1 << 10
+	documentMargin = 1 << 10
 )
 
 // Firestore's storage-size rules, as its documentation states them and
 // as the emulator enforces them (it accepts a document of exactly
-// MaxDocumentBytes by this count and refuses one byte more):
+// maxDocumentBytes by this count and refuses one byte more):
 //
 //	string (ids, field names, values)   UTF-8 bytes + 1
 //	bytes                               their length
@@ -49,27 +49,20 @@ func documentSize(collection, key, fp string, n int) int {
 	size += stringSize(fieldKey) + textSize(key)
 	size += stringSize(fieldFingerprint) + textSize(fp)
 	size += stringSize(fieldResponse) + n
-	for _, f := range [...]string{fieldState, fieldFence, fieldTTL, FieldExpireAt} { // an outcome has no createdAt
+	for _, f := range [...]string{fieldState, fieldFence, fieldTTL, fieldExpireAt} { // an outcome has no createdAt
 		size += stringSize(f) + scalarSize
 	}
 	size += stringSize(fieldWriteID) + writeIDLen + 1 // a string of writeIDLen bytes
 	return size + documentOverhead
 }
 
-// maxResponse is the largest response a record of key with fingerprint fp
-// holds: the configured maximum, or less when the record document would
-// otherwise exceed the store's document limit. It is negative when not
+// maxResponse is the largest response [Store.Complete] and [Store.Put]
+// accept under key with fingerprint fp: the configured maximum
+// ([WithMaxResponseBytes]), or less when the record document would
+// otherwise come within documentMargin of Firestore's maxDocumentBytes, by
+// Firestore's own count (the record key, the fingerprint, the collection
+// name and the fixed fields take their share). It is negative when not
 // even an empty response fits (a fingerprint of a megabyte).
 func (s *Store) maxResponse(key, fp string) int {
 	return min(s.cfg.maxResponse, s.cfg.docLimit-documentSize(s.cfg.collection, key, fp, 0))
 }
-
-// MaxResponseBytes returns the largest response [Store.Complete] and
-// [Store.Put] accept under key with fingerprint fp: the configured maximum
-// ([WithMaxResponseBytes]), or less when the record document would
-// otherwise come within [DocumentMargin] of Firestore's [MaxDocumentBytes],
-// by Firestore's own count (the record key, the fingerprint, the
-// collection name and the fixed fields take their share). With the
-// defaults, a guard's record under a short key holds a response of up to
-// about 1,047,200 bytes.
-func (s *Store) MaxResponseBytes(key, fp string) int { return max(s.maxResponse(key, fp), 0) }

@@ -53,7 +53,7 @@ func TestResponseSizeLimit(t *testing.T) {
 	fp := "sha256-v1:" + strings.Repeat("ab", 32)
 	for _, key := range []string{"k", "orders/" + strings.Repeat("x", 500), strings.Repeat("\u00e9", store.MaxKeyBytes/2)} {
 		limit := firestorestore.MaxDocumentBytes - firestorestore.DocumentMargin - docSize(firestorestore.DefaultCollection, key, fp, 0)
-		if got := s.MaxResponseBytes(key, fp); got != limit {
+		if got := firestorestore.MaxResponseBytes(s, key, fp); got != limit {
 			t.Fatalf("MaxResponseBytes = %d; want %d by Firestore's count", got, limit)
 		}
 		claim, claimed, err := s.Claim(ctx, key, fp, time.Hour)

@@ -11,24 +11,25 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// DefaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs.
-const DefaultSweepInterval = time.Minute
+// defaultSweepInterval is how often a sweeper started with a non-positive
+// interval runs (see [Store.StartSweeper]).
+const defaultSweepInterval = time.Minute
 
-// Sweep deletes the record documents that may go, for deployments
-// without a TTL policy: those whose expireAt has passed by Firestore's
-// clock, and whose record's [store.KeepUntil] has passed too (both judged
-// against the read time of the query that found them). It works in
-// batches of at most the sweep batch ([WithSweepBatch]): each batch is one
-// query in expireAt order (served by the automatic single-field index on
-// expireAt, reading only the fields it judges, never the responses) and
-// deletes through a [firestore.BulkWriter], each conditioned on the update
-// time the query read, so a record written again since it was read is
-// never deleted. Each query starts after the last document the previous
-// one named, so documents a batch leaves alone (not this store's) never
-// hold up the ones behind them. Sweep stops at the first document whose
-// expireAt is still ahead. It returns how many documents it deleted, also
-// when it fails part way.
+// Sweep deletes the record documents that may go, for deployments without a
+// TTL policy: those whose expireAt has passed by Firestore's clock and
+// whose record is past its expiry ([store.ClaimRetention] past the lease
+// for a claim) and past its fence read as Unix milliseconds, both judged
+// against the read time of the query that found them. It works in batches
+// of at most the sweep batch ([WithSweepBatch]): each batch is one query in
+// expireAt order (served by the automatic single-field index on expireAt,
+// reading only the fields it judges, never the responses) and deletes
+// through a [firestore.BulkWriter], each conditioned on the update time the
+// query read, so a record written again since it was read is never deleted.
+// Each query starts after the last document the previous one named, so
+// documents a batch leaves alone (not this store's) never hold up the ones
+// behind them. Sweep stops at the first document whose expireAt is still
+// ahead. It returns how many documents it deleted, also when it fails part
+// way.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -37,8 +38,8 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	var after *firestore.DocumentSnapshot // the last document the previous batch named
 	for {
-		q := s.records.Select(fieldState, fieldFence, fieldTTL, FieldExpireAt).
-			OrderBy(FieldExpireAt, firestore.Asc).Limit(s.cfg.sweepBatch)
+		q := s.records.Select(fieldState, fieldFence, fieldTTL, fieldExpireAt).
+			OrderBy(fieldExpireAt, firestore.Asc).Limit(s.cfg.sweepBatch)
 		if after != nil {
 			q = q.StartAfter(after)
 		}
@@ -50,7 +51,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 		var gone []*firestore.DocumentSnapshot
 		for _, snap := range snaps {
 			m := snap.Data()
-			if at, ok := m[FieldExpireAt].(time.Time); ok && snap.ReadTime.Before(at) {
+			if at, ok := m[fieldExpireAt].(time.Time); ok && snap.ReadTime.Before(at) {
 				more = false // the rest of the order expires later still
 				break
 			}
@@ -104,15 +105,15 @@ func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapsh
 }
 
 // StartSweeper runs [Store.Sweep] every interval (a non-positive one means
-// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
+// one minute) in a goroutine of its own until ctx ends or stop
 // is called; stop waits for a sweep in progress and may be called more than
 // once. Each sweep is bounded by the interval. Failures are logged on the
 // store's logger ([WithLogger]) at warn level with their code, never a
-// key, and the sweeper carries on. A TTL policy on [FieldExpireAt] makes
-// it unnecessary.
+// key, and the sweeper carries on. A TTL policy on the expireAt field
+// makes it unnecessary (see the package documentation).
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
 	if interval <= 0 {
-		interval = DefaultSweepInterval
+		interval = defaultSweepInterval
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

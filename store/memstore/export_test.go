@@ -15,3 +15,11 @@ func Immortal(s *Store) []string {
 	}
 	return keys
 }
+
+// Len returns the number of keys s keeps: live records, and expired,
+// released or deleted ones whose fences are not yet swept.
+func Len(s *Store) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.entries)
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
@@ -48,8 +49,8 @@ func WithMaxBytes(n int) Option { return func(s *Store) { s.maxBytes = n } }
 //
 // Expired records are invisible at once and swept as the store works. A
 // released or deleted claim, and any record that expired, leaves its fence
-// behind until the clock has passed it ([store.KeepUntil]), so that a new
-// claim's fence is always greater.
+// behind until the clock has passed it, so that a new claim's fence is
+// always greater.
 //
 // The zero value is not usable; call [New].
 type Store struct {
@@ -85,7 +86,7 @@ func sizeOf(rec *store.Record) int {
 
 // keepUntil is when the entry may be removed.
 func (e *entry) keepUntil() time.Time {
-	until := store.KeepUntil(e.rec)
+	until := leased.KeepUntil(e.rec)
 	if f := time.UnixMilli(int64(e.fence) + 1); f.After(until) {
 		return f
 	}
@@ -125,7 +126,7 @@ const minSweep = 256
 // Claim implements [store.Store].
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateClaim(key, ttl); err != nil {
+	if err := leased.ValidateClaim(key, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -149,7 +150,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		Key:         key,
 		Fingerprint: fp,
 		State:       store.StateClaimed,
-		Fence:       store.NextFence(prev, now),
+		Fence:       leased.NextFence(prev, now),
 		CreatedAt:   now,
 		ExpiresAt:   now.Add(ttl),
 	}
@@ -162,10 +163,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := leased.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := leased.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -187,11 +188,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 // Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := leased.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, leased.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -215,7 +216,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := leased.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -237,7 +238,7 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 // Get implements [store.Store] and [store.Records].
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := leased.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -263,7 +264,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, err
 	}
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, leased.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -287,7 +288,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // Delete implements [store.Store] and [store.Records].
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := leased.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -314,15 +315,6 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	s.closed = true
 	return nil
-}
-
-// Len returns the number of keys the store keeps: live records, and
-// expired, released or deleted ones whose fences are not yet swept. It is a
-// diagnostic.
-func (s *Store) Len() int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return len(s.entries)
 }
 
 // set writes rec as the record of key, whose entry is e (nil for a new
@@ -389,13 +381,13 @@ func (s *Store) sweep(now time.Time) {
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := leased.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return leased.ValidateTTL("put", ttl)
 }
 
 // outcome returns a private copy of rec stamped with now and ttl.

@@ -28,7 +28,7 @@ func TestSweepDropsExpiredRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.Len(); n != 300 {
+	if n := memstore.Len(s); n != 300 {
 		t.Fatalf("%d keys kept; want the 300 live ones after a sweep", n)
 	}
 }
@@ -63,7 +63,7 @@ func TestSweepDropsTombstonesAndRunOutClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.Len(); n != 330 {
+	if n := memstore.Len(s); n != 330 {
 		t.Fatalf("%d keys kept; want the 300 live claims and the 30 run-out claims still retained", n)
 	}
 	clock.Advance(store.ClaimRetention)
@@ -72,7 +72,7 @@ func TestSweepDropsTombstonesAndRunOutClaims(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := s.Len(); n != 700 {
+	if n := memstore.Len(s); n != 700 {
 		t.Fatalf("%d keys kept; want only the 700 live claims", n)
 	}
 }
@@ -152,7 +152,7 @@ func TestLimits(t *testing.T) {
 	if _, claimed, err := s.Claim(ctx, "k3", "fp", time.Second); !claimed || err != nil {
 		t.Fatalf("a new key after the sweep = %v, %v", claimed, err)
 	}
-	if n := s.Len(); n != 2 {
+	if n := memstore.Len(s); n != 2 {
 		t.Fatalf("%d keys kept; want the outcome and the new claim", n)
 	}
 }

@@ -54,7 +54,7 @@ func TestConformanceConn(t *testing.T) {
 			t.Fatal(err)
 		}
 		return &storetest.Env{
-			Store: s, Margin: margin, Break: sc.Close, Stall: stall, MaxResponseBytes: DefaultMaxResponseBytes,
+			Store: s, Margin: margin, Break: sc.Close, Stall: stall, MaxResponseBytes: defaultMaxResponseBytes,
 			RoundTrips: st.count, Keys: immortal(admin, s),
 		}
 	})

@@ -65,7 +65,7 @@
 // statement (reading a row committed after its snapshot takes a no-op ON
 // CONFLICT DO UPDATE, or a FOR SHARE lock, in those races only). A new
 // claim's fence is max(previous fence + 1, the server's clock in Unix
-// milliseconds) ([store.NextFence]).
+// milliseconds).
 //
 // Extend, Complete and Release are one UPDATE each, guarded by the key,
 // the claim's fence and the claimed state; Complete and Extend work after
@@ -84,7 +84,7 @@
 // expires_at (a claim: [store.ClaimRetention] past it, so that a holder
 // whose database was unreachable for a while still completes), and past
 // its fence read as Unix milliseconds, so that a later claim's
-// clock-derived fence is greater ([store.KeepUntil]); tombstones are kept
+// clock-derived fence is greater (see [store.Store]); tombstones are kept
 // a minute. [Store.Sweep] deletes the rows past it.
 //
 // The first time a pooled connection runs one of the store's statements,

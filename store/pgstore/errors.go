@@ -196,7 +196,7 @@ func mapError(ctx context.Context, op string, err error) error {
 		if !errors.Is(err, cerr) {
 			err = fmt.Errorf("%w: %w", cerr, err)
 		}
-		return idemkit.ContextError(op, err)
+		return idemkit.NewError(idemkit.CodeOf(cerr), op, cerr.Error(), err)
 	}
 	code, detail := classify(err)
 	return idemkit.NewError(code, op, detail, err)

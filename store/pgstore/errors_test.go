@@ -236,7 +236,7 @@ func TestValidationBeforeIO(t *testing.T) {
 			return err
 		}(),
 		"put too large": func() error {
-			_, err := s.Put(ctx, store.Record{Key: "k", State: store.StateCompleted, Response: make([]byte, DefaultMaxResponseBytes+1)}, time.Minute)
+			_, err := s.Put(ctx, store.Record{Key: "k", State: store.StateCompleted, Response: make([]byte, defaultMaxResponseBytes+1)}, time.Minute)
 			return err
 		}(),
 	} {

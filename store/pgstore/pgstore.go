@@ -54,13 +54,15 @@ type config struct {
 // WithTable sets the record table: "table" or "schema.table", each part a
 // letter or underscore followed by letters, digits and underscores (the
 // table part at most 48 bytes, the schema 63). Names are always quoted, so
-// their case is kept. Default: [DefaultTable] ("idemkit_records").
+// their case is kept. Default: "idemkit_records".
 func WithTable(name string) Option { return func(c *config) { c.tableName = name } }
 
 // WithMaxResponseBytes sets the largest response Complete and Put accept;
 // a larger one is refused with an error matching [store.ErrTooLarge] before
-// any I/O (the guard then records the execution as not replayable). At
-// most [MaxResponseLimit]. Default: [DefaultMaxResponseBytes] (8 MiB).
+// any I/O (the guard then records the execution as not replayable). 1 to
+// 1,073,741,823 bytes (the largest bytea value). Default: 8 MiB,
+// large enough for any response worth replaying, small enough that a replay
+// does not move a huge value through the database.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithLogger sets the logger for sweeper failures. Log lines never contain
@@ -68,24 +70,18 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithSweepBatch sets how many rows one DELETE of [Store.Sweep] removes at
-// most. Default: [DefaultSweepBatch].
+// most, at least 1. Default: 1000.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
-// Limits and defaults.
+// Defaults and bounds of the options, as their documentation states them.
 const (
-	// DefaultMaxResponseBytes is the default of [WithMaxResponseBytes]:
-	// large enough for any response worth replaying, small enough that a
-	// replay does not move a huge value through the database.
-	DefaultMaxResponseBytes = 8 << 20
-	// MaxResponseLimit is the largest [WithMaxResponseBytes]: a bytea
-	// value holds at most 1 GiB.
-	MaxResponseLimit = 1<<30 - 1
-	// DefaultSweepBatch is the default of [WithSweepBatch].
-	DefaultSweepBatch = 1000
+	defaultMaxResponseBytes = 8 << 20
+	maxResponseLimit        = 1<<30 - 1 // the largest bytea value
+	defaultSweepBatch       = 1000
 )
 
 func newConfig(opts []Option) (config, error) {
-	c := config{tableName: DefaultTable, maxResponse: DefaultMaxResponseBytes, sweepBatch: DefaultSweepBatch}
+	c := config{tableName: defaultTable, maxResponse: defaultMaxResponseBytes, sweepBatch: defaultSweepBatch}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -97,8 +93,8 @@ func newConfig(opts []Option) (config, error) {
 		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil)
 	}
 	switch {
-	case c.maxResponse < 1 || c.maxResponse > MaxResponseLimit:
-		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", MaxResponseLimit))
+	case c.maxResponse < 1 || c.maxResponse > maxResponseLimit:
+		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", maxResponseLimit))
 	case c.sweepBatch < 1:
 		return bad("the sweep batch must be at least 1")
 	}
@@ -210,7 +206,10 @@ const maxClaimTries = 4
 // within it), the statement runs again, at most four times in all.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateClaim(key, ttl); err != nil {
+	if err := validateKey(key); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := validateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -256,10 +255,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // claimed state.
 func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := validateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := validateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if err := checkFence(op, fence); err != nil {
@@ -278,14 +277,14 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 // reported lost.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := validateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := checkFence(op, rec.Fence); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+		return false, tooLarge(op, len(rec.Response), s.cfg.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -306,7 +305,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // claim's tombstone.
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := validateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := checkFence(op, fence); err != nil {
@@ -350,7 +349,7 @@ func (s *Store) fenced(ctx context.Context, op string, repeatable bool, sql stri
 // visible while clock_timestamp() < expires_at.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := validateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -380,7 +379,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // visible), whatever its state.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := validateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -403,7 +402,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, err
 	}
 	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+		return false, tooLarge(op, len(rec.Response), s.cfg.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -422,11 +421,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := validateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return validateTTL("put", ttl)
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// DefaultTable is the default name of the record table.
-const DefaultTable = "idemkit_records"
+// defaultTable is the record table unless [WithTable] names another.
+const defaultTable = "idemkit_records"
 
 // schemaLockID is the key of the transaction-scoped advisory lock
 // (pg_advisory_xact_lock) that [SetupSchema] holds while it runs its DDL,

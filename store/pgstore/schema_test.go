@@ -111,7 +111,7 @@ func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
 	admin := newPool(t, testenv.Postgres(t).URL, 2)
 	viaFile, viaSetup := newSchema(t, admin), newSchema(t, admin)
 	applySQL(t, admin, viaFile, SchemaSQL())
-	if err := SetupSchema(t.Context(), admin, WithTable(viaSetup+"."+DefaultTable)); err != nil {
+	if err := SetupSchema(t.Context(), admin, WithTable(viaSetup+"."+defaultTable)); err != nil {
 		t.Fatal(err)
 	}
 	a, b := catalog(t, admin, viaFile), catalog(t, admin, viaSetup)
@@ -192,7 +192,7 @@ func TestInvalidOptions(t *testing.T) {
 			t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
 		}
 	}
-	for _, opts := range [][]Option{{WithMaxResponseBytes(0)}, {WithMaxResponseBytes(MaxResponseLimit + 1)}, {WithSweepBatch(0)}} {
+	for _, opts := range [][]Option{{WithMaxResponseBytes(0)}, {WithMaxResponseBytes(maxResponseLimit + 1)}, {WithSweepBatch(0)}} {
 		if _, err := New(closed, opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("New with a bad limit: %v; want InvalidArgument", err)
 		}
@@ -204,7 +204,7 @@ func TestInvalidOptions(t *testing.T) {
 		t.Fatalf("SetupSchema(nil): %v", err)
 	}
 	for _, name := range []string{"records", "S.R_1", strings.Repeat("t", maxTableLen)} {
-		if _, err := New(closed, WithTable(name), WithMaxResponseBytes(MaxResponseLimit)); err != nil {
+		if _, err := New(closed, WithTable(name), WithMaxResponseBytes(maxResponseLimit)); err != nil {
 			t.Fatalf("New with table %q: %v", name, err)
 		}
 	}
@@ -282,7 +282,7 @@ func TestMigrationFromV1(t *testing.T) {
 
 	applySQL(t, admin, schema, migrationSQL(t))
 
-	s, err := New(admin, WithTable(schema+"."+DefaultTable))
+	s, err := New(admin, WithTable(schema+"."+defaultTable))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestSchemaNeedsMigration(t *testing.T) {
 	admin := newPool(t, testenv.Postgres(t).URL, 2)
 	schema := newSchema(t, admin)
 	applySQL(t, admin, schema, v1DDL)
-	opt := WithTable(schema + "." + DefaultTable)
+	opt := WithTable(schema + "." + defaultTable)
 	// CREATE TABLE IF NOT EXISTS keeps the earlier table; its index on
 	// keep_until then fails.
 	if err := SetupSchema(t.Context(), admin, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "migrating") {

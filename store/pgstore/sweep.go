@@ -8,10 +8,6 @@ import (
 	"github.com/idemkit/idemkit/lock"
 )
 
-// DefaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs: [lock.DefaultSweepInterval] (one minute).
-const DefaultSweepInterval = lock.DefaultSweepInterval
-
 // Sweep deletes the rows past their keep_until (by the server's clock):
 // outcomes past their expiry, claims a minute ([store.ClaimRetention]) past
 // their lease, tombstones of released claims and deleted records a minute
@@ -49,10 +45,10 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 }
 
 // StartSweeper runs [Store.Sweep] every interval (a non-positive one means
-// [DefaultSweepInterval]) in a goroutine of its own until ctx ends or stop
-// is called; stop waits for a sweep in progress and may be called more than
-// once. Each sweep is bounded by the interval. Failures are logged (at warn
-// level, without keys) and the sweeper carries on.
+// one minute) in a goroutine of its own until ctx ends or stop is called;
+// stop waits for a sweep in progress and may be called more than once. Each
+// sweep is bounded by the interval. Failures are logged (at warn level,
+// without keys) and the sweeper carries on.
 //
 // Do not start one on a store built on a *pgx.Conn that other goroutines
 // use: a connection serves one statement at a time. One sweeper per

@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
-// TestKeepUntil checks every row's keep_until against store.KeepUntil,
+// TestKeepUntil checks every row's keep_until against leased.KeepUntil,
 // for each kind of row: a claim, an extended claim, an outcome, a
 // not-replayable outcome, a put record, and the tombstones of a release
 // and a delete (kept past their fence and a minute past the moment they
@@ -82,9 +83,9 @@ func TestKeepUntil(t *testing.T) {
 				t.Errorf("%s: a tombstone kept until %v (fence %d, now %v); want past its fence and about a minute from now", key, keep, fence, dbTime)
 			}
 		default:
-			want := store.KeepUntil(store.Record{State: store.State(state), Fence: lock.Fence(fence), ExpiresAt: expires})
+			want := leased.KeepUntil(store.Record{State: store.State(state), Fence: lock.Fence(fence), ExpiresAt: expires})
 			if !keep.Equal(want) {
-				t.Errorf("%s (state %d): kept until %v; want store.KeepUntil = %v", key, state, keep, want)
+				t.Errorf("%s (state %d): kept until %v; want leased.KeepUntil = %v", key, state, keep, want)
 			}
 		}
 	}

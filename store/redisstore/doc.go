@@ -54,8 +54,9 @@
 // claimed the key since), an outcome for its record TTL. A released claim
 // or a deleted record leaves a tombstone (state and fence only, invisible,
 // claimable at once) until the server's clock passes its fence, or none
-// when it already has. No key ever outlives store.KeepUntil by more than
-// Redis's expiry cycle.
+// when it already has. No key outlives the later of its record's expiry
+// (for a claim, plus the retention) and its fence by more than Redis's
+// expiry cycle.
 //
 // Each operation costs one round trip (EVALSHA; the first call on a server
 // that does not have the script yet sends it, one round trip more): a

@@ -28,7 +28,7 @@ import (
 // Unix ms) is greater. A record is live while it is a claim or an outcome
 // and TIME < expires. Every write sets PEXPIREAT: for a claim, its lease
 // plus the claim retention; for an outcome, its expiry; never before
-// fence + 1 ms (store.KeepUntil).
+// fence + 1 ms (see store.Store).
 //
 // Writes that add data (claim, complete, put) start with HSET, which Redis
 // refuses when it is over maxmemory (OOM) before anything is written.

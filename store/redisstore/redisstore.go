@@ -15,9 +15,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// DefaultMaxResponseBytes is the default limit on a stored response: 512
-// MiB, the largest string Redis accepts by default (proto-max-bulk-len).
-const DefaultMaxResponseBytes = 512 << 20
+// maxResponseBytes is the default and the largest [WithMaxResponseBytes]:
+// 512 MiB, the largest string Redis accepts by default
+// (proto-max-bulk-len).
+const maxResponseBytes = 512 << 20
 
 // maxPrefixBytes bounds [WithKeyPrefix].
 const maxPrefixBytes = 64
@@ -38,11 +39,11 @@ func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = p
 
 // WithMaxResponseBytes refuses responses larger than n bytes with an error
 // matching [store.ErrTooLarge], before any I/O (the guard then records the
-// execution as not replayable). n must be between 1 and
-// [DefaultMaxResponseBytes]; lower it when the server's proto-max-bulk-len
-// is lower. A write holds the server for as long as copying the response
-// takes, so a modest limit also bounds that pause. Default:
-// [DefaultMaxResponseBytes].
+// execution as not replayable). n must be between 1 and 512 MiB
+// (536,870,912), the largest string Redis accepts by default
+// (proto-max-bulk-len); lower it when the server's proto-max-bulk-len is
+// lower. A write holds the server for as long as copying the response
+// takes, so a modest limit also bounds that pause. Default: 512 MiB.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // Store is the guard's backend on Redis: a [store.Store] whose records
@@ -84,15 +85,15 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			"build it with ContextTimeoutEnabled: true in its options (redis.Options, redis.FailoverOptions, "+
 			"redis.ClusterOptions, redis.RingOptions or redis.UniversalOptions)", client))
 	}
-	cfg := config{maxResponse: DefaultMaxResponseBytes}
+	cfg := config{maxResponse: maxResponseBytes}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	if !validPrefix(cfg.prefix) {
 		return nil, bad(fmt.Sprintf("the key prefix must have at most %d bytes of printable ASCII without spaces", maxPrefixBytes))
 	}
-	if cfg.maxResponse < 1 || cfg.maxResponse > DefaultMaxResponseBytes {
-		return nil, bad(fmt.Sprintf("max response bytes must be between 1 and %d", DefaultMaxResponseBytes))
+	if cfg.maxResponse < 1 || cfg.maxResponse > maxResponseBytes {
+		return nil, bad(fmt.Sprintf("max response bytes must be between 1 and %d", maxResponseBytes))
 	}
 	return &Store{client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse}, nil
 }
@@ -131,7 +132,10 @@ func validPrefix(p string) bool {
 // retries after a lost reply gets its own claim back, not "busy".
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateClaim(key, ttl); err != nil {
+	if err := validateKey(key); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := validateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -159,10 +163,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // Extend implements [store.Store]: one script.
 func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := validateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := validateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
@@ -175,11 +179,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 // finds this very outcome already written, reports ok.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := validateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, tooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }
@@ -190,7 +194,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // has.
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := validateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key, fenceArg(fence))
@@ -200,7 +204,7 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 // judges expiry by the server's clock.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := validateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -219,7 +223,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // record is reported deleted.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := validateKey(key); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key)
@@ -229,7 +233,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // writes (or refuses) atomically.
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := validateKey(rec.Key); err != nil {
 		return false, err
 	}
 	if !rec.State.Done() {
@@ -238,11 +242,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if rec.Fence > lock.FenceMax {
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the fence exceeds lock.FenceMax", nil)
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := validateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, tooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }

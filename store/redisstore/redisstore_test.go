@@ -33,7 +33,7 @@ func TestNewValidates(t *testing.T) {
 		{"prefix with a control byte", ok, []redisstore.Option{redisstore.WithKeyPrefix("a\nb")}},
 		{"prefix too long", ok, []redisstore.Option{redisstore.WithKeyPrefix(strings.Repeat("p", 65))}},
 		{"zero limit", ok, []redisstore.Option{redisstore.WithMaxResponseBytes(0)}},
-		{"limit past Redis's", ok, []redisstore.Option{redisstore.WithMaxResponseBytes(redisstore.DefaultMaxResponseBytes + 1)}},
+		{"limit past Redis's", ok, []redisstore.Option{redisstore.WithMaxResponseBytes(512<<20 + 1)}},
 	} {
 		if _, err := redisstore.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
@@ -42,7 +42,7 @@ func TestNewValidates(t *testing.T) {
 	for _, opts := range [][]redisstore.Option{
 		nil,
 		{redisstore.WithKeyPrefix(strings.Repeat("p", 64))},
-		{redisstore.WithKeyPrefix("shop:"), redisstore.WithMaxResponseBytes(redisstore.DefaultMaxResponseBytes)},
+		{redisstore.WithKeyPrefix("shop:"), redisstore.WithMaxResponseBytes(512 << 20)},
 	} {
 		if _, err := redisstore.New(ok, opts...); err != nil {
 			t.Errorf("New with valid options: %v", err)
@@ -171,7 +171,7 @@ func TestKeys(t *testing.T) {
 }
 
 // TestRecordLayout: the hash an operator sees, and the expiry of each kind
-// of record (store.KeepUntil).
+// of record (never before its fence + 1 ms, see store.Store).
 func TestRecordLayout(t *testing.T) {
 	ctx := t.Context()
 	c := nodeClient(t, testenv.Redis(t).Addr)
