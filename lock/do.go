@@ -342,7 +342,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *config) (l
 	}
 }
 
-// waitEnded is the error when ctx ends while Do or Hold waits for the lock.
+// waitEnded is the error when ctx ends while Do waits for the lock.
 func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 	cause := context.Cause(ctx)
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
