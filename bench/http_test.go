@@ -21,8 +21,8 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
-	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/firestorestore"
+	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
