@@ -27,9 +27,9 @@
 //
 // A [Fence] is a per-key fencing token that only grows. No counter is kept:
 // a new lease's fence is the previous fence of the key's lock record plus
-// one, or the backend's clock in Unix milliseconds if that is greater
-// ([NextFence]), and a record is never removed before the backend's clock
-// has passed its fence ([KeepUntil]): a release before then leaves a
+// one, or the backend's clock in Unix milliseconds if that is greater, and
+// a record is never removed before the backend's clock has passed its
+// fence: a release before then leaves a
 // tombstone (the fence alone; not live, not findable, acquirable) that
 // expires on its own. So a key's next fence is greater than every fence it
 // carried, after release, expiry, cleanup and restart alike, and every
@@ -71,8 +71,8 @@
 // A backend implements [Locker] (and, where it can, [KeyedLocker] and
 // [Watcher]) and passes the conformance suite. It validates with
 // [NormalizeKey], [ValidateID] and [ValidateTTL] before any I/O, issues lock
-// ids with [NewID] and fences with [NextFence] checked by [CheckFence],
-// keeps every record until [KeepUntil], judges liveness with [Live],
-// returns lookups built by [NewInfo], may derive storage names with
-// [StorageKey], and can run a background sweep with [SweepEvery].
+// ids with [NewID], judges liveness with [Live] and returns lookups built by
+// [NewInfo]. What providers share beyond the contract (the fence rule, storage
+// names, a sweeper loop) is in [github.com/idemkit/idemkit/lock/provider],
+// out of lock users' way.
 package lock

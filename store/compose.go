@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
@@ -50,7 +52,7 @@ func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxC
 // claimed key reads the lock and returns its fence and lease, still without
 // a fingerprint. Lock keys are derived from record keys (verbatim behind
 // "k:" when the key is valid UTF-8 in NFC and fits a lock key, otherwise
-// hashed, see [lock.StorageKey]), so no two record keys share a lock.
+// hashed, see [provider.StorageKey]), so no two record keys share a lock.
 //
 // The lock leases of this process's claims are kept in memory, keyed by
 // record key and fence: Extend, Complete and Release work only in the
@@ -118,11 +120,11 @@ const releaseTimeout = 5 * time.Second
 
 // lockKeyOf returns the lock key of the record key k.
 func lockKeyOf(k string) string {
-	return lock.StorageKey(k, lock.MaxKeyBytes, func(k string) bool {
+	return provider.StorageKey(k, lock.MaxKeyBytes, func(k string) bool {
 		if !utf8.ValidString(k) {
 			return false
 		}
-		s := lock.VerbatimPrefix + k
+		s := provider.VerbatimPrefix + k
 		n, err := lock.NormalizeKey(s)
 		return err == nil && n == s
 	})

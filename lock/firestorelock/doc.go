@@ -51,7 +51,7 @@
 //
 // # Fences
 //
-// No counter is kept. A new lease's fence is [lock.NextFence] of the
+// No counter is kept. A new lease's fence is [github.com/idemkit/idemkit/lock/provider.NextFence] of the
 // fence the key's document carries, at the acquire's read time: the
 // previous fence plus one, or the server clock in Unix milliseconds if
 // that is greater. On a free key (no document) it is the create time of

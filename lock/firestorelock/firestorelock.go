@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/idemkit/idemkit"
@@ -150,12 +152,12 @@ func (l *Locker) get(ctx context.Context, ref *firestore.DocumentRef) (*firestor
 //   - A tombstone (a released or collected lock whose fence the server
 //     clock has not passed): one write-only update on the condition that
 //     the tombstone is unchanged since the read, with the fence
-//     [lock.NextFence] of the tombstone's at the read time. Two round
+//     [provider.NextFence] of the tombstone's at the read time. Two round
 //     trips; a contender that loses fails fast (FailedPrecondition).
 //   - An expired lease: a read-write transaction (begin, one read, commit:
 //     three round trips) reads the document again, judges it by that
 //     read's time and only then writes the new lease, with the fence
-//     [lock.NextFence] of the old one. Contention that outlasts the
+//     [provider.NextFence] of the old one. Contention that outlasts the
 //     client's transaction retries answers "locked", which [lock.Do]
 //     retries.
 //
@@ -184,7 +186,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if !snap.Exists() {
 		// The fence is the create time, unknown until the commit; the
 		// read time is a lower bound of it, checked as every fence is.
-		if err := lock.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, lock.NextFence(0, now)); err != nil {
+		if err := provider.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, provider.NextFence(0, now)); err != nil {
 			return lock.Lease{}, false, err
 		}
 		d := l.newLease(key, now, ttl)
@@ -206,8 +208,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return l.replace(ctx, ref, key, ttl)
 	}
 	d := l.newLease(key, now, ttl)
-	d.fence = lock.NextFence(prev.fence, now)
-	if err := lock.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, d.fence); err != nil {
+	d.fence = provider.NextFence(prev.fence, now)
+	if err := provider.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, d.fence); err != nil {
 		return lock.Lease{}, false, err
 	}
 	if _, err := ref.Update(ctx, d.updates(), firestore.LastUpdateTime(snap.UpdateTime)); err != nil {
@@ -264,8 +266,8 @@ func (l *Locker) replace(ctx context.Context, ref *firestore.DocumentRef, key st
 			}
 		}
 		next := l.newLease(key, now, ttl)
-		next.fence = lock.NextFence(prev.fence, now)
-		if err := lock.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, next.fence); err != nil {
+		next.fence = provider.NextFence(prev.fence, now)
+		if err := provider.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, next.fence); err != nil {
 			return err
 		}
 		if snap.Exists() {
@@ -459,7 +461,7 @@ func (l *Locker) release(ctx context.Context, id string, find finder) (lock.Outc
 		}
 		find, expires = l.byRef(snap.Ref), d.expires
 		cond := firestore.LastUpdateTime(snap.UpdateTime)
-		if snap.ReadTime.Before(lock.KeepUntil(d.fence, time.Time{})) {
+		if snap.ReadTime.Before(provider.KeepUntil(d.fence, time.Time{})) {
 			_, err = snap.Ref.Update(ctx, tombstoneUpdates(d.fence), cond)
 		} else {
 			_, err = snap.Ref.Delete(ctx, cond)
@@ -645,7 +647,7 @@ func verdict(d lockDoc, now time.Time) action {
 		expires = d.expires
 	}
 	switch {
-	case !now.Before(lock.KeepUntil(d.fence, expires)):
+	case !now.Before(provider.KeepUntil(d.fence, expires)):
 		return remove
 	case d.tombstone():
 		return keep

@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/idemkit/idemkit"
@@ -50,12 +52,12 @@ func clamp(t time.Time) time.Time {
 // bytes): "k:" and the key itself when Firestore can hold it as an id and
 // it is plain enough to read (valid UTF-8 without "/" or control
 // characters), else "h:" and the unpadded base64url SHA-256 of the key
-// (see [lock.StorageKey]). The prefix keeps every id clear of ".", ".."
+// (see [provider.StorageKey]). The prefix keeps every id clear of ".", ".."
 // and the reserved "__...__" form, so every key has a valid id of its own,
 // in the collection itself (a "/" never makes a sub-collection), and
 // distinct keys never share one.
 func docID(key string) string {
-	return lock.StorageKey(key, maxDocIDBytes, docIDSafe)
+	return provider.StorageKey(key, maxDocIDBytes, docIDSafe)
 }
 
 // docIDSafe reports whether a document id can hold s verbatim after the
@@ -155,7 +157,7 @@ func (d lockDoc) live(now time.Time) bool { return !d.tombstone() && lock.Live(d
 // every later write of the document (extend, release, cleanup, sweep)
 // computes the field with the fence known.
 func (d lockDoc) expireAt() time.Time {
-	return clamp(lock.KeepUntil(d.fence, d.expires.Add(lock.CleanupGrace)))
+	return clamp(provider.KeepUntil(d.fence, d.expires.Add(lock.CleanupGrace)))
 }
 
 // data is the whole lease document, for a Create or a transaction's Set.
@@ -186,7 +188,7 @@ func (d lockDoc) updates() []firestore.Update {
 }
 
 // tombstoneAt is when the tombstone of fence f may be deleted.
-func tombstoneAt(f lock.Fence) time.Time { return clamp(lock.KeepUntil(f, time.Time{})) }
+func tombstoneAt(f lock.Fence) time.Time { return clamp(provider.KeepUntil(f, time.Time{})) }
 
 // tombstoneData is the whole tombstone of key at fence f.
 func tombstoneData(key string, f lock.Fence) map[string]any {

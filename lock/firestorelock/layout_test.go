@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
@@ -58,7 +60,7 @@ func TestDocID(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"a/b", "a\x00b", "\xff"} {
-		if got := firestorelock.DocID(k); !strings.HasPrefix(got, lock.HashedPrefix) {
+		if got := firestorelock.DocID(k); !strings.HasPrefix(got, provider.HashedPrefix) {
 			t.Fatalf("DocID(%q) = %q; want a hashed id", k, got)
 		}
 	}
@@ -122,7 +124,7 @@ func FuzzDocID(f *testing.F) {
 		if a != b && ida == idb {
 			t.Fatalf("DocID(%q) = DocID(%q) = %q", a, b, ida)
 		}
-		if !strings.HasPrefix(ida, "k:") && !strings.HasPrefix(ida, lock.HashedPrefix) {
+		if !strings.HasPrefix(ida, "k:") && !strings.HasPrefix(ida, provider.HashedPrefix) {
 			t.Fatalf("DocID(%q) = %q: neither verbatim nor hashed", a, ida)
 		}
 	})

@@ -4,10 +4,11 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"cloud.google.com/go/firestore"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // Sweep collects the lock documents whose expireAt has passed, for
@@ -126,12 +127,12 @@ func (l *Locker) sweepBatch(ctx context.Context, refs []*firestore.DocumentRef) 
 }
 
 // StartSweeper runs [Locker.Sweep] every interval (a non-positive one means
-// [lock.DefaultSweepInterval], one minute) in a goroutine of its own until
+// [provider.DefaultSweepInterval], one minute) in a goroutine of its own until
 // ctx ends or stop is called; stop waits for a sweep in progress and may
 // be called more than once. Each sweep is bounded by the interval.
 // Failures are logged on the locker's logger (at warn level, without keys)
-// and the sweeper carries on (see [lock.SweepEvery]). A TTL policy on
+// and the sweeper carries on (see [provider.SweepEvery]). A TTL policy on
 // expireAt makes it unnecessary.
 func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return lock.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "firestorelock: sweeping expired locks failed")
+	return provider.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "firestorelock: sweeping expired locks failed")
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
@@ -498,8 +500,8 @@ func testFenceWarning(t *testing.T, s *suite) {
 func internalKeys(t *testing.T, victim string, victimID string) []string {
 	all := []string{
 		"fence:" + victim, "fence:" + victim + ":", "id:" + victimID, "idx:" + victimID, "f:" + victim, "i:" + victimID,
-		lock.VerbatimPrefix + victim, lock.HashedPrefix + victim,
-		lock.StorageKey(victim, 0, nil), lock.StorageKey(victim, 1, nil),
+		provider.VerbatimPrefix + victim, provider.HashedPrefix + victim,
+		provider.StorageKey(victim, 0, nil), provider.StorageKey(victim, 1, nil),
 		"{" + victim + "}", victim + ":fence", victim + "\x00", "\x00" + victim,
 		"__x__", "__" + victim + "__", ".", "..", "a/b", "a/b/c", "/", "//", victim + "/",
 		"syncguard:" + victim, "idemkit:" + victim, "\xff\xfe", strings.Repeat("k", 512),

@@ -46,7 +46,7 @@ type Env struct {
 
 	// RaiseFence stores a tombstone carrying fence f for key, which no live
 	// lease holds, with the expiry a release would give it
-	// (lock.KeepUntil(f, time.Time{})), so the next lease for key gets a
+	// (provider.KeepUntil(f, time.Time{})), so the next lease for key gets a
 	// fence above f. Required (fence-limit tests and fences ahead of the
 	// clock).
 	RaiseFence func(ctx context.Context, key string, f lock.Fence) error

@@ -11,9 +11,9 @@
 //
 // Fences come from the clock, as on every backend: a new lease's fence is
 // the key's previous fence plus one or the clock in Unix milliseconds,
-// whichever is greater ([lock.NextFence]). No counter is kept: a lock
+// whichever is greater ([github.com/idemkit/idemkit/lock/provider.NextFence]). No counter is kept: a lock
 // released before the clock has passed its fence leaves a tombstone (the
-// fence alone) until then ([lock.KeepUntil]).
+// fence alone) until then ([github.com/idemkit/idemkit/lock/provider.KeepUntil]).
 //
 // Memory is bounded by what is live: expired lock records (once
 // [lock.CleanupGrace] has passed) and tombstones (once the clock has passed

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
@@ -138,8 +140,8 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		}
 		prev = old.fence
 	}
-	next := lock.NextFence(max(prev, l.floor), now)
-	if err := lock.CheckFence(ctx, l.logger, nil, key, next); err != nil {
+	next := provider.NextFence(max(prev, l.floor), now)
+	if err := provider.CheckFence(ctx, l.logger, nil, key, next); err != nil {
 		return lock.Lease{}, false, err
 	}
 	if old != nil && !old.tombstone() {
@@ -168,11 +170,11 @@ func (l *Locker) release(id string) func(key string, e *entry, now time.Time) lo
 
 // remove takes the record e of key out of service at now, as if its lease
 // ended at ended (the zero time for a release): it is deleted once
-// [lock.KeepUntil] has passed, and replaced by a tombstone until then. The
+// [provider.KeepUntil] has passed, and replaced by a tombstone until then. The
 // caller holds l.mu.
 func (l *Locker) remove(key string, e *entry, ended, now time.Time) {
 	delete(l.ids, e.id)
-	until := lock.KeepUntil(e.fence, ended)
+	until := provider.KeepUntil(e.fence, ended)
 	if !now.Before(until) {
 		l.delete(key, e)
 		return
@@ -447,7 +449,7 @@ func (l *Locker) raiseFence(key string, f lock.Fence) error {
 	case e != nil:
 		delete(l.ids, e.id)
 	}
-	l.locks[key] = &entry{fence: f, expires: lock.KeepUntil(f, time.Time{})}
+	l.locks[key] = &entry{fence: f, expires: provider.KeepUntil(f, time.Time{})}
 	return nil
 }
 

@@ -22,7 +22,7 @@
 //
 // # The table
 //
-// One row per key: key (the storage key from [lock.StorageKey]: "k:" + the
+// One row per key: key (the storage key from [github.com/idemkit/idemkit/lock/provider.StorageKey]: "k:" + the
 // key when it is valid UTF-8 without NUL and at most 254 bytes, else "h:" +
 // its SHA-256, so any byte sequence is a valid key), lock_id (unique index;
 // NULL in a tombstone), fence (with a CHECK that it is at most
@@ -33,10 +33,10 @@
 //
 // No counter is kept. A new lease's fence is the greater of the fence on
 // the key's row + 1 (0 without a row) and the server clock in Unix
-// milliseconds ([lock.NextFence]): about 1.8e12 today, far below
+// milliseconds ([github.com/idemkit/idemkit/lock/provider.NextFence]): about 1.8e12 today, far below
 // [lock.FenceMax], growing with time, and by one when leases follow each
 // other within a millisecond. A row is never deleted before the server clock has passed
-// its fence, read as Unix milliseconds ([lock.KeepUntil]): a release before
+// its fence, read as Unix milliseconds ([github.com/idemkit/idemkit/lock/provider.KeepUntil]): a release before
 // that leaves a tombstone (the fence alone: not live, not found by lock id,
 // acquirable) whose expires_at is that instant. So after a release, an
 // expiry, a sweep or a restart, the key's next fence is still greater than

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -131,8 +133,8 @@ const maxVerbatim = 256
 // storageKey returns the key column's value for a normalised key and, when
 // that value is a hash, the key itself for the user_key column.
 func storageKey(key string) (string, []byte) {
-	sk := lock.StorageKey(key, maxVerbatim, textSafe)
-	if strings.HasPrefix(sk, lock.HashedPrefix) {
+	sk := provider.StorageKey(key, maxVerbatim, textSafe)
+	if strings.HasPrefix(sk, provider.HashedPrefix) {
 		return sk, []byte(key)
 	}
 	return sk, nil
@@ -149,7 +151,7 @@ func userKey(sk string, raw []byte) string {
 	if raw != nil {
 		return string(raw)
 	}
-	return strings.TrimPrefix(sk, lock.VerbatimPrefix)
+	return strings.TrimPrefix(sk, provider.VerbatimPrefix)
 }
 
 // micros is d in whole microseconds, the resolution of timestamptz.
@@ -165,7 +167,7 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 //   - Otherwise it inserts the key's row, or takes it over on the condition
 //     that it is a tombstone or an expired lease once its row lock is held.
 //     The fence is the greater of the row's fence + 1 and the server clock
-//     in Unix milliseconds ([lock.NextFence]); acquired_at and expires_at
+//     in Unix milliseconds ([provider.NextFence]); acquired_at and expires_at
 //     come from clock_timestamp() read after those locks. A fence past
 //     [lock.FenceMax] fails the column's CHECK constraint and the whole
 //     statement: nothing is written. The commit is durable before the
@@ -210,7 +212,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return lock.Lease{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the lock row holds the fence %d", fence), nil)
 	}
 	f := lock.Fence(fence)
-	if err := lock.CheckFence(ctx, l.cfg.logger, nil, key, f); err != nil {
+	if err := provider.CheckFence(ctx, l.cfg.logger, nil, key, f); err != nil {
 		return lock.Lease{}, false, err // only if the CHECK constraint was dropped from the table
 	}
 	return lock.Lease{Key: key, ID: id, Fence: f, AcquiredAt: acquired, ExpiresAt: expires}, true, nil

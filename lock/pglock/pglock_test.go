@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
@@ -72,7 +74,7 @@ func TestFencesFromTheClock(t *testing.T) {
 		if err := admin.QueryRow(ctx, "SELECT expires_at FROM "+p.table.sanitize()+" WHERE key = 'k:' || $1::text", k).Scan(&keepUntil); err != nil {
 			t.Fatal(err)
 		}
-		if want := lock.KeepUntil(lease.Fence, time.Time{}); !keepUntil.Equal(want) {
+		if want := provider.KeepUntil(lease.Fence, time.Time{}); !keepUntil.Equal(want) {
 			t.Fatalf("the tombstone expires at %v; want %v", keepUntil, want)
 		}
 		// Not live, not found by id or key; a second release or an

@@ -32,7 +32,7 @@ const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS a
 func ttlExpr(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 
 // msOf is the Unix time in whole milliseconds of a timestamptz expression:
-// the clock a fence is compared with (lock.NextFence, lock.KeepUntil).
+// the clock a fence is compared with (provider.NextFence, provider.KeepUntil).
 func msOf(t string) string { return "floor(extract(epoch FROM " + t + ") * 1000)::bigint" }
 
 // msTime is the instant of a Unix time in milliseconds.
@@ -128,7 +128,7 @@ WHERE `
 		// row version (with a fresh clock_timestamp()), so a concurrent
 		// extend either commits first and keeps its lease, or finds the
 		// new lock id and fails. The fence is the greater of the row's
-		// fence + 1 and the clock in Unix milliseconds (lock.NextFence);
+		// fence + 1 and the clock in Unix milliseconds (provider.NextFence);
 		// past lock.FenceMax the column's CHECK constraint fails the whole
 		// statement, so nothing is written.
 		acquire: `WITH admitted AS MATERIALIZED (

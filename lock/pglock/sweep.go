@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // Sweep deletes the rows that may go: those whose expiry (a lease's end, a
@@ -47,5 +48,5 @@ func (l *Locker) Sweep(ctx context.Context) (int, error) {
 // Do not start one on a locker built on a *pgx.Conn that other goroutines
 // use: a connection serves one statement at a time.
 func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return lock.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "pglock: sweeping expired locks failed")
+	return provider.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "pglock: sweeping expired locks failed")
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/locktest"
@@ -54,7 +56,7 @@ func probes(e *locktest.Env, l *redislock.Locker, c redis.UniversalClient) {
 		return persistentKeys(ctx, c, redislock.Prefix(l))
 	}
 	e.RaiseFence = func(ctx context.Context, key string, f lock.Fence) error {
-		keep := lock.KeepUntil(f, time.Time{})
+		keep := provider.KeepUntil(f, time.Time{})
 		return c.Do(ctx, "set", redislock.LockName(l, key), rawRecord(redislock.TombstoneID, f, 0, 0, ""), "pxat", keep.UnixMilli()).Err()
 	}
 	e.Fence = func(ctx context.Context, key string) (lock.Fence, error) {

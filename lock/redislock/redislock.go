@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/redis/go-redis/v9"
@@ -293,7 +295,7 @@ func (l *Locker) acquired(ctx context.Context, key, id string, v any) (lock.Leas
 	switch {
 	case len(nums) == 4 && nums[0] == 1 && nums[1] > 0:
 		fence := lock.Fence(nums[1])
-		if err := lock.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
+		if err := provider.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
 			return lock.Lease{}, false, err
 		}
 		return lock.Lease{Key: key, ID: id, Fence: fence, AcquiredAt: time.UnixMilli(nums[2]), ExpiresAt: time.UnixMilli(nums[3])}, true, nil
@@ -302,7 +304,7 @@ func (l *Locker) acquired(ctx context.Context, key, id string, v any) (lock.Leas
 	case len(nums) == 2 && nums[0] == -1 && nums[1] > int64(lock.FenceMax):
 		// The script refused before writing anything; CheckFence gives the
 		// overflow error (and never a raw key).
-		return lock.Lease{}, false, lock.CheckFence(ctx, l.logger, nil, key, lock.Fence(nums[1]))
+		return lock.Lease{}, false, provider.CheckFence(ctx, l.logger, nil, key, lock.Fence(nums[1]))
 	}
 	return lock.Lease{}, false, replyError(op, "acquire")
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
@@ -295,8 +297,8 @@ func checkTombstone(t *testing.T, c redis.UniversalClient, name string, f lock.F
 		t.Fatalf("want a tombstone with fence %v; got %+v (found %v, %v)", f, r, found, err)
 	}
 	at, err := c.PExpireTime(t.Context(), name).Result()
-	if err != nil || at.Milliseconds() != lock.KeepUntil(f, time.Time{}).UnixMilli() {
-		t.Fatalf("the tombstone expires at %v (%v); want %v", at.Milliseconds(), err, lock.KeepUntil(f, time.Time{}).UnixMilli())
+	if err != nil || at.Milliseconds() != provider.KeepUntil(f, time.Time{}).UnixMilli() {
+		t.Fatalf("the tombstone expires at %v (%v); want %v", at.Milliseconds(), err, provider.KeepUntil(f, time.Time{}).UnixMilli())
 	}
 }
 

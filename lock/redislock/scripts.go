@@ -17,7 +17,7 @@ import (
 //
 // Every SET of a record carries PXAT max(expires-at, fence + 1), a
 // tombstone's PXAT fence + 1: no record is removed before the server's
-// clock has passed its fence (lock.KeepUntil), so the next fence,
+// clock has passed its fence (provider.KeepUntil), so the next fence,
 // max(fence + 1, TIME in ms), is greater than every fence the key had.
 //
 // Replies never use Lua false (a null in RESP2, a boolean in RESP3):

@@ -4,8 +4,9 @@ import (
 	"context"
 	"time"
 
+	"github.com/idemkit/idemkit/lock/provider"
+
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // Sweep deletes the rows past their keep_until (by the server's clock):
@@ -54,5 +55,5 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // use: a connection serves one statement at a time. One sweeper per
 // database is enough; more are harmless.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return lock.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
+	return provider.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
 }
