@@ -326,8 +326,8 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 
 // claim makes one Claim under the op timeout.
 func (g *Guard) claim(ctx context.Context, key, fp string) (store.Record, bool, error) {
-	cctx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
-	defer cancel()
+	cctx, release := withOpTimeout(ctx, g.cfg.opTimeout)
+	defer release()
 	return g.store.Claim(cctx, key, fp, g.cfg.leaseTTL)
 }
 
@@ -361,8 +361,8 @@ func (g *Guard) run(l *lease, fn Func) (res Result, err error) {
 // release ends the claim on a detached context under the op timeout. A
 // failed release is logged: the claim runs out at its lease's end.
 func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *call) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.cfg.opTimeout)
-	defer cancel()
+	rctx, release := withOpTimeout(context.WithoutCancel(ctx), g.cfg.opTimeout)
+	defer release()
 	if _, err := g.store.Release(rctx, key, fence); err != nil {
 		c.emit(Event{Kind: EventBackendError, Fence: fence, Err: &UnavailableError{Op: "release", Err: err}})
 		g.cfg.logger.WarnContext(ctx, "idempotency: the claim could not be released; it runs out at the end of its lease",
@@ -378,9 +378,9 @@ func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *leas
 	deadline := time.Now().Add(g.cfg.recordWriteTimeout)
 	uncertain := false // a failed attempt may have landed
 	for attempt := 1; ; attempt++ {
-		pctx, cancel := context.WithTimeout(detached, g.cfg.opTimeout)
+		pctx, release := withOpTimeout(detached, g.cfg.opTimeout)
 		ok, err := l.complete(pctx, rec, g.cfg.recordTTL)
-		cancel()
+		release()
 		switch {
 		case err == nil && ok:
 			return true
