@@ -14,7 +14,7 @@
 -- as Unix milliseconds, so the next fence of its key, the greater of the
 -- previous fence + 1 and the clock in Unix milliseconds, is always greater.
 CREATE TABLE IF NOT EXISTS "idemkit_locks" (
-    -- lock.StorageKey of the normalised key: "k:" + the key when it is
+    -- provider.StorageKey of the normalised key: "k:" + the key when it is
     -- valid UTF-8 without NUL and short, else "h:" + its SHA-256.
     key         text        PRIMARY KEY,
     -- The lease's lock id (22 base64url characters); NULL in a tombstone.
