@@ -11,7 +11,7 @@ demo: quickstart
 quickstart:
 	cd examples && $(GO) run ./quickstart
 
-## serve: the demo service on net/http at 127.0.0.1:8080 (memory backends)
+## serve: the demo service on net/http at 127.0.0.1:8080 (memory backend)
 serve:
 	cd examples && $(GO) run ./nethttp -addr 127.0.0.1:8080
 
