@@ -269,45 +269,15 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
-	ref := s.ref(key)
-	var lastErr error
-	if k, ok := s.claims.get(key, fence); ok {
-		wr, err := ref.Update(ctx, extension(ttl, k.createdAt, lifetimeEnd(k.now(), ttl, fence, true), newWriteID()), firestore.LastUpdateTime(k.updateTime))
-		if err == nil {
-			s.claims.put(key, fence, k.createdAt, wr.UpdateTime)
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
-		}
-		lastErr = err
-	}
-	for attempt := 0; ; attempt++ {
-		d, err := s.read(ctx, op, key, ref)
-		if err != nil {
-			return false, err
-		}
-		if !d.holds(fence) {
-			s.claims.drop(key, fence)
-			return false, nil
-		}
+	return s.writeClaim(ctx, key, fence, claimWrite{
+		op: op,
+		update: func(now, createdAt time.Time) []firestore.Update {
+			return extension(ttl, createdAt, lifetimeEnd(now, ttl, fence, true), newWriteID())
+		},
 		// An extension whose answer was lost is written again: harmless.
-		if lastErr != nil && !contended(lastErr) {
-			return false, mapCommitError(ctx, op, lastErr)
-		}
-		if attempt == maxAttempts {
-			return false, contention(op)
-		}
-		wr, err := ref.Update(ctx, extension(ttl, d.createdAt, lifetimeEnd(d.now(), ttl, fence, true), newWriteID()), firestore.LastUpdateTime(d.updateTime))
-		if err == nil {
-			s.claims.put(key, fence, d.createdAt, wr.UpdateTime)
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
-		}
-		lastErr = err
-	}
+		commitErr: func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) },
+		keep:      true,
+	})
 }
 
 // Complete implements [store.Store]. For a claim this store made, it is
@@ -335,59 +305,20 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
-	ref := s.ref(rec.Key)
-	var (
-		ids     []string
-		lastErr error
-	)
-	outcome := func(now time.Time) *contents {
-		c := &contents{
-			key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
-			expireAt: lifetimeEnd(now, ttl, rec.Fence, false), writeID: newWriteID(),
-		}
-		ids = append(ids, c.writeID)
-		return c
-	}
-	if k, ok := s.claims.get(rec.Key, rec.Fence); ok {
-		_, err := ref.Update(ctx, outcome(k.now()).fields(), firestore.LastUpdateTime(k.updateTime))
-		if err == nil {
-			s.claims.drop(rec.Key, rec.Fence)
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
-		}
-		lastErr = err
-	}
-	for attempt := 0; ; attempt++ {
-		d, err := s.read(ctx, op, rec.Key, ref)
-		if err != nil {
-			return false, err
-		}
-		if d.wrote(ids, store.State.Done) {
-			s.claims.drop(rec.Key, rec.Fence)
-			return true, nil // a commit whose answer was lost
-		}
-		if !d.holds(rec.Fence) {
-			s.claims.drop(rec.Key, rec.Fence)
-			return false, nil
-		}
-		if lastErr != nil && !contended(lastErr) {
-			return false, s.outcomeError(ctx, op, rec, lastErr)
-		}
-		if attempt == maxAttempts {
-			return false, contention(op)
-		}
-		_, err = ref.Update(ctx, outcome(d.now()).fields(), firestore.LastUpdateTime(d.updateTime))
-		if err == nil {
-			s.claims.drop(rec.Key, rec.Fence)
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
-		}
-		lastErr = err
-	}
+	var ids []string // the write ids of this call's commits
+	return s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
+		op: op,
+		update: func(now, _ time.Time) []firestore.Update {
+			c := &contents{
+				key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
+				expireAt: lifetimeEnd(now, ttl, rec.Fence, false), writeID: newWriteID(),
+			}
+			ids = append(ids, c.writeID)
+			return c.fields()
+		},
+		landed:    func(d *doc) bool { return d.wrote(ids, store.State.Done) },
+		commitErr: func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) },
+	})
 }
 
 // checkOutcome refuses, before any I/O, an outcome record whose fence or
@@ -434,33 +365,70 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
+	var ids []string // the write ids of this call's commits
+	return s.writeClaim(ctx, key, fence, claimWrite{
+		op: op,
+		update: func(time.Time, time.Time) []firestore.Update {
+			c := tombstone(key, fence, newWriteID())
+			ids = append(ids, c.writeID)
+			return c.fields()
+		},
+		landed:    func(d *doc) bool { return d.wrote(ids, isReleased) },
+		commitErr: func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) },
+	})
+}
+
+// claimWrite is one write to a claim: an extension, an outcome or a
+// tombstone.
+type claimWrite struct {
+	op string
+	// update returns what to write, from the Firestore time the write
+	// starts at and the claim's creation time.
+	update func(now, createdAt time.Time) []firestore.Update
+	// landed reports whether a document read shows one of this call's
+	// writes (a commit whose answer was lost); nil when writing again is
+	// harmless.
+	landed func(d *doc) bool
+	// commitErr maps a failed commit that was not lost to contention.
+	commitErr func(ctx context.Context, err error) error
+	// keep: after the write the store still knows the claim, at the new
+	// update time (an extension); otherwise it forgets it.
+	keep bool
+}
+
+// writeClaim makes w to the claim (key, fence). For a claim this store made
+// it is one commit conditioned on the update time of the store's last write
+// to it; otherwise (or when that write is no longer the last) a read and a
+// commit conditioned on the update time read, only while the document still
+// carries the claim: ok = false once it does not. A read also settles a
+// failed commit (w.landed). Contention is retried up to maxAttempts.
+func (s *Store) writeClaim(ctx context.Context, key string, fence lock.Fence, w claimWrite) (bool, error) {
 	ref := s.ref(key)
-	var (
-		ids     []string
-		lastErr error
-	)
-	stone := func() *contents {
-		c := tombstone(key, fence, newWriteID())
-		ids = append(ids, c.writeID)
-		return c
-	}
-	if k, ok := s.claims.get(key, fence); ok {
-		_, err := ref.Update(ctx, stone().fields(), firestore.LastUpdateTime(k.updateTime))
-		if err == nil {
+	wrote := func(createdAt time.Time, wr *firestore.WriteResult) (bool, error) {
+		if w.keep {
+			s.claims.put(key, fence, createdAt, wr.UpdateTime)
+		} else {
 			s.claims.drop(key, fence)
-			return true, nil
+		}
+		return true, nil
+	}
+	var lastErr error // the error of the last commit
+	if k, ok := s.claims.get(key, fence); ok {
+		wr, err := ref.Update(ctx, w.update(k.now(), k.createdAt), firestore.LastUpdateTime(k.updateTime))
+		if err == nil {
+			return wrote(k.createdAt, wr)
 		}
 		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
+			return false, mapError(ctx, w.op, err)
 		}
 		lastErr = err
 	}
 	for attempt := 0; ; attempt++ {
-		d, err := s.read(ctx, op, key, ref)
+		d, err := s.read(ctx, w.op, key, ref)
 		if err != nil {
 			return false, err
 		}
-		if d.wrote(ids, isReleased) {
+		if w.landed != nil && w.landed(d) {
 			s.claims.drop(key, fence)
 			return true, nil // a commit whose answer was lost
 		}
@@ -469,18 +437,17 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 			return false, nil
 		}
 		if lastErr != nil && !contended(lastErr) {
-			return false, mapCommitError(ctx, op, lastErr)
+			return false, w.commitErr(ctx, lastErr)
 		}
 		if attempt == maxAttempts {
-			return false, contention(op)
+			return false, contention(w.op)
 		}
-		_, err = ref.Update(ctx, stone().fields(), firestore.LastUpdateTime(d.updateTime))
+		wr, err := ref.Update(ctx, w.update(d.now(), d.createdAt), firestore.LastUpdateTime(d.updateTime))
 		if err == nil {
-			s.claims.drop(key, fence)
-			return true, nil
+			return wrote(d.createdAt, wr)
 		}
 		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
+			return false, mapError(ctx, w.op, err)
 		}
 		lastErr = err
 	}
