@@ -30,7 +30,29 @@ const (
 
 // maxAttempts is how many conditional writes one operation tries when the
 // document keeps changing under it before it gives up (ServiceUnavailable).
-const maxAttempts = 8
+// Every lost write means another one landed, so the bound only matters
+// under sustained writes to one document; it is generous enough for a
+// burst of writers with distinct fences to settle (each loses at most once
+// per writer with a lower fence that lands first).
+const maxAttempts = 16
+
+// contendedBackoff spaces the attempts of a write that lost to a
+// concurrent one, so that contenders re-read after the winner's write
+// rather than in lockstep with each other.
+var contendedBackoff = idemkit.Backoff{Base: 2 * time.Millisecond, Max: 32 * time.Millisecond}
+
+// pause waits before attempt n+1 of a write that lost attempt n to a
+// concurrent write; it returns ctx's error when ctx ends first.
+func pause(ctx context.Context, op string, n int) error {
+	t := time.NewTimer(contendedBackoff.Delay(n))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return mapError(ctx, op, ctx.Err())
+	}
+}
 
 // maxCollectionBytes is the longest collection name New accepts.
 const maxCollectionBytes = 100
@@ -450,6 +472,11 @@ func (s *Store) writeClaim(ctx context.Context, key string, fence lock.Fence, w 
 			return false, mapError(ctx, w.op, err)
 		}
 		lastErr = err
+		if contended(err) {
+			if err := pause(ctx, w.op, attempt+1); err != nil {
+				return false, err
+			}
+		}
 	}
 }
 
@@ -518,6 +545,11 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 			return false, mapError(ctx, op, err)
 		}
 		lastErr = err
+		if contended(err) {
+			if err := pause(ctx, op, attempt+1); err != nil {
+				return false, err
+			}
+		}
 	}
 }
 
@@ -579,6 +611,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 			return false, mapError(ctx, op, err)
 		}
 		lastErr = err
+		if contended(err) {
+			if err := pause(ctx, op, attempt+1); err != nil {
+				return false, err
+			}
+		}
 	}
 }
 
