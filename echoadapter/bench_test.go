@@ -7,9 +7,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/idemkit/idemkit/echoadapter"
+	"github.com/idemkit/idemkit/internal/httpsuite"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/nethttp/httpsuite"
 )
 
 // BenchmarkEcho compares a small JSON POST through a bare echo instance

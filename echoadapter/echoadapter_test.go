@@ -15,9 +15,9 @@ import (
 	echomw "github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idemkit/echoadapter"
+	"github.com/idemkit/idemkit/internal/httpsuite"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/nethttp/httpsuite"
 )
 
 // echoStack serves the suite's app for every path and method behind the

@@ -16,9 +16,9 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/idemkit/idemkit/ginadapter"
+	"github.com/idemkit/idemkit/internal/httpsuite"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/nethttp/httpsuite"
 )
 
 func TestMain(m *testing.M) {

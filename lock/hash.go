@@ -5,10 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"unicode/utf16"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // A Hasher turns a key or lock id into an identifier that can appear in
@@ -60,22 +56,3 @@ var processHasher = func() Hasher {
 // DefaultHasher returns the process-wide default hasher: HMAC-SHA-256 under a
 // random secret drawn once per process.
 func DefaultHasher() Hasher { return processHasher }
-
-// SyncGuardHasher returns a Hasher that reproduces the keyHash of the
-// SyncGuard TypeScript library, for users who correlate identifiers with a
-// SyncGuard deployment. It is not cryptographic (short keys are trivially
-// reversible); prefer [NewHMACHasher]. The input is NFC-normalised and
-// hashed over its UTF-16 code units with three 32-bit polynomial
-// accumulators.
-func SyncGuardHasher() Hasher { return HasherFunc(syncGuardHash) }
-
-func syncGuardHash(s string) string {
-	var h1, h2, h3 uint32
-	for _, c := range utf16.Encode([]rune(norm.NFC.String(s))) {
-		u := uint32(c)
-		h1 = h1*31 + u
-		h2 = h2*127 + 3*u
-		h3 = h3*2047 + 7*u
-	}
-	return fmt.Sprintf("%08x%08x%08x", h1, h2, h3)
-}

@@ -4,9 +4,9 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/httpsuite"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/nethttp/httpsuite"
 )
 
 // BenchmarkNetHTTP compares a small JSON POST through a bare handler with

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/httpsuite"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/nethttp/httpsuite"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)

@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/httpsuite"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/nethttp/httpsuite"
 )
 
 // netHTTPStack serves the suite's app behind nethttp.New's middleware on a

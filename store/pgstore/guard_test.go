@@ -15,9 +15,9 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
+	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/middleware/guardtest"
 )
 
 // node is one guard with a connection pool of its own, as one server

@@ -15,7 +15,8 @@
 //		guardtest.ExactlyOnce(t, guards, guardtest.Race{Callers: 64, Rounds: 50})
 //	}
 //
-// Run it under the race detector (go test -race). The idemkit backends
-// prove themselves with it: memstore, Redis, PostgreSQL and
-// Firestore. It uses the standard testing package only.
+// Run it under the race detector (go test -race). It is a test helper of
+// this repository: the guard's own tests run it on memstore, and the
+// Redis, PostgreSQL and Firestore backends' tests run it on their engines.
+// It uses the standard testing package only.
 package guardtest

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/middleware/guardtest"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 

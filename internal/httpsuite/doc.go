@@ -1,12 +1,11 @@
-// Package httpsuite is the behaviour suite every HTTP adapter of idemkit
-// passes — net/http, gin and echo alike — and that users can run against
-// their own stack: every row of the HTTP table (pass-through methods,
-// missing and malformed keys, body limits, in-progress duplicates,
-// mismatches, replays with allow-listed headers, not-replayable responses,
-// backend outages, 5xx and panics) and the edge cases around them
-// (streaming, chunked bodies, JSON key order, client disconnects, tenant
-// scopes, compressed responses, aborted handlers), through a real HTTP
-// server and client.
+// Package httpsuite is the behaviour suite that the repository's HTTP
+// adapters (nethttp, ginadapter and echoadapter) run in their tests: every
+// row of the HTTP table (pass-through methods, missing and malformed keys,
+// body limits, in-progress duplicates, mismatches, replays with
+// allow-listed headers, not-replayable responses, backend outages, 5xx and
+// panics) and the edge cases around them (streaming, chunked bodies, JSON
+// key order, client disconnects, tenant scopes, compressed responses,
+// aborted handlers), through a real HTTP server and client.
 //
 // An adapter provides a [Stack]: a function that serves the suite's
 // business handler behind its middleware on a real listener.
