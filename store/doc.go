@@ -43,6 +43,31 @@
 // fence is the lock's, checked by the lock rather than by the record's own
 // write.
 //
+// # Sealed records
+//
+// Recorded responses sit on the backend for the record TTL (a day by
+// default), and they may hold card numbers, e-mail addresses or tokens.
+// [Seal] wraps any [Store] so that every response it writes is encrypted
+// with AES-GCM under a key of yours, on every backend alike. Only the
+// response is sealed: the fingerprint is a hash already, and record keys,
+// states, fences and times stay readable for operators. Each sealed
+// response is bound to its record key and fingerprint, so one copied to
+// another key or request does not open. Sealing adds 34 bytes plus the
+// key id's length to each response; a response that no longer fits the
+// backend is recorded as executed but not replayable.
+//
+// Keys rotate without downtime: give the new key as an older key on every
+// node, then make it current (keeping the old one as older) until the
+// record TTL has passed, then drop the old one. A record that does not
+// open (sealed under a key id that is no longer given, altered, or written
+// before sealing was turned on) is never replayed: Claim and Get fail with
+// an Internal error matching [ErrUnsealable] that names the key id, and
+// the guard answers that its backend is unavailable without running the
+// work (HTTP 503 with Retry-After, gRPC Unavailable), until the key is
+// given back, the record expires or an operator deletes it. An adapter's
+// fail-open option lets such a request through unguarded, like any other
+// backend failure: do not combine it with sealing.
+//
 // # Backends
 //
 // [github.com/idemkit/idemkit/store/memstore] in this module, and Redis,
