@@ -102,3 +102,27 @@ func BenchmarkCanonicalJSONLarge(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCanonicalJSONNumbers measures arrays of numbers: ones already in
+// canonical form (integers, short decimals, the fast paths) and others that
+// are rewritten (trailing zeros, exponents, long mantissas).
+func BenchmarkCanonicalJSONNumbers(b *testing.B) {
+	benchmarks := []struct {
+		name string
+		doc  []byte
+	}{
+		{"canonical", []byte("[" + strings.Repeat(`1250,19.99,-0.5,12.5,4.99,1000000,0.000123,12345678901234567890,`, 1000) + "0]")},
+		{"rewritten", []byte("[" + strings.Repeat(`100.0,1e2,4.990,-1.5e-7,1.25E+1,0.12345678901234567890,1e300,`, 1000) + "0]")},
+	}
+	for _, bm := range benchmarks {
+		b.Run(bm.name, func(b *testing.B) {
+			b.SetBytes(int64(len(bm.doc)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := fingerprint.CanonicalJSON(bm.doc); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -20,8 +20,9 @@ var ErrInvalidJSON = errors.New("fingerprint: invalid JSON")
 
 // SyntaxError describes input that [CanonicalJSON] refuses: malformed JSON,
 // invalid UTF-8, a lone surrogate escape, a duplicate member name, a number
-// too large for a double or nesting deeper than 1000 levels. It unwraps to
-// [ErrInvalidJSON]. Its message never quotes the input beyond a single byte.
+// whose exponent in scientific notation exceeds 1000000000 in magnitude or
+// nesting deeper than 1000 levels. It unwraps to [ErrInvalidJSON]. Its
+// message never quotes the input beyond a single byte.
 type SyntaxError struct {
 	Offset int64  // byte offset in the input at which the problem was found
 	Msg    string // what is wrong
@@ -35,9 +36,10 @@ func (e *SyntaxError) Error() string {
 // Unwrap returns [ErrInvalidJSON].
 func (e *SyntaxError) Unwrap() error { return ErrInvalidJSON }
 
-// CanonicalJSON returns the canonical form of the JSON text data, as RFC 8785
-// (JSON Canonicalization Scheme, JCS) defines it, with one extension for
-// large integers:
+// CanonicalJSON returns the canonical form of the JSON text data: that of
+// RFC 8785 (JSON Canonicalization Scheme, JCS) for everything but numbers,
+// which keep their exact decimal value instead of being rounded to a
+// double:
 //
 //   - no insignificant whitespace;
 //   - object members sorted by their names compared as UTF-16 code units;
@@ -45,24 +47,27 @@ func (e *SyntaxError) Unwrap() error { return ErrInvalidJSON }
 //     \f and \r in their short forms, the rest as \u00xx in lowercase hex)
 //     and everything else, '/', U+2028 and U+2029 included, as literal UTF-8;
 //   - true, false and null as such;
-//   - numbers as ECMAScript's Number.prototype.toString prints the nearest
-//     IEEE-754 double: shortest round-trip digits, exponent form below 1e-6
-//     and from 1e21 up (1e-7, 1e+21), -0 as 0;
-//   - except (the extension) that an integer literal, one with neither a
-//     fraction nor an exponent, is kept exactly as its decimal digits
-//     (-0 still becomes 0). Below 2^53 this is what JCS prints anyway; above,
-//     JCS would round two different large ids, such as 12345678901234567890
-//     and 12345678901234567891, to the same double, and a fingerprint must
-//     tell them apart.
+//   - numbers by their exact decimal value, whatever their number of digits:
+//     two literals have the same form exactly when they denote the same
+//     number, so 1e2, 100, 100.0 and 10000e-2 are all 100, while
+//     100.000000000000001 stays apart from 100 and 12345678901234567891 from
+//     12345678901234567890. Zero is 0 (-0, 0.0 and 0e5 included). An integer
+//     is written out in full unless it ends in more than 20 zeros, so integer
+//     literals keep their digits; a non-integer of magnitude at least 10^-6
+//     is written in plain decimal, with all its significant digits and no
+//     trailing zero (19.99, 0.000001); any other number in exponent form:
+//     one digit, the others after a point if there are any, 'e', the
+//     exponent's sign and digits (1e+21, 1.5e-7, 1e+400). A number's form is
+//     at most 21 bytes longer than its literal, however large its exponent.
 //
 // CanonicalJSON refuses, with a [*SyntaxError] matching [ErrInvalidJSON],
 // anything but one JSON value (RFC 8259) surrounded by optional whitespace:
 // trailing data, invalid UTF-8 anywhere, lone surrogate escapes such as
 // "\ud800", duplicate member names in one object (compared after
-// unescaping), numbers with a fraction or an exponent whose magnitude
-// overflows a double (1e400; integer literals, kept as digits, have no such
-// limit) and nesting deeper than 1000 levels. The result is a new slice;
-// data is not modified. It is safe for concurrent use.
+// unescaping), nonzero numbers whose exponent in scientific notation
+// exceeds 1000000000 in magnitude (1e1000000001, 0.01e-999999999) and
+// nesting deeper than 1000 levels. The result is a new slice; data is not
+// modified. It is safe for concurrent use.
 func CanonicalJSON(data []byte) ([]byte, error) {
 	st := getState()
 	out, err := st.c.appendCanonical(st.buf[:0], data)
@@ -721,6 +726,7 @@ func (c *canon) number() error {
 	if in[i] == '-' {
 		i++
 	}
+	intStart := i
 	switch {
 	case i < len(in) && in[i] == '0':
 		i++
@@ -732,9 +738,8 @@ func (c *canon) number() error {
 		return c.unexpected("in a number (expected a digit)")
 	}
 	intEnd := i
-	integer, exponent := true, false
+	fracEnd := i // fraction digits in[intEnd+1:fracEnd], if any
 	if i < len(in) && in[i] == '.' {
-		integer = false
 		i++
 		d := i
 		for i < len(in) && isDigit(in[i]) {
@@ -744,9 +749,10 @@ func (c *canon) number() error {
 			c.pos = i
 			return c.unexpected("after a decimal point (expected a digit)")
 		}
+		fracEnd = i
 	}
+	expStart := i // exponent sign and digits in[expStart+1:i], if any
 	if i < len(in) && (in[i] == 'e' || in[i] == 'E') {
-		integer, exponent = false, true
 		i++
 		if i < len(in) && (in[i] == '+' || in[i] == '-') {
 			i++
@@ -762,23 +768,32 @@ func (c *canon) number() error {
 	}
 	c.pos = i
 	lit := in[start:i]
+	// Fast paths: literals that already are their canonical form.
 	switch {
-	case integer:
-		// The big-integer extension: integer literals keep their digits.
-		// Up to 2^53 these are exactly the digits JCS prints.
+	case i == intEnd && intEnd-intStart <= maxPlainZeros+1:
+		// An integer of at most 21 digits ends in at most 20 zeros.
 		if len(lit) == 2 && lit[0] == '-' && lit[1] == '0' {
 			lit = lit[1:] // -0
 		}
 		c.out = append(c.out, lit...)
 		return nil
-	case !exponent && isShortDecimal(lit, intEnd-start):
+	case i == fracEnd && fracEnd > intEnd && plainDecimal(lit, intEnd-start):
 		c.out = append(c.out, lit...)
 		return nil
 	}
-	f, err := strconv.ParseFloat(string(lit), 64)
-	if err != nil {
-		return c.fail(start, "number out of the range of a double")
+	var frac []byte
+	if fracEnd > intEnd {
+		frac = in[intEnd+1 : fracEnd]
 	}
-	c.out = appendNumber(c.out, f)
+	var exp int64
+	if i > expStart {
+		exp = parseExponent(in[expStart+1 : i])
+	}
+	out, ok := appendDecimal(c.out, start < intStart, in[intStart:intEnd], frac, exp)
+	if !ok {
+		return c.fail(start, "number out of range (in scientific notation its exponent exceeds "+
+			strconv.Itoa(maxExponent)+" in magnitude)")
+	}
+	c.out = out
 	return nil
 }

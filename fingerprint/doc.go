@@ -14,7 +14,7 @@
 //
 // # HTTP requests
 //
-// [HTTP] ("http-v1") covers the method, the route, the query (parameter
+// [HTTP] ("http-v2") covers the method, the route, the query (parameter
 // order does not matter, the order of a repeated parameter's values does),
 // the content type (case and parameter order do not matter, parameters do)
 // and the body. A JSON body (application/json or a "+json" media type) is
@@ -25,25 +25,36 @@
 //
 // # Canonical JSON
 //
-// [CanonicalJSON] implements RFC 8785, the JSON Canonicalization Scheme
-// (JCS): members sorted by UTF-16 code units, no insignificant white space,
-// strings and numbers printed as ECMAScript's JSON.stringify prints them. It
-// is strict where a fingerprint needs it to be: invalid UTF-8, lone
-// surrogate escapes, duplicate member names, trailing data, numbers beyond
-// the range of a double and nesting deeper than 1000 levels are errors
-// matching [ErrInvalidJSON] (a [*SyntaxError] gives the offset).
+// [CanonicalJSON] follows RFC 8785, the JSON Canonicalization Scheme (JCS),
+// for everything but numbers: members sorted by UTF-16 code units, no
+// insignificant white space, strings printed as ECMAScript's JSON.stringify
+// prints them. It is strict where a fingerprint needs it to be: invalid
+// UTF-8, lone surrogate escapes, duplicate member names, trailing data,
+// exponents beyond 1000000000 in magnitude and nesting deeper than 1000
+// levels are errors matching [ErrInvalidJSON] (a [*SyntaxError] gives the
+// offset).
 //
-// One deliberate extension: an integer literal (no fraction, no exponent) is
-// kept exactly as its decimal digits, -0 becoming 0. Up to 2^53 this is
-// exactly what JCS prints; beyond, JCS rounds to the nearest double, which
-// would give 12345678901234567890 and 12345678901234567891 (two different
-// ids) the same fingerprint. Numbers with a fraction or an exponent are
-// rounded to a double as JCS says: 1.0 and 1 are the same number, and so are
-// 1e2 and 100, but 1.2345678901234567891e19 (rounded) and
-// 12345678901234567891 (kept) are not.
+// Numbers compare by their exact decimal value, never through a double,
+// whatever their number of digits: two literals have the same canonical
+// form exactly when they denote the same number. 1e2, 100, 100.0, 1.00e+2
+// and 10000e-2 are one number, and so are -0, 0, 0.0 and 0e5; but
+// 100.000000000000001 is not 100, 19.990000000000000001 is not 19.99 and
+// 12345678901234567891 is not 12345678901234567890, so a handler that reads
+// an amount or an id exactly never sees a different value replayed. The
+// canonical form is plain decimal digits for integers (unless they end in
+// more than 20 zeros, so integer literals keep their digits) and for other
+// numbers of magnitude at least 10^-6, with no trailing zero (19.99,
+// 0.000001); exponent form for the rest (1e+21, 1.5e-7, 1e+400), so that a
+// large exponent such as 1e999999999 never expands into its zeros.
 //
-// [Value] and [JSON] ("json-v1") are the SHA-256 of the canonical JSON of a
+// [Value] and [JSON] ("json-v2") are the SHA-256 of the canonical JSON of a
 // Go value (through encoding/json) or of JSON text.
+//
+// The "-v2" algorithms replaced "http-v1" and "json-v1", which rounded
+// numbers with a fraction or an exponent to the nearest double. A
+// fingerprint stored under a "-v1" algorithm is not comparable with a
+// "-v2" one, so a retry in flight across the upgrade is never refused as a
+// mismatch.
 //
 // # Performance
 //

@@ -39,7 +39,7 @@ func ExampleHTTP() {
 	// Output:
 	// retry matches: true
 	// other body matches: false
-	// http-v1
+	// http-v2
 }
 
 // Value fingerprints any Go value through its JSON encoding: field order
@@ -63,7 +63,7 @@ func ExampleValue() {
 	_, err = fingerprint.Value(make(chan int))
 	fmt.Println(err)
 	// Output:
-	// true json-v1
+	// true json-v2
 	// fingerprint: encoding value: json: unsupported type: chan int
 }
 
@@ -78,27 +78,32 @@ func ExampleCanonicalJSON() {
 	}
 	fmt.Println(string(out))
 	// Output:
-	// {"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}
+	// {"literals":[null,true,false],"numbers":[333333333.33333329,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}
 }
 
-// Integer literals beyond 2^53 keep their digits, unlike plain RFC 8785,
-// so two large ids never share a fingerprint. Numbers with a fraction or an
-// exponent are rounded to a double as RFC 8785 says.
-func ExampleCanonicalJSON_bigIntegers() {
+// Numbers compare by their exact decimal value, never through a double:
+// every spelling of a value has one canonical form, and two values however
+// close keep two. Large ids keep their digits; a huge exponent stays in
+// exponent form.
+func ExampleCanonicalJSON_exactNumbers() {
 	for _, in := range []string{
-		`[12345678901234567890, 12345678901234567891]`,
-		`[1.2345678901234567891e19, 9007199254740993.0, -0]`,
+		`[100, 1e2, 100.0, 1.00e+2, 10000e-2]`,
+		`[100.000000000000001, 19.990000000000000001, 19.99]`,
+		`[12345678901234567890, 1.2345678901234567891e19, 9007199254740993.0]`,
+		`[-0, 0.0, 0e5, 1e400, 0.0000001, 1e999999999]`,
 	} {
 		out, _ := fingerprint.CanonicalJSON([]byte(in))
 		fmt.Println(string(out))
 	}
 	// Output:
-	// [12345678901234567890,12345678901234567891]
-	// [12345678901234567000,9007199254740992,0]
+	// [100,100,100,100,100]
+	// [100.000000000000001,19.990000000000000001,19.99]
+	// [12345678901234567890,12345678901234567891,9007199254740993]
+	// [0,0,0,1e+400,1e-7,1e+999999999]
 }
 
 func ExampleCanonicalJSON_errors() {
-	for _, in := range []string{`{"id":1,"id":2}`, `"\ud800"`, `1e400`, `{"a":1} x`} {
+	for _, in := range []string{`{"id":1,"id":2}`, `"\ud800"`, `1e1000000001`, `{"a":1} x`} {
 		_, err := fingerprint.CanonicalJSON([]byte(in))
 		var se *fingerprint.SyntaxError
 		fmt.Println(errors.Is(err, fingerprint.ErrInvalidJSON), errors.As(err, &se) && se.Offset >= 0, err)
@@ -106,7 +111,7 @@ func ExampleCanonicalJSON_errors() {
 	// Output:
 	// true true fingerprint: invalid JSON at offset 8: duplicate object member name
 	// true true fingerprint: invalid JSON at offset 1: lone high surrogate escape
-	// true true fingerprint: invalid JSON at offset 0: number out of the range of a double
+	// true true fingerprint: invalid JSON at offset 0: number out of range (in scientific notation its exponent exceeds 1000000000 in magnitude)
 	// true true fingerprint: invalid JSON at offset 8: trailing data after the JSON value
 }
 
@@ -128,10 +133,10 @@ func ExampleParse() {
 // treats the request as matching rather than refusing a faithful retry.
 func ExampleFingerprint_Compare() {
 	sum := sha256.Sum256([]byte("body"))
-	stored := fingerprint.New("http-v1", sum)
-	fmt.Println(stored.Compare(fingerprint.New("http-v1", sum)))
-	fmt.Println(stored.Compare(fingerprint.New("http-v1", sha256.Sum256(nil))))
+	stored := fingerprint.New("http-v2", sum)
 	fmt.Println(stored.Compare(fingerprint.New("http-v2", sum)))
+	fmt.Println(stored.Compare(fingerprint.New("http-v2", sha256.Sum256(nil))))
+	fmt.Println(stored.Compare(fingerprint.New("http-v1", sum))) // stored before an upgrade
 	fmt.Println(stored.Compare(fingerprint.Fingerprint{}))
 	// Output:
 	// true true

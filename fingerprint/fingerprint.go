@@ -7,12 +7,16 @@ import (
 	"strings"
 )
 
-// Algorithm names of the fingerprints this package computes. Other packages
-// (a protobuf fingerprint in the gRPC interceptor, say) choose names of their
-// own with [New]; a name is 1 to 32 characters of [a-z0-9.-].
+// Algorithm names of the fingerprints this package computes. Any change to
+// what they hash takes a new name, so that fingerprints stored under the old
+// one are not comparable rather than mismatches: "-v2" compares numbers by
+// their exact decimal value, where "http-v1" and "json-v1" rounded numbers
+// with a fraction or an exponent to a double. Other packages (a protobuf
+// fingerprint in the gRPC interceptor, say) choose names of their own with
+// [New]; a name is 1 to 32 characters of [a-z0-9.-].
 const (
-	algHTTP = "http-v1" // [HTTP]
-	algJSON = "json-v1" // [Value] and [JSON]
+	algHTTP = "http-v2" // [HTTP]
+	algJSON = "json-v2" // [Value] and [JSON]
 )
 
 // maxAlgLen is the longest algorithm name a [Fingerprint] may carry.
@@ -45,7 +49,7 @@ func New(alg string, sum [32]byte) Fingerprint {
 	return Fingerprint{alg: alg, sum: sum}
 }
 
-// Alg returns the algorithm name, such as "http-v1" or "json-v1"; "" for the
+// Alg returns the algorithm name, such as "http-v2" or "json-v2"; "" for the
 // zero value.
 func (f Fingerprint) Alg() string { return f.alg }
 
@@ -61,7 +65,8 @@ func (f Fingerprint) String() string {
 	if f.IsZero() {
 		return ""
 	}
-	return string(f.appendText(make([]byte, 0, len(f.alg)+1+2*len(f.sum))))
+	var buf [maxAlgLen + 1 + 2*len(f.sum)]byte // on the stack: one allocation, the string
+	return string(f.appendText(buf[:0]))
 }
 
 func (f Fingerprint) appendText(b []byte) []byte {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,6 +29,8 @@ func FuzzCanonicalJSON(f *testing.F) {
 		`[[[[[[[[[[]]]]]]]]]]`,
 		`0.000001234`,
 		`-1.5e-7`,
+		`[100.000000000000001, 100, 1e2, 1.00e+2, 10000e-2, 19.990000000000000001, -0.0, 0e5]`,
+		`[1e999999999, 1e1000000001, 0.01e-999999999, 1e-400, 123e20]`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -64,18 +68,182 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if errIn == nil && !reflect.DeepEqual(vin, vout) {
 			t.Fatalf("values differ:\n in %q: %#v\nout %q: %#v", data, vin, out, vout)
 		}
+		// A lone number keeps its exact value (when math/big can hold it).
+		lit := bytes.TrimSpace(data)
+		if len(lit) > 0 && (lit[0] == '-' || '0' <= lit[0] && lit[0] <= '9') && smallExponent(lit) {
+			in, ok1 := new(big.Rat).SetString(string(lit))
+			got, ok2 := new(big.Rat).SetString(string(out))
+			if !ok1 || !ok2 || in.Cmp(got) != 0 {
+				t.Fatalf("number %q canonicalised to %q, another value", lit, out)
+			}
+			if len(out) > len(lit)+21 {
+				t.Fatalf("number %q canonicalised to %d bytes", lit, len(out))
+			}
+		}
 	})
+}
+
+// smallExponent reports whether the JSON number lit has no exponent or one
+// of at most four digits, so that math/big reads it quickly.
+func smallExponent(lit []byte) bool {
+	i := bytes.IndexAny(lit, "eE")
+	if i < 0 {
+		return true
+	}
+	exp := strings.TrimLeft(string(lit[i+1:]), "+-0")
+	return len(exp) <= 4
+}
+
+// FuzzNumberExact checks that two number literals have the same canonical
+// form exactly when math/big reads them as the same value, that the form
+// reads back as the literal's value and that it is at most 21 bytes longer.
+// The second literal spells the first one's value otherwise (zeros added in
+// front and at the end, the point moved and the exponent adjusted), or,
+// when tweak says so, a value next to it. Both are also tried with their
+// exponents shifted by nearly the bound, where equal values must have equal
+// forms (or both be refused) and different values different forms.
+func FuzzNumberExact(f *testing.F) {
+	f.Add("1999", uint16(2), int16(0), uint8(0), uint8(1), int16(-2), false, uint8(1))
+	f.Add("100000000000000001", uint16(3), int16(0), uint8(0), uint8(0), int16(0), false, uint8(0))
+	f.Add("1999", uint16(2), int16(0), uint8(0), uint8(0), int16(0), false, uint8(12))
+	f.Add("0", uint16(0), int16(5), uint8(3), uint8(2), int16(1), true, uint8(1))
+	f.Add("1", uint16(1), int16(400), uint8(0), uint8(0), int16(-1), false, uint8(2))
+	f.Add("15", uint16(0), int16(-7), uint8(6), uint8(0), int16(3), true, uint8(3))
+	f.Add(strings.Repeat("9876543210", 40)+"1", uint16(200), int16(-3), uint8(1), uint8(5), int16(-250), false, uint8(9))
+	f.Add("123", uint16(3), int16(18), uint8(0), uint8(0), int16(0), false, uint8(5))
+	f.Fuzz(func(t *testing.T, digits string, point uint16, exp int16, lead, trail uint8, move int16, neg bool, tweak uint8) {
+		ds := []byte(strings.Map(func(r rune) rune {
+			if '0' <= r && r <= '9' {
+				return r
+			}
+			return -1
+		}, digits))
+		if len(ds) > 600 {
+			ds = ds[:600]
+		}
+		if len(ds) == 0 {
+			ds = []byte("0")
+		}
+		p := int(point) % (len(ds) + 1)
+		litA := spellNumber(neg, ds, p, int64(exp), tweak)
+
+		ds2 := append(append(bytes.Repeat([]byte("0"), int(lead)), ds...), bytes.Repeat([]byte("0"), int(trail))...)
+		p2 := min(max(p+int(lead)+int(move), 0), len(ds2))
+		exp2 := int64(exp) + int64(p+int(lead)-p2)
+		neg2 := neg
+		if tweak%4 == 0 { // a value next to the first one, or the same if it is zero
+			switch tweak / 4 % 4 {
+			case 0:
+				neg2 = !neg2
+			case 1:
+				exp2++
+			case 2:
+				i := int(tweak) % len(ds2)
+				ds2[i] = '0' + (ds2[i]-'0'+1)%10
+			case 3:
+				ds2 = append(ds2, '1')
+			}
+		}
+		litB := spellNumber(neg2, ds2, p2, exp2, tweak>>2)
+
+		ratA, okA := new(big.Rat).SetString(litA)
+		ratB, okB := new(big.Rat).SetString(litB)
+		if !okA || !okB {
+			t.Fatalf("math/big refused %q or %q", litA, litB)
+		}
+		same := ratA.Cmp(ratB) == 0
+		ca, cb := canonicalOrFail(t, litA), canonicalOrFail(t, litB)
+		if (ca == cb) != same {
+			t.Fatalf("%q -> %q and %q -> %q, but equal values: %v", litA, ca, litB, cb, same)
+		}
+		for _, c := range [][3]string{{litA, ca}, {litB, cb}} {
+			lit, form := c[0], c[1]
+			r, ok := new(big.Rat).SetString(form)
+			want, _ := new(big.Rat).SetString(lit)
+			if !ok || r.Cmp(want) != 0 {
+				t.Fatalf("%q -> %q, another value", lit, form)
+			}
+			if len(form) > len(lit)+21 {
+				t.Fatalf("%q -> %q, %d bytes longer", lit, form, len(form)-len(lit))
+			}
+			if again := canonicalOrFail(t, form); again != form {
+				t.Fatalf("not idempotent: %q -> %q -> %q", lit, form, again)
+			}
+		}
+
+		// The same pair near the exponent bound, where math/big cannot go.
+		shift := int64(999_990_000)
+		if tweak&1 == 1 {
+			shift = -shift
+		}
+		litA = spellNumber(neg, ds, p, int64(exp)+shift, tweak)
+		litB = spellNumber(neg2, ds2, p2, exp2+shift, tweak>>2)
+		sa, errA := fingerprint.CanonicalJSON([]byte(litA))
+		sb, errB := fingerprint.CanonicalJSON([]byte(litB))
+		switch {
+		case same && (errA == nil) != (errB == nil):
+			t.Fatalf("equal values %q and %q: errors %v and %v", litA, litB, errA, errB)
+		case errA == nil && errB == nil && bytes.Equal(sa, sb) != same:
+			t.Fatalf("%q -> %q and %q -> %q, but equal values: %v", litA, sa, litB, sb, same)
+		case errA == nil && len(sa) > len(litA)+21, errB == nil && len(sb) > len(litB)+21:
+			t.Fatalf("%q -> %q, %q -> %q: too long", litA, sa, litB, sb)
+		}
+	})
+}
+
+// spellNumber writes ±<ds with a point before ds[p]>e<exp> as a JSON
+// number, dropping the integer part's leading zeros and, when exp is 0,
+// usually the exponent; style picks among the exponent's spellings.
+func spellNumber(neg bool, ds []byte, p int, exp int64, style uint8) string {
+	var sb strings.Builder
+	if neg {
+		sb.WriteByte('-')
+	}
+	ip := bytes.TrimLeft(ds[:p], "0")
+	if len(ip) == 0 {
+		ip = []byte("0")
+	}
+	sb.Write(ip)
+	if p < len(ds) {
+		sb.WriteByte('.')
+		sb.Write(ds[p:])
+	}
+	if exp == 0 && style&8 == 0 {
+		return sb.String()
+	}
+	sb.WriteString([]string{"e", "E", "e", "E"}[style&3])
+	switch {
+	case exp < 0:
+		sb.WriteByte('-')
+		exp = -exp
+	case style&2 != 0:
+		sb.WriteByte('+')
+	}
+	if style&4 != 0 {
+		sb.WriteString("00")
+	}
+	sb.WriteString(strconv.FormatInt(exp, 10))
+	return sb.String()
+}
+
+func canonicalOrFail(t *testing.T, lit string) string {
+	t.Helper()
+	out, err := fingerprint.CanonicalJSON([]byte(lit))
+	if err != nil {
+		t.Fatalf("CanonicalJSON(%q): %v", lit, err)
+	}
+	return string(out)
 }
 
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"",
-		"http-v1:4e811408f6575bba90fb7cf1b90c9237c6dab72faec6f6ed9e2378e791f17d5a",
-		"json-v1:" + strings.Repeat("0", 64),
+		"http-v2:297571237b99f236b92d380847997c7b5c41791f8f224b432061ccca8d5db534",
+		"json-v2:" + strings.Repeat("0", 64),
 		"a.b-c:" + strings.Repeat("f", 64),
 		"x:" + strings.Repeat("F", 64),
 		":",
-		"http-v1:",
+		"http-v2:",
 	} {
 		f.Add(s)
 	}

@@ -40,7 +40,7 @@ const maxQueryParams = 10000
 // larger bodies are streamed into the hash.
 const rawInline = 16 << 10
 
-// HTTP returns the "http-v1" fingerprint of req. It covers, each part
+// HTTP returns the "http-v2" fingerprint of req. It covers, each part
 // length-prefixed into one SHA-256 input:
 //
 //   - the method and the route, exactly as given;
@@ -68,12 +68,12 @@ const rawInline = 16 << 10
 //
 // The hash input, for anyone reproducing it: every string is preceded by
 // its length as 8 big-endian bytes, every count is 8 big-endian bytes.
-// "http-v1", the method, the route; then 'Q', the number of query pairs and
+// "http-v2", the method, the route; then 'Q', the number of query pairs and
 // each pair's name and value (sorted stably by name), or 'q' and the raw
 // query; then 'M', the media type, the number of parameters and each one's
 // name and value (sorted by name), or 'm' and the trimmed raw value; then
 // 'J' and the canonical body, or 'R' and the raw body. This layout is fixed
-// for "http-v1": a change needs a new algorithm name.
+// for "http-v2": a change needs a new algorithm name.
 //
 // HTTP never fails and does not modify req.Body. It is safe for concurrent
 // use.

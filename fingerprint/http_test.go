@@ -38,7 +38,7 @@ func with(fn func(r *fingerprint.HTTPRequest)) fingerprint.HTTPRequest {
 
 func TestHTTPMatches(t *testing.T) {
 	base := fingerprint.HTTP(baseRequest)
-	if base.Alg() != "http-v1" {
+	if base.Alg() != "http-v2" {
 		t.Fatalf("Alg() = %q", base.Alg())
 	}
 	tests := []struct {
@@ -171,7 +171,7 @@ func TestHTTPPairs(t *testing.T) {
 	}
 }
 
-// TestHTTPLayout pins the "http-v1" hash input. Changing it changes every
+// TestHTTPLayout pins the "http-v2" hash input. Changing it changes every
 // stored fingerprint: make a new algorithm name instead.
 func TestHTTPLayout(t *testing.T) {
 	field := func(b []byte, s string) []byte {
@@ -180,7 +180,7 @@ func TestHTTPLayout(t *testing.T) {
 	}
 	count := func(b []byte, n int) []byte { return binary.BigEndian.AppendUint64(b, uint64(n)) }
 	head := func(method, route string) []byte {
-		b := field(nil, "http-v1")
+		b := field(nil, "http-v2")
 		b = field(b, method)
 		return field(b, route)
 	}
@@ -195,11 +195,11 @@ func TestHTTPLayout(t *testing.T) {
 	b = count(field(b, "application/json"), 0)
 	b = append(b, 'J')
 	b = field(b, `{"customer":"c_123","items":[{"qty":2,"sku":"A-1"}],"total":19.99}`)
-	if got, want := fingerprint.HTTP(baseRequest), fingerprint.New("http-v1", sha256.Sum256(b)); got != want {
+	if got, want := fingerprint.HTTP(baseRequest), fingerprint.New("http-v2", sha256.Sum256(b)); got != want {
 		t.Errorf("JSON request: HTTP = %v, want %v", got, want)
 	}
 	if got, want := fingerprint.HTTP(baseRequest).String(),
-		"http-v1:"+hex.EncodeToString(func() []byte { s := sha256.Sum256(b); return s[:] }()); got != want {
+		"http-v2:"+hex.EncodeToString(func() []byte { s := sha256.Sum256(b); return s[:] }()); got != want {
 		t.Errorf("String = %v, want %v", got, want)
 	}
 
@@ -218,7 +218,7 @@ func TestHTTPLayout(t *testing.T) {
 		b = field(b, string(body))
 		req := fingerprint.HTTPRequest{Method: "PUT", Route: "/files/{id}", RawQuery: "a=%",
 			ContentType: "Text/Plain; format=Flowed; charset=UTF-8", Body: body}
-		if got, want := fingerprint.HTTP(req), fingerprint.New("http-v1", sha256.Sum256(b)); got != want {
+		if got, want := fingerprint.HTTP(req), fingerprint.New("http-v2", sha256.Sum256(b)); got != want {
 			t.Errorf("raw body of %d bytes: HTTP = %v, want %v", size, got, want)
 		}
 	}
@@ -232,14 +232,14 @@ func TestHTTPLayout(t *testing.T) {
 	b = append(b, 'R')
 	b = field(b, `{}`)
 	req := fingerprint.HTTPRequest{Method: "POST", Route: "/", ContentType: " application/json; charset ", Body: []byte(`{}`)}
-	if got, want := fingerprint.HTTP(req), fingerprint.New("http-v1", sha256.Sum256(b)); got != want {
+	if got, want := fingerprint.HTTP(req), fingerprint.New("http-v2", sha256.Sum256(b)); got != want {
 		t.Errorf("unparsable content type: HTTP = %v, want %v", got, want)
 	}
 }
 
 // TestHTTPGolden pins one value outright.
 func TestHTTPGolden(t *testing.T) {
-	const want = "http-v1:4e811408f6575bba90fb7cf1b90c9237c6dab72faec6f6ed9e2378e791f17d5a"
+	const want = "http-v2:297571237b99f236b92d380847997c7b5c41791f8f224b432061ccca8d5db534"
 	if got := fingerprint.HTTP(baseRequest).String(); got != want {
 		t.Errorf("HTTP(baseRequest) = %s, want %s", got, want)
 	}
@@ -358,7 +358,7 @@ func modelHTTP(r fingerprint.HTTPRequest) fingerprint.Fingerprint {
 		return append(b, s...)
 	}
 	count := func(b []byte, n int) []byte { return binary.BigEndian.AppendUint64(b, uint64(n)) }
-	b := field(nil, "http-v1")
+	b := field(nil, "http-v2")
 	b = field(b, r.Method)
 	b = field(b, r.Route)
 	if v, err := url.ParseQuery(r.RawQuery); err == nil {
@@ -393,10 +393,10 @@ func modelHTTP(r fingerprint.HTTPRequest) fingerprint.Fingerprint {
 	}
 	if isJSON {
 		if c, err := fingerprint.CanonicalJSON(r.Body); err == nil {
-			return fingerprint.New("http-v1", sha256.Sum256(field(append(b, 'J'), string(c))))
+			return fingerprint.New("http-v2", sha256.Sum256(field(append(b, 'J'), string(c))))
 		}
 	}
-	return fingerprint.New("http-v1", sha256.Sum256(field(append(b, 'R'), string(r.Body))))
+	return fingerprint.New("http-v2", sha256.Sum256(field(append(b, 'R'), string(r.Body))))
 }
 
 func TestHTTPModel(t *testing.T) {

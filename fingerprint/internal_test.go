@@ -3,8 +3,10 @@ package fingerprint
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -13,80 +15,54 @@ import (
 	"unicode/utf16"
 )
 
-// TestAppendNumberRFC8785 checks the ECMAScript number form against the
-// IEEE-754 examples of RFC 8785, Appendix B.
-func TestAppendNumberRFC8785(t *testing.T) {
-	tests := []struct {
-		bits uint64
-		want string
-	}{
-		{0x0000000000000000, "0"},
-		{0x8000000000000000, "0"}, // -0
-		{0x0000000000000001, "5e-324"},
-		{0x8000000000000001, "-5e-324"},
-		{0x7fefffffffffffff, "1.7976931348623157e+308"},
-		{0xffefffffffffffff, "-1.7976931348623157e+308"},
-		{0x4340000000000000, "9007199254740992"},
-		{0xc340000000000000, "-9007199254740992"},
-		{0x4430000000000000, "295147905179352830000"},
-		{0x44b52d02c7e14af5, "9.999999999999997e+22"},
-		{0x44b52d02c7e14af6, "1e+23"},
-		{0x44b52d02c7e14af7, "1.0000000000000001e+23"},
-		{0x444b1ae4d6e2ef4e, "999999999999999700000"},
-		{0x444b1ae4d6e2ef4f, "999999999999999900000"},
-		{0x444b1ae4d6e2ef50, "1e+21"},
-		{0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"},
-		{0x3eb0c6f7a0b5ed8d, "0.000001"},
-		{0x41b3de4355555553, "333333333.3333332"},
-		{0x41b3de4355555554, "333333333.33333325"},
-		{0x41b3de4355555555, "333333333.3333333"},
-		{0x41b3de4355555556, "333333333.3333334"},
-		{0x41b3de4355555557, "333333333.33333343"},
-		{0xbecbf647612f3696, "-0.0000033333333333333333"},
-		{0x43143ff3c1cb0959, "1424953923781206.2"},
-	}
-	for _, tt := range tests {
-		f := math.Float64frombits(tt.bits)
-		if got := string(appendNumber(nil, f)); got != tt.want {
-			t.Errorf("appendNumber(%016x = %v) = %q, want %q", tt.bits, f, got, tt.want)
-		}
-	}
-}
-
-func TestAppendNumberForms(t *testing.T) {
-	tests := []struct {
-		f    float64
-		want string
-	}{
-		{1e30, "1e+30"},
-		{4.5, "4.5"},
-		{2e-3, "0.002"},
-		{0.000001, "0.000001"},
-		{1e-7, "1e-7"},
-		{1.5e-7, "1.5e-7"},
-		{1e21, "1e+21"},
-		{1e20, "100000000000000000000"},
-		{123456789012345680000, "123456789012345680000"},
-		{-1.25e+25, "-1.25e+25"},
-		{0.1, "0.1"},
-		{100, "100"},
-		{1e-27, "1e-27"},
-	}
-	for _, tt := range tests {
-		if got := string(appendNumber(nil, tt.f)); got != tt.want {
-			t.Errorf("appendNumber(%v) = %q, want %q", tt.f, got, tt.want)
-		}
-	}
-}
-
-// TestShortDecimalMatchesSlowPath checks the fast path for plain decimals
-// against parsing and formatting, on many random decimals around its edges.
-func TestShortDecimalMatchesSlowPath(t *testing.T) {
+// TestFastPathsMatchSlowPath checks the literals the number fast paths
+// copy as they are against appendDecimal, on many random literals around
+// their edges.
+func TestFastPathsMatchSlowPath(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	n := 200000
+	if testing.Short() {
+		n = 20000
+	}
+	var c canon
+	fast := 0
+	for range n {
+		lit := randomLiteral(rng)
+		if strings.ContainsAny(lit, "eE") {
+			continue
+		}
+		got, err := c.appendCanonical(nil, []byte(lit))
+		if err != nil {
+			t.Fatalf("CanonicalJSON(%q): %v", lit, err)
+		}
+		ip, fp, _ := strings.Cut(strings.TrimPrefix(lit, "-"), ".")
+		want, ok := appendDecimal(nil, lit[0] == '-', []byte(ip), []byte(fp), 0)
+		if !ok {
+			t.Fatalf("appendDecimal refused %q", lit)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("CanonicalJSON(%q) = %q, appendDecimal says %q", lit, got, want)
+		}
+		if string(got) == lit {
+			fast++
+		}
+	}
+	if fast < n/20 {
+		t.Fatalf("only %d of %d literals are their own canonical form", fast, n)
+	}
+}
+
+// randomLiteral returns a random JSON number: integers and decimals of up
+// to 30 digits, with leading and trailing zeros, -0, and sometimes an
+// exponent.
+func randomLiteral(rng *rand.Rand) string {
 	digits := func(n int, lead bool) string {
 		var sb strings.Builder
 		for i := range n {
 			d := rng.IntN(10)
+			if rng.IntN(4) == 0 {
+				d = 0
+			}
 			if i == 0 && lead && d == 0 {
 				d = 1 + rng.IntN(9)
 			}
@@ -94,38 +70,73 @@ func TestShortDecimalMatchesSlowPath(t *testing.T) {
 		}
 		return sb.String()
 	}
-	n := 200000
-	if testing.Short() {
-		n = 20000
+	var sb strings.Builder
+	if rng.IntN(2) == 0 {
+		sb.WriteByte('-')
 	}
-	fast := 0
-	for range n {
-		var lit string
-		if rng.IntN(3) == 0 {
-			lit = "0"
-		} else {
-			lit = digits(1+rng.IntN(17), true)
+	if rng.IntN(3) == 0 {
+		sb.WriteByte('0')
+	} else {
+		sb.WriteString(digits(1+rng.IntN(30), true))
+	}
+	if rng.IntN(4) > 0 {
+		sb.WriteString("." + strings.Repeat("0", rng.IntN(9)) + digits(1+rng.IntN(30), false))
+		if rng.IntN(4) == 0 {
+			sb.WriteString(strings.Repeat("0", 1+rng.IntN(3)))
 		}
-		intEnd := len(lit)
-		lit += "." + strings.Repeat("0", rng.IntN(8)) + digits(1+rng.IntN(17), false)
-		if rng.IntN(2) == 0 {
-			lit = "-" + lit
-			intEnd++
-		}
-		if !isShortDecimal([]byte(lit), intEnd) {
+	}
+	if rng.IntN(5) == 0 {
+		sb.WriteString([]string{"e", "E", "e+", "e-", "E-0"}[rng.IntN(5)] + strconv.Itoa(rng.IntN(40)))
+	}
+	return sb.String()
+}
+
+// TestAppendDecimalBounds checks the exponent bound and the saturation of
+// huge exponents.
+func TestAppendDecimalBounds(t *testing.T) {
+	tests := []struct {
+		ip, fp string
+		exp    int64
+		want   string // "" for refused
+	}{
+		{"1", "", maxExponent, "1e+1000000000"},
+		{"1", "", maxExponent + 1, ""},
+		{"10", "", maxExponent - 1, "1e+1000000000"},
+		{"10", "", maxExponent, ""},
+		{"0", "1", -maxExponent + 1, "1e-1000000000"},
+		{"0", "01", -maxExponent + 2, "1e-1000000000"},
+		{"0", "01", -maxExponent + 1, ""},
+		{"1", "", -maxExponent, "1e-1000000000"},
+		{"1", "", -maxExponent - 1, ""},
+		{"9", "99", maxExponent, "9.99e+1000000000"},
+		{"1", "", exponentSaturation, ""},
+		{"1", "", -exponentSaturation, ""},
+		{"0", "000", exponentSaturation, "0"},
+		{"0", "", -exponentSaturation, "0"},
+	}
+	for _, tt := range tests {
+		got, ok := appendDecimal([]byte("x"), false, []byte(tt.ip), []byte(tt.fp), tt.exp)
+		if tt.want == "" {
+			if ok || string(got) != "x" {
+				t.Errorf("appendDecimal(%s.%s e%d) = %q, %v; want refused", tt.ip, tt.fp, tt.exp, got, ok)
+			}
 			continue
 		}
-		fast++
-		f, err := strconv.ParseFloat(lit, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slow := string(appendNumber(nil, f)); slow != lit {
-			t.Fatalf("fast path keeps %q, but its ECMAScript form is %q", lit, slow)
+		if !ok || string(got) != "x"+tt.want {
+			t.Errorf("appendDecimal(%s.%s e%d) = %q, %v; want %q", tt.ip, tt.fp, tt.exp, got, ok, tt.want)
 		}
 	}
-	if fast < n/20 {
-		t.Fatalf("only %d of %d literals took the fast path", fast, n)
+	for _, tt := range []struct {
+		in   string
+		want int64
+	}{
+		{"0", 0}, {"+7", 7}, {"-0012", -12}, {"000000000000000000000000001", 1},
+		{"999999999999999999", 999999999999999999}, {"1000000000000000000", exponentSaturation},
+		{"-99999999999999999999999", -exponentSaturation},
+	} {
+		if got := parseExponent([]byte(tt.in)); got != tt.want {
+			t.Errorf("parseExponent(%q) = %d, want %d", tt.in, got, tt.want)
+		}
 	}
 }
 
@@ -220,9 +231,9 @@ func TestCanonicalModel(t *testing.T) {
 func randomJSON(rng *rand.Rand, depth int) string {
 	names := []string{"a", "b", "ab", "B", "id", "\\u0061x", "\u00e9", "\\u00e9t\u00e9", "\U0001F600", "\uFB33", "\\ud83d\\ude01",
 		"\\n", "\\\"q", "z", "_", "0", "\u20ac", "\\u0000", "items", "metadata", "a\\/b"}
-	k := rng.IntN(10)
+	k := rng.IntN(11)
 	if depth > 6 {
-		k = 6 + rng.IntN(4)
+		k = 6 + rng.IntN(5)
 	}
 	switch k {
 	case 0, 1: // object
@@ -260,6 +271,8 @@ func randomJSON(rng *rand.Rand, depth int) string {
 		return strconv.Itoa(rng.IntN(2000000) - 1000000)
 	case 7:
 		return []string{"12345678901234567890", "-0", "9007199254740993", "0", "-98765432109876543210"}[rng.IntN(5)]
+	case 8:
+		return randomLiteral(rng)
 	default:
 		f := rng.NormFloat64() * math.Pow(10, float64(rng.IntN(60)-30))
 		return strconv.FormatFloat(f, []byte("efg")[rng.IntN(3)], -1, 64)
@@ -268,8 +281,8 @@ func randomJSON(rng *rand.Rand, depth int) string {
 
 func unescapeForTest(s string) []byte { return unescape(nil, []byte(s)) }
 
-// modelCanonical is a straightforward JCS (with the big-integer extension)
-// over encoding/json's decoding, for comparison.
+// modelCanonical is a straightforward canonicaliser over encoding/json's
+// decoding, with numbers through modelNumber, for comparison.
 func modelCanonical(data []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -278,6 +291,7 @@ func modelCanonical(data []byte) (string, error) {
 		return "", err
 	}
 	var sb strings.Builder
+	var numErr error
 	var write func(v any)
 	write = func(v any) {
 		switch v := v.(type) {
@@ -286,16 +300,11 @@ func modelCanonical(data []byte) (string, error) {
 		case bool:
 			sb.WriteString(strconv.FormatBool(v))
 		case json.Number:
-			s := string(v)
-			if !strings.ContainsAny(s, ".eE") {
-				if s == "-0" {
-					s = "0"
-				}
-				sb.WriteString(s)
-				return
+			s, err := modelNumber(string(v))
+			if err != nil && numErr == nil {
+				numErr = err
 			}
-			f, _ := strconv.ParseFloat(s, 64)
-			sb.Write(appendNumber(nil, f))
+			sb.WriteString(s)
 		case string:
 			sb.Write(appendString(nil, []byte(v)))
 		case []any:
@@ -325,6 +334,64 @@ func modelCanonical(data []byte) (string, error) {
 		}
 	}
 	write(v)
+	return sb.String(), numErr
+}
+
+// modelNumber is the canonical form of a JSON number computed with
+// math/big: the mantissa as a big.Int stripped of its trailing zeros, the
+// exponent as a big.Int, then the form the package documents.
+func modelNumber(lit string) (string, error) {
+	neg := strings.HasPrefix(lit, "-")
+	mant, expText, _ := strings.Cut(strings.ToLower(strings.TrimPrefix(lit, "-")), "e")
+	ip, fp, _ := strings.Cut(mant, ".")
+	d, ok := new(big.Int).SetString(ip+fp, 10)
+	if !ok {
+		return "", fmt.Errorf("bad mantissa in %q", lit)
+	}
+	if d.Sign() == 0 {
+		return "0", nil
+	}
+	e := new(big.Int)
+	if expText != "" {
+		if _, ok := e.SetString(expText, 10); !ok {
+			return "", fmt.Errorf("bad exponent in %q", lit)
+		}
+	}
+	e.Sub(e, big.NewInt(int64(len(fp))))
+	ten, q, r := big.NewInt(10), new(big.Int), new(big.Int)
+	for {
+		q.QuoRem(d, ten, r)
+		if r.Sign() != 0 {
+			break
+		}
+		d.Set(q)
+		e.Add(e, big.NewInt(1))
+	}
+	digits := d.String()
+	k := len(digits)
+	x := new(big.Int).Add(e, big.NewInt(int64(k-1))) // d.ddd × 10^x
+	if x.CmpAbs(big.NewInt(maxExponent)) > 0 {
+		return "", fmt.Errorf("%q out of range", lit)
+	}
+	n := int(x.Int64()) + 1
+	var sb strings.Builder
+	if neg {
+		sb.WriteString("-")
+	}
+	switch ee := n - k; {
+	case ee >= 0 && ee <= 20:
+		sb.WriteString(digits + strings.Repeat("0", ee))
+	case ee < 0 && n > 0:
+		sb.WriteString(digits[:n] + "." + digits[n:])
+	case ee < 0 && n >= -5:
+		sb.WriteString("0." + strings.Repeat("0", -n) + digits)
+	default:
+		sb.WriteString(digits[:1])
+		if k > 1 {
+			sb.WriteString("." + digits[1:])
+		}
+		fmt.Fprintf(&sb, "e%+d", n-1)
+	}
 	return sb.String(), nil
 }
 

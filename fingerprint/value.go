@@ -6,7 +6,7 @@ import (
 	"fmt"
 )
 
-// JSON returns the "json-v1" fingerprint of the JSON text data: the SHA-256
+// JSON returns the "json-v2" fingerprint of the JSON text data: the SHA-256
 // of its [CanonicalJSON] form, so that member order, whitespace, escapes and
 // number spelling do not matter. Input CanonicalJSON refuses is an error
 // matching [ErrInvalidJSON].
@@ -23,7 +23,7 @@ func JSON(data []byte) (Fingerprint, error) {
 	return Fingerprint{alg: algJSON, sum: sum}, nil
 }
 
-// Value returns the "json-v1" fingerprint of any Go value: v is encoded with
+// Value returns the "json-v2" fingerprint of any Go value: v is encoded with
 // [encoding/json.Marshal] and fingerprinted with [JSON], so struct field
 // order and map iteration order do not matter, while every encoded field
 // does (json tags, omitempty and custom marshalers apply as usual). Two

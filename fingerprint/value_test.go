@@ -30,7 +30,7 @@ func mustValue(t *testing.T, v any) fingerprint.Fingerprint {
 	if err != nil {
 		t.Fatalf("Value(%#v): %v", v, err)
 	}
-	if f.Alg() != "json-v1" {
+	if f.Alg() != "json-v2" {
 		t.Fatalf("Value(%#v).Alg() = %q", v, f.Alg())
 	}
 	return f
@@ -122,9 +122,9 @@ func TestJSON(t *testing.T) {
 	if _, err := fingerprint.JSON([]byte(`{"a":`)); !errors.Is(err, fingerprint.ErrInvalidJSON) {
 		t.Errorf("JSON(invalid) error = %v, want ErrInvalidJSON", err)
 	}
-	// json-v1 is the SHA-256 of the canonical form; this value must never
+	// json-v2 is the SHA-256 of the canonical form; this value must never
 	// change, or stored fingerprints stop matching.
-	if got, want := a.String(), "json-v1:"+sha256Hex(`{"a":"é","b":[1,2]}`); got != want {
+	if got, want := a.String(), "json-v2:"+sha256Hex(`{"a":"é","b":[1,2]}`); got != want {
 		t.Errorf("JSON = %s, want %s", got, want)
 	}
 }
