@@ -109,8 +109,9 @@ func WithValueFingerprint(f func(input any) (fingerprint.Fingerprint, error)) Op
 // Guard runs work at most once per key across every process that shares its
 // backend. See [Guard.Execute].
 type Guard struct {
-	store store.Store
-	cfg   config
+	store    store.Store
+	cfg      config
+	renewals renewals // of the leases of the calls under way
 }
 
 // New returns a guard that keeps claims and outcomes in s. It validates its
@@ -267,8 +268,17 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	var sent time.Time // when the claim that won was sent: its lease runs from no earlier
 	for {
 		c.attempts++
-		sent = time.Now()
-		rec, claimed, err := g.claim(ctx, recordKey, fps)
+		var op *opContext
+		if c.attempts == 1 {
+			// The first claim is sent now: the call's start serves as its
+			// time, and its op context is part of the call.
+			sent, op = c.start, &c.claimOp
+			op.init(ctx, sent, g.cfg.opTimeout, false)
+		} else {
+			sent = time.Now()
+			op = newOpContext(ctx, sent, g.cfg.opTimeout, false)
+		}
+		rec, claimed, err := g.claim(op, recordKey, fps)
 		if err != nil {
 			return Outcome{}, c.backend("claim", err)
 		}
@@ -324,11 +334,10 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	return out, nil
 }
 
-// claim makes one Claim under the op timeout.
-func (g *Guard) claim(ctx context.Context, key, fp string) (store.Record, bool, error) {
-	cctx, release := withOpTimeout(ctx, g.cfg.opTimeout)
-	defer release()
-	return g.store.Claim(cctx, key, fp, g.cfg.leaseTTL)
+// claim makes one Claim under op, an unused op context, and releases it.
+func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error) {
+	defer op.release()
+	return g.store.Claim(op, key, fp, g.cfg.leaseTTL)
 }
 
 // sleep waits d or until ctx ends.
@@ -350,10 +359,10 @@ func (g *Guard) run(l *lease, fn Func) (res Result, err error) {
 	defer func() {
 		if panicked {
 			l.stop()
-			g.release(l.parent, l.key, l.fence, l.call)
+			g.release(l.fn.parent, l.key, l.fence, l.call)
 		}
 	}()
-	res, err = fn(l.ctx)
+	res, err = fn(&l.fn)
 	panicked = false
 	return res, err
 }
@@ -361,8 +370,8 @@ func (g *Guard) run(l *lease, fn Func) (res Result, err error) {
 // release ends the claim on a detached context under the op timeout. A
 // failed release is logged: the claim runs out at its lease's end.
 func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *call) {
-	rctx, release := withOpTimeout(context.WithoutCancel(ctx), g.cfg.opTimeout)
-	defer release()
+	rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+	defer rctx.release()
 	if _, err := g.store.Release(rctx, key, fence); err != nil {
 		c.emit(Event{Kind: EventBackendError, Fence: fence, Err: &UnavailableError{Op: "release", Err: err}})
 		g.cfg.logger.WarnContext(ctx, "idempotency: the claim could not be released; it runs out at the end of its lease",
@@ -374,17 +383,26 @@ func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *ca
 // write timeout, while l keeps the lease extended. It reports whether the
 // outcome landed.
 func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *lease) bool {
-	detached := context.WithoutCancel(ctx)
-	deadline := time.Now().Add(g.cfg.recordWriteTimeout)
-	uncertain := false // a failed attempt may have landed
+	var start time.Time // the first attempt's: the write timeout runs from it
+	uncertain := false  // a failed attempt may have landed
 	for attempt := 1; ; attempt++ {
-		pctx, release := withOpTimeout(detached, g.cfg.opTimeout)
-		ok, err := l.complete(pctx, rec, g.cfg.recordTTL)
-		release()
+		// Each attempt runs on a context detached from ctx: a client that
+		// went away does not lose the record. The first attempt's op
+		// context is part of the lease.
+		now := time.Now()
+		var op *opContext
+		if attempt == 1 {
+			start, op = now, &l.op
+			op.init(ctx, now, g.cfg.opTimeout, true)
+		} else {
+			op = newOpContext(ctx, now, g.cfg.opTimeout, true)
+		}
+		ok, err := l.complete(op, rec, g.cfg.recordTTL)
+		op.release()
 		switch {
 		case err == nil && ok:
 			return true
-		case err == nil && uncertain && g.landed(detached, rec):
+		case err == nil && uncertain && g.landed(ctx, rec):
 			// An earlier attempt landed and its answer was lost: the
 			// record holds this claim's outcome.
 			return true
@@ -407,7 +425,7 @@ func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *leas
 		uncertain = true
 		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "complete", Err: err}})
 		delay := g.cfg.backoff.Delay(attempt)
-		if !time.Now().Add(delay).Before(deadline) {
+		if !time.Now().Add(delay).Before(start.Add(g.cfg.recordWriteTimeout)) {
 			c.notRecorded(ctx, rec, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
 			return false
 		}
@@ -419,28 +437,33 @@ func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *leas
 // claim rec.Fence: whether a completion whose answer was lost landed. Only
 // that claim's completion writes an outcome with its fence.
 func (g *Guard) landed(ctx context.Context, rec store.Record) bool {
-	gctx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
-	defer cancel()
+	gctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+	defer gctx.release()
 	got, ok, err := g.store.Get(gctx, rec.Key)
 	return err == nil && ok && got.State.Done() && got.Fence == rec.Fence
 }
 
 // lease keeps a claim's lease extended while fn runs and its outcome is
-// being completed. Its renewals run on a timer, so a call that finishes
-// within a third of the lease TTL starts no goroutine.
+// being completed. Its renewals are scheduled by the guard's renewals, so
+// a call that finishes within a third of the lease TTL starts no goroutine
+// and arms no timer of its own.
 type lease struct {
-	g      *Guard
-	parent context.Context // the caller's ctx
-	ctx    context.Context // fn's ctx: ends when the caller's does or the lease is lost
-	cancel context.CancelCauseFunc
-	key    string
-	fence  lock.Fence
-	call   *call
+	g     *Guard
+	fn    fnContext // fn's ctx, a child of the caller's (fn.parent): ends when the caller's does or the lease is lost
+	op    opContext // the op context of the first completion attempt
+	key   string
+	fence lock.Fence
+	call  *call
 
 	mu         sync.Mutex // held by a renewal or a completion while it runs, so the two never overlap and stop waits for them
 	stopped    bool
 	completing bool // fn returned: its outcome is being completed
-	timer      *time.Timer
+
+	// The lease's place in the guard's renewal queue, guarded by the
+	// queue's mutex.
+	prev, next *lease
+	due        time.Time // when its next renewal falls due
+	queued     bool
 
 	// The lease's end as far as this process knows (monotonic clock), and
 	// the timer that ends fn's ctx there, whatever a stalled renewal is
@@ -462,15 +485,11 @@ type lease struct {
 // A lease is reckoned from when its claim or extension was sent, so this
 // process never thinks it lasts longer than the backend does.
 func (g *Guard) hold(ctx context.Context, key string, fence lock.Fence, c *call, sent time.Time) *lease {
-	fctx, cancel := context.WithCancelCause(ctx)
-	l := &lease{g: g, parent: ctx, ctx: fctx, cancel: cancel, key: key, fence: fence, call: c,
-		valid: sent.Add(g.cfg.leaseTTL)}
+	l := &lease{g: g, fn: fnContext{parent: ctx}, key: key, fence: fence, call: c, valid: sent.Add(g.cfg.leaseTTL)}
 	if g.cfg.hook != nil {
 		c.hash() // before a renewal may emit events from its goroutine
 	}
-	l.mu.Lock() // the first renewal may fire before the timer is stored
-	l.timer = time.AfterFunc(g.cfg.leaseTTL/3, l.renew)
-	l.mu.Unlock()
+	g.renewals.add(l, sent)
 	return l
 }
 
@@ -506,9 +525,9 @@ func (l *lease) renew() {
 	}
 	l.vmu.Unlock()
 	sent := time.Now()
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(l.parent), min(l.g.cfg.opTimeout, ttl/3))
+	ectx := newOpContext(l.fn.parent, sent, min(l.g.cfg.opTimeout, ttl/3), true)
 	ok, err := l.g.store.Extend(ectx, l.key, l.fence, ttl)
-	cancel()
+	ectx.release()
 	switch {
 	case err == nil && ok:
 		l.vmu.Lock()
@@ -527,7 +546,7 @@ func (l *lease) renew() {
 		// The expiry timer ends fn's ctx if no extension lands in time.
 		l.call.emit(Event{Kind: EventBackendError, Fence: l.fence, Err: &UnavailableError{Op: "extend", Err: err}})
 	}
-	l.timer.Reset(ttl / 3)
+	l.g.renewals.add(l, time.Now())
 }
 
 // complete makes one Complete of rec, never while a renewal runs; once it
@@ -539,7 +558,7 @@ func (l *lease) complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	ok, err := l.g.store.Complete(ctx, rec, ttl)
 	if err == nil && ok {
 		l.stopped = true
-		l.timer.Stop()
+		l.g.renewals.remove(l)
 		l.end()
 	}
 	return ok, err
@@ -547,10 +566,10 @@ func (l *lease) complete(ctx context.Context, rec store.Record, ttl time.Duratio
 
 // lost ends fn's ctx with cause, once.
 func (l *lease) lost(cause error) {
-	if l.ctx.Err() == nil && l.reported.CompareAndSwap(false, true) {
+	if l.fn.Err() == nil && l.reported.CompareAndSwap(false, true) {
 		l.call.emit(Event{Kind: EventLeaseLost, Fence: l.fence, Err: cause})
 	}
-	l.cancel(cause)
+	l.fn.end(cause, true)
 }
 
 // end stops the expiry timer, waiting for it if it is under way.
@@ -568,10 +587,120 @@ func (l *lease) end() {
 func (l *lease) stop() {
 	l.end()
 	l.mu.Lock()
-	l.stopped = true
-	l.timer.Stop()
+	if !l.stopped { // else a completion or a renewal stopped it, and it is not queued
+		l.stopped = true
+		l.g.renewals.remove(l)
+	}
 	l.mu.Unlock()
-	l.cancel(context.Canceled)
+	l.fn.end(context.Canceled, false)
+}
+
+// fnContext is fn's ctx. It ends when the caller's ctx does, when the
+// lease is lost (cause lock.ErrLeaseLost) and when the call is over (cause
+// context.Canceled), exactly as a context.WithCancelCause of the caller's
+// ctx cancelled at those moments would, but it creates that context only
+// when something needs it: the first Done (a handler that waits on its ctx
+// or derives one from it) or the lease's loss. Until then Err and Value
+// answer from the caller's ctx and the state kept here, so a handler that
+// never waits on its ctx costs no context and no registration with the
+// caller's.
+type fnContext struct {
+	parent context.Context
+	mu     sync.Mutex                   // held while inner is created or the context ends
+	inner  atomic.Pointer[causeContext] // once created, it answers everything
+	ended  atomic.Uint32                // how it ended without inner: endedOwn or endedParent
+}
+
+// How an fnContext without inner ended.
+const (
+	endedOwn    = 1 // the call ended it while the caller's ctx was live: Canceled
+	endedParent = 2 // the caller's ctx had ended first: it answers for both
+)
+
+type causeContext struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+// create makes inner. The caller holds c.mu; inner is nil and c has not
+// ended.
+func (c *fnContext) create() *causeContext {
+	ctx, cancel := context.WithCancelCause(c.parent)
+	in := &causeContext{ctx: ctx, cancel: cancel}
+	c.inner.Store(in)
+	return in
+}
+
+// end ends the context with cause, unless it has ended already. A stop
+// (lost false) that finds no inner records how it ended instead of
+// creating one.
+func (c *fnContext) end(cause error, lost bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if in := c.inner.Load(); in != nil {
+		in.cancel(cause)
+		return
+	}
+	if c.ended.Load() != 0 {
+		return
+	}
+	if lost {
+		c.create().cancel(cause)
+		return
+	}
+	if c.parent.Err() != nil {
+		c.ended.Store(endedParent)
+	} else {
+		c.ended.Store(endedOwn)
+	}
+}
+
+// Deadline implements context.Context.
+func (c *fnContext) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+// Done implements context.Context.
+func (c *fnContext) Done() <-chan struct{} {
+	if in := c.inner.Load(); in != nil {
+		return in.ctx.Done()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if in := c.inner.Load(); in != nil {
+		return in.ctx.Done()
+	}
+	switch c.ended.Load() {
+	case endedOwn:
+		return cancelled.Done()
+	case endedParent:
+		return c.parent.Done()
+	}
+	return c.create().ctx.Done()
+}
+
+// Err implements context.Context.
+func (c *fnContext) Err() error {
+	if in := c.inner.Load(); in != nil {
+		return in.ctx.Err()
+	}
+	if c.ended.Load() == endedOwn {
+		return context.Canceled
+	}
+	return c.parent.Err()
+}
+
+// Value implements context.Context.
+func (c *fnContext) Value(key any) any {
+	if in := c.inner.Load(); in != nil {
+		return in.ctx.Value(key)
+	}
+	if c.ended.Load() == endedOwn {
+		// What a cancelled context answers (its cancellation, for
+		// context.Cause: Canceled), and the caller's values.
+		if v := cancelled.Value(key); v != nil {
+			return v
+		}
+	}
+	return c.parent.Value(key)
 }
 
 // call carries one Execute call's state for its events.
@@ -583,6 +712,7 @@ type call struct {
 	waitBudget time.Duration
 	attempts   int
 	waited     time.Duration
+	claimOp    opContext // the op context of the first claim
 }
 
 func (g *Guard) newCall(key string, opts []CallOption) *call {

@@ -225,3 +225,56 @@ func TestNamespacesNeverShareARecord(t *testing.T) {
 		t.Fatalf("the other namespace got %+v, %v; want its own execution", out, err)
 	}
 }
+
+// countingExtends counts the extensions that land.
+type countingExtends struct {
+	store.Store
+	extends atomic.Int32
+}
+
+func (s *countingExtends) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	ok, err := s.Store.Extend(ctx, key, fence, ttl)
+	if ok && err == nil {
+		s.extends.Add(1)
+	}
+	return ok, err
+}
+
+// TestConcurrentCallsAllRenewed: calls under way on one guard at once share
+// its renewal queue, and every one of them whose fn runs past its lease is
+// renewed in time: none loses its lease, every outcome is recorded, and each
+// call's lease was extended.
+func TestConcurrentCallsAllRenewed(t *testing.T) {
+	const ttl = 300 * time.Millisecond // renewals every 100 ms
+	const calls = 8
+	var ev events
+	s := &countingExtends{Store: memstore.New()}
+	g := newGuard(t, s, middleware.WithHook(&ev), middleware.WithLeaseTTL(ttl))
+	errs := make(chan error, calls)
+	for i := range calls {
+		go func() {
+			out, err := g.Execute(t.Context(), fmt.Sprint("k", i), fpA, func(ctx context.Context) (middleware.Result, error) {
+				time.Sleep(ttl * 4 / 3) // past the lease: only renewals keep it
+				if err := context.Cause(ctx); err != nil {
+					return middleware.Result{}, err
+				}
+				return middleware.Result{Value: []byte("v")}, nil
+			})
+			if err == nil && !out.Recorded {
+				err = errors.New("not recorded")
+			}
+			errs <- err
+		}()
+	}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := ev.count(middleware.EventLeaseLost); n != 0 {
+		t.Fatalf("%d lease-lost events; want none", n)
+	}
+	if n := s.extends.Load(); n < calls {
+		t.Fatalf("%d extensions for %d calls that ran past their lease", n, calls)
+	}
+}

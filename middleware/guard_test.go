@@ -122,7 +122,7 @@ func TestAnotherAlgorithmIsNotAMismatch(t *testing.T) {
 	if _, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil {
 		t.Fatal(err)
 	}
-	other := fingerprint.New("http-v2", [32]byte{1})
+	other := fingerprint.New("http-v1", [32]byte{1})
 	out, err := g.Execute(t.Context(), "k", other, value(&runs, "again"))
 	if err != nil || !out.Replayed || runs.Load() != 1 {
 		t.Fatalf("a fingerprint of another algorithm: %+v, %v; want a replay", out, err)

@@ -2,7 +2,6 @@ package middleware
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -15,14 +14,18 @@ import (
 // from it, so the pair behaves exactly as context.WithDeadline would.
 //
 // Before the deadline context exists, Err is judged from the parent and the
-// clock, Value from the parent.
+// clock, Value from the parent. A detached opContext ignores its parent's
+// cancellation and deadline, as one made from context.WithoutCancel(parent)
+// would, and keeps its values.
+//
+// An opContext is used for one backend call: the guard embeds one in the
+// state of a call for its first claim and one for its first completion, so
+// the common path allocates none; it must not be copied once in use.
 type opContext struct {
 	parent   context.Context
 	deadline time.Time
-
-	once   sync.Once
-	timed  atomic.Pointer[timedContext] // set once, by Done, AfterFunc or release
-	closed atomic.Bool                  // released: the call is over
+	detached bool
+	timed    atomic.Pointer[timedContext] // set once, by Done, AfterFunc (the deadline context) or release (released)
 }
 
 type timedContext struct {
@@ -30,30 +33,50 @@ type timedContext struct {
 	cancel context.CancelFunc
 }
 
-// withOpTimeout returns a context bounded by d (or parent's earlier
-// deadline) and the function that releases it.
-func withOpTimeout(parent context.Context, d time.Duration) (*opContext, func()) {
-	c := &opContext{parent: parent, deadline: time.Now().Add(d)}
+// newOpContext returns a context bounded by d from now (or parent's
+// earlier deadline, unless detached); the caller releases it when the call
+// is over.
+func newOpContext(parent context.Context, now time.Time, d time.Duration, detached bool) *opContext {
+	c := new(opContext)
+	c.init(parent, now, d, detached)
+	return c
+}
+
+// init prepares an unused opContext: bounded by d from now (or parent's
+// earlier deadline, unless detached).
+func (c *opContext) init(parent context.Context, now time.Time, d time.Duration, detached bool) {
+	c.parent, c.deadline, c.detached = parent, now.Add(d), detached
+	if detached {
+		return
+	}
 	if pd, ok := parent.Deadline(); ok && pd.Before(c.deadline) {
 		c.deadline = pd
 	}
-	return c, c.release
 }
 
-// timedCtx returns the deadline context, creating it on first use.
+// timedCtx returns the deadline context, creating it on first use. Of two
+// created at once, one is kept and the other cancelled.
 func (c *opContext) timedCtx() context.Context {
-	c.once.Do(func() {
-		ctx, cancel := context.WithDeadline(c.parent, c.deadline)
-		c.timed.Store(&timedContext{ctx: ctx, cancel: cancel})
-	})
+	if t := c.timed.Load(); t != nil {
+		return t.ctx
+	}
+	base := c.parent
+	if c.detached {
+		base = context.WithoutCancel(base)
+	}
+	ctx, cancel := context.WithDeadline(base, c.deadline)
+	if !c.timed.CompareAndSwap(nil, &timedContext{ctx: ctx, cancel: cancel}) {
+		cancel()
+	}
 	return c.timed.Load().ctx
 }
 
 // release ends the context: a deadline context that exists is cancelled;
 // otherwise none is created, and a late Done or Err sees a cancelled one.
 func (c *opContext) release() {
-	c.closed.Store(true)
-	c.once.Do(func() { c.timed.Store(&timedContext{ctx: cancelled, cancel: func() {}}) })
+	if c.timed.CompareAndSwap(nil, released) {
+		return
+	}
 	c.timed.Load().cancel()
 }
 
@@ -63,6 +86,10 @@ var cancelled = func() context.Context {
 	cancel()
 	return ctx
 }()
+
+// released is what an opContext released before anything waited on it
+// answers from.
+var released = &timedContext{ctx: cancelled, cancel: func() {}}
 
 // Deadline implements context.Context.
 func (c *opContext) Deadline() (time.Time, bool) { return c.deadline, true }
@@ -75,11 +102,10 @@ func (c *opContext) Err() error {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Err()
 	}
-	if err := c.parent.Err(); err != nil {
-		return err
-	}
-	if c.closed.Load() {
-		return context.Canceled
+	if !c.detached {
+		if err := c.parent.Err(); err != nil {
+			return err
+		}
 	}
 	if !time.Now().Before(c.deadline) {
 		return context.DeadlineExceeded
@@ -93,6 +119,10 @@ func (c *opContext) Err() error {
 func (c *opContext) Value(key any) any {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Value(key)
+	}
+	if c.detached {
+		// WithoutCancel hides the parent's cancellation from context.Cause.
+		return context.WithoutCancel(c.parent).Value(key)
 	}
 	return c.parent.Value(key)
 }

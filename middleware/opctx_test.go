@@ -9,8 +9,8 @@ import (
 )
 
 func TestOpContextErrWithoutTimer(t *testing.T) {
-	c, release := withOpTimeout(context.Background(), 20*time.Millisecond)
-	defer release()
+	c := newOpContext(context.Background(), time.Now(), 20*time.Millisecond, false)
+	defer c.release()
 	if err := c.Err(); err != nil {
 		t.Fatalf("Err before the deadline: %v", err)
 	}
@@ -27,8 +27,8 @@ func TestOpContextErrWithoutTimer(t *testing.T) {
 }
 
 func TestOpContextDoneAtDeadline(t *testing.T) {
-	c, release := withOpTimeout(context.Background(), 20*time.Millisecond)
-	defer release()
+	c := newOpContext(context.Background(), time.Now(), 20*time.Millisecond, false)
+	defer c.release()
 	select {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
@@ -47,8 +47,8 @@ func TestOpContextDoneAtDeadline(t *testing.T) {
 
 func TestOpContextFollowsParent(t *testing.T) {
 	parent, cancel := context.WithCancelCause(context.Background())
-	c, release := withOpTimeout(parent, time.Hour)
-	defer release()
+	c := newOpContext(parent, time.Now(), time.Hour, false)
+	defer c.release()
 	derived, dcancel := context.WithCancel(c)
 	defer dcancel()
 	cause := errors.New("client went away")
@@ -66,16 +66,16 @@ func TestOpContextFollowsParent(t *testing.T) {
 	}
 	early, ecancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer ecancel()
-	c2, release2 := withOpTimeout(early, time.Hour)
-	defer release2()
+	c2 := newOpContext(early, time.Now(), time.Hour, false)
+	defer c2.release()
 	if d, _ := c2.Deadline(); time.Until(d) > time.Millisecond {
 		t.Fatal("the parent's earlier deadline was not kept")
 	}
 }
 
 func TestOpContextRelease(t *testing.T) {
-	c, release := withOpTimeout(context.Background(), time.Hour)
-	release()
+	c := newOpContext(context.Background(), time.Now(), time.Hour, false)
+	c.release()
 	if !errors.Is(c.Err(), context.Canceled) {
 		t.Fatalf("Err after release: %v; want Canceled", c.Err())
 	}
@@ -84,9 +84,9 @@ func TestOpContextRelease(t *testing.T) {
 	default:
 		t.Fatal("Done after release is not closed")
 	}
-	waiting, release2 := withOpTimeout(context.Background(), time.Hour)
+	waiting := newOpContext(context.Background(), time.Now(), time.Hour, false)
 	done := waiting.Done()
-	release2()
+	waiting.release()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -96,7 +96,7 @@ func TestOpContextRelease(t *testing.T) {
 
 func TestOpContextConcurrent(t *testing.T) {
 	for range 200 {
-		c, release := withOpTimeout(context.Background(), time.Millisecond)
+		c := newOpContext(context.Background(), time.Now(), time.Millisecond, false)
 		var wg sync.WaitGroup
 		for i := range 4 {
 			wg.Add(1)
@@ -117,6 +117,6 @@ func TestOpContextConcurrent(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		release()
+		c.release()
 	}
 }

@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"strconv"
 )
 
 // capture is the ResponseWriter a guarded handler writes to. It passes
-// everything through to the real writer at once (streaming works) and keeps
-// a copy of the status, the replayable headers and the body for the record.
+// everything through to the real writer at once (streaming works) and
+// builds the record of the response as it goes: when the status is
+// written, the encoded status and replayable headers (see encodeResponse),
+// and then the body after them.
 //
 // Edge cases, defined once: the status is the first non-1xx code written (a
 // missing WriteHeader means 200); 1xx codes other than 101 are passed
@@ -25,72 +28,106 @@ type capture struct {
 	keep      func(name string) bool
 	limit     int
 	status    int
-	header    http.Header // the replayable headers, as they were when the status was written
-	body      []byte
+	rec       []byte // the record: status and replayable headers as they were when the status was written, then the body
+	head      int    // where the body starts in rec
 	wrote     bool
 	flushed   bool
 	hijacked  bool
 	overLimit bool
 	marked    bool // MarkNotReplayable was called
+
+	// reqBody is the body of the request the handler is given (see
+	// Core.run): kept here, it takes no allocation of its own.
+	reqBody bufferedBody
 }
 
 // newCapture wraps w. keep selects the headers worth recording; limit
 // bounds the recorded body (beyond it the response is still delivered but
 // not replayable; limit <= 0: no limit). The returned writer is the capture
 // itself or a wrapper of it that adds exactly the optional interfaces
-// (Flusher, Hijacker, Pusher) w has; captureOf gets the capture back.
+// (Flusher, Hijacker, Pusher) w has, allocated with it; captureOf gets the
+// capture back.
 func newCapture(w http.ResponseWriter, keep func(name string) bool, limit int) (http.ResponseWriter, *capture) {
-	c := &capture{w: w, keep: keep, limit: limit}
 	_, f := w.(http.Flusher)
 	_, h := w.(http.Hijacker)
 	_, p := w.(http.Pusher)
 	switch {
 	case f && h && p:
-		return struct {
-			*capture
+		x := &struct {
+			capture
 			flusher
 			hijacker
 			pusher
-		}{c, flusher{c}, hijacker{c}, pusher{c}}, c
+		}{}
+		x.capture = capture{w: w, keep: keep, limit: limit}
+		x.flusher.c, x.hijacker.c, x.pusher.c = &x.capture, &x.capture, &x.capture
+		return x, &x.capture
 	case f && h:
-		return struct {
-			*capture
+		x := &struct {
+			capture
 			flusher
 			hijacker
-		}{c, flusher{c}, hijacker{c}}, c
+		}{}
+		x.capture = capture{w: w, keep: keep, limit: limit}
+		x.flusher.c, x.hijacker.c = &x.capture, &x.capture
+		return x, &x.capture
 	case f && p:
-		return struct {
-			*capture
+		x := &struct {
+			capture
 			flusher
 			pusher
-		}{c, flusher{c}, pusher{c}}, c
+		}{}
+		x.capture = capture{w: w, keep: keep, limit: limit}
+		x.flusher.c, x.pusher.c = &x.capture, &x.capture
+		return x, &x.capture
 	case h && p:
-		return struct {
-			*capture
+		x := &struct {
+			capture
 			hijacker
 			pusher
-		}{c, hijacker{c}, pusher{c}}, c
+		}{}
+		x.capture = capture{w: w, keep: keep, limit: limit}
+		x.hijacker.c, x.pusher.c = &x.capture, &x.capture
+		return x, &x.capture
 	case f:
-		return struct {
-			*capture
+		x := &struct {
+			capture
 			flusher
-		}{c, flusher{c}}, c
+		}{}
+		x.capture = capture{w: w, keep: keep, limit: limit}
+		x.flusher.c = &x.capture
+		return x, &x.capture
 	case h:
-		return struct {
-			*capture
+		x := &struct {
+			capture
 			hijacker
-		}{c, hijacker{c}}, c
+		}{}
+		x.capture = capture{w: w, keep: keep, limit: limit}
+		x.hijacker.c = &x.capture
+		return x, &x.capture
 	case p:
-		return struct {
-			*capture
+		x := &struct {
+			capture
 			pusher
-		}{c, pusher{c}}, c
+		}{}
+		x.capture = capture{w: w, keep: keep, limit: limit}
+		x.pusher.c = &x.capture
+		return x, &x.capture
 	}
+	c := &capture{w: w, keep: keep, limit: limit}
 	return c, c
 }
 
 // Header returns the real writer's header map.
 func (c *capture) Header() http.Header { return c.w.Header() }
+
+// The room for the body the record is first given: bodyRoom, or the
+// Content-Length the handler declared up to maxBodyRoom. Small answers
+// then cost one allocation; larger ones grow it.
+const (
+	bodyRoom    = 128
+	maxBodyRoom = 64 << 10
+)
 
 // WriteHeader records the first non-1xx status and passes it on.
 func (c *capture) WriteHeader(code int) {
@@ -103,12 +140,15 @@ func (c *capture) WriteHeader(code int) {
 	}
 	c.wrote = true
 	c.status = code
-	c.header = make(http.Header)
-	for name, values := range c.w.Header() {
-		if c.keep(name) {
-			c.header[name] = append([]string(nil), values...)
+	h := c.w.Header()
+	room := bodyRoom
+	if cl := h.Get("Content-Length"); cl != "" {
+		if n, err := strconv.Atoi(cl); err == nil && n >= 0 && (c.limit <= 0 || n <= c.limit) {
+			room = min(n, maxBodyRoom)
 		}
 	}
+	c.rec = appendHead(nil, code, h, c.keep, room)
+	c.head = len(c.rec)
 	c.w.WriteHeader(code)
 }
 
@@ -118,10 +158,10 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.WriteHeader(http.StatusOK)
 	}
 	if !c.overLimit {
-		if c.limit > 0 && len(c.body)+len(p) > c.limit {
-			c.overLimit, c.body = true, nil
+		if c.limit > 0 && len(c.rec)-c.head+len(p) > c.limit {
+			c.overLimit, c.rec = true, nil
 		} else {
-			c.body = append(c.body, p...)
+			c.rec = append(c.rec, p...)
 		}
 	}
 	return c.w.Write(p)
@@ -139,9 +179,16 @@ func (c *capture) replayable() bool {
 	return !c.flushed && !c.hijacked && !c.overLimit && !c.marked && c.status != http.StatusSwitchingProtocols
 }
 
-// recorded returns the recorded status, replayable headers and body.
-func (c *capture) recorded() (status int, header http.Header, body []byte) {
-	return c.status, c.header, c.body
+// record returns the encoded response (see encodeResponse): what a replay
+// writes. The response must have been written.
+func (c *capture) record() []byte { return c.rec }
+
+// body returns the recorded body.
+func (c *capture) body() []byte {
+	if c.rec == nil {
+		return nil
+	}
+	return c.rec[c.head:]
 }
 
 type flusher struct{ c *capture }

@@ -23,6 +23,7 @@ import (
 type Core struct {
 	guard *middleware.Guard
 	cfg   config
+	keep  func(name string) bool // keepHeader, made once
 }
 
 // NewCore validates the options and returns the HTTP core for guard, for
@@ -53,7 +54,9 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	return &Core{guard: guard, cfg: cfg}, nil
+	c := &Core{guard: guard, cfg: cfg}
+	c.keep = c.keepHeader
+	return c, nil
 }
 
 // New validates the options and returns net/http middleware that makes the
@@ -184,10 +187,38 @@ func (c *Core) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 
 // setBody gives r a fresh reader over body (and GetBody, for handlers that
 // replay it).
-func setBody(r *http.Request, body []byte) {
-	r.Body = io.NopCloser(bytes.NewReader(body))
+func setBody(r *http.Request, body []byte) { useBody(r, new(bufferedBody), body) }
+
+// useBody makes b, unused, r's body: a fresh reader over body (and
+// GetBody, for handlers that replay it).
+func useBody(r *http.Request, b *bufferedBody, body []byte) {
+	b.body = body
+	b.r.Reset(body)
+	r.Body = b
 	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.GetBody = b.again
+}
+
+// bufferedBody is a request body that was read ahead, in one allocation:
+// a reader over its bytes that closes, as io.NopCloser(bytes.NewReader(body))
+// would be (it reads, writes to a writer and closes; nothing more).
+type bufferedBody struct {
+	r    bytes.Reader
+	body []byte
+}
+
+// Read implements io.Reader.
+func (b *bufferedBody) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// WriteTo implements io.WriterTo.
+func (b *bufferedBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
+
+// Close implements io.Closer; it does nothing.
+func (*bufferedBody) Close() error { return nil }
+
+// again returns a fresh reader over the same bytes, for GetBody.
+func (b *bufferedBody) again() (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(b.body)), nil
 }
 
 func (c *Core) route(r *http.Request) string {
@@ -223,9 +254,9 @@ func escapeScope(s string) string {
 // written; one that began nothing re-panics at once, and nothing is
 // recorded (a retry runs it again).
 func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool) (res middleware.Result) {
-	cw, rec := newCapture(w, c.keepHeader, c.cfg.maxResponse)
+	cw, rec := newCapture(w, c.keep, c.cfg.maxResponse)
 	req := r.WithContext(ctx)
-	setBody(req, body)
+	useBody(req, &rec.reqBody, body)
 	defer func() {
 		p := recover()
 		if p == nil {
@@ -267,8 +298,7 @@ func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.R
 	case !rec.replayable():
 		return middleware.Result{Verdict: middleware.RecordNotReplayable}
 	}
-	status, header, body := rec.recorded()
-	return middleware.Result{Value: encodeResponse(response{Status: status, Header: header, Body: body})}
+	return middleware.Result{Value: rec.record()}
 }
 
 // keepHeader reports whether a response header is recorded and replayed:

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
-	"sort"
+	"slices"
 
 	"github.com/idemkit/idemkit/internal/wire"
 )
@@ -27,31 +27,58 @@ const encodingVersion = 1
 const maxHeaderEntries = 1 << 12
 
 // encodeResponse encodes r for the record store: a version byte, the status,
-// the headers (sorted by name, values in order) and the body.
+// the headers (sorted by name, values in order) and the body. A guarded
+// response is encoded as it is written (see capture), with appendHead.
 func encodeResponse(r response) []byte {
-	names := make([]string, 0, len(r.Header))
-	size := 1 + 2 + binary.MaxVarintLen64 + len(r.Body)
-	for name, values := range r.Header {
+	return append(appendHead(nil, r.Status, r.Header, nil, len(r.Body)), r.Body...)
+}
+
+// maxStackNames is how many header names appendHead sorts without
+// allocating.
+const maxStackNames = 16
+
+// appendHead appends to b what precedes the body in encodeResponse's
+// encoding: the version byte, the status and the headers of h that keep
+// selects (all of them if keep is nil), sorted by name, values in order.
+// It makes room for room more bytes (the body) in what it returns.
+func appendHead(b []byte, status int, h http.Header, keep func(name string) bool, room int) []byte {
+	var stack [maxStackNames]string
+	names := stack[:0]
+	size := 1 + 2 + room
+	for name, values := range h {
+		if keep != nil && !keep(name) {
+			continue
+		}
 		names = append(names, name)
-		size += 2*binary.MaxVarintLen64 + len(name)
+		size += uvarintLen(len(name)) + len(name) + uvarintLen(len(values))
 		for _, v := range values {
-			size += binary.MaxVarintLen64 + len(v)
+			size += uvarintLen(len(v)) + len(v)
 		}
 	}
-	sort.Strings(names)
-	b := make([]byte, 0, size)
+	size += uvarintLen(len(names))
+	slices.Sort(names)
+	b = slices.Grow(b, size)
 	b = append(b, encodingVersion)
-	b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
+	b = binary.BigEndian.AppendUint16(b, uint16(status))
 	b = binary.AppendUvarint(b, uint64(len(names)))
 	for _, name := range names {
 		b = wire.AppendString(b, name)
-		values := r.Header[name]
+		values := h[name]
 		b = binary.AppendUvarint(b, uint64(len(values)))
 		for _, v := range values {
 			b = wire.AppendString(b, v)
 		}
 	}
-	return append(b, r.Body...)
+	return b
+}
+
+// uvarintLen returns the length of n's varint.
+func uvarintLen(n int) int {
+	l := 1
+	for ; n >= 0x80; n >>= 7 {
+		l++
+	}
+	return l
 }
 
 // decodeInto decodes what encodeResponse produced (any other input is an

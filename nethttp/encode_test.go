@@ -52,3 +52,19 @@ func decodeResponse(b []byte) (response, error) {
 	r.Status, r.Body = status, body
 	return r, nil
 }
+
+// TestHeadSizedExactly: appendHead makes exactly the room it is asked for
+// after what it writes, so a body of that size costs no further
+// allocation.
+func TestHeadSizedExactly(t *testing.T) {
+	h := http.Header{"Location": {"/orders/1"}, "Link": {"<a>", "<b>"}, "X-Long": {string(bytes.Repeat([]byte{'v'}, 300))}}
+	for _, room := range []int{0, 1, 128, 5000} {
+		b := appendHead(nil, 201, h, nil, room)
+		if cap(b)-len(b) < room {
+			t.Fatalf("room %d: %d bytes left after the head", room, cap(b)-len(b))
+		}
+		if r, err := decodeResponse(b); err != nil || r.Status != 201 || !reflect.DeepEqual(r.Header, h) {
+			t.Fatalf("room %d: %+v, %v", room, r, err)
+		}
+	}
+}

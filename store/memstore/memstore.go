@@ -62,8 +62,12 @@ type Store struct {
 	mu      sync.RWMutex
 	closed  bool
 	entries map[string]*entry
-	bytes   int // the sizes of all entries
-	untilGC int
+	bytes   int       // the sizes of all entries
+	untilGC int       // writes until the next sweep
+	sweepAt time.Time // no entry may be removed before it (when removable)
+	// removable is false only while the store holds no entry: nothing may
+	// be removed at all.
+	removable bool
 }
 
 // entry is what the store keeps under one key: a record (visible while its
@@ -72,7 +76,6 @@ type Store struct {
 type entry struct {
 	rec   store.Record // State 0: nothing visible (released or deleted)
 	fence lock.Fence   // the highest fence this key carried
-	size  int          // what the entry counts against WithMaxBytes
 }
 
 // entryOverhead is what an entry counts against [WithMaxBytes] besides its
@@ -80,6 +83,7 @@ type entry struct {
 const entryOverhead = 128
 
 // sizeOf returns what an entry holding rec counts against [WithMaxBytes].
+// Only a write changes it: an extension changes no length.
 func sizeOf(rec *store.Record) int {
 	return entryOverhead + len(rec.Key) + len(rec.Fingerprint) + len(rec.Response)
 }
@@ -182,6 +186,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 		return false, nil
 	}
 	e.rec.ExpiresAt = s.now().Add(ttl)
+	s.changed(e) // a shorter TTL than the claim's brings the entry's removal forward
 	return true, nil
 }
 
@@ -324,7 +329,7 @@ func (s *Store) Close() error {
 func (s *Store) set(op, key string, e *entry, rec store.Record, now time.Time) error {
 	size, old := sizeOf(&rec), 0
 	if e != nil {
-		old = e.size
+		old = sizeOf(&e.rec)
 	}
 	if s.full(e == nil, size-old) {
 		s.sweep(now)
@@ -339,8 +344,9 @@ func (s *Store) set(op, key string, e *entry, rec store.Record, now time.Time) e
 		e = &entry{}
 		s.entries[key] = e
 	}
-	e.rec, e.fence, e.size = rec, max(e.fence, rec.Fence), size
+	e.rec, e.fence = rec, max(e.fence, rec.Fence)
 	s.bytes += size - old
+	s.changed(e)
 	s.untilGC--
 	if s.untilGC <= 0 {
 		s.sweep(now)
@@ -358,20 +364,42 @@ func (s *Store) full(add bool, grow int) bool {
 // clear hides e's record, keeping its fence until the clock passes it.
 // The caller holds s.mu for writing.
 func (s *Store) clear(e *entry, now time.Time) {
+	old := sizeOf(&e.rec)
 	e.rec = store.Record{Key: e.rec.Key, Fence: e.rec.Fence, ExpiresAt: now}
-	size := sizeOf(&e.rec)
-	s.bytes += size - e.size
-	e.size = size
+	s.bytes += sizeOf(&e.rec) - old
+	s.changed(e)
+}
+
+// changed notes that e, just written, may be removed from its record's
+// expiry on (its keep-until time is never earlier), so that sweeps before
+// the earliest such time are skipped: every change to an entry calls it,
+// which keeps s.sweepAt a lower bound of every entry's keep-until time.
+// The caller holds s.mu for writing.
+func (s *Store) changed(e *entry) {
+	if until := e.rec.ExpiresAt; !s.removable || until.Before(s.sweepAt) {
+		s.sweepAt, s.removable = until, true
+	}
 }
 
 // sweep drops the entries past their keep-until time. Writes call it every
 // len(entries) writes or so (amortised O(1) per write), and at once when
-// the store is full. The caller holds s.mu for writing.
+// the store is full. Before the earliest time an entry may be removed
+// (s.sweepAt) it has nothing to drop and looks at no entry. The caller
+// holds s.mu for writing.
 func (s *Store) sweep(now time.Time) {
+	s.untilGC = max(minSweep, len(s.entries))
+	if !s.removable || now.Before(s.sweepAt) {
+		return
+	}
+	s.removable = false
 	for k, e := range s.entries {
-		if !now.Before(e.keepUntil()) {
+		until := e.keepUntil()
+		switch {
+		case !now.Before(until):
 			delete(s.entries, k)
-			s.bytes -= e.size
+			s.bytes -= sizeOf(&e.rec)
+		case !s.removable || until.Before(s.sweepAt):
+			s.sweepAt, s.removable = until, true
 		}
 	}
 	s.untilGC = max(minSweep, len(s.entries))

@@ -156,3 +156,25 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("%d keys kept; want the outcome and the new claim", n)
 	}
 }
+
+// An extension with a shorter TTL than the claim's brings the entry's
+// removal forward: a full store sweeps it once that time has passed.
+func TestSweepAfterShorterExtension(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxEntries(1))
+	rec, claimed, err := s.Claim(ctx, "k0", "fp", time.Hour)
+	if err != nil || !claimed {
+		t.Fatalf("Claim = %v, %v", claimed, err)
+	}
+	if ok, err := s.Extend(ctx, "k0", rec.Fence, time.Second); !ok || err != nil {
+		t.Fatalf("Extend = %v, %v", ok, err)
+	}
+	clock.Advance(time.Second + store.ClaimRetention)
+	if _, claimed, err := s.Claim(ctx, "k1", "fp", time.Hour); !claimed || err != nil {
+		t.Fatalf("a new key once the extended claim's retention passed = %v, %v; want it claimed", claimed, err)
+	}
+	if n := memstore.Len(s); n != 1 {
+		t.Fatalf("%d keys kept; want the new claim only", n)
+	}
+}
