@@ -33,6 +33,10 @@
 //	  or non-ASCII chars, a comma, several values)        InvalidArgument IDEMPOTENCY_KEY_MALFORMED
 //	same key, same request, first still running past
 //	  the wait budget                                     Aborted IDEMPOTENCY_KEY_IN_PROGRESS + RetryInfo
+//	same key, other authorization metadata (no scope
+//	  hook), whatever the request                         FailedPrecondition
+//	                                                      IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH; the
+//	                                                      recorded answer is never sent, nothing runs
 //	same key, another request                             FailedPrecondition IDEMPOTENCY_KEY_REUSED
 //	same key, same request, completed                     the recorded message or status (code, message,
 //	                                                      details), header and trailer metadata, with
@@ -44,9 +48,10 @@
 //	                                                      never executed again
 //	backend unreachable                                   Unavailable IDEMPOTENCY_UNAVAILABLE + RetryInfo
 //	                                                      (fail closed; WithFailOpen passes through)
-//	recorded answer cannot be rebuilt (recorded by a
-//	  server that knows a type this one does not, damaged
-//	  record)                                             Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo
+//	recorded answer cannot be read or rebuilt (recorded
+//	  by a server that knows a type this one does not,
+//	  sealed with a key this one lacks, damaged record)   Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo;
+//	                                                      never executed again, even with WithFailOpen
 //	handler answered Unavailable, Internal, Unknown,
 //	  DeadlineExceeded, Canceled or ResourceExhausted     delivered, not recorded (see WithStorePolicy):
 //	                                                      the claim is released, a retry runs again
@@ -57,7 +62,12 @@
 // A key is one metadata value of 1 to 255 visible ASCII characters, taken
 // literally (case-sensitive). It lives in a namespace made of the full
 // method name ([WithMethodScope]) and the principal ([WithScope]), so one
-// client's key never replays another client's answer. The fingerprint
+// client's key never replays another client's answer. Without a scope
+// hook, every guarded call is bound to its "authorization" metadata
+// instead (only a keyed hash of it is stored): a call with other
+// credentials is refused, never answered with another caller's response.
+// Credential metadata ("authorization", "proxy-authorization", "cookie",
+// "set-cookie") is never recorded nor replayed. The fingerprint
 // ([WithFingerprint]) is the SHA-256 of the full method name and the
 // request's deterministic protobuf encoding: the same key with another
 // request is refused, never answered with the other request's response.

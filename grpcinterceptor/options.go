@@ -24,6 +24,10 @@ const (
 	defaultMaxDelay         = 5 * time.Second
 )
 
+// credentialsMetadataKey is the metadata a call is bound to when no scope
+// hook is set (see [WithScope]).
+const credentialsMetadataKey = "authorization"
+
 // replayedMetadataKey is set to "true" in the header metadata of a
 // replayed response (see [Replayed]).
 const replayedMetadataKey = "idempotent-replayed"
@@ -192,9 +196,20 @@ func WithMaxKeyLength(n int) Option {
 
 // WithScope sets the principal a key belongs to, from the call's context:
 // typically the authenticated user or tenant (from the peer's certificate
-// or a token in the metadata), so one client's key can never replay
-// another client's response. Server only. Default: one principal for the
-// whole service.
+// or a verified token in the metadata), so one client's key can never
+// replay another client's response. Server only.
+//
+// Default: one principal for the whole service, with every guarded call
+// bound to its credentials: all values of its "authorization" metadata, in
+// order (none is a value of its own). A call whose credentials differ from
+// those of the call that recorded the key is refused with
+// FailedPrecondition (IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH): never another
+// caller's answer, never a second execution. The guard stores only a keyed
+// hash of them (see middleware.Credentials and middleware.WithSecret). A
+// scope hook replaces that binding: it names the real principal, so a
+// client whose token was refreshed between its retries still gets its
+// replay; use one when tokens are short-lived or callers authenticate
+// otherwise (mutual TLS).
 func WithScope(scope func(ctx context.Context) string) Option {
 	return serverOnly("WithScope", func(c *config) { c.scope = scope })
 }
@@ -232,7 +247,9 @@ func WithMaxResponseBytes(n int) Option {
 
 // WithReplayMetadata selects the header and trailer metadata keys (lower
 // case) that are recorded and repeated by a replay. Keys starting with
-// "grpc-", pseudo-headers and "idempotent-replayed" are never recorded.
+// "grpc-", pseudo-headers, "idempotent-replayed" and credentials
+// ("authorization", "proxy-authorization", "cookie", "set-cookie") are
+// never recorded nor replayed.
 // Server only. Default: every other key the handler set.
 func WithReplayMetadata(keep func(key string) bool) Option {
 	return serverOnly("WithReplayMetadata", func(c *config) { c.keepMetadata = keep })
@@ -257,9 +274,14 @@ func WithWaitForResult(wait bool) Option {
 }
 
 // WithFailOpen lets calls through unguarded when the idempotency backend
-// is unreachable. Server only. Default: false (fail closed: Unavailable
-// with RetryInfo, so a call is never run without knowing whether it
-// already ran).
+// is unreachable: when it fails in a way that may pass (it cannot be
+// reached, does not answer in time, or refuses for load:
+// idemkit.Code.Transient). Other failures are still answered Unavailable,
+// and a record that exists but cannot be read (sealed with a key this
+// server lacks, or damaged) is answered Unavailable
+// (IDEMPOTENCY_RECORD_UNREADABLE) and never run again. Server only.
+// Default: false (fail closed: Unavailable with RetryInfo, so a call is
+// never run without knowing whether it already ran).
 func WithFailOpen(open bool) Option {
 	return serverOnly("WithFailOpen", func(c *config) { c.failOpen = open })
 }

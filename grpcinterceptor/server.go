@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store"
 )
 
 // server is the server interceptor.
@@ -146,6 +147,13 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		method = info.FullMethod
 	}
 
+	opts := s.callOpts
+	if s.cfg.scope == nil {
+		// Without a principal, the call's credentials stand for it.
+		creds := middleware.Credentials(metadata.ValueFromIncomingContext(ctx, credentialsMetadataKey)...)
+		opts = append(opts[:len(opts):len(opts)], creds)
+	}
+
 	var (
 		resp       any
 		handlerErr error
@@ -154,7 +162,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		var res middleware.Result
 		resp, res, handlerErr = s.run(ctx, req, info, handler)
 		return res, nil
-	}, s.callOpts...)
+	}, opts...)
 	switch {
 	case err != nil:
 		return s.refuse(ctx, req, handler, err)
@@ -245,6 +253,8 @@ func (s *server) replay(ctx context.Context, value []byte) (any, error) {
 	if header == nil {
 		header = make(metadata.MD, 1)
 	}
+	withoutCredentials(header)
+	withoutCredentials(a.trailer)
 	header[replayedMetadataKey] = []string{"true"}
 	// An error here means the transport went away: the answer below
 	// fails the same way.
@@ -296,6 +306,9 @@ func (s *server) rebuild(value []byte) (answer, error) {
 // refuse answers a call the guard did not run.
 func (s *server) refuse(ctx context.Context, req any, handler grpc.UnaryHandler, err error) (any, error) {
 	switch {
+	case errors.Is(err, middleware.ErrCredentialsMismatch):
+		return nil, s.refusal(codes.FailedPrecondition, ReasonCredentialsMismatch,
+			"this idempotency key was used by a call with other credentials; use a new key for a new request", 0, nil)
 	case errors.Is(err, middleware.ErrMismatch):
 		return nil, s.refusal(codes.FailedPrecondition, ReasonKeyReused,
 			"this idempotency key was used with a different request; use a new key for a new request", 0, nil)
@@ -306,12 +319,22 @@ func (s *server) refuse(ctx context.Context, req any, handler grpc.UnaryHandler,
 		return nil, s.refusal(codes.FailedPrecondition, ReasonNotReplayable,
 			"the call with this idempotency key was executed, but its answer could not be kept for replay "+
 				"(larger than the capture limit, or not a protobuf message this server can rebuild); it will not be executed again", 0, nil)
+	case errors.Is(err, store.ErrUnsealable):
+		// The call ran, and its record is there but cannot be opened:
+		// running it again is never right, fail-open or not.
+		s.cfg.logger.Error("grpcinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
+		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
+			"the call with this idempotency key ran, but its recorded answer is unreadable; it will not be executed again", s.cfg.retryDelay, nil)
 	case errors.Is(err, middleware.ErrUnavailable):
-		if s.cfg.failOpen {
+		transient := idemkit.CodeOf(err).Transient()
+		if s.cfg.failOpen && transient {
 			return handler(ctx, req)
 		}
-		return nil, s.refusal(codes.Unavailable, ReasonUnavailable,
-			"the idempotency backend cannot be reached, so the call was not executed; retry later with the same key", s.cfg.retryDelay, nil)
+		msg := "the idempotency backend cannot be reached, so the call was not executed; retry later with the same key"
+		if !transient {
+			msg = "the idempotency backend failed, so the call was not executed; retry later with the same key"
+		}
+		return nil, s.refusal(codes.Unavailable, ReasonUnavailable, msg, s.cfg.retryDelay, nil)
 	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}

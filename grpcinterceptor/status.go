@@ -24,6 +24,11 @@ const (
 	// ReasonKeyReused: FailedPrecondition; the key was used for a call
 	// with another request. Retrying cannot help: use a new key.
 	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
+	// ReasonCredentialsMismatch: FailedPrecondition; no scope hook is set
+	// and the key was used by a call with other authorization metadata
+	// (or with none, or this call has none). The recorded answer is never
+	// sent to this call, and the handler does not run. Use a new key.
+	ReasonCredentialsMismatch = "IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH"
 	// ReasonInProgress: Aborted with RetryInfo; the first call with the
 	// key is still running. Retry later with the same key and request.
 	ReasonInProgress = "IDEMPOTENCY_KEY_IN_PROGRESS"
@@ -36,9 +41,10 @@ const (
 	// the same key.
 	ReasonUnavailable = "IDEMPOTENCY_UNAVAILABLE"
 	// ReasonRecordUnreadable: Unavailable with RetryInfo; the call ran
-	// before, but its record cannot be rebuilt here (its message type is
-	// not linked into this server, or the record is damaged). It is not
-	// run again.
+	// before, but its record cannot be read or rebuilt here (its message
+	// type is not linked into this server, its response was sealed with a
+	// key this server lacks, or the record is damaged). It is not run
+	// again, even with WithFailOpen.
 	ReasonRecordUnreadable = "IDEMPOTENCY_RECORD_UNREADABLE"
 )
 

@@ -150,8 +150,31 @@ func (c *captureStream) recorded() (header, trailer metadata.MD) {
 	return c.header, c.trailer
 }
 
-// reservedKey reports keys a replay never repeats: the transport's own
-// (grpc-*, pseudo-headers) and the replay marker.
+// reservedKey reports keys that are never recorded nor replayed: the
+// transport's own (grpc-*, pseudo-headers), the replay marker and
+// credentials.
 func reservedKey(k string) bool {
-	return k == "" || k[0] == ':' || strings.HasPrefix(k, "grpc-") || k == replayedMetadataKey
+	return k == "" || k[0] == ':' || strings.HasPrefix(k, "grpc-") || k == replayedMetadataKey || credentialKey(k)
+}
+
+// credentialKey reports metadata keys that carry credentials, in any case:
+// they never reach the backend nor another call.
+func credentialKey(k string) bool {
+	for _, c := range [...]string{"authorization", "proxy-authorization", "cookie", "set-cookie"} {
+		if strings.EqualFold(k, c) {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutCredentials removes the credential keys from md, a recorded
+// block about to be replayed (records written before credentials were
+// left out of them may hold some).
+func withoutCredentials(md metadata.MD) {
+	for k := range md {
+		if credentialKey(k) {
+			delete(md, k)
+		}
+	}
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // BenchmarkExecute measures the guard's own work on the memory backend: a
-// first execution (claim, run, complete) and a replay (one claim).
+// first execution (claim, run, complete), a replay (one claim) and a
+// replay bound to credentials.
 func BenchmarkExecute(b *testing.B) {
 	g, err := middleware.New(memstore.New())
 	if err != nil {
@@ -34,6 +35,20 @@ func BenchmarkExecute(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			if out, err := g.Execute(ctx, "replay", fpA, fn); err != nil || !out.Replayed {
+				b.Fatal(out, err)
+			}
+		}
+	})
+	// A replay bound to the caller's credentials, as an HTTP request
+	// without a scope hook is: the binding's HMAC is the difference.
+	b.Run("replay-bound", func(b *testing.B) {
+		creds := middleware.Credentials("Bearer alice-token", "session=alice")
+		if _, err := g.Execute(ctx, "replay-bound", fpA, fn, creds); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if out, err := g.Execute(ctx, "replay-bound", fpA, fn, creds); err != nil || !out.Replayed {
 				b.Fatal(out, err)
 			}
 		}

@@ -23,6 +23,10 @@
 //     others wait for its outcome up to the wait budget.
 //   - A reused key with another request is refused ([ErrMismatch]), also
 //     while the first request still runs.
+//   - A call bound to its caller's credentials ([Credentials]) never gets
+//     the response recorded for other credentials: it is refused
+//     ([ErrCredentialsMismatch]). Only a keyed hash of the credentials is
+//     stored ([WithSecret]).
 //   - The work's error, panic or cancellation releases the claim and stores
 //     nothing.
 //   - The outcome is written on a context detached from the caller's, only
@@ -35,6 +39,7 @@
 // # Observability
 //
 // Every call emits [Event] values to a [Hook] (executed, replayed, mismatch,
-// in-progress, not-replayable, lease-lost, not-recorded, backend-error), with
-// keys hashed, claim attempts, waits and durations.
+// credentials-mismatch, in-progress, not-replayable, lease-lost,
+// not-recorded, backend-error), with keys hashed, claim attempts, waits and
+// durations.
 package middleware

@@ -24,6 +24,12 @@ var (
 	// ErrUnavailable: the backend failed or did not answer in time, so the guard
 	// cannot tell whether the request already ran (HTTP 503).
 	ErrUnavailable = errors.New("idempotency: the idempotency backend is unavailable")
+	// ErrCredentialsMismatch: the key's record was written by a call with
+	// other credentials (see [Credentials]): the stored response is never
+	// handed to this caller, and the work does not run again (HTTP 422). It
+	// does not match [ErrMismatch], and it tells nothing of the recorded
+	// request.
+	ErrCredentialsMismatch = errors.New("idempotency: the key was used with other credentials")
 	// ErrInvalidKey: the key is empty or otherwise unusable.
 	ErrInvalidKey = errors.New("idempotency: invalid key")
 )

@@ -10,7 +10,8 @@ import (
 type EventKind uint8
 
 // The events. Every call to Execute ends with exactly one of Executed,
-// Replayed, Mismatch, InProgress, NotReplayable or BackendError. Before an
+// Replayed, Mismatch, CredentialsMismatch, InProgress, NotReplayable or
+// BackendError. Before an
 // Executed, LeaseLost, NotRecorded and BackendError (a failed record write
 // that is retried) report what happened to the outcome.
 const (
@@ -38,12 +39,20 @@ const (
 	EventNotRecorded
 	// EventBackendError: the backend failed; Err says how.
 	EventBackendError
+	// EventCredentialsMismatch: the key's record was written by a call
+	// with other credentials (see [Credentials]); Err is
+	// [ErrCredentialsMismatch]. It is an event of its own, not a
+	// Mismatch, because it means something else: another caller reusing a
+	// key it saw (or guessed), or a client whose credentials changed
+	// between its retries, where a Mismatch is a client reusing its own key
+	// for another request.
+	EventCredentialsMismatch
 )
 
 var eventNames = [...]string{
 	EventExecuted: "executed", EventReplayed: "replayed", EventMismatch: "mismatch",
 	EventInProgress: "in-progress", EventNotReplayable: "not-replayable", EventLeaseLost: "lease-lost",
-	EventNotRecorded: "not-recorded", EventBackendError: "backend-error",
+	EventNotRecorded: "not-recorded", EventBackendError: "backend-error", EventCredentialsMismatch: "credentials-mismatch",
 }
 
 // String returns the event's name, such as "replayed".
@@ -57,7 +66,7 @@ func (k EventKind) String() string {
 // Event describes one thing that happened to a guarded call.
 type Event struct {
 	Kind     EventKind
-	KeyHash  string        // the key, hashed (HMAC-SHA-256; see WithHasher)
+	KeyHash  string        // the key, hashed (HMAC-SHA-256; see WithSecret)
 	Fence    lock.Fence    // the fence of the claim fn ran under, or of the one that wrote the replayed record
 	Recorded bool          // EventExecuted: whether the outcome was stored
 	Attempts int           // claims made by this call

@@ -43,7 +43,10 @@ type config struct {
 	namespace          string
 	logger             *slog.Logger
 	hook               Hook
-	hasher             lock.Hasher
+	secret             []byte // nil: none given
+	secretSet          bool
+	hasher             lock.Hasher // of the keys in events
+	bindingKey         []byte      // of the hashes of bound credentials
 	valueFingerprint   func(input any) (fingerprint.Fingerprint, error)
 }
 
@@ -94,10 +97,26 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // WithHook sets the event hook. Default: none.
 func WithHook(h Hook) Option { return func(c *config) { c.hook = h } }
 
-// WithHasher sets how keys are hashed in events and logs. Default:
-// lock.DefaultHasher() (HMAC-SHA-256 under a per-process secret); use
-// lock.NewHMACHasher with a shared secret to correlate across nodes.
-func WithHasher(h lock.Hasher) Option { return func(c *config) { c.hasher = h } }
+// WithSecret sets a secret shared by every node of the service: it keys
+// the hashes of bound credentials (see [Credentials]) and of the keys in
+// events and logs. It must hold at least 16 bytes, preferably 32 random
+// ones; it is copied. Every node must be given the same secret, or a
+// retry that reaches another node is refused as a credentials mismatch.
+//
+// Default: none. Keys in events are then hashed under a random secret drawn
+// once per process (HMAC-SHA-256, stable within a process, meaningless
+// outside it; with a secret, Event.KeyHash is what
+// lock.NewHMACHasher(secret).Hash(key) gives, on every node), and bound
+// credentials are hashed with HMAC-SHA-256 keyed by the fixed label
+// "idemkit credential binding v1", with the record key mixed in: they
+// still agree across nodes, and no raw credential is stored, but someone
+// who can read the backend can test guesses of low-entropy credentials
+// (Basic credentials, short API keys) against a record. With a secret, the
+// key is the HMAC-SHA-256 of that label under the secret, and a record
+// reveals nothing to those who do not hold it.
+func WithSecret(secret []byte) Option {
+	return func(c *config) { c.secret, c.secretSet = append([]byte(nil), secret...), true }
+}
 
 // WithValueFingerprint sets how [Do] fingerprints its input. Default:
 // fingerprint.Value (the SHA-256 of the input's canonical JSON). Adapters
@@ -111,7 +130,8 @@ func WithValueFingerprint(f func(input any) (fingerprint.Fingerprint, error)) Op
 type Guard struct {
 	store    store.Store
 	cfg      config
-	renewals renewals // of the leases of the calls under way
+	renewals renewals  // of the leases of the calls under way
+	binders  sync.Pool // of *binder, for bound calls
 }
 
 // New returns a guard that keeps claims and outcomes in s. It validates its
@@ -132,11 +152,10 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	if cfg.hasher == nil {
-		cfg.hasher = lock.DefaultHasher()
-	}
 	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
 	switch {
+	case cfg.secretSet && len(cfg.secret) < 16:
+		return nil, bad("the secret must have at least 16 bytes")
 	case cfg.recordTTL < time.Millisecond:
 		return nil, bad("record TTL must be at least 1ms")
 	case cfg.leaseTTL < 3*time.Millisecond:
@@ -155,6 +174,13 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	case cfg.valueFingerprint == nil:
 		return nil, bad("value fingerprint must not be nil")
 	}
+	if cfg.secretSet {
+		cfg.hasher = lock.NewHMACHasher(cfg.secret)
+	} else {
+		cfg.secret = nil
+		cfg.hasher = lock.DefaultHasher()
+	}
+	cfg.bindingKey = bindingKey(cfg.secret)
 	return &Guard{store: s, cfg: cfg}, nil
 }
 
@@ -208,7 +234,9 @@ type Outcome struct {
 type CallOption func(*callConfig)
 
 type callConfig struct {
-	waitBudget time.Duration
+	waitBudget  time.Duration
+	credentials []string // with bound: the values given to Credentials
+	bound       bool
 }
 
 // WaitBudget overrides the guard's wait budget for one call; zero refuses
@@ -222,11 +250,13 @@ func WaitBudget(d time.Duration) CallOption {
 // fingerprint with fn's recorded response.
 //
 // The algorithm, on a backend whose records carry their own lease:
-//  1. Claim the key (one round trip). An outcome is there: the same
-//     fingerprint replays it; another gives [ErrMismatch]; an
-//     executed-not-replayable record gives [ErrNotReplayable]. A live
-//     claim of another request with another fingerprint is a mismatch at
-//     once; with the same fingerprint the call waits (claiming again with
+//  1. Claim the key (one round trip). An outcome is there: a record bound
+//     to other credentials than the call's ([Credentials]) gives
+//     [ErrCredentialsMismatch]; then the same fingerprint replays it;
+//     another gives [ErrMismatch]; an executed-not-replayable record gives
+//     [ErrNotReplayable]. A live claim of a request with other credentials,
+//     or another fingerprint, is refused the same way at once; with the
+//     same credentials and fingerprint the call waits (claiming again with
 //     back-off) up to the wait budget, then gives [ErrInProgress].
 //  2. Run fn under the new claim, extending its lease every third of the
 //     lease TTL. If the backend says the claim was taken over, or the
@@ -260,7 +290,17 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	if len(recordKey) > store.MaxKeyBytes {
 		return Outcome{}, fmt.Errorf("%w: the key is %d bytes long; with its namespace and scope it must fit in %d", ErrInvalidKey, len(key), store.MaxKeyBytes)
 	}
-	fps := fp.String()
+	var fps string
+	if c.bound {
+		// The fingerprint and the binding, in one allocation.
+		var buf [128]byte
+		b := appendFingerprint(buf[:0], fp)
+		b = g.appendBinding(b, recordKey, c.credentials)
+		fps = string(b)
+		c.binding = fps[len(fps)-bindingLen:]
+	} else {
+		fps = fp.String()
+	}
 
 	// 1. The claim, and the wait for a running duplicate.
 	var claim store.Record
@@ -289,8 +329,16 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		if rec.State.Done() {
 			return c.answer(rec, fp)
 		}
-		if same, comparable := compareStored(rec.Fingerprint, fp); comparable && !same {
-			return c.mismatch(rec, fp)
+		// A claim whose request is unknown (no fingerprint) is waited
+		// for; its outcome is compared once it is there.
+		if rec.Fingerprint != "" {
+			stored, binding := splitStored(rec.Fingerprint)
+			if binding != c.binding {
+				return c.credentialsMismatch(rec)
+			}
+			if same, comparable := compareStored(stored, fp); comparable && !same {
+				return c.mismatch(stored, rec, fp)
+			}
 		}
 		left := deadline.Sub(time.Now())
 		if left <= 0 {
@@ -708,27 +756,32 @@ type call struct {
 	g          *Guard
 	keyHash    string
 	key        string
+	callConfig        // the options of the call; they set it in place
+	binding    string // what the record keeps of the credentials: "" when not bound
 	start      time.Time
-	waitBudget time.Duration
 	attempts   int
 	waited     time.Duration
 	claimOp    opContext // the op context of the first claim
 }
 
 func (g *Guard) newCall(key string, opts []CallOption) *call {
-	c := &call{g: g, key: key, start: time.Now(), waitBudget: g.cfg.waitBudget}
+	c := &call{g: g, key: key, start: time.Now(), callConfig: callConfig{waitBudget: g.cfg.waitBudget}}
 	for _, o := range opts {
-		cc := callConfig{waitBudget: c.waitBudget} // per option, so no call without options allocates it
-		o(&cc)
-		c.waitBudget = cc.waitBudget
+		o(&c.callConfig) // in the call itself, which is allocated anyway
 	}
 	return c
 }
 
 // answer turns a record with an outcome into the call's result.
+// The credentials are compared first, so that a caller with other
+// credentials learns nothing about the recorded request.
 func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
-	if same, comparable := compareStored(rec.Fingerprint, fp); comparable && !same {
-		return c.mismatch(rec, fp)
+	stored, binding := splitStored(rec.Fingerprint)
+	if binding != c.binding {
+		return c.credentialsMismatch(rec)
+	}
+	if same, comparable := compareStored(stored, fp); comparable && !same {
+		return c.mismatch(stored, rec, fp)
 	}
 	if rec.State == store.StateNotReplayable {
 		e := &NotReplayableError{CreatedAt: rec.CreatedAt, Fence: rec.Fence}
@@ -739,10 +792,19 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 	return Outcome{Replayed: true, Value: rec.Response, Fence: rec.Fence, CreatedAt: rec.CreatedAt}, nil
 }
 
-func (c *call) mismatch(rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
-	e := &MismatchError{Stored: rec.Fingerprint, Got: fp.String()}
+// mismatch refuses a call whose fingerprint differs from stored, the
+// fingerprint of rec (without its credentials' binding).
+func (c *call) mismatch(stored string, rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
+	e := &MismatchError{Stored: stored, Got: fp.String()}
 	c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
 	return Outcome{}, e
+}
+
+// credentialsMismatch refuses a call whose credentials differ from those
+// rec was written with.
+func (c *call) credentialsMismatch(rec store.Record) (Outcome, error) {
+	c.emit(Event{Kind: EventCredentialsMismatch, Fence: rec.Fence, Err: ErrCredentialsMismatch})
+	return Outcome{}, ErrCredentialsMismatch
 }
 
 // compareStored compares a stored fingerprint (in its string form) with

@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store"
 )
 
 // Core is the HTTP behaviour of the middleware, independent of the router:
@@ -122,9 +123,14 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 		scope = c.cfg.scope(r)
 	}
 
-	var opts []middleware.CallOption
+	var optBuf [2]middleware.CallOption
+	opts := optBuf[:0]
 	if !c.cfg.wait {
 		opts = append(opts, middleware.WaitBudget(0))
+	}
+	if c.cfg.scope == nil {
+		// Without a principal, the request's credentials stand for it.
+		opts = append(opts, credentials(r.Header))
 	}
 	aborted := false
 	out, err := c.guard.Execute(r.Context(), scopedKey(scope, key), fp, func(ctx context.Context) (middleware.Result, error) {
@@ -301,11 +307,19 @@ func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.R
 	return middleware.Result{Value: rec.record()}
 }
 
+// credentials binds a request to its Authorization and Cookie header
+// lines, each header's lines joined by a line feed (which no field value
+// holds), an absent header as empty.
+func credentials(h http.Header) middleware.CallOption {
+	return middleware.Credentials(strings.Join(h["Authorization"], "\n"), strings.Join(h["Cookie"], "\n"))
+}
+
 // keepHeader reports whether a response header is recorded and replayed:
-// the allow-listed ones, and always Content-Encoding and Vary, which
-// describe the recorded bytes themselves.
+// the allow-listed ones (never a credential, see neverReplayed), and
+// always Content-Encoding and Vary, which describe the recorded bytes
+// themselves, and Cache-Control, which says who may keep them.
 func (c *Core) keepHeader(name string) bool {
-	return c.cfg.replayHeaders[name] || name == "Content-Encoding" || name == "Vary"
+	return c.cfg.replayHeaders[name] || name == "Content-Encoding" || name == "Vary" || name == "Cache-Control"
 }
 
 // replay writes a recorded response, unless it is content-coded in a way
@@ -359,6 +373,9 @@ func exposeHeader(h http.Header, name string) {
 // refuse answers a request the guard did not run.
 func (c *Core) refuse(w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), err error) {
 	switch {
+	case errors.Is(err, middleware.ErrCredentialsMismatch):
+		c.writeProblem(w, http.StatusUnprocessableEntity, ProblemCredentialsMismatch,
+			"this key was used by a request with other credentials; use a new key for a new request", 0)
 	case errors.Is(err, middleware.ErrMismatch):
 		c.writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
 			"this key was used with a different request (method, route, query or body); use a new key for a new request", 0)
@@ -369,14 +386,24 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, body []byte, next 
 		c.writeProblem(w, http.StatusConflict, ProblemNotReplayable,
 			"the request with this key was executed, but its response could not be kept for replay (it was streamed, hijacked, aborted, "+
 				"larger than the capture limit, or written outside the middleware); it will not be executed again", 0)
+	case errors.Is(err, store.ErrUnsealable):
+		// The request ran, and its record is there but cannot be opened:
+		// running it again is never right, fail-open or not.
+		c.cfg.logger.Error("nethttp: a recorded response cannot be opened", slog.String("error", err.Error()))
+		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable,
+			"the request with this key was executed, but its recorded response is unreadable; it will not be executed again", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrUnavailable):
-		if c.cfg.failOpen {
+		transient := idemkit.CodeOf(err).Transient()
+		if c.cfg.failOpen && transient {
 			setBody(r, body)
 			next(w, r)
 			return
 		}
-		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable,
-			"the idempotency backend cannot be reached, so the request was not executed; retry later with the same key", c.cfg.retryAfter)
+		detail := "the idempotency backend cannot be reached, so the request was not executed; retry later with the same key"
+		if !transient {
+			detail = "the idempotency backend failed, so the request was not executed; retry later with the same key"
+		}
+		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, detail, c.cfg.retryAfter)
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
 	default:

@@ -21,16 +21,24 @@
 //	  decompressing middleware)                             400 request-body-unreadable
 //	same key, same request, first still running
 //	  past the wait budget                                  409 idempotency-key-in-progress + Retry-After
+//	same key, other credentials (no scope hook: another
+//	  Authorization or Cookie, or one absent on one
+//	  side), whatever the request                           422 idempotency-key-credentials-mismatch; the
+//	                                                        stored response is never sent, nothing runs
 //	same key, another request (method, route, query,
 //	  content type or body)                                 422 idempotency-key-reused
-//	same key, same request, completed                       the stored status, allow-listed headers and
-//	                                                        body, with Idempotent-Replayed: true
+//	same key, same request, completed                       the stored status, allow-listed headers,
+//	                                                        Cache-Control and body, with
+//	                                                        Idempotent-Replayed: true
 //	completed but not replayable (streamed, hijacked,
 //	  aborted after it began, larger than the capture
 //	  limit, marked by an adapter), or recorded with a
 //	  Content-Encoding the retry does not accept            409 response-not-replayable; never re-executed
 //	backend unreachable                                     503 idempotency-unavailable + Retry-After
 //	                                                        (fail closed; WithFailOpen passes through)
+//	recorded response unreadable (sealed with a key this
+//	  server lacks, damaged)                                503 idempotency-unavailable + Retry-After;
+//	                                                        never re-executed, even with WithFailOpen
 //	handler answered 5xx / panicked                         delivered / 500; not stored (see WithStorePolicy);
 //	                                                        the claim is released so a retry runs again
 //
@@ -43,7 +51,12 @@
 // (abc) is accepted too and spells the same key. Keys are case-sensitive.
 // The scope ([WithScope]) is the namespace a key lives in, typically the
 // tenant or principal, so one client's key never replays another client's
-// response. The fingerprint covers method, route, query, content type and
+// response. Without a scope hook, every guarded request is bound to its
+// credentials instead (its Authorization and Cookie headers, of which only
+// a keyed hash is stored): a request with other credentials is refused,
+// never answered with another caller's response. Credential headers
+// (Authorization, Proxy-Authorization, Cookie, Set-Cookie) are never
+// recorded nor replayed, whatever [WithReplayHeaders] says. The fingerprint covers method, route, query, content type and
 // the body (canonical JSON for JSON bodies), so a key reused on another
 // route or with another body is a 422, never a replay of the wrong response
 // and never a second execution.

@@ -25,10 +25,13 @@ func DefaultReplayHeaders() []string {
 	return []string{"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language"}
 }
 
-// neverReplayed are headers a replay never repeats, whatever the
-// allow-list says: per-response or per-connection ones.
+// neverReplayed are headers that are never recorded nor replayed,
+// whatever the allow-list says: credentials (which must never reach
+// another request, nor sit in the backend) and per-response or
+// per-connection ones.
 var neverReplayed = map[string]bool{
-	"Set-Cookie": true, "Date": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
+	"Authorization": true, "Proxy-Authorization": true, "Cookie": true, "Set-Cookie": true,
+	"Date": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true,
 	"Keep-Alive": true, "Trailer": true, "Upgrade": true, "Idempotent-Replayed": true,
 }
 
@@ -123,9 +126,25 @@ func WithStrictKeys(strict bool) Option { return func(c *config) { c.strict = st
 func WithMaxKeyLength(n int) Option { return func(c *config) { c.maxKeyLen = n } }
 
 // WithScope sets the namespace a key lives in, from the request: typically
-// the tenant or the authenticated principal, so one client's key can never
-// replay another client's response. Default: one namespace for the whole
-// service.
+// the tenant or the authenticated principal (from the verified token or
+// session, never from a header the client could set freely), so one
+// client's key can never replay another client's response.
+//
+// Default: one namespace for the whole service, with every guarded request
+// bound to its credentials: the values of its Authorization and Cookie
+// headers (all lines of each, in order; an absent header counts as empty).
+// A request whose credentials differ from those of the request that
+// recorded the key (a missing header included: an anonymous record and a
+// credentialed retry differ) is refused with 422
+// idempotency-key-credentials-mismatch: never another caller's response,
+// never a second execution. The guard stores only a keyed hash of them
+// (see middleware.Credentials and middleware.WithSecret).
+//
+// A scope hook replaces that binding: the hook names the real principal,
+// so a client whose token was refreshed between its retries still gets its
+// replay. Use one whenever credentials change while a request is retried:
+// browsers, whose cookies change with every response that sets one
+// (analytics, session renewal), and clients of short-lived tokens.
 func WithScope(scope func(r *http.Request) string) Option { return func(c *config) { c.scope = scope } }
 
 // WithRoute sets how the route that goes into the fingerprint is found.
@@ -153,11 +172,13 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 
 // WithReplayHeaders sets the response headers a replay repeats. Default:
 // Content-Type, Location, ETag, Last-Modified, Link, Content-Language.
-// Set-Cookie, Date and hop-by-hop headers are never replayed.
-// Content-Encoding and Vary are always recorded and replayed, whatever the
-// list says: they describe the recorded bytes (a compressing middleware
-// inside the guard records compressed bytes), and a replay without them
-// would be garbage. A recorded response with a Content-Encoding that the
+// Credentials (Authorization, Proxy-Authorization, Cookie, Set-Cookie),
+// Date and hop-by-hop headers are never recorded nor replayed, whatever
+// the list says. Content-Encoding, Vary and Cache-Control are always
+// recorded and replayed: the first two describe the recorded bytes (a
+// compressing middleware inside the guard records compressed bytes), and a
+// replay without them would be garbage; Cache-Control keeps a replay from
+// being cached where the first response was not (no-store, private). A recorded response with a Content-Encoding that the
 // retry's Accept-Encoding does not accept is not replayed: the retry gets
 // 409 response-not-replayable (the handler never runs again).
 func WithReplayHeaders(names ...string) Option {
@@ -186,8 +207,13 @@ func WithStorePolicy(p StorePolicy) Option { return func(c *config) { c.policy =
 func WithWaitForResult(wait bool) Option { return func(c *config) { c.wait = wait } }
 
 // WithFailOpen lets requests through unguarded when the idempotency backend
-// is unreachable. Default: false (fail closed: 503 with Retry-After, so a
-// request is never run without knowing whether it already ran).
+// is unreachable: when it fails in a way that may pass (it cannot be
+// reached, does not answer in time, or refuses for load:
+// idemkit.Code.Transient). Other failures still answer 503, and so does a
+// record that exists but cannot be read (a response sealed with a key this
+// server lacks, or damaged): its request ran, and running it again is what
+// idempotency is for. Default: false (fail closed: 503 with Retry-After, so
+// a request is never run without knowing whether it already ran).
 func WithFailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 
 // WithRetryAfter sets the Retry-After of 409 (in progress) and 503 answers,

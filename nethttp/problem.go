@@ -16,9 +16,12 @@ const (
 	ProblemBodyUnreadable = "request-body-unreadable"     // 400: the body could not be read (broken stream, client gone)
 	ProblemInProgress     = "idempotency-key-in-progress" // 409: a request with the key is still running
 	ProblemKeyReused      = "idempotency-key-reused"      // 422: the key was used for another request
-	ProblemNotReplayable  = "response-not-replayable"     // 409: executed, but the response cannot be replayed
-	ProblemUnavailable    = "idempotency-unavailable"     // 503: the idempotency backend is unreachable
-	ProblemInternal       = "internal-error"              // 500: the handler panicked before answering
+	// ProblemCredentialsMismatch: 422; the key was used by a request with
+	// other credentials (see [WithScope]).
+	ProblemCredentialsMismatch = "idempotency-key-credentials-mismatch"
+	ProblemNotReplayable       = "response-not-replayable" // 409: executed, but the response cannot be replayed
+	ProblemUnavailable         = "idempotency-unavailable" // 503: the idempotency backend is unreachable
+	ProblemInternal            = "internal-error"          // 500: the handler panicked before answering
 )
 
 // defaultProblemTypeBase prefixes the problem types in "type" URIs.
@@ -33,15 +36,16 @@ type problem struct {
 }
 
 var problemTitles = map[string]string{
-	ProblemKeyMissing:     "Idempotency-Key is required",
-	ProblemKeyMalformed:   "Idempotency-Key is malformed",
-	ProblemBodyTooLarge:   "Request body is too large",
-	ProblemBodyUnreadable: "Request body could not be read",
-	ProblemInProgress:     "A request with this Idempotency-Key is in progress",
-	ProblemKeyReused:      "Idempotency-Key is already used for another request",
-	ProblemNotReplayable:  "The request was executed but its response cannot be replayed",
-	ProblemUnavailable:    "Idempotency service is unavailable",
-	ProblemInternal:       "Internal error",
+	ProblemKeyMissing:          "Idempotency-Key is required",
+	ProblemKeyMalformed:        "Idempotency-Key is malformed",
+	ProblemBodyTooLarge:        "Request body is too large",
+	ProblemBodyUnreadable:      "Request body could not be read",
+	ProblemInProgress:          "A request with this Idempotency-Key is in progress",
+	ProblemKeyReused:           "Idempotency-Key is already used for another request",
+	ProblemCredentialsMismatch: "Idempotency-Key was used with other credentials",
+	ProblemNotReplayable:       "The request was executed but its response cannot be replayed",
+	ProblemUnavailable:         "Idempotency service is unavailable",
+	ProblemInternal:            "Internal error",
 }
 
 // writeProblem writes an application/problem+json answer that is never

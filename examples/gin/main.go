@@ -7,6 +7,12 @@
 //	POST /notes    guarded, Idempotency-Key optional
 //	GET  /stats    {"executions": n}
 //
+// Requests may carry Authorization: Bearer alice-1 (or Bearer alice-2,
+// Alice after a token refresh) or Bearer bob-1; other credentials are
+// refused with 401, and a request without any is the anonymous caller.
+// Idempotency keys are scoped by caller (see demo.Principal): Bob's
+// request with Alice's key runs as his own, never answered with hers.
+//
 // The same flags choose the backend (-store memory, redis, redis-cluster,
 // postgres, firestore). Query parameters make the business handler misbehave on
 // purpose: sleep, status, panic, bytes, stream (see package demo). It logs
@@ -34,13 +40,14 @@ func program() cli.Program { return cli.HTTP("gin", routes) }
 
 // routes mounts the demo service on a gin engine: POST /orders guarded
 // with a required key, POST /notes guarded with an optional key, GET
-// /stats unguarded.
+// /stats unguarded, all behind the demo's authentication, and the keys
+// scoped by principal (see demo.Principal).
 func routes(svc *demo.Service, guard *middleware.Guard, logger *slog.Logger) (http.Handler, error) {
-	required, err := ginadapter.New(guard, nethttp.WithLogger(logger), nethttp.WithKeyRequired(true))
+	required, err := ginadapter.New(guard, nethttp.WithLogger(logger), nethttp.WithScope(demo.Scope), nethttp.WithKeyRequired(true))
 	if err != nil {
 		return nil, err
 	}
-	optional, err := ginadapter.New(guard, nethttp.WithLogger(logger))
+	optional, err := ginadapter.New(guard, nethttp.WithLogger(logger), nethttp.WithScope(demo.Scope))
 	if err != nil {
 		return nil, err
 	}
@@ -55,5 +62,5 @@ func routes(svc *demo.Service, guard *middleware.Guard, logger *slog.Logger) (ht
 	r.POST("/orders", required, business)
 	r.POST("/notes", optional, business)
 	r.GET("/stats", gin.WrapH(svc.Stats()))
-	return r, nil
+	return demo.Authenticate(r), nil
 }

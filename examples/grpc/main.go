@@ -11,6 +11,13 @@
 //	            execution); metadata x-sleep-ms delays the answer.
 //	EmptyCall   not guarded; header metadata x-executions holds the count.
 //
+// Calls may carry the metadata authorization: Bearer alice-1 (or Bearer
+// alice-2, Alice after a token refresh) or Bearer bob-1; other credentials
+// are refused with Unauthenticated, and a call without any is the
+// anonymous caller. Idempotency keys are scoped by caller (see
+// demo.Principal): Bob's call with Alice's key runs as his own, never
+// answered with hers.
+//
 // The health service (grpc.health.v1) and server reflection are
 // registered, so grpcurl and grpc-health-probe work:
 //
@@ -40,6 +47,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idemkit/examples/internal/cli"
+	"github.com/idemkit/idemkit/examples/internal/demo"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/middleware"
 )
@@ -103,18 +111,47 @@ func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.E
 func build(guard *middleware.Guard, logger *slog.Logger) (cli.Server, func() int64, error) {
 	idem, err := grpcinterceptor.New(guard,
 		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
+		grpcinterceptor.WithScope(principal),
 		grpcinterceptor.WithLogger(logger))
 	if err != nil {
 		return nil, nil, err
 	}
 	svc := &service{}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(authenticate, idem))
 	testgrpc.RegisterTestServiceServer(srv, svc)
 	healthSrv := health.NewServer()
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	healthSrv.SetServingStatus(testgrpc.TestService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(srv)
 	return server{srv, healthSrv}, svc.executions.Load, nil
+}
+
+// authorization returns the call's single authorization metadata value
+// ("" when it has none), and whether it has at most one.
+func authorization(ctx context.Context) (string, bool) {
+	v := metadata.ValueFromIncomingContext(ctx, "authorization")
+	if len(v) == 0 {
+		return "", true
+	}
+	return v[0], len(v) == 1
+}
+
+// authenticate refuses a call with unknown credentials (see
+// demo.Principal), or with several, before the guard sees it.
+func authenticate(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	token, single := authorization(ctx)
+	if _, ok := demo.Principal(token); !ok || !single {
+		return nil, status.Error(codes.Unauthenticated, "unknown credentials")
+	}
+	return handler(ctx, req)
+}
+
+// principal is the idempotency scope of a call: its caller, whom
+// authenticate has let through.
+func principal(ctx context.Context) string {
+	token, _ := authorization(ctx)
+	p, _ := demo.Principal(token)
+	return p
 }
 
 // server is the gRPC server with its health service, as a [cli.Server].

@@ -213,13 +213,30 @@ func checkDemo(t *testing.T, addr string) {
 			t.Fatalf("a duplicate got execution %s, want 5", id)
 		}
 	}
-	// EmptyCall is not guarded and reports the executions: a, b, c twice, d.
+	// Alice and Bob: one key, one request, two callers. Bob's call runs as
+	// his own; Alice's retry under her refreshed token replays hers.
+	pay := &testgrpc.SimpleRequest{ResponseSize: 3}
+	alice, h, err := call("pay", pay, "authorization", "Bearer alice-1")
+	if err != nil || alice.GetServerId() != "6" || grpcinterceptor.Replayed(h) {
+		t.Fatalf("Alice: %v %v", alice, err)
+	}
+	if bob, h, err := call("pay", pay, "authorization", "Bearer bob-1"); err != nil || bob.GetServerId() != "7" || grpcinterceptor.Replayed(h) {
+		t.Fatalf("Bob with Alice's key: %v replayed=%v %v; want his own execution", bob, grpcinterceptor.Replayed(h), err)
+	}
+	if again, h, err := call("pay", pay, "authorization", "Bearer alice-2"); err != nil || again.GetServerId() != "6" || !grpcinterceptor.Replayed(h) {
+		t.Fatalf("Alice's retry with her refreshed token: %v replayed=%v %v; want her answer", again, grpcinterceptor.Replayed(h), err)
+	}
+	if _, _, err := call("pay", pay, "authorization", "Bearer mallory"); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("unknown credentials: %v; want Unauthenticated", err)
+	}
+	// EmptyCall is not guarded and reports the executions: a, b, c twice,
+	// d, Alice's and Bob's.
 	var header metadata.MD
 	if _, err := plain.EmptyCall(t.Context(), &testgrpc.Empty{}, grpc.Header(&header)); err != nil {
 		t.Fatal(err)
 	}
-	if got := header.Get("x-executions"); len(got) != 1 || got[0] != "5" {
-		t.Fatalf("x-executions = %v, want 5", got)
+	if got := header.Get("x-executions"); len(got) != 1 || got[0] != "7" {
+		t.Fatalf("x-executions = %v, want 7", got)
 	}
 	// Health and reflection.
 	hr, err := healthpb.NewHealthClient(mustConn(t, addr)).Check(t.Context(), &healthpb.HealthCheckRequest{Service: "grpc.testing.TestService"})

@@ -7,6 +7,12 @@
 //	POST /notes    guarded, Idempotency-Key optional
 //	GET  /stats    {"executions": n}
 //
+// Requests may carry Authorization: Bearer alice-1 (or Bearer alice-2,
+// Alice after a token refresh) or Bearer bob-1; other credentials are
+// refused with 401, and a request without any is the anonymous caller.
+// Idempotency keys are scoped by caller (see demo.Principal): Bob's
+// request with Alice's key runs as his own, never answered with hers.
+//
 // Query parameters make the business handler misbehave on purpose: sleep,
 // status, panic, bytes, stream (see package demo). It logs with slog and
 // shuts down gracefully on SIGINT and SIGTERM.

@@ -43,6 +43,11 @@ var cases = []testCase{
 	{"ScopesIsolateTenants", testScopesIsolateTenants},
 	{"CompressedResponseReplaysWithItsEncoding", testCompressedResponseReplaysWithItsEncoding},
 	{"AbortedResponseIsNotReplayable", testAbortedResponseIsNotReplayable},
+	{"CredentialsBindAuthorization", testCredentialsBindAuthorization},
+	{"CredentialsBindCookie", testCredentialsBindCookie},
+	{"ScopeReplacesCredentialBinding", testScopeReplacesCredentialBinding},
+	{"CredentialHeadersNeverRecorded", testCredentialHeadersNeverRecorded},
+	{"UnreadableRecordNeverFailsOpen", testUnreadableRecordNeverFailsOpen},
 }
 
 func testMethodNotGuardedPassesThrough(t *testing.T, s *suite) {
@@ -144,8 +149,8 @@ func testReplay(t *testing.T, s *suite) {
 	if again.status != http.StatusCreated || again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("replay: %d %q %v", again.status, again.body, again.header)
 	}
-	for _, h := range []string{"Location", "Content-Type"} {
-		if again.header.Get(h) != first.header.Get(h) {
+	for _, h := range []string{"Location", "Content-Type", "Cache-Control"} {
+		if again.header.Get(h) != first.header.Get(h) || again.header.Get(h) == "" {
 			t.Fatalf("replayed %s = %q; want %q", h, again.header.Get(h), first.header.Get(h))
 		}
 	}

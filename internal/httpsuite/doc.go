@@ -5,7 +5,9 @@
 // allow-listed headers, not-replayable responses, backend outages, 5xx and
 // panics) and the edge cases around them (streaming, chunked bodies, JSON
 // key order, client disconnects, tenant scopes, compressed responses,
-// aborted handlers), through a real HTTP server and client.
+// aborted handlers, credentials bound to records and never recorded,
+// unreadable records under fail-open), through a real HTTP server and
+// client.
 //
 // An adapter provides a [Stack]: a function that serves the suite's
 // business handler behind its middleware on a real listener.

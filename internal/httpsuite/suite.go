@@ -94,10 +94,12 @@ func (s *suite) serveOn(t *testing.T, b Backends, app *app, gopts []middleware.O
 }
 
 // app is the business handler of the suite. It counts its executions and
-// answers 201 Created with a Location, a Set-Cookie, an X-Custom header and
-// the JSON {"order": n, "request": <body>, "pad": ...}. Query parameters
-// make it misbehave on purpose:
+// answers 201 Created with a Location, a Set-Cookie, an X-Custom header,
+// Cache-Control: no-store, private and the JSON {"order": n, "request":
+// <body>, "pad": ...}. Query parameters make it misbehave on purpose:
 //
+//	echoauth=1        answer with the request's Authorization, Proxy-Authorization
+//	                  and Cookie header lines as response headers
 //	sleep=<duration>  wait before answering (until the request's ctx ends)
 //	status=<code>     answer that status instead
 //	panic=1           panic
@@ -150,6 +152,12 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", fmt.Sprintf("/orders/%d", n))
 	w.Header().Set("Set-Cookie", fmt.Sprintf("session=%d", n))
 	w.Header().Set("X-Custom", fmt.Sprint("custom-", n))
+	w.Header().Set("Cache-Control", "no-store, private")
+	if q.Get("echoauth") == "1" {
+		for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+			w.Header()[h] = r.Header[h]
+		}
+	}
 	status := http.StatusCreated
 	if s, err := strconv.Atoi(q.Get("status")); err == nil {
 		status = s

@@ -9,6 +9,11 @@
 // execution), panic=1, bytes=<n> (n bytes of padding in the body), stream=1
 // (flush the body in chunks).
 //
+// Every route sits behind [Authenticate], which knows the demo's tokens
+// ([Principal]), and the idempotency keys are scoped by principal ([Scope]):
+// one caller's key never replays another caller's response, and a caller
+// whose token was refreshed between retries still gets its replay.
+//
 // It imports no backend's SDK, so a program on the memory backend (the
 // quickstart) builds from the root module alone; the backend flags and
 // the programs' plumbing are in package cli.

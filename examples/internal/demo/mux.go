@@ -10,8 +10,10 @@ import (
 
 // NetHTTP returns the demo service on net/http: POST /orders guarded with a
 // required key, POST /notes guarded with an optional key, GET /stats
-// unguarded.
+// unguarded, all behind [Authenticate], and the keys scoped by principal
+// ([Scope]).
 func NetHTTP(s *Service, guard *middleware.Guard, opts ...nethttp.Option) (http.Handler, error) {
+	opts = append([]nethttp.Option{nethttp.WithScope(Scope)}, opts...)
 	required, err := nethttp.New(guard, append(opts, nethttp.WithKeyRequired(true))...)
 	if err != nil {
 		return nil, err
@@ -24,7 +26,7 @@ func NetHTTP(s *Service, guard *middleware.Guard, opts ...nethttp.Option) (http.
 	mux.Handle("POST /orders", required(s.Business()))
 	mux.Handle("POST /notes", optional(s.Business()))
 	mux.Handle("GET /stats", s.Stats())
-	return mux, nil
+	return Authenticate(mux), nil
 }
 
 // HTTPServer returns the http.Server the demos serve h with: a 10-second

@@ -99,14 +99,19 @@ func start(t *testing.T, run RunFunc, args []string) (addr string, stop func()) 
 // checks its contract: POST /orders executes once per key and replays the
 // retry (status, Location and body), answers 422 to the key with another
 // body and 400 without a key; POST /notes runs without a key; status=503
-// is delivered; GET /orders is 405; GET /stats counts the three
-// executions.
+// is delivered; Bob's request with Alice's key and body runs as his own,
+// never answered with Alice's response, while Alice's retry under her
+// refreshed token replays hers; unknown credentials are 401; GET /orders
+// is 405; GET /stats counts the five executions.
 func HTTPContract(t *testing.T, addr string) {
 	prefix := testenv.Name(t) // keys of their own, even on a shared server
-	postBody := func(path, key, body string) (int, http.Header, string) {
+	postAs := func(token, path, key, body string) (int, http.Header, string) {
 		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
 		if key != "" {
 			req.Header.Set("Idempotency-Key", prefix+"-"+key)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", token)
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -116,6 +121,7 @@ func HTTPContract(t *testing.T, addr string) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Header, string(b)
 	}
+	postBody := func(path, key, body string) (int, http.Header, string) { return postAs("", path, key, body) }
 	post := func(path, key string) (int, http.Header, string) { return postBody(path, key, `{"x":1}`) }
 	if code, h, _ := post("/orders", "a"); code != 201 || h.Get("Location") != "/orders/1" {
 		t.Fatalf("POST /orders: %d %v", code, h)
@@ -135,13 +141,28 @@ func HTTPContract(t *testing.T, addr string) {
 	if code, _, _ := post("/orders?status=503", "b"); code != 503 {
 		t.Fatalf("status=503: %d", code)
 	}
+	// Alice and Bob: one key, one body, two callers.
+	const payment = `{"amount":100}`
+	alice, ah, ab := postAs("Bearer alice-1", "/orders", "pay", payment)
+	if alice != 201 || ah.Get("Idempotent-Replayed") != "" || !strings.Contains(ab, `"order":4`) {
+		t.Fatalf("Alice: %d %v %s", alice, ah, ab)
+	}
+	if code, h, b := postAs("Bearer bob-1", "/orders", "pay", payment); code != 201 || h.Get("Idempotent-Replayed") != "" || b == ab {
+		t.Fatalf("Bob with Alice's key: %d %v %s; want his own execution", code, h, b)
+	}
+	if code, h, b := postAs("Bearer alice-2", "/orders", "pay", payment); code != 201 || h.Get("Idempotent-Replayed") != "true" || b != ab {
+		t.Fatalf("Alice's retry with her refreshed token: %d %v %s; want her response replayed", code, h, b)
+	}
+	if code, _, _ := postAs("Bearer mallory", "/orders", "pay", payment); code != http.StatusUnauthorized {
+		t.Fatalf("unknown credentials: %d; want 401", code)
+	}
 	resp, err := http.Get("http://" + addr + "/stats")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if strings.TrimSpace(string(b)) != `{"executions":3}` {
+	if strings.TrimSpace(string(b)) != `{"executions":5}` {
 		t.Fatalf("GET /stats: %s", b)
 	}
 	if resp, err := http.Get("http://" + addr + "/orders"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
