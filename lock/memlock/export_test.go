@@ -9,3 +9,13 @@ func (l *Locker) Fence(key string) lock.Fence               { return l.fenceOf(k
 func (l *Locker) RaiseFence(key string, f lock.Fence) error { return l.raiseFence(key, f) }
 func (l *Locker) Unexpiring() []string                      { return l.unexpiring() }
 func (l *Locker) Size() (entries, ids int)                  { return l.size() }
+
+// Watched returns the number of keys with watchers.
+func (l *Locker) Watched() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.watchers)
+}
+
+// MinSweep is the fewest acquires between two sweeps.
+const MinSweep = minSweep

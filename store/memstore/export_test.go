@@ -23,3 +23,11 @@ func Len(s *Store) int {
 	defer s.mu.RUnlock()
 	return len(s.entries)
 }
+
+// Usage returns what s holds against its limits: the keys it keeps and the
+// bytes they count against [WithMaxBytes].
+func Usage(s *Store) (entries, bytes int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.entries), s.bytes
+}

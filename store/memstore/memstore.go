@@ -36,9 +36,14 @@ func WithMaxResponseBytes(n int) Option { return func(s *Store) { s.maxResponse 
 func WithMaxEntries(n int) Option { return func(s *Store) { s.maxEntries = n } }
 
 // WithMaxBytes bounds the bytes the store keeps: keys, fingerprints and
-// responses, plus a fixed overhead per key. A write that would go beyond
-// it sweeps what expired at once and, if the store is still full, fails
-// with RateLimited. Default: 1 GiB; 0 for no limit.
+// responses, plus a fixed overhead per key. A claim or a write that would
+// go beyond it sweeps what expired at once and, if the store is still
+// full, fails with RateLimited. The outcome of a claim the store granted
+// (Complete) always lands: its work already ran, and refusing the outcome
+// would let a retry run it again. So the store can hold more than n bytes
+// by at most the responses of the claims running when it filled up, each
+// bounded by [WithMaxResponseBytes] (or the adapter's response limit).
+// Default: 1 GiB; 0 for no limit.
 func WithMaxBytes(n int) Option { return func(s *Store) { s.maxBytes = n } }
 
 // Store is an in-process [store.Store] (records that carry their own
@@ -158,7 +163,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		CreatedAt:   now,
 		ExpiresAt:   now.Add(ttl),
 	}
-	if err := s.set(op, key, e, rec, now); err != nil {
+	if err := s.set(op, key, e, rec, now, false); err != nil {
 		return store.Record{}, false, err
 	}
 	return rec, true, nil
@@ -212,7 +217,10 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		return false, nil
 	}
 	now := s.now()
-	if err := s.set(op, rec.Key, e, outcome(&rec, now, ttl), now); err != nil {
+	// The outcome of a claim this store granted always lands, even beyond
+	// the byte limit: the work already ran, and refusing its outcome would
+	// let a retry run it again once the lease ran out.
+	if err := s.set(op, rec.Key, e, outcome(&rec, now, ttl), now, true); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -284,7 +292,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if e != nil && e.live(now) && e.rec.Fence > rec.Fence {
 		return false, nil
 	}
-	if err := s.set(op, rec.Key, e, outcome(&rec, now, ttl), now); err != nil {
+	if err := s.set(op, rec.Key, e, outcome(&rec, now, ttl), now, false); err != nil {
 		return false, err
 	}
 	return true, nil
@@ -325,18 +333,24 @@ func (s *Store) Close() error {
 // set writes rec as the record of key, whose entry is e (nil for a new
 // key), keeping the highest fence the key carried. A write that would go
 // beyond the store's limits sweeps at once, and fails if the store is
-// still full. The caller holds s.mu for writing.
-func (s *Store) set(op, key string, e *entry, rec store.Record, now time.Time) error {
+// still full; with overBytes, the write of an existing key's record goes
+// beyond the byte limit rather than fail. The caller holds s.mu for
+// writing.
+func (s *Store) set(op, key string, e *entry, rec store.Record, now time.Time, overBytes bool) error {
 	size, old := sizeOf(&rec), 0
 	if e != nil {
 		old = sizeOf(&e.rec)
 	}
-	if s.full(e == nil, size-old) {
+	grow := size - old
+	if overBytes && e != nil {
+		grow = 0 // no new key, and the byte limit does not apply
+	}
+	if s.full(e == nil, grow) {
 		s.sweep(now)
 		if e != nil && s.entries[key] != e {
 			e, old = nil, 0 // swept
 		}
-		if s.full(e == nil, size-old) {
+		if s.full(e == nil, grow) {
 			return idemkit.NewError(idemkit.CodeRateLimited, op, fmt.Sprintf("the memory store is full (%d keys, %d bytes; limits %d keys, %d bytes)", len(s.entries), s.bytes, s.maxEntries, s.maxBytes), nil)
 		}
 	}

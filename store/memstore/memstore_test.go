@@ -135,16 +135,25 @@ func TestLimits(t *testing.T) {
 	if ok, err := s.Complete(ctx, out, time.Hour); !ok || err != nil {
 		t.Fatalf("Complete within the limits = %v, %v", ok, err)
 	}
+	// The outcome of a granted claim lands even beyond the byte limit (its
+	// work ran; refusing it would let a retry run it again), and the store
+	// then refuses new claims until it has room again.
 	big := claims[1]
 	big.State, big.Response = store.StateCompleted, make([]byte, 4096)
-	if ok, err := s.Complete(ctx, big, time.Hour); ok || idemkit.CodeOf(err) != idemkit.CodeRateLimited {
-		t.Fatalf("Complete beyond the byte limit = %v, %v; want RateLimited", ok, err)
+	if ok, err := s.Complete(ctx, big, time.Second); !ok || err != nil {
+		t.Fatalf("Complete beyond the byte limit = %v, %v; want it recorded", ok, err)
 	}
-	if rec, ok, _ := s.Get(ctx, big.Key); !ok || rec.State != store.StateClaimed {
-		t.Fatalf("a refused Complete changed the claim: %+v, %v", rec, ok)
+	if rec, ok, _ := s.Get(ctx, big.Key); !ok || rec.State != store.StateCompleted || len(rec.Response) != 4096 {
+		t.Fatalf("the outcome beyond the byte limit: %+v, %v", rec, ok)
 	}
-	if ok, err := s.Release(ctx, big.Key, big.Fence); !ok || err != nil {
+	if _, bytes := memstore.Usage(s); bytes <= 4096 {
+		t.Fatalf("%d bytes counted; want more than the 4096-byte limit", bytes)
+	}
+	if ok, err := s.Release(ctx, claims[2].Key, claims[2].Fence); !ok || err != nil {
 		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	if _, _, err := s.Claim(ctx, "k4", "fp", time.Second); idemkit.CodeOf(err) != idemkit.CodeRateLimited {
+		t.Fatalf("a new key in the full store = %v; want RateLimited", err)
 	}
 	// Once the claims ran out and their retention passed, a new key fits:
 	// the full store swept at once.
