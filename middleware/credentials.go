@@ -69,7 +69,12 @@ type binder struct {
 
 // appendBinding appends to b the binding of credentials values for the
 // record key recordKey: the mark and the truncated HMAC in base64url.
+// A call without values (no credentials at all) has nothing to hide: its
+// binding is the fixed noCredentials, computed without a hash.
 func (g *Guard) appendBinding(b []byte, recordKey string, values []string) []byte {
+	if len(values) == 0 {
+		return append(append(b, bindingMark...), noCredentials...)
+	}
 	bd, _ := g.binders.Get().(*binder)
 	if bd == nil {
 		bd = &binder{mac: hmac.New(sha256.New, g.cfg.bindingKey)}
@@ -88,6 +93,11 @@ func (g *Guard) appendBinding(b []byte, recordKey string, values []string) []byt
 	}
 	return b
 }
+
+// noCredentials is the binding of a call bound to no credentials: as long
+// as a hash's, and of a character ('.') that base64url never writes, so it
+// equals no hash.
+const noCredentials = "................................"
 
 // maxPooledMessage bounds the message buffer a pooled binder keeps.
 const maxPooledMessage = 16 << 10

@@ -309,10 +309,18 @@ func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.R
 
 // credentials binds a request to its Authorization and Cookie header
 // lines, each header's lines joined by a line feed (which no field value
-// holds), an absent header as empty.
+// holds), an absent header as empty; a request with neither header is
+// bound to having no credentials at all.
 func credentials(h http.Header) middleware.CallOption {
-	return middleware.Credentials(strings.Join(h["Authorization"], "\n"), strings.Join(h["Cookie"], "\n"))
+	auth, cookie := h["Authorization"], h["Cookie"]
+	if auth == nil && cookie == nil {
+		return anonymous
+	}
+	return middleware.Credentials(strings.Join(auth, "\n"), strings.Join(cookie, "\n"))
 }
+
+// anonymous is the binding option of a request without credentials.
+var anonymous = middleware.Credentials()
 
 // keepHeader reports whether a response header is recorded and replayed:
 // the allow-listed ones (never a credential, see neverReplayed), and
