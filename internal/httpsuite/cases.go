@@ -29,6 +29,7 @@ var cases = []testCase{
 	{"Replay", testReplay},
 	{"ReplayHeaderAllowList", testReplayHeaderAllowList},
 	{"Mismatch", testMismatch},
+	{"NumbersCompareByExactValue", testNumbersCompareByExactValue},
 	{"InProgress", testInProgress},
 	{"WaitingDuplicateGetsReplay", testWaitingDuplicateGetsReplay},
 	{"StormExecutesOnce", testStormExecutesOnce},
@@ -204,6 +205,39 @@ func testMismatch(t *testing.T, s *suite) {
 		problem(t, srv.do(t, r), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
 	}
 	wantExecutions(t, srv, 1)
+}
+
+// Numbers in a JSON body compare by their exact decimal value: the same
+// amount spelled another way replays, an amount a float would round to the
+// stored one is another request (422).
+func testNumbersCompareByExactValue(t *testing.T, s *suite) {
+	srv := s.serve(t, nil)
+	for i, c := range []struct {
+		stored string
+		same   []string
+		other  []string
+	}{
+		{`{"amount":100}`, []string{`{"amount":1e2}`, `{"amount":100.0}`, `{"amount":1.00E+2}`, `{"amount":10000e-2}`},
+			[]string{`{"amount":100.000000000000001}`, `{"amount":100.0000000000000000000000000001}`, `{"amount":99.99999999999999999}`}},
+		{`{"amount":19.99}`, []string{`{"amount":19.990}`, `{"amount":1999e-2}`},
+			[]string{`{"amount":19.990000000000000001}`, `{"amount":19.989999999999999999}`}},
+	} {
+		key := []string{fmt.Sprint("amount-", i)}
+		first := srv.do(t, request{key: key, body: c.stored, ctype: "application/json"})
+		if first.status != http.StatusCreated {
+			t.Fatalf("%s: %d", c.stored, first.status)
+		}
+		for _, body := range c.same {
+			if r := srv.do(t, request{key: key, body: body, ctype: "application/json"}); r.header.Get("Idempotent-Replayed") != "true" || r.body != first.body {
+				t.Fatalf("%s after %s: %d, replayed %q; want the stored response", body, c.stored, r.status, r.header.Get("Idempotent-Replayed"))
+			}
+		}
+		for _, body := range c.other {
+			t.Log(body, "after", c.stored)
+			problem(t, srv.do(t, request{key: key, body: body, ctype: "application/json"}), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+		}
+	}
+	wantExecutions(t, srv, 2)
 }
 
 func testInProgress(t *testing.T, s *suite) {
