@@ -1,14 +1,13 @@
 package memlock_test
 
 import (
-	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit/internal/fakeclock"
+	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
 )
@@ -42,7 +41,7 @@ func TestNothingLeftOf500kKeys(t *testing.T) {
 		return "idempotency:" + strconv.FormatUint(uint64(i)|1<<44, 16) + "-4000-8000-0000-000000000000"
 	}
 
-	inUse0, rss0 := heapInUse(), rss()
+	inUse0, rss0 := heapInUse(), testenv.RSS()
 	start := time.Now()
 	peak := 0
 	for i := range keys {
@@ -115,7 +114,7 @@ func TestNothingLeftOf500kKeys(t *testing.T) {
 			t.Fatalf("key %d: stored %v, fence %v; want nothing held", i, l.Stored(key(i)), l.Fence(key(i)))
 		}
 	}
-	inUse1, rss1 := heapInUse(), rss()
+	inUse1, rss1 := heapInUse(), testenv.RSS()
 	t.Logf("swept after %d more acquires: %d records and tombstones, %d lock ids, %d watched keys held; heap in use %.1f MB → %.1f MB, RSS %.1f MB → %.1f MB",
 		sweptAfter, entries, ids, l.Watched(), float64(inUse0)/1e6, float64(inUse1)/1e6, float64(rss0)/1e6, float64(rss1)/1e6)
 	runtime.KeepAlive(l)
@@ -129,22 +128,4 @@ func heapInUse() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse
-}
-
-// rss returns the process's resident set size, or 0 where /proc/self/statm
-// cannot be read.
-func rss() uint64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, err := strconv.ParseUint(f[1], 10, 64)
-	if err != nil {
-		return 0
-	}
-	return pages * uint64(os.Getpagesize())
 }

@@ -6,9 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/fakeclock"
+	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -137,24 +136,6 @@ func heap() (inUse, live uint64) {
 	return ms.HeapInuse, ms.HeapAlloc
 }
 
-// rss returns the process's resident set size, or 0 where /proc/self/statm
-// cannot be read.
-func rss() uint64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, err := strconv.ParseUint(f[1], 10, 64)
-	if err != nil {
-		return 0
-	}
-	return pages * uint64(os.Getpagesize())
-}
-
 // mb formats n bytes in megabytes.
 func mb(n uint64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 
@@ -228,7 +209,7 @@ func TestBoundedUnderChurn(t *testing.T) {
 	liveMax := liveBound(maxEntries, maxBytes) + heapSlack
 	inUseMax := churnHeap*liveBound(maxEntries, maxBytes) + heapSlack
 	inUse0, live0 := heap()
-	rss0, start := rss(), time.Now()
+	rss0, start := testenv.RSS(), time.Now()
 	since := func(j int) time.Duration { return clock.Now().Sub(time.Unix(0, sent[j])) }
 	// send sends key i, and now and then replays an earlier key of the
 	// same worker; it reports whether all went well.
@@ -294,7 +275,7 @@ func TestBoundedUnderChurn(t *testing.T) {
 		}
 	}
 	elapsed := time.Since(start)
-	rss1 := rss()
+	rss1 := testenv.RSS()
 	peak := peakInUse
 	held, size, _ := limits(t, s, maxEntries, maxBytes)
 	t.Logf("%d keys (and %d replays) in %v; limits %d keys, %d bytes; held at most %d keys, %d bytes; at the end %d keys, %d bytes",
@@ -360,7 +341,7 @@ func TestFullStoreRefusesNewKeys(t *testing.T) {
 		}
 	}
 	inUse0, live0 := heap()
-	rss0 := rss()
+	rss0 := testenv.RSS()
 
 	// Claims whose work is still running.
 	release := make(chan struct{})
@@ -397,7 +378,7 @@ func TestFullStoreRefusesNewKeys(t *testing.T) {
 		t.Fatalf("%d keys held; want the store full (%d)", entries, maxEntries)
 	}
 	inUse, live := heap()
-	rssFull := rss()
+	rssFull := testenv.RSS()
 	perKey := growth(live0, live) / maxEntries
 	t.Logf("a full store of %d keys (%d running claims, the rest records of %d-byte responses) counts %d bytes (%d a key); "+
 		"live heap +%s (%d B a key: %d B beyond what it counts), heap in use %s → %s; RSS %s → %s",
