@@ -132,10 +132,10 @@ func lockKeyOf(k string) string {
 
 func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (Record, bool, error) {
 	const op = "claim"
-	if err := validateKey(key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return Record{}, false, err
 	}
-	if err := validateTTL(op, ttl); err != nil {
+	if err := ValidateTTL(op, ttl); err != nil {
 		return Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -175,10 +175,10 @@ func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration)
 
 func (s *composed) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := validateFenced(op, key, fence); err != nil {
+	if err := ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := validateTTL(op, ttl); err != nil {
+	if err := ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	h, done, err := s.take(ctx, op, claimKey{key, fence})
@@ -197,7 +197,7 @@ func (s *composed) Extend(ctx context.Context, key string, fence lock.Fence, ttl
 
 func (s *composed) Complete(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := validateComplete(rec, ttl); err != nil {
+	if err := ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	ck := claimKey{rec.Key, rec.Fence}
@@ -222,7 +222,7 @@ func (s *composed) Complete(ctx context.Context, rec Record, ttl time.Duration) 
 
 func (s *composed) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := validateFenced(op, key, fence); err != nil {
+	if err := ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	ck := claimKey{key, fence}
@@ -244,7 +244,7 @@ func (s *composed) Release(ctx context.Context, key string, fence lock.Fence) (b
 
 func (s *composed) Get(ctx context.Context, key string) (Record, bool, error) {
 	const op = "get"
-	if err := validateKey(key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -263,7 +263,7 @@ func (s *composed) Get(ctx context.Context, key string) (Record, bool, error) {
 
 func (s *composed) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := validateKey(key); err != nil {
+	if err := ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {

@@ -181,7 +181,7 @@ func (s *sealed) Extend(ctx context.Context, key string, fence lock.Fence, ttl t
 
 func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
 	// Nothing is sealed for a call that is refused anyway.
-	if err := validateComplete(rec, ttl); err != nil {
+	if err := ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, "complete"); err != nil {

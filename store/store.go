@@ -62,7 +62,8 @@ type Record struct {
 // the same record, so one conditional write decides everything: a replay
 // costs one round trip, a first execution two.
 //
-// All methods are safe for concurrent use, validate their arguments before
+// All methods are safe for concurrent use, validate their arguments (with
+// [ValidateKey], [ValidateTTL], [ValidateFenced] and [ValidateComplete]) before
 // any I/O (InvalidArgument: a key of 1 to [MaxKeyBytes] bytes, any bytes; a
 // TTL of at least one millisecond; a fence other than zero; an outcome
 // state for Complete; messages never repeat the key) and check ctx before

@@ -8,10 +8,14 @@ import (
 	"github.com/idemkit/idemkit/lock"
 )
 
-// The argument checks of [Compose]'s store, which every [Store] makes
-// before any I/O. Messages never repeat the key.
+// The argument checks the [Store] contract asks of every operation before
+// any I/O. Every store of this repository makes them with these functions,
+// and a backend of your own can too. They return InvalidArgument
+// [*idemkit.Error] values whose messages never repeat the key.
 
-func validateKey(key string) error {
+// ValidateKey refuses a record key of 0 or more than [MaxKeyBytes] bytes.
+// Any bytes are valid.
+func ValidateKey(key string) error {
 	if key == "" {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", "record key must not be empty", nil)
 	}
@@ -21,15 +25,19 @@ func validateKey(key string) error {
 	return nil
 }
 
-func validateTTL(op string, ttl time.Duration) error {
+// ValidateTTL refuses a TTL under one millisecond; op names the operation
+// in the error.
+func ValidateTTL(op string, ttl time.Duration) error {
 	if ttl < time.Millisecond {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("ttl must be at least 1ms (got %v)", ttl), nil)
 	}
 	return nil
 }
 
-func validateFenced(op, key string, fence lock.Fence) error {
-	if err := validateKey(key); err != nil {
+// ValidateFenced checks the key and fence of Extend, Complete and Release:
+// a valid key and a fence other than zero.
+func ValidateFenced(op, key string, fence lock.Fence) error {
+	if err := ValidateKey(key); err != nil {
 		return err
 	}
 	if fence == 0 {
@@ -38,12 +46,21 @@ func validateFenced(op, key string, fence lock.Fence) error {
 	return nil
 }
 
-func validateComplete(rec Record, ttl time.Duration) error {
-	if err := validateFenced("complete", rec.Key, rec.Fence); err != nil {
+// ValidateComplete checks a Complete's arguments: a valid key and fence,
+// an outcome state (completed or not replayable) and a TTL of at least one
+// millisecond.
+func ValidateComplete(rec Record, ttl time.Duration) error {
+	if err := ValidateFenced("complete", rec.Key, rec.Fence); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "complete", fmt.Sprintf("a completion needs an outcome state (got %v)", rec.State), nil)
 	}
-	return validateTTL("complete", ttl)
+	return ValidateTTL("complete", ttl)
+}
+
+// TooLarge is the error a store reports for a response of size bytes above
+// its limit: InvalidArgument, matching [ErrTooLarge].
+func TooLarge(op string, size, limit int) error {
+	return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("response of %d bytes exceeds the store's limit of %d", size, limit), ErrTooLarge)
 }

@@ -1,72 +1,13 @@
 package leased_test
 
 import (
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
-
-func TestValidate(t *testing.T) {
-	long := strings.Repeat("k", store.MaxKeyBytes+1)
-	out := store.Record{Key: "k", State: store.StateCompleted, Fence: 1}
-	valid := []struct {
-		name string
-		err  error
-	}{
-		{"key of MaxKeyBytes", leased.ValidateKey(strings.Repeat("k", store.MaxKeyBytes))},
-		{"key of any bytes", leased.ValidateKey("\x00\xff")},
-		{"claim", leased.ValidateClaim("k", time.Millisecond)},
-		{"fenced", leased.ValidateFenced("extend", "k", 1)},
-		{"complete", leased.ValidateComplete(out, time.Millisecond)},
-		{"complete not replayable", leased.ValidateComplete(store.Record{Key: "k", State: store.StateNotReplayable, Fence: 1}, time.Hour)},
-		{"ttl", leased.ValidateTTL("op", time.Millisecond)},
-	}
-	for _, c := range valid {
-		if c.err != nil {
-			t.Errorf("%s: %v", c.name, c.err)
-		}
-	}
-	mod := func(f func(r *store.Record)) store.Record { r := out; f(&r); return r }
-	invalid := []struct {
-		name string
-		err  error
-	}{
-		{"empty key", leased.ValidateKey("")},
-		{"long key", leased.ValidateKey(long)},
-		{"claim with empty key", leased.ValidateClaim("", time.Second)},
-		{"claim with zero ttl", leased.ValidateClaim("k", 0)},
-		{"claim with sub-millisecond ttl", leased.ValidateClaim("k", time.Millisecond-1)},
-		{"claim with negative ttl", leased.ValidateClaim("k", -time.Second)},
-		{"fenced with long key", leased.ValidateFenced("release", long, 1)},
-		{"fenced with zero fence", leased.ValidateFenced("release", "k", 0)},
-		{"complete with empty key", leased.ValidateComplete(mod(func(r *store.Record) { r.Key = "" }), time.Second)},
-		{"complete with zero fence", leased.ValidateComplete(mod(func(r *store.Record) { r.Fence = 0 }), time.Second)},
-		{"complete with claimed state", leased.ValidateComplete(mod(func(r *store.Record) { r.State = store.StateClaimed }), time.Second)},
-		{"complete with zero state", leased.ValidateComplete(mod(func(r *store.Record) { r.State = 0 }), time.Second)},
-		{"complete with unknown state", leased.ValidateComplete(mod(func(r *store.Record) { r.State = 9 }), time.Second)},
-		{"complete with zero ttl", leased.ValidateComplete(out, 0)},
-	}
-	for _, c := range invalid {
-		if idemkit.CodeOf(c.err) != idemkit.CodeInvalidArgument {
-			t.Errorf("%s: %v; want InvalidArgument", c.name, c.err)
-		} else if strings.Contains(c.err.Error(), long[:40]) {
-			t.Errorf("%s: the message repeats the key", c.name)
-		}
-	}
-}
-
-func TestTooLarge(t *testing.T) {
-	err := leased.TooLarge("complete", 10, 5)
-	if !errors.Is(err, store.ErrTooLarge) || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-		t.Fatalf("TooLarge = %v; want InvalidArgument matching ErrTooLarge", err)
-	}
-}
 
 func TestNextFence(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)

@@ -212,10 +212,10 @@ func tombstone(key string, fence lock.Fence, writeID string) *contents {
 // carries its write id.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := validateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := validateTTL(op, ttl); err != nil {
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if s.maxResponse(key, fp) < 0 {
@@ -282,10 +282,10 @@ func isReleased(s store.State) bool { return s == released }
 // still carries the claim. The new lease runs from the commit time.
 func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := validateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := validateTTL(op, ttl); err != nil {
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -318,7 +318,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 // write.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := validateComplete(rec, ttl); err != nil {
+	if err := store.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := s.checkOutcome(op, rec); err != nil {
@@ -350,7 +350,7 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, lock.Fence(maxFence)), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
-		return tooLarge(op, len(rec.Response), max(limit, 0))
+		return store.TooLarge(op, len(rec.Response), max(limit, 0))
 	}
 	return nil
 }
@@ -381,7 +381,7 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 // last write; otherwise a read and a conditioned commit.
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := validateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -485,7 +485,7 @@ func (s *Store) writeClaim(ctx context.Context, key string, fence lock.Fence, w 
 // reports is before its expiry.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := validateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -506,7 +506,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // its write id.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := validateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -623,11 +623,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := validateKey(rec.Key); err != nil {
+	if err := store.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("a record needs an outcome state (completed or not-replayable, got %v)", rec.State), nil)
 	}
-	return validateTTL("put", ttl)
+	return store.ValidateTTL("put", ttl)
 }

@@ -135,7 +135,10 @@ const minSweep = 256
 // Claim implements [store.Store].
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := leased.ValidateClaim(key, ttl); err != nil {
+	if err := store.ValidateKey(key); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -172,10 +175,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := leased.ValidateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := leased.ValidateTTL(op, ttl); err != nil {
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -198,11 +201,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 // Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := leased.ValidateComplete(rec, ttl); err != nil {
+	if err := store.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
-		return false, leased.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -229,7 +232,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := leased.ValidateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -251,7 +254,7 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 // Get implements [store.Store] and [store.Records].
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := leased.ValidateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -277,7 +280,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, err
 	}
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
-		return false, leased.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -301,7 +304,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // Delete implements [store.Store] and [store.Records].
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := leased.ValidateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -423,13 +426,13 @@ func (s *Store) sweep(now time.Time) {
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := leased.ValidateKey(rec.Key); err != nil {
+	if err := store.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
 	}
-	return leased.ValidateTTL("put", ttl)
+	return store.ValidateTTL("put", ttl)
 }
 
 // outcome returns a private copy of rec stamped with now and ttl.

@@ -132,10 +132,10 @@ func validPrefix(p string) bool {
 // retries after a lost reply gets its own claim back, not "busy".
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := validateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := validateTTL(op, ttl); err != nil {
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -163,10 +163,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // Extend implements [store.Store]: one script.
 func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := validateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := validateTTL(op, ttl); err != nil {
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
@@ -179,11 +179,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 // finds this very outcome already written, reports ok.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := validateComplete(rec, ttl); err != nil {
+	if err := store.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.maxResponse {
-		return false, tooLarge(op, len(rec.Response), s.maxResponse)
+		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }
@@ -194,7 +194,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // has.
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
-	if err := validateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key, fenceArg(fence))
@@ -204,7 +204,7 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 // judges expiry by the server's clock.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := validateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -223,7 +223,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // record is reported deleted.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := validateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key)
@@ -233,7 +233,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // writes (or refuses) atomically.
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := validateKey(rec.Key); err != nil {
+	if err := store.ValidateKey(rec.Key); err != nil {
 		return false, err
 	}
 	if !rec.State.Done() {
@@ -242,11 +242,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if rec.Fence > lock.FenceMax {
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the fence exceeds lock.FenceMax", nil)
 	}
-	if err := validateTTL(op, ttl); err != nil {
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.maxResponse {
-		return false, tooLarge(op, len(rec.Response), s.maxResponse)
+		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/fakeclock"
-	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -57,7 +56,10 @@ func (g *gated) pass(ctx context.Context, op string) error {
 }
 
 func (g *gated) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
-	if err := leased.ValidateClaim(key, ttl); err != nil {
+	if err := store.ValidateKey(key); err != nil {
+		return store.Record{}, false, err
+	}
+	if err := store.ValidateTTL("claim", ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := g.pass(ctx, "claim"); err != nil {
@@ -67,10 +69,10 @@ func (g *gated) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 }
 
 func (g *gated) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
-	if err := leased.ValidateFenced("extend", key, fence); err != nil {
+	if err := store.ValidateFenced("extend", key, fence); err != nil {
 		return false, err
 	}
-	if err := leased.ValidateTTL("extend", ttl); err != nil {
+	if err := store.ValidateTTL("extend", ttl); err != nil {
 		return false, err
 	}
 	if err := g.pass(ctx, "extend"); err != nil {
@@ -80,7 +82,7 @@ func (g *gated) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 }
 
 func (g *gated) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
-	if err := leased.ValidateComplete(rec, ttl); err != nil {
+	if err := store.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := g.pass(ctx, "complete"); err != nil {
@@ -90,7 +92,7 @@ func (g *gated) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 }
 
 func (g *gated) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
-	if err := leased.ValidateFenced("release", key, fence); err != nil {
+	if err := store.ValidateFenced("release", key, fence); err != nil {
 		return false, err
 	}
 	if err := g.pass(ctx, "release"); err != nil {
@@ -100,7 +102,7 @@ func (g *gated) Release(ctx context.Context, key string, fence lock.Fence) (bool
 }
 
 func (g *gated) Get(ctx context.Context, key string) (store.Record, bool, error) {
-	if err := leased.ValidateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := g.pass(ctx, "get"); err != nil {
@@ -110,7 +112,7 @@ func (g *gated) Get(ctx context.Context, key string) (store.Record, bool, error)
 }
 
 func (g *gated) Delete(ctx context.Context, key string) (bool, error) {
-	if err := leased.ValidateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := g.pass(ctx, "delete"); err != nil {
