@@ -332,12 +332,8 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		// A claim whose request is unknown (no fingerprint) is waited
 		// for; its outcome is compared once it is there.
 		if rec.Fingerprint != "" {
-			stored, binding := splitStored(rec.Fingerprint)
-			if binding != c.binding {
-				return c.credentialsMismatch(rec)
-			}
-			if same, comparable := compareStored(stored, fp); comparable && !same {
-				return c.mismatch(stored, rec, fp)
+			if err := c.refusal(rec, fp); err != nil {
+				return Outcome{}, err
 			}
 		}
 		left := deadline.Sub(time.Now())
@@ -773,15 +769,9 @@ func (g *Guard) newCall(key string, opts []CallOption) *call {
 }
 
 // answer turns a record with an outcome into the call's result.
-// The credentials are compared first, so that a caller with other
-// credentials learns nothing about the recorded request.
 func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
-	stored, binding := splitStored(rec.Fingerprint)
-	if binding != c.binding {
-		return c.credentialsMismatch(rec)
-	}
-	if same, comparable := compareStored(stored, fp); comparable && !same {
-		return c.mismatch(stored, rec, fp)
+	if err := c.refusal(rec, fp); err != nil {
+		return Outcome{}, err
 	}
 	if rec.State == store.StateNotReplayable {
 		e := &NotReplayableError{CreatedAt: rec.CreatedAt, Fence: rec.Fence}
@@ -792,19 +782,22 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 	return Outcome{Replayed: true, Value: rec.Response, Fence: rec.Fence, CreatedAt: rec.CreatedAt}, nil
 }
 
-// mismatch refuses a call whose fingerprint differs from stored, the
-// fingerprint of rec (without its credentials' binding).
-func (c *call) mismatch(stored string, rec store.Record, fp fingerprint.Fingerprint) (Outcome, error) {
-	e := &MismatchError{Stored: stored, Got: fp.String()}
-	c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
-	return Outcome{}, e
-}
-
-// credentialsMismatch refuses a call whose credentials differ from those
-// rec was written with.
-func (c *call) credentialsMismatch(rec store.Record) (Outcome, error) {
-	c.emit(Event{Kind: EventCredentialsMismatch, Fence: rec.Fence, Err: ErrCredentialsMismatch})
-	return Outcome{}, ErrCredentialsMismatch
+// refusal compares rec, a record of the call's key, with the call: the
+// credentials first, so that a caller with other credentials learns
+// nothing about the recorded request, then the fingerprint. It returns the
+// error that refuses the call (and emits its event), or nil.
+func (c *call) refusal(rec store.Record, fp fingerprint.Fingerprint) error {
+	stored, binding := splitStored(rec.Fingerprint)
+	if binding != c.binding {
+		c.emit(Event{Kind: EventCredentialsMismatch, Fence: rec.Fence, Err: ErrCredentialsMismatch})
+		return ErrCredentialsMismatch
+	}
+	if same, comparable := compareStored(stored, fp); comparable && !same {
+		e := &MismatchError{Stored: stored, Got: fp.String()}
+		c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
+		return e
+	}
+	return nil
 }
 
 // compareStored compares a stored fingerprint (in its string form) with
