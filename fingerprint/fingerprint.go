@@ -76,15 +76,34 @@ func (f Fingerprint) appendText(b []byte) []byte {
 }
 
 // Compare reports whether f and g are known to be fingerprints of the same
-// request. comparable is false when either is zero or their algorithms
-// differ: a changed algorithm (after an upgrade, say) must never look like a
-// different request, so callers treat an incomparable pair as matching.
-// same is true only when comparable is true and the digests are equal.
+// request. comparable is false when either is zero, or when their
+// algorithms are versions of one family ("http-v1" and "http-v2": the
+// name without a final "-v" and digits): a changed version (after an
+// upgrade, say) must never look like a different request, so callers
+// treat an incomparable pair as matching. Algorithms of different
+// families ("http-v2" and "grpc-v1") fingerprint different kinds of
+// request: they are comparable and never the same. same is true only when
+// comparable is true and the digests are equal.
 func (f Fingerprint) Compare(g Fingerprint) (same, comparable bool) {
-	if f.IsZero() || g.IsZero() || f.alg != g.alg {
+	if f.IsZero() || g.IsZero() {
 		return false, false
 	}
+	if f.alg != g.alg {
+		return false, family(f.alg) != family(g.alg)
+	}
 	return f.sum == g.sum, true
+}
+
+// family returns alg without a final "-v" followed by digits.
+func family(alg string) string {
+	i := len(alg)
+	for i > 0 && alg[i-1] >= '0' && alg[i-1] <= '9' {
+		i--
+	}
+	if i < len(alg) && i >= 2 && alg[i-2:i] == "-v" {
+		return alg[:i-2]
+	}
+	return alg
 }
 
 // Parse is the inverse of [Fingerprint.String]: it accepts an algorithm name

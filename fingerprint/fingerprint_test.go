@@ -101,7 +101,13 @@ func TestCompare(t *testing.T) {
 		// so never a mismatch.
 		{"older alg, same digest", fingerprint.New("http-v1", a), fingerprint.New("http-v2", a), false, false},
 		{"older alg, other digest", fingerprint.New("json-v1", a), fingerprint.New("json-v2", b), false, false},
-		{"different alg and digest", fingerprint.New("http-v2", a), fingerprint.New("json-v2", b), false, false},
+		// Another family fingerprints another kind of request (an HTTP
+		// and a gRPC call sharing a key): never the same.
+		{"other family, other digest", fingerprint.New("http-v2", a), fingerprint.New("json-v2", b), false, true},
+		{"other family, same digest", fingerprint.New("http-v2", a), fingerprint.New("grpc-v1", a), false, true},
+		{"unversioned names", fingerprint.New("custom", a), fingerprint.New("custom-v2", a), false, false},
+		{"version is the suffix only", fingerprint.New("a-v1x", a), fingerprint.New("a-v1y", a), false, true},
+		{"bare v is not a version", fingerprint.New("httpv1", a), fingerprint.New("httpv2", a), false, true},
 		{"zero and zero", zero, zero, false, false},
 		{"zero and non-zero", zero, fingerprint.New("http-v2", a), false, false},
 		{"non-zero and zero", fingerprint.New("http-v2", a), zero, false, false},

@@ -19,7 +19,7 @@ import (
 
 // recordKey is the record of key k of UnaryCall, without a scope, under
 // the guard's default namespace.
-func recordKey(k string) string { return "idempotency:@grpc::" + unaryCall + ":" + k }
+func recordKey(k string) string { return "idempotency::" + k }
 
 // withToken returns ctx with the key and the authorization metadata token
 // (none when token is empty).

@@ -60,9 +60,11 @@
 // # Keys, scope and fingerprint
 //
 // A key is one metadata value of 1 to 255 visible ASCII characters, taken
-// literally (case-sensitive). It lives in a namespace made of the full
-// method name ([WithMethodScope]) and the principal ([WithScope]), so one
-// client's key never replays another client's answer. Without a scope
+// literally (case-sensitive). It lives in the principal's namespace
+// ([WithScope]), shared by every method of the service (the full method
+// name is part of the fingerprint, so a key reused with another method is
+// refused, as the HTTP adapters refuse a key reused on another route), so
+// one client's key never replays another client's answer. Without a scope
 // hook, every guarded call is bound to its "authorization" metadata
 // instead (only a keyed hash of it is stored): a call with other
 // credentials is refused, never answered with another caller's response.

@@ -81,24 +81,6 @@ func TestKeyErrors(t *testing.T) {
 	}
 }
 
-func TestScopedKeyUnambiguous(t *testing.T) {
-	seen := map[string][3]string{}
-	for _, scope := range []string{"", "a", "a:1", "1:a", "a%3A1", "@grpc", "%"} {
-		for _, method := range []string{"", "/s/M", ":/s/M", "/s/M:"} {
-			for _, key := range []string{"k", "1:k", ":k", "@grpc:a:b"} {
-				sk := scopedKey(scope, method, key)
-				if prev, ok := seen[sk]; ok {
-					t.Fatalf("%q spells both %v and %v", sk, prev, [3]string{scope, method, key})
-				}
-				seen[sk] = [3]string{scope, method, key}
-			}
-		}
-	}
-	if got := scopedKey("tenant-a", "/shop.Orders/Create", "order-42"); got != "@grpc:tenant-a:/shop.Orders/Create:order-42" {
-		t.Fatalf("scopedKey = %q; want the readable form", got)
-	}
-}
-
 func TestEncodeRoundTrip(t *testing.T) {
 	st, _ := proto.Marshal(status.New(codes.NotFound, "gone").Proto())
 	msg, _ := proto.Marshal(&testgrpc.SimpleResponse{ServerId: "1"})

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/idemkit/idemkit/middleware"
 )
@@ -85,26 +84,4 @@ func describe(c byte) string {
 		return fmt.Sprintf("0x%02x (not ASCII)", c)
 	}
 	return strconv.QuoteRune(rune(c))
-}
-
-// scopedKey joins the principal, the method (empty when methods share a
-// namespace) and the key as "@grpc:<principal>:<method>:<key>", readable in
-// the backend ("idempotency:@grpc:tenant-a:/shop.Orders/Create:order-42"
-// under the guard's namespace). The principal and the method are escaped
-// (see escapePart), so no triple spells another; the HTTP adapters escape
-// '@' in their scopes, so their keys never start with "@grpc" and never
-// meet these in a store the two share.
-func scopedKey(scope, method, key string) string {
-	return "@grpc:" + escapePart(scope) + ":" + escapePart(method) + ":" + key
-}
-
-// partEscaper percent-encodes the bytes that structure a scoped key.
-var partEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "@", "%40")
-
-// escapePart percent-encodes '%', ':' and '@' in s.
-func escapePart(s string) string {
-	if !strings.ContainsAny(s, "%:@") {
-		return s
-	}
-	return partEscaper.Replace(s)
 }

@@ -76,7 +76,6 @@ type config struct {
 	include      []string
 	exclude      []string
 	required     bool
-	methodScope  bool
 	maxKeyLen    int
 	scope        func(ctx context.Context) string
 	fingerprint  func(fullMethod string, req any) (fingerprint.Fingerprint, error)
@@ -101,7 +100,6 @@ func defaults(client bool) config {
 		key:         defaultMetadataKey,
 		domain:      defaultErrorDomain,
 		required:    true,
-		methodScope: true,
 		maxKeyLen:   defaultMaxKeyLength,
 		fingerprint: protoFingerprint,
 		maxResponse: defaultMaxResponseBytes,
@@ -212,17 +210,6 @@ func WithMaxKeyLength(n int) Option {
 // otherwise (mutual TLS).
 func WithScope(scope func(ctx context.Context) string) Option {
 	return serverOnly("WithScope", func(c *config) { c.scope = scope })
-}
-
-// WithMethodScope puts each method's keys in a namespace of their own
-// (true), so the same key sent to two methods names two calls. With false,
-// every method of the service shares one namespace per principal, and a
-// key reused with another method is refused (FailedPrecondition,
-// IDEMPOTENCY_KEY_REUSED: the full method name is part of the
-// fingerprint), as the HTTP adapters refuse a key reused on another route.
-// Server only. Default: true.
-func WithMethodScope(perMethod bool) Option {
-	return serverOnly("WithMethodScope", func(c *config) { c.methodScope = perMethod })
 }
 
 // WithFingerprint replaces the request fingerprint. An error answers the

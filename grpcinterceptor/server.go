@@ -84,7 +84,10 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 		keyMeta: map[string]string{errorInfoMetadataKey: cfg.key},
 	}
 	if !cfg.wait {
-		s.callOpts = []middleware.CallOption{middleware.WaitBudget(0)}
+		s.callOpts = append(s.callOpts, middleware.WaitBudget(0))
+	}
+	if cfg.failOpen {
+		s.callOpts = append(s.callOpts, middleware.FailOpen())
 	}
 	return s, nil
 }
@@ -115,57 +118,56 @@ func (s *server) guarded(fullMethod string) bool {
 
 // intercept is the grpc.UnaryServerInterceptor.
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	op := middleware.Operation(info.FullMethod)
 	if !s.guarded(info.FullMethod) {
+		s.guard.Bypass(ctx, middleware.EventPassedThrough, nil, op)
 		return handler(ctx, req)
 	}
 	values := metadata.ValueFromIncomingContext(ctx, s.cfg.key)
 	if len(values) == 0 {
 		if !s.cfg.required {
+			s.guard.Bypass(ctx, middleware.EventPassedThrough, nil, op)
 			return handler(ctx, req)
 		}
-		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMissing,
-			"send the metadata "+s.cfg.key+" with a unique key, such as a UUID", 0, s.keyMeta)
+		return nil, s.reject(ctx, op, ReasonKeyMissing, "send the metadata "+s.cfg.key+" with a unique key, such as a UUID")
 	}
 	key, err := parseKey(values, s.cfg.maxKeyLen)
 	if err != nil {
 		var ke *keyError
 		errors.As(err, &ke)
-		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMalformed,
-			"malformed idempotency key: "+ke.reason, 0, s.keyMeta)
+		return nil, s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key: "+ke.reason)
 	}
 	fp, err := s.cfg.fingerprint(info.FullMethod, req)
 	if err != nil {
-		s.cfg.logger.Error("grpcinterceptor: the request cannot be fingerprinted",
+		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the request cannot be fingerprinted",
 			slog.String("method", info.FullMethod), slog.String("error", err.Error()))
+		s.guard.Bypass(ctx, middleware.EventRejected, err, op)
 		return nil, status.Error(codes.Internal, "grpcinterceptor: the request cannot be fingerprinted")
 	}
-	scope, method := "", ""
+	scope := ""
 	if s.cfg.scope != nil {
 		scope = s.cfg.scope(ctx)
 	}
-	if s.cfg.methodScope {
-		method = info.FullMethod
-	}
 
-	opts := s.callOpts
+	var optBuf [5]middleware.CallOption
+	opts := append(append(optBuf[:0], s.callOpts...), op, middleware.Scope(scope))
 	if s.cfg.scope == nil {
 		// Without a principal, the call's credentials stand for it.
-		creds := middleware.Credentials(metadata.ValueFromIncomingContext(ctx, credentialsMetadataKey)...)
-		opts = append(opts[:len(opts):len(opts)], creds)
+		opts = append(opts, middleware.Credentials(metadata.ValueFromIncomingContext(ctx, credentialsMetadataKey)...))
 	}
 
 	var (
 		resp       any
 		handlerErr error
 	)
-	out, err := s.guard.Execute(ctx, scopedKey(scope, method, key), fp, func(ctx context.Context) (middleware.Result, error) {
+	out, err := s.guard.Execute(ctx, key, fp, func(ctx context.Context) (middleware.Result, error) {
 		var res middleware.Result
 		resp, res, handlerErr = s.run(ctx, req, info, handler)
 		return res, nil
 	}, opts...)
 	switch {
 	case err != nil:
-		return s.refuse(ctx, req, handler, err)
+		return s.refuse(ctx, err)
 	case out.Replayed:
 		return s.replay(ctx, out.Value)
 	}
@@ -181,7 +183,7 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		if p == nil {
 			return
 		}
-		s.cfg.logger.Error("grpcinterceptor: the handler panicked", slog.String("method", info.FullMethod),
+		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the handler panicked", slog.String("method", info.FullMethod),
 			slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		st := status.New(codes.Internal, "grpcinterceptor: the handler panicked")
 		resp, err = nil, st.Err()
@@ -245,7 +247,7 @@ func (s *server) verdict(cs metadataCapture, resp any, st *status.Status, store 
 func (s *server) replay(ctx context.Context, value []byte) (any, error) {
 	a, err := s.rebuild(value)
 	if err != nil {
-		s.cfg.logger.Error("grpcinterceptor: a recorded answer cannot be rebuilt", slog.String("error", err.Error()))
+		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be rebuilt", slog.String("error", err.Error()))
 		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer cannot be rebuilt by this server", s.cfg.retryDelay, nil)
 	}
@@ -303,8 +305,15 @@ func (s *server) rebuild(value []byte) (answer, error) {
 	return a, nil
 }
 
+// reject refuses a call before it reaches the guard (InvalidArgument with
+// the key's ErrorInfo), and reports it.
+func (s *server) reject(ctx context.Context, op middleware.CallOption, reason, msg string) error {
+	s.guard.Bypass(ctx, middleware.EventRejected, errors.New("grpcinterceptor: "+reason+": "+msg), op)
+	return s.refusal(codes.InvalidArgument, reason, msg, 0, s.keyMeta)
+}
+
 // refuse answers a call the guard did not run.
-func (s *server) refuse(ctx context.Context, req any, handler grpc.UnaryHandler, err error) (any, error) {
+func (s *server) refuse(ctx context.Context, err error) (any, error) {
 	switch {
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
 		return nil, s.refusal(codes.FailedPrecondition, ReasonCredentialsMismatch,
@@ -322,14 +331,11 @@ func (s *server) refuse(ctx context.Context, req any, handler grpc.UnaryHandler,
 	case errors.Is(err, store.ErrUnsealable):
 		// The call ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.
-		s.cfg.logger.Error("grpcinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
+		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
 		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer is unreadable; it will not be executed again", s.cfg.retryDelay, nil)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
-		if s.cfg.failOpen && transient {
-			return handler(ctx, req)
-		}
 		msg := "the idempotency backend cannot be reached, so the call was not executed; retry later with the same key"
 		if !transient {
 			msg = "the idempotency backend failed, so the call was not executed; retry later with the same key"
@@ -338,6 +344,6 @@ func (s *server) refuse(ctx context.Context, req any, handler grpc.UnaryHandler,
 	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	s.cfg.logger.Error("grpcinterceptor: unexpected guard error", slog.String("error", err.Error()))
+	s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: unexpected guard error", slog.String("error", err.Error()))
 	return nil, s.refusal(codes.Unavailable, ReasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
 }

@@ -233,11 +233,7 @@ func TestMismatch(t *testing.T) {
 			_, err := c.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 2})
 			return err
 		}, true},
-		{"another method, methods scoped", nil, func(ctx context.Context, c testgrpc.TestServiceClient) error {
-			_, err := c.CacheableUnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 1})
-			return err
-		}, false},
-		{"another method, one namespace", []grpcinterceptor.Option{grpcinterceptor.WithMethodScope(false)}, func(ctx context.Context, c testgrpc.TestServiceClient) error {
+		{"another method", nil, func(ctx context.Context, c testgrpc.TestServiceClient) error {
 			_, err := c.CacheableUnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 1})
 			return err
 		}, true},

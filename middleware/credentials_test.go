@@ -123,7 +123,7 @@ func TestRecordHoldsNoRawCredential(t *testing.T) {
 		if _, err := g.Execute(t.Context(), key, fpA, value(&runs, "v"), middleware.Credentials(token)); err != nil {
 			t.Fatal(err)
 		}
-		rec, ok, err := s.Get(t.Context(), "idempotency:"+key)
+		rec, ok, err := s.Get(t.Context(), "idempotency::"+key)
 		if err != nil || !ok {
 			t.Fatalf("Get: %v, %v", ok, err)
 		}

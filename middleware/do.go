@@ -20,8 +20,10 @@ import (
 // recorded as executed-not-replayable: fn never runs again under the key,
 // and retries get [ErrNotReplayable].
 //
-// replayed reports whether the value came from the record.
-func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx context.Context) (T, error)) (value T, replayed bool, err error) {
+// opts are those of [Guard.Execute] ([Scope], [Operation], [RecordTTL],
+// [FailOpen], [WaitBudget], [Credentials]). replayed reports whether the
+// value came from the record.
+func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx context.Context) (T, error), opts ...CallOption) (value T, replayed bool, err error) {
 	var fp fingerprint.Fingerprint
 	if input != nil {
 		if fp, err = g.cfg.valueFingerprint(input); err != nil {
@@ -39,7 +41,7 @@ func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx
 			return Result{Verdict: RecordNotReplayable}, nil
 		}
 		return Result{Value: b}, nil
-	})
+	}, opts...)
 	if err != nil || !out.Replayed {
 		return value, false, err
 	}

@@ -42,7 +42,7 @@ type config struct {
 	opTimeout          time.Duration
 	namespace          string
 	logger             *slog.Logger
-	hook               Hook
+	hooks              []Hook
 	secret             []byte // nil: none given
 	secretSet          bool
 	hasher             lock.Hasher // of the keys in events
@@ -90,12 +90,22 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
 // WithLogger sets the logger for failures that have no caller to return to
-// (an outcome that could not be recorded, a failed release). Default:
-// slog.Default().
+// (an outcome that could not be recorded, a failed release); it is called
+// with the call's ctx (the …Context methods), so a handler that reads
+// trace ids from it can put them on the line. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithHook sets the event hook. Default: none.
-func WithHook(h Hook) Option { return func(c *config) { c.hook = h } }
+// WithHook adds a hook that observes every call (see [Hook]); hooks
+// given in several options are called in order (their starts too, each
+// getting the ctx the one before returned). A nil hook is ignored.
+// Default: none.
+func WithHook(h Hook) Option {
+	return func(c *config) {
+		if h != nil {
+			c.hooks = append(c.hooks, h)
+		}
+	}
+}
 
 // WithSecret sets a secret shared by every node of the service: it keys
 // the hashes of bound credentials (see [Credentials]) and of the keys in
@@ -234,9 +244,14 @@ type Outcome struct {
 type CallOption func(*callConfig)
 
 type callConfig struct {
-	waitBudget  time.Duration
-	credentials []string // with bound: the values given to Credentials
-	bound       bool
+	waitBudget   time.Duration
+	credentials  []string // with bound: the values given to Credentials
+	bound        bool
+	scope        string
+	operation    string
+	recordTTL    time.Duration // with recordTTLSet
+	recordTTLSet bool
+	failOpen     bool
 }
 
 // WaitBudget overrides the guard's wait budget for one call; zero refuses
@@ -276,20 +291,29 @@ func WaitBudget(d time.Duration) CallOption {
 // fn's error, panic or a Forget verdict releases the claim and stores
 // nothing; the error (or panic) goes on to the caller. A replay costs one
 // round trip, a first execution two. The fingerprint's algorithm is part of
-// it: a record written under another algorithm is never a mismatch.
+// it: a record written under another version of the same algorithm (say
+// "http-v1" and "http-v2") is never a mismatch, so records written before
+// an upgrade still replay; one written under another algorithm family
+// ("http" and "grpc": an HTTP and a gRPC request sharing a key) is.
 //
 // Every backend call runs under the op timeout. Backend failures give
 // [ErrUnavailable] ([*UnavailableError]); the guard never runs fn when it
-// cannot tell whether fn already ran.
+// cannot tell whether fn already ran (unless the call asks to fail open:
+// [FailOpen]).
+//
+// The key lives in the call's scope ([Scope]); fn reads them back, with
+// the claim's fence, through [CallInfoFrom], and can ask that its outcome
+// not be recorded ([DoNotRecord]). Hooks ([WithHook]) see the call start
+// and end, and a context from [WatchOutcome] receives its outcome.
 func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerprint, fn Func, opts ...CallOption) (Outcome, error) {
-	c := g.newCall(key, opts)
-	if key == "" {
-		return Outcome{}, fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+	c := g.newCall(ctx, key, opts)
+	recordKey, err := c.validate()
+	if err != nil {
+		c.end(Event{Kind: EventRejected, Err: err})
+		return Outcome{}, err
 	}
-	recordKey := g.cfg.namespace + ":" + key
-	if len(recordKey) > store.MaxKeyBytes {
-		return Outcome{}, fmt.Errorf("%w: the key is %d bytes long; with its namespace and scope it must fit in %d", ErrInvalidKey, len(key), store.MaxKeyBytes)
-	}
+	c.started()
+	ctx = c.ctx
 	var fps string
 	if c.bound {
 		// The fingerprint and the binding, in one allocation.
@@ -320,7 +344,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		}
 		rec, claimed, err := g.claim(op, recordKey, fps)
 		if err != nil {
-			return Outcome{}, c.backend("claim", err)
+			return c.claimFailed(err, fn)
 		}
 		if claimed {
 			claim = rec
@@ -340,10 +364,15 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		if left <= 0 {
 			c.waited = time.Now().Sub(c.start)
 			e := &InProgressError{Attempts: c.attempts, Waited: c.waited}
-			c.emit(Event{Kind: EventInProgress, Fence: rec.Fence, Err: e})
+			c.end(Event{Kind: EventInProgress, Fence: rec.Fence, Err: e})
 			return Outcome{}, e
 		}
+		if c.attempts == 1 {
+			c.emit(Event{Kind: EventWaiting, Fence: rec.Fence})
+		}
 		if err := sleep(ctx, min(g.cfg.backoff.Delay(c.attempts), left)); err != nil {
+			c.waited = time.Now().Sub(c.start)
+			c.end(Event{Kind: EventCanceled, Err: err})
 			return Outcome{}, err
 		}
 		c.waited = time.Now().Sub(c.start)
@@ -351,19 +380,22 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 
 	// 2. fn, under the claim's lease.
 	fence := claim.Fence
+	c.fence = fence
 	l := g.hold(ctx, recordKey, fence, c, sent)
+	ranFrom := time.Now()
 	res, err := g.run(l, fn)
+	c.ran = time.Since(ranFrom)
 	if err != nil {
 		l.stop()
 		g.release(ctx, recordKey, fence, c)
-		c.emit(Event{Kind: EventExecuted, Fence: fence, Err: err})
+		c.end(Event{Kind: EventExecuted, Fence: fence, Err: err})
 		return Outcome{Value: res.Value, Fence: fence}, err
 	}
 	out := Outcome{Value: res.Value, Fence: fence}
-	if res.Verdict == Forget {
+	if res.Verdict == Forget || c.noRecord.Load() {
 		l.stop()
 		g.release(ctx, recordKey, fence, c)
-		c.emit(Event{Kind: EventExecuted, Fence: fence})
+		c.end(Event{Kind: EventExecuted, Fence: fence})
 		return out, nil
 	}
 
@@ -372,10 +404,40 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	if res.Verdict == RecordNotReplayable {
 		rec.State, rec.Response = store.StateNotReplayable, nil
 	}
-	out.Recorded = g.complete(ctx, rec, c, l)
+	var cause error
+	out.Recorded, cause = g.complete(ctx, &rec, c, l)
 	l.stop()
-	c.emit(Event{Kind: EventExecuted, Fence: fence, Recorded: out.Recorded})
+	if !out.Recorded {
+		c.notRecorded(ctx, rec, cause)
+		return out, nil
+	}
+	c.end(Event{Kind: EventExecuted, Fence: fence, Recorded: true, Size: len(rec.Response)})
 	return out, nil
+}
+
+// claimFailed answers a claim that failed with err: the call's ctx ended
+// (Aborted, returned as it is), the call fails open (a transient failure
+// and [FailOpen]: fn runs unguarded), or the backend is unavailable.
+func (c *call) claimFailed(err error, fn Func) (Outcome, error) {
+	code := idemkit.CodeOf(err)
+	if code == idemkit.CodeAborted {
+		c.end(Event{Kind: EventCanceled, Err: err})
+		return Outcome{}, err
+	}
+	e := &UnavailableError{Op: "claim", Err: err}
+	if !c.failOpen || !code.Transient() || errors.Is(err, store.ErrUnsealable) {
+		c.end(Event{Kind: EventUnavailable, Err: e})
+		return Outcome{}, e
+	}
+	// Fail open: fn runs without a claim, and nothing is recorded. Its
+	// ctx is the caller's, with the call's information for CallInfoFrom.
+	ranFrom := time.Now()
+	defer func() {
+		c.ran = time.Since(ranFrom)
+		c.end(Event{Kind: EventFailedOpen, Err: e})
+	}()
+	res, ferr := fn(context.WithValue(c.ctx, callKey{}, c))
+	return Outcome{Value: res.Value}, ferr
 }
 
 // claim makes one Claim under op, an unused op context, and releases it.
@@ -423,10 +485,15 @@ func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *ca
 	}
 }
 
-// complete writes rec, retrying failures with back-off for up to the record
-// write timeout, while l keeps the lease extended. It reports whether the
-// outcome landed.
-func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *lease) bool {
+// complete writes *rec, retrying failures with back-off for up to the
+// record write timeout, while l keeps the lease extended. It reports
+// whether the outcome landed, and if not, why. A response too large for
+// the store turns *rec into a not-replayable record.
+func (g *Guard) complete(ctx context.Context, rec *store.Record, c *call, l *lease) (bool, error) {
+	ttl := g.cfg.recordTTL
+	if c.recordTTLSet {
+		ttl = c.recordTTL
+	}
 	var start time.Time // the first attempt's: the write timeout runs from it
 	uncertain := false  // a failed attempt may have landed
 	for attempt := 1; ; attempt++ {
@@ -441,37 +508,35 @@ func (g *Guard) complete(ctx context.Context, rec store.Record, c *call, l *leas
 		} else {
 			op = newOpContext(ctx, now, g.cfg.opTimeout, true)
 		}
-		ok, err := l.complete(op, rec, g.cfg.recordTTL)
+		ok, err := l.complete(op, *rec, ttl)
 		op.release()
 		switch {
 		case err == nil && ok:
-			return true
-		case err == nil && uncertain && g.landed(ctx, rec):
+			return true, nil
+		case err == nil && uncertain && g.landed(ctx, *rec):
 			// An earlier attempt landed and its answer was lost: the
 			// record holds this claim's outcome.
-			return true
+			return true, nil
 		case err == nil:
 			// Another claim, or nothing, is there: the key was taken over
 			// (or deleted) after this claim's lease ran out.
 			lost := fmt.Errorf("%w: the record no longer carries this claim", lock.ErrLeaseLost)
 			c.emit(Event{Kind: EventLeaseLost, Fence: rec.Fence, Err: lost})
-			c.notRecorded(ctx, rec, lost)
-			return false
+			return false, lost
 		case errors.Is(err, store.ErrTooLarge) && rec.State == store.StateCompleted:
 			// The response does not fit: record that fn ran instead.
 			rec.State, rec.Response = store.StateNotReplayable, nil
 			continue
 		case idemkit.CodeOf(err) == idemkit.CodeInvalidArgument:
-			c.backend("complete", err)
-			c.notRecorded(ctx, rec, err)
-			return false
+			e := &UnavailableError{Op: "complete", Err: err}
+			c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: e})
+			return false, e
 		}
 		uncertain = true
 		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "complete", Err: err}})
 		delay := g.cfg.backoff.Delay(attempt)
 		if !time.Now().Add(delay).Before(start.Add(g.cfg.recordWriteTimeout)) {
-			c.notRecorded(ctx, rec, fmt.Errorf("gave up after %d attempts: %w", attempt, err))
-			return false
+			return false, fmt.Errorf("gave up after %d attempts: %w", attempt, err)
 		}
 		time.Sleep(delay)
 	}
@@ -529,8 +594,8 @@ type lease struct {
 // A lease is reckoned from when its claim or extension was sent, so this
 // process never thinks it lasts longer than the backend does.
 func (g *Guard) hold(ctx context.Context, key string, fence lock.Fence, c *call, sent time.Time) *lease {
-	l := &lease{g: g, fn: fnContext{parent: ctx}, key: key, fence: fence, call: c, valid: sent.Add(g.cfg.leaseTTL)}
-	if g.cfg.hook != nil {
+	l := &lease{g: g, fn: fnContext{parent: ctx, call: c}, key: key, fence: fence, call: c, valid: sent.Add(g.cfg.leaseTTL)}
+	if len(g.cfg.hooks) != 0 {
 		c.hash() // before a renewal may emit events from its goroutine
 	}
 	g.renewals.add(l, sent)
@@ -650,6 +715,7 @@ func (l *lease) stop() {
 // caller's.
 type fnContext struct {
 	parent context.Context
+	call   *call                        // answers CallInfoFrom and DoNotRecord
 	mu     sync.Mutex                   // held while inner is created or the context ends
 	inner  atomic.Pointer[causeContext] // once created, it answers everything
 	ended  atomic.Uint32                // how it ended without inner: endedOwn or endedParent
@@ -734,6 +800,9 @@ func (c *fnContext) Err() error {
 
 // Value implements context.Context.
 func (c *fnContext) Value(key any) any {
+	if key == (callKey{}) {
+		return c.call
+	}
 	if in := c.inner.Load(); in != nil {
 		return in.ctx.Value(key)
 	}
@@ -750,6 +819,7 @@ func (c *fnContext) Value(key any) any {
 // call carries one Execute call's state for its events.
 type call struct {
 	g          *Guard
+	ctx        context.Context // the caller's, then the one the hooks' starts returned
 	keyHash    string
 	key        string
 	callConfig        // the options of the call; they set it in place
@@ -757,15 +827,39 @@ type call struct {
 	start      time.Time
 	attempts   int
 	waited     time.Duration
-	claimOp    opContext // the op context of the first claim
+	ran        time.Duration
+	fence      lock.Fence  // the claim's, once fn runs
+	noRecord   atomic.Bool // DoNotRecord was called
+	claimOp    opContext   // the op context of the first claim
 }
 
-func (g *Guard) newCall(key string, opts []CallOption) *call {
-	c := &call{g: g, key: key, start: time.Now(), callConfig: callConfig{waitBudget: g.cfg.waitBudget}}
+func (g *Guard) newCall(ctx context.Context, key string, opts []CallOption) *call {
+	c := &call{g: g, ctx: ctx, key: key, start: time.Now(), callConfig: callConfig{waitBudget: g.cfg.waitBudget}}
 	for _, o := range opts {
 		o(&c.callConfig) // in the call itself, which is allocated anyway
 	}
 	return c
+}
+
+// validate checks the call's key and options and returns its record key:
+// "<namespace>:<scope>:<key>".
+func (c *call) validate() (string, error) {
+	if c.recordTTLSet && c.recordTTL < time.Millisecond {
+		return "", idemkit.NewError(idemkit.CodeInvalidArgument, "execute", "record TTL must be at least 1ms", nil)
+	}
+	return c.g.recordKey(c.scope, c.key)
+}
+
+// started hands the start of the call to the hooks; c.ctx becomes the ctx
+// the last of them returned.
+func (c *call) started() {
+	if len(c.g.cfg.hooks) == 0 {
+		return
+	}
+	e := c.event(Event{Kind: EventStart})
+	for _, h := range c.g.cfg.hooks {
+		c.ctx = startTo(h, c.ctx, e)
+	}
 }
 
 // answer turns a record with an outcome into the call's result.
@@ -775,26 +869,26 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 	}
 	if rec.State == store.StateNotReplayable {
 		e := &NotReplayableError{CreatedAt: rec.CreatedAt, Fence: rec.Fence}
-		c.emit(Event{Kind: EventNotReplayable, Fence: rec.Fence, Err: e})
+		c.end(Event{Kind: EventNotReplayable, Fence: rec.Fence, Err: e})
 		return Outcome{}, e
 	}
-	c.emit(Event{Kind: EventReplayed, Fence: rec.Fence})
+	c.end(Event{Kind: EventReplayed, Fence: rec.Fence, Size: len(rec.Response)})
 	return Outcome{Replayed: true, Value: rec.Response, Fence: rec.Fence, CreatedAt: rec.CreatedAt}, nil
 }
 
 // refusal compares rec, a record of the call's key, with the call: the
 // credentials first, so that a caller with other credentials learns
 // nothing about the recorded request, then the fingerprint. It returns the
-// error that refuses the call (and emits its event), or nil.
+// error that refuses the call (and ends it), or nil.
 func (c *call) refusal(rec store.Record, fp fingerprint.Fingerprint) error {
 	stored, binding := splitStored(rec.Fingerprint)
 	if binding != c.binding {
-		c.emit(Event{Kind: EventCredentialsMismatch, Fence: rec.Fence, Err: ErrCredentialsMismatch})
+		c.end(Event{Kind: EventCredentialsMismatch, Fence: rec.Fence, Err: ErrCredentialsMismatch})
 		return ErrCredentialsMismatch
 	}
 	if same, comparable := compareStored(stored, fp); comparable && !same {
 		e := &MismatchError{Stored: stored, Got: fp.String()}
-		c.emit(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
+		c.end(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
 		return e
 	}
 	return nil
@@ -822,21 +916,9 @@ func compareStored(stored string, fp fingerprint.Fingerprint) (same, comparable 
 	return stored[len(alg)+1:] == string(hexSum[:]), true
 }
 
-// backend wraps a backend failure, reports it and returns it. An ended
-// caller ctx is returned as it is: it is the caller's doing, not the
-// backend's.
-func (c *call) backend(op string, err error) error {
-	if idemkit.CodeOf(err) == idemkit.CodeAborted {
-		return err
-	}
-	e := &UnavailableError{Op: op, Err: err}
-	c.emit(Event{Kind: EventBackendError, Err: e})
-	return e
-}
-
-// notRecorded reports an outcome that could not be recorded.
+// notRecorded ends a call whose outcome could not be recorded.
 func (c *call) notRecorded(ctx context.Context, rec store.Record, cause error) {
-	c.emit(Event{Kind: EventNotRecorded, Fence: rec.Fence, Err: cause})
+	c.end(Event{Kind: EventNotRecorded, Fence: rec.Fence, Err: cause})
 	c.g.cfg.logger.ErrorContext(ctx, "idempotency: the outcome could not be recorded; the claim is left to run out, and a retry after that may run the work again",
 		slog.String("key_hash", c.hash()), slog.String("fence", rec.Fence.String()), slog.String("error", cause.Error()))
 }
@@ -848,15 +930,44 @@ func (c *call) hash() string {
 	return c.keyHash
 }
 
-// emit completes e and hands it to the hook.
+// event completes e with what the call knows.
+func (c *call) event(e Event) Event {
+	e.Operation = c.operation
+	e.KeyHash = c.hash()
+	if c.scope != "" {
+		e.ScopeHash = c.g.cfg.hasher.Hash(c.scope)
+	}
+	e.Attempts, e.Waited = c.attempts, c.waited
+	if e.Kind == EventExecuted || e.Kind == EventNotRecorded || e.Kind == EventFailedOpen {
+		e.Ran = c.ran
+	}
+	e.Duration = time.Since(c.start)
+	return e
+}
+
+// emit completes e and hands it to the hooks.
 func (c *call) emit(e Event) {
-	h := c.g.cfg.hook
-	if h == nil {
+	if len(c.g.cfg.hooks) == 0 {
 		return
 	}
-	e.KeyHash = c.hash()
-	e.Attempts, e.Waited = c.attempts, c.waited
-	e.Duration = time.Since(c.start)
-	defer func() { _ = recover() }()
-	h.IdempotencyEvent(e)
+	e = c.event(e)
+	for _, h := range c.g.cfg.hooks {
+		emitTo(h, c.ctx, e)
+	}
+}
+
+// end reports the call's outcome e to the hooks and to the watch of its
+// ctx, if any.
+func (c *call) end(e Event) {
+	w, _ := c.ctx.Value(watchKey{}).(*OutcomeWatch)
+	if len(c.g.cfg.hooks) == 0 && w == nil {
+		return
+	}
+	e = c.event(e)
+	if w != nil {
+		w.last.Store(&e)
+	}
+	for _, h := range c.g.cfg.hooks {
+		emitTo(h, c.ctx, e)
+	}
 }

@@ -25,11 +25,19 @@ var (
 
 // events records guard events.
 type events struct {
-	mu   sync.Mutex
-	list []middleware.Event
+	mu     sync.Mutex
+	list   []middleware.Event // all but the starts
+	starts int
 }
 
-func (e *events) IdempotencyEvent(ev middleware.Event) {
+func (e *events) IdempotencyStart(ctx context.Context, ev middleware.Event) context.Context {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.starts++
+	return ctx
+}
+
+func (e *events) IdempotencyEvent(_ context.Context, ev middleware.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.list = append(e.list, ev)
@@ -488,7 +496,7 @@ func TestBackendUnavailable(t *testing.T) {
 	if !errors.Is(err, middleware.ErrUnavailable) || !errors.As(err, &ue) || !errors.Is(err, idemkit.ErrServiceUnavailable) {
 		t.Fatalf("Execute: %v; want ErrUnavailable wrapping the backend's error", err)
 	}
-	if runs.Load() != 0 || ev.count(middleware.EventBackendError) != 1 {
+	if runs.Load() != 0 || ev.count(middleware.EventUnavailable) != 1 || ev.starts != 1 {
 		t.Fatalf("fn ran %d times, events %v", runs.Load(), ev.kinds())
 	}
 	s := memstore.New()
@@ -566,7 +574,7 @@ func TestOptionValidation(t *testing.T) {
 }
 
 func TestHookPanicIsContained(t *testing.T) {
-	g := newGuard(t, memstore.New(), middleware.WithHook(middleware.HookFunc(func(middleware.Event) { panic("hook") })))
+	g := newGuard(t, memstore.New(), middleware.WithHook(middleware.HookFunc(func(context.Context, middleware.Event) { panic("hook") })))
 	var runs atomic.Int32
 	if out, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v")); err != nil || !out.Recorded {
 		t.Fatalf("Execute with a panicking hook: %+v, %v", out, err)

@@ -84,16 +84,19 @@ func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handl
 // and a next that resumes the framework's chain; they tell the two cases
 // apart by comparing the request next gets with r.
 func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
+	op := middleware.Operation(c.operation(r))
 	if !c.cfg.methods[r.Method] {
+		c.guard.Bypass(r.Context(), middleware.EventPassedThrough, nil, op)
 		next(w, r)
 		return
 	}
 	values := r.Header.Values(c.cfg.header)
 	if len(values) == 0 {
 		if c.cfg.required {
-			c.writeProblem(w, http.StatusBadRequest, ProblemKeyMissing, "send an "+c.cfg.header+" header with a unique key, such as a UUID", 0)
+			c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMissing, "send an "+c.cfg.header+" header with a unique key, such as a UUID")
 			return
 		}
+		c.guard.Bypass(r.Context(), middleware.EventPassedThrough, nil, op)
 		next(w, r)
 		return
 	}
@@ -101,11 +104,11 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 	if err != nil {
 		var ke *keyError
 		errors.As(err, &ke)
-		c.writeProblem(w, http.StatusBadRequest, ProblemKeyMalformed, ke.reason, 0)
+		c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMalformed, ke.reason)
 		return
 	}
 
-	body, ok := c.readBody(w, r)
+	body, ok := c.readBody(w, r, op)
 	if !ok {
 		return
 	}
@@ -123,17 +126,20 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 		scope = c.cfg.scope(r)
 	}
 
-	var optBuf [2]middleware.CallOption
-	opts := optBuf[:0]
+	var optBuf [5]middleware.CallOption
+	opts := append(optBuf[:0], op, middleware.Scope(scope))
 	if !c.cfg.wait {
 		opts = append(opts, middleware.WaitBudget(0))
+	}
+	if c.cfg.failOpen {
+		opts = append(opts, middleware.FailOpen())
 	}
 	if c.cfg.scope == nil {
 		// Without a principal, the request's credentials stand for it.
 		opts = append(opts, credentials(r.Header))
 	}
 	aborted := false
-	out, err := c.guard.Execute(r.Context(), scopedKey(scope, key), fp, func(ctx context.Context) (middleware.Result, error) {
+	out, err := c.guard.Execute(r.Context(), key, fp, func(ctx context.Context) (middleware.Result, error) {
 		return c.run(ctx, w, r, body, next, &aborted), nil
 	}, opts...)
 	if aborted {
@@ -147,7 +153,37 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 		}
 		return
 	}
-	c.refuse(w, r, body, next, err)
+	c.refuse(w, r, err)
+}
+
+// reject answers a request refused before it reached the guard, and
+// reports it.
+func (c *Core) reject(w http.ResponseWriter, r *http.Request, op middleware.CallOption, status int, problem, detail string) {
+	c.guard.Bypass(r.Context(), middleware.EventRejected, errors.New("nethttp: "+problem+": "+detail), op)
+	c.writeProblem(w, status, problem, detail, 0)
+}
+
+// operation names the request's operation for hooks and telemetry.
+func (c *Core) operation(r *http.Request) string {
+	if c.cfg.operation != nil {
+		return c.cfg.operation(r)
+	}
+	return patternOperation(r)
+}
+
+// patternOperation returns the ServeMux pattern that matched r (Go 1.22
+// patterns), behind r's method when the pattern has none: "POST
+// /orders/{id}". It is "" when r went through no ServeMux before the
+// middleware (a middleware around the whole mux runs before it matches).
+func patternOperation(r *http.Request) string {
+	p := r.Pattern
+	if p == "" {
+		return ""
+	}
+	if before, _, ok := strings.Cut(p, " "); ok && !strings.Contains(before, "/") {
+		return p
+	}
+	return r.Method + " " + p
 }
 
 // readBody reads the request body within the limit and restores it for the
@@ -159,10 +195,10 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 // read through the limit, never trusted to have that length, because a middleware in front of this one
 // may have replaced r.Body (a decompressing one, say) and left
 // ContentLength describing the old body.
-func (c *Core) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+func (c *Core) readBody(w http.ResponseWriter, r *http.Request, op middleware.CallOption) ([]byte, bool) {
 	if r.ContentLength > c.cfg.maxBody {
-		c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
-			fmt.Sprintf("the body has %d bytes; at most %d are accepted", r.ContentLength, c.cfg.maxBody), 0)
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+			fmt.Sprintf("the body has %d bytes; at most %d are accepted", r.ContentLength, c.cfg.maxBody))
 		return nil, false
 	}
 	if r.Body == nil || r.Body == http.NoBody {
@@ -173,27 +209,23 @@ func (c *Core) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	var maxBytes *http.MaxBytesError
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
-			fmt.Sprintf("the body exceeds %d bytes", c.cfg.maxBody), 0)
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+			fmt.Sprintf("the body exceeds %d bytes", c.cfg.maxBody))
 		return nil, false
 	case errors.As(err, &maxBytes):
 		// An http.MaxBytesReader in front of the middleware stopped it.
-		c.writeProblem(w, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
-			fmt.Sprintf("the body exceeds %d bytes", maxBytes.Limit), 0)
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+			fmt.Sprintf("the body exceeds %d bytes", maxBytes.Limit))
 		return nil, false
 	case err != nil:
 		// The client went away or sent a broken body (a bad gzip stream
 		// behind a decompressing middleware, a torn chunked encoding):
 		// nothing ran.
-		c.writeProblem(w, http.StatusBadRequest, ProblemBodyUnreadable, "the request body could not be read", 0)
+		c.reject(w, r, op, http.StatusBadRequest, ProblemBodyUnreadable, "the request body could not be read")
 		return nil, false
 	}
 	return body, true
 }
-
-// setBody gives r a fresh reader over body (and GetBody, for handlers that
-// replay it).
-func setBody(r *http.Request, body []byte) { useBody(r, new(bufferedBody), body) }
 
 // useBody makes b, unused, r's body: a fresh reader over body (and
 // GetBody, for handlers that replay it).
@@ -234,26 +266,6 @@ func (c *Core) route(r *http.Request) string {
 	return r.URL.Path
 }
 
-// scopedKey joins a scope and a key as "<scope>:<key>", readable in the
-// backend ("idempotency:tenant-a:order-42" under the guard's namespace).
-// The scope is escaped (see escapeScope), so it never holds a raw ':' and
-// no two pairs spell one string; nor does it ever hold a raw '@', which
-// starts the gRPC interceptor's keys in a store the two share.
-func scopedKey(scope, key string) string {
-	return escapeScope(scope) + ":" + key
-}
-
-// scopeEscaper percent-encodes the bytes that structure a scoped key.
-var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A", "@", "%40")
-
-// escapeScope percent-encodes '%', ':' and '@' in s.
-func escapeScope(s string) string {
-	if !strings.ContainsAny(s, "%:@") {
-		return s
-	}
-	return scopeEscaper.Replace(s)
-}
-
 // run calls the handler with a capturing writer and returns what to record.
 // A handler that panics with http.ErrAbortHandler after it began its
 // response sets *aborted, for the caller to re-panic once the record is
@@ -276,7 +288,7 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 			res = middleware.Result{Verdict: middleware.RecordNotReplayable}
 			return
 		}
-		c.cfg.logger.Error("nethttp: the handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		c.cfg.logger.ErrorContext(ctx, "nethttp: the handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		if !rec.wrote {
 			c.writeProblem(cw, http.StatusInternalServerError, ProblemInternal, "", 0)
 		}
@@ -345,7 +357,7 @@ func (c *Core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
 	}
 	if err != nil {
 		undo()
-		c.cfg.logger.Error("nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
+		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
 		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
 		return
 	}
@@ -379,7 +391,7 @@ func exposeHeader(h http.Header, name string) {
 }
 
 // refuse answers a request the guard did not run.
-func (c *Core) refuse(w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), err error) {
+func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
 		c.writeProblem(w, http.StatusUnprocessableEntity, ProblemCredentialsMismatch,
@@ -397,16 +409,11 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, body []byte, next 
 	case errors.Is(err, store.ErrUnsealable):
 		// The request ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.
-		c.cfg.logger.Error("nethttp: a recorded response cannot be opened", slog.String("error", err.Error()))
+		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response cannot be opened", slog.String("error", err.Error()))
 		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable,
 			"the request with this key was executed, but its recorded response is unreadable; it will not be executed again", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
-		if c.cfg.failOpen && transient {
-			setBody(r, body)
-			next(w, r)
-			return
-		}
 		detail := "the idempotency backend cannot be reached, so the request was not executed; retry later with the same key"
 		if !transient {
 			detail = "the idempotency backend failed, so the request was not executed; retry later with the same key"
@@ -415,7 +422,7 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, body []byte, next 
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
 	default:
-		c.cfg.logger.Error("nethttp: unexpected guard error", slog.String("error", err.Error()))
+		c.cfg.logger.ErrorContext(r.Context(), "nethttp: unexpected guard error", slog.String("error", err.Error()))
 		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "", c.cfg.retryAfter)
 	}
 }

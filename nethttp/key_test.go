@@ -88,27 +88,3 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
-
-// TestScopedKey: scoped keys read as "<scope>:<key>", and no two (scope,
-// key) pairs spell one string, nor the gRPC interceptor's "@grpc:..." keys.
-func TestScopedKey(t *testing.T) {
-	if got := scopedKey("tenant-a", "order-42"); got != "tenant-a:order-42" {
-		t.Fatalf("scopedKey = %q; want tenant-a:order-42", got)
-	}
-	if got := scopedKey("", "order-42"); got != ":order-42" {
-		t.Fatalf("scopedKey without scope = %q; want :order-42", got)
-	}
-	seen := map[string][2]string{}
-	for _, scope := range []string{"", "a", "a:b", "a%3Ab", "%", "@grpc", "a@b"} {
-		for _, key := range []string{"k", "b:k", ":k", "%3A", "@grpc:x:/M:k"} {
-			sk := scopedKey(scope, key)
-			if prev, ok := seen[sk]; ok {
-				t.Fatalf("%q spells both %v and %v", sk, prev, [2]string{scope, key})
-			}
-			seen[sk] = [2]string{scope, key}
-			if strings.HasPrefix(sk, "@") {
-				t.Fatalf("%q starts with '@', which only gRPC keys may", sk)
-			}
-		}
-	}
-}

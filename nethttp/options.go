@@ -69,6 +69,7 @@ type config struct {
 	maxKeyLen     int
 	scope         func(*http.Request) string
 	route         func(*http.Request) string
+	operation     func(*http.Request) string
 	fingerprint   func(r *http.Request, route string, body []byte) fingerprint.Fingerprint
 	maxBody       int64
 	maxResponse   int
@@ -154,6 +155,17 @@ func WithScope(scope func(r *http.Request) string) Option { return func(c *confi
 // 422, not order 1's receipt).
 func WithRoute(route func(r *http.Request) string) Option { return func(c *config) { c.route = route } }
 
+// WithOperation sets how a request's operation is named for hooks and
+// telemetry (see middleware.Operation): it must have few distinct values,
+// such as a route pattern, never a raw path with ids in it. Default: the
+// ServeMux pattern that matched the request, behind its method when the
+// pattern has none ("POST /orders/{id}"), or "" when the middleware runs
+// before any ServeMux matched (around the whole mux); the gin and echo
+// adapters default to the route gin and echo matched.
+func WithOperation(operation func(r *http.Request) string) Option {
+	return func(c *config) { c.operation = operation }
+}
+
 // WithFingerprint replaces the request fingerprint. Default: method, route,
 // query, content type and body (canonical JSON for JSON bodies); see
 // fingerprint.HTTP.
@@ -206,8 +218,8 @@ func WithStorePolicy(p StorePolicy) Option { return func(c *config) { c.policy =
 // such duplicates 409 at once. Default: true.
 func WithWaitForResult(wait bool) Option { return func(c *config) { c.wait = wait } }
 
-// WithFailOpen lets requests through unguarded when the idempotency backend
-// is unreachable: when it fails in a way that may pass (it cannot be
+// WithFailOpen lets requests through unguarded (see middleware.FailOpen)
+// when the idempotency backend is unreachable: when it fails in a way that may pass (it cannot be
 // reached, does not answer in time, or refuses for load:
 // idemkit.Code.Transient). Other failures still answer 503, and so does a
 // record that exists but cannot be read (a response sealed with a key this

@@ -411,7 +411,7 @@ func TestSealThroughGuard(t *testing.T) {
 	if err != nil || !out.Replayed || string(out.Value) != sealMarker || runs.Load() != 1 {
 		t.Fatalf("retry: %+v, %v (fn ran %d times)", out, err, runs.Load())
 	}
-	if r := raw(t, inner, "idempotency:order-1"); bytes.Contains(r, []byte("4242424242424242")) {
+	if r := raw(t, inner, "idempotency::order-1"); bytes.Contains(r, []byte("4242424242424242")) {
 		t.Fatal("the backend holds the response in plain text")
 	}
 
@@ -423,7 +423,7 @@ func TestSealThroughGuard(t *testing.T) {
 
 	var events []middleware.Event
 	retired := guard(mustSeal(t, inner, sealQ4), middleware.WithWaitBudget(0),
-		middleware.WithHook(middleware.HookFunc(func(e middleware.Event) { events = append(events, e) })))
+		middleware.WithHook(middleware.HookFunc(func(_ context.Context, e middleware.Event) { events = append(events, e) })))
 	for _, c := range []struct{ key, want string }{
 		{"order-1", `key id "2025-q3", which is not among the keys given`},
 		{"order-2", "not sealed"},
@@ -441,8 +441,8 @@ func TestSealThroughGuard(t *testing.T) {
 	if n := runs.Load(); n != 2 {
 		t.Fatalf("fn ran %d times; want 2 (once per key, never for a record that does not open)", n)
 	}
-	if len(events) != 6 || events[0].Kind != middleware.EventBackendError || !errors.Is(events[0].Err, store.ErrUnsealable) {
-		t.Fatalf("events %+v; want one backend error per call, matching store.ErrUnsealable", events)
+	if len(events) != 6 || events[0].Kind != middleware.EventUnavailable || !errors.Is(events[0].Err, store.ErrUnsealable) {
+		t.Fatalf("events %+v; want one unavailable outcome per call, matching store.ErrUnsealable", events)
 	}
 
 	// Once the key is given back, the record replays.

@@ -34,7 +34,7 @@ type Field struct {
 
 // sealedRecordKey is the record key of the guard's key in [Sealed], under
 // the guard's default namespace.
-const sealedRecordKey = "idempotency:payment-1"
+const sealedRecordKey = "idempotency::payment-1"
 
 // sealedResponse holds what must never reach a server in plain text.
 const sealedResponse = `{"status":201,"body":{"card":"4242424242424242","email":"ada.lovelace@example.com"}}`

@@ -117,7 +117,7 @@ func TestGuardRoundTrips(t *testing.T) {
 			var events atomic.Int32
 			var opts []middleware.Option
 			if hook {
-				opts = append(opts, middleware.WithHook(middleware.HookFunc(func(middleware.Event) { events.Add(1) })))
+				opts = append(opts, middleware.WithHook(middleware.HookFunc(func(context.Context, middleware.Event) { events.Add(1) })))
 			}
 			g := newGuard(t, c, opts...)
 			fp := fingerprint.New("test", [32]byte{2})

@@ -34,7 +34,7 @@ func TestGuardCompletionOutlivesItsTimeout(t *testing.T) {
 		return err
 	})
 	var notRecorded atomic.Int32
-	hook := middleware.HookFunc(func(e middleware.Event) {
+	hook := middleware.HookFunc(func(_ context.Context, e middleware.Event) {
 		if e.Kind == middleware.EventNotRecorded {
 			notRecorded.Add(1)
 		}

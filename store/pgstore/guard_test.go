@@ -89,7 +89,7 @@ func TestGuardRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	var events atomic.Int32
-	hook := middleware.WithHook(middleware.HookFunc(func(middleware.Event) { events.Add(1) }))
+	hook := middleware.WithHook(middleware.HookFunc(func(context.Context, middleware.Event) { events.Add(1) }))
 	for _, withHook := range []bool{false, true} {
 		opts := []middleware.Option{middleware.WithLogger(discard())}
 		if withHook {
@@ -343,7 +343,7 @@ func TestRecordWrittenAfterConnectionsCut(t *testing.T) {
 				t.Fatalf("%s: retry %+v, %v; want a replay", key, out, err)
 			}
 		}
-		if got, ok, err := nodes[1].store.Get(t.Context(), "idempotency:"+key); err != nil || !ok || string(got.Response) != key {
+		if got, ok, err := nodes[1].store.Get(t.Context(), "idempotency::"+key); err != nil || !ok || string(got.Response) != key {
 			t.Fatalf("%s: the stored record: %+v, %v, %v", key, got, ok, err)
 		}
 		if n := executions.Load(); n != 1 {

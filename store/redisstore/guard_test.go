@@ -76,7 +76,7 @@ func TestRoundTripsThroughGuard(t *testing.T) {
 				var events atomic.Int32
 				var opts []middleware.Option
 				if hooked {
-					opts = append(opts, middleware.WithHook(middleware.HookFunc(func(middleware.Event) { events.Add(1) })))
+					opts = append(opts, middleware.WithHook(middleware.HookFunc(func(context.Context, middleware.Event) { events.Add(1) })))
 				}
 				g := newGuard(t, c, opts...)
 				if err := c.Ping(t.Context()).Err(); err != nil { // connect first: the handshake is not the guard's
@@ -179,7 +179,7 @@ func TestStaleHolderAcrossStalledLink(t *testing.T) {
 	}
 	var notRecorded atomic.Int32
 	a := newGuard(t, nodeClient(t, l.addr(), func(o *redis.Options) { o.MaxRetries = -1 }), append(opts,
-		middleware.WithHook(middleware.HookFunc(func(e middleware.Event) {
+		middleware.WithHook(middleware.HookFunc(func(_ context.Context, e middleware.Event) {
 			if e.Kind == middleware.EventNotRecorded {
 				notRecorded.Add(1)
 			}
@@ -254,7 +254,7 @@ func TestServerKilledWhileFnRuns(t *testing.T) {
 		middleware.WithRecordWriteTimeout(2 * time.Minute), middleware.WithOpTimeout(2 * time.Second),
 		middleware.WithBackoff(idemkit.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}),
 	}
-	first := newGuard(t, newClient(), append(opts, middleware.WithHook(middleware.HookFunc(func(e middleware.Event) {
+	first := newGuard(t, newClient(), append(opts, middleware.WithHook(middleware.HookFunc(func(_ context.Context, e middleware.Event) {
 		if e.Kind == middleware.EventBackendError {
 			select {
 			case backendErrors <- struct{}{}:

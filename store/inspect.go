@@ -1,0 +1,55 @@
+package store
+
+import (
+	"context"
+)
+
+// Inspection is what an operator sees of one record (see [Inspect]).
+type Inspection struct {
+	// Record is the record; its Response is set only when asked for, and
+	// opened when the store seals (see [Seal]).
+	Record
+	// Size is how many bytes the response takes in the backend (for a
+	// sealed response, its envelope).
+	Size int
+	// Sealed reports whether the response is sealed.
+	Sealed bool
+}
+
+// Inspect reads the live record under key as an operator would see it,
+// without changing it: its state, fingerprint, fence, times, the size of
+// its response and whether that response is sealed. The response itself
+// is returned only with withResponse: opened when s seals with a key that
+// can open it (else the error matches [ErrUnsealable]), left out when it
+// is sealed and s cannot open it (a store without the seal keys). ok is
+// false when there is no live record.
+func Inspect(ctx context.Context, s Store, key string, withResponse bool) (in Inspection, ok bool, err error) {
+	inner := s
+	sl, sealing := s.(*sealed)
+	if sealing {
+		inner = sl.next
+	}
+	rec, ok, err := inner.Get(ctx, key)
+	if err != nil || !ok {
+		return Inspection{}, ok, err
+	}
+	in = Inspection{Record: rec, Size: len(rec.Response), Sealed: isSealed(rec.Response)}
+	in.Response = nil
+	switch {
+	case !withResponse:
+	case sealing && len(rec.Response) > 0:
+		if in.Response, err = sl.openResponse("inspect", key, rec.Fingerprint, rec.Response); err != nil {
+			return Inspection{}, false, err
+		}
+	case !in.Sealed:
+		in.Response = rec.Response
+	}
+	return in, true, nil
+}
+
+// isSealed reports whether a stored response is a sealed envelope (of any
+// version).
+func isSealed(response []byte) bool {
+	n := len(sealMagic) - 1
+	return len(response) >= n+1 && string(response[:n]) == sealMagic[:n]
+}
