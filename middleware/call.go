@@ -14,7 +14,9 @@ import (
 // ':' percent-encoded, so no two (scope, key) pairs share a record). The
 // same key under two scopes names two calls. The work reads it back with
 // [CallInfoFrom]; hooks get it hashed. Default: the empty scope.
-func Scope(scope string) CallOption { return func(c *callConfig) { c.scope = scope } }
+func Scope(scope string) CallOption { return CallOption{set: setScope, text: scope} }
+
+func setScope(c *callConfig, o CallOption) { c.scope = o.text }
 
 // Operation names what the call does, for hooks, telemetry and the work
 // ([CallInfoFrom]): a route pattern ("POST /orders"), gin's FullPath(),
@@ -22,13 +24,15 @@ func Scope(scope string) CallOption { return func(c *callConfig) { c.scope = sco
 // distinct values (it becomes a metric attribute): never a raw path with
 // ids in it. It is not part of the record key nor of the fingerprint.
 // Default: "".
-func Operation(name string) CallOption { return func(c *callConfig) { c.operation = name } }
+func Operation(name string) CallOption { return CallOption{set: setOperation, text: name} }
+
+func setOperation(c *callConfig, o CallOption) { c.operation = o.text }
 
 // RecordTTL overrides the guard's record TTL for this call's outcome (see
 // [WithRecordTTL]); it must be at least 1 ms.
-func RecordTTL(d time.Duration) CallOption {
-	return func(c *callConfig) { c.recordTTL, c.recordTTLSet = d, true }
-}
+func RecordTTL(d time.Duration) CallOption { return CallOption{set: setRecordTTL, d: d} }
+
+func setRecordTTL(c *callConfig, o CallOption) { c.recordTTL, c.recordTTLSet = o.d, true }
 
 // FailOpen lets the call run fn unguarded when the backend cannot be
 // reached for its claim (idemkit.Code.Transient: unreachable, timed out,
@@ -36,7 +40,9 @@ func RecordTTL(d time.Duration) CallOption {
 // run too, and the outcome is [EventFailedOpen]. Other failures, and a
 // record that exists but cannot be read (store.ErrUnsealable: its request
 // ran), still give [ErrUnavailable]. Default: fail closed.
-func FailOpen() CallOption { return func(c *callConfig) { c.failOpen = true } }
+func FailOpen() CallOption { return CallOption{set: setFailOpen} }
+
+func setFailOpen(c *callConfig, _ CallOption) { c.failOpen = true }
 
 // escapeScope percent-encodes '%' and ':' in a scope.
 func escapeScope(s string) string {
@@ -139,7 +145,9 @@ func (g *Guard) Bypass(ctx context.Context, kind EventKind, err error, opts ...C
 	}
 	var cc callConfig
 	for _, o := range opts {
-		o(&cc)
+		if o.set != nil {
+			o.set(&cc, o)
+		}
 	}
 	e := Event{Kind: kind, Operation: cc.operation, Err: err}
 	if cc.scope != "" {

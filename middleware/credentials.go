@@ -41,9 +41,9 @@ const bindingBytes = 24
 // [WithSecret]). A call without this option is not bound and is compared
 // by its payload alone; a call without values (Credentials()) is bound to
 // having none.
-func Credentials(values ...string) CallOption {
-	return func(c *callConfig) { c.credentials, c.bound = values, true }
-}
+func Credentials(values ...string) CallOption { return CallOption{set: setCredentials, list: values} }
+
+func setCredentials(c *callConfig, o CallOption) { c.credentials, c.bound = o.list, true }
 
 // bindingKey returns the key of the credential hashes: the label itself
 // without a secret, else the HMAC-SHA-256 of the label under the secret,

@@ -240,8 +240,16 @@ type Outcome struct {
 	CreatedAt time.Time
 }
 
-// CallOption adjusts one call to Execute.
-type CallOption func(*callConfig)
+// CallOption adjusts one call to Execute or Do. Options are values made
+// by the functions that return them (Scope, Operation, WaitBudget,
+// RecordTTL, FailOpen, Credentials); passing them allocates nothing. The
+// zero CallOption does nothing.
+type CallOption struct {
+	set  func(*callConfig, CallOption) // a function without captures: the data is in the option
+	text string
+	list []string
+	d    time.Duration
+}
 
 type callConfig struct {
 	waitBudget   time.Duration
@@ -256,9 +264,9 @@ type callConfig struct {
 
 // WaitBudget overrides the guard's wait budget for one call; zero refuses
 // a duplicate at once.
-func WaitBudget(d time.Duration) CallOption {
-	return func(c *callConfig) { c.waitBudget = max(d, 0) }
-}
+func WaitBudget(d time.Duration) CallOption { return CallOption{set: setWaitBudget, d: d} }
+
+func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 
 // Execute runs fn at most once for key, across every guard that shares this
 // guard's backend, and answers every later call with the same key and
@@ -836,7 +844,9 @@ type call struct {
 func (g *Guard) newCall(ctx context.Context, key string, opts []CallOption) *call {
 	c := &call{g: g, ctx: ctx, key: key, start: time.Now(), callConfig: callConfig{waitBudget: g.cfg.waitBudget}}
 	for _, o := range opts {
-		o(&c.callConfig) // in the call itself, which is allocated anyway
+		if o.set != nil {
+			o.set(&c.callConfig, o) // in the call itself, which is allocated anyway
+		}
 	}
 	return c
 }
