@@ -27,6 +27,10 @@ const (
 	defaultNamespace          = "idempotency"
 )
 
+// eventHashLabel keys the hashes of keys and scopes in events when the
+// guard has no secret (see WithSecret).
+const eventHashLabel = "idemkit event hash v1"
+
 // defaultBackoff is documented on WithBackoff.
 var defaultBackoff = idemkit.Backoff{Base: 25 * time.Millisecond, Max: 250 * time.Millisecond}
 
@@ -113,10 +117,14 @@ func WithHook(h Hook) Option {
 // ones; it is copied. Every node must be given the same secret, or a
 // retry that reaches another node is refused as a credentials mismatch.
 //
-// Default: none. Keys in events are then hashed under a random secret drawn
-// once per process (HMAC-SHA-256, stable within a process, meaningless
-// outside it; with a secret, Event.KeyHash is what
-// lock.NewHMACHasher(secret).Hash(key) gives, on every node), and bound
+// Event.KeyHash and Event.ScopeHash are what
+// lock.NewHMACHasher(secret).Hash(key) gives, on every node.
+//
+// Default: none. Keys and scopes in events are then hashed with
+// HMAC-SHA-256 keyed by the fixed label "idemkit event hash v1": the same
+// on every node (one key's events can be followed across a fleet), but a
+// guessable key (an order number) can be found by hashing guesses; with a
+// secret, only those who hold it can. Bound
 // credentials are hashed with HMAC-SHA-256 keyed by the fixed label
 // "idemkit credential binding v1", with the record key mixed in: they
 // still agree across nodes, and no raw credential is stored, but someone
@@ -188,7 +196,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		cfg.hasher = lock.NewHMACHasher(cfg.secret)
 	} else {
 		cfg.secret = nil
-		cfg.hasher = lock.DefaultHasher()
+		cfg.hasher = lock.NewHMACHasher([]byte(eventHashLabel))
 	}
 	cfg.bindingKey = bindingKey(cfg.secret)
 	return &Guard{store: s, cfg: cfg}, nil
