@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/idemkit/idemkit"
 )
@@ -24,9 +25,10 @@ type client struct {
 // grpc.WithChainUnaryInterceptor: it gives every call to a selected method
 // that lacks a key a fresh one, and keeps it for every attempt of that
 // call — its own retries and those of grpc-go's retry policy alike (the
-// key is in the outgoing metadata before the first attempt, so every
-// attempt carries it). Because every attempt carries the same key, a retry
-// can never run the call twice on a server guarded by [New]'s interceptor.
+// key is in the outgoing metadata, or with [WithKeyField] in the request's
+// key field, before the first attempt, so every attempt carries it).
+// Because every attempt carries the same key, a retry can never run the
+// call twice on a server guarded by [New]'s interceptor.
 // A bad option is an InvalidArgument [idemkit.Error]; nothing panics on a
 // call.
 func NewClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
@@ -42,6 +44,8 @@ func NewClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
 		return bad(cfg.misplaced)
 	case !validMetadataKey(cfg.key):
 		return bad("the key metadata name must be 1 or more of [0-9a-z-_.], not binary (-bin) and not reserved (grpc-)")
+	case cfg.keyField != "" && !cfg.keyField.IsValid():
+		return bad("the key field must be the name of a field, such as request_id")
 	case cfg.newKey == nil:
 		return bad("the key function must not be nil")
 	case cfg.maxAttempts < 1:
@@ -61,7 +65,15 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
 	if len(metadata.ValueFromOutgoingContext(ctx, c.cfg.key)) == 0 {
-		ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.key, c.cfg.newKey())
+		// The caller set no key in the metadata: the request's key field
+		// carries it (filled when empty), or a fresh metadata key does.
+		if m, field := keyFieldOf(c.cfg.keyField, req); field != nil {
+			if m.Get(field).String() == "" {
+				m.Set(field, protoreflect.ValueOfString(c.cfg.newKey()))
+			}
+		} else {
+			ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.key, c.cfg.newKey())
+		}
 	}
 	for attempt := 1; ; attempt++ {
 		err := invoker(ctx, method, req, reply, cc, opts...)

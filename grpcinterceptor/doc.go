@@ -17,7 +17,8 @@
 //
 // # Behaviour
 //
-// The key travels in the metadata entry "idempotency-key" ([WithMetadataKey]).
+// The key travels in the metadata entry "idempotency-key" ([WithMetadataKey])
+// or in a field of the request ([WithKeyField]; see below).
 // Statuses the interceptor answers itself carry a google.rpc.ErrorInfo with
 // the reason below and the domain "idemkit.dev" ([WithErrorDomain]); where
 // waiting helps, a google.rpc.RetryInfo (1 s by default, [WithRetryDelay]).
@@ -31,6 +32,10 @@
 //	no key, WithKeyRequired(false)                        pass through
 //	key malformed (empty, > 255 chars, space, control
 //	  or non-ASCII chars, a comma, several values)        InvalidArgument IDEMPOTENCY_KEY_MALFORMED
+//	key field (WithKeyField) set and malformed            InvalidArgument IDEMPOTENCY_KEY_MALFORMED
+//	                                                      + BadRequest naming the field
+//	key too long for its scope (key, scope and
+//	  namespace over the store's 1024 bytes)              InvalidArgument IDEMPOTENCY_KEY_MALFORMED
 //	same key, same request, first still running past
 //	  the wait budget                                     Aborted IDEMPOTENCY_KEY_IN_PROGRESS + RetryInfo
 //	same key, other authorization metadata (no scope
@@ -60,19 +65,70 @@
 // # Keys, scope and fingerprint
 //
 // A key is one metadata value of 1 to 255 visible ASCII characters, taken
-// literally (case-sensitive). It lives in the principal's namespace
-// ([WithScope]), shared by every method of the service (the full method
-// name is part of the fingerprint, so a key reused with another method is
-// refused, as the HTTP adapters refuse a key reused on another route), so
-// one client's key never replays another client's answer. Without a scope
-// hook, every guarded call is bound to its "authorization" metadata
-// instead (only a keyed hash of it is stored): a call with other
-// credentials is refused, never answered with another caller's response.
-// Credential metadata ("authorization", "proxy-authorization", "cookie",
-// "set-cookie") is never recorded nor replayed. The fingerprint
-// ([WithFingerprint]) is the SHA-256 of the full method name and the
-// request's deterministic protobuf encoding: the same key with another
-// request is refused, never answered with the other request's response.
+// literally (case-sensitive). Keys live in one namespace per principal
+// ([WithScope]), shared by every method of the service: a key names one
+// call of one method, and the full method name is part of the
+// fingerprint, so a key reused with another method is refused
+// (IDEMPOTENCY_KEY_REUSED), as the HTTP adapters refuse a key reused on
+// another route; one client's key never replays another client's answer.
+// Without a scope hook, every guarded call is bound to its
+// "authorization" metadata instead (only a keyed hash of it is stored): a
+// call with other credentials is refused, never answered with another
+// caller's response. Credential metadata ("authorization",
+// "proxy-authorization", "cookie", "set-cookie") is never recorded nor
+// replayed. The fingerprint ([WithFingerprint]) is the SHA-256 of the full
+// method name and the request's deterministic protobuf encoding: the same
+// key with another request is refused, never answered with the other
+// request's response. Outcomes are kept for the guard's record TTL
+// (middleware.WithRecordTTL), or this interceptor's ([WithRecordTTL]).
+//
+// # The key in a request field
+//
+// APIs that declare a request id in their request messages (a string
+// field request_id, set by the client and kept across its retries) can
+// have the key read from it: [WithKeyField]("request_id"). A request whose
+// field is set has that value as its key, checked as a metadata key is,
+// and its metadata key is not read; the field wins because it is part of
+// the request the application built, the same in every retry of it, where
+// a metadata key may be made afresh for each call by a client interceptor
+// that does not know the field. A request whose field is empty takes its
+// key from the metadata. A method whose request message has no such field,
+// or one that is not a singular string, is served as without the option.
+// Given to the client interceptor, the option fills an empty field (when
+// the caller set no metadata key) with a fresh key in the caller's
+// message, and sends no metadata key.
+//
+// # Observability
+//
+// Every call the interceptor sees has exactly one outcome, with the full
+// method as its operation: those it hands to the guard (executed,
+// replayed, mismatch, credentials-mismatch, in-progress, not-replayable,
+// unavailable, failed-open, canceled, not-recorded), those it lets through
+// (passed-through: a method not guarded, or no key where none is
+// required) and those it refuses (rejected: no key, a malformed key, a
+// request it cannot fingerprint). The guard's hooks (middleware.WithHook)
+// get them with the call's context, so what an outer interceptor put in it
+// (a trace span, a request id) is there, and the context a hook's start
+// returns is the one the handler runs with. An interceptor listed before
+// this one reads the outcome of its call from the context:
+//
+//	func accessLog(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+//		ctx, watch := middleware.WatchOutcome(ctx)
+//		resp, err := handler(ctx, req)
+//		if e, ok := watch.Outcome(); ok {
+//			slog.InfoContext(ctx, "call", "method", info.FullMethod, "idempotency", e.Kind.String())
+//		}
+//		return resp, err
+//	}
+//
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(accessLog, idem))
+//
+// A guarded handler reads its key, scope, operation and fence with
+// middleware.CallInfoFrom(ctx) (the fence orders the claims of one key: pass
+// it to writes that must refuse a holder whose claim was taken over), and
+// can ask that its answer not be recorded with middleware.DoNotRecord(ctx)
+// (a wrong one-time password, say): the answer is delivered, the claim
+// released, and a retry runs the handler again.
 //
 // # Capture and replay
 //
@@ -95,7 +151,8 @@
 // # The client
 //
 // The interceptor of [NewClientInterceptor] attaches a fresh UUIDv4 key to
-// each call of a selected method that has none, before the call, so
+// each call of a selected method that has none (in the metadata, or with
+// [WithKeyField] in the request's empty key field), before the call, so
 // grpc-go's transparent and policy retries resend it; with
 // [WithMaxAttempts] it retries Unavailable, ResourceExhausted and
 // in-progress Aborted itself, with the same key, capped exponential
@@ -104,7 +161,7 @@
 // returns the last attempt's error at once).
 //
 // Both interceptors take the same [Option] type: [WithMetadataKey],
-// [WithSelector] and [WithErrorDomain] configure either, so one list can
+// [WithKeyField], [WithSelector] and [WithErrorDomain] configure either, so one list can
 // serve both ends of a service; an option of one interceptor given to the
 // other is refused at construction.
 //

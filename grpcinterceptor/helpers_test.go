@@ -206,17 +206,32 @@ func (f *flakyStore) Delete(ctx context.Context, key string) (bool, error) {
 // interceptor for g, and returns its address.
 func serve(t testing.TB, g *middleware.Guard, svc testgrpc.TestServiceServer, opts ...grpcinterceptor.Option) string {
 	t.Helper()
+	return serveChain(t, func(s *grpc.Server) { testgrpc.RegisterTestServiceServer(s, svc) }, serverInterceptor(t, g, opts...))
+}
+
+// serverInterceptor returns New's interceptor for g with opts (and a
+// discarding logger); it fails t if they are invalid.
+func serverInterceptor(t testing.TB, g *middleware.Guard, opts ...grpcinterceptor.Option) grpc.UnaryServerInterceptor {
+	t.Helper()
 	opts = append([]grpcinterceptor.Option{grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	idem, err := grpcinterceptor.New(g, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return idem
+}
+
+// serveChain starts a gRPC server on a loopback port with the unary
+// interceptors chain (the first one outermost) and the services register
+// adds, and returns its address.
+func serveChain(t testing.TB, register func(*grpc.Server), chain ...grpc.UnaryServerInterceptor) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
-	testgrpc.RegisterTestServiceServer(srv, svc)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
+	register(srv)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -243,13 +258,19 @@ func clientInterceptor(t testing.TB, opts ...grpcinterceptor.Option) grpc.UnaryC
 // dial returns a client of the TestService at addr.
 func dial(t testing.TB, addr string, opts ...grpc.DialOption) testgrpc.TestServiceClient {
 	t.Helper()
+	return testgrpc.NewTestServiceClient(dialConn(t, addr, opts...))
+}
+
+// dialConn returns a client connection to addr, closed when t ends.
+func dialConn(t testing.TB, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
 	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return testgrpc.NewTestServiceClient(conn)
+	return conn
 }
 
 // withKey returns ctx with the idempotency key in its outgoing metadata.

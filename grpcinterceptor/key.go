@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -84,4 +87,28 @@ func describe(c byte) string {
 		return fmt.Sprintf("0x%02x (not ASCII)", c)
 	}
 	return strconv.QuoteRune(rune(c))
+}
+
+// keyFieldOf returns req's message and its key field (see WithKeyField): a
+// singular string field named name. fd is nil when name is empty, req is
+// not a protobuf message, or its message has no such field: then the field
+// is not a key source for req's method. A nil message (a typed nil
+// pointer) has none either: nothing can be read from it or set in it.
+func keyFieldOf(name protoreflect.Name, req any) (m protoreflect.Message, fd protoreflect.FieldDescriptor) {
+	if name == "" {
+		return nil, nil
+	}
+	pm, ok := req.(proto.Message)
+	if !ok {
+		return nil, nil
+	}
+	m = pm.ProtoReflect()
+	if !m.IsValid() {
+		return nil, nil
+	}
+	fd = m.Descriptor().Fields().ByName(name)
+	if fd == nil || fd.Kind() != protoreflect.StringKind || fd.IsList() {
+		return nil, nil
+	}
+	return m, fd
 }

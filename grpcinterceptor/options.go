@@ -9,6 +9,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
@@ -69,6 +70,7 @@ type config struct {
 
 	// Both interceptors.
 	key      string
+	keyField protoreflect.Name // "": none
 	selector Selector
 	domain   string
 
@@ -84,6 +86,8 @@ type config struct {
 	policy       StorePolicy
 	wait         bool
 	failOpen     bool
+	recordTTL    time.Duration // with recordTTLSet
+	recordTTLSet bool
 	retryDelay   time.Duration
 	types        protoregistry.MessageTypeResolver
 	logger       *slog.Logger
@@ -148,6 +152,42 @@ func (c *config) refuse(detail string) {
 // the client attaches. Both interceptors. Default: "idempotency-key".
 func WithMetadataKey(key string) Option {
 	return func(c *config) { c.key = strings.ToLower(key) }
+}
+
+// WithKeyField names a string field of the request messages that carries
+// the idempotency key, as APIs that declare a request_id field do (the
+// field's proto name, such as "request_id"; "" names none). Both
+// interceptors. Default: none (the key travels in the metadata only).
+//
+// The server reads the key from the field of a request whose message has a
+// singular string field of that name; when the field is set (not empty),
+// it is the key, and the metadata key is not read at all; when it is
+// empty, the key comes from the metadata, as without this option. The
+// field wins because it is part of the request the application built: it
+// stays the same across all the application's own retries, where a
+// metadata key may be made afresh for every call by a client interceptor
+// that does not know the field. The field's value is checked as a metadata
+// key is (1 to [WithMaxKeyLength] visible ASCII characters other than ','):
+// a bad one is InvalidArgument (IDEMPOTENCY_KEY_MALFORMED, with a
+// google.rpc.BadRequest naming the field). For a method whose request
+// message has no such field, or has one that is not a singular string (a
+// number, a repeated field, a message), the field is not a key source and
+// the metadata is the only one: one option can serve a service whose
+// methods declare the field and others that do not.
+//
+// The client fills the field of a selected call's request, when it is
+// empty and the caller set no metadata key, with a fresh key
+// ([WithKeyFunc]), and adds no metadata key; a request whose field is set
+// is sent as it is, also without metadata. Its message is changed in
+// place, as client libraries that fill request ids do: every attempt, and
+// every later call that sends the same message again, carries the same
+// key, so retrying a call by resending its message can never run it twice.
+// A message shared by goroutines that send it at once must therefore have
+// its field set before. A request without such a field gets a metadata key
+// as without this option. Give the option to both ends: a server without it
+// does not see the key in the field.
+func WithKeyField(name string) Option {
+	return func(c *config) { c.keyField = protoreflect.Name(name) }
 }
 
 // WithSelector sets which unary methods are guarded (server) or get a key
@@ -271,6 +311,14 @@ func WithWaitForResult(wait bool) Option {
 // never run without knowing whether it already ran).
 func WithFailOpen(open bool) Option {
 	return serverOnly("WithFailOpen", func(c *config) { c.failOpen = open })
+}
+
+// WithRecordTTL sets how long the outcomes of the calls this interceptor
+// guards are kept for replay (see middleware.RecordTTL): a retry after it
+// runs the call again. It must be at least 1 ms. Server only. Default: the
+// guard's record TTL (middleware.WithRecordTTL, 24 h unless set there).
+func WithRecordTTL(d time.Duration) Option {
+	return serverOnly("WithRecordTTL", func(c *config) { c.recordTTL, c.recordTTLSet = d, true })
 }
 
 // WithRetryDelay sets the RetryInfo delay of the in-progress and

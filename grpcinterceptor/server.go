@@ -5,13 +5,16 @@ import (
 	"errors"
 	"log/slog"
 	"runtime/debug"
+	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/middleware"
@@ -27,6 +30,9 @@ type server struct {
 	exclude  map[string]bool
 	callOpts []middleware.CallOption
 	keyMeta  map[string]string // the ErrorInfo metadata of the key statuses
+	// fieldMeta is keyMeta with the key field (WithKeyField), for a
+	// method whose request has it.
+	fieldMeta map[string]string
 }
 
 // New validates the options and returns a unary server interceptor that
@@ -61,6 +67,10 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 		return bad(cfg.misplaced)
 	case !validMetadataKey(cfg.key):
 		return bad("the key metadata name must be 1 or more of [0-9a-z-_.], not binary (-bin) and not reserved (grpc-)")
+	case cfg.keyField != "" && !cfg.keyField.IsValid():
+		return bad("the key field must be the name of a field, such as request_id")
+	case cfg.recordTTLSet && cfg.recordTTL < time.Millisecond:
+		return bad("the record TTL must be at least 1ms")
 	case cfg.maxKeyLen < 1:
 		return bad("the maximum key length must be positive")
 	case cfg.maxResponse < 1:
@@ -83,11 +93,17 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 		include: setOf(cfg.include), exclude: setOf(cfg.exclude),
 		keyMeta: map[string]string{errorInfoMetadataKey: cfg.key},
 	}
+	if cfg.keyField != "" {
+		s.fieldMeta = map[string]string{errorInfoMetadataKey: cfg.key, errorInfoFieldKey: string(cfg.keyField)}
+	}
 	if !cfg.wait {
 		s.callOpts = append(s.callOpts, middleware.WaitBudget(0))
 	}
 	if cfg.failOpen {
 		s.callOpts = append(s.callOpts, middleware.FailOpen())
+	}
+	if cfg.recordTTLSet {
+		s.callOpts = append(s.callOpts, middleware.RecordTTL(cfg.recordTTL))
 	}
 	return s, nil
 }
@@ -123,19 +139,38 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		s.guard.Bypass(ctx, middleware.EventPassedThrough, nil, op)
 		return handler(ctx, req)
 	}
-	values := metadata.ValueFromIncomingContext(ctx, s.cfg.key)
-	if len(values) == 0 {
-		if !s.cfg.required {
-			s.guard.Bypass(ctx, middleware.EventPassedThrough, nil, op)
-			return handler(ctx, req)
+	// The key: the request's key field when it is set, else the metadata.
+	var key string
+	m, field := keyFieldOf(s.cfg.keyField, req)
+	if field != nil {
+		if v := m.Get(field).String(); v != "" {
+			k, err := parseKey([]string{v}, s.cfg.maxKeyLen)
+			if err != nil {
+				return nil, s.rejectField(ctx, op, err)
+			}
+			key = k
 		}
-		return nil, s.reject(ctx, op, ReasonKeyMissing, "send the metadata "+s.cfg.key+" with a unique key, such as a UUID")
 	}
-	key, err := parseKey(values, s.cfg.maxKeyLen)
-	if err != nil {
-		var ke *keyError
-		errors.As(err, &ke)
-		return nil, s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key: "+ke.reason)
+	if key == "" {
+		values := metadata.ValueFromIncomingContext(ctx, s.cfg.key)
+		if len(values) == 0 {
+			if !s.cfg.required {
+				s.guard.Bypass(ctx, middleware.EventPassedThrough, nil, op)
+				return handler(ctx, req)
+			}
+			if field != nil {
+				return nil, s.reject(ctx, op, ReasonKeyMissing,
+					"set "+string(field.Name())+" or send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.fieldMeta)
+			}
+			return nil, s.reject(ctx, op, ReasonKeyMissing, "send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.keyMeta)
+		}
+		k, err := parseKey(values, s.cfg.maxKeyLen)
+		if err != nil {
+			var ke *keyError
+			errors.As(err, &ke)
+			return nil, s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key: "+ke.reason, s.keyMeta)
+		}
+		key = k
 	}
 	fp, err := s.cfg.fingerprint(info.FullMethod, req)
 	if err != nil {
@@ -149,7 +184,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		scope = s.cfg.scope(ctx)
 	}
 
-	var optBuf [5]middleware.CallOption
+	var optBuf [6]middleware.CallOption
 	opts := append(append(optBuf[:0], s.callOpts...), op, middleware.Scope(scope))
 	if s.cfg.scope == nil {
 		// Without a principal, the call's credentials stand for it.
@@ -167,7 +202,11 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}, opts...)
 	switch {
 	case err != nil:
-		return s.refuse(ctx, err)
+		meta := s.keyMeta
+		if field != nil {
+			meta = s.fieldMeta
+		}
+		return s.refuse(ctx, meta, err)
 	case out.Replayed:
 		return s.replay(ctx, out.Value)
 	}
@@ -187,7 +226,7 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 			slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		st := status.New(codes.Internal, "grpcinterceptor: the handler panicked")
 		resp, err = nil, st.Err()
-		res = s.verdict(cs, nil, st, s.cfg.policy.Panic)
+		res = s.verdict(ctx, cs, nil, st, s.cfg.policy.Panic)
 	}()
 	resp, err = handler(hctx, req)
 	if err != nil {
@@ -198,14 +237,14 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		if !ok {
 			st = status.FromContextError(err)
 		}
-		return resp, s.verdict(cs, nil, st, !s.forget.has(st.Code())), err
+		return resp, s.verdict(ctx, cs, nil, st, !s.forget.has(st.Code())), err
 	}
-	return resp, s.verdict(cs, resp, nil, !s.forget.has(codes.OK)), nil
+	return resp, s.verdict(ctx, cs, resp, nil, !s.forget.has(codes.OK)), nil
 }
 
 // verdict encodes the outcome for the record: the response message (st ==
 // nil) or the status, with the metadata the handler set.
-func (s *server) verdict(cs metadataCapture, resp any, st *status.Status, store bool) middleware.Result {
+func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *status.Status, store bool) middleware.Result {
 	if !store {
 		return middleware.Result{Verdict: middleware.Forget}
 	}
@@ -229,7 +268,7 @@ func (s *server) verdict(cs metadataCapture, resp any, st *status.Status, store 
 		if _, err := s.cfg.types.FindMessageByName(rec.messageName); err != nil {
 			// No replay could rebuild it: say so now rather than keep a
 			// record that is unreadable until it expires.
-			s.cfg.logger.Error("grpcinterceptor: the response type is not in the message types; recorded as not replayable",
+			s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the response type is not in the message types; recorded as not replayable",
 				slog.String("type", string(rec.messageName)))
 			return middleware.Result{Verdict: middleware.RecordNotReplayable}
 		}
@@ -306,15 +345,34 @@ func (s *server) rebuild(value []byte) (answer, error) {
 }
 
 // reject refuses a call before it reaches the guard (InvalidArgument with
-// the key's ErrorInfo), and reports it.
-func (s *server) reject(ctx context.Context, op middleware.CallOption, reason, msg string) error {
+// the key's ErrorInfo, whose metadata is meta), and reports it.
+func (s *server) reject(ctx context.Context, op middleware.CallOption, reason, msg string, meta map[string]string, details ...protoadapt.MessageV1) error {
 	s.guard.Bypass(ctx, middleware.EventRejected, errors.New("grpcinterceptor: "+reason+": "+msg), op)
-	return s.refusal(codes.InvalidArgument, reason, msg, 0, s.keyMeta)
+	return s.refusal(codes.InvalidArgument, reason, msg, 0, meta, details...)
 }
 
-// refuse answers a call the guard did not run.
-func (s *server) refuse(ctx context.Context, err error) (any, error) {
+// rejectField refuses a call whose key field holds a malformed key (err,
+// from parseKey): InvalidArgument with the key's ErrorInfo and a
+// BadRequest naming the field.
+func (s *server) rejectField(ctx context.Context, op middleware.CallOption, err error) error {
+	var ke *keyError
+	errors.As(err, &ke)
+	field := string(s.cfg.keyField)
+	return s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key in "+field+": "+ke.reason, s.fieldMeta,
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
+			Field: field, Description: "malformed idempotency key: " + ke.reason, Reason: ReasonKeyMalformed,
+		}}})
+}
+
+// refuse answers a call the guard did not run; keyMeta is the ErrorInfo
+// metadata of a key refusal.
+func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err error) (any, error) {
 	switch {
+	case errors.Is(err, middleware.ErrInvalidKey):
+		// The key was checked, so only its length with the scope and
+		// namespace is left: the guard reported the call rejected.
+		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMalformed,
+			"malformed idempotency key: the key is too long for its scope; use a shorter key", 0, keyMeta)
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
 		return nil, s.refusal(codes.FailedPrecondition, ReasonCredentialsMismatch,
 			"this idempotency key was used by a call with other credentials; use a new key for a new request", 0, nil)

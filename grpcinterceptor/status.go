@@ -12,14 +12,20 @@ import (
 
 // Reasons: the google.rpc.ErrorInfo reason of each status the interceptor
 // answers itself, in the domain set by [WithErrorDomain] (default
-// "idemkit.dev"). They are stable: clients may match on them. The ErrorInfo of the key statuses carries the metadata key the
-// server reads under "metadata_key".
+// "idemkit.dev"). They are stable: clients may match on them. The
+// ErrorInfo of the key statuses carries the metadata key the server reads
+// under "metadata_key" and, for a method whose request has the key field
+// ([WithKeyField]), the field's name under "key_field".
 const (
 	// ReasonKeyMissing: InvalidArgument; the method is guarded, the key is
-	// required and the call has none.
+	// required and the call has none (neither in the metadata nor in the
+	// request's key field, see [WithKeyField]).
 	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
-	// ReasonKeyMalformed: InvalidArgument; the key is empty, too long,
-	// sent more than once or has characters a key cannot have.
+	// ReasonKeyMalformed: InvalidArgument; the key is empty, too long
+	// (alone, or with its scope: see middleware.Scope), sent more than
+	// once or has characters a key cannot have. A key from the request's
+	// key field ([WithKeyField]) comes with a google.rpc.BadRequest naming
+	// the field too.
 	ReasonKeyMalformed = "IDEMPOTENCY_KEY_MALFORMED"
 	// ReasonKeyReused: FailedPrecondition; the key was used for a call
 	// with another request. Retrying cannot help: use a new key.
@@ -48,18 +54,23 @@ const (
 	ReasonRecordUnreadable = "IDEMPOTENCY_RECORD_UNREADABLE"
 )
 
-// ErrorInfo metadata entry of the key statuses: the metadata key the
-// interceptor reads.
-const errorInfoMetadataKey = "metadata_key"
+// ErrorInfo metadata entries of the key statuses: the metadata key the
+// interceptor reads, and the request field it reads the key from (see
+// WithKeyField; only for a method whose request has that field).
+const (
+	errorInfoMetadataKey = "metadata_key"
+	errorInfoFieldKey    = "key_field"
+)
 
-// refusal builds a status with an ErrorInfo detail and, when retryAfter >
-// 0, a RetryInfo detail.
-func (s *server) refusal(code codes.Code, reason, msg string, retryAfter time.Duration, meta map[string]string) error {
-	details := make([]protoadapt.MessageV1, 0, 2)
+// refusal builds a status with an ErrorInfo detail, a RetryInfo detail
+// when retryAfter > 0, and the extra details.
+func (s *server) refusal(code codes.Code, reason, msg string, retryAfter time.Duration, meta map[string]string, extra ...protoadapt.MessageV1) error {
+	details := make([]protoadapt.MessageV1, 0, 2+len(extra))
 	details = append(details, &errdetails.ErrorInfo{Reason: reason, Domain: s.cfg.domain, Metadata: meta})
 	if retryAfter > 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter)})
 	}
+	details = append(details, extra...)
 	st, err := status.New(code, msg).WithDetails(details...)
 	if err != nil {
 		// Only a detail that cannot be marshalled fails; these can.
