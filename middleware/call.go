@@ -60,7 +60,7 @@ type CallInfo struct {
 	Operation string     // see [Operation]
 	Scope     string     // see [Scope]
 	Key       string     // the idempotency key, as the caller gave it
-	Fence     lock.Fence // the fence of the claim the work runs under: pass it to fenced writes, or derive downstream keys from it
+	Fence     lock.Fence // the fence of the claim the work runs under: pass it to fenced writes, or derive downstream keys from it; zero when the call failed open (see FailOpen), which has no claim
 }
 
 // callKey keys the running call in fn's ctx.

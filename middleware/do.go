@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 )
 
@@ -27,6 +28,8 @@ func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx
 	var fp fingerprint.Fingerprint
 	if input != nil {
 		if fp, err = g.cfg.valueFingerprint(input); err != nil {
+			err = idemkit.NewError(idemkit.CodeInvalidArgument, "do", "the input cannot be fingerprinted", err)
+			g.newCall(ctx, key, opts).end(Event{Kind: EventRejected, Err: err})
 			return value, false, err
 		}
 	}

@@ -38,8 +38,66 @@
 //
 // # Observability
 //
-// Every call emits [Event] values to a [Hook] (executed, replayed, mismatch,
-// credentials-mismatch, in-progress, not-replayable, lease-lost,
-// not-recorded, backend-error), with keys hashed, claim attempts, waits and
-// durations.
+// Hooks ([WithHook], any number, called in order) see every call the way a
+// tracer does. [Hook.IdempotencyStart] gets the caller's ctx and an
+// [EventStart] (the operation, the hashed key and scope) and returns the
+// ctx the call goes on with: the work's ctx and the ctx of every later
+// event derive from it, so a hook can open a span there, under the
+// request's, and close it at the outcome. [Hook.IdempotencyEvent] then gets
+// what happens while the call runs (waiting, lease-lost, backend-error)
+// and, last, exactly one outcome ([EventKind.Outcome]):
+//
+//   - executed: the work ran in this call; Recorded tells whether its
+//     outcome was stored (not after a Forget verdict, [DoNotRecord] or an
+//     error of the work);
+//   - not-recorded: the work ran, but its outcome could not be stored;
+//   - replayed: the recorded response was returned;
+//   - mismatch, credentials-mismatch: the key was reused with another
+//     request, or by a caller with other credentials;
+//   - in-progress: another request held the key past the wait budget;
+//   - not-replayable: the key's request ran, its response cannot be
+//     replayed;
+//   - unavailable: the backend failed and the work did not run;
+//   - canceled: the caller's ctx ended first;
+//   - failed-open: the backend could not be reached and the call asked to
+//     run unguarded ([FailOpen]);
+//   - rejected: the key or an option was invalid (a call refused this way
+//     has no start), or an adapter refused the request;
+//   - passed-through: an adapter did not guard the request.
+//
+// The last two come from adapters too, through [Guard.Bypass], so every
+// request that reaches an adapter has one outcome. [HookFunc] adapts a
+// function that wants the events only. A [HookFunc] that logs outcomes:
+//
+//	middleware.WithHook(middleware.HookFunc(func(ctx context.Context, e middleware.Event) {
+//		if e.Kind.Outcome() {
+//			slog.InfoContext(ctx, "idempotency", "operation", e.Operation, "outcome", e.Kind.String())
+//		}
+//	}))
+//
+// Keys and scopes reach events only as keyed hashes (KeyHash, ScopeHash;
+// the same on every node given the same [WithSecret]); [Operation] names
+// what the call does (a route pattern, a gRPC method) and must have few
+// distinct values. Hooks run on the request's path; a panic in one is
+// recovered.
+//
+// Code outside the guard reads a request's outcome from its context:
+// [WatchOutcome] gives an access log or a metrics middleware in front of
+// the adapter a ctx to pass on and, once the request is served, its
+// outcome. The work itself reads its call from its ctx: [CallInfoFrom]
+// gives its operation, scope, key and the fence of its claim (to fence
+// its own writes downstream), and [DoNotRecord] asks that its outcome not
+// be stored, so that a retry runs it again.
+//
+// # Operations
+//
+// [Guard.Inspect] shows an operator one key's record without changing it:
+// its record key, state (claimed, completed, not-replayable), fingerprint
+// algorithm, whether it is bound to credentials, fence, times, the size of
+// its response and whether it is sealed; the response itself only when
+// asked for. [Guard.Forget] deletes the record, whatever its state: the way
+// out of a key left claimed after its outcome could not be recorded, of
+// one recorded not replayable, or of one whose sealed response no longer
+// opens. Each costs one round trip. store.Inspect does the same on a
+// [store.Store] by record key.
 package middleware

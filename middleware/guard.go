@@ -88,7 +88,7 @@ func WithRecordWriteTimeout(d time.Duration) Option {
 func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
 
 // WithNamespace sets the prefix of the guard's record keys
-// ("<namespace>:<key>"), so that guards with different namespaces never
+// ("<namespace>:<scope>:<key>"; see [Scope]), so that guards with different namespaces never
 // share a record on one backend: 1 to 64 bytes without ':'. Default:
 // "idempotency".
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
@@ -398,9 +398,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	fence := claim.Fence
 	c.fence = fence
 	l := g.hold(ctx, recordKey, fence, c, sent)
-	ranFrom := time.Now()
 	res, err := g.run(l, fn)
-	c.ran = time.Since(ranFrom)
 	if err != nil {
 		l.stop()
 		g.release(ctx, recordKey, fence, c)
@@ -436,7 +434,9 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 // and [FailOpen]: fn runs unguarded), or the backend is unavailable.
 func (c *call) claimFailed(err error, fn Func) (Outcome, error) {
 	code := idemkit.CodeOf(err)
-	if code == idemkit.CodeAborted {
+	if code == idemkit.CodeAborted || c.ctx.Err() != nil {
+		// The caller's ctx ended (cancelled, or past its deadline, which
+		// a backend reports as a timeout): the caller's doing.
 		c.end(Event{Kind: EventCanceled, Err: err})
 		return Outcome{}, err
 	}
@@ -478,16 +478,23 @@ func sleep(ctx context.Context, d time.Duration) error {
 // goes on.
 func (g *Guard) run(l *lease, fn Func) (res Result, err error) {
 	panicked := true
+	start := time.Now()
 	defer func() {
+		l.call.ran = time.Since(start)
 		if panicked {
 			l.stop()
 			g.release(l.fn.parent, l.key, l.fence, l.call)
+			l.call.end(Event{Kind: EventExecuted, Fence: l.fence, Err: errWorkPanicked})
 		}
 	}()
 	res, err = fn(&l.fn)
 	panicked = false
 	return res, err
 }
+
+// errWorkPanicked is the Err of the outcome of a call whose work panicked
+// (the panic goes on to the caller).
+var errWorkPanicked = errors.New("idempotency: the work panicked")
 
 // release ends the claim on a detached context under the op timeout. A
 // failed release is logged: the claim runs out at its lease's end.
@@ -951,7 +958,9 @@ func (c *call) hash() string {
 // event completes e with what the call knows.
 func (c *call) event(e Event) Event {
 	e.Operation = c.operation
-	e.KeyHash = c.hash()
+	if c.key != "" {
+		e.KeyHash = c.hash()
+	}
 	if c.scope != "" {
 		e.ScopeHash = c.g.cfg.hasher.Hash(c.scope)
 	}

@@ -23,9 +23,13 @@ type Inspection struct {
 // can open it (else the error matches [ErrUnsealable]), left out when it
 // is sealed and s cannot open it (a store without the seal keys). ok is
 // false when there is no live record.
+//
+// A store that wraps another (a decorator that counts or traces calls) is
+// seen through when it has a method Unwrap() Store returning the store it
+// wraps, so that a sealed store under it is still inspected as sealed.
 func Inspect(ctx context.Context, s Store, key string, withResponse bool) (in Inspection, ok bool, err error) {
 	inner := s
-	sl, sealing := s.(*sealed)
+	sl, sealing := sealedUnder(s)
 	if sealing {
 		inner = sl.next
 	}
@@ -52,4 +56,20 @@ func Inspect(ctx context.Context, s Store, key string, withResponse bool) (in In
 func isSealed(response []byte) bool {
 	n := len(sealMagic) - 1
 	return len(response) >= n+1 && string(response[:n]) == sealMagic[:n]
+}
+
+// sealedUnder returns the sealing store s is or wraps (through Unwrap()
+// Store methods), if any.
+func sealedUnder(s Store) (*sealed, bool) {
+	for range 16 { // a bound, against a wrapper that unwraps to itself
+		switch t := s.(type) {
+		case *sealed:
+			return t, true
+		case interface{ Unwrap() Store }:
+			s = t.Unwrap()
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }

@@ -1,0 +1,262 @@
+package middleware_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/guardtest"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/memstore"
+)
+
+// TestInspect: what an operator sees of a key's record, in each state;
+// the response only when asked for; nothing for an absent key.
+func TestInspect(t *testing.T) {
+	ctx := t.Context()
+	g := newGuard(t, memstore.New(), middleware.WithRecordTTL(time.Hour), middleware.WithLeaseTTL(time.Minute))
+	var runs atomic.Int32
+
+	if in, ok, err := g.Inspect(ctx, "tenant", "absent", true); ok || err != nil || !sameInspection(in, middleware.Inspection{}) {
+		t.Fatalf("an absent key: %+v, %v, %v; want nothing", in, ok, err)
+	}
+	if _, ok, err := g.Inspect(ctx, "tenant", "", false); ok || !errors.Is(err, middleware.ErrInvalidKey) {
+		t.Fatalf("an empty key: %v, %v; want ErrInvalidKey", ok, err)
+	}
+
+	// Completed, unbound.
+	out, err := g.Execute(ctx, "done", fpA, value(&runs, `{"id":1}`), middleware.Scope("tenant"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, ok, err := g.Inspect(ctx, "tenant", "done", false)
+	if err != nil || !ok {
+		t.Fatalf("Inspect: %v, %v", ok, err)
+	}
+	want := middleware.Inspection{
+		RecordKey: "idempotency:tenant:done", State: store.StateCompleted, Algorithm: "http-v2", Fence: out.Fence,
+		CreatedAt: in.CreatedAt, ExpiresAt: in.CreatedAt.Add(time.Hour), Size: len(`{"id":1}`),
+	}
+	if !sameInspection(in, want) || in.CreatedAt.IsZero() {
+		t.Fatalf("a completed record: %+v; want %+v", in, want)
+	}
+	in, _, _ = g.Inspect(ctx, "tenant", "done", true)
+	want.Response = []byte(`{"id":1}`)
+	if !sameInspection(in, want) {
+		t.Fatalf("with its response: %+v; want %+v", in, want)
+	}
+	if _, ok, _ := g.Inspect(ctx, "", "done", false); ok {
+		t.Fatal("the key without its scope names a record")
+	}
+
+	// Completed, bound to credentials, through Do (a JSON fingerprint).
+	if _, _, err := middleware.Do(ctx, g, "bound", message{Customer: "c1"}, func(context.Context) (int, error) { return 7, nil },
+		middleware.Credentials("Bearer alice"), middleware.RecordTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	in, ok, _ = g.Inspect(ctx, "", "bound", true)
+	if !ok || !in.Bound || in.Algorithm != "json-v2" || in.State != store.StateCompleted || string(in.Response) != "7" || in.Size != 1 ||
+		in.ExpiresAt.Sub(in.CreatedAt) != time.Minute {
+		t.Fatalf("a bound record: %+v", in)
+	}
+
+	// A request without a fingerprint.
+	if _, _, err := middleware.Do(ctx, g, "no-input", nil, func(context.Context) (string, error) { return "x", nil }); err != nil {
+		t.Fatal(err)
+	}
+	if in, ok, _ = g.Inspect(ctx, "", "no-input", false); !ok || in.Algorithm != "" || in.Bound {
+		t.Fatalf("a record without a fingerprint: %+v", in)
+	}
+
+	// Not replayable.
+	out, err = g.Execute(ctx, "streamed", fpA, func(context.Context) (middleware.Result, error) {
+		return middleware.Result{Value: []byte("a stream"), Verdict: middleware.RecordNotReplayable}, nil
+	}, middleware.Credentials())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, ok, _ = g.Inspect(ctx, "", "streamed", true)
+	if !ok || in.State != store.StateNotReplayable || in.Fence != out.Fence || in.Size != 0 || in.Response != nil || !in.Bound || in.Algorithm != "http-v2" {
+		t.Fatalf("a not-replayable record: %+v", in)
+	}
+
+	// Claimed: read while the work runs.
+	var running middleware.Inspection
+	var info middleware.CallInfo
+	out, err = g.Execute(ctx, "running", fpA, func(ctx context.Context) (middleware.Result, error) {
+		info, _ = middleware.CallInfoFrom(ctx)
+		var ok bool
+		var err error
+		if running, ok, err = g.Inspect(ctx, "tenant", "running", true); !ok || err != nil {
+			return middleware.Result{}, errors.New("the running claim cannot be inspected")
+		}
+		return middleware.Result{Value: []byte("v")}, nil
+	}, middleware.Scope("tenant"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running.State != store.StateClaimed || running.Fence != info.Fence || running.Fence != out.Fence || running.Algorithm != "http-v2" ||
+		running.ExpiresAt.Sub(running.CreatedAt) != time.Minute || running.Size != 0 || running.Response != nil || running.Sealed {
+		t.Fatalf("a running claim: %+v; want claimed under fence %v with a lease of a minute", running, info.Fence)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("fn ran %d times", runs.Load())
+	}
+}
+
+// sameInspection compares two inspections, their times with Equal and
+// their responses by content.
+func sameInspection(a, b middleware.Inspection) bool {
+	return a.RecordKey == b.RecordKey && a.State == b.State && a.Algorithm == b.Algorithm && a.Bound == b.Bound &&
+		a.Fence == b.Fence && a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Size == b.Size &&
+		a.Sealed == b.Sealed && (a.Response == nil) == (b.Response == nil) && bytes.Equal(a.Response, b.Response)
+}
+
+// TestForget: Forget deletes a key's record in any state and reports
+// whether there was one; the next call runs the work again, also for a
+// key recorded not replayable and one whose outcome could not be recorded.
+func TestForget(t *testing.T) {
+	ctx := t.Context()
+	fs := &faultyStore{Store: memstore.New()}
+	g := newGuard(t, fs, fastBackoff, middleware.WithLogger(slog.New(slog.DiscardHandler)), middleware.WithRecordWriteTimeout(5*time.Millisecond), middleware.WithLeaseTTL(time.Hour), middleware.WithWaitBudget(0))
+	var runs atomic.Int32
+
+	if ok, err := g.Forget(ctx, "", "absent"); ok || err != nil {
+		t.Fatalf("Forget of an absent key: %v, %v", ok, err)
+	}
+	if _, err := g.Forget(ctx, "", ""); !errors.Is(err, middleware.ErrInvalidKey) {
+		t.Fatalf("Forget of an empty key: %v; want ErrInvalidKey", err)
+	}
+
+	// Completed.
+	first, err := g.Execute(ctx, "k", fpA, value(&runs, "first"), middleware.Scope("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := g.Forget(ctx, "other", "k"); ok || err != nil {
+		t.Fatalf("Forget under another scope: %v, %v; want nothing there", ok, err)
+	}
+	if ok, err := g.Forget(ctx, "s", "k"); !ok || err != nil {
+		t.Fatalf("Forget: %v, %v", ok, err)
+	}
+	if _, ok, _ := g.Inspect(ctx, "s", "k", false); ok {
+		t.Fatal("the record is there after Forget")
+	}
+	if ok, _ := g.Forget(ctx, "s", "k"); ok {
+		t.Fatal("a second Forget found a record")
+	}
+	out, err := g.Execute(ctx, "k", fpB, value(&runs, "second"), middleware.Scope("s"))
+	if err != nil || out.Replayed || string(out.Value) != "second" || out.Fence <= first.Fence {
+		t.Fatalf("after Forget: %+v, %v; want a fresh execution under a greater fence than %v", out, err, first.Fence)
+	}
+
+	// Not replayable: refused until forgotten.
+	notReplayable := func(context.Context) (middleware.Result, error) {
+		runs.Add(1)
+		return middleware.Result{Verdict: middleware.RecordNotReplayable}, nil
+	}
+	if _, err := g.Execute(ctx, "nr", fpA, notReplayable); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Execute(ctx, "nr", fpA, value(&runs, "x")); !errors.Is(err, middleware.ErrNotReplayable) {
+		t.Fatalf("before Forget: %v; want ErrNotReplayable", err)
+	}
+	if ok, err := g.Forget(ctx, "", "nr"); !ok || err != nil {
+		t.Fatalf("Forget: %v, %v", ok, err)
+	}
+	if out, err := g.Execute(ctx, "nr", fpA, value(&runs, "after")); err != nil || out.Replayed || !out.Recorded {
+		t.Fatalf("after Forget: %+v, %v; want a fresh execution", out, err)
+	}
+
+	// Not recorded: the claim stays until its lease runs out, or until
+	// it is forgotten.
+	fs.failCompletes.Store(1 << 30)
+	if out, err := g.Execute(ctx, "stuck", fpA, value(&runs, "v")); err != nil || out.Recorded {
+		t.Fatalf("a completion that keeps failing: %+v, %v; want not recorded", out, err)
+	}
+	fs.failCompletes.Store(0)
+	if _, err := g.Execute(ctx, "stuck", fpA, value(&runs, "v")); !errors.Is(err, middleware.ErrInProgress) {
+		t.Fatalf("before Forget: %v; want in progress", err)
+	}
+	if in, ok, _ := g.Inspect(ctx, "", "stuck", false); !ok || in.State != store.StateClaimed {
+		t.Fatalf("the stuck key: %+v, %v; want claimed", in, ok)
+	}
+	if ok, err := g.Forget(ctx, "", "stuck"); !ok || err != nil {
+		t.Fatalf("Forget: %v, %v", ok, err)
+	}
+	if out, err := g.Execute(ctx, "stuck", fpA, value(&runs, "v")); err != nil || !out.Recorded {
+		t.Fatalf("after Forget: %+v, %v; want a recorded execution", out, err)
+	}
+	if runs.Load() != 6 {
+		t.Fatalf("fn ran %d times; want 6", runs.Load())
+	}
+}
+
+// TestInspectSealed: a record on a sealed store is reported sealed, with
+// the size of its envelope; its response is opened when asked for. A guard
+// on the store without the seal sees the same record sealed and never gets
+// its response; one with another key gets its state, and an error for its
+// response.
+func TestInspectSealed(t *testing.T) {
+	ctx := t.Context()
+	current, retired := guardtest.SealKeys()
+	inner := memstore.New()
+	g := newGuard(t, sealed(t, inner, current))
+	const response = `{"card":"4242424242424242"}`
+	var runs atomic.Int32
+	out, err := g.Execute(ctx, "pay-1", fpA, value(&runs, response), middleware.Credentials("Bearer alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := len(response) + guardtest.SealOverhead(current)
+	in, ok, err := g.Inspect(ctx, "", "pay-1", false)
+	if err != nil || !ok || !in.Sealed || in.Size != size || in.Response != nil || in.State != store.StateCompleted || !in.Bound || in.Fence != out.Fence {
+		t.Fatalf("without its response: %+v, %v, %v; want sealed, %d bytes", in, ok, err, size)
+	}
+	if in, _, err = g.Inspect(ctx, "", "pay-1", true); err != nil || !in.Sealed || in.Size != size || string(in.Response) != response {
+		t.Fatalf("with its response: %+v, %v; want it opened", in, err)
+	}
+
+	plain := newGuard(t, inner)
+	for _, withResponse := range []bool{false, true} {
+		in, ok, err := plain.Inspect(ctx, "", "pay-1", withResponse)
+		if err != nil || !ok || !in.Sealed || in.Size != size || in.Response != nil || in.Fence != out.Fence {
+			t.Fatalf("through the unsealed store, withResponse %v: %+v, %v, %v; want sealed, no response", withResponse, in, ok, err)
+		}
+	}
+
+	other := newGuard(t, sealed(t, inner, retired))
+	if in, ok, err := other.Inspect(ctx, "", "pay-1", false); err != nil || !ok || !in.Sealed || in.Size != size {
+		t.Fatalf("under another key, without its response: %+v, %v, %v", in, ok, err)
+	}
+	if _, ok, err := other.Inspect(ctx, "", "pay-1", true); ok || !errors.Is(err, store.ErrUnsealable) || idemkit.CodeOf(err) != idemkit.CodeInternal {
+		t.Fatalf("under another key, with its response: %v, %v; want ErrUnsealable", ok, err)
+	}
+	// The way out of a record that no longer opens: forget it.
+	if ok, err := other.Forget(ctx, "", "pay-1"); !ok || err != nil {
+		t.Fatalf("Forget: %v, %v", ok, err)
+	}
+	if out, err := other.Execute(ctx, "pay-1", fpA, value(&runs, response), middleware.Credentials("Bearer alice")); err != nil || out.Replayed {
+		t.Fatalf("after Forget: %+v, %v; want a fresh execution", out, err)
+	}
+}
+
+// TestInspectBackendDown: a failing backend is an error, not an absent
+// record.
+func TestInspectBackendDown(t *testing.T) {
+	s := memstore.New()
+	g := newGuard(t, s)
+	_ = s.Close()
+	if _, ok, err := g.Inspect(t.Context(), "", "k", false); ok || !errors.Is(err, idemkit.ErrServiceUnavailable) {
+		t.Fatalf("Inspect: %v, %v; want the store's error", ok, err)
+	}
+	if ok, err := g.Forget(t.Context(), "", "k"); ok || !errors.Is(err, idemkit.ErrServiceUnavailable) {
+		t.Fatalf("Forget: %v, %v; want the store's error", ok, err)
+	}
+}
