@@ -38,6 +38,22 @@
 // guarded, no key, fail-open) follow echo's own flow: their error is
 // returned as is.
 //
+// The middleware's own answers (refusals: 400, 409, 413, 422, 503) are
+// RFC 9457 problems it writes itself by default, or what
+// [nethttp.WithProblemWriter] writes. With [WithErrorHandler](true) they
+// are returned as errors instead, for echo's HTTPErrorHandler to render
+// like any other: an *echo.HTTPError with the problem's status, wrapping a
+// [*ProblemError] that holds the [nethttp.Problem]:
+//
+//	e.HTTPErrorHandler = func(err error, c echo.Context) {
+//		var pe *echoadapter.ProblemError
+//		if errors.As(err, &pe) {
+//			_ = c.JSON(pe.StatusCode(), apiError{Code: pe.Problem.Kind, Message: pe.Problem.Detail})
+//			return
+//		}
+//		e.DefaultHTTPErrorHandler(err, c)
+//	}
+//
 // A panic in the guarded chain is caught by the core: logged, answered 500
 // internal-error (problem+json) and recorded only if the store policy's
 // Panic field says so. Keep echo's Recover middleware in front for
@@ -80,4 +96,34 @@
 //		tenant, _ := echoadapter.ContextOf(r).Get("tenant").(string)
 //		return tenant
 //	}))
+//
+// The key is found where [nethttp.WithKey] says: the Idempotency-Key
+// header by default; a query parameter, a JSON body field or a function of
+// yours otherwise.
+//
+// # Observability
+//
+// The operation that hooks, outcome watchers and the handler see is the
+// method and echo's route: "POST /orders/:id" (c.Path());
+// [nethttp.WithOperation] names it otherwise. Every request has one
+// outcome (see [nethttp]): the guard's hooks (middleware.WithHook) get it
+// with the request's context, and an echo middleware in front reads it
+// from the request's context once next returns:
+//
+//	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+//		return func(c echo.Context) error {
+//			ctx, watch := middleware.WatchOutcome(c.Request().Context())
+//			c.SetRequest(c.Request().WithContext(ctx))
+//			err := next(c)
+//			if e, ok := watch.Outcome(); ok {
+//				slog.InfoContext(ctx, "request", "route", c.Path(), "idempotency", e.Kind.String())
+//			}
+//			return err
+//		}
+//	}, idem)
+//
+// Handlers read their key, scope, operation and fence from
+// c.Request().Context() (middleware.CallInfoFrom) and can ask not to be
+// recorded (middleware.DoNotRecord); [nethttp.WithRecordTTL] sets a
+// route's record TTL.
 package echoadapter

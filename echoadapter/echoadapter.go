@@ -2,6 +2,7 @@ package echoadapter
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -15,8 +16,9 @@ import (
 type Option func(*config)
 
 type config struct {
-	skipper echomw.Skipper
-	http    []nethttp.Option
+	skipper      echomw.Skipper
+	http         []nethttp.Option
+	errorHandler bool
 }
 
 // WithSkipper sets a function that skips the middleware for a request: it
@@ -28,9 +30,65 @@ func WithSkipper(skip echomw.Skipper) Option { return func(c *config) { c.skippe
 // repeated calls add up. Default: none, that is nethttp's defaults: POST
 // and PATCH guarded, the key optional, a 1 MiB body limit, 2xx–4xx
 // recorded and 5xx forgotten, one scope for the whole service, the URL
-// path as the route.
+// path as the route; and the operation that hooks and telemetry see is
+// echo's: the method and the route echo matched, "POST /orders/:id"
+// (c.Path()), unless nethttp.WithOperation says otherwise.
 func WithHTTPOptions(opts ...nethttp.Option) Option {
 	return func(c *config) { c.http = append(c.http, opts...) }
+}
+
+// WithErrorHandler, when true, makes the middleware return its refusals
+// (400, 409, 413, 422, 503) as errors, so that echo's HTTPErrorHandler
+// renders them in the application's own error format, and middleware in
+// front sees them as it sees a handler's error. Each is an *echo.HTTPError
+// with the problem's status, whose Internal error is a [*ProblemError]
+// holding the [nethttp.Problem] (errors.As finds both); its Message is the
+// problem as RFC 9457 JSON, so echo's default error handler answers
+// with the status and the problem's fields. Cache-Control: no-store and,
+// for 409 in progress and 503, Retry-After are set on the response before
+// the error is returned. The 500 of a handler that panicked is rendered
+// the same way, through the error handler, inside the guard (so the
+// record, if the store policy keeps it, holds what the client got). It
+// replaces any [nethttp.WithProblemWriter]. Default: false (the middleware
+// writes RFC 9457 application/problem+json answers itself, or through
+// nethttp.WithProblemWriter).
+func WithErrorHandler(on bool) Option { return func(c *config) { c.errorHandler = on } }
+
+// ProblemError is a refusal of the middleware, returned to echo's error
+// handling under [WithErrorHandler] as the Internal error of an
+// *echo.HTTPError.
+type ProblemError struct {
+	Problem nethttp.Problem
+}
+
+// Error returns the problem's title and detail.
+func (e *ProblemError) Error() string {
+	if e.Problem.Detail == "" {
+		return "idempotency: " + e.Problem.Title
+	}
+	return "idempotency: " + e.Problem.Title + ": " + e.Problem.Detail
+}
+
+// StatusCode returns the problem's HTTP status.
+func (e *ProblemError) StatusCode() int { return e.Problem.Status }
+
+// problemMessage is a problem as the Message of an *echo.HTTPError: it
+// marshals to RFC 9457 JSON.
+type problemMessage nethttp.Problem
+
+// MarshalJSON implements json.Marshaler.
+func (m problemMessage) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail,omitempty"`
+	}{m.Type, m.Title, m.Status, m.Detail})
+}
+
+// problemError returns p as the error the middleware returns to echo.
+func problemError(p nethttp.Problem) error {
+	return &echo.HTTPError{Code: p.Status, Message: problemMessage(p), Internal: &ProblemError{Problem: p}}
 }
 
 // New validates the options and returns echo middleware that makes the
@@ -42,10 +100,17 @@ func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	core, err := nethttp.NewCore(guard, cfg.http...)
+	// echo's route is the default operation; the user's options come
+	// after it, and the error handler's problem writer after them.
+	httpOpts := append([]nethttp.Option{nethttp.WithOperation(operation)}, cfg.http...)
+	if cfg.errorHandler {
+		httpOpts = append(httpOpts, nethttp.WithProblemWriter(returnProblem))
+	}
+	core, err := nethttp.NewCore(guard, httpOpts...)
 	if err != nil {
 		return nil, err
 	}
+	returnErrors := cfg.errorHandler
 	skip := cfg.skipper
 	if skip == nil {
 		skip = echomw.DefaultSkipper
@@ -55,16 +120,23 @@ func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 			if skip(c) {
 				return next(c)
 			}
-			return serve(core, c, next)
+			return serve(core, c, next, returnErrors)
 		}
 	}, nil
 }
 
 // serve runs one request through the core. The rest of the echo chain is
-// the core's next: it runs at most once per key, inside the guard.
-func serve(core *nethttp.Core, c echo.Context, next echo.HandlerFunc) error {
+// the core's next: it runs at most once per key, inside the guard. With
+// returnErrors (WithErrorHandler), a refusal is returned.
+func serve(core *nethttp.Core, c echo.Context, next echo.HandlerFunc, returnErrors bool) error {
 	res, outerR := c.Response(), c.Request()
-	r := outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, c))
+	var st *state
+	var val any = c // what the request's context holds: c, or st with returnErrors
+	if returnErrors {
+		st = &state{c: c, outer: res}
+		val = st
+	}
+	r := outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, val))
 	defer c.SetRequest(outerR)
 	var passErr error
 	core.Serve(res, r, func(w http.ResponseWriter, r *http.Request) {
@@ -85,7 +157,61 @@ func serve(core *nethttp.Core, c echo.Context, next echo.HandlerFunc) error {
 			c.Error(err)
 		}
 	})
+	if st != nil && st.refusal != nil {
+		return st.refusal
+	}
 	return passErr
+}
+
+// state is what the middleware keeps of one request under
+// WithErrorHandler, in its context.
+type state struct {
+	c       echo.Context
+	outer   *echo.Response // the response the middleware was given
+	refusal error          // a refusal to return
+}
+
+// contextOf returns the echo.Context of a request the middleware serves,
+// and its state under WithErrorHandler.
+func contextOf(r *http.Request) (echo.Context, *state) {
+	switch v := r.Context().Value(contextKey{}).(type) {
+	case echo.Context:
+		return v, nil
+	case *state:
+		return v.c, v
+	}
+	return nil, nil
+}
+
+// operation names a request's operation by the route echo matched: "POST
+// /orders/:id", or "" when it is unknown.
+func operation(r *http.Request) string {
+	c, _ := contextOf(r)
+	if c == nil || c.Path() == "" {
+		return ""
+	}
+	return r.Method + " " + c.Path()
+}
+
+// returnProblem is the problem writer of WithErrorHandler: a refusal, to
+// be written on the response the middleware was given, is kept for serve
+// to return; the 500 of a panic, written inside the guard, is rendered
+// there by echo's error handler, on a response over the capture.
+func returnProblem(w http.ResponseWriter, r *http.Request, p nethttp.Problem) {
+	_, st := contextOf(r)
+	if st == nil {
+		nethttp.WriteProblem(w, r, p) // not reached: the core writes for requests serve gave it
+		return
+	}
+	if rw, ok := w.(*echo.Response); ok && rw == st.outer {
+		st.refusal = problemError(p)
+		return
+	}
+	c := st.c
+	prev := c.Response()
+	c.SetResponse(echo.NewResponse(w, c.Echo()))
+	defer c.SetResponse(prev)
+	c.Error(problemError(p))
 }
 
 // contextKey keys the echo.Context in the request's context.
@@ -94,11 +220,13 @@ type contextKey struct{}
 // ContextOf returns the echo.Context of a request the middleware serves,
 // or nil for a request it did not see. It is meant for the nethttp hooks,
 // which receive the *http.Request: [nethttp.WithScope],
-// [nethttp.WithRoute] and [nethttp.WithFingerprint] can read what echo
+// [nethttp.WithRoute], [nethttp.WithOperation], [nethttp.WithKey] (with
+// [nethttp.FuncKey]), [nethttp.WithProblemWriter] and
+// [nethttp.WithFingerprint] can read what echo
 // holds (values an authentication middleware stored with c.Set, path
 // parameters). Like the echo.Context itself (echo reuses it for another
 // request), it is valid only while the request is being served.
 func ContextOf(r *http.Request) echo.Context {
-	c, _ := r.Context().Value(contextKey{}).(echo.Context)
+	c, _ := contextOf(r)
 	return c
 }

@@ -1,6 +1,7 @@
 package echoadapter_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 	echomw "github.com/labstack/echo/v4/middleware"
@@ -21,12 +23,12 @@ import (
 )
 
 // echoStack serves the suite's app for every path and method behind the
-// adapter (after echo's Recover), on a real loopback listener.
-func echoStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {
+// adapter (after echo's Recover).
+func echoStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler {
 	e := newEcho()
 	e.Use(echomw.Recover(), newIdem(t, g, echoadapter.WithHTTPOptions(opts...)))
 	e.Any("/*", echo.WrapHandler(app))
-	return httpsuite.Serve(t, e)
+	return e
 }
 
 // TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
@@ -347,4 +349,171 @@ func TestDecompressInFront(t *testing.T) {
 		return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, b)
 	})
 	httpsuite.CheckRequestDecompressedInFront(t, httpsuite.Serve(t, e))
+}
+
+// TestOperationIsEchosRoute: hooks, outcome watchers and the handler see
+// the method and the route echo matched (c.Path()), not the path;
+// nethttp.WithOperation overrides it.
+func TestOperationIsEchosRoute(t *testing.T) {
+	httpsuite.CheckOperations(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, h http.Handler) http.Handler {
+		e := newEcho()
+		e.POST("/orders/:id", echo.WrapHandler(h), newIdem(t, g, echoadapter.WithHTTPOptions(opts...)))
+		return e
+	}, "POST /orders/:id")
+}
+
+// TestOutcomeWatchedByEchoMiddleware: an echo middleware in front of the
+// adapter that watches the outcome through the request's context (as an
+// access log does) sees every request's, with echo's route as the
+// operation.
+func TestOutcomeWatchedByEchoMiddleware(t *testing.T) {
+	outcomes := make(chan middleware.Event, 8)
+	e := newEcho()
+	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			ctx, watch := middleware.WatchOutcome(c.Request().Context())
+			c.SetRequest(c.Request().WithContext(ctx))
+			err := next(c)
+			ev, _ := watch.Outcome()
+			outcomes <- ev
+			return err
+		}
+	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.WithHTTPOptions(nethttp.WithKeyRequired(true))))
+	e.POST("/orders/:id", func(c echo.Context) error {
+		return c.JSON(http.StatusCreated, map[string]string{"order": c.Param("id")})
+	})
+	url := httpsuite.Serve(t, e)
+	for _, c := range []struct {
+		key, body string
+		kind      middleware.EventKind
+	}{
+		{"k", `{"a":1}`, middleware.EventExecuted},
+		{"k", `{"a":1}`, middleware.EventReplayed},
+		{"k", `{"a":2}`, middleware.EventMismatch},
+		{"", `{}`, middleware.EventRejected},
+	} {
+		httpsuite.Post(t, url+"/orders/1", c.key, c.body)
+		select {
+		case ev := <-outcomes:
+			if ev.Kind != c.kind || ev.Operation != "POST /orders/:id" {
+				t.Fatalf("%s: the middleware in front saw %s %q; want %s POST /orders/:id", c.body, ev.Kind, ev.Operation, c.kind)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the middleware in front saw no request")
+		}
+	}
+}
+
+// TestErrorHandlerRendersRefusals: with WithErrorHandler(true), refusals
+// are returned as errors: the middleware in front sees them (an
+// *echo.HTTPError with the status, wrapping an *echoadapter.ProblemError),
+// echo's default error handler answers with the status and the problem's
+// fields, and a custom one can write the application's own format; the
+// 500 of a panic is rendered by the error handler inside the guard, so a
+// store policy that records panics replays what the client got.
+func TestErrorHandlerRendersRefusals(t *testing.T) {
+	type seen struct {
+		status     int
+		kind       string
+		retry      string
+		sameStatus bool // the ProblemError's status is the HTTPError's
+	}
+	for _, custom := range []bool{false, true} {
+		t.Run(fmt.Sprint("custom=", custom), func(t *testing.T) {
+			front := make(chan seen, 16)
+			var runs atomic.Int32
+			e := newEcho()
+			if custom {
+				e.HTTPErrorHandler = func(err error, c echo.Context) {
+					var pe *echoadapter.ProblemError
+					if !errors.As(err, &pe) {
+						e.DefaultHTTPErrorHandler(err, c)
+						return
+					}
+					_ = c.JSON(pe.StatusCode(), map[string]any{"error": map[string]string{"code": pe.Problem.Kind, "message": pe.Problem.Detail}})
+				}
+			}
+			e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
+				return func(c echo.Context) error {
+					err := next(c)
+					var he *echo.HTTPError
+					var pe *echoadapter.ProblemError
+					s := seen{retry: c.Response().Header().Get("Retry-After")}
+					if errors.As(err, &he) {
+						s.status = he.Code
+					}
+					if errors.As(err, &pe) {
+						s.kind, s.sameStatus = pe.Problem.Kind, pe.StatusCode() == s.status
+					}
+					front <- s
+					return err
+				}
+			}, newIdem(t, httpsuite.NewGuard(t), echoadapter.WithErrorHandler(true), echoadapter.WithHTTPOptions(
+				nethttp.WithKeyRequired(true), nethttp.WithWaitForResult(false), nethttp.WithRetryAfter(2*time.Second),
+				nethttp.WithStorePolicy(nethttp.StorePolicy{Success: true, ClientError: true, ServerError: true, Panic: true}))))
+			e.POST("/orders", func(c echo.Context) error {
+				n := runs.Add(1)
+				if c.QueryParam("sleep") != "" {
+					time.Sleep(300 * time.Millisecond)
+				}
+				if c.QueryParam("panic") != "" {
+					panic("on purpose")
+				}
+				return c.JSON(http.StatusCreated, map[string]int32{"order": n})
+			})
+			url := httpsuite.Serve(t, e)
+			check := func(name string, got httpsuite.Reply, status int, kind, retry string) {
+				t.Helper()
+				s := <-front
+				if s.status != status || s.kind != kind || !s.sameStatus || s.retry != retry {
+					t.Fatalf("%s: the middleware in front saw %+v; want an error with status %d, problem %s, Retry-After %q", name, s, status, kind, retry)
+				}
+				if got.Status != status || got.Header.Get("Cache-Control") != "no-store" || got.Header.Get("Retry-After") != retry {
+					t.Fatalf("%s: %d %v; want %d, no-store, Retry-After %q", name, got.Status, got.Header, status, retry)
+				}
+				var body map[string]any
+				if err := json.Unmarshal([]byte(got.Body), &body); err != nil {
+					t.Fatalf("%s: %q: %v", name, got.Body, err)
+				}
+				if custom {
+					if e, _ := body["error"].(map[string]any); e["code"] != kind {
+						t.Fatalf("%s: %q; want the custom error handler's format", name, got.Body)
+					}
+				} else if body["type"] != "urn:idemkit:problem:"+kind || body["status"] != float64(status) || body["title"] == "" {
+					t.Fatalf("%s: %q; want the problem's fields", name, got.Body)
+				}
+			}
+			check("no key", httpsuite.Post(t, url+"/orders", "", `{}`), http.StatusBadRequest, nethttp.ProblemKeyMissing, "")
+			httpsuite.Post(t, url+"/orders", "k", `{"a":1}`)
+			if s := <-front; s.status != 0 {
+				t.Fatalf("an execution reached the middleware in front as an error: %+v", s)
+			}
+			check("mismatch", httpsuite.Post(t, url+"/orders", "k", `{"a":2}`), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused, "")
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				httpsuite.Post(t, url+"/orders?sleep=1", "slow", `{}`)
+			}()
+			for deadline := time.Now().Add(10 * time.Second); runs.Load() < 2; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the slow request did not start")
+				}
+			}
+			check("in progress", httpsuite.Post(t, url+"/orders?sleep=1", "slow", `{}`), http.StatusConflict, nethttp.ProblemInProgress, "2")
+			<-done
+			<-front
+
+			// The panic's 500: rendered inside the guard, recorded, replayed.
+			first := httpsuite.Post(t, url+"/orders?panic=1", "p", `{}`)
+			<-front
+			again := httpsuite.Post(t, url+"/orders?panic=1", "p", `{}`)
+			<-front
+			if first.Status != http.StatusInternalServerError || !again.Replayed() || again.Body != first.Body || !strings.Contains(first.Body, nethttp.ProblemInternal) {
+				t.Fatalf("panic: %d %q, then %d %q replayed=%v", first.Status, first.Body, again.Status, again.Body, again.Replayed())
+			}
+			if runs.Load() != 3 {
+				t.Fatalf("the handler ran %d times; want 3", runs.Load())
+			}
+		})
+	}
 }

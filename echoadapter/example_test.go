@@ -1,6 +1,7 @@
 package echoadapter_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -57,4 +58,39 @@ func Example() {
 	// 402 replayed="" {"message":"card declined"}
 	// 402 replayed="true" {"message":"card declined"}
 	// executions: 2
+}
+
+// With WithErrorHandler, the middleware's refusals go through echo's error
+// handler, like a handler's errors: here one that answers in the
+// application's own format, with the problem's kind as the error code.
+func ExampleWithErrorHandler() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := echoadapter.New(guard, echoadapter.WithErrorHandler(true))
+	if err != nil {
+		panic(err)
+	}
+	e := echo.New()
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		var pe *echoadapter.ProblemError
+		if errors.As(err, &pe) {
+			_ = c.JSON(pe.StatusCode(), map[string]string{"code": pe.Problem.Kind})
+			return
+		}
+		e.DefaultHTTPErrorHandler(err, c)
+	}
+	e.POST("/orders", func(c echo.Context) error { return c.String(http.StatusCreated, "created") }, idem)
+
+	for _, body := range []string{`{"item":"book"}`, `{"item":"pen"}`} {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "k1")
+		w := httptest.NewRecorder()
+		e.ServeHTTP(w, req)
+		fmt.Printf("%d %s\n", w.Code, strings.TrimSpace(w.Body.String()))
+	}
+	// Output:
+	// 201 created
+	// 422 {"code":"idempotency-key-reused"}
 }

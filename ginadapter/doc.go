@@ -81,4 +81,34 @@
 //	ginadapter.New(guard, nethttp.WithScope(func(r *http.Request) string {
 //		return ginadapter.ContextOf(r).GetString("tenant")
 //	}))
+//
+// The key is found where [nethttp.WithKey] says (the Idempotency-Key
+// header by default; a query parameter, a JSON body field or a function of
+// yours otherwise), and the middleware's own answers are written by
+// [nethttp.WithProblemWriter] (RFC 9457 problems by default), through
+// c.Writer like the rest.
+//
+// # Observability
+//
+// The operation that hooks, outcome watchers and the handler see is the
+// method and gin's route: "POST /orders/:id" (c.FullPath()), "" for a
+// request no route matched; [nethttp.WithOperation] names it otherwise.
+// Every request has one outcome (see [nethttp]): the guard's hooks
+// (middleware.WithHook) get it with the request's context, and a gin
+// middleware in front reads it from the request's context once c.Next
+// returns:
+//
+//	r.Use(func(c *gin.Context) {
+//		ctx, watch := middleware.WatchOutcome(c.Request.Context())
+//		c.Request = c.Request.WithContext(ctx)
+//		c.Next()
+//		if e, ok := watch.Outcome(); ok {
+//			slog.InfoContext(ctx, "request", "route", c.FullPath(), "idempotency", e.Kind.String())
+//		}
+//	}, idem)
+//
+// Handlers read their key, scope, operation and fence from
+// c.Request.Context() (middleware.CallInfoFrom) and can ask not to be
+// recorded (middleware.DoNotRecord); [nethttp.WithRecordTTL] sets a
+// route's record TTL.
 package ginadapter

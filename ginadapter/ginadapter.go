@@ -14,11 +14,15 @@ import (
 // handlers after it idempotent with guard. The options are nethttp's (see
 // [nethttp.Option]) with the same defaults: POST and PATCH guarded, the
 // key optional, a 1 MiB body limit, 2xx–4xx recorded and 5xx forgotten,
-// one scope for the whole service, the URL path as the route.
+// one scope for the whole service, the URL path as the route; but the
+// operation that hooks and telemetry see is gin's: the method and the
+// route gin matched, "POST /orders/:id" (c.FullPath(); "" for a request no
+// route matched), unless [nethttp.WithOperation] says otherwise.
 //
 // An invalid option, or a nil guard, is an error here; nothing panics on
 // the request path.
 func New(guard *middleware.Guard, opts ...nethttp.Option) (gin.HandlerFunc, error) {
+	opts = append([]nethttp.Option{nethttp.WithOperation(operation)}, opts...)
 	core, err := nethttp.NewCore(guard, opts...)
 	if err != nil {
 		return nil, err
@@ -69,13 +73,29 @@ func serve(core *nethttp.Core, c *gin.Context) {
 	}
 }
 
+// operation names a request's operation by the route gin matched: "POST
+// /orders/:id", or "" when no route matched.
+func operation(r *http.Request) string {
+	c := ContextOf(r)
+	if c == nil {
+		return ""
+	}
+	p := c.FullPath()
+	if p == "" {
+		return ""
+	}
+	return r.Method + " " + p
+}
+
 // contextKey keys the *gin.Context in the request's context.
 type contextKey struct{}
 
 // ContextOf returns the *gin.Context of a request the middleware serves,
 // or nil for a request it did not see. It is meant for the nethttp hooks,
 // which receive the *http.Request: [nethttp.WithScope],
-// [nethttp.WithRoute] and [nethttp.WithFingerprint] can read what gin
+// [nethttp.WithRoute], [nethttp.WithOperation], [nethttp.WithKey] (with
+// [nethttp.FuncKey]), [nethttp.WithProblemWriter] and
+// [nethttp.WithFingerprint] can read what gin
 // holds (values an authentication middleware stored with c.Set, path
 // parameters). Like the gin.Context itself, it is valid only while the
 // request is being served.

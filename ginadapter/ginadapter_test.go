@@ -27,14 +27,13 @@ func TestMain(m *testing.M) {
 }
 
 // ginStack serves the suite's app for every path and method behind the
-// adapter (after gin.Recovery, as the package doc advises), on a real
-// loopback listener.
-func ginStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {
+// adapter (after gin.Recovery, as the package doc advises).
+func ginStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler {
 	idem := newIdem(t, g, opts...)
 	r := gin.New()
 	r.Use(gin.Recovery(), idem)
 	r.Any("/*path", gin.WrapH(app))
-	return httpsuite.Serve(t, r)
+	return r
 }
 
 // TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
@@ -372,5 +371,55 @@ func TestResponseControllerReachesConnection(t *testing.T) {
 	url := httpsuite.Serve(t, r)
 	if got := httpsuite.Post(t, url+"/rc", "k", `{}`); got.Status != http.StatusOK {
 		t.Fatal(got.Status)
+	}
+}
+
+// TestOperationIsGinsRoute: hooks, outcome watchers and the handler see
+// the method and the route gin matched (c.FullPath()), not the path;
+// nethttp.WithOperation overrides it.
+func TestOperationIsGinsRoute(t *testing.T) {
+	httpsuite.CheckOperations(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, h http.Handler) http.Handler {
+		r := gin.New()
+		r.POST("/orders/:id", newIdem(t, g, opts...), gin.WrapH(h))
+		return r
+	}, "POST /orders/:id")
+}
+
+// TestOutcomeWatchedByGinMiddleware: a gin middleware in front of the
+// adapter that watches the outcome through the request's context (as an
+// access log does) sees every request's, with gin's route as the
+// operation ("" for a route gin did not match).
+func TestOutcomeWatchedByGinMiddleware(t *testing.T) {
+	outcomes := make(chan middleware.Event, 8)
+	r := gin.New()
+	r.Use(func(c *gin.Context) {
+		ctx, watch := middleware.WatchOutcome(c.Request.Context())
+		c.Request = c.Request.WithContext(ctx)
+		c.Next()
+		e, _ := watch.Outcome()
+		outcomes <- e
+	}, newIdem(t, httpsuite.NewGuard(t), nethttp.WithKeyRequired(true)))
+	r.POST("/orders/:id", func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"order": c.Param("id")}) })
+	url := httpsuite.Serve(t, r)
+	for _, c := range []struct {
+		path, key, body string
+		kind            middleware.EventKind
+		op              string
+	}{
+		{"/orders/1", "k", `{"a":1}`, middleware.EventExecuted, "POST /orders/:id"},
+		{"/orders/1", "k", `{"a":1}`, middleware.EventReplayed, "POST /orders/:id"},
+		{"/orders/1", "k", `{"a":2}`, middleware.EventMismatch, "POST /orders/:id"},
+		{"/orders/1", "", `{}`, middleware.EventRejected, "POST /orders/:id"},
+		{"/nowhere", "n", `{}`, middleware.EventExecuted, ""},
+	} {
+		httpsuite.Post(t, url+c.path, c.key, c.body)
+		select {
+		case e := <-outcomes:
+			if e.Kind != c.kind || e.Operation != c.op {
+				t.Fatalf("%s %s: the middleware in front saw %s %q; want %s %q", c.path, c.body, e.Kind, e.Operation, c.kind, c.op)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the middleware in front saw no request")
+		}
 	}
 }

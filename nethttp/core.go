@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
@@ -40,9 +41,10 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 	bad := func(detail string) (*Core, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
 	}
+	if why, ok := cfg.key.valid(); !ok {
+		return bad(why)
+	}
 	switch {
-	case cfg.header == "" || !validHeaderName(cfg.header):
-		return bad("the key header name is not a valid field name")
 	case cfg.maxKeyLen < 1:
 		return bad("the maximum key length must be positive")
 	case cfg.maxBody < 1:
@@ -51,9 +53,14 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 		return bad("the response capture limit must be positive")
 	case cfg.retryAfter < 0:
 		return bad("Retry-After must not be negative")
+	case cfg.recordTTL != 0 && cfg.recordTTL < time.Millisecond:
+		return bad("the record TTL must be at least 1ms (or 0 for the guard's)")
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
+	}
+	if cfg.problemWriter == nil {
+		cfg.problemWriter = WriteProblem
 	}
 	c := &Core{guard: guard, cfg: cfg}
 	c.keep = c.keepHeader
@@ -77,12 +84,13 @@ func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handl
 }
 
 // Serve handles one request: it passes unguarded requests to next
-// unchanged (the very w and r it was given; with [WithFailOpen], r's body
-// restored), and runs guarded ones through the guard, calling next at most
-// once per key with a capturing writer and a new request whose body has
-// been read (and restored). Adapters call it with their framework's writer
-// and a next that resumes the framework's chain; they tell the two cases
-// apart by comparing the request next gets with r.
+// unchanged (the very w and r it was given; when the key source read the
+// body to find no key, r's body restored), and runs guarded ones through
+// the guard, calling next at most once per key with a capturing writer and
+// a new request whose body has been read (and restored). Adapters call it
+// with their framework's writer and a next that resumes the framework's
+// chain; they tell the two cases apart by comparing the request next gets
+// with r.
 func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
 	op := middleware.Operation(c.operation(r))
 	if !c.cfg.methods[r.Method] {
@@ -90,27 +98,41 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 		next(w, r)
 		return
 	}
-	values := r.Header.Values(c.cfg.header)
-	if len(values) == 0 {
-		if c.cfg.required {
-			c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMissing, "send an "+c.cfg.header+" header with a unique key, such as a UUID")
+	// The body is read first only for a key that is in it; otherwise a
+	// request without a key passes through with its body untouched.
+	var body []byte
+	read := false
+	if c.cfg.key.body {
+		var ok bool
+		if body, ok = c.readBody(w, r, op); !ok {
 			return
 		}
-		c.guard.Bypass(r.Context(), middleware.EventPassedThrough, nil, op)
-		next(w, r)
-		return
+		read = true
 	}
-	key, err := parseKey(values, c.cfg.strict, c.cfg.maxKeyLen)
+	key, err := c.cfg.key.find(r, body, c.cfg.strict, c.cfg.maxKeyLen)
 	if err != nil {
 		var ke *keyError
 		errors.As(err, &ke)
 		c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMalformed, ke.reason)
 		return
 	}
-
-	body, ok := c.readBody(w, r, op)
-	if !ok {
+	if key == "" {
+		if c.cfg.required {
+			c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMissing, "send "+c.cfg.key.where+" with a unique key, such as a UUID")
+			return
+		}
+		if read {
+			restoreBody(r, body)
+		}
+		c.guard.Bypass(r.Context(), middleware.EventPassedThrough, nil, op)
+		next(w, r)
 		return
+	}
+	if !read {
+		var ok bool
+		if body, ok = c.readBody(w, r, op); !ok {
+			return
+		}
 	}
 	route := c.route(r)
 	var fp fingerprint.Fingerprint
@@ -126,8 +148,11 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 		scope = c.cfg.scope(r)
 	}
 
-	var optBuf [5]middleware.CallOption
+	var optBuf [6]middleware.CallOption
 	opts := append(optBuf[:0], op, middleware.Scope(scope))
+	if c.cfg.recordTTL != 0 {
+		opts = append(opts, middleware.RecordTTL(c.cfg.recordTTL))
+	}
 	if !c.cfg.wait {
 		opts = append(opts, middleware.WaitBudget(0))
 	}
@@ -160,7 +185,7 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 // reports it.
 func (c *Core) reject(w http.ResponseWriter, r *http.Request, op middleware.CallOption, status int, problem, detail string) {
 	c.guard.Bypass(r.Context(), middleware.EventRejected, errors.New("nethttp: "+problem+": "+detail), op)
-	c.writeProblem(w, status, problem, detail, 0)
+	c.writeProblem(w, r, status, problem, detail, 0)
 }
 
 // operation names the request's operation for hooks and telemetry.
@@ -227,6 +252,16 @@ func (c *Core) readBody(w http.ResponseWriter, r *http.Request, op middleware.Ca
 	return body, true
 }
 
+// restoreBody makes body, read from r's body, r's body again, for a
+// request that passes through after its body was read (nothing to do when
+// r had none).
+func restoreBody(r *http.Request, body []byte) {
+	if body == nil {
+		return
+	}
+	useBody(r, new(bufferedBody), body)
+}
+
 // useBody makes b, unused, r's body: a fresh reader over body (and
 // GetBody, for handlers that replay it).
 func useBody(r *http.Request, b *bufferedBody, body []byte) {
@@ -290,7 +325,7 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		}
 		c.cfg.logger.ErrorContext(ctx, "nethttp: the handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		if !rec.wrote {
-			c.writeProblem(cw, http.StatusInternalServerError, ProblemInternal, "", 0)
+			c.writeProblem(cw, req, http.StatusInternalServerError, ProblemInternal, "", 0)
 		}
 		res = c.verdict(rec, c.cfg.policy.Panic, ctx)
 	}()
@@ -358,12 +393,12 @@ func (c *Core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
 	if err != nil {
 		undo()
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
-		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
 		return
 	}
 	if coding, ok := acceptsEncoding(r.Header.Values("Accept-Encoding"), h.Values("Content-Encoding")); !ok {
 		undo()
-		c.writeProblem(w, http.StatusConflict, ProblemNotReplayable,
+		c.writeProblem(w, r, http.StatusConflict, ProblemNotReplayable,
 			"the request with this key was executed, but its recorded response is encoded with "+strconv.Quote(coding)+
 				", which this request's Accept-Encoding does not accept; retry with the first request's Accept-Encoding. It will not be executed again", 0)
 		return
@@ -393,24 +428,28 @@ func exposeHeader(h http.Header, name string) {
 // refuse answers a request the guard did not run.
 func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
+	case errors.Is(err, middleware.ErrInvalidKey):
+		// The key, with its namespace and scope, is too long for a
+		// record key.
+		c.writeProblem(w, r, http.StatusBadRequest, ProblemKeyMalformed, "the key is too long for its scope; use a shorter key", 0)
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
-		c.writeProblem(w, http.StatusUnprocessableEntity, ProblemCredentialsMismatch,
+		c.writeProblem(w, r, http.StatusUnprocessableEntity, ProblemCredentialsMismatch,
 			"this key was used by a request with other credentials; use a new key for a new request", 0)
 	case errors.Is(err, middleware.ErrMismatch):
-		c.writeProblem(w, http.StatusUnprocessableEntity, ProblemKeyReused,
+		c.writeProblem(w, r, http.StatusUnprocessableEntity, ProblemKeyReused,
 			"this key was used with a different request (method, route, query or body); use a new key for a new request", 0)
 	case errors.Is(err, middleware.ErrInProgress):
-		c.writeProblem(w, http.StatusConflict, ProblemInProgress,
+		c.writeProblem(w, r, http.StatusConflict, ProblemInProgress,
 			"the first request with this key has not finished; retry later with the same key and request", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrNotReplayable):
-		c.writeProblem(w, http.StatusConflict, ProblemNotReplayable,
+		c.writeProblem(w, r, http.StatusConflict, ProblemNotReplayable,
 			"the request with this key was executed, but its response could not be kept for replay (it was streamed, hijacked, aborted, "+
 				"larger than the capture limit, or written outside the middleware); it will not be executed again", 0)
 	case errors.Is(err, store.ErrUnsealable):
 		// The request ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response cannot be opened", slog.String("error", err.Error()))
-		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable,
+		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable,
 			"the request with this key was executed, but its recorded response is unreadable; it will not be executed again", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
@@ -418,12 +457,12 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		if !transient {
 			detail = "the idempotency backend failed, so the request was not executed; retry later with the same key"
 		}
-		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, detail, c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, detail, c.cfg.retryAfter)
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
 	default:
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: unexpected guard error", slog.String("error", err.Error()))
-		c.writeProblem(w, http.StatusServiceUnavailable, ProblemUnavailable, "", c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "", c.cfg.retryAfter)
 	}
 }
 

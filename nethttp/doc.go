@@ -15,7 +15,8 @@
 //	no key, key optional (the default)                      pass through
 //	no key, key required                                    400 idempotency-key-missing
 //	key malformed (empty, > 255 chars, control chars,
-//	  a list, repeated header lines)                        400 idempotency-key-malformed
+//	  a list, repeated header lines; too long for a
+//	  record key with its scope)                            400 idempotency-key-malformed
 //	body over the limit (default 1 MiB)                     413 request-body-too-large
 //	body unreadable (torn stream, broken gzip behind a
 //	  decompressing middleware)                             400 request-body-unreadable
@@ -43,12 +44,22 @@
 //	                                                        the claim is released so a retry runs again
 //
 // Error answers are RFC 9457 application/problem+json with stable type URIs
-// and Cache-Control: no-store.
+// and Cache-Control: no-store. [WithProblemWriter] writes them in the
+// application's own format instead: every answer the middleware writes
+// itself (the refusals above and the 500 of a panic) goes through it as a
+// [Problem] (status, kind, type URI, title, detail, Retry-After);
+// [WriteProblem] is the default.
 //
 // # Keys, scope and fingerprint
 //
 // The key header is an RFC 8941 string ("abc"); by default a bare token
 // (abc) is accepted too and spells the same key. Keys are case-sensitive.
+// [WithKey] takes the key from elsewhere: another header ([HeaderKey]), a
+// query parameter ([QueryKey]), a string field of a JSON body ([JSONKey],
+// for which the body is read before the key is looked for, and given back
+// to a request without one) or a function of yours ([FuncKey]). Every
+// source's keys are checked the same way: at most [WithMaxKeyLength]
+// characters, valid UTF-8, no control characters.
 // The scope ([WithScope]) is the namespace a key lives in, typically the
 // tenant or principal, so one client's key never replays another client's
 // response. Without a scope hook, every guarded request is bound to its
@@ -60,6 +71,35 @@
 // the body (canonical JSON for JSON bodies), so a key reused on another
 // route or with another body is a 422, never a replay of the wrong response
 // and never a second execution.
+//
+// # Observability
+//
+// Every request the middleware sees has exactly one outcome (executed,
+// replayed, mismatch, credentials-mismatch, in-progress, not-replayable,
+// unavailable, canceled, failed-open; passed-through and rejected for
+// those that never reach the guard; see middleware.EventKind), reported
+// with the request's context and its operation:
+//
+//   - to the guard's hooks (middleware.WithHook), which receive the
+//     request's context (with whatever middleware in front put there: a
+//     request id, a span) and the event;
+//   - to middleware in front that watches the request's context
+//     (middleware.WatchOutcome), such as an access log.
+//
+// The operation is a name with few values, fit for a metric attribute:
+// by default the ServeMux pattern that matched, behind the method ("POST
+// /orders/{id}"), so the middleware belongs on each route (mux.Handle(p,
+// idem(h))) for it to be known; around the whole mux it is "". The gin and
+// echo adapters use the route their router matched; [WithOperation] names
+// it otherwise.
+//
+// The handler reads its key, scope, operation and fence from its
+// request's context (middleware.CallInfoFrom), to fence its own side
+// effects or derive downstream keys, and can ask that its response not be
+// recorded (middleware.DoNotRecord): it is delivered, the claim is
+// released, and a retry with the same key runs again, as for a wrong
+// one-time code. [WithRecordTTL] keeps one route's records for longer or
+// shorter than the guard's record TTL, when routes share one guard.
 //
 // # Streaming and the response writer
 //
@@ -97,6 +137,15 @@
 // handler goes on running after the guard has recorded that 503 (forgotten
 // by the default store policy, so a retry runs the handler a second time
 // while the first may still be at work).
+//
+// # Operators
+//
+// [NewAdmin] returns an http.Handler that inspects (GET ?key=K&scope=S,
+// with response=1 for the recorded response) and forgets (DELETE) one
+// key's record: a key stuck in progress after a crash, one recorded as not
+// replayable, one whose sealed response no longer opens. It has no
+// authentication of its own: mount it behind yours. The idemkit command
+// (cmd/idemkit) does the same from a shell.
 //
 // # Reuse
 //

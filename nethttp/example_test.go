@@ -1,6 +1,7 @@
 package nethttp_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -117,4 +118,148 @@ func ExampleMarkNotReplayable() {
 	// 201 token 1
 	// 409 application/problem+json
 	// tokens issued: 1
+}
+
+// The middleware wraps each handler it guards: mounted per route on a
+// ServeMux, it names the operation after the route's pattern ("POST
+// /orders") for hooks and telemetry. Options tune it; here a key is
+// required, so a POST without one is refused with an RFC 9457 problem.
+func ExampleNew() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard, nethttp.WithKeyRequired(true), nethttp.WithMaxBodyBytes(64<<10))
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})))
+
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"item":"book"}`)))
+	fmt.Println(w.Code, w.Header().Get("Content-Type"))
+	fmt.Print(w.Body)
+	// Output:
+	// 400 application/problem+json
+	// {"type":"urn:idemkit:problem:idempotency-key-missing","title":"Idempotency-Key is required","status":400,"detail":"send an Idempotency-Key header with a unique key, such as a UUID"}
+}
+
+// An access log in front of the middleware reads each request's
+// idempotency outcome from the request's context, with the operation it
+// belongs to: executed, replayed, refused (mismatch), or passed through
+// (no key).
+func Example_accessLog() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard)
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	})))
+
+	accessLog := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx, watch := middleware.WatchOutcome(r.Context())
+			next.ServeHTTP(w, r.WithContext(ctx))
+			if e, ok := watch.Outcome(); ok {
+				fmt.Printf("%s %s idempotency=%s operation=%q\n", r.Method, r.URL.Path, e.Kind, e.Operation)
+			}
+		})
+	}
+	h := accessLog(mux)
+	for _, r := range []struct{ key, body string }{
+		{"k1", `{"item":"book"}`},
+		{"k1", `{"item":"book"}`},
+		{"k1", `{"item":"pen"}`},
+		{"", `{"item":"pen"}`},
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(r.body))
+		if r.key != "" {
+			req.Header.Set("Idempotency-Key", r.key)
+		}
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	// Output:
+	// POST /orders idempotency=executed operation="POST /orders"
+	// POST /orders idempotency=replayed operation="POST /orders"
+	// POST /orders idempotency=mismatch operation="POST /orders"
+	// POST /orders idempotency=passed-through operation="POST /orders"
+}
+
+// A key can come from elsewhere than a header: here from the
+// "idempotency_key" field of a JSON body. A request without the field
+// passes through with its body intact.
+func ExampleJSONKey() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard, nethttp.WithKey(nethttp.JSONKey("idempotency_key")))
+	if err != nil {
+		panic(err)
+	}
+	payments := 0
+	h := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		payments++
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "payment %d of %s", payments, body)
+	}))
+	for _, body := range []string{
+		`{"idempotency_key":"pay-1","amount":5}`,
+		`{"amount":5,"idempotency_key":"pay-1"}`,
+		`{"amount":7}`,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json") // compared as JSON: field order does not matter
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		fmt.Printf("replayed=%q %s\n", w.Header().Get("Idempotent-Replayed"), w.Body)
+	}
+	// Output:
+	// replayed="" payment 1 of {"idempotency_key":"pay-1","amount":5}
+	// replayed="true" payment 1 of {"idempotency_key":"pay-1","amount":5}
+	// replayed="" payment 2 of {"amount":7}
+}
+
+// The middleware's own answers can take the application's error format:
+// here an envelope, with the problem's kind as the error code.
+func ExampleWithProblemWriter() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	envelope := func(w http.ResponseWriter, _ *http.Request, p nethttp.Problem) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(p.Status)
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"error": map[string]string{"type": "idempotency_error", "code": p.Kind, "message": p.Detail},
+		})
+	}
+	idem, err := nethttp.New(guard, nethttp.WithProblemWriter(envelope))
+	if err != nil {
+		panic(err)
+	}
+	h := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	for _, body := range []string{`{"amount":5}`, `{"amount":6}`} {
+		req := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(body))
+		req.Header.Set("Idempotency-Key", "pay-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusCreated {
+			fmt.Println(w.Code, w.Header().Get("Cache-Control"), strings.TrimSpace(w.Body.String()))
+			continue
+		}
+		fmt.Println(w.Code)
+	}
+	// Output:
+	// 201
+	// 422 no-store {"error":{"code":"idempotency-key-reused","message":"this key was used with a different request (method, route, query or body); use a new key for a new request","type":"idempotency_error"}}
 }

@@ -2,6 +2,7 @@ package nethttp_test
 
 import (
 	"compress/gzip"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -15,13 +16,13 @@ import (
 	"github.com/idemkit/idemkit/nethttp"
 )
 
-// netHTTPStack serves the suite's app behind nethttp.New's middleware on a
-// real loopback listener.
-func netHTTPStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {
+// netHTTPStack serves the suite's app behind nethttp.New's middleware,
+// mounted on a ServeMux at "/" (so the operation is "POST /").
+func netHTTPStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler {
 	opts = append([]nethttp.Option{nethttp.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
-	srv := httptest.NewServer(idem(t, g, opts...)(app))
-	t.Cleanup(srv.Close)
-	return srv.URL
+	mux := http.NewServeMux()
+	mux.Handle("/", idem(t, g, opts...)(app))
+	return mux
 }
 
 // idem returns nethttp.New's middleware for g with opts; it fails t if
@@ -222,5 +223,48 @@ func TestMarkNotReplayable(t *testing.T) {
 	nethttp.MarkNotReplayable(rec) // not guarded: nothing to mark
 	if rec.Code != http.StatusOK || rec.Body.Len() != 0 {
 		t.Fatal("MarkNotReplayable wrote to an unguarded writer")
+	}
+}
+
+// TestOperationFromPattern: the middleware wrapped around each handler of
+// a ServeMux names the operation by the pattern that matched, with the
+// method in front (the pattern's, or the request's when the pattern has
+// none); nethttp.WithOperation overrides it.
+func TestOperationFromPattern(t *testing.T) {
+	for _, pattern := range []string{"POST /orders/{id}", "/orders/{id}"} {
+		t.Run(pattern, func(t *testing.T) {
+			httpsuite.CheckOperations(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, h http.Handler) http.Handler {
+				mux := http.NewServeMux()
+				mux.Handle(pattern, idem(t, g, opts...)(h))
+				return mux
+			}, "POST /orders/{id}")
+		})
+	}
+}
+
+// TestOperationAroundTheMux: a middleware around the whole ServeMux runs
+// before the mux matched a pattern: the operation is unknown ("").
+func TestOperationAroundTheMux(t *testing.T) {
+	ops := make(chan string, 4)
+	g := httpsuite.NewGuard(t, middleware.WithHook(middleware.HookFunc(func(_ context.Context, e middleware.Event) {
+		if e.Kind.Outcome() {
+			ops <- e.Operation
+		}
+	})))
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders/{id}", created)
+	url := httpsuite.Serve(t, idem(t, g)(mux))
+	if got := httpsuite.Post(t, url+"/orders/1", "k", "{}"); got.Status != http.StatusCreated {
+		t.Fatalf("status %d", got.Status)
+	}
+	// The outcome is reported before the handler returns, so before the
+	// answer is complete.
+	select {
+	case op := <-ops:
+		if op != "" {
+			t.Fatalf("operation %q; want none", op)
+		}
+	default:
+		t.Fatal("no outcome reported")
 	}
 }

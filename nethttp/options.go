@@ -11,7 +11,7 @@ import (
 
 // Defaults of the middleware (each written on its option too).
 const (
-	defaultHeader           = "Idempotency-Key"
+	defaultHeader           = "Idempotency-Key" // see HeaderKey
 	defaultMaxKeyLength     = 255
 	defaultMaxBodyBytes     = 1 << 20 // 1 MiB
 	defaultMaxResponseBytes = 1 << 20 // 1 MiB
@@ -63,7 +63,7 @@ type Option func(*config)
 
 type config struct {
 	methods       map[string]bool
-	header        string
+	key           KeySource
 	required      bool
 	strict        bool
 	maxKeyLen     int
@@ -77,15 +77,17 @@ type config struct {
 	policy        StorePolicy
 	wait          bool
 	failOpen      bool
+	recordTTL     time.Duration // 0: the guard's
 	retryAfter    time.Duration
 	problemBase   string
+	problemWriter func(w http.ResponseWriter, r *http.Request, p Problem)
 	logger        *slog.Logger
 }
 
 func defaults() config {
 	c := config{
 		methods:     map[string]bool{http.MethodPost: true, http.MethodPatch: true},
-		header:      defaultHeader,
+		key:         HeaderKey(defaultHeader),
 		maxKeyLen:   defaultMaxKeyLength,
 		maxBody:     defaultMaxBodyBytes,
 		maxResponse: defaultMaxResponseBytes,
@@ -109,21 +111,27 @@ func WithMethods(methods ...string) Option {
 	}
 }
 
-// WithHeader sets the key header's name. Default: "Idempotency-Key".
-func WithHeader(name string) Option {
-	return func(c *config) { c.header = http.CanonicalHeaderKey(name) }
-}
+// WithKey sets where a request's idempotency key is found: a header
+// ([HeaderKey]), a query parameter ([QueryKey]), a field of a JSON body
+// ([JSONKey]) or a function of yours ([FuncKey]). Whatever the source, a
+// key is checked the same way ([WithMaxKeyLength], valid UTF-8, no control
+// characters), and a bad one is refused with 400
+// idempotency-key-malformed. Default: HeaderKey("Idempotency-Key").
+func WithKey(source KeySource) Option { return func(c *config) { c.key = source } }
 
 // WithKeyRequired makes a guarded request without a key a 400. Default:
 // false (such requests pass through unguarded).
 func WithKeyRequired(required bool) Option { return func(c *config) { c.required = required } }
 
-// WithStrictKeys accepts only RFC 8941 quoted strings as keys. Default:
-// false (bare tokens such as an unquoted UUID are accepted too, and spell
-// the same key as their quoted form).
+// WithStrictKeys accepts only RFC 8941 quoted strings as keys in a key
+// header ([HeaderKey]); other key sources are not affected. Default: false
+// (bare tokens such as an unquoted UUID are accepted too, and spell the
+// same key as their quoted form).
 func WithStrictKeys(strict bool) Option { return func(c *config) { c.strict = strict } }
 
-// WithMaxKeyLength bounds a key's length in characters. Default: 255.
+// WithMaxKeyLength bounds a key's length in characters (Unicode code
+// points), whatever its source; a longer key is refused with 400
+// idempotency-key-malformed. Default: 255.
 func WithMaxKeyLength(n int) Option { return func(c *config) { c.maxKeyLen = n } }
 
 // WithScope sets the namespace a key lives in, from the request: typically
@@ -228,6 +236,14 @@ func WithWaitForResult(wait bool) Option { return func(c *config) { c.wait = wai
 // a request is never run without knowing whether it already ran).
 func WithFailOpen(open bool) Option { return func(c *config) { c.failOpen = open } }
 
+// WithRecordTTL sets how long this middleware's outcomes are kept for
+// replay (see middleware.RecordTTL), so that routes sharing one guard can
+// keep their records for different times: a payment for days, a message
+// for minutes. It must be at least 1 ms, or 0 for the default. Default: 0,
+// the guard's record TTL (middleware.WithRecordTTL, itself 24 h by
+// default).
+func WithRecordTTL(d time.Duration) Option { return func(c *config) { c.recordTTL = d } }
+
 // WithRetryAfter sets the Retry-After of 409 (in progress) and 503 answers,
 // rounded up to whole seconds. Default: 1 s.
 func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.retryAfter = d } }
@@ -236,6 +252,21 @@ func WithRetryAfter(d time.Duration) Option { return func(c *config) { c.retryAf
 // the URL of your API's error documentation. Default:
 // "urn:idemkit:problem:".
 func WithProblemTypeBase(base string) Option { return func(c *config) { c.problemBase = base } }
+
+// WithProblemWriter sets how the answers the middleware writes itself are
+// written: every refusal (400, 409, 413, 422, 503) and the 500 of a
+// handler that panicked before answering. It gets the request and the
+// [Problem], and writes the status, the headers and the body, in whatever
+// format the application's errors have (an envelope such as
+// {"error": {"type": ..., "code": ..., "message": ...}}, say). Before it is
+// called, the middleware sets Cache-Control: no-store and, when the problem
+// has one, Retry-After; it may change them. It should answer with
+// p.Status: clients decide by the status whether to retry, and when.
+// Default: [WriteProblem], RFC 9457 application/problem+json; nil restores
+// it.
+func WithProblemWriter(write func(w http.ResponseWriter, r *http.Request, p Problem)) Option {
+	return func(c *config) { c.problemWriter = write }
+}
 
 // WithLogger sets the logger for handler panics. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

@@ -11,7 +11,7 @@ import (
 // [WithProblemTypeBase]). They are stable: clients may match on them.
 const (
 	ProblemKeyMissing     = "idempotency-key-missing"     // 400: the key is required and absent
-	ProblemKeyMalformed   = "idempotency-key-malformed"   // 400: the key header cannot be parsed
+	ProblemKeyMalformed   = "idempotency-key-malformed"   // 400: the key cannot be parsed, or is too long or has control characters
 	ProblemBodyTooLarge   = "request-body-too-large"      // 413: the body exceeds the limit
 	ProblemBodyUnreadable = "request-body-unreadable"     // 400: the body could not be read (broken stream, client gone)
 	ProblemInProgress     = "idempotency-key-in-progress" // 409: a request with the key is still running
@@ -27,14 +27,6 @@ const (
 // defaultProblemTypeBase prefixes the problem types in "type" URIs.
 const defaultProblemTypeBase = "urn:idemkit:problem:"
 
-// problem is an RFC 9457 problem details object.
-type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-}
-
 var problemTitles = map[string]string{
 	ProblemKeyMissing:          "Idempotency-Key is required",
 	ProblemKeyMalformed:        "Idempotency-Key is malformed",
@@ -48,17 +40,56 @@ var problemTitles = map[string]string{
 	ProblemInternal:            "Internal error",
 }
 
-// writeProblem writes an application/problem+json answer that is never
-// cached, with Retry-After when retryAfter > 0.
-func (c *Core) writeProblem(w http.ResponseWriter, status int, kind, detail string, retryAfter time.Duration) {
+// Problem is an answer the middleware writes itself, instead of the
+// handler's: a refusal (400, 409, 413, 422, 503) or the 500 of a handler
+// that panicked before answering. [WriteProblem] writes it as RFC 9457
+// problem details; [WithProblemWriter] lets an application write it in its
+// own error format.
+type Problem struct {
+	Status int    // the HTTP status: 400, 409, 413, 422, 500 or 503
+	Kind   string // one of the Problem* constants, such as [ProblemKeyReused]: stable, for clients to match on
+	Type   string // the type URI: the base of [WithProblemTypeBase] followed by Kind
+	Title  string // a short summary of the kind, the same for every occurrence
+	Detail string // what happened to this request, and what to do about it; may be empty
+	// RetryAfter, when positive, is how long the client should wait before
+	// retrying (409 in progress, 503); the Retry-After header carries it
+	// in whole seconds, rounded up.
+	RetryAfter time.Duration
+}
+
+// WriteProblem writes p as an RFC 9457 application/problem+json answer
+// ({"type", "title", "status", "detail"}) with Cache-Control: no-store
+// and, when p.RetryAfter is positive, Retry-After. It is the default of
+// [WithProblemWriter], there for a custom writer to fall back on.
+func WriteProblem(w http.ResponseWriter, _ *http.Request, p Problem) {
 	h := w.Header()
+	setProblemHeaders(h, p)
 	h.Set("Content-Type", "application/problem+json")
-	h.Set("Cache-Control", "no-store")
-	h.Del("Content-Length")
-	if retryAfter > 0 {
-		h.Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
-	}
-	w.WriteHeader(status)
-	b, _ := json.Marshal(problem{Type: c.cfg.problemBase + kind, Title: problemTitles[kind], Status: status, Detail: detail})
+	w.WriteHeader(p.Status)
+	b, _ := json.Marshal(struct {
+		Type   string `json:"type"`
+		Title  string `json:"title"`
+		Status int    `json:"status"`
+		Detail string `json:"detail,omitempty"`
+	}{p.Type, p.Title, p.Status, p.Detail})
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// setProblemHeaders sets the headers every problem answer has, whoever
+// writes its body: Cache-Control: no-store, Retry-After when p has one,
+// and no Content-Length a handler may have set.
+func setProblemHeaders(h http.Header, p Problem) {
+	h.Del("Content-Length")
+	h.Set("Cache-Control", "no-store")
+	if p.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(int64((p.RetryAfter+time.Second-1)/time.Second), 10))
+	}
+}
+
+// writeProblem answers r with the problem of the given kind through the
+// problem writer, after setting the headers every problem answer has.
+func (c *Core) writeProblem(w http.ResponseWriter, r *http.Request, status int, kind, detail string, retryAfter time.Duration) {
+	p := Problem{Status: status, Kind: kind, Type: c.cfg.problemBase + kind, Title: problemTitles[kind], Detail: detail, RetryAfter: retryAfter}
+	setProblemHeaders(w.Header(), p)
+	c.cfg.problemWriter(w, r, p)
 }

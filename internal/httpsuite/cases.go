@@ -49,6 +49,14 @@ var cases = []testCase{
 	{"ScopeReplacesCredentialBinding", testScopeReplacesCredentialBinding},
 	{"CredentialHeadersNeverRecorded", testCredentialHeadersNeverRecorded},
 	{"UnreadableRecordNeverFailsOpen", testUnreadableRecordNeverFailsOpen},
+	{"QueryKey", testQueryKey},
+	{"JSONKey", testJSONKey},
+	{"FuncKey", testFuncKey},
+	{"ProblemWriter", testProblemWriter},
+	{"HandlerReadsCallInfo", testHandlerReadsCallInfo},
+	{"DoNotRecordLeavesNothing", testDoNotRecordLeavesNothing},
+	{"OutcomesReachHooksAndWatchers", testOutcomesReachHooksAndWatchers},
+	{"RecordTTLPerRoute", testRecordTTLPerRoute},
 }
 
 func testMethodNotGuardedPassesThrough(t *testing.T, s *suite) {

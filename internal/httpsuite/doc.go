@@ -6,21 +6,26 @@
 // panics) and the edge cases around them (streaming, chunked bodies, JSON
 // key order, client disconnects, tenant scopes, compressed responses,
 // aborted handlers, credentials bound to records and never recorded,
-// unreadable records under fail-open), through a real HTTP server and
+// unreadable records under fail-open), the key sources (query, JSON body,
+// a function), the problem writer, and observability (the handler's call
+// information, responses it asks not to record, every outcome reaching
+// the guard's hooks with the request's context and a middleware in front
+// that watches it, record TTLs per route), through a real HTTP server and
 // client.
 //
-// An adapter provides a [Stack]: a function that serves the suite's
-// business handler behind its middleware on a real listener.
+// An adapter provides a [Stack]: a function that returns its framework's
+// handler serving the suite's business handler behind its middleware; the
+// suite serves it on a real listener.
 //
 //	func TestBehaviour(t *testing.T) {
-//		httpsuite.Run(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) string {
+//		httpsuite.Run(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler {
 //			idem, err := nethttp.New(g, opts...)
 //			if err != nil {
 //				t.Fatal(err)
 //			}
-//			srv := httptest.NewServer(idem(app))
-//			t.Cleanup(srv.Close)
-//			return srv.URL
+//			mux := http.NewServeMux()
+//			mux.Handle("/", idem(app))
+//			return mux
 //		})
 //	}
 //
@@ -49,6 +54,7 @@
 // its own context), an adapter's tests build the server themselves and use
 // the helpers: [NewGuard], [Serve], [Post] and its [Reply], [WantProblem],
 // [InvalidOptions], and the checks [CheckPathsUnderOnePattern],
-// [CheckUnmatchedRouteRecorded], [CheckTenantScope] and
-// [CheckRequestDecompressedInFront].
+// [CheckUnmatchedRouteRecorded], [CheckTenantScope],
+// [CheckRequestDecompressedInFront] and [CheckOperations] (with a
+// [RouteStack]).
 package httpsuite

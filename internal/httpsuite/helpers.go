@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
@@ -145,7 +146,13 @@ func wantProblem(t *testing.T, r Reply, status int, kind string) problemBody {
 // with an error (and no middleware).
 func InvalidOptions() []nethttp.Option {
 	return []nethttp.Option{
-		nethttp.WithHeader("bad header"),
+		nethttp.WithKey(nethttp.HeaderKey("bad header")),
+		nethttp.WithKey(nethttp.KeySource{}),
+		nethttp.WithKey(nethttp.QueryKey("")),
+		nethttp.WithKey(nethttp.JSONKey("")),
+		nethttp.WithKey(nethttp.FuncKey(nil, false)),
+		nethttp.WithRecordTTL(-time.Hour),
+		nethttp.WithRecordTTL(time.Microsecond),
 		nethttp.WithMaxKeyLength(0),
 		nethttp.WithMaxBodyBytes(0),
 		nethttp.WithMaxResponseBytes(0),

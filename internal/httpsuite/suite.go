@@ -18,11 +18,13 @@ import (
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
-// Stack builds the stack under test: an HTTP server, on a real loopback
-// listener, that serves app for every path and method behind the
-// adapter's idempotency middleware, built on guard with opts. It returns
-// the server's base URL and stops the server with t.Cleanup.
-type Stack func(t *testing.T, guard *middleware.Guard, opts []nethttp.Option, app http.Handler) (baseURL string)
+// Stack builds the stack under test: the framework's handler (a ServeMux,
+// a gin engine, an echo instance) serving app for every path and method
+// behind the adapter's idempotency middleware, built on guard with opts.
+// The suite serves it on a real loopback listener, behind net/http
+// middleware of its own where a case needs one in front (a request id in
+// the context, an access log that watches outcomes).
+type Stack func(t *testing.T, guard *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler
 
 // Backends are the backend a case's guards run on.
 // Break makes them unreachable (the backend-outage rows).
@@ -69,6 +71,7 @@ type testCase struct {
 type server struct {
 	url      string
 	app      *app
+	guard    *middleware.Guard
 	backends Backends
 	client   *http.Client
 }
@@ -87,10 +90,21 @@ func (s *suite) serveOn(t *testing.T, b Backends, app *app, gopts []middleware.O
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := s.stack(t, g, opts, app)
+	return s.serveGuard(t, g, b, app, nil, opts...)
+}
+
+// serveGuard builds a stack on guard g (of backends b; several stacks can
+// share one guard, as routes of one service do), with front, when not
+// nil, in front of the framework's handler.
+func (s *suite) serveGuard(t *testing.T, g *middleware.Guard, b Backends, app *app, front func(http.Handler) http.Handler, opts ...nethttp.Option) *server {
+	t.Helper()
+	h := s.stack(t, g, opts, app)
+	if front != nil {
+		h = front(h)
+	}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	t.Cleanup(client.CloseIdleConnections)
-	return &server{url: url, app: app, backends: b, client: client}
+	return &server{url: Serve(t, h), app: app, guard: g, backends: b, client: client}
 }
 
 // app is the business handler of the suite. It counts its executions and
@@ -112,8 +126,18 @@ func (s *suite) serveOn(t *testing.T, b Backends, app *app, gopts []middleware.O
 //	abort=early       panic with http.ErrAbortHandler before answering anything
 //	abort=late        write the status and a first chunk, then panic with
 //	                  http.ErrAbortHandler
+//	callinfo=1        answer with what middleware.CallInfoFrom gives, as the
+//	                  JSON {"operation", "scope", "key", "fence", "hooked"} (hooked:
+//	                  the context carries what the observer's IdempotencyStart added)
+//	norecord=1        ask the guard not to record the outcome
+//	                  (middleware.DoNotRecord), and answer 400, as for a wrong
+//	                  one-time code
+//
+// Every execution keeps the middleware.CallInfo of its context (see
+// lastInfo).
 type app struct {
 	executions atomic.Int32
+	info       atomic.Pointer[middleware.CallInfo]
 	// gate, when set, holds a stream=1 response after its first chunk
 	// until it is closed.
 	gate chan struct{}
@@ -122,11 +146,41 @@ type app struct {
 // runs returns how many times the handler ran.
 func (a *app) runs() int32 { return a.executions.Load() }
 
+// lastInfo returns the call information of the last execution (the zero
+// CallInfo if it had none).
+func (a *app) lastInfo() middleware.CallInfo {
+	if p := a.info.Load(); p != nil {
+		return *p
+	}
+	return middleware.CallInfo{}
+}
+
 // ServeHTTP implements http.Handler.
 func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	info, _ := middleware.CallInfoFrom(r.Context())
+	a.info.Store(&info)
 	n := a.executions.Add(1)
 	body, _ := io.ReadAll(r.Body)
 	q := r.URL.Query()
+	if q.Get("callinfo") == "1" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"operation": info.Operation, "scope": info.Scope, "key": info.Key, "fence": info.Fence.Uint64(),
+			"hooked": r.Context().Value(startedKey{}) != nil,
+		})
+		return
+	}
+	if q.Get("norecord") == "1" {
+		if !middleware.DoNotRecord(r.Context()) {
+			http.Error(w, "DoNotRecord: not in a guarded call", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":"wrong one-time code"}`)
+		return
+	}
 	if q.Get("giveup") == "1" && n == 1 {
 		<-r.Context().Done()
 		return

@@ -1,0 +1,507 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"cloud.google.com/go/firestore"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idemkit/fingerprint"
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/firestorestore"
+	"github.com/idemkit/idemkit/store/pgstore"
+	"github.com/idemkit/idemkit/store/redisstore"
+)
+
+// env is one backend as the tests use it: the application's store, and
+// the tool's command line for the same records.
+type env struct {
+	store store.Store // the application's store
+	flags []string    // -url and the store's flags, for the tool
+	ns    string      // the namespace of the test's guards, its own
+	// held reports whether the backend still holds anything (a row, a
+	// document) under recordKey, live or not; nil for Redis, which
+	// expires its keys itself.
+	held func(t *testing.T, recordKey string) bool
+}
+
+// backendCase is a way to reach a real backend.
+type backendCase struct {
+	name  string
+	setup func(t *testing.T) env
+}
+
+// backends are the real servers testenv starts: Redis as a single node (a
+// key prefix set) and as a cluster, PostgreSQL (a table of the test's own)
+// and the Firestore emulator (a project of the test's own, another
+// collection).
+var backends = []backendCase{
+	{"redis", func(t *testing.T) env {
+		addr := testenv.Redis(t).Addr
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c, redisstore.WithKeyPrefix("ops:"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env{store: s, flags: []string{"-url", "redis://" + addr + "/0", "-prefix", "ops:"}, ns: testenv.Name(t)}
+	}},
+	{"redis-cluster", func(t *testing.T) env {
+		addrs := testenv.RedisCluster(t).Addrs
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := redisstore.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env{store: s, flags: []string{"-url", "redis+cluster://" + strings.Join(addrs, ",")}, ns: testenv.Name(t)}
+	}},
+	{"postgres", func(t *testing.T) env {
+		u := testenv.Postgres(t).URL
+		pool, err := pgxpool.New(context.Background(), u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		table := testenv.Name(t)
+		if err := pgstore.SetupSchema(t.Context(), pool, pgstore.WithTable(table)); err != nil {
+			t.Fatal(err)
+		}
+		s, err := pgstore.New(pool, pgstore.WithTable(table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := func(t *testing.T, recordKey string) bool {
+			var n int
+			if err := pool.QueryRow(t.Context(), `SELECT count(*) FROM "`+table+`" WHERE key = $1`, recordKey).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+		return env{store: s, flags: []string{"-url", u, "-table", table}, ns: testenv.Name(t), held: held}
+	}},
+	{"firestore", func(t *testing.T) env {
+		testenv.Firestore(t) // sets FIRESTORE_EMULATOR_HOST, which the tool's client follows
+		project := testenv.FirestoreProject(t)
+		c, err := firestore.NewClient(context.Background(), project)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		const collection = "ops_records"
+		s, err := firestorestore.New(c, firestorestore.WithCollection(collection))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := func(t *testing.T, recordKey string) bool {
+			docs, err := c.Collection(collection).Documents(t.Context()).GetAll()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range docs {
+				if d.Ref.ID == recordKey { // a readable key is its own document id
+					return true
+				}
+			}
+			return false
+		}
+		return env{store: s, flags: []string{"-url", "firestore://" + project, "-collection", collection}, ns: testenv.Name(t), held: held}
+	}},
+}
+
+// eachBackend runs f on every backend, in parallel subtests.
+func eachBackend(t *testing.T, f func(t *testing.T, e env)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, b.setup(t))
+		})
+	}
+}
+
+// guard returns a guard of the application over e's store, in e's
+// namespace.
+func (e env) guard(t *testing.T) *middleware.Guard {
+	t.Helper()
+	g, err := middleware.New(e.store, middleware.WithNamespace(e.ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// args returns the tool's command line for cmd on e, then more.
+func (e env) args(cmd string, more ...string) []string {
+	args := append([]string{cmd}, e.flags...)
+	if cmd != "sweep" {
+		args = append(args, "-namespace", e.ns)
+	}
+	return append(args, more...)
+}
+
+// order is the input of the tests' guarded calls.
+var order = fingerprintOf(map[string]any{"item": "book"})
+
+func fingerprintOf(v any) fingerprint.Fingerprint {
+	fp, err := fingerprint.Value(v)
+	if err != nil {
+		panic(err)
+	}
+	return fp
+}
+
+// counted returns work that counts its runs in n and answers res.
+func counted(n *atomic.Int32, res middleware.Result) middleware.Func {
+	return func(context.Context) (middleware.Result, error) {
+		n.Add(1)
+		return res, nil
+	}
+}
+
+// TestInspectForget writes a record through a real guard, inspects it
+// (every field; the response only with -response; the text form; the
+// same JSON as the operators' HTTP handler), forgets it, finds it gone,
+// and sees the next call with the key run its work again.
+func TestInspectForget(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e env) {
+		g := e.guard(t)
+		const key, scope = "orders/42", "tenant:1"
+		var runs atomic.Int32
+		opts := []middleware.CallOption{middleware.Scope(scope), middleware.Credentials("Bearer t"), middleware.RecordTTL(time.Hour)}
+		out, err := g.Execute(t.Context(), key, order, counted(&runs, middleware.Result{Value: []byte("hello")}), opts...)
+		if err != nil || !out.Recorded {
+			t.Fatalf("Execute: %+v, %v", out, err)
+		}
+		who := []string{"-key", key, "-scope", scope}
+
+		m := jsonObject(t, e.args("inspect", who...)...)
+		want := map[string]any{
+			"record_key": e.ns + ":tenant%3A1:orders/42", "state": "completed", "algorithm": "json-v2",
+			"bound": true, "fence": float64(out.Fence), "size": float64(5), "sealed": false,
+		}
+		for k, v := range want {
+			if m[k] != v {
+				t.Errorf("%s = %#v; want %#v", k, m[k], v)
+			}
+		}
+		created, err1 := time.Parse(time.RFC3339Nano, fmt.Sprint(m["created"]))
+		expires, err2 := time.Parse(time.RFC3339Nano, fmt.Sprint(m["expires"]))
+		if err := errors.Join(err1, err2); err != nil || expires.Sub(created) != time.Hour {
+			t.Errorf("created %v, expires %v (%v); want the record TTL apart", m["created"], m["expires"], err)
+		}
+		if _, ok := m["response"]; ok {
+			t.Errorf("the response is shown without -response: %v", m)
+		}
+		full := jsonObject(t, e.args("inspect", append(who, "-response")...)...)
+		if full["response"] != "aGVsbG8=" { // base64 of "hello"
+			t.Errorf("response %v; want hello in base64", full["response"])
+		}
+
+		text := tool(t, e.args("inspect", who...)...)
+		for _, line := range []string{"record key  " + e.ns + ":tenant%3A1:orders/42\n", "state       completed\n", "size        5 bytes\n", "bound       yes"} {
+			if text.code != exitOK || !strings.Contains(text.stdout, line) || strings.Contains(text.stdout, "response") {
+				t.Fatalf("inspect: exit %d, stdout:\n%s\nwant the line %q and no response", text.code, text.stdout, line)
+			}
+		}
+
+		// The operators' HTTP handler shows the very same record.
+		h, err := nethttp.NewAdmin(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		status, body := get(t, srv.URL+"?"+url.Values{"key": {key}, "scope": {scope}, "response": {"1"}}.Encode())
+		var fromHTTP map[string]any
+		if err := json.Unmarshal(body, &fromHTTP); status != http.StatusOK || err != nil || !reflect.DeepEqual(fromHTTP, full) {
+			t.Fatalf("the handler's record (%d, %v):\n%s\nthe tool's:\n%v", status, err, body, full)
+		}
+
+		if d := jsonObject(t, e.args("forget", who...)...); d["deleted"] != true {
+			t.Fatalf("forget: %v; want deleted", d)
+		}
+		if r := tool(t, e.args("inspect", who...)...); r.code != exitFailure || r.stdout != "" || !strings.Contains(r.stderr, "no record for key orders/42 in scope tenant:1") {
+			t.Fatalf("inspect after forget: exit %d, stdout %q, stderr %q; want 1 and no record", r.code, r.stdout, r.stderr)
+		}
+		if status, _ := get(t, srv.URL+"?"+url.Values{"key": {key}, "scope": {scope}}.Encode()); status != http.StatusNotFound {
+			t.Fatalf("the handler after forget: %d; want 404", status)
+		}
+		if d := jsonObject(t, e.args("forget", who...)...); d["deleted"] != false {
+			t.Fatalf("second forget: %v; want not deleted", d)
+		}
+		if r := tool(t, e.args("forget", who...)...); r.code != exitOK || !strings.Contains(r.stdout, "had no record") {
+			t.Fatalf("forget of a key without a record: exit %d, stdout %q", r.code, r.stdout)
+		}
+		out, err = g.Execute(t.Context(), key, order, counted(&runs, middleware.Result{Value: []byte("again")}), opts...)
+		if err != nil || out.Replayed || runs.Load() != 2 {
+			t.Fatalf("Execute after forget: %+v, %v, %d runs; want a second run", out, err, runs.Load())
+		}
+	})
+}
+
+// TestForgetNotReplayable: a key recorded as not replayable refuses its
+// retries without running them, until the tool forgets it; then the next
+// call runs its work.
+func TestForgetNotReplayable(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e env) {
+		g := e.guard(t)
+		var runs atomic.Int32
+		work := counted(&runs, middleware.Result{Verdict: middleware.RecordNotReplayable})
+		if _, err := g.Execute(t.Context(), "k", order, work); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.Execute(t.Context(), "k", order, work); !errors.Is(err, middleware.ErrNotReplayable) || runs.Load() != 1 {
+			t.Fatalf("retry: %v, %d runs; want ErrNotReplayable and no second run", err, runs.Load())
+		}
+		if m := jsonObject(t, e.args("inspect", "-key", "k")...); m["state"] != "not-replayable" || m["bound"] != false {
+			t.Fatalf("inspect: %v; want not-replayable", m)
+		}
+		if r := tool(t, e.args("forget", "-key", "k")...); r.code != exitOK || !strings.Contains(r.stdout, "forgot key k") {
+			t.Fatalf("forget: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		out, err := g.Execute(t.Context(), "k", order, counted(&runs, middleware.Result{Value: []byte("ok")}))
+		if err != nil || out.Replayed || runs.Load() != 2 {
+			t.Fatalf("Execute after forget: %+v, %v, %d runs; want a second run", out, err, runs.Load())
+		}
+	})
+}
+
+// TestSweep: on PostgreSQL and Firestore, sweep deletes the expired record
+// and only it; on Redis it says there is nothing to sweep.
+func TestSweep(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e env) {
+		if e.held == nil {
+			r := tool(t, e.args("sweep")...)
+			if r.code != exitOK || !strings.Contains(r.stdout, "nothing to sweep") {
+				t.Fatalf("sweep on Redis: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+			}
+			if m := jsonObject(t, e.args("sweep")...); m["deleted"] != float64(0) {
+				t.Fatalf("sweep -json on Redis: %v", m)
+			}
+			return
+		}
+		g := e.guard(t)
+		var runs atomic.Int32
+		for key, ttl := range map[string]time.Duration{"old": time.Millisecond, "live": time.Hour} {
+			if _, err := g.Execute(t.Context(), key, order, counted(&runs, middleware.Result{Value: []byte(key)}), middleware.RecordTTL(ttl)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old, live := e.ns+"::old", e.ns+"::live"
+		if !e.held(t, old) || !e.held(t, live) {
+			t.Fatal("the records are not in the backend")
+		}
+		// The expired record may go once the backend's clock has passed its
+		// expiry (and, on Firestore, its padded expireAt): sweep until it
+		// has gone.
+		deleted := 0
+		for deadline := time.Now().Add(time.Minute); e.held(t, old); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the expired record is still there after a minute of sweeps (%d deleted)", deleted)
+			}
+			m := jsonObject(t, e.args("sweep")...)
+			n, ok := m["deleted"].(float64)
+			if !ok {
+				t.Fatalf("sweep: %v", m)
+			}
+			deleted += int(n)
+		}
+		if deleted != 1 || !e.held(t, live) {
+			t.Fatalf("%d records swept, live record held: %v; want the expired one alone", deleted, e.held(t, live))
+		}
+		if r := tool(t, e.args("sweep")...); r.code != exitOK || r.stdout != "deleted 0 expired records\n" {
+			t.Fatalf("second sweep: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+		if r := tool(t, e.args("inspect", "-key", "live")...); r.code != exitOK {
+			t.Fatalf("inspect of the live record: exit %d, stderr %q", r.code, r.stderr)
+		}
+	})
+}
+
+// TestBackendDown: with its Redis stopped, the handler answers 503
+// idempotency-unavailable to GET and DELETE, and the tool exits 1 saying
+// why.
+func TestBackendDown(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := redisstore.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := middleware.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Execute(t.Context(), "k", order, counted(new(atomic.Int32), middleware.Result{Value: []byte("v")})); err != nil {
+		t.Fatal(err)
+	}
+	h, err := nethttp.NewAdmin(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := httptest.NewServer(h)
+	defer admin.Close()
+	if status, _ := get(t, admin.URL+"?key=k"); status != http.StatusOK {
+		t.Fatalf("GET with Redis up: %d", status)
+	}
+	srv.Stop(t)
+	for _, method := range []string{http.MethodGet, http.MethodDelete} {
+		req, _ := http.NewRequestWithContext(t.Context(), method, admin.URL+"?key=k", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/problem+json" ||
+			!strings.Contains(string(body), `"type":"urn:idemkit:problem:`+nethttp.ProblemUnavailable+`"`) {
+			t.Fatalf("%s with Redis down: %d %s; want 503 %s", method, resp.StatusCode, body, nethttp.ProblemUnavailable)
+		}
+	}
+	for _, cmd := range []string{"inspect", "forget"} {
+		r := tool(t, cmd, "-url", "redis://"+srv.Addr+"/0", "-key", "k", "-timeout", "10s")
+		if r.code != exitFailure || r.stdout != "" || !strings.Contains(r.stderr, "ServiceUnavailable") {
+			t.Fatalf("%s with Redis down: exit %d, stdout %q, stderr %q; want 1 and why", cmd, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+// get GETs url and returns the status and body.
+func get(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// TestAdminHandler runs the operators' HTTP handler on every backend,
+// through a real client: a key recorded as not replayable by the HTTP
+// middleware refuses its retries (409) until the handler forgets it; then
+// the next request runs the handler. A response sealed by the guard's
+// store shows as sealed, with the size of its envelope, and opens with
+// response=1.
+func TestAdminHandler(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e env) {
+		seal := store.SealKey{ID: "k1", Secret: []byte("0123456789abcdef0123456789abcdef")}
+		sealing, err := store.Seal(e.store, seal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := middleware.New(sealing, middleware.WithNamespace(e.ns))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mw, err := nethttp.New(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		app := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := runs.Add(1)
+			if r.Header.Get("X-Stream") == "1" {
+				nethttp.MarkNotReplayable(w)
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, "order %d", n)
+		})))
+		defer app.Close()
+		h, err := nethttp.NewAdmin(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin := httptest.NewServer(h)
+		defer admin.Close()
+		post := func(key string, stream bool) int {
+			t.Helper()
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, app.URL+"/orders", strings.NewReader("{}"))
+			req.Header.Set("Idempotency-Key", `"`+key+`"`)
+			if stream {
+				req.Header.Set("X-Stream", "1")
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		call := func(method, key string, q ...string) map[string]any {
+			t.Helper()
+			v := url.Values{"key": {key}}
+			for i := 0; i < len(q); i += 2 {
+				v.Set(q[i], q[i+1])
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), method, admin.URL+"/?"+v.Encode(), nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var m map[string]any
+			if err := json.NewDecoder(resp.Body).Decode(&m); resp.StatusCode != http.StatusOK || err != nil {
+				t.Fatalf("%s %s: %d %v %v", method, key, resp.StatusCode, m, err)
+			}
+			return m
+		}
+
+		if s1, s2 := post("stream/1", true), post("stream/1", true); s1 != http.StatusCreated || s2 != http.StatusConflict || runs.Load() != 1 {
+			t.Fatalf("a not-replayable key: %d then %d, %d runs; want 201 then 409, one run", s1, s2, runs.Load())
+		}
+		if m := call(http.MethodGet, "stream/1"); m["state"] != "not-replayable" || m["record_key"] != e.ns+"::stream/1" {
+			t.Fatalf("GET: %v", m)
+		}
+		if m := call(http.MethodDelete, "stream/1"); m["deleted"] != true {
+			t.Fatalf("DELETE: %v", m)
+		}
+		if s := post("stream/1", false); s != http.StatusCreated || runs.Load() != 2 {
+			t.Fatalf("after DELETE: %d, %d runs; want the handler to run again", s, runs.Load())
+		}
+
+		post("sealed", false)
+		m := call(http.MethodGet, "sealed", "response", "1")
+		plain, err := base64.StdEncoding.DecodeString(fmt.Sprint(m["response"]))
+		if err != nil || !bytes.HasSuffix(plain, []byte("order 3")) {
+			t.Fatalf("opened response %q (%v); want the recorded answer", plain, err)
+		}
+		if want := float64(len(plain) + 34 + len(seal.ID)); m["sealed"] != true || m["size"] != want {
+			t.Fatalf("sealed record %v; want sealed, size %v (the envelope)", m, want)
+		}
+		// The tool holds no seal keys: it shows the record, not the response.
+		cli := jsonObject(t, e.args("inspect", "-key", "sealed", "-response")...)
+		if _, shown := cli["response"]; shown || cli["sealed"] != true || cli["size"] != m["size"] || cli["response_error"] == nil {
+			t.Fatalf("the tool on a sealed record: %v", cli)
+		}
+	})
+}

@@ -1,0 +1,99 @@
+// Command idemkit lets an operator inspect and forget one idempotency key
+// on a guard's backend (Redis, PostgreSQL or Firestore), and sweep expired
+// records from the backends that need it. It sees the records as the
+// guard does: through middleware.Guard.Inspect and middleware.Guard.Forget,
+// with the same namespace and scope rules.
+//
+// Build it from the repository:
+//
+//	cd cmd/idemkit && go build -o idemkit .
+//
+// # Usage
+//
+//	idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response] [-json]
+//	idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-json]
+//	idemkit sweep   -url URL [-json]
+//
+// inspect prints the key's record without changing it: its state (claimed,
+// that is running; completed; or not-replayable), the fingerprint's
+// algorithm, whether it is bound to the credentials of the request that
+// made it, its fence, when it was written and when it expires (a claim:
+// the end of its lease), the size of the recorded response and whether it
+// is sealed. The response itself (base64) only with -response: it may hold
+// personal data. A sealed response is never shown: this tool holds no
+// seal keys (the operators' HTTP handler, nethttp.NewAdmin, runs with the
+// application's guard and opens it).
+//
+// forget deletes the key's record, whatever its state, so that the next
+// request with the key runs again: the way out of a key stuck "in
+// progress" after a crash (until its lease runs out), of one recorded as
+// not replayable, and of one whose sealed response no longer opens. A
+// claim forgotten while its work still runs cannot record its outcome.
+// Forgetting a completed record makes a retry run the work a second time:
+// do it only when that is what you want.
+//
+// sweep deletes the expired records of PostgreSQL (pgstore) and Firestore
+// (firestorestore) in batches, as Store.Sweep does, and prints how many
+// it deleted; run it from a scheduled job if no process runs a sweeper.
+// Redis needs none (every key carries its TTL): sweep says so and exits 0.
+//
+// # Keys, scopes and namespaces
+//
+// -key is the idempotency key as the client sent it, without the quotes of
+// the header's string form: Idempotency-Key: "order-42" is -key order-42.
+// -scope is the scope the guarded call had: what the HTTP middleware's
+// scope hook (nethttp.WithScope, and the gin and echo equivalents)
+// returned for the request, the principal for gRPC, middleware.Scope's
+// argument for Do and Execute; none by default, which is right for the
+// HTTP middleware without a scope hook (its records are bound to the
+// request's credentials instead). -namespace is the guard's
+// (middleware.WithNamespace), "idempotency" by default. The record key in
+// the backend is "<namespace>:<scope>:<key>", with ':' and '%' of the scope
+// percent-encoded; inspect prints it.
+//
+// # URLs
+//
+// -url names the backend; it defaults to $IDEMKIT_URL, which keeps
+// passwords off the command line (and out of the process list).
+//
+//	redis://[user:pass@]host:port[/db][?options]     one Redis node; rediss:// for TLS
+//	redis+cluster://[user:pass@]host:port,host:port  Redis Cluster (any nodes; rediss+cluster:// for TLS)
+//	redis+sentinel://[user:pass@]host:port,host:port/master-name[/db]
+//	                                                 Sentinel failover (rediss+sentinel:// for TLS); the user and
+//	                                                 password are the Sentinels'; the data nodes' go in the
+//	                                                 username= and password= options
+//	postgres://... or postgresql://...               PostgreSQL, any URL pgx accepts (sslmode, ...)
+//	firestore://project-id[/database]                Firestore; credentials come from the environment
+//	                                                 (Application Default Credentials), and the client
+//	                                                 follows FIRESTORE_EMULATOR_HOST
+//
+// Redis options are go-redis's URL options (dial_timeout=3s, ...). The
+// store options of the application must be repeated: -prefix for Redis
+// (redisstore.WithKeyPrefix), -table for PostgreSQL (pgstore.WithTable,
+// "table" or "schema.table"), -collection for Firestore
+// (firestorestore.WithCollection); each is refused with another backend.
+//
+// -timeout bounds the whole command, backend calls included (default 1m).
+//
+// # Output and exit status
+//
+// Text by default; -json prints one JSON object, the same as the
+// operators' HTTP handler's (nethttp.NewAdmin):
+//
+//	$ idemkit inspect -url redis://localhost:6379/0 -key order-42 -scope tenant-1 -json
+//	{"record_key":"idempotency:tenant-1:order-42","state":"completed","algorithm":"http-v2","bound":false,
+//	 "fence":1767323045000,"created":"2026-01-02T03:04:05Z","expires":"2026-01-03T03:04:05Z","size":87,"sealed":false}
+//	$ idemkit forget -url "$IDEMKIT_URL" -key order-42 -scope tenant-1 -json
+//	{"deleted":true}
+//	$ idemkit sweep -url postgres://idemkit@db/app -json
+//	{"deleted":1204}
+//
+// "response" (base64) appears with -response; "response_error" says why a
+// response asked for is not shown. Times are UTC, RFC 3339.
+//
+// The exit status is 0 when the command did its work (forget of a key
+// without a record included: it prints that there was none), 1 when it
+// failed or when inspect found no record (stdout is then empty, stderr
+// says so), and 2 for a bad command line (flags, URL, a key too long for
+// the backend, an invalid namespace, table or collection).
+package main

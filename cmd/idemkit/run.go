@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/middleware"
+)
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1 // a failure, or (inspect) no record
+	exitUsage   = 2 // bad command line: flags, URL, key, namespace, table or collection
+)
+
+// Defaults of the flags.
+const (
+	defaultNamespace = "idempotency"
+	defaultTimeout   = time.Minute
+)
+
+// urlEnv is the environment variable -url defaults to, so that a URL with
+// a password need not appear on the command line.
+const urlEnv = "IDEMKIT_URL"
+
+const usageText = `usage:
+  idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response] [-json]
+  idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-json]
+  idemkit sweep   -url URL [-json]
+  store options, as the application has them: -prefix (Redis), -table (PostgreSQL), -collection (Firestore)
+
+URL (default: $IDEMKIT_URL):
+  redis://[user:pass@]host:port[/db]                       one Redis node (rediss:// for TLS)
+  redis+cluster://[user:pass@]host:port,host:port          Redis Cluster (rediss+cluster://)
+  redis+sentinel://[user:pass@]host:port,.../master[/db]   Sentinel failover (rediss+sentinel://)
+  postgres://... or postgresql://...                       PostgreSQL (-table)
+  firestore://project-id[/database]                        Firestore (-collection; FIRESTORE_EMULATOR_HOST is followed)
+
+Run "idemkit <command> -h" for the flags of a command.
+Exit status: 0 done, 1 failed or (inspect) no record, 2 bad command line.
+`
+
+// command is one parsed command line.
+type command struct {
+	name       string
+	url        string
+	key        string
+	scope      string
+	namespace  string
+	response   bool
+	json       bool
+	table      string // PostgreSQL
+	collection string // Firestore
+	prefix     string // Redis
+	timeout    time.Duration
+}
+
+// usageError is a bad command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+// run runs the command line args (without the program's name), writing
+// results to stdout and diagnostics to stderr, and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	case "inspect", "forget", "sweep":
+	default:
+		fmt.Fprintf(stderr, "idemkit: unknown command %q\n\n%s", args[0], usageText)
+		return exitUsage
+	}
+	c, err := parse(args[0], args[1:], stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case err != nil:
+		return exitUsage // the flag set has said why
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	if err := c.run(ctx, stdout, stderr); err != nil {
+		var ue *usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintf(stderr, "idemkit %s: %v\n", c.name, err)
+			return exitUsage
+		}
+		if errors.Is(err, errNotFound) {
+			return exitFailure // already reported
+		}
+		fmt.Fprintf(stderr, "idemkit %s: %s\n", c.name, strings.TrimPrefix(err.Error(), "idemkit: "))
+		return exitFailure
+	}
+	return exitOK
+}
+
+// parse parses the flags of the command name.
+func parse(name string, args []string, stderr io.Writer) (*command, error) {
+	c := &command{name: name}
+	fs := flag.NewFlagSet("idemkit "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.url, "url", os.Getenv(urlEnv), "the backend's `URL` (default: $"+urlEnv+"); see idemkit help")
+	if name != "sweep" {
+		fs.StringVar(&c.key, "key", "", "the idempotency `key`, as the client sent it (without the quotes of the header's string form)")
+		fs.StringVar(&c.scope, "scope", "", "the key's `scope` (the tenant or principal the middleware's scope hook named; none by default)")
+		fs.StringVar(&c.namespace, "namespace", defaultNamespace, "the guard's `namespace` (middleware.WithNamespace)")
+	}
+	if name == "inspect" {
+		fs.BoolVar(&c.response, "response", false, "show the recorded response too (base64; it may hold personal data)")
+	}
+	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
+	fs.StringVar(&c.table, "table", "", "PostgreSQL only: the record `table`, \"table\" or \"schema.table\" (pgstore.WithTable; default idemkit_records)")
+	fs.StringVar(&c.prefix, "prefix", "", "Redis only: the store's key `prefix` (redisstore.WithKeyPrefix; default none)")
+	fs.StringVar(&c.collection, "collection", "", "Firestore only: the record `collection` (firestorestore.WithCollection; default idemkit_records)")
+	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "how long the command may take, backend calls included")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage of idemkit %s:\n", name)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	bad := func(format string, args ...any) (*command, error) {
+		fmt.Fprintf(stderr, "idemkit %s: %s\n", name, fmt.Sprintf(format, args...))
+		fs.Usage()
+		return nil, &usageError{}
+	}
+	switch {
+	case fs.NArg() > 0:
+		return bad("unexpected argument %q (flags go before arguments, and %s takes none)", fs.Arg(0), name)
+	case c.url == "":
+		return bad("-url is required (or set $%s)", urlEnv)
+	case name != "sweep" && c.key == "":
+		return bad("-key is required and must not be empty")
+	case c.timeout <= 0:
+		return bad("-timeout must be positive")
+	}
+	return c, nil
+}
+
+// errNotFound is returned by inspect when the key has no record, after it
+// said so.
+var errNotFound = errors.New("no record")
+
+// run runs the parsed command.
+func (c *command) run(ctx context.Context, stdout, stderr io.Writer) error {
+	t, err := parseTarget(c.url)
+	if err != nil {
+		return err
+	}
+	if err := c.checkFlags(t.kind); err != nil {
+		return err
+	}
+	if c.name == "sweep" && t.kind == kindRedis {
+		msg := "Redis expires every record by itself (each key carries its TTL): there is nothing to sweep"
+		if c.json {
+			return writeJSON(stdout, sweepResult{Deleted: 0, Note: msg})
+		}
+		fmt.Fprintln(stdout, msg)
+		return nil
+	}
+	b, err := t.open(ctx, c)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	switch c.name {
+	case "sweep":
+		return c.sweep(ctx, b, stdout)
+	case "inspect":
+		return c.inspect(ctx, b, stdout, stderr)
+	default:
+		return c.forget(ctx, b, stdout)
+	}
+}
+
+// checkFlags refuses the flags of other backends.
+func (c *command) checkFlags(k kind) error {
+	switch {
+	case c.table != "" && k != kindPostgres:
+		return usagef("-table applies to PostgreSQL URLs only")
+	case c.collection != "" && k != kindFirestore:
+		return usagef("-collection applies to Firestore URLs only")
+	case c.prefix != "" && k != kindRedis:
+		return usagef("-prefix applies to Redis URLs only")
+	}
+	return nil
+}
+
+// guard returns a guard over the backend with the command's namespace.
+func (c *command) guard(b *backend) (*middleware.Guard, error) {
+	g, err := middleware.New(b.store,
+		middleware.WithNamespace(c.namespace),
+		middleware.WithOpTimeout(c.timeout),
+		middleware.WithLogger(slog.New(slog.DiscardHandler)))
+	if idemkit.CodeOf(err) == idemkit.CodeInvalidArgument {
+		return nil, usagef("-namespace: %v", err)
+	}
+	return g, err
+}
+
+func (c *command) inspect(ctx context.Context, b *backend, stdout, stderr io.Writer) error {
+	g, err := c.guard(b)
+	if err != nil {
+		return err
+	}
+	in, found, err := g.Inspect(ctx, c.scope, c.key, c.response)
+	if err != nil {
+		return keyError(err)
+	}
+	if !found {
+		where := "without a scope"
+		if c.scope != "" {
+			where = "in scope " + quote(c.scope)
+		}
+		fmt.Fprintf(stderr, "idemkit inspect: no record for key %s %s (expired, released, forgotten or never used)\n", quote(c.key), where)
+		return errNotFound
+	}
+	r := newRecord(in, c.response)
+	if c.json {
+		return writeJSON(stdout, r)
+	}
+	return r.writeText(stdout)
+}
+
+func (c *command) forget(ctx context.Context, b *backend, stdout io.Writer) error {
+	g, err := c.guard(b)
+	if err != nil {
+		return err
+	}
+	deleted, err := g.Forget(ctx, c.scope, c.key)
+	if err != nil {
+		return keyError(err)
+	}
+	if c.json {
+		return writeJSON(stdout, forgetResult{Deleted: deleted})
+	}
+	if deleted {
+		fmt.Fprintf(stdout, "forgot key %s: the next request with it runs again\n", quote(c.key))
+	} else {
+		fmt.Fprintf(stdout, "key %s had no record: nothing to forget\n", quote(c.key))
+	}
+	return nil
+}
+
+func (c *command) sweep(ctx context.Context, b *backend, stdout io.Writer) error {
+	n, err := b.sweep(ctx)
+	if err != nil {
+		// Sweep reports what it deleted also when it fails part way.
+		return fmt.Errorf("deleted %d expired records, then failed: %w", n, err)
+	}
+	if c.json {
+		return writeJSON(stdout, sweepResult{Deleted: n})
+	}
+	fmt.Fprintf(stdout, "deleted %d expired records\n", n)
+	return nil
+}
+
+// keyError makes a key the guard refuses (empty, too long with its
+// namespace and scope) a usage error.
+func keyError(err error) error {
+	if errors.Is(err, middleware.ErrInvalidKey) {
+		return usagef("-key: %s", strings.TrimPrefix(err.Error(), middleware.ErrInvalidKey.Error()+": "))
+	}
+	return err
+}

@@ -1,0 +1,318 @@
+package nethttp
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// KeyFunc returns the idempotency key of a request, or "" when the request
+// has none (it then passes through, or is refused with 400
+// idempotency-key-missing under [WithKeyRequired]). body is the request's
+// body, read within the limit of [WithMaxBodyBytes], for a function given
+// to [FuncKey] with readsBody (nil when the request has no body);
+// otherwise it is nil, and the function must not read r.Body either (the
+// middleware reads it later). An error refuses
+// the request with 400 idempotency-key-malformed, with the error's message
+// as the problem's detail: it should say what is wrong, and never repeat
+// the key.
+//
+// A key a KeyFunc returns is checked like every other: at most the
+// [WithMaxKeyLength] characters, valid UTF-8, no control characters.
+type KeyFunc func(r *http.Request, body []byte) (key string, err error)
+
+// KeySource says where the middleware finds a request's idempotency key:
+// in a header ([HeaderKey], the default), a query parameter ([QueryKey]),
+// a field of a JSON body ([JSONKey]) or wherever a function of yours looks
+// ([FuncKey]). Give it to [WithKey]. The zero KeySource is invalid.
+type KeySource struct {
+	kind  keyKind
+	name  string  // the header (canonical), query parameter or JSON field
+	fn    KeyFunc // keyFunc
+	body  bool    // the body is read before the key is looked for
+	where string  // what to send, for the detail of a missing key
+}
+
+type keyKind uint8
+
+const (
+	keyInvalid keyKind = iota
+	keyHeader
+	keyQuery
+	keyJSON
+	keyFunc
+)
+
+// HeaderKey takes the key from the header name: an RFC 8941 string
+// ("abc") or, unless [WithStrictKeys] is set, a bare token (abc), which
+// spells the same key; parameters after the string are validated and
+// ignored. A header repeated on several lines, or holding a list, is
+// malformed. This is the default, as HeaderKey("Idempotency-Key").
+func HeaderKey(name string) KeySource {
+	name = http.CanonicalHeaderKey(name)
+	return KeySource{kind: keyHeader, name: name, where: "an " + name + " header"}
+}
+
+// QueryKey takes the key from the query parameter name, as it is after
+// percent-decoding. A parameter given twice, or given with an empty value,
+// is malformed. The body is not read to find it.
+//
+// The query is part of the fingerprint: a retry must send the same query,
+// key included, and so it does. Keys in URLs end up in access logs and
+// browser histories; prefer a header where clients can send one.
+func QueryKey(name string) KeySource {
+	return KeySource{kind: keyQuery, name: name, where: "the query parameter " + strconv.Quote(name)}
+}
+
+// JSONKey takes the key from the string field of the request body's
+// top-level JSON object (matched exactly, after unescaping: case counts).
+// A body that is not a JSON object, or has no such field, or has it null,
+// has no key; a field that is not a string, an empty string, a string
+// with U+FFFD (the replacement character, or an escape of a lone
+// surrogate) or a field given twice is malformed.
+//
+// The body is read (within [WithMaxBodyBytes]) before the key is looked
+// for, so a body over the limit is a 413 even on a request without a key;
+// a request without a key passes through with its body restored.
+func JSONKey(field string) KeySource {
+	return KeySource{kind: keyJSON, name: field, body: true, where: "the JSON body field " + strconv.Quote(field)}
+}
+
+// FuncKey takes the key from f (see [KeyFunc]). With readsBody, the body
+// is read (within [WithMaxBodyBytes]) before f is called and given to it,
+// and a request without a key passes through with its body restored;
+// without, f gets a nil body and must not read r.Body. [New] refuses a nil
+// f.
+func FuncKey(f KeyFunc, readsBody bool) KeySource {
+	return KeySource{kind: keyFunc, fn: f, body: readsBody, where: "an idempotency key"}
+}
+
+// valid reports whether the source can be used, and if not, why.
+func (s KeySource) valid() (string, bool) {
+	switch s.kind {
+	case keyHeader:
+		return "the key header name is not a valid field name", validHeaderName(s.name)
+	case keyQuery:
+		return "the key's query parameter name is empty", s.name != ""
+	case keyJSON:
+		return "the key's JSON field name is empty", s.name != ""
+	case keyFunc:
+		return "the key function is nil", s.fn != nil
+	}
+	return "the key source is not set (use HeaderKey, QueryKey, JSONKey or FuncKey)", false
+}
+
+// find returns r's key: "" when it has none. body is r's body when the
+// source reads it. strict and maxLen are WithStrictKeys and
+// WithMaxKeyLength. A refusal is a *keyError matching errKeyMalformed.
+func (s KeySource) find(r *http.Request, body []byte, strict bool, maxLen int) (string, error) {
+	var key string
+	var err error
+	switch s.kind {
+	case keyHeader:
+		values := r.Header[s.name]
+		if len(values) == 0 {
+			return "", nil
+		}
+		key, err = parseKey(values, strict, maxLen)
+	case keyQuery:
+		key, err = queryKey(r, s.name)
+	case keyJSON:
+		key, err = jsonKey(body, s.name)
+	case keyFunc:
+		key, err = s.fn(r, body)
+		if err != nil {
+			var ke *keyError
+			if !errors.As(err, &ke) {
+				err = &keyError{reason: err.Error(), err: errKeyMalformed}
+			}
+		}
+	}
+	if err != nil || key == "" {
+		return "", err
+	}
+	if err := validateKey(key, maxLen); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+// validateKey is the check every key passes, whatever its source: at most
+// maxLen characters (maxLen <= 0: no limit), valid UTF-8, no control
+// characters.
+func validateKey(key string, maxLen int) error {
+	ascii := true
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c < 0x20 || c > 0x7e {
+			ascii = false
+			break
+		}
+	}
+	if ascii { // printable ASCII, as every header key is
+		if maxLen > 0 && len(key) > maxLen {
+			return malformed("the key has %d characters; at most %d are allowed", len(key), maxLen)
+		}
+		return nil
+	}
+	if !utf8.ValidString(key) {
+		return malformed("the key is not valid UTF-8")
+	}
+	n := 0
+	for i, c := range key {
+		if unicode.IsControl(c) {
+			return malformed("the character at byte %d of the key is a control character", i)
+		}
+		n++
+	}
+	if maxLen > 0 && n > maxLen {
+		return malformed("the key has %d characters; at most %d are allowed", n, maxLen)
+	}
+	return nil
+}
+
+// queryKey returns the value of the query parameter name: "" when it is
+// absent.
+func queryKey(r *http.Request, name string) (string, error) {
+	if r.URL == nil || r.URL.RawQuery == "" {
+		return "", nil
+	}
+	values, err := parseQuery(r.URL.RawQuery, name)
+	if err != nil {
+		return "", err
+	}
+	switch len(values) {
+	case 0:
+		return "", nil
+	case 1:
+	default:
+		return "", malformed("the query parameter %s appears %d times; send it once", strconv.Quote(name), len(values))
+	}
+	if values[0] == "" {
+		return "", malformed("the query parameter %s is empty", strconv.Quote(name))
+	}
+	return values[0], nil
+}
+
+// parseQuery returns the values of the query parameter name in raw. A
+// part that cannot be decoded is malformed if it could be the parameter:
+// a key must never be lost to an encoding error.
+func parseQuery(raw, name string) ([]string, error) {
+	var values []string
+	for raw != "" {
+		var part string
+		part, raw, _ = strings.Cut(raw, "&")
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		k, err := queryUnescape(k)
+		if err != nil {
+			continue // not a parameter the middleware can name
+		}
+		if k != name {
+			continue
+		}
+		if v, err = queryUnescape(v); err != nil {
+			return nil, malformed("the query parameter %s is not validly percent-encoded", strconv.Quote(name))
+		}
+		values = append(values, v)
+	}
+	return values, nil
+}
+
+// queryUnescape decodes a query component as application/x-www-form-
+// urlencoded: '+' is a space, %XX a byte.
+func queryUnescape(s string) (string, error) {
+	if !strings.ContainsAny(s, "%+") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '+':
+			b.WriteByte(' ')
+		case '%':
+			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
+				return "", errors.New("bad percent-encoding")
+			}
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String(), nil
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= 'a':
+		return c - 'a' + 10
+	case c >= 'A':
+		return c - 'A' + 10
+	}
+	return c - '0'
+}
+
+// jsonKey returns the string value of field in the top-level JSON object
+// body: "" when body is not a JSON object, or has no such field, or has it
+// null. A value that is not a string, an empty string, one holding U+FFFD
+// (which is what an escaped lone surrogate decodes to, so two different
+// bodies could spell it) and a field given twice are malformed.
+func jsonKey(body []byte, field string) (string, error) {
+	body = bytes.TrimLeft(body, " \t\r\n")
+	if len(body) == 0 || body[0] != '{' || !bytes.Contains(body, []byte(`"`)) || !json.Valid(body) {
+		return "", nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil { // '{'
+		return "", nil
+	}
+	var key string
+	found := false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return "", nil // not reached: the body is valid JSON
+		}
+		name, _ := t.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", nil // not reached
+		}
+		if name != field {
+			continue
+		}
+		if found {
+			return "", malformed("the JSON body field %s appears twice", strconv.Quote(field))
+		}
+		found = true
+		switch {
+		case string(raw) == "null":
+			continue
+		case raw[0] != '"':
+			return "", malformed("the JSON body field %s is not a string", strconv.Quote(field))
+		case !utf8.Valid(raw):
+			return "", malformed("the JSON body field %s is not valid UTF-8", strconv.Quote(field))
+		}
+		if err := json.Unmarshal(raw, &key); err != nil {
+			return "", nil // not reached: a valid JSON string
+		}
+		switch {
+		case key == "":
+			return "", malformed("the JSON body field %s is empty", strconv.Quote(field))
+		case strings.ContainsRune(key, utf8.RuneError):
+			return "", malformed("the JSON body field %s holds U+FFFD or an escaped lone surrogate", strconv.Quote(field))
+		}
+	}
+	return key, nil
+}
