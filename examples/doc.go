@@ -11,4 +11,8 @@
 //   - lockdemo: the lock layer on the in-memory backend: contention,
 //     growing fences, renewal of a slow job's lease, and fencing out a stale
 //     holder.
+//
+// The server demos (nethttp, gin, echo, grpc) take -metrics: the guard is
+// then observed by the idemkitotel hook, whose metrics are served in the
+// Prometheus text format at GET /metrics on the demo's own address.
 package examples

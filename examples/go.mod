@@ -9,12 +9,20 @@ require (
 	github.com/idemkit/idemkit/echoadapter v0.0.0
 	github.com/idemkit/idemkit/ginadapter v0.0.0
 	github.com/idemkit/idemkit/grpcinterceptor v0.0.0
+	github.com/idemkit/idemkit/idemkitotel v0.0.0
 	github.com/idemkit/idemkit/store/firestorestore v0.0.0
 	github.com/idemkit/idemkit/store/pgstore v0.0.0
 	github.com/idemkit/idemkit/store/redisstore v0.0.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	google.golang.org/grpc v1.85.0
 )
 
@@ -60,20 +68,24 @@ require (
 	cloud.google.com/go/auth/oauth2adapt v0.3.0 // indirect
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
 	cloud.google.com/go/longrunning v1.3.0 // indirect
+	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/s2a-go v0.1.11 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/googleapis/enterprise-certificate-proxy v0.3.23 // indirect
 	github.com/googleapis/gax-go/v2 v2.27.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/prometheus/otlptranslator v1.0.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc v0.67.0 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
@@ -92,6 +104,7 @@ replace (
 	github.com/idemkit/idemkit/echoadapter => ../echoadapter
 	github.com/idemkit/idemkit/ginadapter => ../ginadapter
 	github.com/idemkit/idemkit/grpcinterceptor => ../grpcinterceptor
+	github.com/idemkit/idemkit/idemkitotel => ../idemkitotel
 	github.com/idemkit/idemkit/store/firestorestore => ../store/firestorestore
 	github.com/idemkit/idemkit/store/pgstore => ../store/pgstore
 	github.com/idemkit/idemkit/store/redisstore => ../store/redisstore

@@ -19,3 +19,13 @@ func TestDemoServer(t *testing.T) { demotest.Run(t, program().Run, demotest.HTTP
 func TestDemoCluster(t *testing.T) {
 	demotest.RunCluster(t, program().Run, demotest.ClusterInstances, demotest.HTTPCluster)
 }
+
+// TestDemoMetrics starts the demo (on echo) with -metrics on the memory
+// backend, makes a first execution and its replay, and checks what GET
+// /metrics counts. The adapter names the operation as it does (the route
+// is not asserted).
+func TestDemoMetrics(t *testing.T) {
+	demotest.RunMemory(t, program().Run, []string{"-metrics"}, func(t *testing.T, addr string) {
+		demotest.HTTPMetrics(t, addr, "")
+	})
+}

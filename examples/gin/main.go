@@ -16,7 +16,9 @@
 // The same flags choose the backend (-store memory, redis, redis-cluster,
 // postgres, firestore). Query parameters make the business handler misbehave on
 // purpose: sleep, status, panic, bytes, stream (see package demo). It logs
-// with slog and shuts down gracefully on SIGINT and SIGTERM.
+// with slog and shuts down gracefully on SIGINT and SIGTERM. With -metrics,
+// GET /metrics serves the guard's metrics (see package idemkitotel) in the
+// Prometheus text format, beside the demo's routes.
 package main
 
 import (

@@ -27,12 +27,28 @@
 // The backend flags (-store memory|redis|redis-cluster|postgres|firestore
 // and their addresses) are the same as the other demos'. It logs with slog and shuts
 // down gracefully on SIGINT and SIGTERM.
+//
+// With -metrics, the guard's metrics (see package idemkitotel) are served
+// in the Prometheus text format at GET /metrics on the demo's own port:
+//
+//	go run ./grpc -metrics
+//	curl http://127.0.0.1:9090/metrics
+//
+// One listener serves both: a connection that opens with the HTTP/2
+// preface, as every plaintext gRPC client's does, goes to the gRPC server,
+// any other (an HTTP/1.1 request, as Prometheus and curl send) to a small
+// HTTP server that answers /metrics only. The gRPC server keeps its own
+// transport; an HTTP/2 client without TLS (prior knowledge) would reach
+// the gRPC server, not /metrics.
 package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -107,8 +123,9 @@ func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.E
 }
 
 // build builds the gRPC server: TestService behind the interceptor (on
-// UnaryCall), the health service and server reflection.
-func build(guard *middleware.Guard, logger *slog.Logger) (cli.Server, func() int64, error) {
+// UnaryCall), the health service and server reflection; and, with
+// metrics, the HTTP server of GET /metrics on the same listener.
+func build(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (cli.Server, func() int64, error) {
 	idem, err := grpcinterceptor.New(guard,
 		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
 		grpcinterceptor.WithScope(principal),
@@ -123,7 +140,13 @@ func build(guard *middleware.Guard, logger *slog.Logger) (cli.Server, func() int
 	healthpb.RegisterHealthServer(srv, healthSrv)
 	healthSrv.SetServingStatus(testgrpc.TestService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	reflection.Register(srv)
-	return server{srv, healthSrv}, svc.executions.Load, nil
+	out := server{Server: srv, health: healthSrv}
+	if metrics != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", metrics)
+		out.metrics = demo.HTTPServer(mux)
+	}
+	return out, svc.executions.Load, nil
 }
 
 // authorization returns the call's single authorization metadata value
@@ -154,16 +177,35 @@ func principal(ctx context.Context) string {
 	return p
 }
 
-// server is the gRPC server with its health service, as a [cli.Server].
+// server is the gRPC server with its health service and, with -metrics,
+// the HTTP server of /metrics, as a [cli.Server].
 type server struct {
 	*grpc.Server
-	health *health.Server
+	health  *health.Server
+	metrics *http.Server // nil without -metrics
 }
 
 var _ cli.Server = server{}
 
+// Serve serves ln: gRPC, and with -metrics HTTP/1.1 requests for /metrics
+// on the same listener (see split).
+func (s server) Serve(ln net.Listener) error {
+	if s.metrics == nil {
+		return s.Server.Serve(ln)
+	}
+	grpcLn, httpLn := split(ln)
+	served := make(chan error, 1)
+	go func() { served <- s.metrics.Serve(httpLn) }()
+	err := s.Server.Serve(grpcLn)
+	if herr := <-served; err == nil && !errors.Is(herr, http.ErrServerClosed) {
+		err = herr
+	}
+	return err
+}
+
 // Shutdown reports NOT_SERVING (load balancers stop sending new calls) and
-// waits for the calls in flight until ctx ends; then it cuts them.
+// waits for the calls in flight until ctx ends; then it cuts them. The
+// metrics are served until the calls are over.
 func (s server) Shutdown(ctx context.Context) error {
 	s.health.Shutdown()
 	stopped := make(chan struct{})
@@ -171,12 +213,18 @@ func (s server) Shutdown(ctx context.Context) error {
 		s.GracefulStop()
 		close(stopped)
 	}()
+	var err error
 	select {
 	case <-stopped:
-		return nil
 	case <-ctx.Done():
 		s.Stop()
 		<-stopped
-		return fmt.Errorf("calls still running after %v were cut", cli.ShutdownTimeout)
+		err = fmt.Errorf("calls still running after %v were cut", cli.ShutdownTimeout)
 	}
+	if s.metrics != nil {
+		if merr := s.metrics.Shutdown(ctx); merr != nil && err == nil {
+			err = merr
+		}
+	}
+	return err
 }

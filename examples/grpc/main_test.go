@@ -281,3 +281,39 @@ func reflected(t *testing.T, addr, service string) bool {
 	}
 	return false
 }
+
+// TestDemoMetrics starts the demo with -metrics on the memory backend,
+// drives its whole contract (gRPC calls, health, reflection) through the
+// listener it shares with GET /metrics, and checks what a scrape on the
+// same address counts: UnaryCall executed 7 times (a, b, c twice, d,
+// Alice's and Bob's calls; c's two are not recorded) and replayed 10
+// times (a, b, Alice's retry, the 7 duplicates of d), one call refused
+// for its missing key, one EmptyCall let through.
+func TestDemoMetrics(t *testing.T) {
+	demotest.RunMemory(t, program().Run, []string{"-metrics"}, func(t *testing.T, addr string) {
+		checkDemo(t, addr)
+		m := demotest.Scrape(t, addr)
+		op := []string{"idemkit_operation", testgrpc.TestService_UnaryCall_FullMethodName}
+		for _, c := range []struct {
+			name    string
+			outcome string
+			want    float64
+		}{
+			{"idemkit_call_duration_seconds", "executed", 7},
+			{"idemkit_call_duration_seconds", "replayed", 10},
+			{"idemkit_call_duration_seconds", "rejected", 1},
+			{"idemkit_calls_not_recorded_total", "executed", 2},
+		} {
+			if n := m.Count(c.name, append([]string{"idemkit_outcome", c.outcome}, op...)...); n != c.want {
+				t.Errorf("%s{%s} = %v, want %v", c.name, c.outcome, n, c.want)
+			}
+		}
+		if n := m.Count("idemkit_call_duration_seconds", "idemkit_outcome", "passed-through",
+			"idemkit_operation", testgrpc.TestService_EmptyCall_FullMethodName); n != 1 {
+			t.Errorf("EmptyCall passed through %v times, want 1", n)
+		}
+		if n := m.Count("idemkit_backend_operations_total", "idemkit_backend_operation", "complete", "idemkit_backend_result", "ok"); n != 5 {
+			t.Errorf("%v completions, want 5 (one per recorded execution)", n)
+		}
+	})
+}

@@ -16,6 +16,12 @@
 // Query parameters make the business handler misbehave on purpose: sleep,
 // status, panic, bytes, stream (see package demo). It logs with slog and
 // shuts down gracefully on SIGINT and SIGTERM.
+//
+// With -metrics, GET /metrics serves the guard's metrics (see package
+// idemkitotel) in the Prometheus text format, beside the demo's routes:
+//
+//	go run ./nethttp -metrics
+//	curl http://127.0.0.1:8080/metrics
 package main
 
 import (

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/idemkit/idemkit/examples/internal/demotest"
@@ -18,4 +19,23 @@ func TestDemoServer(t *testing.T) { demotest.Run(t, program().Run, demotest.HTTP
 // duplicates spread over the instances execute once in all.
 func TestDemoCluster(t *testing.T) {
 	demotest.RunCluster(t, program().Run, demotest.ClusterInstances, demotest.HTTPCluster)
+}
+
+// TestDemoMetrics starts the demo with -metrics on the memory backend,
+// makes a first execution and its replay, and checks what GET /metrics
+// counts. Without -metrics, there is no /metrics.
+func TestDemoMetrics(t *testing.T) {
+	demotest.RunMemory(t, program().Run, []string{"-metrics"}, func(t *testing.T, addr string) {
+		demotest.HTTPMetrics(t, addr, "POST /orders")
+	})
+	demotest.RunMemory(t, program().Run, nil, func(t *testing.T, addr string) {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("GET /metrics without -metrics: %d, want 404", resp.StatusCode)
+		}
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idemkit/idemkitotel"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
@@ -27,6 +28,7 @@ type Flags struct {
 	RedisAddrs  string
 	PostgresURL string
 	Project     string
+	Metrics     bool
 }
 
 // Register defines the flags on fs.
@@ -37,16 +39,23 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.RedisAddrs, "redis-addrs", "", "comma-separated Redis Cluster node addresses, with -store redis-cluster")
 	fs.StringVar(&f.PostgresURL, "postgres-url", "", "PostgreSQL connection URL, with -store postgres (the tables are created if missing)")
 	fs.StringVar(&f.Project, "firestore-project", "", "Google Cloud project id, with -store firestore (FIRESTORE_EMULATOR_HOST points the client at an emulator)")
+	fs.BoolVar(&f.Metrics, "metrics", false, "serve the guard's metrics (Prometheus text format) at /metrics on the demo's own address")
 }
 
-// Guard builds the guard on the chosen backend. It returns a function that
-// closes the backend.
-func (f *Flags) Guard(ctx context.Context, logger *slog.Logger, opts ...middleware.Option) (*middleware.Guard, func(), error) {
+// Guard builds the guard on the chosen backend. A hook that is not nil
+// observes the guard and, through its store decorator, the backend. It
+// returns a function that closes the backend.
+func (f *Flags) Guard(ctx context.Context, logger *slog.Logger, hook *idemkitotel.Hook, opts ...middleware.Option) (*middleware.Guard, func(), error) {
 	s, closeBackend, err := f.backend(ctx, logger)
 	if err != nil {
 		return nil, nil, err
 	}
-	g, err := middleware.New(s, append([]middleware.Option{middleware.WithLogger(logger)}, opts...)...)
+	opts = append([]middleware.Option{middleware.WithLogger(logger)}, opts...)
+	if hook != nil {
+		s = hook.Store(s)
+		opts = append(opts, middleware.WithHook(hook))
+	}
+	g, err := middleware.New(s, opts...)
 	if err != nil {
 		closeBackend()
 		return nil, nil, err

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/examples/internal/demo"
+	"github.com/idemkit/idemkit/idemkitotel"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -40,24 +41,35 @@ type Program struct {
 	Name string
 	// Addr is the default listen address (-addr).
 	Addr string
-	// Build builds the server on the guard that the flags chose. It also
-	// returns a function that reports how many times the business logic
-	// ran, which the program logs when it stops.
-	Build func(guard *middleware.Guard, logger *slog.Logger) (srv Server, executions func() int64, err error)
+	// Build builds the server on the guard that the flags chose. With
+	// -metrics, metrics serves the guard's metrics, and the server must
+	// answer GET /metrics with it on its own address; without, it is nil.
+	// Build also returns a function that reports how many times the
+	// business logic ran, which the program logs when it stops.
+	Build func(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (srv Server, executions func() int64, err error)
 }
 
 // HTTP returns the Program of an HTTP demo: the demo service
 // ([demo.Service]) served by the handler that routes mounts it on, in the
-// demos' http.Server ([demo.HTTPServer]); Addr is 127.0.0.1:8080.
+// demos' http.Server ([demo.HTTPServer]); Addr is 127.0.0.1:8080. With
+// -metrics, GET /metrics is served beside the routes, outside the demo's
+// authentication (a real service puts it behind its own, or on an internal
+// port).
 func HTTP(name string, routes func(svc *demo.Service, guard *middleware.Guard, logger *slog.Logger) (http.Handler, error)) Program {
 	return Program{
 		Name: name,
 		Addr: "127.0.0.1:8080",
-		Build: func(guard *middleware.Guard, logger *slog.Logger) (Server, func() int64, error) {
+		Build: func(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (Server, func() int64, error) {
 			svc := &demo.Service{}
 			h, err := routes(svc, guard, logger)
 			if err != nil {
 				return nil, nil, err
+			}
+			if metrics != nil {
+				mux := http.NewServeMux()
+				mux.Handle("GET /metrics", metrics)
+				mux.Handle("/", h)
+				h = mux
 			}
 			return demo.HTTPServer(h), svc.Executions, nil
 		},
@@ -78,10 +90,11 @@ func Main(p Program) {
 	}
 }
 
-// Run parses args (the backend flags of [Flags] and -addr), builds the
-// guard and the server, and serves until ctx ends; then it shuts the server
-// down gracefully (within [ShutdownTimeout]) and closes the backend. If
-// ready is not nil, it receives the address the server listens on.
+// Run parses args (the backend flags of [Flags], -addr and -metrics),
+// builds the guard (observed by the idemkitotel hook with -metrics) and the
+// server, and serves until ctx ends; then it shuts the server down
+// gracefully (within [ShutdownTimeout]) and closes the backend. If ready is
+// not nil, it receives the address the server listens on.
 func (p Program) Run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- string) error {
 	fs := flag.NewFlagSet(p.Name, flag.ContinueOnError)
 	var f Flags
@@ -89,12 +102,24 @@ func (p Program) Run(ctx context.Context, args []string, logger *slog.Logger, re
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	guard, closeBackends, err := f.Guard(ctx, logger)
+	var (
+		hook    *idemkitotel.Hook
+		metrics http.Handler
+	)
+	if f.Metrics {
+		m, err := NewMetrics("idemkit-demo-" + p.Name)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = m.Shutdown(context.Background()) }()
+		hook, metrics = m.Hook, m.Handler
+	}
+	guard, closeBackends, err := f.Guard(ctx, logger, hook)
 	if err != nil {
 		return err
 	}
 	defer closeBackends()
-	srv, executions, err := p.Build(guard, logger)
+	srv, executions, err := p.Build(guard, logger, metrics)
 	if err != nil {
 		return err
 	}
@@ -102,7 +127,7 @@ func (p Program) Run(ctx context.Context, args []string, logger *slog.Logger, re
 	if err != nil {
 		return err
 	}
-	logger.Info("serving the demo", slog.String("addr", ln.Addr().String()), slog.String("store", f.Store))
+	logger.Info("serving the demo", slog.String("addr", ln.Addr().String()), slog.String("store", f.Store), slog.Bool("metrics", f.Metrics))
 	if ready != nil {
 		ready <- ln.Addr().String()
 	}

@@ -1,0 +1,174 @@
+package idemkitotel_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/redisstore"
+)
+
+// countingStore counts the calls made to the memory store it wraps.
+type countingStore struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (c *countingStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	c.n.Add(1)
+	return c.Store.Claim(ctx, key, fp, ttl)
+}
+
+func (c *countingStore) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+	c.n.Add(1)
+	return c.Store.Extend(ctx, key, fence, ttl)
+}
+
+func (c *countingStore) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	c.n.Add(1)
+	return c.Store.Complete(ctx, rec, ttl)
+}
+
+func (c *countingStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+	c.n.Add(1)
+	return c.Store.Release(ctx, key, fence)
+}
+
+func (c *countingStore) Get(ctx context.Context, key string) (store.Record, bool, error) {
+	c.n.Add(1)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *countingStore) Delete(ctx context.Context, key string) (bool, error) {
+	c.n.Add(1)
+	return c.Store.Delete(ctx, key)
+}
+
+// commands is a go-redis hook that counts round trips: one per command
+// sent on its own, one per pipeline.
+type commands struct{ n atomic.Int64 }
+
+func (c *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// roundTripBackend opens a backend for one test and returns the count of
+// what reached it so far.
+type roundTripBackend struct {
+	name string
+	open func(t *testing.T) (s store.Store, count func() int64)
+}
+
+func roundTripBackends() []roundTripBackend {
+	return []roundTripBackend{
+		{"memory", func(t *testing.T) (store.Store, func() int64) {
+			m := memstore.New()
+			t.Cleanup(func() { _ = m.Close() })
+			c := &countingStore{Store: m}
+			return c, c.n.Load
+		}},
+		{"redis", func(t *testing.T) (store.Store, func() int64) {
+			client := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = client.Close() })
+			if err := client.Ping(t.Context()).Err(); err != nil { // connect first: the handshake is not the guard's
+				t.Fatal(err)
+			}
+			var n commands
+			client.AddHook(&n)
+			s, err := redisstore.New(client, redisstore.WithKeyPrefix(testenv.Name(t)+":"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, n.n.Load
+		}},
+	}
+}
+
+// TestNoAddedRoundTrip counts what reaches the backend for a first
+// execution and for a replay, with the hook and the store decorator and
+// without them: the same on memory and on a real Redis (two and one), and
+// the decorator counts exactly those operations.
+func TestNoAddedRoundTrip(t *testing.T) {
+	for _, b := range roundTripBackends() {
+		t.Run(b.name, func(t *testing.T) {
+			type trips struct{ first, replay int64 }
+			measure := func(t *testing.T, instrumented bool) (trips, *telemetry) {
+				s, count := b.open(t)
+				var tm *telemetry
+				opts := []middleware.Option{middleware.WithLogger(discard())}
+				var gs store.Store = s
+				if instrumented {
+					tm = newTelemetry(t)
+					gs = tm.hook.Store(s)
+					opts = append(opts, middleware.WithHook(tm.hook))
+				}
+				g, err := middleware.New(gs, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Warm up: the first use of a Redis server loads the
+				// store's scripts (once per server), which no later call
+				// repeats.
+				for range 2 {
+					if _, _, err := middleware.Do(t.Context(), g, "warm-up", 0, func(context.Context) (int, error) { return 0, nil }); err != nil {
+						t.Fatal(err)
+					}
+				}
+				var got trips
+				for i := range 3 {
+					key := fmt.Sprint("order-", i)
+					before := count()
+					if _, replayed, err := middleware.Do(t.Context(), g, key, i, func(context.Context) (int, error) { return i, nil }); err != nil || replayed {
+						t.Fatalf("first execution: %v, replayed %v", err, replayed)
+					}
+					first := count() - before
+					before = count()
+					if v, replayed, err := middleware.Do(t.Context(), g, key, i, func(context.Context) (int, error) { return -1, nil }); err != nil || !replayed || v != i {
+						t.Fatalf("replay: %v %v %v", v, replayed, err)
+					}
+					replay := count() - before
+					if i > 0 && (trips{first, replay}) != got {
+						t.Fatalf("round %d: %d and %d round trips, round 0: %+v", i, first, replay, got)
+					}
+					got = trips{first, replay}
+				}
+				return got, tm
+			}
+			off, _ := measure(t, false)
+			on, tm := measure(t, true)
+			t.Logf("without the hook: a first execution %d round trips, a replay %d; with it: %d and %d", off.first, off.replay, on.first, on.replay)
+			if on != off {
+				t.Fatalf("with the hook: %+v round trips; without: %+v", on, off)
+			}
+			if off != (trips{2, 1}) {
+				t.Fatalf("round trips %+v; want 2 for a first execution and 1 for a replay", off)
+			}
+			m := tm.metrics(t)
+			// The warm-up's two calls and three measured pairs.
+			if n, want := int64(m.total("idemkit.backend.operations")), 4*(on.first+on.replay); n != want {
+				t.Fatalf("the decorator counted %d operations; the backend saw %d", n, want)
+			}
+		})
+	}
+}
