@@ -118,6 +118,14 @@ func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			if skip(c) {
+				// Reported as passed through, under echo's route (a
+				// WithOperation of the HTTP options names only the
+				// requests the core sees).
+				op := ""
+				if c.Path() != "" {
+					op = c.Request().Method + " " + c.Path()
+				}
+				guard.Bypass(c.Request().Context(), middleware.EventPassedThrough, nil, middleware.Operation(op))
 				return next(c)
 			}
 			return serve(core, c, next, returnErrors)

@@ -1,6 +1,7 @@
 package echoadapter_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,8 +62,17 @@ func newIdem(t *testing.T, g *middleware.Guard, opts ...echoadapter.Option) echo
 
 func TestSkipper(t *testing.T) {
 	var runs atomic.Int32
+	var passed []string // the operations of the passed-through outcomes
+	var mu sync.Mutex
+	hook := middleware.HookFunc(func(_ context.Context, e middleware.Event) {
+		if e.Kind == middleware.EventPassedThrough {
+			mu.Lock()
+			passed = append(passed, e.Operation)
+			mu.Unlock()
+		}
+	})
 	e := newEcho()
-	e.Use(newIdem(t, httpsuite.NewGuard(t),
+	e.Use(newIdem(t, httpsuite.NewGuard(t, middleware.WithHook(hook)),
 		echoadapter.WithSkipper(func(c echo.Context) bool { return strings.HasPrefix(c.Request().URL.Path, "/internal/") }),
 		echoadapter.WithHTTPOptions(nethttp.WithKeyRequired(true)),
 	))
@@ -87,6 +98,11 @@ func TestSkipper(t *testing.T) {
 	}
 	if runs.Load() != 4 {
 		t.Fatalf("ran %d times; want 4", runs.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(passed) != 3 || passed[0] != "POST /internal/orders" || passed[2] != "POST /internal/orders" {
+		t.Fatalf("passed-through outcomes %q; want the 3 skipped requests, under echo's route", passed)
 	}
 }
 
