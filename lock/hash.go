@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
+	"sync"
 )
 
 // A Hasher turns a key or lock id into an identifier that can appear in
@@ -19,9 +21,18 @@ type HasherFunc func(s string) string
 // Hash calls f(s).
 func (f HasherFunc) Hash(s string) string { return f(s) }
 
-// hmacHasher hashes with HMAC-SHA-256 under a secret.
+// hmacHasher hashes with HMAC-SHA-256 under a secret. Its MACs are
+// reused (Reset restores the keyed state), so a hash costs one allocation:
+// the string it returns.
 type hmacHasher struct {
 	secret []byte
+	macs   sync.Pool // of *hmacState
+}
+
+type hmacState struct {
+	mac hash.Hash
+	in  []byte
+	sum [sha256.Size]byte
 }
 
 // NewHMACHasher returns a Hasher that hashes with HMAC-SHA-256 keyed by
@@ -36,10 +47,20 @@ func NewHMACHasher(secret []byte) Hasher {
 
 // Hash returns the keyed hash of s as 24 hex characters.
 func (h *hmacHasher) Hash(s string) string {
-	m := hmac.New(sha256.New, h.secret)
-	m.Write([]byte(s))
-	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0])[:12])
+	st, _ := h.macs.Get().(*hmacState)
+	if st == nil {
+		st = &hmacState{mac: hmac.New(sha256.New, h.secret)}
+	} else {
+		st.mac.Reset()
+	}
+	st.in = append(st.in[:0], s...)
+	st.mac.Write(st.in)
+	var out [24]byte
+	hex.Encode(out[:], st.mac.Sum(st.sum[:0])[:12])
+	if cap(st.in) <= 4096 {
+		h.macs.Put(st)
+	}
+	return string(out[:])
 }
 
 // processHasher is the default hasher: HMAC-SHA-256 under a secret drawn
