@@ -346,6 +346,8 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	var claim store.Record
 	deadline := c.start.Add(c.waitBudget)
 	var sent time.Time // when the claim that won was sent: its lease runs from no earlier
+	var w waiter
+	defer w.stop()
 	for {
 		c.attempts++
 		var op *opContext
@@ -386,7 +388,13 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		if c.attempts == 1 {
 			c.emit(Event{Kind: EventWaiting, Fence: rec.Fence})
 		}
-		if err := sleep(ctx, min(g.cfg.backoff.Delay(c.attempts), left)); err != nil {
+		if w.watch(ctx, g, recordKey) {
+			// The watch is in place: claim again at once, so that an
+			// outcome written between the last claim and the watch is
+			// not missed.
+			continue
+		}
+		if err := w.wait(ctx, g.cfg.backoff, left); err != nil {
 			c.waited = time.Now().Sub(c.start)
 			c.end(Event{Kind: EventCanceled, Err: err})
 			return Outcome{}, err
@@ -462,16 +470,56 @@ func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error)
 	return g.store.Claim(op, key, fp, g.cfg.leaseTTL)
 }
 
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
+// waiter is a duplicate's wait for the claim it found: woken by the
+// store's notification when the store is a [store.Watcher], and polling
+// with back-off as well (a notification may be lost).
+type waiter struct {
+	ch       <-chan struct{} // the current watch's; nil when none
+	stopFn   func()
+	polls    int // the poll delays slept, which grow the back-off; wake-ups do not
+}
+
+// watch sets up a watch on key when the store can notify and none is in
+// place, and reports whether it did.
+func (w *waiter) watch(ctx context.Context, g *Guard, key string) bool {
+	if w.ch != nil {
+		return false
+	}
+	wt, ok := g.store.(store.Watcher)
+	if !ok {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
+	w.ch, w.stopFn = wt.Watch(wctx, key)
+	cancel()
+	return true
+}
+
+// wait sleeps until the watch fires, the next poll is due (at most left
+// from now) or ctx ends.
+func (w *waiter) wait(ctx context.Context, b idemkit.Backoff, left time.Duration) error {
+	t := time.NewTimer(min(b.Delay(w.polls+1), left))
 	defer t.Stop()
 	select {
 	case <-t.C:
+		w.polls++
+		return nil
+	case <-w.ch: // nil without a watch: never
+		// Woken by the outcome (or the claim's end): the next wait needs
+		// a new watch.
+		w.stop()
 		return nil
 	case <-ctx.Done():
 		return idemkit.CheckContext(ctx, "wait")
 	}
+}
+
+// stop ends the current watch, if any.
+func (w *waiter) stop() {
+	if w.stopFn != nil {
+		w.stopFn()
+	}
+	w.ch, w.stopFn = nil, nil
 }
 
 // run calls fn with the lease's context. A panic releases the claim and

@@ -73,6 +73,15 @@ type Store struct {
 	// removable is false only while the store holds no entry: nothing may
 	// be removed at all.
 	removable bool
+
+	watches map[string]*keyWatch // the watched keys (see Watch)
+}
+
+// keyWatch is the one channel every watch of a key shares: closed when the
+// key's claim ends.
+type keyWatch struct {
+	ch chan struct{}
+	n  int // watches not yet stopped
 }
 
 // entry is what the store keeps under one key: a record (visible while its
@@ -226,6 +235,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if err := s.set(op, rec.Key, e, outcome(&rec, now, ttl), now, true); err != nil {
 		return false, err
 	}
+	s.notify(rec.Key)
 	return true, nil
 }
 
@@ -248,6 +258,7 @@ func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool
 		return false, nil
 	}
 	s.clear(e, s.now())
+	s.notify(key)
 	return true, nil
 }
 
@@ -321,7 +332,46 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	s.clear(e, now)
+	s.notify(key)
 	return true, nil
+}
+
+// Watch implements [store.Watcher]: the channel closes when the key's
+// claim ends (Complete, Release or Delete). Every watch of one key shares
+// one channel, so waiting requests cost a counter each.
+func (s *Store) Watch(_ context.Context, key string) (<-chan struct{}, func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watches == nil {
+		s.watches = make(map[string]*keyWatch)
+	}
+	w := s.watches[key]
+	if w == nil {
+		w = &keyWatch{ch: make(chan struct{})}
+		s.watches[key] = w
+	}
+	w.n++
+	stopped := false
+	return w.ch, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if stopped {
+			return
+		}
+		stopped = true
+		w.n--
+		if w.n == 0 && s.watches[key] == w {
+			delete(s.watches, key) // not fired: nobody else waits on it
+		}
+	}
+}
+
+// notify wakes the watches of key. The caller holds s.mu.
+func (s *Store) notify(key string) {
+	if w := s.watches[key]; w != nil {
+		close(w.ch)
+		delete(s.watches, key)
+	}
 }
 
 // Close makes every later operation fail with ServiceUnavailable (wrapping
