@@ -474,9 +474,9 @@ func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error)
 // store's notification when the store is a [store.Watcher], and polling
 // with back-off as well (a notification may be lost).
 type waiter struct {
-	ch       <-chan struct{} // the current watch's; nil when none
-	stopFn   func()
-	polls    int // the poll delays slept, which grow the back-off; wake-ups do not
+	ch     <-chan struct{} // the current watch's; nil when none
+	stopFn func()
+	polls  int // the poll delays slept, which grow the back-off; wake-ups do not
 }
 
 // watch sets up a watch on key when the store can notify and none is in
