@@ -474,15 +474,16 @@ func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error)
 // store's notification when the store is a [store.Watcher], and polling
 // with back-off as well (a notification may be lost).
 type waiter struct {
-	ch     <-chan struct{} // the current watch's; nil when none
-	stopFn func()
-	polls  int // the poll delays slept, which grow the back-off; wake-ups do not
+	ch       <-chan struct{} // the current watch's (nil: it never fires)
+	stopFn   func()
+	watching bool // a watch is in place
+	polls    int  // the poll delays slept, which grow the back-off; wake-ups do not
 }
 
 // watch sets up a watch on key when the store can notify and none is in
 // place, and reports whether it did.
 func (w *waiter) watch(ctx context.Context, g *Guard, key string) bool {
-	if w.ch != nil {
+	if w.watching {
 		return false
 	}
 	wt, ok := g.store.(store.Watcher)
@@ -491,6 +492,7 @@ func (w *waiter) watch(ctx context.Context, g *Guard, key string) bool {
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
 	w.ch, w.stopFn = wt.Watch(wctx, key)
+	w.watching = true
 	cancel()
 	return true
 }
@@ -519,7 +521,7 @@ func (w *waiter) stop() {
 	if w.stopFn != nil {
 		w.stopFn()
 	}
-	w.ch, w.stopFn = nil, nil
+	w.ch, w.stopFn, w.watching = nil, nil, false
 }
 
 // run calls fn with the lease's context. A panic releases the claim and

@@ -68,6 +68,10 @@ func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxC
 //
 // Delete removes the record and releases a live lock on its key: the
 // deleted claim's holder can no longer extend, complete or release it.
+//
+// When locker is a [lock.Watcher] (it can tell waiters when a lock is
+// released), the store is a [Watcher]: a duplicate waiting for a claim is
+// woken when the claim's lock is released.
 func Compose(records Records, locker lock.Locker, opts ...ComposeOption) (Store, error) {
 	cfg := composeConfig{maxClaims: defaultMaxClaims}
 	for _, o := range opts {
@@ -81,7 +85,41 @@ func Compose(records Records, locker lock.Locker, opts ...ComposeOption) (Store,
 	case cfg.maxClaims < 1:
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "compose", fmt.Sprintf("max claims must be at least 1 (got %d)", cfg.maxClaims), nil)
 	}
-	return &composed{records: records, locker: locker, maxClaims: cfg.maxClaims, claims: make(map[claimKey]*held)}, nil
+	c := &composed{records: records, locker: locker, maxClaims: cfg.maxClaims, claims: make(map[claimKey]*held)}
+	if w, ok := locker.(lock.Watcher); ok && watches(locker) {
+		return &watchingComposed{composed: c, watcher: w}, nil
+	}
+	return c, nil
+}
+
+// watches reports whether l can really tell waiters when a lock is
+// released: a decorator (lock.WithTelemetry) is a Watcher whatever it
+// wraps, so the locker it unwraps to must be one too.
+func watches(l lock.Locker) bool {
+	for range 16 {
+		if _, ok := l.(lock.Watcher); !ok {
+			return false
+		}
+		u, ok := l.(interface{ Unwrap() lock.Locker })
+		if !ok {
+			return true
+		}
+		l = u.Unwrap()
+	}
+	return false
+}
+
+// watchingComposed is the Store Compose returns for a locker that can tell
+// waiters when a lock is released: it is a [Watcher] through the lock of
+// each record key (a claim ends with the release of its lock).
+type watchingComposed struct {
+	*composed
+	watcher lock.Watcher
+}
+
+// Watch implements [Watcher] with the locker's watch of the key's lock.
+func (s *watchingComposed) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
+	return s.watcher.Watch(ctx, lockKeyOf(key))
 }
 
 // composed is the Store Compose returns.

@@ -31,3 +31,14 @@ func Usage(s *Store) (entries, bytes int) {
 	defer s.mu.RUnlock()
 	return len(s.entries), s.bytes
 }
+
+// Watched returns how many keys of s have a watch, and how many watches the
+// key k has.
+func Watched(s *Store, k string) (keys, watches int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w := s.watches[k]; w != nil {
+		watches = w.n
+	}
+	return len(s.watches), watches
+}
