@@ -21,7 +21,9 @@
 //	guard, err := middleware.New(s)
 //
 // The client ([DB]) is a *pgxpool.Pool (the usual choice), a *pgx.Conn
-// (one connection: never shared between goroutines) or a pgx.Tx.
+// (one connection: never shared between goroutines) or a pgx.Tx. A store
+// on a pool also takes one connection out of it, on the first wait for a
+// running duplicate, to listen for notifications (see Waiting duplicates).
 //
 // # Table
 //
@@ -51,7 +53,7 @@
 // # Operations
 //
 // Every operation is one statement, so one round trip (Sweep: one per
-// batch).
+// batch; Watch: one, by the process's first watch of a claim).
 //
 // Claim is a single statement of data-modifying CTEs that reads the key's
 // row and then either inserts a claim (no row), takes the row over in
@@ -80,6 +82,9 @@
 // Responses above the maximum ([WithMaxResponseBytes], default 8 MiB) are
 // refused with [store.ErrTooLarge] before any I/O.
 //
+// Complete, Release and Delete of a claim that a duplicate waits for also
+// notify, in the same statement (see Waiting duplicates).
+//
 // Nothing lives forever: every row has a keep_until, at least its
 // expires_at (a claim: [store.ClaimRetention] past it, so that a holder
 // whose database was unreachable for a while still completes), and past
@@ -90,6 +95,53 @@
 // The first time a pooled connection runs one of the store's statements,
 // pgx prepares it (one more round trip, once per connection and
 // statement), unless the pool is configured otherwise.
+//
+// # Waiting duplicates
+//
+// The store is a [store.Watcher]: a duplicate that waits for a running
+// request is woken by PostgreSQL's LISTEN/NOTIFY when that request's claim
+// ends, instead of sleeping out its poll interval ([Store.Watch]).
+//
+//   - The channel is one per table: "idemkit:" followed by the table name
+//     as configured (idemkit:idemkit_records by default; a name too long for
+//     PostgreSQL's 63 bytes is shortened and suffixed with a hash). The
+//     payload is the key column's value (the key, or its `\x` hex form), at
+//     most 2,050 bytes.
+//   - Each store listens on one connection of its own, whatever the number
+//     of waiting requests: every watch of the process shares it, and the
+//     watches of one key share one Go channel. It is opened by the first Watch,
+//     which returns once LISTEN is active, and closed a minute after the
+//     last watch ended. On a *pgxpool.Pool the connection is taken out of
+//     the pool (Acquire, then Hijack: the pool may open another in its
+//     place); on any other client it comes from [WithListenConn], or there
+//     is none (nor ever on a pgx.Tx), and Watch returns a channel that
+//     never closes.
+//   - The first watch of a claim in a process marks the claim as waited
+//     for: one UPDATE, committed asynchronously, that sets the claim's
+//     response column (unused while claimed) to the byte 0x01 (a claim
+//     already ended is reported at once). Complete, Release and Delete of a
+//     marked claim call pg_notify in their own statement, so a notification
+//     costs no round trip and is delivered when the claim's end commits;
+//     so does a Claim that takes over a marked claim whose lease ran out
+//     (its waiters then watch the new claim). A
+//     claim nobody waits for notifies nothing: a committing transaction that
+//     notifies holds a lock shared by the whole server until its commit is
+//     flushed, which would serialise the durable commits of every first
+//     execution (measured: concurrent completions at a fraction of their
+//     rate).
+//   - A lost connection (pg_terminate_backend, a server restart) is opened
+//     again with back-off (50 ms doubling to 5 s); once it listens again,
+//     every watch is woken once, since notifications may have been lost.
+//     A duplicate re-reads the record after every wake-up and keeps
+//     polling as a fallback, so a lost notification delays it by at most
+//     its poll interval, never past its wait budget. A half-open connection
+//     is noticed only by TCP keepalive; duplicates poll meanwhile.
+//   - A listening connection that stops reading (a frozen process) makes
+//     PostgreSQL keep every later notification of the database in its queue
+//     (8 GB at most, then notifying statements fail): the store reads
+//     continuously, and pg_notification_queue_usage() shows the queue's use.
+//   - Behind a proxy that pools connections per transaction, LISTEN does
+//     not last: turn listening off with WithListenConn(nil).
 //
 // # Errors
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/middleware"
@@ -66,4 +67,31 @@ func ExampleStore_Delete() {
 			log.Fatal(err)
 		}
 	}
+}
+
+// Waiting duplicates are woken by LISTEN/NOTIFY on a connection of the
+// store's own. A pool gives it one by default; a store on another client
+// (here one *pgx.Conn, used by one goroutine at a time) listens on a
+// connection that WithListenConn opens. Behind a proxy that pools
+// connections per transaction, WithListenConn(nil) turns listening off
+// and duplicates poll.
+func ExampleWithListenConn() {
+	ctx := context.Background()
+	const url = "postgres://app@db.internal:5432/app"
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	s, err := pgstore.New(conn, pgstore.WithListenConn(func(ctx context.Context) (*pgx.Conn, error) {
+		return pgx.Connect(ctx, url)
+	}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	guard, err := middleware.New(s)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = guard
 }

@@ -40,7 +40,7 @@ func cluster(t *testing.T, url string, n int, appNameTag string, opts ...middlew
 	for i := range nodes {
 		st := &statements{}
 		pool := newPool(t, url, 8, appName(appNameTag), traced(st))
-		s, err := New(pool, opt)
+		s, err := New(pool, opt, WithLogger(discard()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,6 +38,7 @@ var (
 
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
+	_ store.Watcher = (*Store)(nil)
 )
 
 // Option configures [New] and [SetupSchema].
@@ -49,6 +50,10 @@ type config struct {
 	maxResponse int
 	logger      *slog.Logger
 	sweepBatch  int
+
+	listenSet  bool                                         // WithListenConn was given
+	listenConn func(ctx context.Context) (*pgx.Conn, error) // nil: none
+	listenIdle time.Duration                                // how long the listener outlives its last watch
 }
 
 // WithTable sets the record table: "table" or "schema.table", each part a
@@ -73,15 +78,34 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // most, at least 1. Default: 1000.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
+// WithListenConn sets how the store opens the connection it listens on for
+// notifications ([Store.Watch]): connect must return a new connection of
+// its own, used for nothing else, which the store closes when it stops
+// listening. It is called on the first Watch, and again (with back-off:
+// 50 ms to 5 s) after the connection was lost; a call that fails or does
+// not return within 10 s is retried the same way. nil turns listening off:
+// Watch returns a channel that never closes, and waiting duplicates poll,
+// as they must behind a proxy that pools connections per transaction
+// (where LISTEN does not last beyond its statement).
+//
+// Default: on a *pgxpool.Pool, a connection taken out of the pool (Acquire,
+// then Hijack: the pool no longer counts it and may open another in its
+// place, so the server sees at most MaxConns + 1 connections of the pool);
+// on any other [DB], none.
+func WithListenConn(connect func(ctx context.Context) (*pgx.Conn, error)) Option {
+	return func(c *config) { c.listenSet, c.listenConn = true, connect }
+}
+
 // Defaults and bounds of the options, as their documentation states them.
 const (
 	defaultMaxResponseBytes = 8 << 20
 	maxResponseLimit        = 1<<30 - 1 // the largest bytea value
 	defaultSweepBatch       = 1000
+	defaultListenIdle       = time.Minute
 )
 
 func newConfig(opts []Option) (config, error) {
-	c := config{tableName: defaultTable, maxResponse: defaultMaxResponseBytes, sweepBatch: defaultSweepBatch}
+	c := config{tableName: defaultTable, maxResponse: defaultMaxResponseBytes, sweepBatch: defaultSweepBatch, listenIdle: defaultListenIdle}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -104,20 +128,24 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// Store is a [store.Store] (records that carry their own lease) and a
-// [store.Records] (plain fenced records, for [store.Compose]) on
-// PostgreSQL, one row per record key. Its methods are safe for concurrent
-// use when its [DB] is (a pool is; a *pgx.Conn or a pgx.Tx is not).
+// Store is a [store.Store] (records that carry their own lease), a
+// [store.Watcher] (waiting duplicates woken by LISTEN/NOTIFY, see
+// [Store.Watch]) and a [store.Records] (plain fenced records, for
+// [store.Compose]) on PostgreSQL, one row per record key. Its methods are
+// safe for concurrent use when its [DB] is (a pool is; a *pgx.Conn or a
+// pgx.Tx is not).
 type Store struct {
 	db   DB
 	inTx bool // db is a caller's transaction: no retries, no asynchronous commits
 	cfg  config
 	q    queries
+	lis  *listener // nil: the store does not listen (Watch never fires)
 }
 
 // New returns a store on db, with the table named by opts, which must exist
 // (see [SetupSchema]). It validates the options (InvalidArgument) and sends
-// nothing to the server.
+// nothing to the server (the notification listener starts on the first
+// [Store.Watch]).
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a database client is required", nil)
@@ -127,7 +155,15 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	_, inTx := db.(pgx.Tx)
-	return &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}, nil
+	s := &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}
+	connect := cfg.listenConn
+	if pool, ok := db.(*pgxpool.Pool); ok && !cfg.listenSet {
+		connect = hijack(pool)
+	}
+	if connect != nil && !inTx {
+		s.lis = newListener(cfg.table.channel(), connect, cfg.listenIdle, cfg.logger)
+	}
+	return s, nil
 }
 
 // storedKey returns the key column's value for a record key (any bytes):

@@ -17,6 +17,8 @@ const (
 // queries holds the store's SQL, built once with its table name.
 type queries struct {
 	claim, extend, complete, release, releaseAgain, get, delete, put, sweep string
+	// watched marks the key's live claim as waited for (see [Store.Watch]).
+	watched string
 }
 
 // claimSQL is the one statement of a claim. Its parameters: $1 the stored
@@ -39,7 +41,10 @@ type queries struct {
 //     past its expiry: take it over, with a fence above its fence. The WHERE
 //     is checked again on the newest version of the row when a concurrent
 //     transaction changed it (READ COMMITTED), so of racing take-overs one
-//     wins and the others update nothing.
+//     wins and the others update nothing. Taking over a claim that was
+//     marked as waited for (see [Store.Watch]) notifies, like the end of a
+//     claim, so that its waiters watch the new claim (its claimed column,
+//     always true, carries the pg_notify call).
 //   - lost: the row looked claimable but upd lost such a race: FOR SHARE
 //     waits for and reads the newest version (the winner's claim) to answer
 //     busy. (FOR KEY SHARE would not do: it may lock the old version of a
@@ -77,9 +82,9 @@ upd AS (
 	UPDATE {{t}} AS r SET fingerprint = $2::bytea, state = 1, response = '',
 		fence = greatest(r.fence + 1, n.ms), created_at = n.t, expires_at = n.t + {{ttl3}},
 		keep_until = {{claimKeep greatest(r.fence + 1, n.ms)}}
-	FROM n
+	FROM n, cur
 	WHERE r.key = $1::text AND (r.state = 0 OR r.expires_at <= n.t)
-	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+	RETURNING {{notify taken over}} AS claimed, r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
 ),
 lost AS (
 	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
@@ -89,7 +94,7 @@ lost AS (
 )
 SELECT true AS claimed, fingerprint, state, response, fence, created_at, expires_at FROM ins
 UNION ALL
-SELECT true, fingerprint, state, response, fence, created_at, expires_at FROM upd
+SELECT claimed, fingerprint, state, response, fence, created_at, expires_at FROM upd
 UNION ALL
 SELECT false, fingerprint, state, response, fence, created_at, expires_at FROM cur WHERE live
 UNION ALL
@@ -97,9 +102,21 @@ SELECT false, x.fingerprint, x.state, x.response, x.fence, x.created_at, x.expir
 FROM (SELECT * FROM race UNION ALL SELECT * FROM lost) AS x, n
 WHERE x.state <> 0 AND x.expires_at > n.t`
 
-// buildQueries renders the store's SQL for table t. async makes releases
-// and sweeps commit asynchronously (not inside a caller's transaction,
-// whose commit it would change).
+// buildQueries renders the store's SQL for table t. async makes releases,
+// sweeps and watch marks commit asynchronously (not inside a caller's
+// transaction, whose commit it would change).
+//
+// Complete, Release and Delete notify the table's channel (see
+// [tableName.channel]) with the stored key as the payload, in the same
+// statement, when the claim they end was marked as waited for (by a
+// [Store.Watch] anywhere); PostgreSQL delivers the notification when the
+// statement's transaction commits. A claim nobody waits for sends nothing:
+// a transaction that notifies holds a lock shared by the whole server from
+// its commit's start to its end (WAL flush included), so notifying every
+// completion would serialise the durable commits of all first executions.
+// Each reads the marked flag from a subquery that locks the row (FOR NO
+// KEY UPDATE, the lock the UPDATE takes anyway) and so sees its newest
+// version: a mark committed after the statement's snapshot is not missed.
 func buildQueries(t tableName, async bool) queries {
 	asyncCol := ""
 	if async {
@@ -119,31 +136,45 @@ RETURNING true`,
 		// answer was lost) the same outcome under the same fence.
 		complete: `UPDATE {{t}} AS r SET fingerprint = $5::bytea, state = $3::smallint, response = $4::bytea,
 	created_at = n.t, expires_at = n.t + {{ttl6}}, keep_until = {{outcomeKeep ttl6 r.fence}}
-FROM (SELECT clock_timestamp() AS t) AS n
+FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.fence = $2::bigint}}
 WHERE r.key = $1::text AND r.fence = $2::bigint
 	AND (r.state = 1 OR (r.state = $3::smallint AND r.fingerprint = $5::bytea AND r.response = $4::bytea))
-RETURNING true`,
+RETURNING {{notify}}`,
 
 		release: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
-FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
 WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1
-RETURNING true`,
+RETURNING {{notify}}`,
 
 		releaseAgain: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
 	keep_until = greatest(r.keep_until, {{tombKeep r.fence}})
-FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
 WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state IN (0, 1)
-RETURNING true`,
+RETURNING {{notify}}`,
 
 		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
 FROM {{t}} WHERE key = $1::text AND state <> 0 AND expires_at > clock_timestamp()`,
 
 		delete: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
-FROM (SELECT clock_timestamp() AS t) AS n
+FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.state <> 0}}
 WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
-RETURNING true`,
+RETURNING {{notify}}`,
+
+		// Marks the key's claim as waited for, unless it is already:
+		// true when the claim is marked (now or before), false when the
+		// key holds no claim. The mark is the one byte \x01 in the
+		// response column, which a claim does not use otherwise; a new
+		// claim starts unmarked.
+		watched: `WITH m AS (
+	UPDATE {{t}} AS r SET response = '\x01'::bytea
+	FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
+	WHERE r.key = $1::text AND r.state = 1 AND r.response = ''
+	RETURNING true
+)
+SELECT EXISTS (SELECT FROM m)
+	OR EXISTS (SELECT FROM {{t}} AS r WHERE r.key = $1::text AND r.state = 1 AND r.response <> '')`,
 
 		// The WHERE of DO UPDATE runs on the locked, newest version of the
 		// row: a live record with a higher fence is kept; anything else is
@@ -174,8 +205,17 @@ WHERE r.key IN (
 		return "(timestamptz 'epoch' + (" + f + " + 1) * interval '1 millisecond')"
 	}
 	ttl := func(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
+	was := func(cond string) string {
+		return "(SELECT w.state = 1 AND w.response <> '' AS waited FROM " + t.sanitize() +
+			" AS w WHERE w.key = $1::text " + cond + " FOR NO KEY UPDATE) AS w"
+	}
 	r := strings.NewReplacer(
 		"{{t}}", t.sanitize(),
+		"{{was AND w.fence = $2::bigint}}", was("AND w.fence = $2::bigint"),
+		"{{was AND w.state <> 0}}", was("AND w.state <> 0"),
+		// pg_notify returns void, which is not null: the column is true.
+		"{{notify}}", "CASE WHEN w.waited THEN pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL ELSE true END",
+		"{{notify taken over}}", "CASE WHEN cur.state = 1 AND cur.response <> '' THEN pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL ELSE true END",
 		"{{ttl3}}", ttl("$3"),
 		"{{ttl6}}", ttl("$6"),
 		// A claim: kept ClaimRetention past its lease, and past its fence.
@@ -191,7 +231,7 @@ WHERE r.key IN (
 		"{{tombKeep r.fence}}", "greatest(n.t + "+retention+", "+fenceTime("r.fence")+")",
 		"{{fenceTime r.fence}}", fenceTime("r.fence"),
 	)
-	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep} {
+	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched} {
 		*s = r.Replace(*s)
 	}
 	return q

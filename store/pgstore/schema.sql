@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS "idemkit_records" (
     -- 1 claimed, 2 completed, 3 executed but not replayable; 0 a tombstone
     -- (a released claim or a deleted record, kept only for its fence).
     state       smallint    NOT NULL,
-    -- The encoded response (empty unless completed).
+    -- The encoded response when completed. Empty otherwise, except that a
+    -- claim a duplicate waits for holds \x01 (its end then notifies).
     response    bytea       NOT NULL,
     -- The claim's fence: above every fence the key carried before.
     fence       bigint      NOT NULL,

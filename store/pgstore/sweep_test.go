@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -257,7 +258,7 @@ func TestReleaseCommitsAsynchronously(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The release statement, returning the setting it ran under.
-	probe := s.q.release[:len(s.q.release)-len("RETURNING true")] + "RETURNING current_setting('synchronous_commit')"
+	probe := s.q.release[:strings.LastIndex(s.q.release, "RETURNING ")] + "RETURNING current_setting('synchronous_commit')"
 	var during, after string
 	if err := conn.QueryRow(ctx, probe, "k", int64(c.Fence)).Scan(&during); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,8 @@
 package pgstore
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"regexp"
 	"strings"
@@ -66,4 +68,32 @@ func (n tableName) sanitize() string {
 // the table's schema).
 func (n tableName) derived(suffix string) string {
 	return pgx.Identifier{n.table + suffix}.Sanitize()
+}
+
+// maxChannelLen is the longest notification channel name PostgreSQL
+// takes (NAMEDATALEN - 1).
+const maxChannelLen = 63
+
+// channel returns the name of the table's notification channel:
+// "idemkit:" followed by the table name as configured ("table" or
+// "schema.table"); when that exceeds 63 bytes, the name's first 38 bytes,
+// "~" and 16 hex digits of its SHA-256, 63 bytes in all. It holds only
+// letters, digits and "_.:~", and is quoted wherever it appears in SQL.
+func (n tableName) channel() string {
+	name := n.table
+	if n.schema != "" {
+		name = n.schema + "." + n.table
+	}
+	const prefix = "idemkit:"
+	if len(prefix)+len(name) <= maxChannelLen {
+		return prefix + name
+	}
+	sum := sha256.Sum256([]byte(name))
+	const hexLen = 16
+	return prefix + name[:maxChannelLen-len(prefix)-1-hexLen] + "~" + hex.EncodeToString(sum[:hexLen/2])
+}
+
+// quoteLiteral returns s as an SQL string literal.
+func quoteLiteral(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", "''") + "'"
 }
