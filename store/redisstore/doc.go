@@ -1,8 +1,10 @@
 // Package redisstore is the guard's backend on Redis: a [store.Store] whose
 // records carry their own lease, on a single node, through Sentinel (a
 // failover client) or on Redis Cluster, through any [redis.UniversalClient]
-// of go-redis v9. It also is a [store.Records] (the fenced plain put) for a
-// composition with a lock. It passes the conformance suite in
+// of go-redis v9. It is a [store.Watcher]: a duplicate waiting for a
+// running request is woken by Redis pub/sub when the claim ends (see
+// Notifications). It also is a [store.Records] (the fenced plain put) for
+// a composition with a lock. It passes the conformance suite in
 // [github.com/idemkit/idemkit/store/storetest] on a single node and on a
 // 3-master cluster.
 //
@@ -63,6 +65,45 @@
 // replay through the guard costs one, a first execution two. A refused
 // claim writes nothing. A Claim or Complete that go-redis retries after a
 // lost reply finds its own claim or outcome and reports it as its own.
+//
+// # Notifications
+//
+// Complete, Release and Delete notify in their own script, so a
+// notification costs no round trip: they publish on a channel named like
+// the record's Redis key (the same name, in the pub/sub namespace, so on
+// the key's slot of a cluster). On a single node and through Sentinel (a
+// [*redis.Client]) they PUBLISH; on a cluster (a [*redis.ClusterClient])
+// they SPUBLISH (sharded pub/sub, Redis 7 or later), so a notification
+// travels only within the shard that holds the key. Through any other
+// client (a ring) nothing is published, watches never fire and waiters
+// poll.
+//
+// The waiters of a store share one pub/sub connection per server, however
+// many they are: one on a single node, one per master that holds a
+// watched key on a cluster. The first watch opens it; a key's channel is
+// subscribed once for all its waiters, and unsubscribed when the last one
+// stops waiting; the connection is pinged after 3 s without traffic and
+// closed after a minute without waiters. A watch returns once the server
+// has confirmed its subscription (a round trip on that connection for the
+// key's first waiter), so a completion that follows is never missed. When
+// the connection fails, go-redis reconnects it, and every waiter is woken
+// once to read its record again, since a notification may have been lost.
+// Waiters keep polling at the guard's back-off in any case: a lost
+// notification delays an answer, it never loses one. A lease that runs out
+// without a release (its holder died) notifies nobody: waiters find out by
+// polling.
+//
+// Under an ACL, allow the channels as well as the keys. The store's user
+// needs its keys (~idempotency:*, or ~<prefix>*) and the channels named
+// like them (&idempotency:*), which Redis 7 does not give a new user
+// (acl-pubsub-default resetchannels); EVAL, EVALSHA and the commands the
+// scripts call (TIME, HGET, HMGET, HSET, HDEL, DEL, PEXPIREAT, and
+// PUBLISH, or SPUBLISH on a cluster); and the listener's SUBSCRIBE and
+// UNSUBSCRIBE (SSUBSCRIBE and SUNSUBSCRIBE on a cluster) and PING; besides
+// what the client itself sends (on a cluster, CLUSTER SLOTS). Without the
+// channels the store still works, without notifications: a refused
+// publication does not fail its script, a refused subscription refuses its
+// watch at once, and waiters poll.
 //
 // # Memory and eviction
 //

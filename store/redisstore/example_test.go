@@ -15,7 +15,8 @@ import (
 // A guard on Redis. The client must honour ctx deadlines
 // (ContextTimeoutEnabled), or New refuses it: a stalled server then fails
 // a request within the guard's op timeout instead of hanging it. A replay
-// costs one round trip, a first execution two.
+// costs one round trip, a first execution two; a duplicate of a running
+// request is woken by pub/sub as soon as the request's outcome is stored.
 func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
 	defer client.Close()

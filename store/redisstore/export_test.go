@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -20,3 +21,21 @@ func LoadScript(ctx context.Context, c redis.UniversalClient) error {
 	}
 	return script.Load(ctx, c).Err()
 }
+
+// WithListenerTimings sets how long the store's listeners keep an idle
+// connection (default a minute) and how long they wait for a message
+// before a health-check ping, and then for its answer (default 3 s).
+func WithListenerTimings(idle, health time.Duration) Option {
+	return func(c *config) { c.listenerIdle, c.healthInterval = idle, health }
+}
+
+// Listeners returns how many listeners s runs.
+func Listeners(s *Store) int {
+	s.watch.mu.Lock()
+	defer s.watch.mu.Unlock()
+	return len(s.watch.listeners)
+}
+
+// Refused reports whether ch is the channel of a watch that could not be
+// set up, which never fires.
+func Refused(ch <-chan struct{}) bool { return ch == neverFires }

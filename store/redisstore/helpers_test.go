@@ -149,14 +149,16 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 func (c *counter) count() int { return int(c.n.Load()) }
 
 // link is a TCP proxy in front of a Redis node, for faults of one client's
-// connections: it can stall (forward nothing either way until resumed) and
+// connections: it can stall (forward nothing either way until resumed),
 // lose the reply to the next request that contains some bytes (the server
-// runs the request; the connection is cut before its reply arrives).
+// runs the request; the connection is cut before its reply arrives), and
+// cut every connection, refusing new ones until restored.
 type link struct {
 	ln     net.Listener
 	target string
 
 	mu      sync.Mutex
+	cutOff  bool          // connections are closed as they come, until restore
 	stalled chan struct{} // non-nil while stalled: closed on resume
 	dropOn  []byte        // the next request containing it loses its reply
 	dropped atomic.Int32
@@ -215,6 +217,25 @@ func (l *link) resume() {
 	}
 }
 
+// cut closes every connection and refuses new ones (they are closed as
+// soon as accepted) until restore.
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cutOff = true
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
+}
+
+// restore accepts connections again after cut.
+func (l *link) restore() {
+	l.mu.Lock()
+	l.cutOff = false
+	l.mu.Unlock()
+}
+
 // dropReplyTo arms the loss of the reply to the next request containing b.
 func (l *link) dropReplyTo(b string) {
 	l.mu.Lock()
@@ -243,6 +264,12 @@ func (l *link) accept() {
 			continue
 		}
 		l.mu.Lock()
+		if l.cutOff {
+			l.mu.Unlock()
+			_ = c.Close()
+			_ = s.Close()
+			continue
+		}
 		l.conns = append(l.conns, c, s)
 		l.mu.Unlock()
 		var drop atomic.Bool // this connection's next reply is lost
@@ -347,6 +374,23 @@ func (ls *links) stall() (resume func()) {
 	return func() {
 		for _, l := range all {
 			l.resume()
+		}
+	}
+}
+
+// cut cuts every link (see link.cut) and returns the function that
+// restores them.
+func (ls *links) cut() (restore func()) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	all := make([]*link, 0, len(ls.by))
+	for _, l := range ls.by {
+		l.cut()
+		all = append(all, l)
+	}
+	return func() {
+		for _, l := range all {
+			l.restore()
 		}
 	}
 }

@@ -36,20 +36,38 @@ import (
 // allows (after which a script may write on), so that running claims keep
 // their leases and releases and deletions free memory even then.
 //
+// A completion, a release and a deletion that ends a record notify the
+// record's watchers in the same script: they publish the operation's name
+// on the channel named like the record's key, with the command the last
+// argument (notify) names: "publish" on a single node, "spublish" (sharded,
+// so only the key's shard carries it) on a cluster, "" for none. The
+// publication is a pcall: a server that refuses it (an ACL without the
+// channel, a server without sharded pub/sub) fails the notification, never
+// the operation, and its waiters poll.
+//
 // Replies (integers and strings; a record is state, fence, created,
 // expires, fingerprint, response):
 //
 //	claim    fp ttl token        → {1, record} a new claim; {0, record} a live claim or an outcome
 //	extend   fence ttl           → 1 extended, 0 not this claim
-//	complete fence ttl state fp response → 1 written (or this claim's identical outcome is there), 0 refused
-//	release  fence               → 1 released, 0 not this claim
+//	complete fence ttl state fp response notify → 1 written (or this claim's identical outcome is there), 0 refused
+//	release  fence notify        → 1 released, 0 not this claim
 //	get                          → {record} live, {} none
-//	delete                       → 1 a live record was deleted, 0 none
+//	delete   notify              → 1 a live record was deleted, 0 none
 //	put      fence ttl state fp response → 1 written, 0 refused (a live record with a higher fence)
 var script = redis.NewScript(`
 local k = KEYS[1]
 local op = ARGV[1]
 local retention = ` + strconv.FormatInt(store.ClaimRetention.Milliseconds(), 10) + `
+
+-- notify tells the key's watchers that the record changed, by the
+-- command the last argument names; a refused publication is ignored.
+local function notify()
+  local cmd = ARGV[#ARGV]
+  if cmd == 'publish' or cmd == 'spublish' then
+    redis.pcall(cmd, k, op)
+  end
+end
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -157,6 +175,7 @@ if op == 'complete' then
   if st == 'claimed' then
     local e = outcome(ARGV[4], fence, tonumber(ARGV[3]), ARGV[5], ARGV[6], now)
     keep(e, fence)
+    notify()
     return 1
   end
   -- The claim's own outcome is there already: a completion retried after
@@ -172,6 +191,7 @@ if op == 'release' then
     return 0
   end
   tombstone('released', fence, now)
+  notify()
   return 1
 end
 
@@ -189,6 +209,7 @@ if op == 'delete' then
   -- A claim whose lease ran out is ended too, so that it can no longer
   -- complete; only a live record counts as deleted.
   tombstone('deleted', fence, now)
+  notify()
   if live(st, exp, now) then
     return 1
   end

@@ -29,6 +29,8 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	maxResponse int
+	// listenerIdle and healthInterval, which tests shorten.
+	listenerIdle, healthInterval time.Duration
 }
 
 // WithKeyPrefix sets a prefix written before every Redis key of the store,
@@ -47,20 +49,27 @@ func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = p
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // Store is the guard's backend on Redis: a [store.Store] whose records
-// carry their own lease, and the fenced [store.Records] for a composition
-// with a lock. It works on a single node, through Sentinel (a failover
-// client) and on Redis Cluster. It is safe for concurrent use.
+// carry their own lease, a [store.Watcher] that wakes waiting duplicates
+// by pub/sub, and the fenced [store.Records] for a composition with a
+// lock. It works on a single node, through Sentinel (a failover client)
+// and on Redis Cluster. It is safe for concurrent use.
 //
 // The zero value is not usable; call [New].
 type Store struct {
 	client      redis.UniversalClient
 	prefix      string
 	maxResponse int
+	// notify is the command the scripts publish with when a record's claim
+	// ends: "publish" on a single node, "spublish" on a cluster, "" when
+	// the store does not notify (see Watch).
+	notify string
+	watch  watching
 }
 
 var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
+	_ store.Watcher = (*Store)(nil)
 )
 
 // New returns a store on client. It does no I/O.
@@ -85,7 +94,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			"build it with ContextTimeoutEnabled: true in its options (redis.Options, redis.FailoverOptions, "+
 			"redis.ClusterOptions, redis.RingOptions or redis.UniversalOptions)", client))
 	}
-	cfg := config{maxResponse: maxResponseBytes}
+	cfg := config{maxResponse: maxResponseBytes, listenerIdle: listenerIdle, healthInterval: healthInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -95,7 +104,24 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if cfg.maxResponse < 1 || cfg.maxResponse > maxResponseBytes {
 		return nil, bad(fmt.Sprintf("max response bytes must be between 1 and %d", maxResponseBytes))
 	}
-	return &Store{client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse}, nil
+	return &Store{
+		client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse, notify: notifyCommand(client),
+		watch: watching{idle: cfg.listenerIdle, health: cfg.healthInterval},
+	}, nil
+}
+
+// notifyCommand returns the command the scripts publish with on client:
+// PUBLISH through a client of one server (also a failover one, whose
+// listener follows the master), SPUBLISH on a cluster (the key's shard
+// only), and none through other clients (a ring), whose watches never fire.
+func notifyCommand(client redis.UniversalClient) string {
+	switch client.(type) {
+	case *redis.Client:
+		return "publish"
+	case *redis.ClusterClient:
+		return "spublish"
+	}
+	return ""
 }
 
 // contextTimeouts reports whether client honours ctx deadlines, as far as
@@ -174,9 +200,10 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 
 // Complete implements [store.Store]: one script, which writes the outcome
 // only while the record is the claim rec.Fence (even after its lease ran
-// out). The record is kept for ttl (and never removed before the server's
-// clock passes its fence). A Complete retried after a lost reply, which
-// finds this very outcome already written, reports ok.
+// out), and notifies the key's watchers (see [Store.Watch]). The record is
+// kept for ttl (and never removed before the server's clock passes its
+// fence). A Complete retried after a lost reply, which finds this very
+// outcome already written, reports ok.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
 	if err := store.ValidateComplete(rec, ttl); err != nil {
@@ -185,19 +212,19 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if len(rec.Response) > s.maxResponse {
 		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
-	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
+	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response, s.notify)
 }
 
-// Release implements [store.Store]: one script. The claim becomes a
-// tombstone (its fence only, invisible, claimable at once) until the
-// server's clock passes its fence, or is deleted at once when it already
-// has.
+// Release implements [store.Store]: one script, which notifies the key's
+// watchers. The claim becomes a tombstone (its fence only, invisible,
+// claimable at once) until the server's clock passes its fence, or is
+// deleted at once when it already has.
 func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
 	const op = "release"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	return s.flag(ctx, op, key, fenceArg(fence))
+	return s.flag(ctx, op, key, fenceArg(fence), s.notify)
 }
 
 // Get implements [store.Store] and [store.Records]: one script, which
@@ -217,16 +244,17 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	return decodeRecord(op, key, v)
 }
 
-// Delete implements [store.Store] and [store.Records]: one script. The
-// record becomes a tombstone like a released claim; a claim whose lease
-// ran out is ended too (it can no longer complete), though only a live
-// record is reported deleted.
+// Delete implements [store.Store] and [store.Records]: one script, which
+// notifies the key's watchers when it ends a record. The record becomes a
+// tombstone like a released claim; a claim whose lease ran out is ended
+// too (it can no longer complete), though only a live record is reported
+// deleted.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	return s.flag(ctx, op, key)
+	return s.flag(ctx, op, key, s.notify)
 }
 
 // Put implements [store.Records]: one script that compares fences and
