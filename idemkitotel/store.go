@@ -70,7 +70,26 @@ func newBackendAttrs() backendAttrs {
 //
 // It unwraps to s (a method Unwrap() store.Store), so store.Inspect sees a
 // sealed store through it, in whichever order the two are combined.
-func (h *Hook) Store(s store.Store) store.Store { return &measuredStore{next: s, h: h} }
+func (h *Hook) Store(s store.Store) store.Store {
+	m := &measuredStore{next: s, h: h}
+	if w, ok := s.(store.Watcher); ok {
+		return &watchingStore{measuredStore: m, watcher: w}
+	}
+	return m
+}
+
+// watchingStore is the store [Hook.Store] returns for a store that
+// notifies: a store.Watcher through it, so waiting duplicates are still
+// woken by the backend's notification.
+type watchingStore struct {
+	*measuredStore
+	watcher store.Watcher
+}
+
+// Watch implements store.Watcher with the wrapped store's watch.
+func (s *watchingStore) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
+	return s.watcher.Watch(ctx, key)
+}
 
 // measuredStore is the store [Hook.Store] returns.
 type measuredStore struct {

@@ -65,6 +65,8 @@ func sealedUnder(s Store) (*sealed, bool) {
 		switch t := s.(type) {
 		case *sealed:
 			return t, true
+		case *watchingSealed:
+			return t.sealed, true
 		case interface{ Unwrap() Store }:
 			s = t.Unwrap()
 		default:

@@ -84,7 +84,8 @@ const sealMagic = "\x89IKS\x01"
 // well before that.
 //
 // Seal validates its keys and returns an InvalidArgument error for a nil
-// store or a bad key; the messages never contain key material.
+// store or a bad key; the messages never contain key material. When s is a
+// [Watcher], so is the sealed store.
 func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "seal", "store must not be nil", nil)
@@ -104,7 +105,22 @@ func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	ss.header = append([]byte(sealMagic), byte(len(current.ID)))
 	ss.header = append(ss.header, current.ID...)
 	ss.current = ss.keys[current.ID]
+	if w, ok := s.(Watcher); ok {
+		return &watchingSealed{sealed: ss, watcher: w}, nil
+	}
 	return ss, nil
+}
+
+// watchingSealed is the Store Seal returns for a store that notifies: a
+// [Watcher] through it (notifications carry no response).
+type watchingSealed struct {
+	*sealed
+	watcher Watcher
+}
+
+// Watch implements [Watcher] with the sealed store's watch.
+func (s *watchingSealed) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
+	return s.watcher.Watch(ctx, key)
 }
 
 // sealCipher validates k, named name in messages, against the keys already

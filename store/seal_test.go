@@ -16,6 +16,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/fakeclock"
+	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -553,4 +554,45 @@ func FuzzOpen(f *testing.F) {
 			t.Fatalf("Claim disagrees with Get: %+v, %v, %v; Get: %+v, %v", rec2, claimed, err2, rec, err)
 		}
 	})
+}
+
+// TestSealKeepsNotification: a sealed store over a store that notifies
+// notifies too (and is still inspected as sealed); over one that does not,
+// it does not claim to.
+func TestSealKeepsNotification(t *testing.T) {
+	current, _ := guardtest.SealKeys()
+	inner := memstore.New()
+	s, err := store.Seal(inner, current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, ok := s.(store.Watcher)
+	if !ok {
+		t.Fatal("a sealed memstore is not a Watcher")
+	}
+	claim, _, err := s.Claim(t.Context(), "k", "fp", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop := w.Watch(t.Context(), "k")
+	defer stop()
+	claim.State, claim.Response = store.StateCompleted, []byte("secret")
+	if ok, err := s.Complete(t.Context(), claim, time.Minute); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the completion did not fire the watch through the sealed store")
+	}
+	if in, ok, err := store.Inspect(t.Context(), s, "k", true); err != nil || !ok || !in.Sealed || string(in.Response) != "secret" {
+		t.Fatalf("inspect: %+v, %v, %v", in, ok, err)
+	}
+	plain, err := store.Seal(struct{ store.Store }{inner}, current)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := plain.(store.Watcher); ok {
+		t.Fatal("a sealed store over a store that cannot notify claims to")
+	}
 }
