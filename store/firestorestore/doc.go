@@ -1,7 +1,9 @@
 // Package firestorestore is the guard's backend on Google Cloud Firestore
 // (Native mode), built on cloud.google.com/go/firestore: a [store.Store]
 // whose records carry their own lease, so that one conditional write
-// decides everything, and a [store.Records] (plain fenced records, for
+// decides everything, a [store.Watcher] (a duplicate request waiting for
+// a running one is woken by a snapshot listener when its outcome is
+// written), and a [store.Records] (plain fenced records, for
 // [store.Compose]). It passes the conformance suites in
 // [github.com/idemkit/idemkit/store/storetest] on Google's Firestore
 // emulator.
@@ -74,6 +76,7 @@
 //	                                  (else, or when the document changed since: 1 read + 1 commit)
 //	Get                               1 read
 //	Delete, Put                       1 read + 1 commit
+//	Watch                             the first watch of a key opens a Listen stream; others none
 //
 // A guard's replay is one RPC, its first execution three: the claim's read
 // and Create, and the completion's commit, conditioned on the update time
@@ -93,6 +96,43 @@
 // the write landed when the document carries one of the call's write ids.
 // A commit that a read shows did not land is reported as ServiceUnavailable
 // (transient), never as a configuration error.
+//
+// # Waiting duplicates
+//
+// A duplicate that finds the request running waits for its outcome. The
+// store is a [store.Watcher]: the guard watches the record after its
+// first busy answer, and a snapshot listener on the record document
+// (a Listen stream on the client's gRPC connection) wakes it when the
+// claim ends, so it reads the record at once instead of at its next poll.
+// Nothing is added to the claim and completion: the listener sees the
+// outcome's own commit.
+//
+// One listener per watched key, shared by every watch of the key in the
+// process: a thousand duplicates waiting on one key use one listener, and
+// duplicates waiting on k keys use k of them, however many there are. A
+// key's first watch starts its listener and returns once the listener has
+// delivered its first snapshot (the watch is then in place); its last
+// watch stops it. The watches of a key close when a snapshot shows that
+// the claim the listener last saw has ended (an outcome, a release or a
+// delete, or a claim with another fence), and when that claim's lease
+// runs out without an extension (by the read time of the snapshot), since
+// a duplicate can then take it over; an extension wakes nobody. Every
+// change of a watched record reaches each process listening to it, the
+// outcome with its response: about what one more read of it costs.
+//
+// A notification can be late or lost, and the guard still polls, with its
+// back-off, as a fallback. The client reopens a Listen stream that broke
+// and resumes it where it was, so a change made meanwhile arrives when
+// the stream is back. A listener that fails for good (the client gives
+// up, the stream is refused) wakes its watches once and ends; the woken
+// duplicates read the record and, still waiting, watch again on a new
+// listener. A watch whose listener cannot deliver its first snapshot
+// within the guard's op timeout is not set up, and that duplicate polls.
+//
+// Each running listener holds a stream of the client's connection, and
+// a connection carries a bounded number of concurrent streams.
+// [WithMaxListeners] bounds the listeners a store runs at once (default
+// 50); a duplicate waiting on a further key polls.
 //
 // # Size
 //

@@ -22,3 +22,39 @@ const (
 // MaxResponseBytes returns the largest response s accepts under key with
 // fingerprint fp.
 func MaxResponseBytes(s *Store, key, fp string) int { return max(s.maxResponse(key, fp), 0) }
+
+// Listening is what the snapshot listeners of a store are doing.
+type Listening struct {
+	Running int                 // listeners whose goroutine has not ended (their streams open or closing)
+	Started int                 // listeners started so far
+	Applied int                 // snapshots the listeners took in so far
+	Watches map[string]int      // by record key with a running listener: its watches not yet stopped
+	Ready   map[string]struct{} // the record keys whose listener has delivered its first snapshot
+}
+
+// Listeners returns what the snapshot listeners of s are doing.
+func Listeners(s *Store) Listening {
+	ls := &s.listeners
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := Listening{Running: ls.running, Started: ls.started, Applied: ls.applied, Watches: map[string]int{}, Ready: map[string]struct{}{}}
+	for k, kl := range ls.m {
+		l.Watches[k] = kl.n
+		if kl.ok {
+			l.Ready[k] = struct{}{}
+		}
+	}
+	return l
+}
+
+// Waiting returns how many watches the listeners serve in all, and the
+// fewest any of them serves (0 without listeners).
+func (l Listening) Waiting() (total, fewest int) {
+	for _, n := range l.Watches {
+		if total == 0 || n < fewest {
+			fewest = n
+		}
+		total += n
+	}
+	return total, fewest
+}

@@ -66,6 +66,7 @@ type config struct {
 	maxResponse int
 	sweepBatch  int
 	docLimit    int // the largest document, by the store's count; tests raise it
+	listeners   int // the most snapshot listeners at once
 }
 
 // WithCollection sets the collection of the record documents: 1 to 100
@@ -91,10 +92,22 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // at most, 1 to 500. Default: 100.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
+// WithMaxListeners sets how many snapshot listeners the store runs at
+// once, 0 or more: one per watched key (see [Store.Watch]), each holding
+// one stream of the client's gRPC connection while a duplicate request
+// waits on the key. A watch of a further key is not set up, and its caller
+// polls. A connection carries a bounded number of concurrent streams
+// (typically 100 on Google's servers; past it, the client's further calls
+// queue), so keep the bound well below it, or give the client a pool of
+// connections (option.WithGRPCConnectionPool). 0 turns notification off.
+// Default: 50.
+func WithMaxListeners(n int) Option { return func(c *config) { c.listeners = n } }
+
 func newConfig(opts []Option) (config, error) {
 	c := config{
 		collection: defaultCollection, maxResponse: maxDocumentBytes,
 		sweepBatch: defaultSweepBatch, docLimit: maxDocumentBytes - documentMargin,
+		listeners: defaultMaxListeners,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -110,6 +123,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", maxDocumentBytes))
 	case c.sweepBatch < 1 || c.sweepBatch > maxSweepBatch:
 		return bad(fmt.Sprintf("the sweep batch must be 1 to %d", maxSweepBatch))
+	case c.listeners < 0:
+		return bad("the maximum number of listeners must not be negative")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -138,16 +153,18 @@ func checkCollection(name string) string {
 	return ""
 }
 
-// Store is a [store.Store] (records that carry their own lease) and a
+// Store is a [store.Store] (records that carry their own lease), a
+// [store.Watcher] (snapshot listeners that wake waiting duplicates) and a
 // [store.Records] (plain fenced records) on Firestore, one document per
 // record. Its methods are safe for concurrent use.
 //
 // The zero value is not usable; call [New].
 type Store struct {
-	client  *firestore.Client
-	records *firestore.CollectionRef
-	cfg     config
-	claims  claims
+	client    *firestore.Client
+	records   *firestore.CollectionRef
+	cfg       config
+	claims    claims
+	listeners listeners
 }
 
 // New returns a store on client, with the record collection named by opts.

@@ -32,13 +32,15 @@ func TestNewValidates(t *testing.T) {
 		{"response limit past a document", c, []firestorestore.Option{firestorestore.WithMaxResponseBytes(firestorestore.MaxDocumentBytes + 1)}},
 		{"zero sweep batch", c, []firestorestore.Option{firestorestore.WithSweepBatch(0)}},
 		{"sweep batch too large", c, []firestorestore.Option{firestorestore.WithSweepBatch(firestorestore.MaxSweepBatch + 1)}},
+		{"negative listeners", c, []firestorestore.Option{firestorestore.WithMaxListeners(-1)}},
 	} {
 		if _, err := firestorestore.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
 		}
 	}
 	s, err := firestorestore.New(c, firestorestore.WithMaxResponseBytes(firestorestore.MaxDocumentBytes),
-		firestorestore.WithSweepBatch(firestorestore.MaxSweepBatch), firestorestore.WithCollection("my.records-1"), firestorestore.WithLogger(nil))
+		firestorestore.WithSweepBatch(firestorestore.MaxSweepBatch), firestorestore.WithCollection("my.records-1"), firestorestore.WithLogger(nil),
+		firestorestore.WithMaxListeners(0))
 	if err != nil {
 		t.Fatalf("New at the bounds: %v", err)
 	}
