@@ -1,7 +1,9 @@
 // Package pglock is a [lock.Locker] on PostgreSQL, built on pgx v5. It
 // passes the conformance suite in
 // [github.com/idemkit/idemkit/lock/locktest] and also implements
-// [lock.KeyedLocker].
+// [lock.KeyedLocker] and [lock.Watcher]: a [lock.Do] waiter is woken by
+// the release it waits for (LISTEN/NOTIFY) instead of sleeping out its
+// back-off.
 //
 // # Setup
 //
@@ -71,7 +73,8 @@
 //     statement: nothing is written. Durable commit.
 //   - Release, ReleaseKey: end the live lease by lock id (and key) and tell
 //     "expired" from "not found": delete the row, or leave a tombstone as
-//     above; asynchronous commit.
+//     above, and notify the key's watchers (pg_notify, in the same
+//     statement); asynchronous commit.
 //   - Extend, ExtendKey: set expires_at to clock_timestamp() + ttl on the
 //     live row; durable commit. An acquire and an extend racing at the
 //     expiry serialise on the row lock and both judge liveness on the latest
@@ -95,13 +98,54 @@
 // answer "locked" (or a deletion wait for a later sweep) while that lock is
 // held; it never lets two holders in.
 //
+// # Waiting: notifications
+//
+// Every release notifies, in its own statement and transaction:
+// pg_notify on the table's channel (its name as [WithTable] spells it,
+// "idemkit_locks" by default, shortened with a hash past PostgreSQL's 63
+// bytes) with the row's key as payload, delivered when the release
+// commits and never if it does not. It adds no round trip; PostgreSQL
+// briefly serialises the commits of notifying transactions, which the
+// release's asynchronous commit keeps short. Inside a caller's pgx.Tx the
+// notification goes out when that transaction commits.
+//
+// [Locker.Watch] (which [lock.Do] uses between attempts) listens on one
+// connection per locker, however many keys and waiters there are: a
+// connection taken from the *pgxpool.Pool for good (and so subject to the
+// pool's hooks), or, for a locker on a *pgx.Conn, a second connection
+// opened with its settings. It is started by the first watch and closed
+// once no watch has needed it for about 10 s. Notifications are fanned
+// out in the process to the watches of their key, and a release through
+// the locker itself wakes the key's watches in the process as soon as it
+// returns, before its notification arrives. A watch reads its key once
+// the listener is up, so a release committed before it was in place is
+// not missed; the watches of one key that arrive while such a read is in
+// flight share the next one. A watch also fires when the lease it read
+// runs out: expiry sends no notification.
+//
+// The waiters of a hot key, woken together, then try the lock together:
+// their acquires share one statement (see [Locker.Acquire]), so a release
+// costs the process a few statements, not one per waiter.
+//
+// Notifications can be lost (the listening connection dropped, a
+// connection pooler in transaction mode, which does not carry LISTEN):
+// every waiter keeps its back-off as a fallback, so a lost notification
+// delays it by that back-off, never past its timeout. After a lost
+// connection the listener reconnects at once, then with a back-off from
+// 100ms to 5s, and wakes every watch once, spuriously, since a
+// notification may have gone missing. A locker on a pgx.Tx does not
+// listen; its waiters poll.
+//
 // # Deadlines
 //
 // Every call, SetupSchema and Sweep included, runs under its ctx: when the
 // ctx ends, pgx interrupts the statement (closing the connection if it has
 // to) and the call fails with NetworkTimeout (deadline) or Aborted
 // (cancelled), also against a server that stopped answering. Give every
-// ctx a deadline: the locker adds none of its own.
+// ctx a deadline: the locker adds none of its own. (Watch waits at most a
+// second for the listener to come up; the listener, which serves no one
+// call, bounds its own connection attempts to 5 s and checks its
+// connection every 10 s.)
 //
 // # Durability
 //

@@ -205,6 +205,14 @@ func (s *serialConn) Begin(ctx context.Context) (pgx.Tx, error) {
 	return &serialTx{Tx: tx, unlock: sync.OnceFunc(s.mu.Unlock)}, nil
 }
 
+// Config returns the connection's settings, as *pgx.Conn does: the
+// locker opens its listening connection with them.
+func (s *serialConn) Config() *pgx.ConnConfig {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conn.Config()
+}
+
 // swap closes the connection and, if next is not nil, puts next in its
 // place (a connection to a restarted server).
 func (s *serialConn) swap(next *pgx.Conn) {

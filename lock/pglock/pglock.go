@@ -41,6 +41,10 @@ var (
 
 	_ lock.Locker      = (*Locker)(nil)
 	_ lock.KeyedLocker = (*Locker)(nil)
+	_ lock.Watcher     = (*Locker)(nil)
+
+	_ connPool   = (*pgxpool.Pool)(nil)
+	_ connConfig = (*pgx.Conn)(nil)
 )
 
 // Option configures [New] and [SetupSchema].
@@ -95,14 +99,16 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// Locker is a [lock.Locker] and [lock.KeyedLocker] on PostgreSQL. Its
-// methods are safe for concurrent use when its [DB] is (a pool is; a
-// *pgx.Conn or a pgx.Tx is not).
+// Locker is a [lock.Locker], [lock.KeyedLocker] and [lock.Watcher] on
+// PostgreSQL. Its methods are safe for concurrent use when its [DB] is (a
+// pool is; a *pgx.Conn or a pgx.Tx is not).
 type Locker struct {
-	db   DB
-	inTx bool // db is a caller's transaction: no retries, no async commit
-	cfg  config
-	q    queries
+	db     DB
+	inTx   bool // db is a caller's transaction: no retries, no async commit
+	cfg    config
+	q      queries
+	notes  *notifier // nil when db cannot spare a listening connection
+	shared attempts
 }
 
 // New returns a locker on db, with the table named by opts, which must
@@ -117,7 +123,11 @@ func New(db DB, opts ...Option) (*Locker, error) {
 		return nil, err
 	}
 	_, inTx := db.(pgx.Tx)
-	return &Locker{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}, nil
+	l := &Locker{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}
+	if connect := listenConn(db); connect != nil {
+		l.notes = newNotifier(connect, cfg.table.channel(), cfg.logger)
+	}
+	return l, nil
 }
 
 // Capabilities reports fencing, with the PostgreSQL server's clock
@@ -172,6 +182,15 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 //     [lock.FenceMax] fails the column's CHECK constraint and the whole
 //     statement: nothing is written. The commit is durable before the
 //     lease is returned.
+//
+// Acquires of one key that run at once in this process (the waiters of a
+// hot key, which its release wakes together) share that statement: each
+// joins the next one, sent once the one in flight, if any, has come back
+// (so it was sent after every call it answers began), on behalf of the
+// call that sends it; the others answer "locked", since the key was held
+// when it ran, by another lease or by the lease it took. A call whose
+// shared statement failed runs its own, so it never reports another
+// call's failure. Inside a caller's pgx.Tx nothing is shared.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
 	key, err := lock.NormalizeKey(key)
@@ -184,9 +203,21 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Lease{}, false, err
 	}
+	if l.inTx {
+		return l.acquireOnce(ctx, key, ttl)
+	}
+	sk, _ := storageKey(key)
+	lease, ok, err := l.shared.do(ctx, sk, func() (lock.Lease, bool, error) { return l.acquireOnce(ctx, key, ttl) })
+	return lease, ok, mapError(ctx, op, err)
+}
+
+// acquireOnce runs the acquire statement for a normalised key.
+func (l *Locker) acquireOnce(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
+	const op = "acquire"
 	sk, raw := storageKey(key)
 	id := lock.NewID()
 	var (
+		err               error
 		fence             int64
 		acquired, expires time.Time
 		ok                bool
@@ -252,10 +283,12 @@ func overflow(err error) error {
 // lease's fence (read as Unix milliseconds) and no acquire of the key is in
 // flight, and otherwise leaves a tombstone (the fence alone, no lock id)
 // that expires once the clock passes it, so the key's next fence is still
-// greater. Its commit is
-// asynchronous (synchronous_commit off for that transaction only): a
-// release lost in a server crash only lets the lease run out, and the next
-// durable commit flushes it anyway.
+// greater. The same statement notifies the key's watchers (pg_notify on
+// the table's channel, delivered when it commits; see [Locker.Watch]), and
+// the key's watches in this process are woken as soon as it returns. Its
+// commit is asynchronous (synchronous_commit off for that transaction
+// only): a release lost in a server crash only lets the lease run out, and
+// the next durable commit flushes it anyway.
 func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
@@ -282,16 +315,24 @@ func (l *Locker) release(ctx context.Context, sql string, args ...any) (lock.Out
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	var released, present bool
+	var (
+		released, present bool
+		sk                *string
+	)
 	err := retry(ctx, op, l.inTx, func(ctx context.Context) (bool, error) {
 		// Not repeatable: a release that committed before the connection
 		// was lost would be reported as not found.
-		return false, l.db.QueryRow(ctx, sql, args...).Scan(&released, &present)
+		return false, l.db.QueryRow(ctx, sql, args...).Scan(&released, &present, &sk)
 	})
 	switch {
 	case err != nil:
 		return lock.Outcome{}, err
 	case released:
+		if l.notes != nil && sk != nil {
+			// The release has committed: the key's watches in this
+			// process need not wait for its notification.
+			l.notes.dispatch(*sk)
+		}
 		return lock.Outcome{OK: true}, nil
 	case present:
 		return lock.Outcome{Reason: lock.ReasonExpired}, nil

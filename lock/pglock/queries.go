@@ -19,6 +19,7 @@ type queries struct {
 	lookupKey       string
 	lookupID        string
 	sweep           string
+	watch           string
 }
 
 // asyncCommit is a FROM item that turns synchronous_commit off for the
@@ -70,6 +71,9 @@ func removable(r, now string) string {
 	return r + "expires_at < " + now + " - " + grace + " AND " + r + "fence < " + msOf(now)
 }
 
+// sqlString quotes s as an SQL string literal.
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
 func buildQueries(n tableName, async bool) queries {
 	from := func(prefix string) string {
 		if !async {
@@ -83,8 +87,11 @@ func buildQueries(n tableName, async bool) queries {
 	// key's lock (see keyLock) is free. Otherwise it leaves a tombstone: no
 	// lock id, the fence, expiring once the clock passes the fence. d and
 	// t follow r's one decision, so exactly one of them can match; both
-	// recheck the lease under its row lock. It then tells an expired lease
-	// from a missing one.
+	// recheck the lease under its row lock. n sends the notification of the
+	// ended lease on the table's channel, with the storage key as payload,
+	// as part of the statement's transaction: it is delivered when that
+	// commits, and never if it does not. It then tells an expired lease
+	// from a missing one, and returns the released row's key.
 	release := func(byKey string) string {
 		return `WITH c AS MATERIALIZED (SELECT clock_timestamp() AS now),
 r AS MATERIALIZED (
@@ -94,15 +101,20 @@ r AS MATERIALIZED (
 ), d AS (
 	DELETE FROM {{locks}} AS l USING r, c
 	WHERE r.gone AND l.key = r.key AND l.lock_id = $1 AND l.expires_at > c.now
-	RETURNING 1
+	RETURNING l.key
 ), t AS (
 	UPDATE {{locks}} AS l SET lock_id = NULL, user_key = NULL, expires_at = ` + msTime("l.fence + 1") + `
 	FROM r, c
 	WHERE NOT r.gone AND l.key = r.key AND l.lock_id = $1 AND l.expires_at > c.now
-	RETURNING 1
+	RETURNING l.key
+), e AS (
+	SELECT key FROM d UNION ALL SELECT key FROM t
+), n AS (
+	SELECT pg_notify(` + sqlString(n.channel()) + `, e.key) FROM e
 )
-SELECT EXISTS (SELECT 1 FROM d) OR EXISTS (SELECT 1 FROM t),
-	EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l.lock_id = $1` + byKey + `)` + from("\nFROM ")
+SELECT (SELECT count(*) FROM n) > 0,
+	EXISTS (SELECT 1 FROM {{locks}} AS l WHERE l.lock_id = $1` + byKey + `),
+	(SELECT key FROM e)` + from("\nFROM ")
 	}
 	extend := func(byKey, ttl string) string {
 		return `WITH u AS (
@@ -174,6 +186,12 @@ SELECT EXISTS (
 		lookupKey: lookup + `l.key = $1 AND l.lock_id IS NOT NULL AND l.expires_at > clock_timestamp()`,
 		lookupID:  lookup + `l.lock_id = $1 AND l.expires_at > clock_timestamp()`,
 
+		// The live lease's remaining time by the server clock, in whole
+		// microseconds rounded up; no row when the key is free.
+		watch: `SELECT ceil(extract(epoch FROM l.expires_at - clock_timestamp()) * 1000000)::bigint
+FROM {{locks}} AS l
+WHERE l.key = $1 AND l.lock_id IS NOT NULL AND l.expires_at > clock_timestamp()`,
+
 		// One batch (at most $1 rows) of the oldest removable rows; rows
 		// locked by a concurrent operation, or whose key's lock is held,
 		// are skipped, not waited for. The key locks are tried on the
@@ -192,7 +210,7 @@ WHERE l.key IN (
 	}
 	r := strings.NewReplacer("{{locks}}", n.sanitize())
 	for _, s := range []*string{&q.acquire, &q.release, &q.releaseKey, &q.extend, &q.extendKey,
-		&q.isLocked, &q.isLockedCleanup, &q.lookupKey, &q.lookupID, &q.sweep} {
+		&q.isLocked, &q.isLockedCleanup, &q.lookupKey, &q.lookupID, &q.sweep, &q.watch} {
 		*s = r.Replace(*s)
 	}
 	return q
