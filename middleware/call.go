@@ -153,6 +153,12 @@ func (g *Guard) Bypass(ctx context.Context, kind EventKind, err error, opts ...C
 	if cc.scope != "" {
 		e.ScopeHash = g.cfg.hasher.Hash(cc.scope)
 	}
+	g.outcome(ctx, w, e)
+}
+
+// outcome hands the outcome e of a call made with ctx to w (the ctx's
+// watch, if any) and to the hooks.
+func (g *Guard) outcome(ctx context.Context, w *OutcomeWatch, e Event) {
 	if w != nil {
 		w.last.Store(&e)
 	}

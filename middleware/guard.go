@@ -1040,11 +1040,5 @@ func (c *call) end(e Event) {
 	if len(c.g.cfg.hooks) == 0 && w == nil {
 		return
 	}
-	e = c.event(e)
-	if w != nil {
-		w.last.Store(&e)
-	}
-	for _, h := range c.g.cfg.hooks {
-		emitTo(h, c.ctx, e)
-	}
+	c.g.outcome(c.ctx, w, c.event(e))
 }
