@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -150,6 +151,9 @@ type Guard struct {
 	cfg      config
 	renewals renewals  // of the leases of the calls under way
 	binders  sync.Pool // of *binder, for bound calls
+
+	flightsMu sync.Mutex
+	flights   map[flightKey]*flight // the reclaims on their way (reclaim)
 }
 
 // New returns a guard that keeps claims and outcomes in s. It validates its
@@ -360,7 +364,15 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 			sent = time.Now()
 			op = newOpContext(ctx, sent, g.cfg.opTimeout, false)
 		}
-		rec, claimed, err := g.claim(op, recordKey, fps)
+		var (
+			rec     store.Record
+			claimed bool
+		)
+		if c.attempts == 1 {
+			rec, claimed, err = g.claim(op, recordKey, fps)
+		} else {
+			rec, claimed, err = g.reclaim(op, recordKey, fps)
+		}
 		if err != nil {
 			return c.claimFailed(err, fn)
 		}
@@ -468,6 +480,63 @@ func (c *call) claimFailed(err error, fn Func) (Outcome, error) {
 func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error) {
 	defer op.release()
 	return g.store.Claim(op, key, fp, g.cfg.leaseTTL)
+}
+
+// reclaim is the claim of a waiting duplicate, woken (or polling) to claim
+// again. The waiters of one key in this process share it: the first sends
+// its claim, and those that claim the same key with the same fingerprint
+// while it is on its way take its answer (a replay, or a claim still
+// running) instead of sending their own, so that a notification that wakes
+// hundreds of duplicates costs the backend one claim per process, not one
+// per duplicate. A claim the first one won is its own: the others claim for
+// themselves (and find it running), as they do when its claim failed.
+func (g *Guard) reclaim(op *opContext, key, fp string) (store.Record, bool, error) {
+	fk := flightKey{key: key, fp: fp}
+	g.flightsMu.Lock()
+	if f, ok := g.flights[fk]; ok {
+		g.flightsMu.Unlock()
+		select {
+		case <-f.done:
+			if f.err == nil && !f.claimed {
+				op.release()
+				rec := f.rec
+				rec.Response = bytes.Clone(rec.Response) // each caller owns its value
+				return rec, false, nil
+			}
+		case <-op.Done():
+		}
+		return g.claim(op, key, fp)
+	}
+	f := &flight{done: make(chan struct{})}
+	if g.flights == nil {
+		g.flights = make(map[flightKey]*flight)
+	}
+	g.flights[fk] = f
+	g.flightsMu.Unlock()
+
+	rec, claimed, err := g.claim(op, key, fp)
+	f.claimed, f.err = claimed, err
+	if err == nil && !claimed {
+		f.rec = rec
+		f.rec.Response = bytes.Clone(rec.Response)
+	}
+	g.flightsMu.Lock()
+	delete(g.flights, fk)
+	g.flightsMu.Unlock()
+	close(f.done)
+	return rec, claimed, err
+}
+
+// flightKey names the claims that one reclaim answers: the same record
+// key and the same stored fingerprint (credentials included).
+type flightKey struct{ key, fp string }
+
+// flight is a reclaim on its way; done is closed once its answer is set.
+type flight struct {
+	done    chan struct{}
+	rec     store.Record
+	claimed bool
+	err     error
 }
 
 // waiter is a duplicate's wait for the claim it found: woken by the

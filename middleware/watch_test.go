@@ -2,7 +2,9 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -142,5 +144,147 @@ func TestLostNotificationFallsBackToPolling(t *testing.T) {
 	defer s.mu.Unlock()
 	if s.watches != 8 {
 		t.Fatalf("%d watches; want one per waiting duplicate (8)", s.watches)
+	}
+}
+
+// countingWatcher is a notifying memory store that counts the claims made
+// once armed, and holds the first of them for hold, so that every woken
+// duplicate is on its way before that claim answers.
+type countingWatcher struct {
+	*memstore.Store
+	hold   time.Duration
+	mu     sync.Mutex
+	armed  bool
+	claims int
+}
+
+func (s *countingWatcher) arm() { s.mu.Lock(); s.armed = true; s.mu.Unlock() }
+
+func (s *countingWatcher) count() int { s.mu.Lock(); defer s.mu.Unlock(); return s.claims }
+
+func (s *countingWatcher) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	s.mu.Lock()
+	first := s.armed && s.claims == 0
+	if s.armed {
+		s.claims++
+	}
+	s.mu.Unlock()
+	if first {
+		time.Sleep(s.hold)
+	}
+	return s.Store.Claim(ctx, key, fp, ttl)
+}
+
+// waitingCounter returns a hook counting waiting events and a function
+// reading the count.
+func waitingCounter() (middleware.Option, func() int) {
+	var mu sync.Mutex
+	n := 0
+	hook := middleware.WithHook(middleware.HookFunc(func(_ context.Context, e middleware.Event) {
+		if e.Kind == middleware.EventWaiting {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		}
+	}))
+	return hook, func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// TestWokenDuplicatesShareOneClaim: the duplicates of one request waiting
+// in one process are woken together and share one claim to the backend,
+// which answers all of them with the replay.
+func TestWokenDuplicatesShareOneClaim(t *testing.T) {
+	s := &countingWatcher{Store: memstore.New(), hold: 200 * time.Millisecond}
+	hook, waiting := waitingCounter()
+	g := newGuard(t, s, slowPolls, middleware.WithWaitBudget(time.Minute), hook)
+	ctx := t.Context()
+	release, started := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := g.Execute(ctx, "k", fpA, func(context.Context) (middleware.Result, error) {
+			close(started)
+			<-release
+			s.arm() // the completion is not counted; the claims after it are
+			return middleware.Result{Value: []byte("v")}, nil
+		})
+		first <- err
+	}()
+	<-started
+	const n = 64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			out, err := g.Execute(ctx, "k", fpA, func(context.Context) (middleware.Result, error) {
+				t.Error("a duplicate ran the work")
+				return middleware.Result{}, nil
+			})
+			if err != nil || !out.Replayed || string(out.Value) != "v" {
+				t.Errorf("duplicate %d: %+v, %v; want a replay", i, out, err)
+			}
+		})
+	}
+	for waiting() < n {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// One claim for the 64 duplicates; a duplicate the scheduler woke only
+	// after the shared claim had answered claims once more on its own (it
+	// is rare: the shared claim is held for 200 ms).
+	if got := s.count(); got < 1 || got > 1+n/4 {
+		t.Fatalf("%d claims after the outcome for %d woken duplicates; want about 1", got, n)
+	}
+}
+
+// TestWokenDuplicatesClaimForThemselves: when the request they wait for
+// fails (its claim is released, nothing stored), the woken duplicates do
+// not share the claim one of them wins: exactly one runs the work, and
+// every other replays its outcome.
+func TestWokenDuplicatesClaimForThemselves(t *testing.T) {
+	hook, waiting := waitingCounter()
+	g := newGuard(t, memstore.New(), slowPolls, middleware.WithWaitBudget(time.Minute), hook)
+	ctx := t.Context()
+	release, started := make(chan struct{}), make(chan struct{})
+	first := make(chan error, 1)
+	go func() {
+		_, err := g.Execute(ctx, "k", fpA, func(context.Context) (middleware.Result, error) {
+			close(started)
+			<-release
+			return middleware.Result{}, errors.New("declined")
+		})
+		first <- err
+	}()
+	<-started
+	const n = 64
+	var runs, replays atomic.Int64
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			out, err := g.Execute(ctx, "k", fpA, func(context.Context) (middleware.Result, error) {
+				runs.Add(1)
+				time.Sleep(20 * time.Millisecond)
+				return middleware.Result{Value: []byte("second")}, nil
+			})
+			if err != nil || string(out.Value) != "second" {
+				t.Errorf("duplicate %d: %+v, %v; want the second execution's value", i, out, err)
+			}
+			if out.Replayed {
+				replays.Add(1)
+			}
+		})
+	}
+	for waiting() < n {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if err := <-first; err == nil {
+		t.Fatal("the first call succeeded; want its error")
+	}
+	if runs.Load() != 1 || replays.Load() != n-1 {
+		t.Fatalf("%d executions and %d replays among %d duplicates; want 1 and %d", runs.Load(), replays.Load(), n, n-1)
 	}
 }
