@@ -15,19 +15,21 @@ import (
 )
 
 // TestConformance runs the lock conformance suite on a single node and on
-// a 3-master cluster. On the cluster, the fence-survives-restart case does
-// not run: the test environment restarts single servers only, and the
-// single-node run covers it on a dedicated server with AOF.
+// a 3-master cluster, with and without the id index. On the cluster, the
+// fence-survives-restart case does not run: the test environment restarts
+// single servers only, and the single-node run covers it on a dedicated
+// server with AOF.
 func TestConformance(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) { locktest.Run(t, factory(b)) })
+		t.Run(b.name+"/id-index", func(t *testing.T) { locktest.Run(t, factory(b, redislock.WithIDIndex(true))) })
 	}
 }
 
-// factory builds a fresh locker with a unique prefix on a new client of b.
-// The test that restarts the server gets a dedicated one (single node
-// only).
-func factory(b backend) locktest.Factory {
+// factory builds a fresh locker with a unique prefix and opts on a new
+// client of b. The test that restarts the server gets a dedicated one
+// (single node only).
+func factory(b backend, opts ...redislock.Option) locktest.Factory {
 	return func(t *testing.T, cfg locktest.Config) *locktest.Env {
 		newClient := b.newClient
 		var restart func(t *testing.T)
@@ -37,8 +39,8 @@ func factory(b backend) locktest.Factory {
 			restart = func(t *testing.T) { srv.Restart(t) }
 		}
 		c := newClient(t)
-		l, err := redislock.New(c, redislock.WithKeyPrefix(testenv.Name(t)),
-			redislock.WithCleanupInIsLocked(cfg.CleanupInIsLocked), redislock.WithLogger(cfg.Logger))
+		l, err := redislock.New(c, append([]redislock.Option{redislock.WithKeyPrefix(testenv.Name(t)),
+			redislock.WithCleanupInIsLocked(cfg.CleanupInIsLocked), redislock.WithLogger(cfg.Logger)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -103,7 +103,7 @@ func serverError(msg string) (idemkit.Code, string) {
 	case "NOAUTH", "WRONGPASS":
 		return idemkit.CodeAuthFailed, "the Redis server refused the credentials (" + code + ")"
 	case "NOPERM":
-		return idemkit.CodeAuthFailed, "the Redis user may not run the locker's commands (NOPERM): it needs EVAL, EVALSHA, GET, SET and PEXPIRE on the keys of the locker's prefix"
+		return idemkit.CodeAuthFailed, "the Redis user may not run the locker's commands (NOPERM): it needs EVAL, EVALSHA, GET, SET, DEL, PEXPIREAT and TIME on the keys of the locker's prefix, PUBLISH (SPUBLISH on a cluster) on their channels, and SUBSCRIBE (SSUBSCRIBE) for Watch"
 	case "WRONGTYPE":
 		return idemkit.CodeInternal, "a Redis key of the locker holds a value of another type (WRONGTYPE): does another program write under the locker's key prefix?"
 	case "NOSCRIPT":

@@ -52,3 +52,31 @@ func ExampleWithWaitForReplicas() {
 	defer locker.ReleaseKey(context.Background(), lease.Key, lease.ID)
 	fmt.Println("generating the report under fence", lease.Fence)
 }
+
+// Lock ids that travel between processes: the process that acquires
+// writes an index hint for each lease, so that another process (here a
+// second locker with a client of its own) can release the lease by its id
+// alone.
+func ExampleWithIDIndex() {
+	ctx := context.Background()
+	acquirer, err := redislock.New(redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true}),
+		redislock.WithIDIndex(true))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, ok, err := acquirer.Acquire(ctx, "export:7", time.Minute)
+	if err != nil || !ok {
+		log.Fatal("not acquired: ", err)
+	}
+
+	// Elsewhere, with only the lock id in hand:
+	worker, err := redislock.New(redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	out, err := worker.Release(ctx, lease.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released by id:", out.OK)
+}

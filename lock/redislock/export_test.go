@@ -34,7 +34,7 @@ func AcquireAs(ctx context.Context, l *Locker, key, id string, ttl time.Duration
 	if err != nil {
 		return lock.Lease{}, false, err
 	}
-	return l.acquire(ctx, n, id, ttl)
+	return l.acquire(ctx, n, l.names.lock(n), id, ttl)
 }
 
 // MapError is the locker's mapping of go-redis errors.

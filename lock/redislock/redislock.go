@@ -21,6 +21,7 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	cleanup     bool
+	index       bool
 	logger      *slog.Logger
 	wait        waitMode
 	waitLocal   int
@@ -48,6 +49,20 @@ func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = p
 // record whose expiry an operator removed. Default: off (IsLocked is a
 // pure read).
 func WithCleanupInIsLocked(on bool) Option { return func(c *config) { c.cleanup = on } }
+
+// WithIDIndex makes every successful acquire also write an index hint
+// from the lease's lock id to its lock record (on a single node in the
+// acquire's own script; on a cluster, where the hint lives on the id's
+// slot, with a second command), so that Release, Extend and LookupID by
+// lock id work in every process that uses the same Redis and key prefix,
+// not only in the Locker that issued the lease. Use it when lock ids
+// travel between processes (one acquires, another releases by id). It
+// costs a write per acquire, and a delete per release by this Locker.
+// Default: off: a Locker resolves the ids of the leases it issued itself
+// from memory, and any other id through its hint, if the Locker that
+// issued it wrote one. [lock.Do] and [lock.Handle] release and extend by
+// key and never need it.
+func WithIDIndex(on bool) Option { return func(c *config) { c.index = on } }
 
 // WithLogger sets the logger for fence-limit warnings, which name the key
 // only by its hash. Default: slog.Default().
@@ -89,12 +104,16 @@ type Locker struct {
 	client  redis.UniversalClient
 	names   names
 	cleanup bool
+	index   bool // WithIDIndex
+	own     ownLeases
 	logger  *slog.Logger
 	wait    waitMode
 	local   int
 	waitN   int
 	waitFor time.Duration
 	cluster *redis.ClusterClient // client, when it is a cluster client
+	scripts *scriptSet           // sharded notifications on a cluster client, plain otherwise
+	watch   hub                  // the listeners of Watch
 
 	// crossSlot is set once a plain client met a cluster-mode endpoint
 	// (CROSSSLOT): from then on every script touches one key.
@@ -104,6 +123,7 @@ type Locker struct {
 var (
 	_ lock.Locker      = (*Locker)(nil)
 	_ lock.KeyedLocker = (*Locker)(nil)
+	_ lock.Watcher     = (*Locker)(nil)
 )
 
 // New returns a locker on client. It does no I/O.
@@ -140,10 +160,15 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		cfg.logger = slog.Default()
 	}
 	l := &Locker{
-		client: client, names: n, cleanup: cfg.cleanup, logger: cfg.logger,
+		client: client, names: n, cleanup: cfg.cleanup, index: cfg.index, logger: cfg.logger,
 		wait: cfg.wait, local: cfg.waitLocal, waitN: cfg.waitN, waitFor: cfg.waitTimeout,
 	}
 	l.cluster, _ = client.(*redis.ClusterClient)
+	l.scripts = scriptsPlain
+	if l.cluster != nil {
+		l.scripts = scriptsSharded
+	}
+	l.watch.l = l
 	if l.wait != waitNone {
 		_, single := client.(*redis.Client)
 		switch {
@@ -178,10 +203,17 @@ func (l *Locker) Capabilities() lock.Capabilities {
 	return lock.Capabilities{Backend: "redis", Fencing: true}
 }
 
-// Acquire implements [lock.Locker]: one script, which on a single node (or
-// Sentinel) also writes the id's index hint. On a cluster the hint lives on
-// another slot, and a successful acquire writes it with a second command
-// (a refused one writes nothing).
+// Acquire implements [lock.Locker]: one script. With [WithIDIndex] the
+// script also writes the id's index hint on a single node (or Sentinel);
+// on a cluster the hint lives on another slot, and a successful acquire
+// writes it with a second command (a refused one writes nothing).
+//
+// While watches of this Locker wait for the key (see [Locker.Watch]) and
+// the key is being handed to the oldest of them, or released or held
+// through this Locker, Acquire first takes its place in their line: it
+// waits for its turn, at most 50 ms and never past ctx, so that a
+// goroutine that has just released the key does not take it again ahead
+// of the waiters. Then it makes its attempt as usual.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
 	key, err := lock.NormalizeKey(key)
@@ -195,9 +227,20 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return lock.Lease{}, false, err
 	}
 	id := lock.NewID()
-	lease, ok, err := l.acquire(ctx, key, id, ttl)
+	name := l.names.lock(key)
+	// A key that a woken watch of this locker is about to try waits for
+	// that try (see Watch).
+	s, ho := l.watch.beforeAcquire(ctx, name)
+	var sent time.Time
+	if s != nil {
+		sent = time.Now()
+	}
+	lease, ok, err := l.acquire(ctx, key, name, id, ttl)
 	if err != nil && l.crossSlotMet(err) {
-		lease, ok, err = l.acquire(ctx, key, id, ttl)
+		lease, ok, err = l.acquire(ctx, key, name, id, ttl)
+	}
+	if s != nil {
+		l.watch.afterAcquire(s, ho, ok, err, sent.Add(ttl))
 	}
 	return lease, ok, err
 }
@@ -217,19 +260,22 @@ func (l *Locker) crossSlotMet(err error) bool {
 // cluster the index hint lives on another slot.
 func (l *Locker) oneKey() bool { return l.cluster != nil || l.crossSlot.Load() }
 
-// acquire takes the lock on the normalised key for the lock id id. Run
-// again with the same id while the lease is live (a retry after a lost
-// reply), it returns the same lease.
-func (l *Locker) acquire(ctx context.Context, key, id string, ttl time.Duration) (lock.Lease, bool, error) {
+// acquire takes the lock on the normalised key, whose lock record is name,
+// for the lock id id. Run again with the same id while the lease is live
+// (a retry after a lost reply), it returns the same lease.
+func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
-	name, index := l.names.lock(key), l.names.index(id)
-	// The index hint is written by the script when the lease is granted,
-	// unless scripts touch one key (a cluster): then by a command of its
-	// own once the lease is granted, so that a refused attempt writes
-	// nothing.
-	keys := []string{name, index}
-	if l.oneKey() {
-		keys = keys[:1]
+	// With WithIDIndex, the index hint is written by the script when the
+	// lease is granted, unless scripts touch one key (a cluster): then by
+	// a command of its own once the lease is granted, so that a refused
+	// attempt writes nothing.
+	var index string
+	keys := []string{name}
+	if l.index {
+		index = l.names.index(id)
+		if !l.oneKey() {
+			keys = append(keys, index)
+		}
 	}
 	args := []any{id, ttl.Milliseconds(), key}
 
@@ -247,18 +293,18 @@ func (l *Locker) acquire(ctx context.Context, key, id string, ttl time.Duration)
 			return lock.Lease{}, false, mapError(op, err)
 		}
 		defer conn.Close()
-		cmd = acquireScript.Run(ctx, conn, keys, args...)
+		cmd = l.scripts.acquire.Run(ctx, conn, keys, args...)
 	} else {
-		cmd = acquireScript.Run(ctx, l.client, keys, args...)
+		cmd = l.scripts.acquire.Run(ctx, l.client, keys, args...)
 	}
 	if err := cmd.Err(); err != nil {
 		return lock.Lease{}, false, mapError(op, err)
 	}
-	lease, ok, err := l.acquired(ctx, key, id, cmd.Val())
+	lease, ok, err := l.acquired(ctx, key, id, ttl, cmd.Val())
 	if err != nil || !ok {
 		return lock.Lease{}, false, err
 	}
-	if len(keys) == 1 {
+	if index != "" && len(keys) == 1 {
 		// The hint goes through the client, which routes it to its own
 		// slot; it need not be durable (it is only a hint).
 		err = mapError(op, l.client.Set(ctx, index, name, ttl+hintSlack).Err())
@@ -269,10 +315,11 @@ func (l *Locker) acquire(ctx context.Context, key, id string, ttl time.Duration)
 	if err != nil {
 		// The lease cannot be handed out: give it back.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, _ = l.releaseName(rctx, name, id)
+		_, _ = l.releaseName(rctx, name, id, index != "")
 		cancel()
 		return lock.Lease{}, false, err
 	}
+	l.own.add(id, key, name, lease.ExpiresAt.Sub(lease.AcquiredAt))
 	return lease, true, nil
 }
 
@@ -280,11 +327,25 @@ func (l *Locker) acquire(ctx context.Context, key, id string, ttl time.Duration)
 // hand out (its write was not acknowledged, or its index hint not written).
 const cleanupTimeout = 5 * time.Second
 
-// acquired decodes the acquire script's reply.
-func (l *Locker) acquired(ctx context.Context, key, id string, v any) (lock.Lease, bool, error) {
+// acquired decodes the acquire script's reply: a bare integer (the
+// server's clock) for a key that had no record, else an array.
+func (l *Locker) acquired(ctx context.Context, key, id string, ttl time.Duration, v any) (lock.Lease, bool, error) {
 	const op = "acquire"
+	if now, ok := v.(int64); ok {
+		if now <= 0 {
+			return lock.Lease{}, false, replyError(op, "acquire")
+		}
+		fence := lock.Fence(now)
+		if err := provider.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
+			return lock.Lease{}, false, err
+		}
+		return lock.Lease{Key: key, ID: id, Fence: fence, AcquiredAt: time.UnixMilli(now), ExpiresAt: time.UnixMilli(now + ttl.Milliseconds())}, true, nil
+	}
 	r, _ := v.([]any)
-	nums := make([]int64, len(r))
+	var nums [4]int64
+	if len(r) > len(nums) {
+		return lock.Lease{}, false, replyError(op, "acquire")
+	}
 	for i, x := range r {
 		n, ok := x.(int64)
 		if !ok {
@@ -293,15 +354,15 @@ func (l *Locker) acquired(ctx context.Context, key, id string, v any) (lock.Leas
 		nums[i] = n
 	}
 	switch {
-	case len(nums) == 4 && nums[0] == 1 && nums[1] > 0:
+	case len(r) == 4 && nums[0] == 1 && nums[1] > 0:
 		fence := lock.Fence(nums[1])
 		if err := provider.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
 			return lock.Lease{}, false, err
 		}
 		return lock.Lease{Key: key, ID: id, Fence: fence, AcquiredAt: time.UnixMilli(nums[2]), ExpiresAt: time.UnixMilli(nums[3])}, true, nil
-	case len(nums) == 1 && nums[0] == 0:
+	case len(r) == 1 && nums[0] == 0:
 		return lock.Lease{}, false, nil
-	case len(nums) == 2 && nums[0] == -1 && nums[1] > int64(lock.FenceMax):
+	case len(r) == 2 && nums[0] == -1 && nums[1] > int64(lock.FenceMax):
 		// The script refused before writing anything; CheckFence gives the
 		// overflow error (and never a raw key).
 		return lock.Lease{}, false, provider.CheckFence(ctx, l.logger, nil, key, lock.Fence(nums[1]))
@@ -348,9 +409,10 @@ func (l *Locker) lockConn(ctx context.Context, name string) (*redis.Conn, error)
 	return l.client.(*redis.Client).Conn(), nil // New accepts nothing else with a wait
 }
 
-// Release implements [lock.Locker]: two round trips (the id's index hint,
-// then the release script on the lock record, which checks the id and the
-// lease's liveness atomically).
+// Release implements [lock.Locker]: the release script on the lock record,
+// which checks the id and the lease's liveness atomically. For a lease this
+// Locker issued that is one round trip; for another lock id, two: the id's
+// index hint first (see [WithIDIndex]).
 func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	const op = "release"
 	if err := lock.ValidateID(id); err != nil {
@@ -359,11 +421,11 @@ func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	name, found, err := l.resolve(ctx, op, id)
+	name, hinted, found, err := l.resolve(ctx, op, id)
 	if err != nil || !found {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, err
 	}
-	return l.releaseName(ctx, name, id)
+	return l.releaseName(ctx, name, id, hinted || l.index)
 }
 
 // ReleaseKey implements [lock.KeyedLocker]: one script on the lock record.
@@ -379,30 +441,50 @@ func (l *Locker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, 
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	return l.releaseName(ctx, l.names.lock(key), id)
+	name, ok := l.own.name(id, key)
+	if !ok {
+		name = l.names.lock(key)
+	}
+	return l.releaseName(ctx, name, id, l.index)
 }
 
-// releaseName runs the release script on the lock record name.
-func (l *Locker) releaseName(ctx context.Context, name, id string) (lock.Outcome, error) {
+// releaseName runs the release script on the lock record name. When the id
+// may have an index hint (hinted), the script also deletes it on a single
+// node; on a cluster (where it lives on another slot) it expires on its
+// own.
+func (l *Locker) releaseName(ctx context.Context, name, id string, hinted bool) (lock.Outcome, error) {
 	const op = "release"
-	code, err := releaseScript.Run(ctx, l.client, []string{name}, id).Int64()
+	l.watch.releasing(name)
+	keys := []string{name}
+	if hinted && !l.oneKey() {
+		keys = append(keys, l.names.index(id))
+	}
+	code, err := l.scripts.release.Run(ctx, l.client, keys, id).Int64()
 	if err != nil {
+		l.watch.unreleased(name)
 		return lock.Outcome{}, mapError(op, err)
 	}
 	switch code {
 	case 1:
+		l.own.remove(id)
+		l.watch.released(name, id)
 		return lock.Outcome{OK: true}, nil
-	case 0:
-		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
 	case -1:
+		l.own.remove(id)
+		l.watch.released(name, id)
 		return lock.Outcome{Reason: lock.ReasonExpired}, nil
+	}
+	l.watch.unreleased(name)
+	if code == 0 {
+		return lock.Outcome{Reason: lock.ReasonNotFound}, nil
 	}
 	return lock.Outcome{}, replyError(op, "release")
 }
 
-// Extend implements [lock.Locker]: two round trips (the id's index hint,
-// then the extend script, which also lengthens the hint on a single node,
-// or pipelined with a command that does on a cluster).
+// Extend implements [lock.Locker]: the extend script, which also
+// lengthens the id's index hint (if it has one) on a single node, or
+// pipelined with a command that does on a cluster. For a lease this Locker
+// issued that is one round trip; for another lock id, two: the hint first.
 func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock.Outcome, error) {
 	const op = "extend"
 	if err := lock.ValidateID(id); err != nil {
@@ -414,11 +496,11 @@ func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	name, found, err := l.resolve(ctx, op, id)
+	name, hinted, found, err := l.resolve(ctx, op, id)
 	if err != nil || !found {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, err
 	}
-	return l.extendName(ctx, name, id, ttl)
+	return l.extendName(ctx, name, id, ttl, hinted || l.index)
 }
 
 // ExtendKey implements [lock.KeyedLocker]: one round trip (the extend
@@ -439,26 +521,34 @@ func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duratio
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	return l.extendName(ctx, l.names.lock(key), id, ttl)
+	return l.extendName(ctx, l.names.lock(key), id, ttl, l.index)
 }
 
-// extendName runs the extend script on the lock record name and lengthens
-// the id's index hint to the new expiry (never shortening it, so a
-// mismatched key cannot cut another lease's hint short).
-func (l *Locker) extendName(ctx context.Context, name, id string, ttl time.Duration) (lock.Outcome, error) {
+// extendName runs the extend script on the lock record name and, when the
+// id may have an index hint (hinted), lengthens it to the new expiry (never
+// shortening it, so a mismatched key cannot cut another lease's hint
+// short).
+func (l *Locker) extendName(ctx context.Context, name, id string, ttl time.Duration, hinted bool) (lock.Outcome, error) {
 	const op = "extend"
 	var (
 		v   int64
 		err error
 	)
-	index := l.names.index(id)
-	if l.oneKey() {
-		v, err = l.extendPipelined(ctx, name, index, id, ttl)
-	} else {
-		v, err = extendScript.Run(ctx, l.client, []string{name, index}, id, ttl.Milliseconds()).Int64()
+	sent := time.Now()
+	switch {
+	case !hinted:
+		v, err = l.scripts.extend.Run(ctx, l.client, []string{name}, id, ttl.Milliseconds()).Int64()
+	case l.oneKey():
+		v, err = l.extendPipelined(ctx, name, l.names.index(id), id, ttl)
+	default:
+		v, err = l.scripts.extend.Run(ctx, l.client, []string{name, l.names.index(id)}, id, ttl.Milliseconds()).Int64()
 	}
 	if err != nil {
 		return lock.Outcome{}, mapError(op, err)
+	}
+	l.watch.extended(name, v > 0, sent.Add(ttl))
+	if v > 0 {
+		l.own.extend(id, ttl)
 	}
 	switch {
 	case v > 0:
@@ -482,9 +572,9 @@ func (l *Locker) extendPipelined(ctx context.Context, name, index, id string, tt
 		pipe := l.client.Pipeline()
 		var cmd *redis.Cmd
 		if bySHA {
-			cmd = extendScript.EvalSha(ctx, pipe, keys, args...)
+			cmd = l.scripts.extend.EvalSha(ctx, pipe, keys, args...)
 		} else {
-			cmd = extendScript.Eval(ctx, pipe, keys, args...)
+			cmd = l.scripts.extend.Eval(ctx, pipe, keys, args...)
 		}
 		pipe.Do(ctx, "pexpire", index, (ttl + hintSlack).Milliseconds(), "gt")
 		_, _ = pipe.Exec(ctx) // each command carries its own error
@@ -510,7 +600,7 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if l.cleanup {
 		cleanup = "1"
 	}
-	v, err := isLockedScript.Run(ctx, l.client, []string{l.names.lock(key)}, cleanup).Int64()
+	v, err := l.scripts.isLocked.Run(ctx, l.client, []string{l.names.lock(key)}, cleanup).Int64()
 	if err != nil {
 		return false, mapError(op, err)
 	}
@@ -530,8 +620,10 @@ func (l *Locker) LookupKey(ctx context.Context, key string) (lock.Info, bool, er
 	return l.lookup(ctx, l.names.lock(key), "")
 }
 
-// LookupID implements [lock.Locker]: two round trips (the id's index hint,
-// then a script that checks the id and liveness on the lock record).
+// LookupID implements [lock.Locker]: a script that checks the id and
+// liveness on the lock record. For a lease this Locker issued that is one
+// round trip; for another lock id, two: the id's index hint first (see
+// [WithIDIndex]).
 func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, error) {
 	const op = "lookup"
 	if err := lock.ValidateID(id); err != nil {
@@ -540,7 +632,7 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
-	name, found, err := l.resolve(ctx, op, id)
+	name, _, found, err := l.resolve(ctx, op, id)
 	if err != nil || !found {
 		return lock.Info{}, false, err
 	}
@@ -549,7 +641,7 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 
 func (l *Locker) lookup(ctx context.Context, name, id string) (lock.Info, bool, error) {
 	const op = "lookup"
-	v, err := lookupScript.Run(ctx, l.client, []string{name}, id).Text()
+	v, err := l.scripts.lookup.Run(ctx, l.client, []string{name}, id).Text()
 	if err != nil {
 		return lock.Info{}, false, mapError(op, err)
 	}
@@ -568,19 +660,24 @@ func (l *Locker) lookup(ctx context.Context, name, id string) (lock.Info, bool, 
 	return lock.NewInfo(v[recordHeader:], v[:22], lock.Fence(fence), time.UnixMilli(acq), time.UnixMilli(exp)), true, nil
 }
 
-// resolve reads the index hint of id: the name of the lock record it was
-// issued for. found is false when there is none (the id was never issued,
-// or its lease ran out a while ago).
-func (l *Locker) resolve(ctx context.Context, op, id string) (name string, found bool, err error) {
+// resolve finds the name of the lock record that the lock id id was issued
+// for: from memory for a lease this Locker issued, else from the id's index
+// hint (hinted). found is false when there is neither (the id was never
+// issued, was issued by a Locker without WithIDIndex, or its lease ran out
+// a while ago).
+func (l *Locker) resolve(ctx context.Context, op, id string) (name string, hinted, found bool, err error) {
+	if name, ok := l.own.get(id); ok {
+		return name, false, true, nil
+	}
 	name, err = l.client.Get(ctx, l.names.index(id)).Result()
 	if err == redis.Nil {
-		return "", false, nil
+		return "", false, false, nil
 	}
 	if err != nil {
-		return "", false, mapError(op, err)
+		return "", false, false, mapError(op, err)
 	}
 	if !l.names.isLock(name) {
-		return "", false, replyError(op, "an index hint that names no lock record")
+		return "", false, false, replyError(op, "an index hint that names no lock record")
 	}
-	return name, true, nil
+	return name, true, true, nil
 }

@@ -160,7 +160,7 @@ func TestAcquireIsIdempotentPerID(t *testing.T) {
 // TestFencesFromTheServerClock: with no counter, a key's first fence is
 // the server's clock in milliseconds; after a release (also within the
 // same millisecond) or an expiry the next one is greater; and nothing but
-// the lock record and the id's index hint is written.
+// the lock record is written (and the id's index hint with WithIDIndex).
 func TestFencesFromTheServerClock(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -176,8 +176,15 @@ func TestFencesFromTheServerClock(t *testing.T) {
 			if f := int64(lease.Fence); f < before || f > after {
 				t.Fatalf("first fence %d; want the server's clock in ms, within [%d, %d]", f, before, after)
 			}
-			if n, err := countKeys(ctx, c, redislock.Prefix(l)); err != nil || n != 2 {
-				t.Fatalf("%d keys after one acquire (%v); want the lock record and the index hint", n, err)
+			if n, err := countKeys(ctx, c, redislock.Prefix(l)); err != nil || n != 1 {
+				t.Fatalf("%d keys after one acquire (%v); want the lock record alone", n, err)
+			}
+			indexed := newLockerPrefixed(t, c, redislock.Prefix(l), redislock.WithIDIndex(true))
+			if _, ok, err := indexed.Acquire(ctx, "other", time.Minute); err != nil || !ok {
+				t.Fatalf("Acquire with the id index: %v, %v", ok, err)
+			}
+			if n, err := countKeys(ctx, c, redislock.Prefix(l)); err != nil || n != 3 {
+				t.Fatalf("%d keys after an acquire with the id index (%v); want its lock record and index hint more", n, err)
 			}
 			name := redislock.LockName(l, "k")
 			prev := lease
@@ -220,6 +227,79 @@ func TestFencesFromTheServerClock(t *testing.T) {
 			next, ok, err := l.Acquire(ctx, "k", time.Minute)
 			if err != nil || !ok || next.Fence <= short.Fence {
 				t.Fatalf("Acquire after the expiry: fence %v after %v (%v, %v); want greater", next.Fence, short.Fence, ok, err)
+			}
+		})
+	}
+}
+
+// TestIDIndex: without WithIDIndex, the ids of a Locker's own leases
+// resolve from memory (one round trip), and another Locker (another
+// process) cannot resolve them; with it, every Locker can release, extend
+// and look up by id, and a release deletes the hint (on a single node) or
+// leaves it to expire (on a cluster).
+func TestIDIndex(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			mine := newLocker(t, b.newClient(t))
+			theirs := newLockerPrefixed(t, b.newClient(t), redislock.Prefix(mine))
+			lease, ok, err := mine.Acquire(ctx, "plain", time.Minute)
+			if err != nil || !ok {
+				t.Fatalf("Acquire: %v, %v", ok, err)
+			}
+			if info, found, err := mine.LookupID(ctx, lease.ID); err != nil || !found || info.Fence != lease.Fence {
+				t.Fatalf("LookupID by the issuing locker: %v, %v, %v", info, found, err)
+			}
+			if _, found, err := theirs.LookupID(ctx, lease.ID); err != nil || found {
+				t.Fatalf("LookupID by another locker without the index: %v, %v; want not found", found, err)
+			}
+			if out, err := theirs.Release(ctx, lease.ID); err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+				t.Fatalf("Release by another locker without the index: %+v, %v; want not found", out, err)
+			}
+			if out, err := mine.Extend(ctx, lease.ID, 2*time.Minute); err != nil || !out.OK {
+				t.Fatalf("Extend by the issuing locker: %+v, %v", out, err)
+			}
+			if out, err := mine.Release(ctx, lease.ID); err != nil || !out.OK {
+				t.Fatalf("Release by the issuing locker: %+v, %v", out, err)
+			}
+			if out, err := mine.Release(ctx, lease.ID); err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+				t.Fatalf("Release again: %+v, %v; want not found", out, err)
+			}
+
+			indexed := newLockerPrefixed(t, b.newClient(t), redislock.Prefix(mine), redislock.WithIDIndex(true))
+			c := b.newClient(t)
+			for _, byKey := range []bool{false, true} {
+				k := fmt.Sprint("indexed-", byKey)
+				lease, ok, err = indexed.Acquire(ctx, k, time.Minute)
+				if err != nil || !ok {
+					t.Fatalf("Acquire with the index: %v, %v", ok, err)
+				}
+				if info, found, err := lock.LookupIDRaw(ctx, theirs, lease.ID); err != nil || !found || info.Key != k || info.Fence != lease.Fence {
+					t.Fatalf("LookupID by another locker with the index: %v, %v, %v", info, found, err)
+				}
+				if out, err := theirs.Extend(ctx, lease.ID, 2*time.Minute); err != nil || !out.OK {
+					t.Fatalf("Extend by another locker with the index: %+v, %v", out, err)
+				}
+				hint := redislock.IndexName(indexed, lease.ID)
+				if ttl, err := c.PTTL(ctx, hint).Result(); err != nil || ttl < time.Minute+30*time.Second {
+					t.Fatalf("the hint's TTL after an extend to 2 minutes: %v, %v; want it lengthened", ttl, err)
+				}
+				var out lock.Outcome
+				if byKey {
+					out, err = indexed.ReleaseKey(ctx, k, lease.ID)
+				} else {
+					out, err = theirs.Release(ctx, lease.ID)
+				}
+				if err != nil || !out.OK {
+					t.Fatalf("release (by key %v): %+v, %v", byKey, out, err)
+				}
+				n, err := c.Exists(ctx, hint).Result()
+				if err != nil || (b.name == "single") != (n == 0) {
+					t.Fatalf("the hint after the release: exists %d (%v); want it deleted on a single node and left to expire on a cluster", n, err)
+				}
+				if _, found, err := theirs.LookupID(ctx, lease.ID); err != nil || found {
+					t.Fatalf("LookupID after the release: %v, %v", found, err)
+				}
 			}
 		})
 	}
