@@ -172,11 +172,17 @@ type Locker interface {
 // a key may have become free, so that [Do] retries at once instead of
 // sleeping out its back-off.
 type Watcher interface {
-	// Watch returns a channel that is closed when the lock on key is
-	// released or replaced, or at once if key is not held now. The channel
-	// may also close spuriously; callers retry their acquire either way.
-	// Stop the watch with the returned function (it is safe to call more
-	// than once) to free its resources if it has not fired.
+	// Watch returns a channel that is closed when the lock on key may
+	// have become free (its lease released, or replaced), or at once if
+	// key is not held now. A provider may wake a key's watches all at
+	// once, or one at a time, the oldest first, since only one waiter can
+	// take the lock (the next release wakes the next: redislock does
+	// this); a lease that runs out without a release may wake nobody. The
+	// channel may also close spuriously, and a notification may be lost:
+	// callers retry their acquire after every wake-up and keep polling
+	// with back-off, as [Do] does. Stop the watch with the returned
+	// function (it is safe to call more than once) to free its resources
+	// if it has not fired.
 	//
 	// ctx bounds the setup of the watch only; the channel outlives it.
 	Watch(ctx context.Context, key string) (ch <-chan struct{}, stop func())

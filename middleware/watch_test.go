@@ -3,12 +3,14 @@ package middleware_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
@@ -81,6 +83,13 @@ func TestDuplicatesWokenByNotification(t *testing.T) {
 			}
 			return s
 		}},
+		{"composed, a locker that wakes one waiter per release", func(t *testing.T) store.Store {
+			s, err := store.Compose(memstore.New(), &wakeOneLocker{Locker: memlock.New()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := c.store(t)
@@ -108,6 +117,49 @@ func TestDuplicatesWokenByNotification(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wakeOneLocker is a lock provider that wakes the waiters of a key one at
+// a time, the oldest first (only one of them can take the lock), as the
+// Redis provider does: a release closes one watch's channel.
+type wakeOneLocker struct {
+	*memlock.Locker
+	mu      sync.Mutex
+	waiting map[string][]chan struct{}
+}
+
+func (l *wakeOneLocker) Watch(_ context.Context, key string) (<-chan struct{}, func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiting == nil {
+		l.waiting = make(map[string][]chan struct{})
+	}
+	ch := make(chan struct{})
+	l.waiting[key] = append(l.waiting[key], ch)
+	return ch, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.waiting[key] = slices.DeleteFunc(l.waiting[key], func(c chan struct{}) bool { return c == ch })
+	}
+}
+
+func (l *wakeOneLocker) wakeOne(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.waiting[key]; len(q) > 0 {
+		close(q[0])
+		l.waiting[key] = q[1:]
+	}
+}
+
+func (l *wakeOneLocker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, error) {
+	out, err := l.Locker.ReleaseKey(ctx, key, id)
+	l.wakeOne(key)
+	return out, err
+}
+
+func (l *wakeOneLocker) Release(context.Context, string) (lock.Outcome, error) {
+	panic("the composed store releases by key")
 }
 
 // silentWatcher is a store whose watches never fire: a lost notification.

@@ -70,8 +70,9 @@ func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxC
 // deleted claim's holder can no longer extend, complete or release it.
 //
 // When locker is a [lock.Watcher] (it can tell waiters when a lock is
-// released), the store is a [Watcher]: a duplicate waiting for a claim is
-// woken when the claim's lock is released.
+// released), the store is a [Watcher]: the duplicates waiting for a claim
+// are all woken when the claim's lock is released, through one watch of
+// the lock per key.
 func Compose(records Records, locker lock.Locker, opts ...ComposeOption) (Store, error) {
 	cfg := composeConfig{maxClaims: defaultMaxClaims}
 	for _, o := range opts {
@@ -112,14 +113,71 @@ func watches(l lock.Locker) bool {
 // watchingComposed is the Store Compose returns for a locker that can tell
 // waiters when a lock is released: it is a [Watcher] through the lock of
 // each record key (a claim ends with the release of its lock).
+//
+// The store's watches of a key share one watch of its lock: a provider
+// may wake its waiters one at a time (only one of them can take a lock),
+// but every duplicate waiting for a claim wants to know that it ended.
 type watchingComposed struct {
 	*composed
 	watcher lock.Watcher
+
+	mu   sync.Mutex
+	fans map[string]*fan // by lock key: the lock watch in place, if any
 }
 
-// Watch implements [Watcher] with the locker's watch of the key's lock.
+// fan is one watch of a lock, shared by the store watches of its key.
+type fan struct {
+	ready chan struct{} // closed once the lock watch is set up
+	fired chan struct{} // closed when the lock watch fires
+	quit  chan struct{} // closed when the last store watch stops first
+	n     int           // the store watches that have not stopped
+}
+
+// Watch implements [Watcher] with a watch of the key's lock, shared by
+// the watches of the key in this store.
 func (s *watchingComposed) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
-	return s.watcher.Watch(ctx, lockKeyOf(key))
+	lk := lockKeyOf(key)
+	s.mu.Lock()
+	f, ok := s.fans[lk]
+	if !ok {
+		f = &fan{ready: make(chan struct{}), fired: make(chan struct{}), quit: make(chan struct{})}
+		if s.fans == nil {
+			s.fans = make(map[string]*fan)
+		}
+		s.fans[lk] = f
+	}
+	f.n++
+	s.mu.Unlock()
+	if !ok {
+		ch, stop := s.watcher.Watch(ctx, lk)
+		close(f.ready)
+		go func() {
+			select {
+			case <-ch:
+				s.mu.Lock()
+				if s.fans[lk] == f {
+					delete(s.fans, lk)
+				}
+				s.mu.Unlock()
+				close(f.fired)
+			case <-f.quit:
+			}
+			stop()
+		}()
+	}
+	<-f.ready
+	var once sync.Once
+	return f.fired, func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			f.n--
+			if f.n == 0 && s.fans[lk] == f {
+				delete(s.fans, lk)
+				close(f.quit)
+			}
+		})
+	}
 }
 
 // composed is the Store Compose returns.
