@@ -1,8 +1,9 @@
-// Package firestorelock is a [lock.Locker] (and [lock.KeyedLocker]) on
-// Google Cloud Firestore in Native mode, through a *firestore.Client of
-// cloud.google.com/go/firestore. It passes the conformance suite in
-// [github.com/idemkit/idemkit/lock/locktest] against Google's Firestore
-// emulator.
+// Package firestorelock is a [lock.Locker] (and [lock.KeyedLocker] and
+// [lock.Watcher]) on Google Cloud Firestore in Native mode, through a
+// *firestore.Client of cloud.google.com/go/firestore. It passes the
+// conformance suite in [github.com/idemkit/idemkit/lock/locktest] against
+// Google's Firestore emulator. A [lock.Do] waiter is woken by a snapshot
+// listener on the lock document instead of sleeping out its back-off.
 //
 //	client, err := firestore.NewClient(ctx, "my-project")
 //	l, err := firestorelock.New(client)
@@ -22,7 +23,9 @@
 // live for at most d once it lands, and holder and contenders judge it by
 // the same instant, whatever their clocks say. A client whose clock is
 // seconds off takes over nothing early and keeps nothing late; there is
-// nothing to synchronise but Google's own clocks.
+// nothing to synchronise but Google's own clocks. (The timers of
+// [Locker.Watch] only wake waiters, who then try the lock: they judge
+// nothing.)
 //
 // # Layout
 //
@@ -81,6 +84,12 @@
 //	ReleaseKey, ExtendKey  2: the same through the key's document, without the query
 //	IsLocked, LookupKey    1 read;  LookupID 1 query
 //
+// Acquires of one key that run at once in one process share those round
+// trips: they join one read of the document, and one of them writes at a
+// time; the others answer "locked" once it got the lease (see
+// [Locker.Acquire]). A hot key's waiters, woken together by its release,
+// so cost about two reads and one write, not a read and a write each.
+//
 // Contention is a result: an acquire that loses a commit, or whose
 // transaction meets contention that outlasts the client's retries,
 // answers "locked", and [lock.Do] retries it. Other failures are
@@ -102,6 +111,35 @@
 // (expired otherwise: see [Locker.Release]). Only when the read shows the
 // commit did not land is its error reported, and never as
 // InvalidArgument.
+//
+// # Waiting: snapshot listeners
+//
+// [Locker.Watch] (which [lock.Do] uses between attempts) listens to the
+// key's lock document with a snapshot listener, one per watched key,
+// shared by every watch of the key in the process. Firestore sends the
+// listener the write that ends a lease (a release's delete or tombstone,
+// a takeover), so nothing is added to any operation: no write, no round
+// trip. The first snapshot tells whether the key is held (a free key's
+// watch fires at once, so nothing released before the watch was in place
+// is missed); every later one that shows the lease gone or replaced wakes
+// the key's watches, which then try the lock. This locker's own reads
+// and writes of the document count as news too, ordered with the
+// snapshots by their Firestore times: a release through it wakes the
+// key's watches in the process as soon as it returns. Expiry writes
+// nothing: the listener keeps a timer to the lease's expiry, counted from
+// the time of the news that showed it, and wakes the watches when it runs
+// out.
+//
+// Each listener is a Listen stream on the client's connection, so at most
+// [WithWatchLimit] keys (default 32) have one at once; a listener is
+// stopped about 5 s after its last watch ended (a hot key's waiters keep
+// one), or sooner when its slot is needed. The client retries a stream
+// that breaks and resumes it where it stopped; a listener that fails for
+// good wakes its watches once (a change may have been missed), and new
+// listeners start again after a back-off from 100ms to 5s. Waiters keep
+// their back-off throughout: a watch that cannot be set up, or a change
+// that arrives late, delays a waiter by its back-off at most, never past
+// its timeout.
 //
 // # Indexes
 //

@@ -19,6 +19,7 @@ import (
 var (
 	_ lock.Locker      = (*Locker)(nil)
 	_ lock.KeyedLocker = (*Locker)(nil)
+	_ lock.Watcher     = (*Locker)(nil)
 )
 
 // Option configures [New].
@@ -30,6 +31,7 @@ type config struct {
 	logger     *slog.Logger
 	hasher     lock.Hasher
 	sweepBatch int
+	watchLimit int
 }
 
 // Sweep batch limits.
@@ -66,8 +68,15 @@ func WithHasher(h lock.Hasher) Option { return func(c *config) { c.hasher = h } 
 // 100.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
+// WithWatchLimit sets how many keys at most have a snapshot listener at
+// once (see [Locker.Watch]): one per watched key, shared by all its
+// watches, each a stream on the client's connection. Watches of further
+// keys never fire, and their waiters sleep out their back-off; 0 turns
+// watching off. Default: 32.
+func WithWatchLimit(n int) Option { return func(c *config) { c.watchLimit = n } }
+
 func newConfig(opts []Option) (config, error) {
-	c := config{collection: defaultCollection, sweepBatch: defaultSweepBatch}
+	c := config{collection: defaultCollection, sweepBatch: defaultSweepBatch, watchLimit: defaultWatchLimit}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -76,6 +85,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.sweepBatch < 1 || c.sweepBatch > maxSweepBatch {
 		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("the sweep batch must be 1 to %d", maxSweepBatch), nil)
+	}
+	if c.watchLimit < 0 {
+		return config{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "the watch limit must not be negative", nil)
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -86,13 +98,15 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// Locker is a [lock.Locker] and [lock.KeyedLocker] on Firestore, with
-// Firestore's own times as the time authority (see the package
-// documentation). Its methods are safe for concurrent use.
+// Locker is a [lock.Locker], [lock.KeyedLocker] and [lock.Watcher] on
+// Firestore, with Firestore's own times as the time authority (see the
+// package documentation). Its methods are safe for concurrent use.
 type Locker struct {
+	share  sharing
 	client *firestore.Client
 	locks  *firestore.CollectionRef
 	cfg    config
+	watch  watchers
 
 	// beforeSweepTx, when set (only by this package's tests), runs between
 	// a sweep's query and its transaction.
@@ -165,6 +179,16 @@ func (l *Locker) get(ctx context.Context, ref *firestore.DocumentRef) (*firestor
 // answer was lost, and the retry meets what the first try wrote. So one
 // more read settles every failed commit that wrote a lease: the lease is
 // returned if the live lease in the document carries this call's lock id.
+//
+// Acquires of one key that run at once in this process (the waiters of a
+// hot key that its release woke together) share their work: each joins
+// the next read of the document, sent once the read in flight, if any,
+// has come back (so it was sent after every call it answers began), and
+// only one of them writes at a time. A call that found the key free
+// while another one wrote answers "locked" if that one got the lease
+// (its commit came after this call's read, within this call), and
+// otherwise writes in turn. A call whose shared read failed reads again
+// by itself, so it never reports another call's failure.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
 	key, err := lock.NormalizeKey(key)
@@ -178,10 +202,25 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return lock.Lease{}, false, err
 	}
 	ref := l.ref(key)
-	snap, err := l.get(ctx, ref)
+	snap, err := l.share.read(ctx, ref, l.get)
 	if err != nil {
 		return lock.Lease{}, false, mapError(ctx, op, err)
 	}
+	l.watch.read(snap)
+	if seen(snap).live {
+		return lock.Lease{}, false, nil
+	}
+	lease, ok, err := l.share.write(ctx, ref.ID, func() (lock.Lease, bool, error) { return l.take(ctx, key, ttl, snap) })
+	return lease, ok, mapError(ctx, op, err)
+}
+
+// take takes the lock of a normalised key whose document snap (read by
+// the acquire) held no live lease: it creates the document, turns the
+// tombstone into a lease, or replaces the expired lease (see
+// [Locker.Acquire]).
+func (l *Locker) take(ctx context.Context, key string, ttl time.Duration, snap *firestore.DocumentSnapshot) (lock.Lease, bool, error) {
+	const op = "acquire"
+	ref := snap.Ref
 	now := snap.ReadTime
 	if !snap.Exists() {
 		// The fence is the create time, unknown until the commit; the
@@ -196,6 +235,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 			return l.settle(ctx, ref, err, d.id)
 		}
 		d.fence = fenceAt(wr.UpdateTime)
+		l.watch.learned(ref.ID, d.at(wr.UpdateTime))
 		return d.lease(), true, nil
 	}
 	prev, err := decode(op, snap)
@@ -212,9 +252,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if err := provider.CheckFence(ctx, l.cfg.logger, l.cfg.hasher, key, d.fence); err != nil {
 		return lock.Lease{}, false, err
 	}
-	if _, err := ref.Update(ctx, d.updates(), firestore.LastUpdateTime(snap.UpdateTime)); err != nil {
+	wr, err := ref.Update(ctx, d.updates(), firestore.LastUpdateTime(snap.UpdateTime))
+	if err != nil {
 		return l.settle(ctx, ref, err, d.id)
 	}
+	l.watch.learned(ref.ID, d.at(wr.UpdateTime))
 	return d.lease(), true, nil
 }
 
@@ -305,6 +347,7 @@ func (l *Locker) replace(ctx context.Context, ref *firestore.DocumentRef, key st
 		}
 		d.fence = fenceAt(wrs[0].UpdateTime)
 	}
+	l.watch.learned(ref.ID, d.at(commit.CommitTime()))
 	return d.lease(), true, nil
 }
 
@@ -327,6 +370,7 @@ func (l *Locker) settle(ctx context.Context, ref *firestore.DocumentRef, commitE
 	if err != nil {
 		return lock.Lease{}, false, mapError(ctx, op, err)
 	}
+	l.watch.read(snap)
 	if snap.Exists() {
 		d, err := decode(op, snap)
 		if err != nil {
@@ -408,6 +452,10 @@ func found(ctx context.Context, op string, find finder) (*firestore.DocumentSnap
 // (the lease ran out while the write was in flight, and something else may
 // have removed it). A failure other than a changed document is returned
 // unless that read settles the release.
+//
+// A release that took effect wakes the key's watches in this process
+// as soon as it returns, before the listener reports it (see
+// [Locker.Watch]).
 func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err := lock.ValidateID(id); err != nil {
 		return lock.Outcome{}, err
@@ -461,12 +509,20 @@ func (l *Locker) release(ctx context.Context, id string, find finder) (lock.Outc
 		}
 		find, expires = l.byRef(snap.Ref), d.expires
 		cond := firestore.LastUpdateTime(snap.UpdateTime)
+		var wr *firestore.WriteResult
 		if snap.ReadTime.Before(provider.KeepUntil(d.fence, time.Time{})) {
-			_, err = snap.Ref.Update(ctx, tombstoneUpdates(d.fence), cond)
+			wr, err = snap.Ref.Update(ctx, tombstoneUpdates(d.fence), cond)
 		} else {
-			_, err = snap.Ref.Delete(ctx, cond)
+			wr, err = snap.Ref.Delete(ctx, cond)
 		}
 		if err == nil {
+			// A delete's result carries no time: the read's time stands
+			// for it (the lease was there then, and gone by the commit).
+			at := snap.ReadTime
+			if wr != nil && wr.UpdateTime.After(at) {
+				at = wr.UpdateTime
+			}
+			l.watch.learned(snap.Ref.ID, leaseAt{at: at})
 			return lock.Outcome{OK: true}, nil
 		}
 		tried = true
@@ -573,11 +629,12 @@ func (l *Locker) extend(ctx context.Context, id string, ttl time.Duration, find 
 			expires = clamp(snap.ReadTime.Add(ttl))
 		}
 		find, d.expires = l.byRef(snap.Ref), expires
-		_, err = snap.Ref.Update(ctx, []firestore.Update{
+		wr, err := snap.Ref.Update(ctx, []firestore.Update{
 			{Path: fieldExpiresAt, Value: expires},
 			{Path: fieldExpireAt, Value: d.expireAt()},
 		}, firestore.LastUpdateTime(snap.UpdateTime))
 		if err == nil {
+			l.watch.learned(snap.Ref.ID, d.at(wr.UpdateTime))
 			return lock.Outcome{OK: true, ExpiresAt: expires}, nil
 		}
 		tried = true

@@ -212,6 +212,12 @@ func (d lockDoc) lease() lock.Lease {
 	return lock.Lease{Key: d.key, ID: d.id, Fence: d.fence, AcquiredAt: d.acquired, ExpiresAt: d.expires}
 }
 
+// at is the news that the document holds the lease d at the server time
+// t (see [Locker.Watch]).
+func (d lockDoc) at(t time.Time) leaseAt {
+	return leaseAt{at: t, live: true, holder: d.id, expires: d.expires}
+}
+
 // info is the lookup result the document describes.
 func (d lockDoc) info() lock.Info {
 	return lock.NewInfo(d.key, d.id, d.fence, d.acquired, d.expires)

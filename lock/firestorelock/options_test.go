@@ -28,6 +28,7 @@ func TestNewRejects(t *testing.T) {
 		{"too-long", []firestorelock.Option{firestorelock.WithCollection(strings.Repeat("c", 101))}},
 		{"sweep-batch-zero", []firestorelock.Option{firestorelock.WithSweepBatch(0)}},
 		{"sweep-batch-too-big", []firestorelock.Option{firestorelock.WithSweepBatch(firestorelock.MaxSweepBatch + 1)}},
+		{"watch-limit-negative", []firestorelock.Option{firestorelock.WithWatchLimit(-1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := firestorelock.New(c, tc.opts...)
