@@ -32,6 +32,8 @@ func TestReport(t *testing.T) {
 	results = append(results, redisScenarios(t, d)...)
 	results = append(results, postgresScenarios(t, d)...)
 	results = append(results, httpScenarios(t, d)...)
+	dups := duplicateScenarios(t, d)
+	checkDuplicates(t, dups)
 	for _, r := range results {
 		if r.Ops == 0 || r.Errors > 0 {
 			t.Errorf("%s / %s / %s / %d workers: %d cycles, %d errors", r.Group, r.Subject, r.Mode, r.Workers, r.Ops, r.Errors)
@@ -39,6 +41,9 @@ func TestReport(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	if err := WriteMarkdown(&buf, results); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteDuplicates(&buf, dups); err != nil {
 		t.Fatal(err)
 	}
 	if *reportFile == "" {
