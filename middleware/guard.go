@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
+	"github.com/idemkit/idemkit/internal/workctx"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
@@ -414,21 +415,28 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		c.waited = time.Now().Sub(c.start)
 	}
 
-	// 2. fn, under the claim's lease.
+	// 2. fn, under the claim's lease (and in the claim's transaction,
+	// when the store has them and fn begins one).
 	fence := claim.Fence
 	c.fence = fence
-	l := g.hold(ctx, recordKey, fence, c, sent)
+	fnParent := ctx
+	if t, ok := g.store.(store.Transactor); ok {
+		if wctx, work := t.Work(ctx, recordKey, fence); work != nil {
+			fnParent, c.work = wctx, work
+		}
+	}
+	l := g.hold(fnParent, recordKey, fence, c, sent)
 	res, err := g.run(l, fn)
 	if err != nil {
 		l.stop()
-		g.release(ctx, recordKey, fence, c)
+		g.abandon(ctx, recordKey, fence, c)
 		c.end(Event{Kind: EventExecuted, Fence: fence, Err: err})
 		return Outcome{Value: res.Value, Fence: fence}, err
 	}
 	out := Outcome{Value: res.Value, Fence: fence}
 	if res.Verdict == Forget || c.noRecord.Load() {
 		l.stop()
-		g.release(ctx, recordKey, fence, c)
+		g.abandon(ctx, recordKey, fence, c)
 		c.end(Event{Kind: EventExecuted, Fence: fence})
 		return out, nil
 	}
@@ -437,6 +445,18 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 	rec := store.Record{Key: recordKey, Fingerprint: fps, State: store.StateCompleted, Response: res.Value, Fence: fence}
 	if res.Verdict == RecordNotReplayable {
 		rec.State, rec.Response = store.StateNotReplayable, nil
+	}
+	if c.work != nil && c.work.Begun() {
+		// The outcome commits with fn's writes, or neither lands.
+		err := g.commit(ctx, &rec, c, l)
+		l.stop()
+		if err != nil {
+			c.end(Event{Kind: EventUnavailable, Fence: fence, Err: err})
+			return Outcome{Fence: fence}, err
+		}
+		out.Recorded = true
+		c.end(Event{Kind: EventExecuted, Fence: fence, Recorded: true, Size: len(rec.Response)})
+		return out, nil
 	}
 	var cause error
 	out.Recorded, cause = g.complete(ctx, &rec, c, l)
@@ -602,7 +622,7 @@ func (g *Guard) run(l *lease, fn Func) (res Result, err error) {
 		l.call.ran = time.Since(start)
 		if panicked {
 			l.stop()
-			g.release(l.fn.parent, l.key, l.fence, l.call)
+			g.abandon(l.fn.parent, l.key, l.fence, l.call)
 			l.call.end(Event{Kind: EventExecuted, Fence: l.fence, Err: errWorkPanicked})
 		}
 	}()
@@ -614,6 +634,81 @@ func (g *Guard) run(l *lease, fn Func) (res Result, err error) {
 // errWorkPanicked is the Err of the outcome of a call whose work panicked
 // (the panic goes on to the caller).
 var errWorkPanicked = errors.New("idempotency: the work panicked")
+
+// abandon ends a claim whose outcome is not stored: fn's transaction, if
+// it began one, is rolled back, then the claim released.
+func (g *Guard) abandon(ctx context.Context, key string, fence lock.Fence, c *call) {
+	if c.work != nil {
+		rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+		c.work.Rollback(rctx)
+		rctx.release()
+	}
+	g.release(ctx, key, fence, c)
+}
+
+// commit writes *rec in fn's transaction and commits both, while l keeps
+// the lease extended, and returns nil once both landed. The transaction
+// cannot be retried: a commit refused because the record no longer
+// carries the claim (it was taken over) rolled fn's writes back, and one
+// whose answer was lost either landed or did not. The latter is settled
+// by a release of the claim: it takes effect only while the record is
+// still this claim's, which it is not once the commit landed (the commit
+// holds the record's row until it ends), and a release that did not take
+// effect is followed by a read. An error means fn's writes are not there
+// (or, when the backend cannot be reached to tell, may not be): the
+// caller must not report the work done; a retry runs it again, or
+// replays the outcome if it landed after all.
+func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease) error {
+	ttl := g.cfg.recordTTL
+	if c.recordTTLSet {
+		ttl = c.recordTTL
+	}
+	for attempt := 1; ; attempt++ {
+		var op *opContext
+		if attempt == 1 {
+			op = &l.op
+			op.init(ctx, time.Now(), g.cfg.opTimeout, true)
+		} else {
+			op = newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+		}
+		ok, err := l.commit(op, *rec, ttl)
+		op.release()
+		switch {
+		case err == nil && ok:
+			return nil
+		case err == nil:
+			lost := fmt.Errorf("%w: the record no longer carries this claim; the work's transaction was rolled back", lock.ErrLeaseLost)
+			c.emit(Event{Kind: EventLeaseLost, Fence: rec.Fence, Err: lost})
+			return &UnavailableError{Op: "commit", Err: lost}
+		case errors.Is(err, store.ErrTooLarge) && rec.State == store.StateCompleted:
+			// The response does not fit: record that fn ran instead.
+			rec.State, rec.Response = store.StateNotReplayable, nil
+			continue
+		}
+		rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+		c.work.Rollback(rctx) // the transaction is over either way; this frees it
+		rctx.release()
+		if idemkit.CodeOf(err) == idemkit.CodeInvalidArgument {
+			g.release(ctx, rec.Key, rec.Fence, c)
+			e := &UnavailableError{Op: "commit", Err: err}
+			c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: e})
+			return e
+		}
+		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "commit", Err: err}})
+		rctx = newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+		released, rerr := g.store.Release(rctx, rec.Key, rec.Fence)
+		rctx.release()
+		if rerr == nil && released {
+			// The claim was still this one's, so the commit did not land:
+			// nothing was done, and a retry runs the work again.
+			return &UnavailableError{Op: "commit", Err: fmt.Errorf("the commit failed and was rolled back: %w", err)}
+		}
+		if g.landed(ctx, *rec) {
+			return nil
+		}
+		return &UnavailableError{Op: "commit", Err: err}
+	}
+}
 
 // release ends the claim on a detached context under the op timeout. A
 // failed release is logged: the claim runs out at its lease's end.
@@ -815,6 +910,21 @@ func (l *lease) complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	return ok, err
 }
 
+// commit is complete for a claim whose fn began a transaction: the
+// outcome commits with it (see Guard.commit).
+func (l *lease) commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.completing = true
+	ok, err := l.call.work.Commit(ctx, rec, ttl)
+	if err == nil && ok {
+		l.stopped = true
+		l.g.renewals.remove(l)
+		l.end()
+	}
+	return ok, err
+}
+
 // lost ends fn's ctx with cause, once.
 func (l *lease) lost(cause error) {
 	if l.fn.Err() == nil && l.reported.CompareAndSwap(false, true) {
@@ -945,6 +1055,9 @@ func (c *fnContext) Value(key any) any {
 	if key == (callKey{}) {
 		return c.call
 	}
+	if key == (workctx.Key{}) && c.call != nil && c.call.work != nil {
+		return c.call.work
+	}
 	if in := c.inner.Load(); in != nil {
 		return in.ctx.Value(key)
 	}
@@ -971,6 +1084,7 @@ type call struct {
 	waited     time.Duration
 	ran        time.Duration
 	fence      lock.Fence  // the claim's, once fn runs
+	work       store.Work  // the claim's transaction, when the store is a Transactor (nil otherwise)
 	noRecord   atomic.Bool // DoNotRecord was called
 	claimOp    opContext   // the op context of the first claim
 }

@@ -36,6 +36,14 @@ type capture struct {
 	overLimit bool
 	marked    bool // MarkNotReplayable was called
 
+	// Holding back the response of work whose transaction commits with
+	// its outcome (see hold): began tells whether the work began one,
+	// holding is set when the status is written after it did, and held is
+	// the whole body written since.
+	began   func() bool
+	holding bool
+	held    []byte
+
 	// reqBody is the body of the request the handler is given (see
 	// Core.run): kept here, it takes no allocation of its own.
 	reqBody bufferedBody
@@ -140,6 +148,7 @@ func (c *capture) WriteHeader(code int) {
 	}
 	c.wrote = true
 	c.status = code
+	c.holding = c.began != nil && c.began()
 	h := c.w.Header()
 	room := bodyRoom
 	if cl := h.Get("Content-Length"); cl != "" {
@@ -149,6 +158,9 @@ func (c *capture) WriteHeader(code int) {
 	}
 	c.rec = appendHead(nil, code, h, c.keep, room)
 	c.head = len(c.rec)
+	if c.holding {
+		return
+	}
 	c.w.WriteHeader(code)
 }
 
@@ -164,7 +176,47 @@ func (c *capture) Write(p []byte) (int, error) {
 			c.rec = append(c.rec, p...)
 		}
 	}
+	if c.holding {
+		c.held = append(c.held, p...)
+		return len(p), nil
+	}
 	return c.w.Write(p)
+}
+
+// send writes a held response to the real writer, once its work's
+// transaction committed: the status, the body, and a flush if the handler
+// flushed. It does nothing for a response that was not held.
+func (c *capture) send() {
+	if !c.holding {
+		return
+	}
+	c.holding = false
+	c.w.WriteHeader(c.status)
+	if len(c.held) > 0 {
+		_, _ = c.w.Write(c.held)
+	}
+	if c.flushed {
+		if f, ok := c.w.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+	c.held = nil
+}
+
+// drop discards a held response whose work's transaction did not commit,
+// with the headers the handler set, so that the refusal written instead
+// carries none of them. It reports whether the response was held (false:
+// it went out as it was written, and nothing can replace it).
+func (c *capture) drop() bool {
+	if !c.wrote {
+		return true
+	}
+	if !c.holding {
+		return false
+	}
+	c.holding, c.held, c.wrote = false, nil, false
+	clear(c.w.Header())
+	return true
 }
 
 func (c *capture) self() *capture { return c }
@@ -199,6 +251,9 @@ func (f flusher) Flush() {
 		f.c.WriteHeader(http.StatusOK)
 	}
 	f.c.flushed = true
+	if f.c.holding {
+		return // flushed when it is sent
+	}
 	f.c.w.(http.Flusher).Flush()
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
+	"github.com/idemkit/idemkit/internal/workctx"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 )
@@ -164,9 +165,21 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 		opts = append(opts, credentials(r.Header))
 	}
 	aborted := false
+	var rec *capture
 	out, err := c.guard.Execute(r.Context(), key, fp, func(ctx context.Context) (middleware.Result, error) {
-		return c.run(ctx, w, r, body, next, &aborted), nil
+		return c.run(ctx, w, r, body, next, &aborted, &rec), nil
 	}, opts...)
+	if rec != nil {
+		// A response held until its work's transaction committed: sent
+		// now that it did, dropped (and refused below) if it did not.
+		if err == nil {
+			rec.send()
+		} else if !rec.drop() {
+			c.cfg.logger.ErrorContext(r.Context(), "nethttp: the work's transaction did not commit, but its response was written before the transaction began and went out",
+				slog.String("error", err.Error()))
+			return
+		}
+	}
 	if aborted {
 		// The handler aborted a response it had begun: it is recorded
 		// as executed-not-replayable, and the abort goes on to the server.
@@ -306,8 +319,15 @@ func (c *Core) route(r *http.Request) string {
 // response sets *aborted, for the caller to re-panic once the record is
 // written; one that began nothing re-panics at once, and nothing is
 // recorded (a retry runs it again).
-func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool) (res middleware.Result) {
+func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool, captured **capture) (res middleware.Result) {
 	cw, rec := newCapture(w, c.keep, c.cfg.maxResponse)
+	if ctx.Value(workctx.Key{}) != nil {
+		// The store can commit the work's writes with its outcome: a
+		// response written once the work began its transaction is held
+		// until the commit.
+		rec.began = func() bool { return workctx.Began(ctx) }
+		*captured = rec
+	}
 	req := r.WithContext(ctx)
 	useBody(req, &rec.reqBody, body)
 	defer func() {

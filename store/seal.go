@@ -85,7 +85,8 @@ const sealMagic = "\x89IKS\x01"
 //
 // Seal validates its keys and returns an InvalidArgument error for a nil
 // store or a bad key; the messages never contain key material. When s is a
-// [Watcher], so is the sealed store.
+// [Watcher], so is the sealed store; when s is a [Transactor], its work
+// commits sealed responses.
 func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "seal", "store must not be nil", nil)
@@ -207,6 +208,37 @@ func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (b
 		rec.Response = s.seal(rec.Key, rec.Fingerprint, rec.Response)
 	}
 	return s.next.Complete(ctx, rec, ttl)
+}
+
+// Work implements [Transactor]: the work of the sealed store, whose
+// commit seals the response as Complete does (a nil Work when the sealed
+// store is no Transactor).
+func (s *sealed) Work(ctx context.Context, key string, fence lock.Fence) (context.Context, Work) {
+	t, ok := s.next.(Transactor)
+	if !ok {
+		return ctx, nil
+	}
+	ctx, w := t.Work(ctx, key, fence)
+	if w == nil {
+		return ctx, nil
+	}
+	return ctx, &sealedWork{Work: w, s: s}
+}
+
+// sealedWork is the work of a sealed store.
+type sealedWork struct {
+	Work
+	s *sealed
+}
+
+func (w *sealedWork) Commit(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
+	if err := ValidateComplete(rec, ttl); err != nil {
+		return false, err
+	}
+	if len(rec.Response) > 0 {
+		rec.Response = w.s.seal(rec.Key, rec.Fingerprint, rec.Response)
+	}
+	return w.Work.Commit(ctx, rec, ttl)
 }
 
 func (s *sealed) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {

@@ -1,0 +1,188 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
+)
+
+var _ store.Transactor = (*Store)(nil)
+
+// ErrNoTransaction is what [Tx] returns for a context that is not the
+// context of guarded work on a [Store] that can begin transactions: work
+// not run by the guard, a guard on another store, or a store whose [DB] is
+// itself a transaction or cannot begin one.
+var ErrNoTransaction = errors.New("pgstore: no transaction: the context is not that of work guarded by a pgstore.Store over a pool or a connection")
+
+// ErrGuardCommits is what the transaction [Tx] returns answers to Commit
+// and Rollback: the guard ends it, with the outcome (return normally) or
+// without (return an error, or panic).
+var ErrGuardCommits = errors.New("pgstore: the guard commits or rolls back this transaction: return from the work instead")
+
+// beginner is what a [DB] needs to begin transactions: *pgxpool.Pool and
+// *pgx.Conn have it.
+type beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Tx returns the transaction of the guarded work whose context is ctx,
+// beginning it (on a connection of the store's pool, held until the work's
+// end) on the first call; later calls return the same transaction.
+//
+// The guard commits it together with the work's outcome: the record is
+// completed in the transaction, under the claim's fence, and then the
+// transaction commits, so the work's writes and its record land together
+// or not at all. A crash before the commit leaves neither (the retry runs
+// the work again, on a database without its writes); once the commit is
+// in, the retry replays. If the claim was taken over while the work ran
+// (its lease ran out and another request claimed the key), the record no
+// longer carries the claim: the transaction is rolled back and the call
+// fails (middleware.UnavailableError, wrapping lock.ErrLeaseLost), so the
+// work's writes are never there twice. An error, a panic, a lost lease, a
+// verdict that stores nothing (an HTTP 5xx, say) or
+// middleware.DoNotRecord roll it back, and the claim is released.
+//
+// What it cannot cover: effects outside this database (e-mails, calls to
+// other services) happen when the work makes them, committed or not; give
+// them the claim's fence (middleware.CallInfoFrom) or write them to an
+// outbox table in this transaction. The work's tables must be in the same
+// database as the records.
+//
+// The returned transaction refuses Commit and Rollback ([ErrGuardCommits]);
+// savepoints (its Begin) work as usual. It has the server's default
+// isolation level (read committed, unless configured otherwise).
+// ErrNoTransaction is returned when ctx is not guarded work on such a
+// store; a failure to begin is a coded error (Unavailable when the server
+// cannot be reached).
+func Tx(ctx context.Context) (pgx.Tx, error) {
+	w, ok := ctx.Value(workKey{}).(*work)
+	if !ok {
+		return nil, ErrNoTransaction
+	}
+	return w.begin(ctx)
+}
+
+// workKey is the context key of the guarded work's *work.
+type workKey struct{}
+
+// Work implements [store.Transactor]: the work of the claim (key, fence),
+// whose transaction [Tx] begins. A store on a pgx.Tx, or on a DB that
+// cannot begin transactions, has none (a nil Work).
+func (s *Store) Work(ctx context.Context, key string, fence lock.Fence) (context.Context, store.Work) {
+	b, ok := s.db.(beginner)
+	if !ok || s.inTx {
+		return ctx, nil
+	}
+	w := &work{s: s, db: b}
+	return context.WithValue(ctx, workKey{}, w), w
+}
+
+// work is one claim's transaction: begun by Tx, ended by the guard.
+type work struct {
+	s  *Store
+	db beginner
+
+	mu    sync.Mutex
+	tx    pgx.Tx // nil until begun
+	ended bool   // committed or rolled back: Tx refuses to begin again
+}
+
+func (w *work) begin(ctx context.Context) (pgx.Tx, error) {
+	const op = "begin"
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.ended:
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the guarded work's transaction has ended", nil)
+	case w.tx != nil:
+		return guardedTx{w.tx}, nil
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return nil, err
+	}
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return nil, mapError(ctx, op, err)
+	}
+	w.tx = tx
+	return guardedTx{tx}, nil
+}
+
+// Begun implements [store.Work].
+func (w *work) Begun() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.tx != nil
+}
+
+// Commit implements [store.Work]: the completion's UPDATE (guarded by the
+// fence and the claimed state) in the transaction, then its commit, which
+// is durable. No row updated: the claim is no longer this one's, and the
+// transaction is rolled back.
+func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "commit"
+	if err := store.ValidateComplete(rec, ttl); err != nil {
+		return false, err
+	}
+	if err := checkFence(op, rec.Fence); err != nil {
+		return false, err
+	}
+	if len(rec.Response) > w.s.cfg.maxResponse {
+		return false, store.TooLarge(op, len(rec.Response), w.s.cfg.maxResponse)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tx == nil || w.ended {
+		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "no transaction under way", nil)
+	}
+	w.ended = true
+	response := rec.Response
+	if rec.State != store.StateCompleted || response == nil {
+		response = []byte{}
+	}
+	var done bool
+	err := w.tx.QueryRow(ctx, w.s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
+		response, []byte(rec.Fingerprint), ttl.Microseconds()).Scan(&done)
+	if errors.Is(err, pgx.ErrNoRows) {
+		w.rollback(ctx)
+		return false, nil
+	}
+	if err != nil {
+		w.rollback(ctx)
+		return false, mapError(ctx, op, err)
+	}
+	if err := w.tx.Commit(ctx); err != nil {
+		return false, mapError(ctx, op, err)
+	}
+	return true, nil
+}
+
+// Rollback implements [store.Work].
+func (w *work) Rollback(ctx context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = true
+	if w.tx != nil {
+		w.rollback(ctx)
+	}
+}
+
+// rollback rolls the transaction back, on a connection that may be gone:
+// the server rolls back a transaction whose connection closed.
+func (w *work) rollback(ctx context.Context) {
+	_ = w.tx.Rollback(ctx)
+}
+
+// guardedTx is the work's transaction as Tx returns it: Commit and
+// Rollback are the guard's.
+type guardedTx struct{ pgx.Tx }
+
+func (guardedTx) Commit(context.Context) error   { return ErrGuardCommits }
+func (guardedTx) Rollback(context.Context) error { return ErrGuardCommits }
