@@ -66,7 +66,9 @@
 // idemkit.outcome is one of executed, not-recorded, replayed, mismatch,
 // credentials-mismatch, in-progress, not-replayable, unavailable, canceled,
 // failed-open, passed-through, rejected. idemkit.backend.operation is claim,
-// extend, complete, release, get or delete; idemkit.backend.result is, for
+// extend, complete, release, get, delete or commit (the commit of a
+// transaction the work began with the outcome, on a store.Transactor such
+// as pgstore's); idemkit.backend.result is, for
 // a claim, claimed (a new claim), busy (another call's live claim) or done
 // (a recorded outcome); for the others ok (it took effect; get: found;
 // delete: deleted) or refused (the record no longer carries the claim;

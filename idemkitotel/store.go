@@ -19,10 +19,11 @@ const (
 	opRelease
 	opGet
 	opDelete
+	opCommit
 	numOps
 )
 
-var opNames = [numOps]string{"claim", "extend", "complete", "release", "get", "delete"}
+var opNames = [numOps]string{"claim", "extend", "complete", "release", "get", "delete", "commit"}
 
 // The results of backend operations, as idemkit.backend.result names them.
 const (
@@ -171,6 +172,35 @@ func (s *measuredStore) Get(ctx context.Context, key string) (store.Record, bool
 	rec, ok, err := s.next.Get(ctx, key)
 	s.record(ctx, opGet, okResult(ok), err, start)
 	return rec, ok, err
+}
+
+// Work implements store.Transactor: the wrapped store's work, whose
+// commit is counted as ok or refused (operation "commit"); a nil Work when
+// the wrapped store is no store.Transactor.
+func (s *measuredStore) Work(ctx context.Context, key string, fence lock.Fence) (context.Context, store.Work) {
+	t, ok := s.next.(store.Transactor)
+	if !ok {
+		return ctx, nil
+	}
+	ctx, w := t.Work(ctx, key, fence)
+	if w == nil {
+		return ctx, nil
+	}
+	return ctx, &measuredWork{Work: w, s: s}
+}
+
+// measuredWork is the work of a measured store.
+type measuredWork struct {
+	store.Work
+	s *measuredStore
+}
+
+// Commit calls the work's Commit, counted as ok or refused.
+func (w *measuredWork) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	start := time.Now()
+	ok, err := w.Work.Commit(ctx, rec, ttl)
+	w.s.record(ctx, opCommit, okResult(ok), err, start)
+	return ok, err
 }
 
 // Delete calls the store's Delete, counted as ok (deleted) or refused
