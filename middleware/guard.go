@@ -310,7 +310,16 @@ func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 //     outcome is reported not recorded and the claim is left to run out.
 //
 // fn's error, panic or a Forget verdict releases the claim and stores
-// nothing; the error (or panic) goes on to the caller. A replay costs one
+// nothing; the error (or panic) goes on to the caller.
+//
+// On a store that is a [store.Transactor] (pgstore), fn may begin a
+// transaction (pgstore.Tx) with the context it is given: the outcome is
+// then written in that transaction and committed with fn's writes, and
+// an error, panic, Forget verdict or [DoNotRecord] rolls it back before
+// the claim is released. A commit that does not land (the claim was
+// taken over while fn ran; the backend failed) returns an
+// [*UnavailableError] with no value: fn's writes are not there, and a
+// retry runs fn again (or replays an outcome that landed after all). A replay costs one
 // round trip, a first execution two. The fingerprint's algorithm is part of
 // it: a record written under another version of the same algorithm (say
 // "http-v1" and "http-v2") is never a mismatch, so records written before

@@ -143,6 +143,59 @@
 //   - Behind a proxy that pools connections per transaction, LISTEN does
 //     not last: turn listening off with WithListenConn(nil).
 //
+// # Exactly-once effects: the work's writes commit with its record
+//
+// The guard makes work run at most once per key; when the work writes to
+// the same database as the records, this store also makes its writes
+// happen exactly once. Guarded work that calls [Tx] gets a transaction
+// (begun on first use, on a connection of the pool); the guard completes
+// the record inside it, under the claim's fence, and commits both at once:
+//
+//	mux.HandleFunc("POST /orders", func(w http.ResponseWriter, r *http.Request) {
+//		tx, err := pgstore.Tx(r.Context())
+//		if err != nil { ... }
+//		var id int64
+//		err = tx.QueryRow(r.Context(), `INSERT INTO orders (item) VALUES ($1) RETURNING id`, item).Scan(&id)
+//		if err != nil { ... } // answer 500: the guard rolls the transaction back
+//		w.WriteHeader(http.StatusCreated)
+//		fmt.Fprintf(w, `{"id":%d}`, id)
+//	})
+//
+// What it guarantees:
+//   - A process that dies before the commit leaves neither the order nor
+//     the record: the retry (once the dead process's lease has run out)
+//     runs the work again, on a database without its writes. Once the
+//     commit is in, both are there, and the retry replays. Without Tx, a
+//     crash between the work's own commit and the record's completion
+//     leaves an order without a record, and the retry writes it again.
+//   - A holder whose claim was taken over while its work ran (its lease
+//     ran out, another process claimed the key) cannot commit: the
+//     record no longer carries its fence, its transaction is rolled back,
+//     and its call fails with middleware.UnavailableError wrapping
+//     lock.ErrLeaseLost (503 over HTTP).
+//   - Work that returns an error, panics, loses its lease before it
+//     returns, answers with a status the adapter does not store (an HTTP
+//     5xx) or calls middleware.DoNotRecord is rolled back, and its claim
+//     released: nothing of it remains, and a retry runs it again.
+//   - A response that cannot be replayed (streamed, too large) is
+//     committed with the writes as executed-not-replayable.
+//   - nethttp (and gin and echo) hold a response written once the
+//     transaction began and send it only after the commit: a client never
+//     sees a success whose writes were rolled back (it gets 503 instead,
+//     without the handler's headers). gRPC sends the response after the
+//     guard returns, so after the commit. middleware.Do returns after it.
+//
+// What it does not: effects outside this database (e-mails, payments
+// with another provider, messages) happen when the work makes them,
+// whatever becomes of the transaction. Give them the claim's fence
+// (middleware.CallInfoFrom) so the other side can refuse a stale holder,
+// or write them to an outbox table in the same transaction and send them
+// from there. The work's tables must be in the records' database. A
+// response written before the work calls Tx has already gone out: call
+// Tx first. The transaction holds a pool connection for as long as the
+// work runs, and its isolation is the server's default (read committed).
+// Work that never calls Tx pays nothing: the claim is completed as usual.
+//
 // # Errors
 //
 // Failures are [idemkit.Error] values that unwrap to their code's sentinel
