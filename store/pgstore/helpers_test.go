@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +16,14 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// TestMain runs the package's tests, or, in a child process of
+// TestKilledProcesses (killChildEnv set), that child's work alone.
+func TestMain(m *testing.M) {
+	if os.Getenv(killChildEnv) == "1" {
+		os.Exit(killChildMain())
+	}
+	testenv.Main(m)
+}
 
 // margin is the ε of real-clock tests on the test server.
 const margin = 100 * time.Millisecond
