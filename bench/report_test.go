@@ -34,6 +34,8 @@ func TestReport(t *testing.T) {
 	results = append(results, httpScenarios(t, d)...)
 	dups := duplicateScenarios(t, d)
 	checkDuplicates(t, dups)
+	txs := txScenarios(t, d)
+	checkTx(t, txs)
 	for _, r := range results {
 		if r.Ops == 0 || r.Errors > 0 {
 			t.Errorf("%s / %s / %s / %d workers: %d cycles, %d errors", r.Group, r.Subject, r.Mode, r.Workers, r.Ops, r.Errors)
@@ -44,6 +46,9 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := WriteDuplicates(&buf, dups); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteTx(&buf, txs); err != nil {
 		t.Fatal(err)
 	}
 	if *reportFile == "" {
