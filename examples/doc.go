@@ -8,6 +8,7 @@
 //     redis, redis-cluster, postgres, firestore).
 //   - grpc: grpc.testing.TestService with UnaryCall guarded, on the same
 //     backends.
+//   - orders: each order commits with its idempotency record (PostgreSQL).
 //   - lockdemo: the lock layer on the in-memory backend: contention,
 //     growing fences, renewal of a slow job's lease, and fencing out a stale
 //     holder.

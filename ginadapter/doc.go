@@ -45,7 +45,13 @@
 // unsent, so the error middleware may still change it), and a retry gets
 // 409 response-not-replayable without running the handler again. To have
 // such errors replayed, render them inside the guard: in a middleware
-// after this one, or in the handler.
+// after this one, or in the handler. If the handler wrote in its
+// transaction (pgstore.Tx), such a request is rolled back instead and not
+// recorded, and a retry runs it again.
+//
+// Handlers reach the guarded work's context, for [middleware.CallInfoFrom]
+// and pgstore.Tx, through c.Request.Context() (or c itself when the engine
+// has ContextWithFallback set).
 //
 // Streaming works: c.Stream, c.SSEvent and c.Writer.Flush send each chunk
 // at once; a flushed (or hijacked) response is recorded as

@@ -286,6 +286,12 @@ func (p pusher) Push(target string, opts *http.PushOptions) error {
 // Adapters call it when their framework answers outside the middleware,
 // such as a gin middleware in front of the guard that renders c.Errors
 // after the chain returns.
+//
+// When the handler's writes commit with the outcome (pgstore.Tx) and it
+// began its transaction, the request is not recorded at all: the
+// transaction is rolled back and the claim released, so what the client
+// was told and what the database holds cannot disagree, and a retry runs
+// the handler again.
 func MarkNotReplayable(w http.ResponseWriter) {
 	if c := captureOf(w); c != nil {
 		c.marked = true

@@ -366,6 +366,10 @@ func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.R
 	switch {
 	case rec.hijacked:
 		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+	case rec.marked && rec.began != nil && rec.began():
+		// Answered outside the capture, with writes that can still be
+		// undone: rolled back rather than recorded (see MarkNotReplayable).
+		return middleware.Result{Verdict: middleware.Forget}
 	case !store:
 		return middleware.Result{Verdict: middleware.Forget}
 	case !rec.replayable():

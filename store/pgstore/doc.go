@@ -185,6 +185,11 @@
 //     without the handler's headers). gRPC sends the response after the
 //     guard returns, so after the commit. middleware.Do returns after it.
 //
+// An answer the adapter records (an HTTP 4xx by default, a gRPC status its
+// policy stores) commits what the work wrote before it: validate before
+// writing, or call middleware.DoNotRecord to roll back and let a retry run
+// again. On gin, pass c.Request.Context() to Tx.
+//
 // What it does not: effects outside this database (e-mails, payments
 // with another provider, messages) happen when the work makes them,
 // whatever becomes of the transaction. Give them the claim's fence
