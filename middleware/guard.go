@@ -381,7 +381,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		if c.attempts == 1 {
 			rec, claimed, err = g.claim(op, recordKey, fps)
 		} else {
-			rec, claimed, err = g.reclaim(op, recordKey, fps)
+			rec, claimed, err = g.reclaim(op, recordKey, fps, w.since)
 		}
 		if err != nil {
 			return c.claimFailed(err, fn)
@@ -519,10 +519,16 @@ func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error)
 // hundreds of duplicates costs the backend one claim per process, not one
 // per duplicate. A claim the first one won is its own: the others claim for
 // themselves (and find it running), as they do when its claim failed.
-func (g *Guard) reclaim(op *opContext, key, fp string) (store.Record, bool, error) {
+//
+// A waiter takes the answer of a claim sent no earlier than since, when
+// its watch was in place: an answer read before that could predate an
+// outcome the watch will never report (it was written before the watch),
+// and the waiter would sleep until its next poll. A claim sent after the
+// watch sees every outcome the watch does not.
+func (g *Guard) reclaim(op *opContext, key, fp string, since time.Time) (store.Record, bool, error) {
 	fk := flightKey{key: key, fp: fp}
 	g.flightsMu.Lock()
-	if f, ok := g.flights[fk]; ok {
+	if f, ok := g.flights[fk]; ok && !f.sent.Before(since) {
 		g.flightsMu.Unlock()
 		select {
 		case <-f.done:
@@ -536,7 +542,9 @@ func (g *Guard) reclaim(op *opContext, key, fp string) (store.Record, bool, erro
 		}
 		return g.claim(op, key, fp)
 	}
-	f := &flight{done: make(chan struct{})}
+	// This claim leads a flight of its own (replacing, for those who come
+	// next, one sent too early for it).
+	f := &flight{done: make(chan struct{}), sent: time.Now()}
 	if g.flights == nil {
 		g.flights = make(map[flightKey]*flight)
 	}
@@ -550,7 +558,9 @@ func (g *Guard) reclaim(op *opContext, key, fp string) (store.Record, bool, erro
 		f.rec.Response = bytes.Clone(rec.Response)
 	}
 	g.flightsMu.Lock()
-	delete(g.flights, fk)
+	if g.flights[fk] == f {
+		delete(g.flights, fk)
+	}
 	g.flightsMu.Unlock()
 	close(f.done)
 	return rec, claimed, err
@@ -562,6 +572,7 @@ type flightKey struct{ key, fp string }
 
 // flight is a reclaim on its way; done is closed once its answer is set.
 type flight struct {
+	sent    time.Time // when its claim was sent (no earlier)
 	done    chan struct{}
 	rec     store.Record
 	claimed bool
@@ -574,8 +585,9 @@ type flight struct {
 type waiter struct {
 	ch       <-chan struct{} // the current watch's (nil: it never fires)
 	stopFn   func()
-	watching bool // a watch is in place
-	polls    int  // the poll delays slept, which grow the back-off; wake-ups do not
+	watching bool      // a watch is in place
+	since    time.Time // when the latest watch was in place: a shared claim must be sent no earlier (see reclaim)
+	polls    int       // the poll delays slept, which grow the back-off; wake-ups do not
 }
 
 // watch sets up a watch on key when the store can notify and none is in
@@ -590,7 +602,7 @@ func (w *waiter) watch(ctx context.Context, g *Guard, key string) bool {
 	}
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
 	w.ch, w.stopFn = wt.Watch(wctx, key)
-	w.watching = true
+	w.watching, w.since = true, time.Now()
 	cancel()
 	return true
 }
