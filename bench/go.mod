@@ -6,12 +6,12 @@ require (
 	cloud.google.com/go/firestore v1.29.2
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
-	github.com/idemkit/idemkit v0.0.0
-	github.com/idemkit/idemkit/lock/pglock v0.0.0
-	github.com/idemkit/idemkit/lock/redislock v0.0.0
-	github.com/idemkit/idemkit/store/firestorestore v0.0.0
-	github.com/idemkit/idemkit/store/pgstore v0.0.0
-	github.com/idemkit/idemkit/store/redisstore v0.0.0
+	github.com/idemkit/idemkit v0.1.0
+	github.com/idemkit/idemkit/lock/pglock v0.1.0
+	github.com/idemkit/idemkit/lock/redislock v0.1.0
+	github.com/idemkit/idemkit/store/firestorestore v0.1.0
+	github.com/idemkit/idemkit/store/pgstore v0.1.0
+	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )

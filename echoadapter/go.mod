@@ -3,7 +3,7 @@ module github.com/idemkit/idemkit/echoadapter
 go 1.26.0
 
 require (
-	github.com/idemkit/idemkit v0.0.0
+	github.com/idemkit/idemkit v0.1.0
 	github.com/labstack/echo/v4 v4.16.0
 )
 

@@ -5,14 +5,14 @@ go 1.26.0
 require (
 	cloud.google.com/go/firestore v1.29.2
 	github.com/gin-gonic/gin v1.12.0
-	github.com/idemkit/idemkit v0.0.0
-	github.com/idemkit/idemkit/echoadapter v0.0.0
-	github.com/idemkit/idemkit/ginadapter v0.0.0
-	github.com/idemkit/idemkit/grpcinterceptor v0.0.0
-	github.com/idemkit/idemkit/idemkitotel v0.0.0
-	github.com/idemkit/idemkit/store/firestorestore v0.0.0
-	github.com/idemkit/idemkit/store/pgstore v0.0.0
-	github.com/idemkit/idemkit/store/redisstore v0.0.0
+	github.com/idemkit/idemkit v0.1.0
+	github.com/idemkit/idemkit/echoadapter v0.1.0
+	github.com/idemkit/idemkit/ginadapter v0.1.0
+	github.com/idemkit/idemkit/grpcinterceptor v0.1.0
+	github.com/idemkit/idemkit/idemkitotel v0.1.0
+	github.com/idemkit/idemkit/store/firestorestore v0.1.0
+	github.com/idemkit/idemkit/store/pgstore v0.1.0
+	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/prometheus/client_golang v1.25.0

@@ -3,7 +3,7 @@ module github.com/idemkit/idemkit/grpcinterceptor
 go 1.26.0
 
 require (
-	github.com/idemkit/idemkit v0.0.0
+	github.com/idemkit/idemkit v0.1.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12

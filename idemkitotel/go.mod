@@ -4,11 +4,11 @@ go 1.26.0
 
 require (
 	github.com/gin-gonic/gin v1.12.0
-	github.com/idemkit/idemkit v0.0.0
-	github.com/idemkit/idemkit/echoadapter v0.0.0
-	github.com/idemkit/idemkit/ginadapter v0.0.0
-	github.com/idemkit/idemkit/grpcinterceptor v0.0.0
-	github.com/idemkit/idemkit/store/redisstore v0.0.0
+	github.com/idemkit/idemkit v0.1.0
+	github.com/idemkit/idemkit/echoadapter v0.1.0
+	github.com/idemkit/idemkit/ginadapter v0.1.0
+	github.com/idemkit/idemkit/grpcinterceptor v0.1.0
+	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	go.opentelemetry.io/otel v1.47.0

@@ -2,6 +2,10 @@
 # Checks and tests every Go module in the repository, each on its own
 # (GOWORK=off): gofmt, go vet, go mod tidy -diff, go test -race.
 # Prints one closing line per module and exits non-zero if any failed.
+# A run of all tests also runs the outside-consumer check once, after the
+# modules (go run ./internal/modcheck: a module outside the repository builds
+# every released module from a module proxy made of the tree, with no
+# replace), and fails if it fails.
 #
 #   scripts/test.sh            all modules
 #   scripts/test.sh lock/...   extra arguments go to go test (default ./...)
@@ -37,9 +41,24 @@ for m in "${modules[@]}"; do
 		failed+=("$name")
 	fi
 done
+checked=0
+if [ $# -eq 0 ]; then
+	echo "=== outside-consumer check"
+	checked=1
+	if go run ./internal/modcheck; then
+		echo "--- ok    outside-consumer check"
+	else
+		echo "--- FAIL  outside-consumer check"
+		failed+=("outside-consumer-check")
+	fi
+fi
 echo
 if [ ${#failed[@]} -ne 0 ]; then
 	echo "FAIL: ${#failed[@]} of ${#modules[@]} modules failed: ${failed[*]}"
 	exit 1
 fi
-echo "ok: all ${#modules[@]} modules pass"
+if ((checked)); then
+	echo "ok: all ${#modules[@]} modules and the outside-consumer check pass"
+else
+	echo "ok: all ${#modules[@]} modules pass"
+fi

@@ -4,10 +4,10 @@ go 1.26.0
 
 require (
 	cloud.google.com/go/firestore v1.29.2
-	github.com/idemkit/idemkit v0.0.0
-	github.com/idemkit/idemkit/store/firestorestore v0.0.0
-	github.com/idemkit/idemkit/store/pgstore v0.0.0
-	github.com/idemkit/idemkit/store/redisstore v0.0.0
+	github.com/idemkit/idemkit v0.1.0
+	github.com/idemkit/idemkit/store/firestorestore v0.1.0
+	github.com/idemkit/idemkit/store/pgstore v0.1.0
+	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
 )

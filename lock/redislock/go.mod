@@ -3,7 +3,7 @@ module github.com/idemkit/idemkit/lock/redislock
 go 1.26.0
 
 require (
-	github.com/idemkit/idemkit v0.0.0
+	github.com/idemkit/idemkit v0.1.0
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
