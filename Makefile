@@ -1,17 +1,38 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
+# `make help` lists every target.
 GO ?= go
 export GOWORK := off
 
-.PHONY: demo test quickstart lockdemo serve bench fuzz api
+.PHONY: help demo quickstart test check serve lockdemo bench fuzz api
 
-## demo: run the demo (the examples module is a module of its own)
+## demo: the quickstart on the in-memory backend (a retry storm run once,
+##   a 409, a replay and a refusal as a client sees them, a lost response
+##   recovered by the retrying client). It builds from the root module only
+##   (about 200 packages, seconds the first time) and shows its progress.
 demo: quickstart
 
-## quickstart: a retry storm against the demo service, executed once
-quickstart:
-	cd examples && $(GO) run ./quickstart
+# QUICKSTART_BIN is where the quickstart is built: kept between runs, so a
+# warm `make demo` neither compiles nor links.
+QUICKSTART_BIN ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/idemkit/quickstart
 
-## serve: the demo service on net/http at 127.0.0.1:8080 (memory backend)
+## quickstart: the same as demo
+quickstart:
+	@mkdir -p "$(dir $(QUICKSTART_BIN))"
+	@cd examples/quickstart && { $(GO) build -v -o "$(QUICKSTART_BIN)" . 2>&1; echo "go-build-exit $$?"; } | awk ' \
+		/^go-build-exit [0-9]+$$/ { rc = $$2; next } \
+		!said { said = 1; print "make demo: building the quickstart and what it imports (the first time: about 200 packages)" } \
+		/^[^ :]+$$/ { \
+			n++; \
+			last = $$0; \
+			if (n % 25 == 0) printf "  %3d packages compiled (%s)\n", n, last; \
+			next \
+		} \
+		{ print } \
+		END { if (n % 25 != 0) printf "  %3d packages compiled (%s)\n", n, last; if (n) print "make demo: running it"; exit rc }'
+	@"$(QUICKSTART_BIN)"
+
+## serve: the demo service on net/http at 127.0.0.1:8080 (memory backend);
+##   it builds the whole examples module (every backend's SDK) the first time
 serve:
 	cd examples && $(GO) run ./nethttp -addr 127.0.0.1:8080
 
@@ -19,9 +40,19 @@ serve:
 lockdemo:
 	cd examples && $(GO) run ./lockdemo
 
-## test: gofmt, vet, tidy and race-enabled tests of every module
+## test: install what the tests need when it is missing (scripts/deps.sh:
+##   redis-server, PostgreSQL, Java and the Firestore emulator, via apt),
+##   then gofmt, vet, tidy and race-enabled tests of every module
 test:
+	@scripts/deps.sh
 	@scripts/test.sh
+
+## check: the everyday loop: gofmt, vet and tests (no -race) of the root
+##   module and of the modules changed against origin/main (or, without it,
+##   the uncommitted changes); scripts/check.sh
+check:
+	@scripts/deps.sh
+	@scripts/check.sh
 
 ## bench: the root module's benchmarks, with allocations
 bench:
@@ -35,3 +66,7 @@ fuzz:
 ## api: count the exported names of every released package
 api:
 	@scripts/api.sh
+
+## help: this list
+help:
+	@sed -n 's/^## \{0,1\}//p' $(MAKEFILE_LIST)

@@ -1,8 +1,8 @@
 // Package examples holds runnable programs that show idemkit at work, one
 // folder per program. It is a module of its own and is never tagged.
 //
-//   - quickstart: what `make demo` runs: a retry storm against the demo
-//     service on the memory backend, executed exactly once.
+//   - quickstart: what `make demo` runs, on the memory backend; a nested
+//     module of its own that needs only the root module, so it builds fast.
 //   - nethttp, gin, echo: the same demo service (POST /orders, POST /notes,
 //     GET /stats) on net/http, gin and echo, on any backend (-store memory,
 //     redis, redis-cluster, postgres, firestore).

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Installs what `make test` needs when it is missing, on Debian or Ubuntu
+# (apt-get; through sudo when not run as root):
+#
+#   make, gcc                the targets; the race detector needs cgo
+#   redis-server             the tests start Redis and a Redis Cluster
+#   postgresql               the tests run initdb and postgres
+#   openjdk-17-jre-headless  Java, for the Firestore emulator
+#   google-cloud-cli-firestore-emulator
+#                            Google's Firestore emulator, from Google's Cloud
+#                            SDK apt repository (added when apt does not
+#                            know the package yet)
+#
+# Java and the emulator are not needed when FIRESTORE_EMULATOR_HOST (a
+# running emulator) or IDEMKIT_FIRESTORE_EMULATOR_JAR (the emulator's jar) is
+# set. It is idempotent: when everything is there it installs nothing and
+# prints nothing. `make test`, `make check` and .ci/run call it first.
+#
+#   scripts/deps.sh             install what is missing
+#   DRY_RUN=1 scripts/deps.sh   print what it would run, change nothing
+set -euo pipefail
+
+me=scripts/deps.sh
+dry=${DRY_RUN:-}
+
+# firestore_jar reports whether the emulator's jar is in one of the places
+# internal/testenv looks for it.
+firestore_jar() {
+	local roots=(/usr/lib/google-cloud-sdk /usr/share/google-cloud-sdk /google-cloud-sdk /opt/google-cloud-sdk)
+	if command -v gcloud >/dev/null; then
+		roots=("$(gcloud info --format='value(installation.sdk_root)' 2>/dev/null || true)" "${roots[@]}")
+	fi
+	local r
+	for r in "${roots[@]}"; do
+		[ -n "$r" ] && [ -f "$r/platform/cloud-firestore-emulator/cloud-firestore-emulator.jar" ] && return 0
+	done
+	return 1
+}
+
+has_initdb() {
+	command -v initdb >/dev/null || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
+}
+
+missing=()
+command -v make >/dev/null || missing+=(make)
+command -v gcc >/dev/null || missing+=(gcc)
+command -v redis-server >/dev/null || missing+=(redis-server)
+has_initdb || missing+=(postgresql)
+firestore=""
+if [ -z "${FIRESTORE_EMULATOR_HOST:-}" ] && [ -z "${IDEMKIT_FIRESTORE_EMULATOR_JAR:-}" ]; then
+	command -v java >/dev/null || missing+=(openjdk-17-jre-headless)
+	if ! firestore_jar; then
+		missing+=(google-cloud-cli-firestore-emulator)
+		firestore=1
+	fi
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "$me: installing what the tests need: ${missing[*]}"
+if ! command -v apt-get >/dev/null; then
+	echo "$me: apt-get not found: install these yourself: ${missing[*]}" >&2
+	exit 1
+fi
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+	if ! command -v sudo >/dev/null; then
+		echo "$me: not root and no sudo: install these as root: ${missing[*]}" >&2
+		exit 1
+	fi
+	sudo=(sudo)
+fi
+
+# run runs a command, or prints it under DRY_RUN.
+run() {
+	if [ -n "$dry" ]; then
+		echo "  would run: $*"
+		return 0
+	fi
+	"$@"
+}
+# candidate reports whether apt can install the package.
+candidate() {
+	apt-cache policy "$1" 2>/dev/null | grep 'Candidate: [^(]' >/dev/null # no -q: pipefail would see apt-cache's SIGPIPE
+}
+# apt_install installs the packages; one already installed (whose command
+# this script did not find) is left at its version (--no-upgrade).
+apt_install() {
+	run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade "$@"
+}
+
+run "${sudo[@]}" apt-get update -qq
+
+# The emulator comes from Google's Cloud SDK repository: add it when apt
+# does not know the package (a bare Debian machine).
+if [ -n "$firestore" ] && ! candidate google-cloud-cli-firestore-emulator; then
+	echo "$me: adding Google's Cloud SDK apt repository (packages.cloud.google.com)"
+	keyring=/usr/share/keyrings/cloud.google.gpg
+	apt_install ca-certificates curl gnupg
+	if [ -n "$dry" ]; then
+		echo "  would run: curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg | gpg --dearmor -o $keyring"
+		echo "  would write /etc/apt/sources.list.d/google-cloud-sdk.list"
+	else
+		curl -fsSL https://packages.cloud.google.com/apt/doc/apt-key.gpg | "${sudo[@]}" gpg --dearmor --yes -o "$keyring"
+		echo "deb [signed-by=$keyring] https://packages.cloud.google.com/apt cloud-sdk main" |
+			"${sudo[@]}" tee /etc/apt/sources.list.d/google-cloud-sdk.list >/dev/null
+	fi
+	run "${sudo[@]}" apt-get update -qq
+fi
+
+# Java 17 where the release has it (Debian 12, Ubuntu 22.04 and 24.04),
+# the release's default Java otherwise.
+for i in "${!missing[@]}"; do
+	if [ "${missing[$i]}" = openjdk-17-jre-headless ] && ! candidate openjdk-17-jre-headless; then
+		missing[i]=default-jre-headless
+	fi
+done
+apt_install "${missing[@]}"
+[ -n "$dry" ] && exit 0
+
+# apt-get's status covers the rest; the emulator's jar must be where the
+# tests look for it.
+if [ -n "$firestore" ] && { ! command -v java >/dev/null || ! firestore_jar; }; then
+	echo "$me: installed google-cloud-cli-firestore-emulator, but Java or the emulator's jar is still missing" >&2
+	exit 1
+fi
+echo "$me: installed ${missing[*]}"
