@@ -14,9 +14,9 @@
 //	method not guarded (default: POST and PATCH guarded)    pass through
 //	no key, key optional (the default)                      pass through
 //	no key, key required                                    400 idempotency-key-missing
-//	key malformed (empty, > 255 chars, control chars,
-//	  a list, repeated header lines; too long for a
-//	  record key with its scope)                            400 idempotency-key-malformed
+//	key malformed (empty, > 255 chars, invalid UTF-8,
+//	  control chars, a list, repeated header lines; too
+//	  long for a record key with its scope)                 400 idempotency-key-malformed
 //	body over the limit (default 1 MiB)                     413 request-body-too-large
 //	body unreadable (torn stream, broken gzip behind a
 //	  decompressing middleware)                             400 request-body-unreadable

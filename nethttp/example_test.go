@@ -1,6 +1,7 @@
 package nethttp_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -262,4 +263,101 @@ func ExampleWithProblemWriter() {
 	// Output:
 	// 201
 	// 422 no-store {"error":{"code":"idempotency-key-reused","message":"this key was used with a different request (method, route, query or body); use a new key for a new request","type":"idempotency_error"}}
+}
+
+type principalKey struct{}
+
+// A scope hook names the principal a key belongs to, here the one an
+// authentication middleware in front found for the request's token. Alice's
+// retry after a token refresh still replays her order; Bob, sending the same
+// key, gets an order of his own, never Alice's response.
+func ExampleWithScope() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard, nethttp.WithScope(func(r *http.Request) string {
+		principal, _ := r.Context().Value(principalKey{}).(string)
+		return principal
+	}))
+	if err != nil {
+		panic(err)
+	}
+	orders := 0
+	guarded := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		orders++
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d for %s", orders, r.Context().Value(principalKey{}))
+	}))
+	tokens := map[string]string{"Bearer alice-1": "alice", "Bearer alice-2": "alice", "Bearer bob-1": "bob"}
+	authenticate := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			principal, ok := tokens[r.Header.Get("Authorization")]
+			if !ok {
+				http.Error(w, "unauthenticated", http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, principal)))
+		})
+	}
+	h := authenticate(guarded)
+	for _, token := range []string{"Bearer alice-1", "Bearer alice-2", "Bearer bob-1"} {
+		req := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"item":"book"}`))
+		req.Header.Set("Authorization", token)
+		req.Header.Set("Idempotency-Key", "order-1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		fmt.Printf("%s: %d replayed=%q %s\n", token, w.Code, w.Header().Get("Idempotent-Replayed"), w.Body)
+	}
+	// Output:
+	// Bearer alice-1: 201 replayed="" order 1 for alice
+	// Bearer alice-2: 201 replayed="true" order 1 for alice
+	// Bearer bob-1: 201 replayed="" order 2 for bob
+}
+
+// The client Transport and the middleware together: the server runs the
+// first request, then its answer is lost with the connection. The Transport
+// retries with the same key, and the guarded server replays the first
+// answer instead of running the handler again.
+func ExampleTransport_lostAnswer() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard, nethttp.WithKeyRequired(true))
+	if err != nil {
+		panic(err)
+	}
+	var executions atomic.Int32
+	guarded := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d", executions.Add(1))
+	}))
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if attempts.Add(1) == 1 {
+			guarded.ServeHTTP(httptest.NewRecorder(), r) // the order is made...
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close() // ...and its answer lost
+			}
+			return
+		}
+		guarded.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+
+	client := &http.Client{Transport: &nethttp.Transport{
+		Backoff: idemkit.Backoff{Base: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+	}}
+	resp, err := client.Post(srv.URL+"/orders", "application/json", strings.NewReader(`{"item":"book"}`))
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), body)
+	fmt.Println("attempts:", attempts.Load(), "executions:", executions.Load())
+	// Output:
+	// 201 replayed="true" order 1
+	// attempts: 2 executions: 1
 }
