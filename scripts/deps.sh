@@ -84,8 +84,21 @@ candidate() {
 }
 # apt_install installs the packages; one already installed (whose command
 # this script did not find) is left at its version (--no-upgrade).
+# Its output goes to a log, shown only when it fails.
 apt_install() {
-	run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade "$@"
+	if [ -n "$dry" ]; then
+		run "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade "$@"
+		return
+	fi
+	local log
+	log=$(mktemp)
+	if ! "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade "$@" >"$log" 2>&1; then
+		cat "$log" >&2
+		rm -f "$log"
+		echo "$me: apt-get install $* failed" >&2
+		return 1
+	fi
+	rm -f "$log"
 }
 
 run "${sudo[@]}" apt-get update -qq
