@@ -122,9 +122,18 @@
 // A record is as durable as the Redis that holds it: replication is
 // asynchronous, so a failover can lose the latest claims and outcomes, and
 // a restart loses what was not yet on disk (appendonly yes with
-// appendfsync always keeps every acknowledged write). A lost outcome makes
-// its retry run the work again. The scripts read TIME before they write,
-// which needs Redis 5 or later (scripts replicated by their effects).
+// appendfsync always keeps every acknowledged write). A lost claim lets a
+// duplicate run the work while the first still runs; a lost outcome makes
+// its retry run the work again. [WithWaitForReplicas] closes that window
+// for failovers: a claim, an extension and an outcome count only once
+// replicas have them (Redis WAIT), and fail closed (ServiceUnavailable)
+// when they do not in time. A first execution then costs one round trip
+// more (the claim's wait; the completion's rides with its script) plus
+// the replication delay, and replays cost what they did. With one replica
+// per master, the wait refuses claims from the failover until a replica is
+// back; two replicas and a wait for one keep serving through it. The
+// scripts read TIME before they write, which needs Redis 5 or later
+// (scripts replicated by their effects).
 //
 // # Responses
 //

@@ -144,6 +144,10 @@ if op == 'claim' then
   end
   if st == 'claimed' and now < exp then
     if token == ARGV[4] then
+      -- The client's retry after a lost reply: its own claim. The same
+      -- expiry is written again, so that a wait for replicas after this
+      -- reply covers the claim (WAIT counts the connection's own writes).
+      keep(exp + retention, fence)
       return {1, record(st, fence, created, exp, fp, body)}
     end
     return {0, record(st, fence, created, exp, fp, body)}
@@ -181,6 +185,7 @@ if op == 'complete' then
   -- The claim's own outcome is there already: a completion retried after
   -- its reply was lost.
   if st == ARGV[4] and now < exp and fp == ARGV[5] and (redis.call('HGET', k, 'response') or '') == ARGV[6] then
+    keep(exp, fence) -- the same expiry again: see the claim's retry
     return 1
   end
   return 0

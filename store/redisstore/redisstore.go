@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -29,6 +30,8 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	maxResponse int
+	acks        int           // replicas that must acknowledge a claim or an outcome; 0: off
+	ackTimeout  time.Duration // how long to wait for them
 	// listenerIdle and healthInterval, which tests shorten.
 	listenerIdle, healthInterval time.Duration
 }
@@ -48,6 +51,34 @@ func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = p
 // takes, so a modest limit also bounds that pause. Default: 512 MiB.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
+// WithWaitForReplicas makes a claim, an extension and an outcome count
+// only once n replicas of the key's master have acknowledged them (Redis
+// WAIT, for at most timeout), so that a failover, which promotes a
+// replica, cannot lose them: Redis replicates asynchronously, and without
+// the wait a claim or an outcome that the master acknowledged and then
+// died with is gone, and the retry runs the work again.
+//
+// The script and the wait run on a connection of their own to the key's
+// master, since WAIT counts that connection's writes. A completion (and a
+// [Store.Put] or an extension) sends the wait in the same round trip as
+// its script; a claim waits only when it claimed, a round trip more, so a
+// replay costs what it does without the option. When fewer than n replicas
+// acknowledge in time, the operation fails closed with ServiceUnavailable:
+// a new claim is released first (the work never runs on a claim that a
+// failover could lose), an outcome stays written on the master and the
+// guard retries its completion, which waits again. A retried claim or
+// completion that finds its own write already there writes it again
+// (the same expiry), so that its wait covers it.
+//
+// n must be positive; timeout at least 1 ms and below the guard's op
+// timeout (and the client's ReadTimeout). The client must be a
+// [*redis.Client] (also from redis.NewFailoverClient) or a
+// [*redis.ClusterClient]. Default: off; a claim or an outcome is then as
+// durable as the master's persistence (see the package documentation).
+func WithWaitForReplicas(n int, timeout time.Duration) Option {
+	return func(c *config) { c.acks, c.ackTimeout = n, timeout }
+}
+
 // Store is the guard's backend on Redis: a [store.Store] whose records
 // carry their own lease, a [store.Watcher] that wakes waiting duplicates
 // by pub/sub, and the fenced [store.Records] for a composition with a
@@ -64,6 +95,9 @@ type Store struct {
 	// the store does not notify (see Watch).
 	notify string
 	watch  watching
+	// acks and ackTimeout: see WithWaitForReplicas; acks 0 is off.
+	acks       int
+	ackTimeout time.Duration
 }
 
 var (
@@ -104,9 +138,23 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if cfg.maxResponse < 1 || cfg.maxResponse > maxResponseBytes {
 		return nil, bad(fmt.Sprintf("max response bytes must be between 1 and %d", maxResponseBytes))
 	}
+	if cfg.acks != 0 || cfg.ackTimeout != 0 {
+		switch {
+		case cfg.acks < 1:
+			return nil, bad("the wait for replicas needs a positive number of replicas")
+		case cfg.ackTimeout < time.Millisecond:
+			return nil, bad("the wait for replicas needs a timeout of at least 1ms")
+		}
+		switch client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return nil, bad(fmt.Sprintf("the wait for replicas needs a *redis.Client or *redis.ClusterClient (got %T)", client))
+		}
+	}
 	return &Store{
 		client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse, notify: notifyCommand(client),
 		watch: watching{idle: cfg.listenerIdle, health: cfg.healthInterval},
+		acks:  cfg.acks, ackTimeout: cfg.ackTimeout,
 	}, nil
 }
 
@@ -167,10 +215,19 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
+	if s.acks > 0 {
+		return s.claimAcked(ctx, key, fp, ttl)
+	}
 	v, err := s.run(ctx, key, op, fp, ttl.Milliseconds(), claimToken())
 	if err != nil {
 		return store.Record{}, false, mapError(op, err)
 	}
+	return decodeClaim(key, v)
+}
+
+// decodeClaim decodes the claim script's reply.
+func decodeClaim(key string, v any) (store.Record, bool, error) {
+	const op = "claim"
 	r, ok := v.([]any)
 	if !ok || len(r) != 2 {
 		return store.Record{}, false, replyError(op)
@@ -279,18 +336,32 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }
 
-// flag runs an operation whose reply is 1 or 0.
+// flag runs an operation whose reply is 1 or 0. With WithWaitForReplicas,
+// a claim's extension, a completion and a put that wrote (1) count only
+// once acknowledged.
 func (s *Store) flag(ctx context.Context, op, key string, args ...any) (bool, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
-	v, err := s.run(ctx, key, op, args...)
+	var (
+		v     any
+		acked = -1 // no wait
+		err   error
+	)
+	if s.acks > 0 && (op == "extend" || op == "complete" || op == "put") {
+		v, acked, err = s.runAcked(ctx, key, op, args...)
+	} else {
+		v, err = s.run(ctx, key, op, args...)
+	}
 	if err != nil {
 		return false, mapError(op, err)
 	}
 	n, ok := v.(int64)
 	if !ok || n < 0 || n > 1 {
 		return false, replyError(op)
+	}
+	if n == 1 && acked >= 0 && acked < s.acks {
+		return false, s.notAcked(op, acked)
 	}
 	return n == 1, nil
 }
@@ -301,6 +372,126 @@ func (s *Store) run(ctx context.Context, key, op string, args ...any) (any, erro
 	argv := make([]any, 0, 1+len(args))
 	argv = append(append(argv, op), args...)
 	return script.Run(ctx, s.client, []string{s.redisKey(key)}, argv...).Result()
+}
+
+// claimAcked is Claim with WithWaitForReplicas: the script on a
+// connection of its own to the key's master and, when it claimed, WAIT on
+// that connection. A claim not acknowledged in time is released.
+func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	const op = "claim"
+	conn, err := s.masterConn(ctx, key)
+	if err != nil {
+		return store.Record{}, false, mapError(op, err)
+	}
+	defer conn.Close()
+	v, err := s.runOn(ctx, conn, key, op, fp, ttl.Milliseconds(), claimToken())
+	if err != nil {
+		s.stale(ctx, err)
+		return store.Record{}, false, mapError(op, err)
+	}
+	rec, claimed, err := decodeClaim(key, v)
+	if err != nil || !claimed {
+		return rec, claimed, err
+	}
+	n, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result()
+	if err == nil && n >= int64(s.acks) {
+		return rec, true, nil
+	}
+	// Not acknowledged: the work must not run on this claim. Give it back
+	// on the same connection (the release needs no acknowledgement: one
+	// lost in a failover leaves the claim to run out).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	_, _ = s.runOn(rctx, conn, key, "release", fenceArg(rec.Fence), s.notify)
+	cancel()
+	if err != nil {
+		return store.Record{}, false, mapError(op, err)
+	}
+	return store.Record{}, false, s.notAcked(op, int(n))
+}
+
+// cleanupTimeout bounds the release of a claim that was not acknowledged.
+const cleanupTimeout = 5 * time.Second
+
+// notAcked is the error of an operation whose write fewer replicas than
+// WithWaitForReplicas asks acknowledged in time.
+func (s *Store) notAcked(op string, acked int) error {
+	detail := fmt.Sprintf("%d of %d replicas acknowledged the write within %v", acked, s.acks, s.ackTimeout)
+	if op == "claim" {
+		detail += "; the claim was released"
+	}
+	return idemkit.NewError(idemkit.CodeServiceUnavailable, op, detail, nil)
+}
+
+// runAcked runs the script for op on key's record on a connection of its
+// own to the key's master, followed in the same round trip by WAIT; acked
+// is the number of replicas that acknowledged.
+func (s *Store) runAcked(ctx context.Context, key, op string, args ...any) (v any, acked int, err error) {
+	conn, err := s.masterConn(ctx, key)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer conn.Close()
+	argv := append([]any{op}, args...)
+	keys := []string{s.redisKey(key)}
+	var cmd *redis.Cmd
+	var n *redis.Cmd
+	pipe := func(eval bool) error {
+		_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if eval {
+				cmd = script.Eval(ctx, p, keys, argv...)
+			} else {
+				cmd = script.EvalSha(ctx, p, keys, argv...)
+			}
+			n = p.Do(ctx, "wait", s.acks, s.ackTimeout.Milliseconds())
+			return nil
+		})
+		return err
+	}
+	err = pipe(false)
+	if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		err = pipe(true)
+	}
+	if cerr := cmd.Err(); cerr != nil {
+		err = cerr // the script's error says more than the pipeline's
+	}
+	if err != nil {
+		s.stale(ctx, err)
+		return nil, 0, err
+	}
+	acks, err := n.Int64()
+	if err != nil {
+		return nil, 0, err
+	}
+	return cmd.Val(), int(acks), nil
+}
+
+// runOn runs the script for op on key's record on conn: EVALSHA, and EVAL
+// when the server does not have the script yet.
+func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key, op string, args ...any) (any, error) {
+	argv := append([]any{op}, args...)
+	return script.Run(ctx, conn, []string{s.redisKey(key)}, argv...).Result()
+}
+
+// masterConn returns a connection of its own to the master of key's
+// record: WAIT counts the writes of one connection.
+func (s *Store) masterConn(ctx context.Context, key string) (*redis.Conn, error) {
+	if c, ok := s.client.(*redis.ClusterClient); ok {
+		node, err := c.MasterForKey(ctx, s.redisKey(key))
+		if err != nil {
+			return nil, err
+		}
+		return node.Conn(), nil
+	}
+	return s.client.(*redis.Client).Conn(), nil // New accepts nothing else with the wait
+}
+
+// stale makes a cluster client reload its view of the cluster after an
+// error on a connection of its own (a dead master, MOVED after a
+// failover): those connections bypass the client's own redirections.
+func (s *Store) stale(ctx context.Context, err error) {
+	if c, ok := s.client.(*redis.ClusterClient); ok && err != nil && !errors.Is(err, context.Canceled) {
+		c.ReloadState(ctx)
+	}
 }
 
 // claimToken returns a new claim's token: 64 random bits (from the
