@@ -32,6 +32,7 @@ func TestReport(t *testing.T) {
 	results = append(results, redisScenarios(t, d)...)
 	results = append(results, postgresScenarios(t, d)...)
 	results = append(results, httpScenarios(t, d)...)
+	results = append(results, replicaScenarios(t, d)...)
 	dups := duplicateScenarios(t, d)
 	checkDuplicates(t, dups)
 	txs := txScenarios(t, d)
