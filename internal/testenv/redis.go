@@ -1,10 +1,8 @@
 package testenv
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -69,10 +67,13 @@ func Redis(t testing.TB) *RedisServer {
 
 // NewRedis starts a redis-server for this test alone, stopped when the test
 // ends, for fault tests that stop and restart it. It never uses
-// IDEMKIT_REDIS_ADDR.
-func NewRedis(t testing.TB) *RedisServer {
+// IDEMKIT_REDIS_ADDR. Its configuration is Redis's, with the directives
+// the package's servers share (appendonly yes, appendfsync always, no RDB
+// snapshots), then extra: more command-line directives, which override
+// them ("--appendfsync", "everysec").
+func NewRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
-	s, err := startRedis("redis-"+Name(t), nil)
+	s, err := startRedis("redis-"+Name(t), extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,18 +89,30 @@ func startRedis(name string, extra []string) (*RedisServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return launchOnFreePort(name, dir, func(port int) ([]string, error) {
+		return append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--appendonly", "yes", "--appendfsync", "always", "--save", "",
+			"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
+		}, extra...), nil
+	})
+}
+
+// launchOnFreePort starts redis-server (or a Sentinel) in dir on a free
+// loopback port, with the arguments args makes for that port, and trying
+// another port when the one probed was taken before the server bound it.
+func launchOnFreePort(name, dir string, args func(port int) ([]string, error)) (*RedisServer, error) {
 	var lastErr error
-	for range 3 { // a free port can be taken between probe and bind
+	for range 3 {
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &RedisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port}
-		s.args = append([]string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-			"--appendonly", "yes", "--appendfsync", "always", "--save", "",
-			"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning",
-		}, extra...)
+		a, err := args(port)
+		if err != nil {
+			return nil, err
+		}
+		s := &RedisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port, args: a}
 		if lastErr = s.launch(name); lastErr == nil {
 			return s, nil
 		}
@@ -117,7 +130,7 @@ func (s *RedisServer) launch(name string) error {
 	if err != nil {
 		return err
 	}
-	if err := waitFor(p, name, func() error { return expect(s.Addr, "+PONG", "PING") }); err != nil {
+	if err := waitFor(p, name, func() error { return expect(s.Addr, "PONG", "PING") }); err != nil {
 		p.stop(syscall.SIGKILL)
 		return err
 	}
@@ -211,12 +224,12 @@ func startCluster() (*Cluster, error) {
 	}
 	ranges := [3][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
 	for i, n := range nodes {
-		if err := expect(n.Addr, "+OK", "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(ranges[i][0]), strconv.Itoa(ranges[i][1])); err != nil {
+		if err := expect(n.Addr, "OK", "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(ranges[i][0]), strconv.Itoa(ranges[i][1])); err != nil {
 			return nil, fmt.Errorf("testenv: assign slots: %w", err)
 		}
 	}
 	for _, n := range nodes[1:] {
-		if err := expect(nodes[0].Addr, "+OK", "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.port)); err != nil {
+		if err := expect(nodes[0].Addr, "OK", "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.port)); err != nil {
 			return nil, fmt.Errorf("testenv: cluster meet: %w", err)
 		}
 	}
@@ -242,9 +255,9 @@ func startCluster() (*Cluster, error) {
 	return c, nil
 }
 
-// expect sends a command and checks its simple-string reply.
+// expect sends a command and checks its reply, a simple or bulk string.
 func expect(addr, want string, args ...string) error {
-	reply, err := roundTrip(addr, args)
+	reply, err := command(addr, args...)
 	if err != nil {
 		return err
 	}
@@ -254,9 +267,18 @@ func expect(addr, want string, args ...string) error {
 	return nil
 }
 
-// command sends a command and returns its reply (a bulk string's content).
+// command sends a command on a connection of its own and returns its
+// reply, which must be a simple or bulk string.
 func command(addr string, args ...string) (string, error) {
-	return roundTrip(addr, args)
+	v, err := call(addr, args...)
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s: the reply %v is not a string", strings.Join(args, " "), v)
+	}
+	return s, nil
 }
 
 // send sends a command without waiting for its reply.
@@ -269,42 +291,6 @@ func send(addr string, args ...string) error {
 	_, err = conn.Write(encode(args))
 	time.Sleep(50 * time.Millisecond) // let the server read it before the connection closes
 	return err
-}
-
-// roundTrip speaks just enough RESP for the commands above: it returns a
-// simple string with its '+', or a bulk string's content; an error reply is
-// an error.
-func roundTrip(addr string, args []string) (string, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := conn.Write(encode(args)); err != nil {
-		return "", err
-	}
-	r := bufio.NewReader(conn)
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return "", err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	switch {
-	case strings.HasPrefix(line, "-"):
-		return "", errors.New(line[1:])
-	case strings.HasPrefix(line, "$"):
-		n, err := strconv.Atoi(line[1:])
-		if err != nil || n < 0 {
-			return "", fmt.Errorf("bad bulk length %q", line)
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
-	}
-	return line, nil
 }
 
 func encode(args []string) []byte {
