@@ -150,17 +150,4 @@
 // maxclients are RateLimited; NOAUTH, WRONGPASS and NOPERM are AuthFailed;
 // anything else (WRONGTYPE, a malformed reply) is Internal. Messages never
 // hold a key.
-//
-// # Upgrading from the lock-and-records layout
-//
-// Earlier versions kept the guard's claims in redislock's keys and its
-// outcomes in hashes named "<prefix>:{...}:r:..."; this layout shares no
-// key with them, and this package never reads them. Stop every process of
-// the earlier version before starting this one (the two do not see each
-// other's claims). An outcome the earlier version recorded is not replayed
-// by this one: a retry of such a request runs again. Switch over when the
-// retries of requests taken before it are no longer expected, or run the
-// earlier version until then; its keys expire by themselves (the earlier
-// fence counters, which do not, can be deleted: this package derives
-// fences from the server's clock).
 package redisstore

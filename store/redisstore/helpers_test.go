@@ -11,6 +11,7 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -34,7 +35,7 @@ func backends() []backend {
 // nodeClient returns a client of the node at addr that honours ctx
 // deadlines, closed when the test ends.
 func nodeClient(t testing.TB, addr string, opts ...func(*redis.Options)) *redis.Client {
-	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true}
+	o := &redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaintNotificationsConfig: noMaintNotifications()}
 	for _, f := range opts {
 		f(o)
 	}
@@ -45,7 +46,7 @@ func nodeClient(t testing.TB, addr string, opts ...func(*redis.Options)) *redis.
 
 // clusterClient returns a client of the shared cluster.
 func clusterClient(t testing.TB) redis.UniversalClient {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisCluster(t).Addrs, ContextTimeoutEnabled: true})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisCluster(t).Addrs, ContextTimeoutEnabled: true, MaintNotificationsConfig: noMaintNotifications()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -402,4 +403,13 @@ func stallableCluster(t testing.TB) (redis.UniversalClient, func() (resume func(
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisCluster(t).Addrs, ContextTimeoutEnabled: true, Dialer: ls.dial})
 	t.Cleanup(func() { _ = c.Close() })
 	return c, ls.stall
+}
+
+// noMaintNotifications turns go-redis's maintenance notifications off: in
+// their default auto mode, go-redis v9.23 writes the client's options when
+// a server refuses them (Redis before 8), unguarded against the
+// connections taken with Conn, which WithWaitForReplicas uses (a data race
+// of go-redis's own).
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }

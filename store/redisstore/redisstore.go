@@ -75,6 +75,14 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // [*redis.Client] (also from redis.NewFailoverClient) or a
 // [*redis.ClusterClient]. Default: off; a claim or an outcome is then as
 // durable as the master's persistence (see the package documentation).
+//
+// With go-redis v9.23, build the client with maintenance notifications
+// off (MaintNotificationsConfig: &maintnotifications.Config{Mode:
+// maintnotifications.ModeDisabled}) when the server is not Redis 8 or
+// later: in their default auto mode go-redis rewrites its options when the
+// server refuses them, unguarded against the connections that Client.Conn
+// gives, which this option uses (a data race of go-redis's own, which the
+// race detector reports).
 func WithWaitForReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.acks, c.ackTimeout = n, timeout }
 }

@@ -121,7 +121,7 @@ func keyCases() map[string]string {
 // most 512 bytes, else "@sha256:" and the base64url SHA-256; a verbatim
 // key never starts with '@', so the two forms never meet (even a key that
 // spells another key's hashed form).
-func TestKeys(t *testing.T) {
+func TestRecordKeysVerbatimOrHashed(t *testing.T) {
 	verbatim := map[string]bool{
 		"plain": true, "spaces and unicode": true, "glob and brace bytes": true, "512 bytes": true,
 		"the hashed form without": true, "U+FFFD itself": true,

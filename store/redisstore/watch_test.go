@@ -214,7 +214,7 @@ func complete(t testing.TB, s *redisstore.Store, rec store.Record) {
 // deleted by another client, and only then: not when created, not on an
 // extension, not for another key; keys with hash tags, braces and bytes
 // that are hashed included.
-func TestWatch(t *testing.T) {
+func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 	ends := map[string]func(t *testing.T, s *redisstore.Store, rec store.Record){
 		"complete": func(t *testing.T, s *redisstore.Store, rec store.Record) { complete(t, s, rec) },
 		"release": func(t *testing.T, s *redisstore.Store, rec store.Record) {
