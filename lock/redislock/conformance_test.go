@@ -59,7 +59,7 @@ func probes(e *locktest.Env, l *redislock.Locker, c redis.UniversalClient) {
 	}
 	e.RaiseFence = func(ctx context.Context, key string, f lock.Fence) error {
 		keep := provider.KeepUntil(f, time.Time{})
-		return c.Do(ctx, "set", redislock.LockName(l, key), rawRecord(redislock.TombstoneID, f, 0, 0, ""), "pxat", keep.UnixMilli()).Err()
+		return c.Do(ctx, "set", redislock.LockName(l, key), rawTombstone(f), "pxat", keep.UnixMilli()).Err()
 	}
 	e.Fence = func(ctx context.Context, key string) (lock.Fence, error) {
 		r, _, err := readRecord(ctx, c, redislock.LockName(l, key))

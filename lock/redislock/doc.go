@@ -3,8 +3,8 @@
 // Redis Cluster, through any [redis.UniversalClient] of go-redis v9 built
 // with ContextTimeoutEnabled. It passes the conformance suite in
 // [github.com/idemkit/idemkit/lock/locktest] on a single node and on a
-// 3-master cluster. Redis 7.0 or later is required (SET ... PXAT, PEXPIREAT
-// ... GT, sharded pub/sub).
+// 3-master cluster. Redis 7.0 or later is required (SET ... PXAT,
+// PEXPIRETIME, PEXPIREAT ... GT, sharded pub/sub).
 //
 //	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 //	l, err := redislock.New(client)
@@ -12,11 +12,13 @@
 //		return issueInvoice(ctx, lease.Fence)
 //	})
 //
-// Every operation is one atomic Lua script (run by SHA, EVAL when the server
-// lacks it) that judges liveness by the Redis server's clock (TIME, in
-// milliseconds): a lease is live while now < its expiry, as [lock.Live]
-// says. Every call runs under the caller's ctx: a stalled server gives
-// NetworkTimeout at the ctx deadline, not a hang.
+// Liveness is judged by the Redis server's clock, in milliseconds: a lease
+// is live while now < its expiry, as [lock.Live] says. The common acquire,
+// of a key without a record, is a SET ... NX PX pipelined with a
+// PEXPIRETIME (one round trip, no script); everything else is one atomic
+// Lua script (run by SHA, EVAL when the server lacks it). Every call runs
+// under the caller's ctx: a stalled server gives NetworkTimeout at the ctx
+// deadline, not a hang.
 //
 // A waiter of [lock.Do] is woken as soon as the lock is released, by Redis
 // pub/sub (see Notifications below), and the waiters of one Locker take
@@ -24,24 +26,38 @@
 //
 // # Key layout
 //
-//	<prefix>:{<tag>}:l:<part>   the lock record of a key: lock id, fence, acquired-at and
-//	                            expires-at (15 digits each; times in ms), then the key;
-//	                            it expires at the later of its expiry and its fence + 1 ms
+//	<prefix>:l:k:<key>          the lock record of a printable key without braces
+//	<prefix>:l:h:<sha>          the lock record of any other key without a hash tag
+//	<prefix>:{<tag>}:l:h:<sha>  the lock record of a key with the Redis hash tag <tag>
 //	<prefix>:{<id>}:i           with WithIDIndex only: the index hint of a lock id, the
-//	                            name of its lock record; PXAT the lease's expiry + 1 s,
-//	                            lengthened by extends, deleted by releases
+//	                            name of its lock record; it expires 1 s after the lease,
+//	                            is lengthened by extends, deleted by releases
 //
-// The prefix is [WithKeyPrefix]'s ("idemkit" by default). The part is "k:"
-// and the key itself when it is printable ASCII without braces, else "h:"
-// and the key's SHA-256 (unpadded base64url), so that no two keys share a
-// record whatever bytes they hold. The hash tag keeps a lock record and
-// nothing else on its slot: it is the key's own Redis hash tag when it has
-// one (so an application can choose where its locks live), else 16
-// characters of the key's SHA-256, which spreads keys over the slots. The
-// hint's tag is the lock id. The notification channel of a key is named
-// like its lock record (the channel namespace is apart from the keys).
+// The prefix is [WithKeyPrefix]'s ("idemkit" by default); sha is the key's
+// SHA-256 (unpadded base64url), so that no two keys share a record whatever
+// bytes they hold. A key's own hash tag chooses its slot (so an
+// application can choose where its locks live); other records spread over
+// the slots by their whole name. The hint's tag is the lock id. The
+// notification channel of a key is named like its lock record (the channel
+// namespace is apart from the keys).
 //
-// Every key has an expiry; nothing grows without bound.
+// A lock record is a string: the lock id (22 bytes), a kind, then what the
+// kind holds (numbers in 15 zero-padded digits, times in Unix ms):
+//
+//	c  a lease as an acquire of a free key writes it: its TTL, then the key
+//	   (left out when the record's name spells it). The record expires with
+//	   the lease, and the lease's fence and acquired-at are its expiry less
+//	   the TTL: the server's clock at the SET.
+//	f  a lease written by an acquire over an existing record, or by an
+//	   extend: fence, acquired-at, expires-at, then the key. It expires at
+//	   the later of its expiry and its fence + 1 ms.
+//	t  a tombstone (its id is 22 dots, which no lock id is): the fence
+//	   alone, until the clock passes it.
+//	r  a light tombstone: a c lease released when its fence's
+//	   millisecond may not have passed becomes one for 1 ms.
+//
+// The lease kinds in upper case (C, F) are watched: see Notifications. Every
+// key has an expiry; nothing grows without bound.
 //
 // # Fences
 //
@@ -51,43 +67,76 @@
 // no counter. Instead no record is removed before the server's clock has
 // passed its fence: a release (or IsLocked's cleanup, [WithCleanupInIsLocked])
 // deletes the record when the clock is past the fence, and otherwise leaves
-// a tombstone (the fence alone, under a lock id no lease can have: not
-// live, found by no id, acquirable) that expires as soon as the clock
-// passes it; a lease that runs out is removed by Redis at the later of its
-// expiry and its fence + 1 ms. So after a release, an expiry or a restart,
-// the next fence is greater than every fence the key had, and a fence
-// raised ahead of the clock survives too.
+// a tombstone (not live, found by no id, acquirable) that expires as soon
+// as the clock passes it; a lease that runs out is removed by Redis at the
+// later of its expiry and its fence + 1 ms. So after a release, an expiry
+// or a restart, the next fence is greater than every fence the key had,
+// and a fence raised ahead of the clock survives too. A lease taking over a
+// light tombstone gets the clock + 1: its released lease's fence was at
+// most the clock.
 //
 // This relies on the clock of the master holding a key not stepping back
 // (run NTP, which slews), and after a failover on the new master's clock not
 // being behind the old one's by more than the failover took.
 //
 // A refused attempt (contention, a fence past [lock.FenceMax]) writes
-// nothing, so waiters cost the server no disk writes. An acquire run twice
-// with the same lock id (go-redis retrying a script whose reply was lost)
-// gets the same lease back. Release and extend of a lease that ran out
-// report [lock.ReasonExpired] while its record is still there, and
-// [lock.ReasonNotFound] once Redis removed it.
+// nothing but, when its Locker watches the key, the mark that makes the
+// lease's end send a message. An acquire run twice with the same lock id
+// (go-redis retrying after a lost reply) gets the same lease back. Release
+// and extend of a lease that ran out report [lock.ReasonExpired] while its
+// record is still there, and [lock.ReasonNotFound] once Redis removed it.
 //
 // # Operations and round trips
 //
-//	Acquire      1 script: TIME, then SET ... NX on a key with no record (the fence is
-//	             the clock), or the record decides; with WithIDIndex it also writes the
-//	             index hint on a single node, and on a cluster (where the hint lives on
-//	             its id's slot) a successful acquire writes it with a second command
-//	ReleaseKey   1 script: the id and liveness checked atomically, the record deleted
-//	             (or left as a tombstone), the watchers notified (PUBLISH)
+//	Acquire      a free key (no record): SET ... NX PX pipelined with PEXPIRETIME,
+//	             1 round trip and no script (when the answer takes half the TTL or
+//	             more, the acquire script reads the lease back: a second); a key with
+//	             a record: the acquire script, a second round trip that decides by
+//	             the record (TIME, then a take-over or nothing). The script goes
+//	             first, alone, when the Locker watches the key (its waiters expect a
+//	             record) or has just left it as a tombstone, and with WithIDIndex on
+//	             a single node (or Sentinel), where it also writes the index hint; on
+//	             a cluster (where the hint lives on its id's slot) a successful
+//	             acquire writes the hint with a command of its own
+//	ReleaseKey   1 script: the id checked and the record deleted, the watchers
+//	             notified (PUBLISH) if any wait. For a lease this Locker granted,
+//	             a GET and a DEL when it was granted over 2 ms ago, else a GET and
+//	             a light tombstone; for another, a PTTL tells whether the fence's
+//	             millisecond has passed (a tombstone if not). The record of an
+//	             unwatched compact lease this Locker wrote is compared whole, not
+//	             decoded
 //	ExtendKey    1 script (with WithIDIndex on a cluster, pipelined with the hint's
 //	             PEXPIRE ... GT)
+//	with WithWaitForReplicas or WithWaitForAOF, on a dedicated connection to the lock's master:
+//	Acquire      as above, then WAIT (WAITAOF): a round trip more, plus the
+//	             replication delay
+//	ExtendKey    the script pipelined with WAIT (WAITAOF): 1 round trip, plus the
+//	             replication delay (with WithIDIndex on a cluster, the hint's PEXPIRE
+//	             ... GT follows: 2)
 //	Release, Extend, LookupID
-//	             1 script for a lease this Locker issued (its lock id resolves from
-//	             memory); for another id 2: GET the index hint, then the script on the
-//	             lock record, which checks the id and liveness itself (the hint is never
-//	             trusted)
+//	             as by key for a lease this Locker issued (its lock id resolves from
+//	             memory); for another id 1 more: GET the index hint, then the script
+//	             on the lock record, which checks the id and liveness itself (the
+//	             hint is never trusted)
 //	IsLocked, LookupKey
 //	             1 script
 //
 // [lock.Do] releases and extends by key: one round trip each.
+//
+// Under load, acquires and releases share round trips: while
+// [WithMaxInflight] of them (default 4) are in flight on the client, the
+// commands of further calls queue, and the next round trip that comes
+// back takes all of them along in one pipeline. Redis spends most of a
+// small command's time reading and writing sockets, so a busy Locker gets
+// many calls answered per socket read and write; a lone call still sends
+// its commands at once. Each call gets its own replies. A call whose ctx
+// ends while queued returns at once, and its commands are not sent
+// unless they already went out (as when a reply is lost: a lease it may
+// have been granted runs out by its TTL).
+//
+// Behind a proxy that refuses the acquire's pipeline (it lacks PEXPIRETIME)
+// but runs scripts, the first acquire falls back to the script (which finds
+// the lease its SET wrote), and every later one uses the script alone.
 //
 // # Lock ids across processes
 //
@@ -105,14 +154,21 @@
 // # Notifications
 //
 // [Locker.Watch] implements [lock.Watcher], which [lock.Do] uses to wake a
-// waiter as soon as the lock may be free instead of at its next poll.
-// Every script that ends a lease (a release; a release or extend that finds
-// the lease expired; IsLocked's cleanup) publishes the lease's lock id on
-// the key's channel in the same script: no round trip of its own, and a
-// message nobody listens to costs the server a dictionary lookup. On a
-// cluster client the message is sharded (SPUBLISH) and stays on the
-// record's shard. A lease that runs out publishes nothing (Redis expires
-// it silently): waiters then find it free at their next poll.
+// waiter as soon as the lock may be free instead of at its next poll. A
+// lease whose end some Locker waits for is marked watched: a Watch marks
+// the lease it finds, an acquire refused while its Locker watches the key
+// marks the lease that refused it, an acquire through a watching Locker
+// writes its own lease watched, and extends and take-overs keep the mark.
+// The script that ends a watched lease (a release; a release or extend
+// that finds it expired) publishes its lock id on the key's channel in the
+// same script, and so does IsLocked's cleanup: no round trip of its own. A
+// lease nobody watches ends without a message, so the lock cycle of a key
+// nobody waits for costs no PUBLISH. On a cluster client the message is
+// sharded (SPUBLISH) and stays on the record's shard. A lease that runs out
+// publishes nothing (Redis expires it silently), and a lease that takes over
+// from one that ran out before anyone watched it is not marked: waiters
+// then find the key free at their next poll, or at the next refused try,
+// which marks the new lease.
 //
 // A Locker listens on one pub/sub connection (on a cluster, one per master
 // holding a watched key), started by the first Watch and shared by every
@@ -147,11 +203,30 @@
 // A lease is as durable as the server's persistence. With asynchronous
 // replication and a failover, or appendfsync everysec and a crash, the last
 // writes can be lost: a lease's record with them, so that another process
-// can take a lock that is still held. Fences stay monotonic even then (a
-// new fence is at least the new master's clock), barring the clock caveats
-// above. [WithWaitForReplicas] makes an acquire wait (WAIT) until n replicas
-// acknowledged the lease before handing it out, and gives the lease back if
-// they did not; [WithWaitForAOF] does the same with WAITAOF (Redis 7.2+).
+// can take a lock that is still held; an extension with them, so that the
+// lease runs out earlier than its holder was told. Fences stay monotonic
+// even then (a new fence is at least the new master's clock), barring the
+// clock caveats above.
+//
+// [WithWaitForReplicas] makes a write count only once n replicas
+// acknowledged it (WAIT, on the connection that wrote): an acquire hands
+// out its lease only then, and gives the lease back if they did not in
+// time (ServiceUnavailable); an extend reports success only then, and
+// ServiceUnavailable otherwise (the master keeps the extension, which a
+// failover may lose; [lock.Do] retries its renewal, and cancels fn if no
+// renewal succeeds before the lease's last acknowledged expiry). An
+// acquire retried with the same lock id (go-redis retrying after a lost
+// reply), which finds its own lease, writes the record's expiry again so
+// that its WAIT covers the lease too. [WithWaitForAOF] does the same with
+// WAITAOF (Redis 7.2+). So a failover to a replica that acknowledged loses
+// no lease and shortens none; the failover tests kill masters under load
+// and find no two holders of a key at once and no fence going back. While
+// the new master has fewer replicas than asked for (until the old master
+// rejoins as a replica), acquires and extends fail with
+// ServiceUnavailable. On a cluster client an error on the dedicated
+// connection makes the client reload its slot map, so that the next call
+// reaches the new master. Without a wait a failover can lose leases: the
+// failover tests measure how often.
 //
 // # Errors
 //
@@ -171,22 +246,4 @@
 //	  a script error, a malformed record)         Internal
 //
 // Contention, absence and ownership mismatches are results, never errors.
-//
-// # Upgrading from fence counters
-//
-// Earlier versions kept a fence counter with no expiry beside every lock
-// record, named <prefix>:{<tag>}:f:<part>. This version never reads or
-// writes them: delete them at leisure, for example
-//
-//	redis-cli --scan --pattern 'idemkit:{*}:f:*' | while IFS= read -r k; do redis-cli unlink "$k"; done
-//
-// (on a cluster, on every master). Fences stay monotonic across the upgrade:
-// a new fence is at least the server's clock in milliseconds, far above any
-// counter. Lock records and index hints keep their names and form, so
-// processes of both versions exclude each other during a rolling upgrade;
-// but a process of the earlier version still issues counter fences, lower
-// than this version's, until it is replaced. Earlier versions wrote an
-// index hint for every lease; this one does only with [WithIDIndex], which
-// a deployment whose processes pass lock ids to each other should set
-// before it upgrades.
 package redislock

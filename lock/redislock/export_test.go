@@ -34,8 +34,16 @@ func AcquireAs(ctx context.Context, l *Locker, key, id string, ttl time.Duration
 	if err != nil {
 		return lock.Lease{}, false, err
 	}
-	return l.acquire(ctx, n, l.names.lock(n), id, ttl)
+	return l.acquire(ctx, n, l.names.lock(n), id, ttl, false)
 }
 
 // MapError is the locker's mapping of go-redis errors.
 func MapError(op string, err error) error { return mapError(op, err) }
+
+// Inflight returns how many round trips of l's batched commands are in
+// flight, and how many calls wait for the next one.
+func Inflight(l *Locker) (sending, queued int) {
+	l.batch.mu.Lock()
+	defer l.batch.mu.Unlock()
+	return l.batch.sending, len(l.batch.queue)
+}

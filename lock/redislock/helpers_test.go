@@ -13,6 +13,7 @@ import (
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -35,13 +36,13 @@ func single(t testing.TB) redis.UniversalClient { return clientFor(t, testenv.Re
 // clientFor returns a new client of the node at addr that honours ctx
 // deadlines, closed when the test ends.
 func clientFor(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaintNotificationsConfig: noMaintNotifications()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
 
 func cluster(t testing.TB) redis.UniversalClient {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisCluster(t).Addrs, ContextTimeoutEnabled: true})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.RedisCluster(t).Addrs, ContextTimeoutEnabled: true, MaintNotificationsConfig: noMaintNotifications()})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -68,13 +69,18 @@ func newLocker(t *testing.T, c redis.UniversalClient, opts ...redislock.Option) 
 // record is a lock record or tombstone as stored.
 type record struct {
 	id                string
+	kind              byte // 'c', 'f', 't' or 'r'; upper case when watched
 	fence             lock.Fence
 	acquired, expires int64
 	key               string
 }
 
+// watched reports whether the record is a lease a watcher waits for.
+func (r record) watched() bool { return r.kind == 'C' || r.kind == 'F' }
+
 // readRecord reads the lock record (or tombstone) stored under name;
-// found is false when there is none.
+// found is false when there is none. A compact lease's fence and expiry
+// come from the key's own expiry.
 func readRecord(ctx context.Context, c redis.UniversalClient, name string) (r record, found bool, err error) {
 	v, err := c.Get(ctx, name).Result()
 	if err == redis.Nil {
@@ -83,24 +89,61 @@ func readRecord(ctx context.Context, c redis.UniversalClient, name string) (r re
 	if err != nil {
 		return record{}, false, err
 	}
-	if len(v) < 67 {
+	if len(v) < 23 {
 		return record{}, true, errMalformed
 	}
-	f, err1 := strconv.ParseUint(v[22:37], 10, 64)
-	a, err2 := strconv.ParseInt(v[37:52], 10, 64)
-	e, err3 := strconv.ParseInt(v[52:67], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	r = record{id: v[:22], kind: v[22]}
+	switch r.kind {
+	case 'r': // a light tombstone: no fence of its own
+		if len(v) != 23 {
+			return record{}, true, errMalformed
+		}
+	case 'c', 'C':
+		if len(v) < 38 {
+			return record{}, true, errMalformed
+		}
+		ttl, err := strconv.ParseInt(v[23:38], 10, 64)
+		if err != nil {
+			return record{}, true, errMalformed
+		}
+		at, err := c.PExpireTime(ctx, name).Result()
+		if err != nil {
+			return record{}, true, err
+		}
+		r.expires = at.Milliseconds()
+		r.fence, r.acquired, r.key = lock.Fence(r.expires-ttl), r.expires-ttl, v[38:]
+	case 'f', 'F':
+		if len(v) < 68 {
+			return record{}, true, errMalformed
+		}
+		f, err1 := strconv.ParseUint(v[23:38], 10, 64)
+		a, err2 := strconv.ParseInt(v[38:53], 10, 64)
+		e, err3 := strconv.ParseInt(v[53:68], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
+			return record{}, true, errMalformed
+		}
+		r.fence, r.acquired, r.expires, r.key = lock.Fence(f), a, e, v[68:]
+	case 't':
+		f, err := strconv.ParseUint(v[23:38], 10, 64)
+		if err != nil || len(v) != 38 {
+			return record{}, true, errMalformed
+		}
+		r.fence = lock.Fence(f)
+	default:
 		return record{}, true, errMalformed
 	}
-	return record{id: v[:22], fence: lock.Fence(f), acquired: a, expires: e, key: v[67:]}, true, nil
+	return r, true, nil
 }
 
 var errMalformed = errors.New("malformed lock record")
 
-// rawRecord is the stored form of a lock record.
+// rawRecord is the stored form of a full lock record.
 func rawRecord(id string, fence lock.Fence, acquired, expires int64, key string) string {
-	return id + fence.String() + pad(acquired) + pad(expires) + key
+	return id + "f" + fence.String() + pad(acquired) + pad(expires) + key
 }
+
+// rawTombstone is the stored form of a tombstone with fence f.
+func rawTombstone(f lock.Fence) string { return redislock.TombstoneID + "t" + f.String() }
 
 func pad(n int64) string {
 	s := strconv.FormatInt(n, 10)
@@ -234,4 +277,13 @@ func parallel(b *testing.B, par int, body func()) {
 			body()
 		}
 	})
+}
+
+// noMaintNotifications turns go-redis's maintenance notifications off: in
+// their default auto mode, go-redis v9.23 writes the client's options when
+// a server refuses them (Redis before 8), unguarded against the
+// connections taken with Conn, which WithWaitForReplicas uses (a data race
+// of go-redis's own).
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }

@@ -16,12 +16,11 @@ const maxKeyPrefixBytes = 64
 
 // names builds the Redis key names of a locker under one prefix:
 //
-//	<prefix>:{<tag>}:l:<part>   the lock record of a key
+//	<prefix>:l:<part>           the lock record of a key without a hash tag
+//	<prefix>:{<tag>}:l:<part>   the lock record of a key with the hash tag <tag>
 //	<prefix>:{<id>}:i           the index hint of a lock id
 //
-// (see the package documentation). The names are those of earlier
-// versions, so that processes of both versions exclude each other during
-// an upgrade.
+// (see the package documentation).
 type names struct {
 	prefix string
 }
@@ -41,7 +40,24 @@ func newNames(prefix string) (names, error) {
 // lock returns the name of the lock record of key, which must be
 // normalised (lock.NormalizeKey).
 func (n names) lock(key string) string {
-	return n.prefix + ":{" + tag(key) + "}:l:" + storageKey(key)
+	if verbatim(key) { // no braces, so no hash tag either
+		return n.prefix + ":l:k:" + key
+	}
+	if t, ok := hashTag(key); ok {
+		return n.prefix + ":{" + t + "}:l:h:" + keyHash(key)
+	}
+	return n.prefix + ":l:h:" + keyHash(key)
+}
+
+// keyOf returns the key that the lock record's name spells, when it does
+// (a printable key without braces: the records of these keys do not store
+// the key again).
+func (n names) keyOf(name string) (string, bool) {
+	p := n.prefix + ":l:k:"
+	if len(name) <= len(p) || name[:len(p)] != p {
+		return "", false
+	}
+	return name[len(p):], true
 }
 
 // index returns the name of the index hint of the lock id id. Its hash tag
@@ -53,29 +69,22 @@ func (n names) index(id string) string {
 // isLock reports whether name is a lock record's name under n: the only
 // names an index hint may point to.
 func (n names) isLock(name string) bool {
-	p := n.prefix + ":{"
-	if len(name) <= len(p) || name[:len(p)] != p {
+	if len(name) <= len(n.prefix)+1 || name[:len(n.prefix)] != n.prefix || name[len(n.prefix)] != ':' {
 		return false
 	}
-	t, ok := hashTag(name)
-	if !ok {
-		return false
+	rest := name[len(n.prefix)+1:]
+	if len(rest) > 0 && rest[0] == '{' {
+		t, ok := hashTag(rest)
+		if !ok {
+			return false
+		}
+		rest = rest[len(t)+2:]
+		if len(rest) == 0 || rest[0] != ':' {
+			return false
+		}
+		rest = rest[1:]
 	}
-	rest := name[len(p)+len(t):]
-	return len(rest) > 5 && rest[:4] == "}:l:"
-}
-
-// tag returns the hash tag of the lock record of key: the key's own Redis
-// hash tag when it has one, else 16 characters of unpadded base64url of
-// its SHA-256, which spreads keys over a cluster's slots. The tag only
-// chooses the slot; the whole key (or its hash) follows it, so distinct
-// keys never share a name.
-func tag(key string) string {
-	if t, ok := hashTag(key); ok {
-		return t
-	}
-	sum := sha256.Sum256([]byte(key))
-	return base64.RawURLEncoding.EncodeToString(sum[:12])
+	return len(rest) > 4 && rest[:2] == "l:" && (rest[2:4] == "k:" || rest[2:4] == "h:")
 }
 
 // hashTag returns the hash tag of a Redis key as Redis Cluster defines it:
@@ -99,16 +108,13 @@ func hashTag(key string) (string, bool) {
 	return "", false
 }
 
-// storageKey is the part of a lock record's name that stands for key:
-// "k:" and the key itself when it is printable ASCII (space included)
-// without braces, so that no brace follows the name's hash tag; otherwise
-// "h:" and the unpadded base64url SHA-256 of the key.
-func storageKey(key string) string {
-	if verbatim(key) {
-		return "k:" + key
-	}
+// keyHash stands for a key that is not printable ASCII (space included)
+// without braces in its lock record's name, after "h:": the unpadded
+// base64url SHA-256 of the key. Other keys stand for themselves, after
+// "k:", so no brace follows the name's hash tag.
+func keyHash(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
+	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 func verbatim(key string) bool {

@@ -29,7 +29,13 @@ type ownShard struct {
 
 type ownLease struct {
 	key, name string
-	until     time.Time // the lease has certainly run out by then
+	// record is the lock record as the acquire wrote it when that was an
+	// unwatched compact lease, which a release can then recognise whole;
+	// empty for other forms, and once the lease was extended (an extend
+	// rewrites it).
+	record  string
+	granted time.Time // when the acquire's reply came, by the local clock
+	until   time.Time // the lease has certainly run out by then
 }
 
 // ownSlack is how long after its lease's TTL an entry is kept: more than
@@ -45,8 +51,8 @@ func (o *ownLeases) shard(id string) *ownShard {
 }
 
 // add records the lease id of key, whose lock record is name, granted for
-// ttl.
-func (o *ownLeases) add(id, key, name string, ttl time.Duration) {
+// ttl; record is as ownLease has it.
+func (o *ownLeases) add(id, key, name, record string, ttl time.Duration) {
 	now := time.Now()
 	sh := o.shard(id)
 	sh.mu.Lock()
@@ -54,7 +60,7 @@ func (o *ownLeases) add(id, key, name string, ttl time.Duration) {
 	if sh.ids == nil {
 		sh.ids = make(map[string]ownLease)
 	}
-	sh.ids[id] = ownLease{key: key, name: name, until: now.Add(ttl + ownSlack)}
+	sh.ids[id] = ownLease{key: key, name: name, record: record, granted: now, until: now.Add(ttl + ownSlack)}
 	sh.untilGC--
 	if sh.untilGC > 0 {
 		return
@@ -67,39 +73,43 @@ func (o *ownLeases) add(id, key, name string, ttl time.Duration) {
 	sh.untilGC = max(minOwnSweep, len(sh.ids))
 }
 
-// get returns the lock record's name of id's lease.
-func (o *ownLeases) get(id string) (string, bool) {
+// get returns the entry of id's lease.
+func (o *ownLeases) get(id string) (ownLease, bool) {
 	sh := o.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.ids[id]
 	if !ok || time.Now().After(e.until) {
-		return "", false
+		return ownLease{}, false
 	}
-	return e.name, true
+	return e, true
 }
 
-// name returns the lock record's name of id's lease when it was issued
-// for key: it saves deriving the name again.
-func (o *ownLeases) name(id, key string) (string, bool) {
+// forKey returns the entry of id's lease when it was issued for key (it
+// saves deriving the record's name again).
+func (o *ownLeases) forKey(id, key string) (ownLease, bool) {
 	sh := o.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e, ok := sh.ids[id]
 	if !ok || e.key != key {
-		return "", false
+		return ownLease{}, false
 	}
-	return e.name, true
+	return e, true
 }
 
-// extend keeps id's entry for ttl more (the lease was just extended).
+// extend keeps id's entry for ttl more (the lease was just extended, and
+// its record rewritten).
 func (o *ownLeases) extend(id string, ttl time.Duration) {
 	until := time.Now().Add(ttl + ownSlack)
 	sh := o.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e, ok := sh.ids[id]; ok && until.After(e.until) {
-		e.until = until
+	if e, ok := sh.ids[id]; ok {
+		e.record = ""
+		if until.After(e.until) {
+			e.until = until
+		}
 		sh.ids[id] = e
 	}
 }

@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -27,6 +28,7 @@ type config struct {
 	waitLocal   int
 	waitN       int
 	waitTimeout time.Duration
+	inflight    int
 }
 
 type waitMode uint8
@@ -68,24 +70,61 @@ func WithIDIndex(on bool) Option { return func(c *config) { c.index = on } }
 // only by its hash. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithWaitForReplicas makes every successful acquire wait, before the
-// lease is handed out, until n replicas of the lock's master acknowledged
-// the write (Redis WAIT), for at most timeout. When fewer acknowledge in
-// time, the lease is released and the acquire fails with
-// ServiceUnavailable: a lease that a failover could lose is never handed
-// out. Each successful acquire costs a round trip more (the wait) plus the
-// replication delay. n must be positive, and timeout at least one
-// millisecond and below the caller's ctx deadline and the client's
-// ReadTimeout. Default: off (a lease is as durable as the server's
-// persistence makes it; see the package documentation).
+// WithMaxInflight sets how many round trips of the Locker's acquires and
+// releases may be in flight on the client at once. While n are, the
+// commands of further calls queue, and the next round trip that comes
+// back takes all of them along in one pipeline: under load the server
+// reads, runs and answers many calls per round trip, which is what its
+// time goes to (a lone call still sends its commands at once). n = 0
+// sends every call's commands in a round trip of its own. With a
+// durability wait ([WithWaitForReplicas], [WithWaitForAOF]) acquires use
+// a dedicated connection each and are never queued. n must not be
+// negative. Default: 4.
+func WithMaxInflight(n int) Option { return func(c *config) { c.inflight = n } }
+
+// WithWaitForReplicas makes every successful acquire and extend count only
+// once n replicas of the lock's master acknowledged its write (Redis
+// WAIT), waiting for them at most timeout:
+//
+//   - An acquire runs its script on a dedicated connection to the lock's
+//     master, then WAIT on it, before the lease is handed out. When fewer
+//     replicas acknowledge in time, the lease is released and the acquire
+//     fails with ServiceUnavailable: a lease that a failover could lose is
+//     never handed out. It costs a round trip more (the wait) plus the
+//     replication delay.
+//   - An extend (Extend, ExtendKey, and so [lock.Do]'s renewals) sends its
+//     script and WAIT pipelined on such a connection: one round trip, plus
+//     the replication delay. When fewer replicas acknowledge in time, the
+//     extend fails with ServiceUnavailable: the lease stays as the master
+//     has it (extended there, but a failover may bring back the earlier
+//     expiry), and the holder must not count on the new expiry; lock.Do
+//     retries the renewal as it retries any renewal error, and cancels fn
+//     if none succeeds before the lease's last acknowledged expiry.
+//
+// So a failover (to a replica that acknowledged) never shortens a lease
+// below what its holder was told. On a cluster client, an error on the
+// dedicated connection (a dead master, MOVED after a failover) makes the
+// client reload its slot map, so that the next call reaches the new
+// master. n must be positive, and timeout at least one millisecond and
+// below the caller's ctx deadline and the client's ReadTimeout. Default:
+// off (a lease is as durable as the server's persistence makes it; see the
+// package documentation).//
+// With go-redis v9.23, build the client with maintenance notifications
+// off (MaintNotificationsConfig: &maintnotifications.Config{Mode:
+// maintnotifications.ModeDisabled}) when the server is not Redis 8 or
+// later: in their default auto mode go-redis rewrites its options when the
+// server refuses them, unguarded against the connections that Client.Conn
+// gives, which this option uses (a data race of go-redis's own, which the
+// race detector reports).
 func WithWaitForReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.wait, c.waitLocal, c.waitN, c.waitTimeout = waitReplicas, 0, n, timeout }
 }
 
 // WithWaitForAOF is [WithWaitForReplicas] with Redis WAITAOF (Redis 7.2 or
-// later): the acquire waits until the write is fsynced to the master's
-// append-only file (local = true) and to those of n replicas. It makes a
-// lease durable on a server with appendfsync everysec. Default: off.
+// later): an acquire or extend counts only once its write is fsynced to
+// the master's append-only file (local = true) and to those of n replicas.
+// It makes a lease durable on a server with appendfsync everysec. Default:
+// off.
 func WithWaitForAOF(local bool, n int, timeout time.Duration) Option {
 	return func(c *config) {
 		c.wait, c.waitLocal, c.waitN, c.waitTimeout = waitAOF, 0, n, timeout
@@ -114,10 +153,18 @@ type Locker struct {
 	cluster *redis.ClusterClient // client, when it is a cluster client
 	scripts *scriptSet           // sharded notifications on a cluster client, plain otherwise
 	watch   hub                  // the listeners of Watch
+	batch   batcher              // acquires' and releases' commands, sent together under load
 
 	// crossSlot is set once a plain client met a cluster-mode endpoint
 	// (CROSSSLOT): from then on every script touches one key.
 	crossSlot atomic.Bool
+	// tombstone is the last record this Locker left as a tombstone: an
+	// acquire of it soon after goes to the acquire script at once.
+	tombstone atomic.Pointer[tombstoneHint]
+	// scriptOnly is set once the server refused the pipelined acquire
+	// that the acquire script then got through (a proxy that lacks
+	// PEXPIRETIME): from then on every acquire runs the script.
+	scriptOnly atomic.Bool
 }
 
 var (
@@ -148,7 +195,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 			"build it with ContextTimeoutEnabled: true in its options (redis.Options, redis.FailoverOptions, "+
 			"redis.ClusterOptions, redis.RingOptions or redis.UniversalOptions)", client))
 	}
-	cfg := config{prefix: defaultKeyPrefix}
+	cfg := config{prefix: defaultKeyPrefix, inflight: defaultInflight}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -164,6 +211,10 @@ func New(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 		wait: cfg.wait, local: cfg.waitLocal, waitN: cfg.waitN, waitFor: cfg.waitTimeout,
 	}
 	l.cluster, _ = client.(*redis.ClusterClient)
+	if cfg.inflight < 0 {
+		return nil, bad("the number of round trips in flight must not be negative")
+	}
+	l.batch = batcher{client: client, limit: cfg.inflight}
 	l.scripts = scriptsPlain
 	if l.cluster != nil {
 		l.scripts = scriptsSharded
@@ -235,9 +286,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if s != nil {
 		sent = time.Now()
 	}
-	lease, ok, err := l.acquire(ctx, key, name, id, ttl)
+	lease, ok, err := l.acquire(ctx, key, name, id, ttl, s != nil)
 	if err != nil && l.crossSlotMet(err) {
-		lease, ok, err = l.acquire(ctx, key, name, id, ttl)
+		lease, ok, err = l.acquire(ctx, key, name, id, ttl, s != nil)
 	}
 	if s != nil {
 		l.watch.afterAcquire(s, ho, ok, err, sent.Add(ttl))
@@ -263,7 +314,7 @@ func (l *Locker) oneKey() bool { return l.cluster != nil || l.crossSlot.Load() }
 // acquire takes the lock on the normalised key, whose lock record is name,
 // for the lock id id. Run again with the same id while the lease is live
 // (a retry after a lost reply), it returns the same lease.
-func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Duration) (lock.Lease, bool, error) {
+func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Duration, watched bool) (lock.Lease, bool, error) {
 	const op = "acquire"
 	// With WithIDIndex, the index hint is written by the script when the
 	// lease is granted, unless scripts touch one key (a cluster): then by
@@ -277,30 +328,66 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 			keys = append(keys, index)
 		}
 	}
-	args := []any{id, ttl.Milliseconds(), key}
+	ttlMS := ttl.Milliseconds()
+	args := []any{l.compact(id, key, ttlMS, watched), ttlMS}
+	if len(keys) == 2 {
+		args = append(args, ttlMS+hintSlack.Milliseconds())
+	}
 
 	var (
-		cmd  *redis.Cmd
 		conn *redis.Conn
 		err  error
 	)
 	if l.wait != waitNone {
-		// WAIT counts the writes of one connection: the script runs on a
+		// WAIT counts the writes of one connection: the writes go on a
 		// dedicated connection to the lock's master, and the wait follows
 		// on it.
 		conn, err = l.lockConn(ctx, name)
 		if err != nil {
-			return lock.Lease{}, false, mapError(op, err)
+			return lock.Lease{}, false, mapError(op, l.reroute(err))
 		}
 		defer conn.Close()
-		cmd = l.scripts.acquire.Run(ctx, conn, keys, args...)
-	} else {
-		cmd = l.scripts.acquire.Run(ctx, l.client, keys, args...)
 	}
-	if err := cmd.Err(); err != nil {
+	// failed maps an error of the acquire's commands; on a dedicated
+	// connection it first makes a cluster client reload its slot map.
+	failed := func(err error) (lock.Lease, bool, error) {
+		if conn != nil {
+			err = l.reroute(err)
+		}
 		return lock.Lease{}, false, mapError(op, err)
 	}
-	lease, ok, err := l.acquired(ctx, key, id, ttl, cmd.Val())
+	var reply any
+	refused := false // the server refused the pipelined acquire
+	if len(keys) == 1 && !watched && !l.scriptOnly.Load() && !l.tombstoned(name) {
+		reply, err = l.acquireFresh(ctx, conn, name, args[0].(string), ttlMS)
+		if err != nil {
+			var re redis.Error
+			if !errors.As(err, &re) {
+				return failed(err)
+			}
+			refused, reply = true, nil
+		}
+	}
+	if reply == nil {
+		cmd := l.runScript(ctx, conn, l.scripts.acquire, keys, args...)
+		if err := cmd.Err(); err != nil {
+			return failed(err)
+		}
+		if refused {
+			// The script went through where the pipeline did not: this
+			// server (or a proxy in front of it) refuses its commands.
+			l.scriptOnly.Store(true)
+		}
+		reply = cmd.Val()
+	}
+	lease, ok, err := l.acquired(ctx, key, id, ttl, reply)
+	if _, fresh := reply.(int64); err != nil && fresh {
+		// The lease was written, and cannot be handed out (its fence is
+		// past lock.FenceMax): give it back.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		_, _ = l.releaseName(rctx, ownLease{name: name}, id, false)
+		cancel()
+	}
 	if err != nil || !ok {
 		return lock.Lease{}, false, err
 	}
@@ -315,12 +402,72 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 	if err != nil {
 		// The lease cannot be handed out: give it back.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, _ = l.releaseName(rctx, name, id, index != "")
+		_, _ = l.releaseName(rctx, ownLease{name: name}, id, index != "")
 		cancel()
 		return lock.Lease{}, false, err
 	}
-	l.own.add(id, key, name, lease.ExpiresAt.Sub(lease.AcquiredAt))
+	record := ""
+	if _, fresh := reply.(int64); fresh && !watched {
+		record = args[0].(string) // the compact lease, as written
+	}
+	l.own.add(id, key, name, record, lease.ExpiresAt.Sub(lease.AcquiredAt))
 	return lease, true, nil
+}
+
+// tombstoneHint is a record a release left as a tombstone, and when.
+type tombstoneHint struct {
+	name string
+	at   time.Time
+}
+
+// tombstoned reports whether this Locker left the record name as a
+// tombstone within the last fenceBehind: an acquire of it would find the
+// tombstone, so the pipelined SET ... NX would only add a round trip.
+func (l *Locker) tombstoned(name string) bool {
+	h := l.tombstone.Load()
+	return h != nil && h.name == name && time.Since(h.at) < fenceBehind
+}
+
+// fenceBehind is how long after a lease was granted (its acquire's reply
+// came, by the local monotonic clock) the server's clock has certainly
+// passed the lease's fence, which is the millisecond in which the server
+// granted it: 1 ms of real time would do; the second is a margin for
+// clock rates (the fences rely on the server's clock not stepping back
+// anyway).
+const fenceBehind = 2 * time.Millisecond
+
+// acquireFresh tries the common acquire, of a key without a record, in
+// one round trip and no script (a fraction of the server's work of the
+// acquire script): SET ... NX PX writes the compact lease value for ttl ms,
+// and PEXPIRETIME, pipelined after it, reads the lease's expiry, which is
+// returned. When the key has a record (a lease, a tombstone), nothing is
+// written and it returns nil: the acquire script decides. An error reply of
+// the server is returned as it is (a redis.Error). The commands go as exec
+// sends them.
+//
+// The two commands are not one atomic step, but nothing else can change
+// the expiry in between: only the holder's id releases or extends the
+// lease, and other acquires are refused while it is live. It could only run
+// out and be taken over in between if the round trip took as long as the
+// lease: when the answer takes half the TTL or more, it returns nil too, and
+// the acquire script (run with the same lock id) reads the lease back
+// atomically, or finds it gone.
+func (l *Locker) acquireFresh(ctx context.Context, conn *redis.Conn, name, value string, ttl int64) (any, error) {
+	n := any(name) // boxed once for both
+	set := redis.NewCmd(ctx, "set", n, value, "nx", "px", ttl)
+	exp := redis.NewCmd(ctx, "pexpiretime", n)
+	sent := time.Now()
+	if err := l.exec(ctx, conn, set, exp); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	if set.Err() == redis.Nil {
+		return nil, nil
+	}
+	e, err := exp.Int64()
+	if err != nil || e <= ttl || time.Since(sent) >= time.Duration(ttl)*time.Millisecond/2 {
+		return nil, err
+	}
+	return e, nil
 }
 
 // cleanupTimeout bounds the release of a lease that an acquire could not
@@ -328,10 +475,12 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 const cleanupTimeout = 5 * time.Second
 
 // acquired decodes the acquire script's reply: a bare integer (the
-// server's clock) for a key that had no record, else an array.
+// lease's expiry, its TTL after its fence) for a key that had no record,
+// else an array.
 func (l *Locker) acquired(ctx context.Context, key, id string, ttl time.Duration, v any) (lock.Lease, bool, error) {
 	const op = "acquire"
-	if now, ok := v.(int64); ok {
+	if exp, ok := v.(int64); ok {
+		now := exp - ttl.Milliseconds()
 		if now <= 0 {
 			return lock.Lease{}, false, replyError(op, "acquire")
 		}
@@ -339,7 +488,7 @@ func (l *Locker) acquired(ctx context.Context, key, id string, ttl time.Duration
 		if err := provider.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
 			return lock.Lease{}, false, err
 		}
-		return lock.Lease{Key: key, ID: id, Fence: fence, AcquiredAt: time.UnixMilli(now), ExpiresAt: time.UnixMilli(now + ttl.Milliseconds())}, true, nil
+		return lock.Lease{Key: key, ID: id, Fence: fence, AcquiredAt: time.UnixMilli(now), ExpiresAt: time.UnixMilli(exp)}, true, nil
 	}
 	r, _ := v.([]any)
 	var nums [4]int64
@@ -375,25 +524,54 @@ func (l *Locker) acquired(ctx context.Context, key, id string, ttl time.Duration
 // ran on: WAIT and WAITAOF count that connection's writes.
 func (l *Locker) durable(ctx context.Context, conn *redis.Conn) error {
 	const op = "acquire"
+	const lost = "; it was given back"
 	switch l.wait {
 	case waitReplicas:
 		n, err := conn.Wait(ctx, l.waitN, l.waitFor).Result()
 		if err != nil {
-			return mapError(op, err)
+			return mapError(op, l.reroute(err))
 		}
-		if n < int64(l.waitN) {
-			return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("the lease was acknowledged by %d of %d replicas in time; it was given back", n, l.waitN), nil)
-		}
+		return l.replicasAcked(op, "the lease", n, lost)
 	case waitAOF:
 		acks, err := conn.WaitAOF(ctx, l.local, l.waitN, l.waitFor).Result()
 		if err != nil {
-			return mapError(op, err)
+			return mapError(op, l.reroute(err))
 		}
-		if len(acks) != 2 || acks[0] < int64(l.local) || acks[1] < int64(l.waitN) {
-			return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("the lease was not fsynced as asked in time (acknowledged %v); it was given back", acks), nil)
-		}
+		return l.aofAcked(op, "the lease", acks, lost)
 	}
 	return nil
+}
+
+// replicasAcked checks WAIT's reply n: what (the write) was acknowledged
+// by enough replicas, else ServiceUnavailable, its detail ending with
+// outcome.
+func (l *Locker) replicasAcked(op, what string, n int64, outcome string) error {
+	if n < int64(l.waitN) {
+		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("%s was acknowledged by %d of %d replicas in time%s", what, n, l.waitN, outcome), nil)
+	}
+	return nil
+}
+
+// aofAcked checks WAITAOF's reply acks (local fsyncs, replica fsyncs) as
+// replicasAcked checks WAIT's.
+func (l *Locker) aofAcked(op, what string, acks []int64, outcome string) error {
+	if len(acks) != 2 || acks[0] < int64(l.local) || acks[1] < int64(l.waitN) {
+		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, fmt.Sprintf("%s was not fsynced as asked in time (acknowledged %v)%s", what, acks, outcome), nil)
+	}
+	return nil
+}
+
+// reroute returns err, first making a cluster client reload its slot map
+// when err is an error met on a dedicated connection to a master (or in
+// finding that master): after a failover the client's map still names the
+// old master (dead, or a replica that answers MOVED), and a dedicated
+// connection follows no redirection; the reload (in the background, at
+// most one at a time) lets the next call reach the new master.
+func (l *Locker) reroute(err error) error {
+	if err != nil && err != redis.Nil && l.cluster != nil {
+		l.cluster.ReloadState(context.Background())
+	}
+	return err
 }
 
 // lockConn returns a dedicated connection to the master that holds name,
@@ -421,11 +599,11 @@ func (l *Locker) Release(ctx context.Context, id string) (lock.Outcome, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	name, hinted, found, err := l.resolve(ctx, op, id)
+	own, hinted, found, err := l.resolve(ctx, op, id)
 	if err != nil || !found {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, err
 	}
-	return l.releaseName(ctx, name, id, hinted || l.index)
+	return l.releaseName(ctx, own, id, hinted || l.index)
 }
 
 // ReleaseKey implements [lock.KeyedLocker]: one script on the lock record.
@@ -441,32 +619,54 @@ func (l *Locker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, 
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	name, ok := l.own.name(id, key)
+	own, ok := l.own.forKey(id, key)
 	if !ok {
-		name = l.names.lock(key)
+		own = ownLease{name: l.names.lock(key)}
 	}
-	return l.releaseName(ctx, name, id, l.index)
+	return l.releaseName(ctx, own, id, l.index)
 }
 
-// releaseName runs the release script on the lock record name. When the id
-// may have an index hint (hinted), the script also deletes it on a single
-// node; on a cluster (where it lives on another slot) it expires on its
-// own.
-func (l *Locker) releaseName(ctx context.Context, name, id string, hinted bool) (lock.Outcome, error) {
+// releaseName runs the release script on the lock record own.name. When
+// the id may have an index hint (hinted), the script also deletes it on a
+// single node; on a cluster (where it lives on another slot) it expires on
+// its own. own.granted is when this Locker was granted the lease (zero when
+// it does not know): from fenceBehind after it, the server's clock has
+// passed the lease's fence; before, it may not have, and a compact lease
+// becomes a light tombstone. Either way the script need not read the clock
+// or the record's expiry. When own.record is set and no hint is to go,
+// the script first compares the record with it whole, which spares it
+// decoding the record.
+func (l *Locker) releaseName(ctx context.Context, own ownLease, id string, hinted bool) (lock.Outcome, error) {
 	const op = "release"
+	name := own.name
 	l.watch.releasing(name)
 	keys := []string{name}
 	if hinted && !l.oneKey() {
 		keys = append(keys, l.names.index(id))
 	}
-	code, err := l.scripts.release.Run(ctx, l.client, keys, id).Int64()
+	args := make([]any, 1, 3)
+	args[0] = id
+	if !own.granted.IsZero() {
+		if time.Since(own.granted) >= fenceBehind {
+			args = append(args, "1")
+		} else {
+			args = append(args, "0")
+		}
+		if own.record != "" && len(keys) == 1 {
+			args = append(args, own.record)
+		}
+	}
+	code, err := l.runScript(ctx, nil, l.scripts.release, keys, args...).Int64()
 	if err != nil {
 		l.watch.unreleased(name)
 		return lock.Outcome{}, mapError(op, err)
 	}
 	switch code {
-	case 1:
+	case 1, 2:
 		l.own.remove(id)
+		if code == 2 {
+			l.tombstone.Store(&tombstoneHint{name: name, at: time.Now()})
+		}
 		l.watch.released(name, id)
 		return lock.Outcome{OK: true}, nil
 	case -1:
@@ -485,6 +685,10 @@ func (l *Locker) releaseName(ctx context.Context, name, id string, hinted bool) 
 // lengthens the id's index hint (if it has one) on a single node, or
 // pipelined with a command that does on a cluster. For a lease this Locker
 // issued that is one round trip; for another lock id, two: the hint first.
+// With a durability wait ([WithWaitForReplicas], [WithWaitForAOF]) the
+// script is pipelined with the wait instead (on a cluster, the hint's
+// command follows), and an extension not acknowledged in time is a
+// ServiceUnavailable error.
 func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock.Outcome, error) {
 	const op = "extend"
 	if err := lock.ValidateID(id); err != nil {
@@ -496,16 +700,20 @@ func (l *Locker) Extend(ctx context.Context, id string, ttl time.Duration) (lock
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Outcome{}, err
 	}
-	name, hinted, found, err := l.resolve(ctx, op, id)
+	own, hinted, found, err := l.resolve(ctx, op, id)
 	if err != nil || !found {
 		return lock.Outcome{Reason: lock.ReasonNotFound}, err
 	}
-	return l.extendName(ctx, name, id, ttl, hinted || l.index)
+	return l.extendName(ctx, own.name, id, ttl, hinted || l.index)
 }
 
 // ExtendKey implements [lock.KeyedLocker]: one round trip (the extend
 // script on the lock record, which also lengthens the id's index hint on a
-// single node; on a cluster a command pipelined with it does).
+// single node; on a cluster a command pipelined with it does). With a
+// durability wait ([WithWaitForReplicas], [WithWaitForAOF]) the script is
+// pipelined with the wait, on a dedicated connection to the lock's master,
+// and an extension not acknowledged in time is a ServiceUnavailable error
+// (the master keeps it; a failover may lose it).
 func (l *Locker) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (lock.Outcome, error) {
 	const op = "extend"
 	key, err := lock.NormalizeKey(key)
@@ -535,7 +743,10 @@ func (l *Locker) extendName(ctx context.Context, name, id string, ttl time.Durat
 		err error
 	)
 	sent := time.Now()
+	var unacked error // with a durability wait: the master extended, unacknowledged
 	switch {
+	case l.wait != waitNone:
+		v, unacked, err = l.extendDurably(ctx, name, id, ttl, hinted)
 	case !hinted:
 		v, err = l.scripts.extend.Run(ctx, l.client, []string{name}, id, ttl.Milliseconds()).Int64()
 	case l.oneKey():
@@ -551,6 +762,8 @@ func (l *Locker) extendName(ctx context.Context, name, id string, ttl time.Durat
 		l.own.extend(id, ttl)
 	}
 	switch {
+	case unacked != nil:
+		return lock.Outcome{}, unacked
 	case v > 0:
 		return lock.Outcome{OK: true, ExpiresAt: time.UnixMilli(v)}, nil
 	case v == 0:
@@ -567,23 +780,97 @@ func (l *Locker) extendName(ctx context.Context, name, id string, ttl time.Durat
 // not have the script cached (NOSCRIPT: nothing ran), it sends the
 // pipeline again with the script's source.
 func (l *Locker) extendPipelined(ctx context.Context, name, index, id string, ttl time.Duration) (int64, error) {
-	keys, args := []string{name}, []any{id, ttl.Milliseconds()}
-	for _, bySHA := range [...]bool{true, false} {
-		pipe := l.client.Pipeline()
-		var cmd *redis.Cmd
-		if bySHA {
-			cmd = l.scripts.extend.EvalSha(ctx, pipe, keys, args...)
-		} else {
-			cmd = l.scripts.extend.Eval(ctx, pipe, keys, args...)
-		}
-		pipe.Do(ctx, "pexpire", index, (ttl + hintSlack).Milliseconds(), "gt")
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		if bySHA && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			continue
-		}
-		return cmd.Int64()
+	cmd, _ := scriptPipelined(ctx, l.client, l.scripts.extend, []string{name}, []any{id, ttl.Milliseconds()},
+		func(pipe redis.Pipeliner) *redis.Cmd {
+			return pipe.Do(ctx, "pexpire", index, (ttl + hintSlack).Milliseconds(), "gt")
+		})
+	v, err := cmd.Int64()
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		return 0, replyError("extend", "NOSCRIPT after sending the script")
 	}
-	return 0, replyError("extend", "NOSCRIPT after sending the script")
+	return v, err
+}
+
+// scriptPipelined runs script with keys and args on c, pipelined with the
+// command also adds (one round trip), by SHA and, when the server does
+// not have the script cached (NOSCRIPT: nothing ran, as after a restart or
+// a failover), once more with its source. Each command carries its own
+// error.
+func scriptPipelined(ctx context.Context, c redis.Cmdable, script *redis.Script, keys []string, args []any,
+	also func(redis.Pipeliner) *redis.Cmd) (cmd, other *redis.Cmd) {
+	for _, bySHA := range [...]bool{true, false} {
+		pipe := c.Pipeline()
+		if bySHA {
+			cmd = script.EvalSha(ctx, pipe, keys, args...)
+		} else {
+			cmd = script.Eval(ctx, pipe, keys, args...)
+		}
+		other = also(pipe)
+		_, _ = pipe.Exec(ctx)
+		if !bySHA || !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			break
+		}
+	}
+	return cmd, other
+}
+
+// extendDurably runs the extend script on the lock record name, pipelined
+// with WAIT (or WAITAOF) on a dedicated connection to its master: one
+// round trip. It returns the script's reply v and, when v is a new expiry
+// (the master extended the lease) that was not acknowledged as the
+// durability option asks, a ServiceUnavailable error in unacked. When the
+// server does not have the script cached (NOSCRIPT: nothing ran, as after
+// a failover), it sends the pipeline again with the script's source. An
+// index hint on another slot (hinted, on a cluster) is lengthened after,
+// through the client, and not waited for: it is only a hint.
+func (l *Locker) extendDurably(ctx context.Context, name, id string, ttl time.Duration, hinted bool) (v int64, unacked, err error) {
+	const op = "extend"
+	keys, args := []string{name}, []any{id, ttl.Milliseconds()}
+	if hinted && !l.oneKey() {
+		keys = append(keys, l.names.index(id))
+	}
+	conn, err := l.lockConn(ctx, name)
+	if err != nil {
+		return 0, nil, l.reroute(err)
+	}
+	defer conn.Close()
+	cmd, wait := scriptPipelined(ctx, conn, l.scripts.extend, keys, args, func(pipe redis.Pipeliner) *redis.Cmd {
+		if l.wait == waitAOF {
+			return pipe.Do(ctx, "waitaof", l.local, l.waitN, l.waitFor.Milliseconds())
+		}
+		return pipe.Do(ctx, "wait", l.waitN, l.waitFor.Milliseconds())
+	})
+	if v, err = cmd.Int64(); err != nil {
+		if redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return 0, nil, replyError(op, "NOSCRIPT after sending the script")
+		}
+		return 0, nil, l.reroute(err)
+	}
+	if v <= 0 {
+		// Not extended: the outcome does not depend on the wait.
+		return v, nil, nil
+	}
+	const outcome = "; the lease stays as the master has it"
+	switch l.wait {
+	case waitAOF:
+		acks, err := wait.Int64Slice()
+		if err != nil {
+			return v, mapError(op, l.reroute(err)), nil
+		}
+		unacked = l.aofAcked(op, "the extension", acks, outcome)
+	default:
+		n, err := wait.Int64()
+		if err != nil {
+			return v, mapError(op, l.reroute(err)), nil
+		}
+		unacked = l.replicasAcked(op, "the extension", n, outcome)
+	}
+	if unacked == nil && hinted && l.oneKey() {
+		// As in extendPipelined, the hint's own error is ignored: the
+		// lease is extended, and a hint is only a hint.
+		_ = l.client.Do(ctx, "pexpire", l.names.index(id), (ttl + hintSlack).Milliseconds(), "gt").Err()
+	}
+	return v, unacked, nil
 }
 
 // IsLocked implements [lock.Locker]: one script.
@@ -600,7 +887,7 @@ func (l *Locker) IsLocked(ctx context.Context, key string) (bool, error) {
 	if l.cleanup {
 		cleanup = "1"
 	}
-	v, err := l.scripts.isLocked.Run(ctx, l.client, []string{l.names.lock(key)}, cleanup).Int64()
+	v, err := l.scripts.isLocked.Run(ctx, l.client, []string{l.names.lock(key)}, cleanup, "0").Int64()
 	if err != nil {
 		return false, mapError(op, err)
 	}
@@ -632,11 +919,11 @@ func (l *Locker) LookupID(ctx context.Context, id string) (lock.Info, bool, erro
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return lock.Info{}, false, err
 	}
-	name, _, found, err := l.resolve(ctx, op, id)
+	own, _, found, err := l.resolve(ctx, op, id)
 	if err != nil || !found {
 		return lock.Info{}, false, err
 	}
-	return l.lookup(ctx, name, id)
+	return l.lookup(ctx, own.name, id)
 }
 
 func (l *Locker) lookup(ctx context.Context, name, id string) (lock.Info, bool, error) {
@@ -648,36 +935,64 @@ func (l *Locker) lookup(ctx context.Context, name, id string) (lock.Info, bool, 
 	if v == "" {
 		return lock.Info{}, false, nil
 	}
-	if len(v) <= recordHeader {
+	if len(v) < fullHeader {
 		return lock.Info{}, false, replyError(op, "a lock record too short")
 	}
-	fence, err1 := strconv.ParseUint(v[22:37], 10, 64)
-	acq, err2 := strconv.ParseInt(v[37:52], 10, 64)
-	exp, err3 := strconv.ParseInt(v[52:67], 10, 64)
+	const d = lock.FenceDigits
+	fence, err1 := strconv.ParseUint(v[idLen+1:idLen+1+d], 10, 64)
+	acq, err2 := strconv.ParseInt(v[idLen+1+d:idLen+1+2*d], 10, 64)
+	exp, err3 := strconv.ParseInt(v[idLen+1+2*d:fullHeader], 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil {
 		return lock.Info{}, false, replyError(op, "a malformed lock record")
 	}
-	return lock.NewInfo(v[recordHeader:], v[:22], lock.Fence(fence), time.UnixMilli(acq), time.UnixMilli(exp)), true, nil
+	key := v[fullHeader:]
+	if key == "" {
+		var ok bool
+		if key, ok = l.names.keyOf(name); !ok {
+			return lock.Info{}, false, replyError(op, "a lock record without its key")
+		}
+	}
+	return lock.NewInfo(key, v[:idLen], lock.Fence(fence), time.UnixMilli(acq), time.UnixMilli(exp)), true, nil
 }
 
-// resolve finds the name of the lock record that the lock id id was issued
-// for: from memory for a lease this Locker issued, else from the id's index
-// hint (hinted). found is false when there is neither (the id was never
-// issued, was issued by a Locker without WithIDIndex, or its lease ran out
-// a while ago).
-func (l *Locker) resolve(ctx context.Context, op, id string) (name string, hinted, found bool, err error) {
-	if name, ok := l.own.get(id); ok {
-		return name, false, true, nil
+// resolve finds the lock record that the lock id id was issued for: from
+// memory for a lease this Locker issued (own is its entry), else from the
+// id's index hint (hinted; own then has the record's name alone). found is
+// false when there is neither (the id was never issued, was issued by a
+// Locker without WithIDIndex, or its lease ran out a while ago).
+func (l *Locker) resolve(ctx context.Context, op, id string) (own ownLease, hinted, found bool, err error) {
+	if own, ok := l.own.get(id); ok {
+		return own, false, true, nil
 	}
-	name, err = l.client.Get(ctx, l.names.index(id)).Result()
+	name, err := l.client.Get(ctx, l.names.index(id)).Result()
 	if err == redis.Nil {
-		return "", false, false, nil
+		return ownLease{}, false, false, nil
 	}
 	if err != nil {
-		return "", false, false, mapError(op, err)
+		return ownLease{}, false, false, mapError(op, err)
 	}
 	if !l.names.isLock(name) {
-		return "", false, false, replyError(op, "an index hint that names no lock record")
+		return ownLease{}, false, false, replyError(op, "an index hint that names no lock record")
 	}
-	return name, true, true, nil
+	return ownLease{name: name}, true, true, nil
+}
+
+// compact returns the compact lease record of id on the normalised key
+// for ttl ms: watched when the acquiring Locker watches the key. The key
+// is left out when the record's name spells it (see names.keyOf).
+func (l *Locker) compact(id, key string, ttl int64, watched bool) string {
+	var b [compactHeader]byte
+	copy(b[:], id)
+	b[idLen] = kindCompact
+	if watched {
+		b[idLen] = kindCompactWatched
+	}
+	for i := len(b) - 1; i > idLen; i-- {
+		b[i] = byte('0' + ttl%10)
+		ttl /= 10
+	}
+	if verbatim(key) {
+		return string(b[:])
+	}
+	return string(b[:]) + key
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,13 +193,16 @@ func TestFencesFromTheServerClock(t *testing.T) {
 				if out, err := l.ReleaseKey(ctx, prev.Key, prev.ID); err != nil || !out.OK {
 					t.Fatalf("ReleaseKey %d: %+v, %v", i, out, err)
 				}
-				// Released: deleted, or a tombstone that keeps the fence until
-				// the clock passes it.
+				// Released: deleted, or a tombstone until the clock passes the
+				// fence: one that keeps the fence, or a light one (1 ms) for a
+				// compact lease released when its fence's millisecond may not
+				// have passed.
 				r, found, err := readRecord(ctx, c, name)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if found && (r.id != redislock.TombstoneID || r.fence != prev.Fence || r.key != "") {
+				light := r.kind == 'r' && r.id == redislock.TombstoneID
+				if found && !light && (r.kind != 't' || r.id != redislock.TombstoneID || r.fence != prev.Fence || r.key != "") {
 					t.Fatalf("after a release: %+v; want nothing or a tombstone with fence %v", r, prev.Fence)
 				}
 				lease, ok, err := l.Acquire(ctx, "k", time.Minute)
@@ -319,7 +323,7 @@ func TestTombstones(t *testing.T) {
 			l := newLocker(t, c, redislock.WithCleanupInIsLocked(true))
 			name := redislock.LockName(l, "k")
 			ahead := lock.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
-			if err := c.Set(ctx, name, rawRecord(redislock.TombstoneID, ahead, 0, 0, ""), time.Hour+time.Minute).Err(); err != nil {
+			if err := c.Set(ctx, name, rawTombstone(ahead), time.Hour+time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
 			if locked, err := l.IsLocked(ctx, "k"); err != nil || locked {
@@ -449,48 +453,6 @@ func TestNoStateWithoutExpiry(t *testing.T) {
 	}
 }
 
-// TestUpgradeFromFenceCounters: the lock records keep the names and form
-// of earlier versions, which also kept a fence counter per key beside
-// them. A lock held by such a version excludes this one; once it is
-// released, this version's fence is greater than the counter, and the
-// counter is never read or written (an operator may delete it).
-func TestUpgradeFromFenceCounters(t *testing.T) {
-	for _, b := range backends() {
-		t.Run(b.name, func(t *testing.T) {
-			ctx := t.Context()
-			c := b.newClient(t)
-			l := newLocker(t, c)
-			name := redislock.LockName(l, "invoice:42")
-			counter := strings.Replace(name, "}:l:", "}:f:", 1)
-			now := serverNow(t, c).UnixMilli()
-			oldID := lock.NewID()
-			if err := c.Set(ctx, counter, 7, 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Set(ctx, name, rawRecord(oldID, 7, now, now+60_000, "invoice:42"), time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
-			if _, ok, err := l.Acquire(ctx, "invoice:42", time.Minute); ok || err != nil {
-				t.Fatalf("Acquire over an earlier version's live lock: %v, %v; want locked", ok, err)
-			}
-			info, found, err := lock.LookupKeyRaw(ctx, l, "invoice:42")
-			if err != nil || !found || info.ID != oldID || info.Fence != 7 {
-				t.Fatalf("LookupKey of an earlier version's lock: %+v, %v, %v", info, found, err)
-			}
-			if out, err := l.ReleaseKey(ctx, "invoice:42", oldID); err != nil || !out.OK {
-				t.Fatalf("ReleaseKey of an earlier version's lock: %+v, %v", out, err)
-			}
-			lease, ok, err := l.Acquire(ctx, "invoice:42", time.Minute)
-			if err != nil || !ok || lease.Fence <= 7 || int64(lease.Fence) < now {
-				t.Fatalf("Acquire after the upgrade: %v, %v, %v; want a fence from the clock", lease, ok, err)
-			}
-			if v, err := c.Get(ctx, counter).Int(); err != nil || v != 7 {
-				t.Fatalf("the old counter was touched: %d, %v", v, err)
-			}
-		})
-	}
-}
-
 // TestCleanupOnlyLongExpired exercises IsLocked's cleanup on records whose
 // expiry an operator removed (Redis removes the others itself): a record
 // expired less than the grace ago stays; one expired longer ago goes, or
@@ -560,7 +522,7 @@ func TestMalformedStateIsInternal(t *testing.T) {
 		t.Fatalf("Release through an index hint that names no lock: %v; want Internal", err)
 	}
 	now := serverNow(t, c).UnixMilli()
-	bad := lock.NewID() + "not-a-number-00" + pad(now-2000) + pad(now-1000) + "nan"
+	bad := lock.NewID() + "f" + "not-a-number-00" + pad(now-2000) + pad(now-1000) + "nan"
 	if err := c.Set(ctx, redislock.LockName(l, "nan"), bad, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -635,20 +597,13 @@ func TestNamesStayOnTheirSlot(t *testing.T) {
 // ServiceUnavailable and gives the lease back.
 func TestWaitForReplicas(t *testing.T) {
 	ctx := t.Context()
-	primary, replica := testenv.NewRedis(t), testenv.NewRedis(t)
-	host, port, _ := net.SplitHostPort(primary.Addr)
-	if err := clientFor(t, replica.Addr).SlaveOf(ctx, host, port).Err(); err != nil {
-		t.Fatal(err)
-	}
-	pc := clientFor(t, primary.Addr)
-	waitReplicaOnline(t, pc)
+	pc, rc := replicatedPair(t)
 
 	l := newLocker(t, pc, redislock.WithWaitForReplicas(1, 2*time.Second))
 	lease, ok, err := l.Acquire(ctx, "k", time.Minute)
 	if err != nil || !ok {
 		t.Fatalf("Acquire with an attached replica: %v, %v", ok, err)
 	}
-	rc := clientFor(t, replica.Addr)
 	if r, found, err := readRecord(ctx, rc, redislock.LockName(l, "k")); err != nil || !found || r.id != lease.ID || r.fence != lease.Fence {
 		t.Fatalf("the replica's lock record: %+v, %v, %v; want the lease as soon as it is handed out", r, found, err)
 	}
@@ -661,12 +616,138 @@ func TestWaitForReplicas(t *testing.T) {
 }
 
 // TestWaitForReplicasOnCluster: the wait runs on the connection to the
-// master of the lock's slot (the test cluster has no replicas: refused).
+// master of the lock's slot (the test cluster has no replicas: refused),
+// for acquires and for extends.
 func TestWaitForReplicasOnCluster(t *testing.T) {
-	l := newLocker(t, cluster(t), redislock.WithWaitForReplicas(1, 20*time.Millisecond))
+	c := cluster(t)
+	l := newLocker(t, c, redislock.WithWaitForReplicas(1, 20*time.Millisecond))
 	for _, k := range []string{"a", "b", "c", "d"} {
 		checkRefusedDurably(t, l, k)
+		checkExtendUnacknowledged(t, c, redislock.WithWaitForReplicas(1, 20*time.Millisecond), k)
 	}
+}
+
+// TestWaitForReplicasOnExtend: with the wait option an extend counts only
+// once a replica acknowledged it: with a replica attached, Extend and
+// ExtendKey succeed (also when the master lost its script cache, as after
+// a failover) and the replica has the new expiry as soon as they return;
+// without a replica they fail with ServiceUnavailable, and the lease stays
+// as the master has it.
+func TestWaitForReplicasOnExtend(t *testing.T) {
+	ctx := t.Context()
+	pc, rc := replicatedPair(t)
+
+	for _, index := range []bool{false, true} {
+		l := newLocker(t, pc, redislock.WithWaitForReplicas(1, 2*time.Second), redislock.WithIDIndex(index))
+		key := fmt.Sprint("k-", index)
+		lease, ok, err := l.Acquire(ctx, key, time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("Acquire with an attached replica: %v, %v", ok, err)
+		}
+		for i, extend := range []func(ttl time.Duration) (lock.Outcome, error){
+			func(ttl time.Duration) (lock.Outcome, error) { return l.ExtendKey(ctx, key, lease.ID, ttl) },
+			func(ttl time.Duration) (lock.Outcome, error) { return l.Extend(ctx, lease.ID, ttl) },
+		} {
+			if i == 1 {
+				// NOSCRIPT: the pipeline is sent again with the source.
+				if err := pc.ScriptFlush(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ttl := time.Duration(2+i) * time.Minute
+			out, err := extend(ttl)
+			if err != nil || !out.OK {
+				t.Fatalf("extend %d (index %v) with an attached replica: %+v, %v", i, index, out, err)
+			}
+			r, found, err := readRecord(ctx, rc, redislock.LockName(l, key))
+			if err != nil || !found || r.id != lease.ID || r.expires != out.ExpiresAt.UnixMilli() {
+				t.Fatalf("the replica's record after extend %d: %+v, %v, %v; want expiry %v", i, r, found, err, out.ExpiresAt.UnixMilli())
+			}
+			if pttl, err := rc.PTTL(ctx, redislock.LockName(l, key)).Result(); err != nil || pttl < ttl-time.Minute/2 {
+				t.Fatalf("the replica's record's PTTL after extend %d: %v, %v; want about %v", i, pttl, err, ttl)
+			}
+			if index {
+				if pttl, err := rc.PTTL(ctx, redislock.IndexName(l, lease.ID)).Result(); err != nil || pttl < ttl-time.Minute/2 {
+					t.Fatalf("the replica's index hint's PTTL after extend %d: %v, %v; want about %v", i, pttl, err, ttl)
+				}
+			}
+		}
+	}
+
+	lonely := clientFor(t, testenv.NewRedis(t).Addr)
+	checkExtendUnacknowledged(t, lonely, redislock.WithWaitForReplicas(1, 20*time.Millisecond), "lonely")
+}
+
+// checkExtendUnacknowledged checks that a locker on c with wait, a wait
+// option that no replica can satisfy, refuses an extend of a lease that a
+// locker without it (the same prefix) acquired for key:
+// ServiceUnavailable, while the master has the new expiry. An extend that
+// finds no lease reports it as usual.
+func checkExtendUnacknowledged(t *testing.T, c redis.UniversalClient, wait redislock.Option, key string) {
+	t.Helper()
+	ctx := t.Context()
+	plain := newLocker(t, c)
+	durable := newLocker(t, c, redislock.WithKeyPrefix(redislock.Prefix(plain)), wait)
+	lease, ok, err := plain.Acquire(ctx, key+"-extended", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("plain Acquire: %v, %v", ok, err)
+	}
+	before := serverNow(t, c)
+	out, err := durable.ExtendKey(ctx, lease.Key, lease.ID, 10*time.Minute)
+	if out.OK || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
+		t.Fatalf("ExtendKey(%s) without enough replicas: %+v, %v; want ServiceUnavailable", key, out, err)
+	}
+	r, found, err := readRecord(ctx, c, redislock.LockName(plain, lease.Key))
+	if err != nil || !found || r.id != lease.ID || r.expires < before.Add(10*time.Minute).UnixMilli() {
+		t.Fatalf("the master's record after an unacknowledged extend: %+v, %v, %v; want it extended", r, found, err)
+	}
+	if out, err := durable.ExtendKey(ctx, key+"-absent", lease.ID, time.Minute); err != nil || out.Reason != lock.ReasonNotFound {
+		t.Fatalf("ExtendKey of no lease without enough replicas: %+v, %v; want not found", out, err)
+	}
+}
+
+// TestAcquireRetryWrites: an acquire retried with the same lock id that
+// finds its own live lease writes (the record's expiry, unchanged), so
+// that the WAIT of a durable acquire on its connection covers the lease
+// even when the first attempt's write was never acknowledged.
+func TestAcquireRetryWrites(t *testing.T) {
+	ctx := t.Context()
+	c := clientFor(t, testenv.NewRedis(t).Addr) // no saves: the dirty counter only grows
+	l := newLocker(t, c)
+	id := lock.NewID()
+	first, ok, err := redislock.AcquireAs(ctx, l, "retried", id, time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("AcquireAs: %v, %v", ok, err)
+	}
+	pttl := c.PTTL(ctx, redislock.LockName(l, "retried")).Val()
+	dirty := dirtyCount(t, c)
+	again, ok, err := redislock.AcquireAs(ctx, l, "retried", id, time.Minute)
+	if err != nil || !ok || again != first {
+		t.Fatalf("AcquireAs again: %v, %v, %v; want %v", again, ok, err, first)
+	}
+	if after := dirtyCount(t, c); after <= dirty {
+		t.Fatalf("the retried acquire wrote nothing (changes %d, then %d); a WAIT on its connection would not cover the lease", dirty, after)
+	}
+	if now := c.PTTL(ctx, redislock.LockName(l, "retried")).Val(); now > pttl || now < pttl-5*time.Second {
+		t.Fatalf("the record's PTTL after the retry: %v, before %v; want the expiry unchanged", now, pttl)
+	}
+}
+
+// dirtyCount returns how many writes the server made since its last save.
+func dirtyCount(t *testing.T, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(t.Context(), "persistence").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		var n int64
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "rdb_changes_since_last_save:%d", &n); err == nil {
+			return n
+		}
+	}
+	t.Fatal("INFO persistence has no rdb_changes_since_last_save")
+	return 0
 }
 
 // TestWaitForAOF: WAITAOF needs Redis 7.2; on an older server the acquire
@@ -683,6 +764,9 @@ func TestWaitForAOF(t *testing.T) {
 	if supportsWaitAOF(info) {
 		if err != nil || !ok {
 			t.Fatalf("Acquire with WAITAOF on a server that has it: %v, %v", ok, err)
+		}
+		if out, err := l.ExtendKey(t.Context(), "k", lease.ID, 2*time.Minute); err != nil || !out.OK {
+			t.Fatalf("ExtendKey with WAITAOF on a server that has it: %+v, %v", out, err)
 		}
 		return
 	}
@@ -713,6 +797,21 @@ func checkRefusedDurably(t *testing.T, l *redislock.Locker, k string) {
 	if locked, err := l.IsLocked(t.Context(), k); err != nil || locked {
 		t.Fatalf("IsLocked(%s) after a refused durable acquire: %v, %v; want the lease given back", k, locked, err)
 	}
+}
+
+// replicatedPair starts a master and a replica of it for this test alone,
+// and returns clients of both once the replica is online.
+func replicatedPair(t *testing.T) (primary, replica *redis.Client) {
+	t.Helper()
+	p, r := testenv.NewRedis(t), testenv.NewRedis(t)
+	host, port, _ := net.SplitHostPort(p.Addr)
+	replica = clientFor(t, r.Addr)
+	if err := replica.SlaveOf(t.Context(), host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	primary = clientFor(t, p.Addr)
+	waitReplicaOnline(t, primary)
+	return primary, replica
 }
 
 func waitReplicaOnline(t *testing.T, primary *redis.Client) {
@@ -754,4 +853,130 @@ func TestPlainClientOnClusterEndpoint(t *testing.T) {
 		return
 	}
 	t.Fatal("no acquire succeeded through the plain client")
+}
+
+// TestProxyWithoutPEXPIRETIME: behind a proxy that lacks PEXPIRETIME (but
+// runs scripts), the first acquire's pipeline is refused after its SET went
+// through; the acquire script, run with the same lock id, reads that lease
+// back, and from then on the locker acquires by script alone.
+func TestProxyWithoutPEXPIRETIME(t *testing.T) {
+	srv := testenv.Redis(t)
+	p := newProxy(t, srv.Addr, 0, "pexpiretime")
+	direct := single(t)
+	l := newLocker(t, clientFor(t, p.Addr))
+	ctx := t.Context()
+	for i := range 5 {
+		k := fmt.Sprint("k", i)
+		lease, ok, err := l.Acquire(ctx, k, time.Minute)
+		if err != nil || !ok {
+			t.Fatalf("Acquire %s through the proxy: %v, %v", k, ok, err)
+		}
+		r, found, err := readRecord(ctx, direct, redislock.LockName(l, k))
+		if err != nil || !found || r.id != lease.ID || r.fence != lease.Fence {
+			t.Fatalf("the record of %s: %+v (found %v, %v); want the lease %v", k, r, found, err, lease)
+		}
+		if out, err := l.ReleaseKey(ctx, k, lease.ID); err != nil || !out.OK {
+			t.Fatalf("ReleaseKey %s: %+v, %v", k, out, err)
+		}
+	}
+	if n := p.refusals("pexpiretime"); n != 1 {
+		t.Fatalf("the proxy refused PEXPIRETIME %d times; want once (then scripts alone)", n)
+	}
+}
+
+// TestSlowRepliesReadTheLeaseBack: when the answer to an acquire's
+// pipeline takes half the TTL or more, the lease could have run out and
+// been taken over between its SET and the read of its expiry; the acquire
+// then reads its lease back atomically with the acquire script (or finds it
+// taken). A locker behind a proxy that delays every reply by 4 ms races for
+// a key of 3 ms leases with a locker on a direct connection, which tries
+// the key every half millisecond: no fence is ever granted twice.
+func TestSlowRepliesReadTheLeaseBack(t *testing.T) {
+	srv := testenv.Redis(t)
+	p := newProxy(t, srv.Addr, 4*time.Millisecond)
+	slow := newLocker(t, clientFor(t, p.Addr))
+	fast := newLockerPrefixed(t, clientFor(t, srv.Addr), redislock.Prefix(slow))
+	ctx := t.Context()
+	var (
+		mu     sync.Mutex
+		fences = map[lock.Fence]string{}
+		wins   = map[string]int{}
+		done   = make(chan struct{})
+		wg     sync.WaitGroup
+	)
+	grant := func(who string, lease lock.Lease) {
+		mu.Lock()
+		defer mu.Unlock()
+		wins[who]++
+		if other, dup := fences[lease.Fence]; dup {
+			t.Errorf("fence %v granted twice: to the %s locker and to the %s locker", lease.Fence, other, who)
+		}
+		fences[lease.Fence] = who
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			lease, ok, err := fast.Acquire(ctx, "k", 3*time.Millisecond)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if ok {
+				grant("fast", lease)
+			}
+			time.Sleep(500 * time.Microsecond)
+		}
+	}()
+	for range 50 {
+		lease, ok, err := slow.Acquire(ctx, "k", 3*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			grant("slow", lease)
+		}
+	}
+	close(done)
+	wg.Wait()
+	t.Logf("wins: %v", wins)
+	if wins["fast"] < 10 {
+		t.Fatalf("the direct locker was granted %d leases; want it to take the key whenever it is free", wins["fast"])
+	}
+}
+
+// TestReleaseLongAfterTheGrant: a lease released by its Locker more than
+// 2 ms after the grant is deleted without a look at the clock (the fence is
+// behind it); the next lease still gets a greater fence.
+func TestReleaseLongAfterTheGrant(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := b.newClient(t)
+			l := newLocker(t, c)
+			prev, ok, err := l.Acquire(ctx, "k", time.Minute)
+			if err != nil || !ok {
+				t.Fatalf("Acquire: %v, %v", ok, err)
+			}
+			for range 5 {
+				time.Sleep(5 * time.Millisecond)
+				if out, err := l.ReleaseKey(ctx, "k", prev.ID); err != nil || !out.OK {
+					t.Fatalf("ReleaseKey: %+v, %v", out, err)
+				}
+				if _, found, err := readRecord(ctx, c, redislock.LockName(l, "k")); err != nil || found {
+					t.Fatalf("the record after a release 5 ms after its grant: found %v (%v); want it deleted", found, err)
+				}
+				next, ok, err := l.Acquire(ctx, "k", time.Minute)
+				if err != nil || !ok || next.Fence <= prev.Fence {
+					t.Fatalf("Acquire: fence %v after %v (%v, %v); want greater", next.Fence, prev.Fence, ok, err)
+				}
+				prev = next
+			}
+		})
+	}
 }

@@ -14,11 +14,16 @@ import (
 
 // Watch notifications.
 //
-// Every script that ends a lease (a release, a release or extend that
-// finds the lease expired, IsLocked's cleanup) publishes the lease's lock
-// id on a channel named like the lock record, in the same script, so it
-// costs no round trip of its own. On a cluster the message is sharded
-// (SPUBLISH) and stays on the record's shard.
+// A lease that some Locker waits for is marked watched in its record (see
+// scripts.go): by the Watch that finds it (its look at the key after the
+// subscription), by an acquire that it refuses while that acquire's Locker
+// watches the key, and from the start when the acquiring Locker watches
+// the key; extends and take-overs keep the mark. Every script that ends a
+// watched lease (a release, a release or extend that finds it expired)
+// publishes the lease's lock id on a channel named like the lock record,
+// in the same script, so it costs no round trip of its own, and so does
+// IsLocked's cleanup. On a cluster the message is sharded (SPUBLISH) and
+// stays on the record's shard. Leases nobody waits for end without one.
 //
 // A Locker listens on one pub/sub connection (on a cluster, one per master
 // that holds a watched key), started by the first Watch and shared by all:
@@ -85,8 +90,9 @@ func noop() {}
 // Watch implements [lock.Watcher]. It returns once the key's subscription
 // is in place; then, unless a lease of this locker holds the key (or is
 // being handed to one of its watches), it reads the key, so that a release
-// just before the subscription is not missed. An invalid key gives a
-// closed channel.
+// just before the subscription is not missed, and marks the lease it finds
+// watched, so that its end sends a message. An invalid key gives a closed
+// channel.
 //
 // The watches of a key in one locker wait in line, oldest first: a release
 // of the key (also a release or extend that finds the lease expired, and
@@ -123,7 +129,7 @@ func (l *Locker) Watch(ctx context.Context, key string) (<-chan struct{}, func()
 		// sent no message this watch saw: read the key once now that the
 		// watch is in place. If it is free, the oldest watch of the key is
 		// woken, as a release would.
-		held, err := l.scripts.isLocked.Run(ctx, l.client, []string{name}, "0").Int64()
+		held, err := l.scripts.isLocked.Run(ctx, l.client, []string{name}, "0", "1").Int64()
 		if err == nil && held == 0 {
 			l.watch.free(w.s)
 		}

@@ -568,17 +568,22 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-// TestNotifications pins what the scripts publish: every end of a lease
-// (a release, a release or extend that finds the lease expired, IsLocked's
-// cleanup) sends the lease's lock id on the channel named like its lock
-// record (sharded on a cluster); an acquire, an extend and a refused
-// release send nothing.
+// TestNotifications pins what the scripts publish: the end of a watched
+// lease (a release, a release or extend that finds it expired) sends its
+// lock id on the channel named like its lock record (sharded on a
+// cluster), and so does IsLocked's cleanup; a lease nobody watches ends
+// without a message, and an acquire, an extend and a refused release send
+// nothing. A Watch marks the lease it finds, and so does an acquire
+// refused while its Locker watches the key; an extend and a takeover of a
+// watched lease that ran out keep the mark.
 func TestNotifications(t *testing.T) {
 	for _, d := range deployments(t) {
 		t.Run(d.name, func(t *testing.T) {
 			ctx := t.Context()
 			c := d.client(t, clientName(t))
 			l := newLocker(t, c, redislock.WithCleanupInIsLocked(true))
+			// Another process's locker, which watches the key.
+			other := newLockerPrefixed(t, d.client(t, clientName(t)+"-other"), redislock.Prefix(l))
 			name := redislock.LockName(l, "k")
 			var ps *redis.PubSub
 			if cc, ok := c.(*redis.ClusterClient); ok {
@@ -600,14 +605,53 @@ func TestNotifications(t *testing.T) {
 				}
 				return m.Payload
 			}
+			watchedAs := func(want bool) {
+				t.Helper()
+				r, found, err := readRecord(ctx, c, name)
+				if err != nil || !found || r.watched() != want {
+					t.Fatalf("the record %+v (found %v, %v): watched %v; want %v", r, found, err, r.watched(), want)
+				}
+			}
 
+			// Nobody watches: the release sends nothing.
+			quiet, _, err := l.Acquire(ctx, "k", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := l.ReleaseKey(ctx, "k", quiet.ID); err != nil || !out.OK {
+				t.Fatalf("ReleaseKey: %+v, %v", out, err)
+			}
+
+			// A Watch of another process marks the compact lease this locker
+			// wrote: its release, which no longer finds the record as written,
+			// sends the message.
+			marked, _, err := l.Acquire(ctx, "k", time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, stop := other.Watch(ctx, "k")
+			stop()
+			watchedAs(true)
+			if out, err := l.ReleaseKey(ctx, "k", marked.ID); err != nil || !out.OK {
+				t.Fatalf("ReleaseKey of a marked lease: %+v, %v", out, err)
+			}
+			if got := next("release of a marked lease"); got != marked.ID {
+				t.Fatalf("the release of a marked lease sent %q; want its lock id %q (and nothing before it)", got, marked.ID)
+			}
+
+			// A Watch marks the lease; extends keep the mark.
 			lease, _, err := l.Acquire(ctx, "k", time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
+			watchedAs(false)
+			_, stop = other.Watch(ctx, "k")
+			stop()
+			watchedAs(true)
 			if _, err := l.ExtendKey(ctx, "k", lease.ID, time.Minute); err != nil {
 				t.Fatal(err)
 			}
+			watchedAs(true)
 			if out, err := l.ReleaseKey(ctx, "k", lock.NewID()); err != nil || out.OK {
 				t.Fatalf("release with a foreign id: %+v, %v", out, err)
 			}
@@ -615,15 +659,23 @@ func TestNotifications(t *testing.T) {
 				t.Fatalf("ReleaseKey: %+v, %v", out, err)
 			}
 			if got := next("release"); got != lease.ID {
-				t.Fatalf("release sent %q; want the lock id (and nothing before it)", got)
+				t.Fatalf("release sent %q; want the watched lease's lock id %q (and nothing before it)", got, lease.ID)
 			}
 
+			// An acquire refused while its locker watches the key marks the
+			// lease. The expired ones below are kept as full records (their
+			// fence is ahead of the clock), so that a release or extend
+			// finds them expired rather than gone.
 			raiseFence(t, c, l, "k")
 			for _, op := range []string{"release", "extend"} {
 				lease, _, err = l.Acquire(ctx, "k", 30*time.Millisecond)
 				if err != nil {
 					t.Fatal(err)
 				}
+				if _, ok, err := other.Acquire(ctx, "k", time.Minute); ok || err != nil {
+					t.Fatalf("Acquire of a held key: %v, %v", ok, err)
+				}
+				watchedAs(true)
 				time.Sleep(100 * time.Millisecond)
 				var out lock.Outcome
 				if op == "release" {
@@ -638,6 +690,12 @@ func TestNotifications(t *testing.T) {
 					t.Fatalf("%s after expiry sent %q; want the lock id", op, got)
 				}
 			}
+			// The last lease ran out while watched: the one that takes over
+			// is watched too.
+			if _, ok, err := l.Acquire(ctx, "k", time.Minute); !ok || err != nil {
+				t.Fatalf("Acquire over an expired lease: %v, %v", ok, err)
+			}
+			watchedAs(true)
 
 			// A record whose expiry an operator removed, expired long ago:
 			// IsLocked's cleanup ends it and tells the watchers.
@@ -694,7 +752,7 @@ func newLockerPrefixed(t *testing.T, c redis.UniversalClient, prefix string, opt
 func raiseFence(t *testing.T, c redis.UniversalClient, l *redislock.Locker, key string) {
 	t.Helper()
 	ahead := lock.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
-	if err := c.Set(t.Context(), redislock.LockName(l, key), rawRecord(redislock.TombstoneID, ahead, 0, 0, ""), time.Hour+time.Minute).Err(); err != nil {
+	if err := c.Set(t.Context(), redislock.LockName(l, key), rawTombstone(ahead), time.Hour+time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
