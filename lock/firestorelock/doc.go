@@ -177,20 +177,4 @@
 // [Locker.StartSweeper]: it collects due documents in batches, re-checking
 // each in a transaction so that a lease taken or extended in the meantime
 // is kept.
-//
-// # Migrating from the fence collection
-//
-// Earlier versions kept a fence counter per key in a second collection
-// (default "idemkit_lock_fences") and judged leases by the client's clock.
-// Lock documents written by them are read as they are (their fence field
-// and expiry carry over). Fences now start from the server clock in
-// milliseconds, far above any counter, so the fence collection is no
-// longer read or written and can be deleted, for example with
-//
-//	gcloud firestore bulk-delete --collection-ids=idemkit_lock_fences
-//
-// (bulk-delete removes that collection group wherever it occurs; use your
-// fence collection's name if you changed it). Do not run old and new versions
-// side by side on one collection: an old one would issue fences from its
-// counters, below the new ones.
 package firestorelock

@@ -79,8 +79,8 @@ func PendingAcquires(l *Locker, key string) int {
 	}
 	l.share.mu.Lock()
 	defer l.share.mu.Unlock()
-	if kr := l.share.reads[docID(k)]; kr != nil && kr.pending != nil {
-		return kr.pending.members
+	if ks := l.share.keys[docID(k)]; ks != nil && ks.pending != nil {
+		return ks.pending.members
 	}
 	return 0
 }

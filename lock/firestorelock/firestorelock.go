@@ -184,11 +184,12 @@ func (l *Locker) get(ctx context.Context, ref *firestore.DocumentRef) (*firestor
 // hot key that its release woke together) share their work: each joins
 // the next read of the document, sent once the read in flight, if any,
 // has come back (so it was sent after every call it answers began), and
-// only one of them writes at a time. A call that found the key free
-// while another one wrote answers "locked" if that one got the lease
-// (its commit came after this call's read, within this call), and
-// otherwise writes in turn. A call whose shared read failed reads again
-// by itself, so it never reports another call's failure.
+// only one of them writes at a time. A call whose read found the key
+// free answers "locked" without writing if an acquire in this process
+// got the lease by a commit after that read (so the key was held within
+// this call), and otherwise writes in turn. A call whose shared read
+// failed reads again by itself, so it never reports another call's
+// failure.
 func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	const op = "acquire"
 	key, err := lock.NormalizeKey(key)
@@ -202,7 +203,9 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 		return lock.Lease{}, false, err
 	}
 	ref := l.ref(key)
-	snap, err := l.share.read(ctx, ref, l.get)
+	ks := l.share.enter(ref.ID)
+	defer l.share.leave(ref.ID, ks)
+	snap, err := l.share.read(ctx, ks, ref, l.get)
 	if err != nil {
 		return lock.Lease{}, false, mapError(ctx, op, err)
 	}
@@ -210,7 +213,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	if seen(snap).live {
 		return lock.Lease{}, false, nil
 	}
-	lease, ok, err := l.share.write(ctx, ref.ID, func() (lock.Lease, bool, error) { return l.take(ctx, key, ttl, snap) })
+	lease, ok, err := l.share.write(ctx, ks, snap.ReadTime, func() (lock.Lease, bool, error) { return l.take(ctx, key, ttl, snap) })
 	return lease, ok, mapError(ctx, op, err)
 }
 
@@ -235,7 +238,7 @@ func (l *Locker) take(ctx context.Context, key string, ttl time.Duration, snap *
 			return l.settle(ctx, ref, err, d.id)
 		}
 		d.fence = fenceAt(wr.UpdateTime)
-		l.watch.learned(ref.ID, d.at(wr.UpdateTime))
+		l.granted(ref.ID, d, wr.UpdateTime)
 		return d.lease(), true, nil
 	}
 	prev, err := decode(op, snap)
@@ -256,7 +259,7 @@ func (l *Locker) take(ctx context.Context, key string, ttl time.Duration, snap *
 	if err != nil {
 		return l.settle(ctx, ref, err, d.id)
 	}
-	l.watch.learned(ref.ID, d.at(wr.UpdateTime))
+	l.granted(ref.ID, d, wr.UpdateTime)
 	return d.lease(), true, nil
 }
 
@@ -347,8 +350,15 @@ func (l *Locker) replace(ctx context.Context, ref *firestore.DocumentRef, key st
 		}
 		d.fence = fenceAt(wrs[0].UpdateTime)
 	}
-	l.watch.learned(ref.ID, d.at(commit.CommitTime()))
+	l.granted(ref.ID, d, commit.CommitTime())
 	return d.lease(), true, nil
+}
+
+// granted records that this Locker's acquire of the document id got the
+// lease d, whose write committed at the server time at.
+func (l *Locker) granted(id string, d lockDoc, at time.Time) {
+	l.watch.learned(id, d.at(at))
+	l.share.granted(id, at)
 }
 
 // settle decides an acquire whose commit of a lease with one of ids
@@ -377,6 +387,7 @@ func (l *Locker) settle(ctx context.Context, ref *firestore.DocumentRef, commitE
 			return lock.Lease{}, false, err
 		}
 		if slices.Contains(ids, d.id) && d.live(snap.ReadTime) {
+			l.share.granted(ref.ID, snap.UpdateTime)
 			return d.lease(), true, nil
 		}
 	}

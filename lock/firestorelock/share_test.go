@@ -2,6 +2,7 @@ package firestorelock_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,6 +60,28 @@ type acquired struct {
 	err error
 }
 
+// acquireCrowd starts calls acquires of the key "k" on l, whose client
+// counts its reads in reads and holds the first one back: the first
+// acquire alone until its read was sent, then the others, and returns
+// once they all wait for the next read. Their results come on the
+// channel returned.
+func acquireCrowd(t *testing.T, l *firestorelock.Locker, calls int, reads *atomic.Int32) <-chan acquired {
+	t.Helper()
+	ctx := t.Context()
+	results := make(chan acquired, calls)
+	acquire := func() {
+		_, ok, err := l.Acquire(ctx, "k", time.Minute)
+		results <- acquired{ok, err}
+	}
+	go acquire()
+	await(t, "the first read", func() bool { return reads.Load() == 1 })
+	for range calls - 1 {
+		go acquire()
+	}
+	await(t, "the others join the next read", func() bool { return firestorelock.PendingAcquires(l, "k") == calls-1 })
+	return results
+}
+
 // TestAcquireSharesWork: the acquires of one key that run at once in a
 // process share one read of its document, and only one of them writes.
 // With the first read held back, 31 more acquires of the free key cost one
@@ -73,18 +96,7 @@ func TestAcquireSharesWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	results := make(chan acquired, calls)
-	acquire := func() {
-		_, ok, err := l.Acquire(ctx, "k", time.Minute)
-		results <- acquired{ok, err}
-	}
-	go acquire()
-	await(t, "the first read", func() bool { return g.reads.Load() == 1 })
-	for range calls - 1 {
-		go acquire()
-	}
-	await(t, "the others join the next read", func() bool { return firestorelock.PendingAcquires(l, "k") == calls-1 })
+	results := acquireCrowd(t, l, calls, &g.reads)
 	close(g.gate)
 	won := 0
 	for range calls {
@@ -100,6 +112,91 @@ func TestAcquireSharesWork(t *testing.T) {
 		t.Fatalf("%d of %d acquires got the lease; want 1", won, calls)
 	}
 	if r, c := g.reads.Load(), g.commits.Load(); r != 2 || c != 1 {
+		t.Fatalf("%d acquires sent %d reads and %d commits; want 2 and 1", calls, r, c)
+	}
+}
+
+// answerHeld is a client stream whose first answer is handed to the
+// caller only once gate closes; answered closes when that answer arrives.
+type answerHeld struct {
+	grpc.ClientStream
+	once     sync.Once
+	answered chan struct{}
+	gate     chan struct{}
+}
+
+func (s *answerHeld) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	s.once.Do(func() {
+		close(s.answered)
+		<-s.gate
+	})
+	return err
+}
+
+// TestAcquireAfterAWinWritesNothing: a shared read that found the key
+// free before the lease an acquire of this process won was committed, but
+// whose answer comes after that acquire returned, writes nothing: the key
+// was held within each call that joined it, and they all answer
+// "locked". The first acquire's commit waits until the second read has
+// been answered by the server, and the answer is handed over only once
+// the first acquire has returned its lease.
+func TestAcquireAfterAWinWritesNothing(t *testing.T) {
+	t.Parallel()
+	const calls = 32
+	p := project(t)
+	var reads, commits atomic.Int32
+	first := make(chan struct{})
+	second := &answerHeld{answered: make(chan struct{}), gate: make(chan struct{})}
+	opts := []grpc.DialOption{
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if method != batchGetMethod {
+				return streamer(ctx, desc, cc, method, opts...)
+			}
+			switch reads.Add(1) {
+			case 1:
+				select {
+				case <-first:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			case 2:
+				cs, err := streamer(ctx, desc, cc, method, opts...)
+				if err != nil {
+					return nil, err
+				}
+				second.ClientStream = cs
+				return second, nil
+			}
+			return streamer(ctx, desc, cc, method, opts...)
+		}),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == commitMethod && commits.Add(1) == 1 {
+				select {
+				case <-second.answered:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+	}
+	l, err := firestorelock.New(client(t, p, opts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := acquireCrowd(t, l, calls, &reads)
+	close(first)
+	if r := receive(t, "the first acquire", results); r.err != nil || !r.ok {
+		t.Fatalf("the first acquire: got the lease %v, error %v; want the lease", r.ok, r.err)
+	}
+	close(second.gate)
+	for range calls - 1 {
+		if r := receive(t, "an acquire", results); r.err != nil || r.ok {
+			t.Fatalf("an acquire that joined the second read: got the lease %v, error %v; want \"locked\"", r.ok, r.err)
+		}
+	}
+	if r, c := reads.Load(), commits.Load(); r != 2 || c != 1 {
 		t.Fatalf("%d acquires sent %d reads and %d commits; want 2 and 1", calls, r, c)
 	}
 }
