@@ -145,8 +145,25 @@
 // protoregistry.GlobalTypes ([WithMessageTypes]); an error as its
 // google.rpc.Status.
 //
-// Streaming methods are not guarded: register only the unary interceptor,
-// and make streaming methods idempotent by other means.
+// In the transactional mode (the handler writes in the guarded work's
+// transaction, pgstore.Tx, whose commit completes the record), what the
+// handler sets with those three functions once its work began the
+// transaction is held: none of it reaches grpc-go's stream until the
+// commit landed, and then it is sent (a header the handler sent with
+// grpc.SendHeader first), recorded and replayed as above. When the commit
+// fails (the transaction was aborted, the claim taken over, the lease
+// lost), it is dropped: the client gets Unavailable
+// (IDEMPOTENCY_UNAVAILABLE) with none of the handler's header or trailer
+// entries. Metadata set before the work began the transaction went to
+// grpc-go's stream then, and reaches the client whatever becomes of the
+// transaction: call Tx first. From Tx on, the handler's context holds the
+// interceptor's stream in front of grpc-go's, so grpc.SetSendCompressor
+// and grpc.ClientSupportedCompressors work only before Tx.
+//
+// Streaming methods are not guarded (register only the unary
+// interceptor, and make streaming methods idempotent by other means), so
+// none of this applies to them: their metadata goes out as the handler
+// sets it.
 //
 // # The client
 //

@@ -194,12 +194,19 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	var (
 		resp       any
 		handlerErr error
+		held       *heldStream
 	)
 	out, err := s.guard.Execute(ctx, key, fp, func(ctx context.Context) (middleware.Result, error) {
 		var res middleware.Result
-		resp, res, handlerErr = s.run(ctx, req, info, handler)
+		resp, res, held, handlerErr = s.run(ctx, req, info, handler)
 		return res, nil
 	}, opts...)
+	if held != nil && err == nil {
+		// Metadata held until the work's transaction committed: sent now
+		// that it did (or that nothing was to commit), dropped with the
+		// refusal below if it did not.
+		held.send()
+	}
 	switch {
 	case err != nil:
 		meta := s.keyMeta
@@ -214,9 +221,10 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 }
 
 // run calls the handler with a capturing stream and decides what the guard
-// records. A panic is answered Internal.
-func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, res middleware.Result, err error) {
-	hctx, cs := newMetadataCapture(ctx, s.cfg.keepMetadata)
+// records; held is the handler's metadata held in the transactional mode
+// (nil outside it). A panic is answered Internal.
+func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, res middleware.Result, held *heldStream, err error) {
+	hctx, cs, held := newMetadataCapture(ctx, s.cfg.keepMetadata)
 	defer func() {
 		p := recover()
 		if p == nil {
@@ -237,9 +245,9 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		if !ok {
 			st = status.FromContextError(err)
 		}
-		return resp, s.verdict(ctx, cs, nil, st, !s.forget.has(st.Code())), err
+		return resp, s.verdict(ctx, cs, nil, st, !s.forget.has(st.Code())), held, err
 	}
-	return resp, s.verdict(ctx, cs, resp, nil, !s.forget.has(codes.OK)), nil
+	return resp, s.verdict(ctx, cs, resp, nil, !s.forget.has(codes.OK)), held, nil
 }
 
 // verdict encodes the outcome for the record: the response message (st ==

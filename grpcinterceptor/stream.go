@@ -6,7 +6,11 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/idemkit/idemkit/middleware"
 )
 
 // metadataCapture is what the handler's header and trailer metadata are
@@ -32,33 +36,58 @@ type metadataReader interface {
 // grpc-go's own stream, keep working, and what the handler set is read
 // back afterwards. Otherwise the handler gets a [captureStream] in front of
 // it.
-func newMetadataCapture(ctx context.Context, keep func(string) bool) (context.Context, metadataCapture) {
+//
+// When the work can begin a transaction that commits with its outcome
+// (middleware.TransactionBegun), what the handler sets once it began one
+// (the transactional mode) is held instead of passed on: held, nil when
+// it cannot, sends it once the commit landed (see [heldStream]). Until
+// the work begins it, the handler's calls go to the real stream as
+// outside the transactional mode.
+func newMetadataCapture(ctx context.Context, keep func(string) bool) (context.Context, metadataCapture, *heldStream) {
 	stream := grpc.ServerTransportStreamFromContext(ctx)
+	var held *heldStream
+	if _, can := middleware.TransactionBegun(ctx); can && stream != nil {
+		held = &heldStream{ServerTransportStream: stream, began: func() bool {
+			begun, _ := middleware.TransactionBegun(ctx)
+			return begun
+		}}
+	}
 	if r, ok := stream.(metadataReader); ok {
 		h, _ := r.Header()
-		return ctx, &streamDiff{stream: r, keep: keep, header: h, trailer: r.Trailer()}
+		d := &streamDiff{stream: r, keep: keep, header: h, trailer: r.Trailer(), held: held}
+		if held == nil {
+			return ctx, d, nil
+		}
+		return &heldContext{Context: ctx, held: held}, d, held
 	}
-	cs := &captureStream{ServerTransportStream: stream, keep: keep}
+	cs := &captureStream{ServerTransportStream: stream, keep: keep, held: held}
 	if stream == nil {
-		return ctx, cs
+		return ctx, cs, nil
 	}
-	return grpc.NewContextWithServerTransportStream(ctx, cs), cs
+	return grpc.NewContextWithServerTransportStream(ctx, cs), cs, held
 }
 
 // streamDiff records what was added to a stream's metadata since it was
 // made: the stream's header and trailer then, against theirs at the end.
 // The transport merges repeated calls by appending values, so what was
-// added is, per key, the values past those there before.
+// added is, per key, the values past those there before. In the
+// transactional mode, what was held (not yet on the stream) comes after.
 type streamDiff struct {
 	stream          metadataReader
 	keep            func(key string) bool
 	header, trailer metadata.MD // at the start
+	held            *heldStream // nil when the work can begin no transaction
 }
 
 // recorded returns the metadata added since the start.
 func (d *streamDiff) recorded() (header, trailer metadata.MD) {
 	h, _ := d.stream.Header()
-	return added(d.header, h, d.keep), added(d.trailer, d.stream.Trailer(), d.keep)
+	header, trailer = added(d.header, h, d.keep), added(d.trailer, d.stream.Trailer(), d.keep)
+	if d.held != nil {
+		hh, ht := d.held.held()
+		header, trailer = appendKept(header, hh, d.keep), appendKept(trailer, ht, d.keep)
+	}
+	return header, trailer
 }
 
 // added returns what now has past before, leaving out what a replay must
@@ -81,12 +110,14 @@ func added(before, now metadata.MD, keep func(string) bool) metadata.MD {
 
 // captureStream is the grpc.ServerTransportStream a guarded handler sees
 // when the real stream cannot report its metadata: it passes SetHeader,
-// SendHeader and SetTrailer on to the real stream at once and records the
-// metadata of the calls that succeeded, for replay. Method comes from the
-// real stream too.
+// SendHeader and SetTrailer on to the real stream at once (in the
+// transactional mode, once the work began its transaction, to held
+// instead) and records the metadata of the calls that succeeded, for
+// replay. Method comes from the real stream too.
 type captureStream struct {
 	grpc.ServerTransportStream // the real stream
 	keep                       func(key string) bool
+	held                       *heldStream // nil when the work can begin no transaction
 
 	mu      sync.Mutex
 	header  metadata.MD
@@ -95,13 +126,14 @@ type captureStream struct {
 
 var (
 	_ grpc.ServerTransportStream = (*captureStream)(nil)
+	_ grpc.ServerTransportStream = (*heldStream)(nil)
 	_ metadataCapture            = (*captureStream)(nil)
 	_ metadataCapture            = (*streamDiff)(nil)
 )
 
 // SetHeader passes md on and records it.
 func (c *captureStream) SetHeader(md metadata.MD) error {
-	if err := c.ServerTransportStream.SetHeader(md); err != nil {
+	if err := c.next().SetHeader(md); err != nil {
 		return err
 	}
 	c.record(&c.header, md)
@@ -110,7 +142,7 @@ func (c *captureStream) SetHeader(md metadata.MD) error {
 
 // SendHeader passes md on and records it with the header.
 func (c *captureStream) SendHeader(md metadata.MD) error {
-	if err := c.ServerTransportStream.SendHeader(md); err != nil {
+	if err := c.next().SendHeader(md); err != nil {
 		return err
 	}
 	c.record(&c.header, md)
@@ -119,11 +151,20 @@ func (c *captureStream) SendHeader(md metadata.MD) error {
 
 // SetTrailer passes md on and records it.
 func (c *captureStream) SetTrailer(md metadata.MD) error {
-	if err := c.ServerTransportStream.SetTrailer(md); err != nil {
+	if err := c.next().SetTrailer(md); err != nil {
 		return err
 	}
 	c.record(&c.trailer, md)
 	return nil
+}
+
+// next returns where the handler's calls go: the real stream, or held
+// once the work began its transaction.
+func (c *captureStream) next() grpc.ServerTransportStream {
+	if c.held != nil && c.held.began() {
+		return c.held
+	}
+	return c.ServerTransportStream
 }
 
 // record merges md into *dst, as the transport merges repeated calls,
@@ -131,16 +172,24 @@ func (c *captureStream) SetTrailer(md metadata.MD) error {
 func (c *captureStream) record(dst *metadata.MD, md metadata.MD) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	*dst = appendKept(*dst, md, c.keep)
+}
+
+// appendKept merges md into dst (made when nil), as the transport merges
+// repeated calls, leaving out what a replay must not repeat, and returns
+// it.
+func appendKept(dst, md metadata.MD, keep func(string) bool) metadata.MD {
 	for k, vs := range md {
 		k = strings.ToLower(k)
-		if len(vs) == 0 || reservedKey(k) || (c.keep != nil && !c.keep(k)) {
+		if len(vs) == 0 || reservedKey(k) || (keep != nil && !keep(k)) {
 			continue
 		}
-		if *dst == nil {
-			*dst = make(metadata.MD, len(md))
+		if dst == nil {
+			dst = make(metadata.MD, len(md))
 		}
-		(*dst)[k] = append((*dst)[k], vs...)
+		dst[k] = append(dst[k], vs...)
 	}
+	return dst
 }
 
 // recorded returns the metadata recorded so far.
@@ -148,6 +197,104 @@ func (c *captureStream) recorded() (header, trailer metadata.MD) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.header, c.trailer
+}
+
+// heldStream holds back the metadata a guarded handler sets once its work
+// began a transaction that commits with its outcome (the transactional
+// mode), as nethttp holds a response written then: none of it reaches the
+// real stream before the guard returns. When the commit landed, the
+// interceptor sends it ([heldStream.send]) ahead of the answer; when it
+// failed, it is dropped, and the client gets none of it, only the
+// interceptor's Unavailable. A SendHeader is held too, and sent first
+// once committed. Method comes from the real stream.
+type heldStream struct {
+	grpc.ServerTransportStream             // the real stream
+	began                      func() bool // whether the work began its transaction
+
+	mu              sync.Mutex
+	header, trailer metadata.MD
+	sent            bool // SendHeader was called
+}
+
+// errHeaderSent is what grpc-go's stream answers a header set or sent
+// after the header went out.
+var errHeaderSent = status.Error(codes.Internal, "grpcinterceptor: the header was already sent")
+
+// SetHeader holds md with the header.
+func (h *heldStream) SetHeader(md metadata.MD) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sent {
+		return errHeaderSent
+	}
+	h.header = metadata.Join(h.header, md)
+	return nil
+}
+
+// SendHeader holds md with the header, to be sent before the answer.
+func (h *heldStream) SendHeader(md metadata.MD) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.sent {
+		return errHeaderSent
+	}
+	h.header, h.sent = metadata.Join(h.header, md), true
+	return nil
+}
+
+// SetTrailer holds md with the trailer.
+func (h *heldStream) SetTrailer(md metadata.MD) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.trailer = metadata.Join(h.trailer, md)
+	return nil
+}
+
+// held returns the metadata held so far.
+func (h *heldStream) held() (header, trailer metadata.MD) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.header, h.trailer
+}
+
+// send passes the held metadata on to the real stream, once the work's
+// transaction committed: the header (sent at once if the handler sent
+// it), then the trailer. An error here means the transport went away, or
+// the header went out before the work began its transaction: the answer
+// that follows fails, or goes out, as it would have.
+func (h *heldStream) send() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.sent:
+		_ = h.ServerTransportStream.SendHeader(h.header)
+	case h.header.Len() > 0:
+		_ = h.ServerTransportStream.SetHeader(h.header)
+	}
+	if h.trailer.Len() > 0 {
+		_ = h.ServerTransportStream.SetTrailer(h.trailer)
+	}
+	h.header, h.trailer, h.sent = nil, nil, false
+}
+
+// heldContext is the handler's context in the transactional mode when
+// grpc-go's own stream is in it: it answers that stream until the work
+// began its transaction (so grpc.SetSendCompressor and
+// grpc.ClientSupportedCompressors work until then), and held from then on,
+// so that grpc.SetHeader, grpc.SendHeader and grpc.SetTrailer reach it.
+type heldContext struct {
+	context.Context
+	held *heldStream
+}
+
+// Value answers held in place of the real stream once the work began its
+// transaction, and the parent's values otherwise.
+func (c *heldContext) Value(key any) any {
+	v := c.Context.Value(key)
+	if s, ok := v.(grpc.ServerTransportStream); ok && s == c.held.ServerTransportStream && c.held.began() {
+		return c.held
+	}
+	return v
 }
 
 // reservedKey reports keys that are never recorded nor replayed: the

@@ -93,6 +93,25 @@ func DoNotRecord(ctx context.Context) bool {
 	return ok
 }
 
+// TransactionBegun reports whether the work of the guarded call that ctx
+// belongs to (fn's ctx, or one derived from it) has begun a transaction
+// that commits with its outcome (pgstore.Tx), and, in can, whether it can
+// begin one: can is false outside a guarded call and on a store that gives
+// the call no such transaction (see store.Transactor).
+//
+// It is for adapters that send part of their answer while the work runs
+// (an HTTP status and headers, gRPC metadata): what the work gives them
+// once begun is true is held until [Guard.Execute] returns, and sent only
+// if it returns no error, the commit having landed. An error means the
+// work's writes were rolled back: nothing held may reach the client.
+func TransactionBegun(ctx context.Context) (begun, can bool) {
+	c, ok := ctx.Value(callKey{}).(*call)
+	if !ok || c.work == nil {
+		return false, false
+	}
+	return c.work.Begun(), true
+}
+
 // OutcomeWatch receives the outcome of the guarded calls made with a
 // context from [WatchOutcome].
 type OutcomeWatch struct {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -421,5 +422,79 @@ func TestFingerprintFamilies(t *testing.T) {
 	}
 	if runs.Load() != 2 {
 		t.Fatalf("fn ran %d times; want 2", runs.Load())
+	}
+}
+
+// beginStore is a [store.Transactor] over a memory store whose work begins
+// its transaction when the work's code calls begin with its ctx, and
+// commits by completing the record.
+type beginStore struct{ store.Store }
+
+type beginWorkKey struct{}
+
+func (s beginStore) Work(ctx context.Context, _ string, _ lock.Fence) (context.Context, store.Work) {
+	w := &beginWork{s: s.Store}
+	return context.WithValue(ctx, beginWorkKey{}, w), w
+}
+
+// begin begins the transaction of the work of ctx.
+func begin(ctx context.Context) { ctx.Value(beginWorkKey{}).(*beginWork).begun.Store(true) }
+
+type beginWork struct {
+	s     store.Store
+	begun atomic.Bool
+}
+
+func (w *beginWork) Begun() bool { return w.begun.Load() }
+
+func (w *beginWork) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	return w.s.Complete(ctx, rec, ttl)
+}
+
+func (w *beginWork) Rollback(context.Context) {}
+
+// TestTransactionBegun: the work's ctx, and one derived from it, tell
+// whether the work began a transaction that commits with its outcome, and
+// whether it can: on a store.Transactor, not begun until the work begins
+// it, begun from then on; on a store that is no Transactor, and outside a
+// call, it cannot.
+func TestTransactionBegun(t *testing.T) {
+	if begun, can := middleware.TransactionBegun(t.Context()); begun || can {
+		t.Fatalf("outside a call: begun=%v can=%v; want neither", begun, can)
+	}
+	type state struct{ begun, can bool }
+	probe := func(ctx context.Context) state {
+		begun, can := middleware.TransactionBegun(ctx)
+		return state{begun, can}
+	}
+	for _, c := range []struct {
+		name          string
+		s             store.Store
+		before, after state
+	}{
+		{"transactor", beginStore{memstore.New()}, state{false, true}, state{true, true}},
+		{"no transactor", memstore.New(), state{false, false}, state{false, false}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := newGuard(t, c.s)
+			var before, after, derived state
+			_, err := g.Execute(t.Context(), "k", fpA, func(ctx context.Context) (middleware.Result, error) {
+				before = probe(ctx)
+				if c.before.can {
+					begin(ctx)
+				}
+				after = probe(ctx)
+				d, cancel := context.WithCancel(ctx)
+				defer cancel()
+				derived = probe(d)
+				return middleware.Result{Value: []byte("ok")}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if before != c.before || after != c.after || derived != c.after {
+				t.Fatalf("before %+v, after %+v, derived %+v; want %+v, %+v, %+v", before, after, derived, c.before, c.after, c.after)
+			}
+		})
 	}
 }

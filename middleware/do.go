@@ -23,7 +23,9 @@ import (
 //
 // opts are those of [Guard.Execute] ([Scope], [Operation], [RecordTTL],
 // [FailOpen], [WaitBudget], [Credentials]). replayed reports whether the
-// value came from the record.
+// value came from the record. With an error, value is always T's zero
+// value, even when fn returned one: fn's error, a commit of its
+// transaction that did not land, a record that cannot be decoded.
 func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx context.Context) (T, error), opts ...CallOption) (value T, replayed bool, err error) {
 	var fp fingerprint.Fingerprint
 	if input != nil {
@@ -45,12 +47,18 @@ func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx
 		}
 		return Result{Value: b}, nil
 	}, opts...)
-	if err != nil || !out.Replayed {
-		return value, false, err
+	var zero T
+	switch {
+	case err != nil:
+		// fn's value is not returned with an error: a commit that did not
+		// land (pgstore.Tx) undid what it describes.
+		return zero, false, err
+	case !out.Replayed:
+		return value, false, nil
 	}
 	var v T
 	if err := json.Unmarshal(out.Value, &v); err != nil {
-		return v, true, &UnavailableError{Op: "decode", Err: err}
+		return zero, true, &UnavailableError{Op: "decode", Err: err}
 	}
 	return v, true, nil
 }

@@ -20,7 +20,7 @@ type message struct {
 	Amount   int
 }
 
-func TestDo(t *testing.T) {
+func TestDoRunsOnceAndReplaysTheValue(t *testing.T) {
 	g := newGuard(t, memstore.New())
 	var runs atomic.Int32
 	fn := func(context.Context) (charge, error) {
@@ -66,5 +66,35 @@ func TestDo(t *testing.T) {
 	// An input that cannot be fingerprinted is refused before anything runs.
 	if _, _, err = middleware.Do(t.Context(), g, "msg-4", make(chan int), fn); err == nil {
 		t.Fatal("an unencodable input was accepted")
+	}
+}
+
+// TestDoReturnsNoValueWithAnError: whatever fn returned with its error,
+// and whatever a record that cannot be decoded into T filled in before
+// the decoding failed, Do returns T's zero value with the error.
+func TestDoReturnsNoValueWithAnError(t *testing.T) {
+	g := newGuard(t, memstore.New())
+	ctx := t.Context()
+	boom := errors.New("declined")
+	v, replayed, err := middleware.Do(ctx, g, "failed", nil, func(context.Context) (charge, error) {
+		return charge{ID: "ch_1", Amount: 42}, boom
+	})
+	if !errors.Is(err, boom) || replayed || v != (charge{}) {
+		t.Fatalf("fn's error: %+v, replayed %v, %v; want the zero value and the error", v, replayed, err)
+	}
+
+	// A record whose amount is no int: encoding/json fills in the id
+	// before it fails.
+	if _, _, err := middleware.Do(ctx, g, "undecodable", nil, func(context.Context) (map[string]any, error) {
+		return map[string]any{"id": "ch_2", "amount": "many"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	v, replayed, err = middleware.Do(ctx, g, "undecodable", nil, func(context.Context) (charge, error) {
+		t.Error("a replay ran fn")
+		return charge{}, nil
+	})
+	if !errors.Is(err, middleware.ErrUnavailable) || !replayed || v != (charge{}) {
+		t.Fatalf("an undecodable record: %+v, replayed %v, %v; want the zero value and Unavailable", v, replayed, err)
 	}
 }

@@ -87,7 +87,10 @@
 // outcome. The work itself reads its call from its ctx: [CallInfoFrom]
 // gives its operation, scope, key and the fence of its claim (to fence
 // its own writes downstream), and [DoNotRecord] asks that its outcome not
-// be stored, so that a retry runs it again.
+// be stored, so that a retry runs it again. An adapter that sends part of
+// its answer while the work runs asks [TransactionBegun] whether the work
+// began a transaction that commits with its outcome, and holds what it
+// would send until the commit landed.
 //
 // # Operations
 //

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
-	"github.com/idemkit/idemkit/internal/workctx"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
@@ -316,12 +315,16 @@ func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 // transaction (pgstore.Tx) with the context it is given: the outcome is
 // then written in that transaction and committed with fn's writes, and
 // an error, panic, Forget verdict or [DoNotRecord] rolls it back before
-// the claim is released. A commit that does not land (the claim was
-// taken over while fn ran; the backend failed) returns an
-// [*UnavailableError] with no value: fn's writes are not there, and a
-// retry runs fn again (or replays an outcome that landed after all). A replay costs one
-// round trip, a first execution two. The fingerprint's algorithm is part of
-// it: a record written under another version of the same algorithm (say
+// the claim is released. So does a lease lost before fn returned (fn's
+// ctx ended with lock.ErrLeaseLost), even when nobody claimed the key
+// since: unlike a completion without a transaction, which lands then,
+// the call fails as it does when the claim was taken over. A commit that
+// does not land (the lease was lost or the claim taken over while fn
+// ran; the backend failed) returns an [*UnavailableError] with no value
+// (wrapping lock.ErrLeaseLost when the lease was lost): fn's writes are
+// not there, and a retry runs fn again (or replays an outcome that
+// landed after all). A replay costs one round trip, a first execution
+// two. The fingerprint's algorithm is part of it: a record written under another version of the same algorithm (say
 // "http-v1" and "http-v2") is never a mismatch, so records written before
 // an upgrade still replay; one written under another algorithm family
 // ("http" and "grpc": an HTTP and a gRPC request sharing a key) is.
@@ -668,18 +671,27 @@ func (g *Guard) abandon(ctx context.Context, key string, fence lock.Fence, c *ca
 }
 
 // commit writes *rec in fn's transaction and commits both, while l keeps
-// the lease extended, and returns nil once both landed. The transaction
-// cannot be retried: a commit refused because the record no longer
-// carries the claim (it was taken over) rolled fn's writes back, and one
-// whose answer was lost either landed or did not. The latter is settled
-// by a release of the claim: it takes effect only while the record is
-// still this claim's, which it is not once the commit landed (the commit
-// holds the record's row until it ends), and a release that did not take
-// effect is followed by a read. An error means fn's writes are not there
-// (or, when the backend cannot be reached to tell, may not be): the
-// caller must not report the work done; a retry runs it again, or
-// replays the outcome if it landed after all.
+// the lease extended, and returns nil once both landed. Work whose lease
+// was lost before it returned (fn's ctx ended with lock.ErrLeaseLost) is
+// not committed, even when nobody claimed the key since and the fence
+// would still pass: it is rolled back and the claim released, as fn's ctx
+// told it. The transaction cannot be retried: a commit refused because
+// the record no longer carries the claim (it was taken over) rolled fn's
+// writes back, and one whose answer was lost either landed or did not.
+// The latter is settled by a release of the claim: it takes effect only
+// while the record is still this claim's, which it is not once the commit
+// landed (the commit holds the record's row until it ends), and a release
+// that did not take effect is followed by a read. An error means fn's
+// writes are not there (or, when the backend cannot be reached to tell,
+// may not be): the caller must not report the work done; a retry runs it
+// again, or replays the outcome if it landed after all.
 func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease) error {
+	if cause := l.fn.leaseLost(); cause != nil {
+		// The loss was reported when fn's ctx ended (EventLeaseLost).
+		l.stop() // as for any abandoned claim: no renewal after its release
+		g.abandon(ctx, rec.Key, rec.Fence, c)
+		return &UnavailableError{Op: "commit", Err: fmt.Errorf("%w; the work's transaction was rolled back", cause)}
+	}
 	ttl := g.cfg.recordTTL
 	if c.recordTTLSet {
 		ttl = c.recordTTL
@@ -988,7 +1000,7 @@ func (l *lease) stop() {
 // caller's.
 type fnContext struct {
 	parent context.Context
-	call   *call                        // answers CallInfoFrom and DoNotRecord
+	call   *call                        // answers CallInfoFrom, DoNotRecord and TransactionBegun
 	mu     sync.Mutex                   // held while inner is created or the context ends
 	inner  atomic.Pointer[causeContext] // once created, it answers everything
 	ended  atomic.Uint32                // how it ended without inner: endedOwn or endedParent
@@ -1038,6 +1050,20 @@ func (c *fnContext) end(cause error, lost bool) {
 	}
 }
 
+// leaseLost returns the cause the context ended with when the lease was
+// lost (it wraps lock.ErrLeaseLost), or nil. A lost lease always creates
+// inner, so a context without it was not ended that way.
+func (c *fnContext) leaseLost() error {
+	in := c.inner.Load()
+	if in == nil {
+		return nil
+	}
+	if cause := context.Cause(in.ctx); errors.Is(cause, lock.ErrLeaseLost) {
+		return cause
+	}
+	return nil
+}
+
 // Deadline implements context.Context.
 func (c *fnContext) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
@@ -1075,9 +1101,6 @@ func (c *fnContext) Err() error {
 func (c *fnContext) Value(key any) any {
 	if key == (callKey{}) {
 		return c.call
-	}
-	if key == (workctx.Key{}) && c.call != nil && c.call.work != nil {
-		return c.call.work
 	}
 	if in := c.inner.Load(); in != nil {
 		return in.ctx.Value(key)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
-	"github.com/idemkit/idemkit/internal/workctx"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 )
@@ -321,11 +320,14 @@ func (c *Core) route(r *http.Request) string {
 // recorded (a retry runs it again).
 func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool, captured **capture) (res middleware.Result) {
 	cw, rec := newCapture(w, c.keep, c.cfg.maxResponse)
-	if ctx.Value(workctx.Key{}) != nil {
+	if _, can := middleware.TransactionBegun(ctx); can {
 		// The store can commit the work's writes with its outcome: a
 		// response written once the work began its transaction is held
 		// until the commit.
-		rec.began = func() bool { return workctx.Began(ctx) }
+		rec.began = func() bool {
+			begun, _ := middleware.TransactionBegun(ctx)
+			return begun
+		}
 		*captured = rec
 	}
 	req := r.WithContext(ctx)

@@ -1,202 +1,65 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/gin-gonic/gin"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/examples/internal/demotest"
 	"github.com/idemkit/idemkit/ginadapter"
-	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/store/pgstore"
 )
 
-// txBackend is a guard on a pgstore.Store whose record table is the
-// test's own, on the shared PostgreSQL server, with an orders table beside
-// it that handlers write in the guarded work's transaction (pgstore.Tx).
-type txBackend struct {
-	guard  *middleware.Guard
-	pool   *pgxpool.Pool
-	orders string // one row per order, with the key it was made under; no unique constraint, so a second execution shows
-}
-
-func newTxBackend(t *testing.T) txBackend {
+// txGinServer serves POST /orders with a gin handler behind ginadapter
+// that writes in pgstore.Tx (from c.Request.Context(), the guarded work's
+// context), as demotest.RunTxHTTP describes, and returns its URL.
+func txGinServer(t *testing.T, b *demotest.TxBackend) string {
 	t.Helper()
-	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, testenv.Postgres(t).URL)
+	idem, err := ginadapter.New(b.Guard, nethttp.WithKeyRequired(true))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(pool.Close)
-	name := testenv.Name(t)
-	if err := pgstore.SetupSchema(ctx, pool, pgstore.WithTable(name)); err != nil {
-		t.Fatal(err)
-	}
-	s, err := pgstore.New(pool, pgstore.WithTable(name), pgstore.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	orders := name + "_orders"
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+orders+` (id bigserial PRIMARY KEY, key text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	// A wait budget no duplicate outwaits on a slow machine: every
-	// duplicate gets the replay.
-	g, err := middleware.New(s, middleware.WithLogger(slog.New(slog.DiscardHandler)), middleware.WithWaitBudget(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return txBackend{guard: g, pool: pool, orders: orders}
-}
-
-// insert writes an order row for the guarded call of ctx, in its
-// transaction.
-func (b txBackend) insert(ctx context.Context) error {
-	tx, err := pgstore.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	info, _ := middleware.CallInfoFrom(ctx)
-	_, err = tx.Exec(ctx, `INSERT INTO `+b.orders+` (key) VALUES ($1)`, info.Key)
-	return err
-}
-
-// rows counts the order rows of key.
-func (b txBackend) rows(t *testing.T, key string) int {
-	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+b.orders+` WHERE key = $1`, key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// txAnswer is what one POST got.
-type txAnswer struct {
-	status   int
-	replayed bool
-	body     string
-	err      error
-}
-
-// txPost posts an order with key to url on a connection of its own.
-func txPost(ctx context.Context, url, key string) txAnswer {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/orders", strings.NewReader(`{"item":"book"}`))
-	if err != nil {
-		return txAnswer{err: err}
-	}
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Do(req)
-	if err != nil {
-		return txAnswer{err: err}
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return txAnswer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", body: string(b), err: err}
-}
-
-// checkTxHTTP drives the service at url, whose POST /orders handler
-// inserts an order row in pgstore.Tx (counting its runs) and answers 201,
-// or 500 once it inserted while fail is set: 8 duplicates sent at once run
-// it once, and every other gets the replay; the table has one row, and a
-// later retry replays it. A 500 leaves no row (the transaction rolled
-// back), and its retry runs again and commits one.
-func checkTxHTTP(t *testing.T, url string, b txBackend, fail *atomic.Bool, runs *atomic.Int64) {
-	ctx := t.Context()
-	answers := demotest.Burst(8, func(int) txAnswer { return txPost(ctx, url, "a") })
-	firsts := 0
-	for i, a := range answers {
-		if a.err != nil || a.status != http.StatusCreated || a.body != answers[0].body {
-			t.Fatalf("duplicate %d: %+v; want 201 with the body of the first execution", i, a)
-		}
-		if !a.replayed {
-			firsts++
-		}
-	}
-	if firsts != 1 || runs.Load() != 1 {
-		t.Fatalf("8 duplicates: %d answers not replayed, %d runs; want 1 and 1", firsts, runs.Load())
-	}
-	if n := b.rows(t, "a"); n != 1 {
-		t.Fatalf("rows of a: %d; want 1", n)
-	}
-	if a := txPost(ctx, url, "a"); a.err != nil || a.status != http.StatusCreated || !a.replayed || a.body != answers[0].body {
-		t.Fatalf("a later retry: %+v; want the replay", a)
-	}
-
-	fail.Store(true)
-	if a := txPost(ctx, url, "b"); a.err != nil || a.status != http.StatusInternalServerError || a.replayed {
-		t.Fatalf("a failing handler: %+v; want its 500", a)
-	}
-	if n := b.rows(t, "b"); n != 0 {
-		t.Fatalf("rows of b after the 500: %d; want none", n)
-	}
-	fail.Store(false)
-	if a := txPost(ctx, url, "b"); a.err != nil || a.status != http.StatusCreated || a.replayed {
-		t.Fatalf("the retry of the 500: %+v; want a new execution", a)
-	}
-	if n := b.rows(t, "b"); n != 1 {
-		t.Fatalf("rows of b after the retry: %d; want 1", n)
-	}
-	if runs.Load() != 3 {
-		t.Fatalf("%d runs; want 3 (a once, b twice)", runs.Load())
-	}
-}
-
-// TestTxGin: gin handlers behind ginadapter that write in pgstore.Tx (from
-// c.Request.Context(), the guarded work's context) commit their rows with
-// the record exactly once, and a 500 rolls them back.
-func TestTxGin(t *testing.T) {
-	b := newTxBackend(t)
-	idem, err := ginadapter.New(b.guard, nethttp.WithKeyRequired(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		fail atomic.Bool
-		runs atomic.Int64
-	)
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.POST("/orders", idem, func(c *gin.Context) {
-		runs.Add(1)
 		ctx := c.Request.Context()
-		if err := b.insert(ctx); err != nil {
+		if err := b.Insert(ctx); err != nil {
 			c.AbortWithStatusJSON(http.StatusInternalServerError, gin.H{"error": err.Error()})
 			return
 		}
-		if fail.Load() {
+		if b.Fail.Load() {
 			c.JSON(http.StatusInternalServerError, gin.H{"error": "declined"})
 			return
 		}
 		info, _ := middleware.CallInfoFrom(ctx)
+		c.Header("Location", "/orders/"+info.Fence.String())
 		c.JSON(http.StatusCreated, gin.H{"key": info.Key, "fence": info.Fence.String()})
+		if b.Stream.Load() {
+			c.Writer.Flush()
+		}
 	})
 	ts := httptest.NewServer(r)
-	defer ts.Close()
-	checkTxHTTP(t, ts.URL, b, &fail, &runs)
+	t.Cleanup(ts.Close)
+	return ts.URL
 }
+
+// TestTxGin: gin handlers that write in pgstore.Tx commit their rows with
+// the record exactly once, a 500 rolls them back, a streamed response
+// commits as not replayable, and a transaction that cannot commit is
+// answered 503 (demotest.RunTxHTTP).
+func TestTxGin(t *testing.T) { demotest.RunTxHTTP(t, txGinServer) }
 
 // TestTxGinCentralErrors: a handler that writes in pgstore.Tx and leaves
 // an error in c.Errors, which a middleware in front renders as 500 after
 // the guarded chain returns, is rolled back (what the client was told and
 // what the database holds agree), and its retry runs again.
 func TestTxGinCentralErrors(t *testing.T) {
-	b := newTxBackend(t)
-	idem, err := ginadapter.New(b.guard, nethttp.WithKeyRequired(true))
+	b := demotest.NewTxBackend(t)
+	idem, err := ginadapter.New(b.Guard, nethttp.WithKeyRequired(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,19 +69,14 @@ func TestTxGinCentralErrors(t *testing.T) {
 			c.JSON(http.StatusInternalServerError, gin.H{"error": c.Errors.Last().Error()})
 		}
 	}
-	var (
-		fail atomic.Bool
-		runs atomic.Int64
-	)
 	gin.SetMode(gin.ReleaseMode)
 	r := gin.New()
 	r.POST("/orders", renderErrors, idem, func(c *gin.Context) {
-		runs.Add(1)
-		if err := b.insert(c.Request.Context()); err != nil {
+		if err := b.Insert(c.Request.Context()); err != nil {
 			_ = c.Error(err)
 			return
 		}
-		if fail.Load() {
+		if b.Fail.Load() {
 			_ = c.Error(errors.New("declined"))
 			return
 		}
@@ -227,18 +85,18 @@ func TestTxGinCentralErrors(t *testing.T) {
 	ts := httptest.NewServer(r)
 	defer ts.Close()
 	ctx := t.Context()
-	fail.Store(true)
-	if a := txPost(ctx, ts.URL, "c"); a.err != nil || a.status != http.StatusInternalServerError {
+	b.Fail.Store(true)
+	if a := demotest.TxPost(ctx, ts.URL, "c"); a.Err != nil || a.Status != http.StatusInternalServerError {
 		t.Fatalf("the failing handler: %+v; want the 500 its error middleware renders", a)
 	}
-	if n := b.rows(t, "c"); n != 0 {
+	if n := b.Rows(t, "c"); n != 0 {
 		t.Fatalf("rows of c after the error: %d; want none (rolled back)", n)
 	}
-	fail.Store(false)
-	if a := txPost(ctx, ts.URL, "c"); a.err != nil || a.status != http.StatusCreated || a.replayed {
+	b.Fail.Store(false)
+	if a := demotest.TxPost(ctx, ts.URL, "c"); a.Err != nil || a.Status != http.StatusCreated || a.Replayed {
 		t.Fatalf("the retry: %+v; want a new execution", a)
 	}
-	if n := b.rows(t, "c"); n != 1 || runs.Load() != 2 {
-		t.Fatalf("rows of c: %d, runs %d; want 1 and 2", n, runs.Load())
+	if n := b.Rows(t, "c"); n != 1 || b.Runs.Load() != 2 {
+		t.Fatalf("rows of c: %d, runs %d; want 1 and 2", n, b.Runs.Load())
 	}
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,91 +18,114 @@ import (
 
 	"github.com/idemkit/idemkit/examples/internal/demotest"
 	"github.com/idemkit/idemkit/grpcinterceptor"
-	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/store/pgstore"
 )
 
-// txBackend is a guard on a pgstore.Store whose record table is the
-// test's own, on the shared PostgreSQL server, with an orders table beside
-// it that handlers write in the guarded work's transaction (pgstore.Tx).
-type txBackend struct {
-	guard  *middleware.Guard
-	pool   *pgxpool.Pool
-	orders string // one row per order, with the key it was made under; no unique constraint, so a second execution shows
-}
-
-func newTxBackend(t *testing.T) txBackend {
-	t.Helper()
-	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, testenv.Postgres(t).URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	name := testenv.Name(t)
-	if err := pgstore.SetupSchema(ctx, pool, pgstore.WithTable(name)); err != nil {
-		t.Fatal(err)
-	}
-	s, err := pgstore.New(pool, pgstore.WithTable(name), pgstore.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	orders := name + "_orders"
-	if _, err := pool.Exec(ctx, `CREATE TABLE `+orders+` (id bigserial PRIMARY KEY, key text NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	// A wait budget no duplicate outwaits on a slow machine: every
-	// duplicate gets the replay.
-	g, err := middleware.New(s, middleware.WithLogger(slog.New(slog.DiscardHandler)), middleware.WithWaitBudget(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return txBackend{guard: g, pool: pool, orders: orders}
-}
-
-// insert writes an order row for the guarded call of ctx, in its
-// transaction.
-func (b txBackend) insert(ctx context.Context) error {
-	tx, err := pgstore.Tx(ctx)
-	if err != nil {
-		return err
-	}
-	info, _ := middleware.CallInfoFrom(ctx)
-	_, err = tx.Exec(ctx, `INSERT INTO `+b.orders+` (key) VALUES ($1)`, info.Key)
-	return err
-}
-
-// rows counts the order rows of key.
-func (b txBackend) rows(t *testing.T, key string) int {
-	t.Helper()
-	var n int
-	if err := b.pool.QueryRow(t.Context(), `SELECT count(*) FROM `+b.orders+` WHERE key = $1`, key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // txService is a TestService whose UnaryCall inserts an order row in
-// pgstore.Tx and answers the key it ran under, or, once it inserted, the
-// status code in fail when that is not OK.
+// pgstore.Tx (demotest.TxBackend.Insert) and answers the key it ran
+// under, with a payload of txBigPayload bytes while big is set, or, once
+// it inserted, the status code in fail when that is not OK. Once it
+// inserted, inside its transaction, it sets the metadata that meta says.
 type txService struct {
 	testgrpc.UnimplementedTestServiceServer
-	b    txBackend
+	b    *demotest.TxBackend
 	fail atomic.Uint32 // a codes.Code; OK answers the response
-	runs atomic.Int64
+	big  atomic.Bool
+	meta atomic.Uint32 // a txMetadata
 }
 
+// txMetadata is the metadata txService sets inside its transaction: the
+// header x-order and the trailer x-order-trailer, both the call's key.
+type txMetadata uint32
+
+const (
+	txNoMetadata  txMetadata = iota
+	txSetMetadata            // grpc.SetHeader and grpc.SetTrailer
+	txSendHeader             // grpc.SendHeader and grpc.SetTrailer
+)
+
+// txBigPayload is the size of a big answer's payload: more than the
+// interceptor of TestTxGRPCTooLargeNotReplayable keeps.
+const txBigPayload = 8 << 10
+
 func (s *txService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	s.runs.Add(1)
-	if err := s.b.insert(ctx); err != nil {
+	if err := s.b.Insert(ctx); err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	if c := codes.Code(s.fail.Load()); c != codes.OK {
 		return nil, status.Error(c, "declined")
 	}
 	info, _ := middleware.CallInfoFrom(ctx)
-	return &testgrpc.SimpleResponse{ServerId: info.Key}, nil
+	header, trailer := metadata.Pairs("x-order", info.Key), metadata.Pairs("x-order-trailer", info.Key)
+	switch txMetadata(s.meta.Load()) {
+	case txSetMetadata:
+		if err := grpc.SetHeader(ctx, header); err != nil {
+			return nil, err
+		}
+	case txSendHeader:
+		if err := grpc.SendHeader(ctx, header); err != nil {
+			return nil, err
+		}
+	}
+	if txMetadata(s.meta.Load()) != txNoMetadata {
+		if err := grpc.SetTrailer(ctx, trailer); err != nil {
+			return nil, err
+		}
+	}
+	resp := &testgrpc.SimpleResponse{ServerId: info.Key}
+	if s.big.Load() {
+		resp.Payload = &testgrpc.Payload{Body: make([]byte, txBigPayload)}
+	}
+	return resp, nil
+}
+
+// txAnswer is what one call got.
+type txAnswer struct {
+	resp            *testgrpc.SimpleResponse
+	replayed        bool
+	header, trailer metadata.MD
+	err             error
+}
+
+// txServe serves svc behind the interceptor (on svc's guard, with opts)
+// on a real listener, stopped when the test ends, and returns a function
+// that calls UnaryCall with an idempotency key through a real client.
+func txServe(t *testing.T, svc *txService, opts ...grpcinterceptor.Option) func(key string) txAnswer {
+	t.Helper()
+	opts = append([]grpcinterceptor.Option{
+		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
+		grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler)),
+	}, opts...)
+	idem, err := grpcinterceptor.New(svc.b.Guard, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(idem))
+	testgrpc.RegisterTestServiceServer(srv, svc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		srv.GracefulStop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	client := testgrpc.NewTestServiceClient(conn)
+	return func(key string) txAnswer {
+		ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", key)
+		var header, trailer metadata.MD
+		resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Header(&header), grpc.Trailer(&trailer))
+		return txAnswer{resp, grpcinterceptor.Replayed(header), header, trailer, err}
+	}
 }
 
 // TestTxGRPC: a gRPC handler behind the interceptor that writes in
@@ -115,47 +138,11 @@ func (s *txService) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*
 // the record, as a response does: the retry replays the status and adds
 // no row.
 func TestTxGRPC(t *testing.T) {
-	b := newTxBackend(t)
-	idem, err := grpcinterceptor.New(b.guard,
-		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
-		grpcinterceptor.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := demotest.NewTxBackend(t)
 	svc := &txService{b: b}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(idem))
-	testgrpc.RegisterTestServiceServer(srv, svc)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		srv.GracefulStop()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	}()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := testgrpc.NewTestServiceClient(conn)
-	type answer struct {
-		resp     *testgrpc.SimpleResponse
-		replayed bool
-		err      error
-	}
-	call := func(key string) answer {
-		ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", key)
-		var header metadata.MD
-		resp, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{}, grpc.Header(&header))
-		return answer{resp, grpcinterceptor.Replayed(header), err}
-	}
+	call := txServe(t, svc)
 
-	answers := demotest.Burst(8, func(int) answer { return call("a") })
+	answers := demotest.Burst(8, func(int) txAnswer { return call("a") })
 	firsts := 0
 	for i, a := range answers {
 		if a.err != nil || a.resp.GetServerId() != "a" {
@@ -165,31 +152,31 @@ func TestTxGRPC(t *testing.T) {
 			firsts++
 		}
 	}
-	if firsts != 1 || svc.runs.Load() != 1 {
-		t.Fatalf("8 duplicates: %d answers not replayed, %d runs; want 1 and 1", firsts, svc.runs.Load())
+	if firsts != 1 || b.Runs.Load() != 1 {
+		t.Fatalf("8 duplicates: %d answers not replayed, %d runs; want 1 and 1", firsts, b.Runs.Load())
 	}
-	if n := b.rows(t, "a"); n != 1 {
+	if n := b.Rows(t, "a"); n != 1 {
 		t.Fatalf("rows of a: %d; want 1", n)
 	}
 	if a := call("a"); a.err != nil || !a.replayed || a.resp.GetServerId() != "a" {
 		t.Fatalf("a later retry: %v replayed=%v %v; want the replay", a.resp, a.replayed, a.err)
 	}
 
-	runs := svc.runs.Load()
+	runs := b.Runs.Load()
 	for _, c := range []codes.Code{codes.Internal, codes.Unavailable} {
 		key := "forgotten-" + c.String()
 		svc.fail.Store(uint32(c))
 		if a := call(key); status.Code(a.err) != c || a.replayed {
 			t.Fatalf("a handler answering %v: %v replayed=%v", c, a.err, a.replayed)
 		}
-		if n := b.rows(t, key); n != 0 {
+		if n := b.Rows(t, key); n != 0 {
 			t.Fatalf("rows of %s after %v: %d; want none", key, c, n)
 		}
 		svc.fail.Store(uint32(codes.OK))
 		if a := call(key); a.err != nil || a.replayed || a.resp.GetServerId() != key {
 			t.Fatalf("the retry of %v: %v replayed=%v %v; want a new execution", c, a.resp, a.replayed, a.err)
 		}
-		if n := b.rows(t, key); n != 1 {
+		if n := b.Rows(t, key); n != 1 {
 			t.Fatalf("rows of %s after the retry: %d; want 1", key, n)
 		}
 		runs += 2
@@ -203,10 +190,153 @@ func TestTxGRPC(t *testing.T) {
 	if a := call("recorded"); status.Code(a.err) != codes.FailedPrecondition || !a.replayed {
 		t.Fatalf("its retry: %v replayed=%v; want the status replayed", a.err, a.replayed)
 	}
-	if n := b.rows(t, "recorded"); n != 1 {
+	if n := b.Rows(t, "recorded"); n != 1 {
 		t.Fatalf("rows of a recorded status: %d; want the one committed with it", n)
 	}
-	if got := svc.runs.Load(); got != runs+1 {
+	if got := b.Runs.Load(); got != runs+1 {
 		t.Fatalf("%d runs; want %d", got, runs+1)
+	}
+}
+
+// TestTxGRPCTooLargeNotReplayable: a gRPC handler that writes in
+// pgstore.Tx and answers a response larger than the interceptor keeps
+// (WithMaxResponseBytes) gets it delivered whole, and its row commits
+// with the record as executed-not-replayable: the retry is refused
+// (FailedPrecondition, IDEMPOTENCY_NOT_REPLAYABLE) without running the
+// handler, and the key has one row.
+func TestTxGRPCTooLargeNotReplayable(t *testing.T) {
+	b := demotest.NewTxBackend(t)
+	svc := &txService{b: b}
+	svc.big.Store(true)
+	call := txServe(t, svc, grpcinterceptor.WithMaxResponseBytes(txBigPayload/2))
+	if a := call("big"); a.err != nil || a.replayed || len(a.resp.GetPayload().GetBody()) != txBigPayload {
+		t.Fatalf("a response too large to keep: %d bytes, replayed=%v, %v; want it delivered", len(a.resp.GetPayload().GetBody()), a.replayed, a.err)
+	}
+	a := call("big")
+	if status.Code(a.err) != codes.FailedPrecondition || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonNotReplayable {
+		t.Fatalf("its retry: %v; want FailedPrecondition %s", a.err, grpcinterceptor.ReasonNotReplayable)
+	}
+	if n := b.Rows(t, "big"); n != 1 || b.Runs.Load() != 1 {
+		t.Fatalf("rows of big: %d, runs %d; want 1 and 1", n, b.Runs.Load())
+	}
+}
+
+// TestTxGRPCCommitFails: a gRPC handler whose transaction cannot commit
+// (a statement in it failed) has its response replaced by Unavailable
+// (IDEMPOTENCY_UNAVAILABLE), leaves no row, and its retry runs again and
+// commits one.
+func TestTxGRPCCommitFails(t *testing.T) {
+	b := demotest.NewTxBackend(t)
+	call := txServe(t, &txService{b: b})
+	b.Break.Store(true)
+	a := call("broken")
+	b.Break.Store(false)
+	if status.Code(a.err) != codes.Unavailable || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonUnavailable || a.resp != nil {
+		t.Fatalf("a transaction that cannot commit: %v, %v; want Unavailable %s and no response", a.resp, a.err, grpcinterceptor.ReasonUnavailable)
+	}
+	if n := b.Rows(t, "broken"); n != 0 {
+		t.Fatalf("rows after the failed commit: %d; want none", n)
+	}
+	if a := call("broken"); a.err != nil || a.replayed || a.resp.GetServerId() != "broken" {
+		t.Fatalf("the retry: %v replayed=%v %v; want a new execution", a.resp, a.replayed, a.err)
+	}
+	if n := b.Rows(t, "broken"); n != 1 || b.Runs.Load() != 2 {
+		t.Fatalf("rows after the retry: %d, runs %d; want 1 and 2", n, b.Runs.Load())
+	}
+}
+
+// txMetadataModes names the ways txService sets its metadata, for
+// subtests.
+var txMetadataModes = []struct {
+	name string
+	meta txMetadata
+}{
+	{"SetHeader", txSetMetadata},
+	{"SendHeader", txSendHeader},
+}
+
+// serveTxMetadata serves a txService on a TxBackend of its own that sets
+// its metadata as meta says (see txServe).
+func serveTxMetadata(t *testing.T, meta txMetadata) (*demotest.TxBackend, func(key string) txAnswer) {
+	t.Helper()
+	b := demotest.NewTxBackend(t)
+	svc := &txService{b: b}
+	svc.meta.Store(uint32(meta))
+	return b, txServe(t, svc)
+}
+
+// handlerMetadata returns the entries of txService's metadata (x-order,
+// x-order-trailer) in a's header and trailer.
+func handlerMetadata(a txAnswer) (header, trailer []string) {
+	get := func(md metadata.MD, k string) []string {
+		var out []string
+		for _, v := range md.Get(k) {
+			out = append(out, k+"="+v)
+		}
+		return out
+	}
+	return get(a.header, "x-order"), get(a.trailer, "x-order-trailer")
+}
+
+// checkHandlerMetadata checks that a got txService's header and trailer
+// for key.
+func checkHandlerMetadata(t *testing.T, what string, a txAnswer, key string) {
+	t.Helper()
+	if h, tr := handlerMetadata(a); !slices.Equal(h, []string{"x-order=" + key}) || !slices.Equal(tr, []string{"x-order-trailer=" + key}) {
+		t.Fatalf("%s: header %v and trailer %v; want the handler's x-order and x-order-trailer", what, h, tr)
+	}
+}
+
+// TestTxGRPCCommitFailsSendsNoHandlerMetadata: a gRPC handler that sets
+// header and trailer metadata inside its transaction (with grpc.SetHeader,
+// or with grpc.SendHeader, which sends the header at once outside the
+// transactional mode) and whose transaction then cannot commit (a
+// statement in it failed) gets Unavailable with the interceptor's
+// ErrorInfo, and none of its header nor trailer entries reaches the
+// client; the retry runs again, commits, and delivers them.
+func TestTxGRPCCommitFailsSendsNoHandlerMetadata(t *testing.T) {
+	for _, m := range txMetadataModes {
+		t.Run(m.name, func(t *testing.T) {
+			b, call := serveTxMetadata(t, m.meta)
+			b.Break.Store(true)
+			a := call("broken")
+			b.Break.Store(false)
+			if status.Code(a.err) != codes.Unavailable || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonUnavailable || a.resp != nil {
+				t.Fatalf("a transaction that cannot commit: %v, %v; want Unavailable %s and no response", a.resp, a.err, grpcinterceptor.ReasonUnavailable)
+			}
+			if h, tr := handlerMetadata(a); len(h) != 0 || len(tr) != 0 {
+				t.Fatalf("a transaction that cannot commit: the handler's header %v and trailer %v reached the client; want none", h, tr)
+			}
+			if n := b.Rows(t, "broken"); n != 0 {
+				t.Fatalf("rows after the failed commit: %d; want none", n)
+			}
+			a = call("broken")
+			if a.err != nil || a.replayed || a.resp.GetServerId() != "broken" {
+				t.Fatalf("the retry: %v replayed=%v %v; want a new execution", a.resp, a.replayed, a.err)
+			}
+			checkHandlerMetadata(t, "the retry", a, "broken")
+		})
+	}
+}
+
+// TestTxGRPCCommittedMetadataReplays: the metadata a gRPC handler sets
+// inside its transaction (with grpc.SetHeader or grpc.SendHeader, and
+// grpc.SetTrailer) reaches the client once the transaction committed, and
+// a retry gets it again with the replay.
+func TestTxGRPCCommittedMetadataReplays(t *testing.T) {
+	for _, m := range txMetadataModes {
+		t.Run(m.name, func(t *testing.T) {
+			b, call := serveTxMetadata(t, m.meta)
+			for i, want := range []bool{false, true} {
+				a := call("meta")
+				if a.err != nil || a.replayed != want || a.resp.GetServerId() != "meta" {
+					t.Fatalf("call %d: %v replayed=%v %v; want replayed=%v", i, a.resp, a.replayed, a.err, want)
+				}
+				checkHandlerMetadata(t, "call "+strconv.Itoa(i), a, "meta")
+			}
+			if n := b.Rows(t, "meta"); n != 1 || b.Runs.Load() != 1 {
+				t.Fatalf("rows of meta: %d, runs %d; want 1 and 1", n, b.Runs.Load())
+			}
+		})
 	}
 }

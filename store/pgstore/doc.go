@@ -173,17 +173,27 @@
 //     record no longer carries its fence, its transaction is rolled back,
 //     and its call fails with middleware.UnavailableError wrapping
 //     lock.ErrLeaseLost (503 over HTTP).
-//   - Work that returns an error, panics, loses its lease before it
-//     returns, answers with a status the adapter does not store (an HTTP
-//     5xx) or calls middleware.DoNotRecord is rolled back, and its claim
-//     released: nothing of it remains, and a retry runs it again.
+//   - A holder whose lease was lost before its work returned (its
+//     renewals failed until the lease ran out, and the work's ctx ended
+//     with lock.ErrLeaseLost) does not commit either, even when nobody
+//     claimed the key meanwhile: its transaction is rolled back, its
+//     claim released, and its call fails the same way. (Without Tx, its
+//     outcome is still completed, as Complete allows while nobody
+//     claimed the key since.)
+//   - Work that returns an error, panics, answers with a status the
+//     adapter does not store (an HTTP 5xx) or calls
+//     middleware.DoNotRecord is rolled back, and its claim released:
+//     nothing of it remains, and a retry runs it again.
 //   - A response that cannot be replayed (streamed, too large) is
 //     committed with the writes as executed-not-replayable.
 //   - nethttp (and gin and echo) hold a response written once the
 //     transaction began and send it only after the commit: a client never
 //     sees a success whose writes were rolled back (it gets 503 instead,
 //     without the handler's headers). gRPC sends the response after the
-//     guard returns, so after the commit. middleware.Do returns after it.
+//     guard returns, so after the commit, and holds the header and
+//     trailer metadata set once the transaction began until then: a
+//     failed commit is Unavailable without any of it. middleware.Do
+//     returns after the commit.
 //
 // An answer the adapter records (an HTTP 4xx by default, a gRPC status its
 // policy stores) commits what the work wrote before it: validate before
@@ -196,10 +206,26 @@
 // (middleware.CallInfoFrom) so the other side can refuse a stale holder,
 // or write them to an outbox table in the same transaction and send them
 // from there. The work's tables must be in the records' database. A
-// response written before the work calls Tx has already gone out: call
-// Tx first. The transaction holds a pool connection for as long as the
-// work runs, and its isolation is the server's default (read committed).
+// response written, or gRPC metadata set, before the work calls Tx goes
+// out whatever becomes of the transaction: call Tx first. The transaction
+// holds a pool connection for as long as the work runs, and its isolation
+// is the server's default (read committed).
 // Work that never calls Tx pays nothing: the claim is completed as usual.
+//
+// A unique constraint on the work's table (an order number, the
+// idempotency key itself) meets a takeover this way: the taker's insert
+// of a value the first holder inserted blocks on the first holder's
+// uncommitted row until that transaction ends. It ends when the first
+// holder's work returns (the guard then rolls it back, its lease being
+// lost), when its ctx ends (with the lease) while one of its statements
+// runs (pgx then closes the connection), or when its process dies;
+// the taker's insert then goes on, and its work commits. A first holder
+// stuck outside the database (ignoring its ctx) holds the taker up for as
+// long; the taker's lease is renewed meanwhile, and SET LOCAL
+// lock_timeout in its transaction, or the request's deadline, bounds the
+// wait. A first holder that inserts after the taker waits for the taker's
+// row instead and, once the taker commits, fails with a unique violation
+// (SQLSTATE 23505): either way, one row.
 //
 // # Errors
 //
@@ -210,10 +236,10 @@
 // 57014 (statement_timeout) and 55P03 (lock_timeout) NetworkTimeout; class
 // 53 (out of connections, memory or disk) RateLimited; class 28 and 42501
 // AuthFailed; a missing table, schema or column InvalidArgument (run
-// SetupSchema, or migrate); anything else Internal. Every statement runs
-// under the caller's ctx: pgx ends a statement whose ctx ends by closing
-// its connection, so a stalled server gives NetworkTimeout by the ctx's
-// deadline (a statement already sent may still run when the server comes
+// SetupSchema, or apply schema.sql); anything else Internal. Every
+// statement runs under the caller's ctx: pgx ends a statement whose ctx
+// ends by closing its connection, so a stalled server gives NetworkTimeout
+// by the ctx's deadline (a statement already sent may still run when the server comes
 // back). Serialization failures, deadlocks, failures before anything was
 // sent and lost connections (a pooled connection that died while idle,
 // most often) are retried inside the operation, up to three times, except a
@@ -221,34 +247,4 @@
 // Should a claim whose connection was lost have been made, its retry finds
 // it and answers busy until its lease runs out: a delay, never a second
 // execution.
-//
-// # Migrating from the lock-and-records layout
-//
-// Earlier versions kept records in idemkit_records with other columns (a
-// "k:" or "h:" prefixed key, state 1 completed and 2 not replayable, no
-// keep_until) and the guard's claims in pglock's idemkit_locks and
-// idemkit_lock_fences. Stop every process of the earlier version first (an
-// earlier and a later guard do not see each other's claims), then, with the
-// default names:
-//
-//	BEGIN;
-//	ALTER TABLE idemkit_records RENAME TO idemkit_records_v1;
-//	ALTER INDEX idemkit_records_pkey RENAME TO idemkit_records_v1_pkey;
-//	-- here: the DDL of schema.sql (pgstore.SchemaSQL())
-//	INSERT INTO idemkit_records (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
-//	SELECT CASE WHEN k ~ '^[ -~]*$' AND k NOT LIKE '\\x%' THEN k
-//	            ELSE '\x' || encode(convert_to(k, 'UTF8'), 'hex') END,
-//	       fingerprint, state + 1, response, fence, created_at, expires_at,
-//	       greatest(expires_at, timestamptz 'epoch' + (fence + 1) * interval '1 millisecond')
-//	FROM (SELECT substr(key, 3) AS k, * FROM idemkit_records_v1
-//	      WHERE key LIKE 'k:%' AND expires_at > clock_timestamp()) AS old;
-//	DROP TABLE idemkit_records_v1;
-//	COMMIT;
-//
-// Live records are carried over; records stored under a hashed key ("h:",
-// keys too long or not valid text) cannot be, and a retry of one runs its
-// work again. Running claims are not carried over. Then, unless you use
-// pglock for locks of your own, drop its tables:
-//
-//	DROP TABLE IF EXISTS idemkit_locks, idemkit_lock_fences;
 package pgstore

@@ -45,7 +45,10 @@ type beginner interface {
 // (its lease ran out and another request claimed the key), the record no
 // longer carries the claim: the transaction is rolled back and the call
 // fails (middleware.UnavailableError, wrapping lock.ErrLeaseLost), so the
-// work's writes are never there twice. An error, a panic, a lost lease, a
+// work's writes are never there twice. A lease lost before the work
+// returned (its ctx ended with lock.ErrLeaseLost: the renewals failed
+// until it ran out) fails the call the same way and releases the claim,
+// even when nobody claimed the key meanwhile. An error, a panic, a
 // verdict that stores nothing (an HTTP 5xx, say) or
 // middleware.DoNotRecord roll it back, and the claim is released.
 //
@@ -57,7 +60,11 @@ type beginner interface {
 //
 // The returned transaction refuses Commit and Rollback ([ErrGuardCommits]);
 // savepoints (its Begin) work as usual. It has the server's default
-// isolation level (read committed, unless configured otherwise).
+// isolation level (read committed, unless configured otherwise). Its row
+// locks are held until the guard ends it: after a takeover, the taker's
+// insert of a value a unique constraint holds, which the first holder
+// inserted, blocks until the first holder's transaction ends (rolled
+// back), then goes on (see the package docs).
 // ErrNoTransaction is returned when ctx is not guarded work on such a
 // store; a failure to begin is a coded error (Unavailable when the server
 // cannot be reached).

@@ -20,4 +20,9 @@
 //	func TestDemoCluster(t *testing.T) {
 //		demotest.RunCluster(t, program().Run, demotest.ClusterInstances, demotest.HTTPCluster)
 //	}
+//
+// [TxBackend] is the harness of the transactional mode's tests (pgstore.Tx
+// through ginadapter, echoadapter and grpcinterceptor): a guard on a
+// PostgreSQL table of the test's own, an orders table its handlers write
+// in the work's transaction; [RunTxHTTP] is the HTTP adapters' proof.
 package demotest
