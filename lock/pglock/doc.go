@@ -174,28 +174,4 @@
 //	class 28, 42501                                   AuthFailed
 //	42P01, 3F000, 42703 (run SetupSchema)             InvalidArgument
 //	anything else                                     Internal
-//
-// # Upgrading from the fence-counter table
-//
-// Earlier versions kept fences in a second table, idemkit_lock_fences, with
-// one row per key ever locked. It is gone: the fence lives in the lock row.
-// Stop every locker of the old version, then migrate (with your table
-// names):
-//
-//	BEGIN;
-//	ALTER TABLE idemkit_locks ADD COLUMN IF NOT EXISTS fence bigint;
-//	UPDATE idemkit_locks AS l SET fence = f.fence
-//	    FROM idemkit_lock_fences AS f WHERE f.key = l.key;
-//	UPDATE idemkit_locks SET fence = 1 WHERE fence IS NULL;
-//	ALTER TABLE idemkit_locks
-//	    ALTER COLUMN fence SET NOT NULL,
-//	    ALTER COLUMN lock_id DROP NOT NULL,
-//	    ADD CONSTRAINT idemkit_locks_fence_max CHECK (fence <= 900000000000000);
-//	DROP TABLE idemkit_lock_fences;
-//	COMMIT;
-//
-// Dropping the counters is safe: they counted acquires from 1, far below
-// the clock in Unix milliseconds that new fences start from, so every new
-// fence is greater than every fence issued before. The old option
-// WithFenceTable is gone with the table.
 package pglock

@@ -112,7 +112,7 @@ func transport(err error) bool {
 
 // undefinedHint is the detail of the error for a missing table, schema or
 // column.
-const undefinedHint = "the lock table is missing or out of date: run pglock.SetupSchema, or apply its schema.sql, with the same table name (a table of an earlier version needs the migration in the package documentation)"
+const undefinedHint = "the lock table is missing or out of date: run pglock.SetupSchema, or apply its schema.sql, with the same table name, on a table this package created"
 
 // classify returns the code and a detail for a native error (never nil),
 // by type and SQLSTATE, never by message text (the table is in

@@ -84,8 +84,8 @@ func renderDDL(n tableName) string {
 // processes: it runs its DDL in one transaction that first takes a
 // transaction-scoped advisory lock (the number schema.sql names), so that
 // setups started together queue up instead of racing. An invalid name is
-// refused with InvalidArgument before any SQL is sent. It does not migrate
-// a table of an earlier version (see the package documentation).
+// refused with InvalidArgument before any SQL is sent. It does not change
+// a table of that name that exists in another layout.
 //
 // db may be a *pgxpool.Pool, a *pgx.Conn or a pgx.Tx (the table then
 // exists when that transaction commits).

@@ -37,9 +37,6 @@ func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
 	if !strings.Contains(header, fmt.Sprint(schemaLockID)) {
 		t.Fatal("the header of schema.sql does not name the advisory lock SetupSchema holds")
 	}
-	if strings.Contains(SchemaSQL(), "CREATE TABLE IF NOT EXISTS \"idemkit_lock_fences\"") {
-		t.Fatal("schema.sql still creates the fence-counter table")
-	}
 }
 
 // TestSchemaSQLAppliesLikeSetupSchema applies schema.sql as a migration

@@ -189,18 +189,4 @@
 // did not write (a missing or mistyped field, a key that does not match
 // its id) makes every operation that reads it fail with Internal; it is
 // never overwritten.
-//
-// # Upgrading from the lock-and-records layout
-//
-// Earlier versions kept the guard's claims in firestorelock's collections
-// and outcomes in idemkit_records under "k:" or "h:" prefixed document ids
-// ("k:idempotency:record:{...}"); the guard's keys start with its
-// namespace ("idempotency:..."), so the two never share a document. Stop
-// every process of the earlier version before starting this one (the two
-// do not see each other's claims). An outcome the earlier version recorded is not replayed
-// by this one: a retry of such a request runs again. Switch over when the
-// retries of requests taken before it are no longer expected, or run the
-// earlier version until then; afterwards delete the earlier documents (a
-// TTL policy on expireAt removes the records; the fence collection has no
-// expiry and can be deleted whole).
 package firestorestore

@@ -105,7 +105,7 @@ func transport(err error) bool {
 
 // undefinedHint is the detail of the error for a missing table, schema or
 // column.
-const undefinedHint = "the record table is missing or has an older layout: run pgstore.SetupSchema (or apply schema.sql) with the same table name, and see the package documentation on migrating"
+const undefinedHint = "the record table is missing or has another layout: run pgstore.SetupSchema (or apply schema.sql) with the same table name, on a table this package created"
 
 // classify returns the code and a detail for a native error (never nil),
 // by type and SQLSTATE, never by message text (the table is in

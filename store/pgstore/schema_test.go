@@ -3,7 +3,6 @@ package pgstore
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/store"
 )
 
 // TestSchemaSQLMatchesSetupSchema checks that the shipped schema.sql is the
@@ -210,9 +208,9 @@ func TestInvalidOptions(t *testing.T) {
 	}
 }
 
-// v1DDL is the record table of the layout before leased records, as its
-// schema.sql created it.
-const v1DDL = `CREATE TABLE IF NOT EXISTS "idemkit_records" (
+// otherLayoutDDL is a record table named like the default one, in a
+// layout this package never wrote: no keep_until column.
+const otherLayoutDDL = `CREATE TABLE IF NOT EXISTS "idemkit_records" (
     key         text        PRIMARY KEY,
     fingerprint bytea       NOT NULL,
     state       smallint    NOT NULL,
@@ -221,116 +219,25 @@ const v1DDL = `CREATE TABLE IF NOT EXISTS "idemkit_records" (
     created_at  timestamptz NOT NULL,
     expires_at  timestamptz NOT NULL
 );
-CREATE INDEX IF NOT EXISTS "idemkit_records_expires_at_idx" ON "idemkit_records" (expires_at);
 `
 
-// migrationSQL returns the migration of the package documentation: the
-// first code block of its migration section, with the schema's DDL where
-// the block says so.
-func migrationSQL(t testing.TB) string {
-	t.Helper()
-	doc, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, ok := strings.Cut(string(doc), "// # Migrating")
-	if !ok {
-		t.Fatal("doc.go has no migration section")
-	}
-	var block []string
-	for _, line := range strings.Split(section, "\n") {
-		if code, ok := strings.CutPrefix(line, "//\t"); ok {
-			block = append(block, code)
-		} else if len(block) > 0 {
-			break
-		}
-	}
-	sql := strings.Join(block, "\n")
-	const here = "-- here: the DDL of schema.sql (pgstore.SchemaSQL())"
-	if !strings.Contains(sql, here) {
-		t.Fatalf("the migration lacks %q:\n%s", here, sql)
-	}
-	return strings.Replace(sql, here, SchemaSQL(), 1)
-}
-
-// TestMigrationFromV1 fills a table of the earlier layout with records of
-// every kind, runs the migration of the package documentation, and checks
-// that live records under verbatim keys replay, that the rest is gone, and
-// that new claims work.
-func TestMigrationFromV1(t *testing.T) {
-	t.Parallel()
-	srv := testenv.Postgres(t)
-	admin := newPool(t, srv.URL, 2)
-	schema := newSchema(t, admin)
-	applySQL(t, admin, schema, v1DDL)
-	ctx := t.Context()
-	insert := func(key string, state int, response string, fence int64, ttl time.Duration) {
-		t.Helper()
-		_, err := admin.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "idemkit_records"}.Sanitize()+`
-			VALUES ($1, $2, $3, $4, $5, clock_timestamp(), clock_timestamp() + $6::bigint * interval '1 microsecond')`,
-			key, []byte(fp), state, []byte(response), fence, ttl.Microseconds())
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	insert("k:idempotency:t:ascii", 1, "ascii", 7, time.Hour)
-	insert("k:idempotency:t:caf\u00e9", 1, "unicode", 8, time.Hour)
-	insert(`k:\xab`, 1, "backslash", 9, time.Hour)
-	insert("k:idempotency:t:not-replayable", 2, "", 10, time.Hour)
-	insert("k:idempotency:t:expired", 1, "old", 11, -time.Second)
-	insert("h:0123456789abcdef", 1, "hashed", 12, time.Hour)
-
-	applySQL(t, admin, schema, migrationSQL(t))
-
-	s, err := New(admin, WithTable(schema+"."+defaultTable))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		key, response string
-		state         store.State
-		fence         int64
-	}{
-		{"idempotency:t:ascii", "ascii", store.StateCompleted, 7},
-		{"idempotency:t:caf\u00e9", "unicode", store.StateCompleted, 8},
-		{`\xab`, "backslash", store.StateCompleted, 9},
-		{"idempotency:t:not-replayable", "", store.StateNotReplayable, 10},
-	} {
-		rec, claimed, err := s.Claim(ctx, c.key, fp, time.Minute)
-		if err != nil || claimed || rec.State != c.state || string(rec.Response) != c.response || int64(rec.Fence) != c.fence || rec.Fingerprint != fp {
-			t.Fatalf("migrated %q: %+v, %v, %v; want the %v record", c.key, rec, claimed, err, c.state)
-		}
-	}
-	var rows int
-	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+tableOf(s)).Scan(&rows); err != nil || rows != 4 {
-		t.Fatalf("%d rows after the migration (%v); want the 4 live records under verbatim keys", rows, err)
-	}
-	c, claimed, err := s.Claim(ctx, "idempotency:t:expired", fp, time.Minute)
-	if err != nil || !claimed || c.Fence < 1e12 {
-		t.Fatalf("a new claim after the migration: %+v, %v, %v; want a clock-derived fence", c, claimed, err)
-	}
-	if !strings.Contains(catalog(t, admin, schema), "idemkit_records_keep_until_idx") {
-		t.Fatal("the migration did not create the new index")
-	}
-}
-
-// TestSchemaNeedsMigration checks that SetupSchema and the store, on a
-// table of the earlier layout, fail with InvalidArgument pointing at the
-// migration, not with an internal error.
-func TestSchemaNeedsMigration(t *testing.T) {
+// TestSchemaOfAnotherLayout checks that SetupSchema and the store, on a
+// table of the record table's name but another layout, fail with
+// InvalidArgument pointing at the schema, not with an internal error.
+func TestSchemaOfAnotherLayout(t *testing.T) {
 	t.Parallel()
 	admin := newPool(t, testenv.Postgres(t).URL, 2)
 	schema := newSchema(t, admin)
-	applySQL(t, admin, schema, v1DDL)
+	applySQL(t, admin, schema, otherLayoutDDL)
 	opt := WithTable(schema + "." + defaultTable)
-	// CREATE TABLE IF NOT EXISTS keeps the earlier table; its index on
-	// keep_until then fails.
-	if err := SetupSchema(t.Context(), admin, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "migrating") {
-		t.Fatalf("SetupSchema on the earlier layout: %v; want InvalidArgument about migrating", err)
+	// CREATE TABLE IF NOT EXISTS keeps the table; its index on keep_until
+	// then fails.
+	if err := SetupSchema(t.Context(), admin, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "schema.sql") {
+		t.Fatalf("SetupSchema on another layout: %v; want InvalidArgument about the schema", err)
 	}
 	s, _ := New(admin, opt)
 	_, _, err := s.Claim(context.Background(), "k", fp, time.Minute)
-	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "migrating") {
-		t.Fatalf("Claim on the earlier layout: %v; want InvalidArgument about migrating", err)
+	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "schema.sql") {
+		t.Fatalf("Claim on another layout: %v; want InvalidArgument about the schema", err)
 	}
 }
