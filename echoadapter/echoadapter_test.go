@@ -33,10 +33,10 @@ func echoStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app htt
 	return e
 }
 
-// TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
+// TestBehaviourTable runs the HTTP behaviour suite (every row of the HTTP table)
 // through echo, on the memory backend, and on memory records composed with
 // memory locks.
-func TestBehaviour(t *testing.T) {
+func TestBehaviourTable(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { httpsuite.Run(t, echoStack) })
 	t.Run("composed", func(t *testing.T) {
 		httpsuite.RunWith(t, echoStack, httpsuite.Composed)
@@ -310,7 +310,7 @@ func TestStreamedIsNotReplayable(t *testing.T) {
 	}
 }
 
-func TestConstruction(t *testing.T) {
+func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
 	if _, err := echoadapter.New(nil); err == nil {
 		t.Fatal("a nil guard was accepted")
 	}

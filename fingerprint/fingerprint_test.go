@@ -36,7 +36,7 @@ func TestStringParseRoundTrip(t *testing.T) {
 	}
 }
 
-func TestZero(t *testing.T) {
+func TestZeroFingerprintIsEmptyAndUnparseable(t *testing.T) {
 	var z fingerprint.Fingerprint
 	if !z.IsZero() || z.String() != "" || z.Alg() != "" {
 		t.Errorf("zero value: IsZero %v, String %q, Alg %q", z.IsZero(), z.String(), z.Alg())
@@ -86,7 +86,7 @@ func TestParseRefuses(t *testing.T) {
 	}
 }
 
-func TestCompare(t *testing.T) {
+func TestCompareSameDigestAndAlgorithmFamily(t *testing.T) {
 	a := sha256.Sum256([]byte("a"))
 	b := sha256.Sum256([]byte("b"))
 	var zero fingerprint.Fingerprint
@@ -126,7 +126,7 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-func TestText(t *testing.T) {
+func TestFingerprintMarshalsAsItsString(t *testing.T) {
 	type record struct {
 		FP    fingerprint.Fingerprint  `json:"fp"`
 		Empty fingerprint.Fingerprint  `json:"empty"`

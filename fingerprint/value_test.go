@@ -107,7 +107,7 @@ func TestValueErrors(t *testing.T) {
 	}
 }
 
-func TestJSON(t *testing.T) {
+func TestJSONFingerprintIsCanonical(t *testing.T) {
 	a, err := fingerprint.JSON([]byte(`{"b":[1,2],"a":"\u00e9"}`))
 	if err != nil {
 		t.Fatal(err)

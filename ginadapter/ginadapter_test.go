@@ -36,10 +36,10 @@ func ginStack(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http
 	return r
 }
 
-// TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table)
+// TestBehaviourTable runs the HTTP behaviour suite (every row of the HTTP table)
 // through gin, on the memory backend, and on memory records composed with
 // memory locks.
-func TestBehaviour(t *testing.T) {
+func TestBehaviourTable(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { httpsuite.Run(t, ginStack) })
 	t.Run("composed", func(t *testing.T) {
 		httpsuite.RunWith(t, ginStack, httpsuite.Composed)
@@ -345,7 +345,7 @@ func TestPassThroughKeepsGinsWriter(t *testing.T) {
 	}
 }
 
-func TestConstruction(t *testing.T) {
+func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
 	if _, err := ginadapter.New(nil); err == nil {
 		t.Fatal("a nil guard was accepted")
 	}

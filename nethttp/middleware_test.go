@@ -36,10 +36,10 @@ func idem(t *testing.T, g *middleware.Guard, opts ...nethttp.Option) func(http.H
 	return mw
 }
 
-// TestBehaviour runs the HTTP behaviour suite (every row of the HTTP table,
+// TestBehaviourTable runs the HTTP behaviour suite (every row of the HTTP table,
 // through a real server and client) on the memory backend, and on memory
 // records composed with memory locks.
-func TestBehaviour(t *testing.T) {
+func TestBehaviourTable(t *testing.T) {
 	t.Run("memory", func(t *testing.T) { httpsuite.Run(t, netHTTPStack) })
 	t.Run("composed", func(t *testing.T) {
 		httpsuite.RunWith(t, netHTTPStack, httpsuite.Composed)
@@ -102,7 +102,7 @@ func TestPathsUnderOnePatternAreDifferentRoutes(t *testing.T) {
 	}
 }
 
-func TestConstruction(t *testing.T) {
+func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
 	g := httpsuite.NewGuard(t)
 	if mw, err := nethttp.New(nil); err == nil || mw != nil {
 		t.Fatal("a nil guard was accepted")

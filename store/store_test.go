@@ -6,7 +6,7 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-func TestState(t *testing.T) {
+func TestStateNamesValidityAndDone(t *testing.T) {
 	for _, c := range []struct {
 		s           store.State
 		name        string

@@ -17,7 +17,7 @@
 // handler serving the suite's business handler behind its middleware; the
 // suite serves it on a real listener.
 //
-//	func TestBehaviour(t *testing.T) {
+//	func TestBehaviourTable(t *testing.T) {
 //		httpsuite.Run(t, func(t *testing.T, g *middleware.Guard, opts []nethttp.Option, app http.Handler) http.Handler {
 //			idem, err := nethttp.New(g, opts...)
 //			if err != nil {

@@ -20,10 +20,10 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
-// TestRefused checks the malformed inputs the readers refuse: an empty or
+// TestReadersRefuseMalformedInput checks the malformed inputs the readers refuse: an empty or
 // truncated varint, a varint that is not the shortest, and a field longer
 // than what follows.
-func TestRefused(t *testing.T) {
+func TestReadersRefuseMalformedInput(t *testing.T) {
 	for name, b := range map[string][]byte{
 		"empty":              nil,
 		"truncated varint":   {0x80},

@@ -10,11 +10,11 @@ import (
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
 
-// TestLifecycle walks one key through a claim, a refused second claim
+// TestOneKeyThroughItsLifecycle walks one key through a claim, a refused second claim
 // from another client, an extension, the outcome, its replay, a delete
 // and a new claim, checking what each step answers and that the times
 // come from Firestore.
-func TestLifecycle(t *testing.T) {
+func TestOneKeyThroughItsLifecycle(t *testing.T) {
 	t.Parallel()
 	p := testenv.FirestoreProject(t)
 	a, b := newStore(t, client(t, p)), newStore(t, client(t, p))

@@ -101,7 +101,7 @@ func TestFencesGrowWithinOneMillisecond(t *testing.T) {
 	}
 }
 
-func TestClosed(t *testing.T) {
+func TestClaimAfterCloseIsServiceUnavailable(t *testing.T) {
 	s := memstore.New()
 	_ = s.Close()
 	_ = s.Close()
@@ -113,7 +113,7 @@ func TestClosed(t *testing.T) {
 
 // A full store sweeps what expired at once, and refuses what still does
 // not fit with RateLimited, changing nothing.
-func TestLimits(t *testing.T) {
+func TestFullStoreSweepsThenRefuses(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New()
 	s := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxEntries(3), memstore.WithMaxBytes(4096))
