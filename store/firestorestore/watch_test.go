@@ -81,15 +81,25 @@ type listens struct {
 	mu      sync.Mutex
 	open    map[*listenStream]struct{}
 	opened  int
-	muted   atomic.Bool
-	dropped atomic.Int32 // messages lost while muted
-	reads   atomic.Int32 // reads (BatchGetDocuments) answered
+	muted   atomic.Pointer[muting] // set by mute, until unmute
+	dropped atomic.Int32           // messages lost while muted
+	reads   atomic.Int32           // reads (BatchGetDocuments) answered
 }
 
 // dialOption passes the client's Listen streams through l.
 func (l *listens) dialOption() grpc.DialOption {
 	return grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		if strings.HasSuffix(method, "/BatchGetDocuments") {
+			if lost := l.muted.Load(); lost != nil {
+				// No read learns of a change before its notification was
+				// lost.
+				select {
+				case <-lost.lost:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(10 * time.Second): // the test reports it
+				}
+			}
 			cs, err := streamer(ctx, desc, cc, method, opts...)
 			if err != nil {
 				return nil, err
@@ -115,6 +125,22 @@ func (l *listens) dialOption() grpc.DialOption {
 		l.mu.Unlock()
 		return s, nil
 	})
+}
+
+// mute drops the messages of every Listen stream until unmute is called.
+// Meanwhile a read is sent only once a message has been dropped (or 10 s
+// have passed), so that no read can learn of a change before the change's
+// notification was lost.
+func (l *listens) mute() (unmute func()) {
+	lost := make(chan struct{})
+	l.muted.Store(&muting{lost: lost, drop: sync.OnceFunc(func() { close(lost) })})
+	return func() { l.muted.Store(nil) }
+}
+
+// muting is one mute of a listens.
+type muting struct {
+	lost chan struct{} // closed by drop
+	drop func()        // called for each message dropped
 }
 
 // counts returns the Listen streams open now and opened so far.
@@ -170,10 +196,12 @@ func (s *listenStream) RecvMsg(m any) error {
 			s.cancel()
 			return err
 		}
-		if !s.l.muted.Load() {
+		mute := s.l.muted.Load()
+		if mute == nil {
 			return nil
 		}
 		s.l.dropped.Add(1)
+		mute.drop()
 	}
 }
 
@@ -577,10 +605,10 @@ func TestLostNotification(t *testing.T) {
 		reads := ls.reads.Load()
 		answers := duplicates(t, []*middleware.Guard{fastPolls}, "lost", fp, 1)
 		awaitWaiting(t, s, ls, reads+2)
-		ls.muted.Store(true)
+		unmute := ls.mute()
 		release()
 		answers() // a replay, by polling
-		ls.muted.Store(false)
+		unmute()
 		wait()
 		if ls.dropped.Load() == 0 {
 			t.Fatal("no message was lost")
