@@ -51,16 +51,26 @@ func listening(t testing.TB, admin *pgxpool.Pool, app string) int {
 	return n
 }
 
-// killListeners terminates the listening backends of app and returns how
-// many it terminated.
+// killListeners terminates the listening backends of app, waits until
+// they have left pg_stat_activity, and returns how many it terminated.
+// pg_terminate_backend only signals a backend: one that has not exited yet
+// is still listed, with LISTEN as its last statement, and would be counted
+// by listening as the store listening again.
 func killListeners(t testing.TB, admin *pgxpool.Pool, app string) int {
 	t.Helper()
-	var n int
-	if err := admin.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name = $1 AND query LIKE 'LISTEN %'`, app).Scan(&n); err != nil {
+	var pids []int32
+	if err := admin.QueryRow(context.Background(), `SELECT coalesce(array_agg(pid) FILTER (WHERE pg_terminate_backend(pid)), '{}')
+		FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN %'`, app).Scan(&pids); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	until(t, "the terminated listeners to exit", func() bool {
+		var left int
+		if err := admin.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)`, pids).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return left == 0
+	})
+	return len(pids)
 }
 
 // until waits for cond, checking every few milliseconds, and fails the
