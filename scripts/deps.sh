@@ -2,7 +2,9 @@
 # Installs what `make test` needs when it is missing, on Debian or Ubuntu
 # (apt-get; through sudo when not run as root):
 #
-#   make, gcc                the targets; the race detector needs cgo
+#   make, gcc, libc6-dev     the targets; the race detector needs cgo (and
+#                            the C library's headers, which gcc only
+#                            recommends)
 #   redis-server             the tests start Redis and a Redis Cluster
 #   postgresql               the tests run initdb and postgres
 #   openjdk-17-jre-headless  Java, for the Firestore emulator
@@ -44,6 +46,7 @@ has_initdb() {
 missing=()
 command -v make >/dev/null || missing+=(make)
 command -v gcc >/dev/null || missing+=(gcc)
+[ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
 command -v redis-server >/dev/null || missing+=(redis-server)
 has_initdb || missing+=(postgresql)
 firestore=""
@@ -121,7 +124,9 @@ if [ -n "$firestore" ] && ! candidate google-cloud-cli-firestore-emulator; then
 fi
 
 # Java 17 where the release has it (Debian 12, Ubuntu 22.04 and 24.04),
-# the release's default Java otherwise.
+# the release's default Java otherwise. (A dry run asks apt's package
+# lists as they are, without the update it only prints: its choice may
+# differ from a real run's.)
 for i in "${!missing[@]}"; do
 	if [ "${missing[$i]}" = openjdk-17-jre-headless ] && ! candidate openjdk-17-jre-headless; then
 		missing[i]=default-jre-headless

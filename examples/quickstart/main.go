@@ -16,7 +16,9 @@
 // times in all.
 //
 // It is a module of its own that needs nothing but the root module (and the
-// standard library), so it builds in seconds:
+// standard library), so that a first `make demo` compiles about 200
+// packages (most of them the standard library's net/http and crypto/tls)
+// and nothing else:
 //
 //	cd examples/quickstart && go run .
 package main
@@ -181,7 +183,7 @@ func run(ctx context.Context, out io.Writer) (summary, error) {
 	first := <-firstDone
 	later := send(ctx, client, base, "order-2", lamp, nil)
 	sum.conflict, sum.conflictKind = dup.status, dup.problem
-	fmt.Fprintln(out, "\n2. A duplicate that will not wait (Prefer: wait=0) while the first still runs")
+	fmt.Fprintln(out, "\n2. A duplicate that will not wait (Prefer: wait=0: a wait budget of 0) while the first still runs")
 	fmt.Fprintf(out, "   the duplicate: %s, Retry-After: %s\n", dup, dup.header.Get("Retry-After"))
 	fmt.Fprintf(out, "   the first:     %s\n", first)
 	fmt.Fprintf(out, "   a later retry: %s\n", later)
