@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"testing"
 	"time"
@@ -18,20 +20,53 @@ import (
 	"github.com/idemkit/idemkit/lock/redislock"
 )
 
+var locksOnly = flag.Bool("locks", false,
+	"TestRedisLocks: run the Redis lock scenarios alone, sized by -duration, and print their table")
+
 const lockTTL = 10 * time.Second
+
+// TestRedisLocks runs the Redis lock scenarios alone, sized by -duration,
+// when given -locks (TestReport runs them with the others):
+//
+//	go test -count=1 -run '^TestRedisLocks$' -timeout 30m . -args -locks -duration=3s
+func TestRedisLocks(t *testing.T) {
+	if !*locksOnly {
+		t.Skip("TestReport runs these scenarios; -locks runs them alone")
+	}
+	results := redisScenarios(t, *duration)
+	var buf bytes.Buffer
+	if err := WriteMarkdown(&buf, results); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+}
 
 // hotWait bounds how long a hot-key cycle may wait for the lock.
 const hotWait = 30 * time.Second
 
 // redisScenarios runs acquire+release cycles of the three Redis lock
-// libraries against one dedicated server: distinct keys and one hot key, at
-// 1 and 32 goroutines. Each library has its own client (one pool each,
-// same options). idemkit's locker has its default options: it writes the
-// lock record alone (no id index: its releases go by key, as lock.Do's
-// do), and on the hot key lock.Do's waiters are woken by its pub/sub
-// notifications.
+// libraries against dedicated servers: distinct keys and one hot key, at
+// 1 and 32 goroutines, on a server that fsyncs every write before it
+// answers (appendfsync always, where the disk sets the pace) and on one
+// that fsyncs once a second (appendfsync everysec, the usual production
+// setting, where the libraries' own work does).
 func redisScenarios(t *testing.T, d time.Duration) []Result {
-	srv := testenv.NewRedis(t)
+	var results []Result
+	for _, fsync := range []string{"always", "everysec"} {
+		results = append(results, redisLockScenarios(t, d, fsync)...)
+	}
+	return results
+}
+
+// redisLockScenarios runs the lock scenarios on a server of its own with
+// the appendfsync policy fsync. Each library has its own client (one pool
+// each, same options). idemkit's locker has its default options: it writes
+// the lock record alone (no id index: its releases go by key, as
+// lock.Do's do), its busy calls share round trips (WithMaxInflight's
+// default), and on the hot key lock.Do's waiters are woken by its pub/sub
+// notifications.
+func redisLockScenarios(t *testing.T, d time.Duration, fsync string) []Result {
+	srv := testenv.NewRedis(t, "--appendfsync", fsync)
 	newClient := func() *redis.Client {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
@@ -39,7 +74,7 @@ func redisScenarios(t *testing.T, d time.Duration) []Result {
 	}
 	ctx := t.Context()
 
-	ours, err := redislock.New(newClient(), redislock.WithKeyPrefix(testenv.Name(t)))
+	ours, err := redislock.New(newClient())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +176,7 @@ func redisScenarios(t *testing.T, d time.Duration) []Result {
 			}
 			for si, s := range subjects {
 				r := combine(perSubject[si])
-				r.Group, r.Subject, r.Mode = "Redis locks: acquire + release", s.name, mode
+				r.Group, r.Subject, r.Mode = "Redis locks: acquire + release (appendfsync "+fsync+")", s.name, mode
 				results = append(results, r)
 			}
 		}

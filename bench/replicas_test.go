@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
@@ -58,7 +59,9 @@ func replicaScenarios(t *testing.T, d time.Duration) []Result {
 	if err := rc.SlaveOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	mc := redis.NewClient(&redis.Options{Addr: master.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
+	// Maintenance notifications off: see redisstore.WithWaitForReplicas.
+	mc := redis.NewClient(&redis.Options{Addr: master.Addr, PoolSize: 64, ContextTimeoutEnabled: true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 	t.Cleanup(func() { _ = mc.Close() })
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if n, err := mc.Wait(ctx, 1, 100*time.Millisecond).Result(); err == nil && n >= 1 {
