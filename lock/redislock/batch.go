@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -177,27 +178,22 @@ func (l *Locker) exec(ctx context.Context, conn *redis.Conn, cmds ...redis.Cmder
 	return l.batch.do(ctx, cmds...)
 }
 
-// runScript runs script with keys and args, on conn or through the
-// batcher when conn is nil (as exec does): its EVALSHA, then, when the
-// server does not have the script, its EVAL alone, sent the same way.
-func (l *Locker) runScript(ctx context.Context, conn *redis.Conn, script *redis.Script, keys []string, args ...any) *redis.Cmd {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", script.Hash(), len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
+// runScript runs a script with args, the arguments of its EVALSHA (from
+// [evalScript.args]), on conn or through the batcher when conn is nil (as
+// exec does); then, when the server does not have the script, its EVAL,
+// sent the same way.
+func (l *Locker) runScript(ctx context.Context, conn *redis.Conn, script *evalScript, args []any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
 	err := l.exec(ctx, conn, cmd)
 	switch {
 	case err == nil || err == redis.Nil:
 		return cmd
 	case redis.HasErrorPrefix(err, "NOSCRIPT"):
-		// The EVAL, as a pipeline records it (never executed), goes as exec
-		// sends every command.
-		eval := script.Eval(ctx, l.client.Pipeline(), keys, args...)
-		if err = l.exec(ctx, conn, eval); err == nil || err == redis.Nil {
-			return eval
+		eval := slices.Clone(args)
+		eval[0], eval[1] = "eval", script.src
+		cmd = redis.NewCmd(ctx, eval...)
+		if err = l.exec(ctx, conn, cmd); err == nil || err == redis.Nil {
+			return cmd
 		}
 	}
 	failed := redis.NewCmd(ctx)

@@ -321,18 +321,13 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 	// a command of its own once the lease is granted, so that a refused
 	// attempt writes nothing.
 	var index string
-	keys := []string{name}
+	inScript := false // the script writes the index hint
 	if l.index {
 		index = l.names.index(id)
-		if !l.oneKey() {
-			keys = append(keys, index)
-		}
+		inScript = !l.oneKey()
 	}
 	ttlMS := ttl.Milliseconds()
-	args := []any{l.compact(id, key, ttlMS, watched), ttlMS}
-	if len(keys) == 2 {
-		args = append(args, ttlMS+hintSlack.Milliseconds())
-	}
+	record := l.compact(id, key, ttlMS, watched)
 
 	var (
 		conn *redis.Conn
@@ -358,8 +353,8 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 	}
 	var reply any
 	refused := false // the server refused the pipelined acquire
-	if len(keys) == 1 && !watched && !l.scriptOnly.Load() && !l.tombstoned(name) {
-		reply, err = l.acquireFresh(ctx, conn, name, args[0].(string), ttlMS)
+	if !inScript && !watched && !l.scriptOnly.Load() && !l.tombstoned(name) {
+		reply, err = l.acquireFresh(ctx, conn, name, record, ttlMS)
 		if err != nil {
 			var re redis.Error
 			if !errors.As(err, &re) {
@@ -369,7 +364,14 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 		}
 	}
 	if reply == nil {
-		cmd := l.runScript(ctx, conn, l.scripts.acquire, keys, args...)
+		script := l.scripts.acquire
+		var args []any
+		if inScript {
+			args = append(script.args(2, 5), name, index, record, ttlMS, ttlMS+hintSlack.Milliseconds())
+		} else {
+			args = append(script.args(1, 3), name, record, ttlMS)
+		}
+		cmd := l.runScript(ctx, conn, script, args)
 		if err := cmd.Err(); err != nil {
 			return failed(err)
 		}
@@ -391,7 +393,7 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 	if err != nil || !ok {
 		return lock.Lease{}, false, err
 	}
-	if index != "" && len(keys) == 1 {
+	if index != "" && !inScript {
 		// The hint goes through the client, which routes it to its own
 		// slot; it need not be durable (it is only a hint).
 		err = mapError(op, l.client.Set(ctx, index, name, ttl+hintSlack).Err())
@@ -406,11 +408,11 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 		cancel()
 		return lock.Lease{}, false, err
 	}
-	record := ""
+	written := "" // the compact lease, as written, when unwatched
 	if _, fresh := reply.(int64); fresh && !watched {
-		record = args[0].(string) // the compact lease, as written
+		written = record
 	}
-	l.own.add(id, key, name, record, lease.ExpiresAt.Sub(lease.AcquiredAt))
+	l.own.add(id, key, name, written, lease.ExpiresAt.Sub(lease.AcquiredAt))
 	return lease, true, nil
 }
 
@@ -454,8 +456,9 @@ const fenceBehind = 2 * time.Millisecond
 // atomically, or finds it gone.
 func (l *Locker) acquireFresh(ctx context.Context, conn *redis.Conn, name, value string, ttl int64) (any, error) {
 	n := any(name) // boxed once for both
-	set := redis.NewCmd(ctx, "set", n, value, "nx", "px", ttl)
-	exp := redis.NewCmd(ctx, "pexpiretime", n)
+	args := []any{"set", n, value, "nx", "px", ttl, "pexpiretime", n}
+	set := redis.NewCmd(ctx, args[:6:6]...)
+	exp := redis.NewCmd(ctx, args[6:]...)
 	sent := time.Now()
 	if err := l.exec(ctx, conn, set, exp); err != nil && err != redis.Nil {
 		return nil, err
@@ -640,23 +643,25 @@ func (l *Locker) releaseName(ctx context.Context, own ownLease, id string, hinte
 	const op = "release"
 	name := own.name
 	l.watch.releasing(name)
-	keys := []string{name}
-	if hinted && !l.oneKey() {
-		keys = append(keys, l.names.index(id))
+	script := l.scripts.release
+	hint := hinted && !l.oneKey() // the script deletes the hint
+	var args []any
+	if hint {
+		args = append(script.args(2, 4), name, l.names.index(id), id)
+	} else {
+		args = append(script.args(1, 4), name, id)
 	}
-	args := make([]any, 1, 3)
-	args[0] = id
 	if !own.granted.IsZero() {
 		if time.Since(own.granted) >= fenceBehind {
 			args = append(args, "1")
 		} else {
 			args = append(args, "0")
 		}
-		if own.record != "" && len(keys) == 1 {
+		if own.record != "" && !hint {
 			args = append(args, own.record)
 		}
 	}
-	code, err := l.runScript(ctx, nil, l.scripts.release, keys, args...).Int64()
+	code, err := l.runScript(ctx, nil, script, args).Int64()
 	if err != nil {
 		l.watch.unreleased(name)
 		return lock.Outcome{}, mapError(op, err)

@@ -372,6 +372,54 @@ func TestTombstones(t *testing.T) {
 	}
 }
 
+// TestScriptsLoadedAgainAfterFlush: when the server has lost the scripts
+// (SCRIPT FLUSH, a restart, a failover to a replica that never ran them),
+// an acquire that needs its script and a release each send the script's
+// source and succeed, with and without the id index.
+func TestScriptsLoadedAgainAfterFlush(t *testing.T) {
+	for _, b := range backends() {
+		for _, index := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/index=%v", b.name, index), func(t *testing.T) {
+				ctx := t.Context()
+				c := b.newClient(t)
+				flush := func() {
+					t.Helper()
+					var err error
+					if cc, ok := c.(*redis.ClusterClient); ok {
+						err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
+					} else {
+						err = c.ScriptFlush(ctx).Err()
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				l := newLocker(t, c, redislock.WithIDIndex(index))
+				name := redislock.LockName(l, "k")
+				// A tombstone ahead of the clock: the acquire goes through its
+				// script, not the pipelined SET.
+				ahead := lock.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
+				if err := c.Set(ctx, name, rawTombstone(ahead), time.Hour+time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				flush()
+				lease, ok, err := l.Acquire(ctx, "k", time.Minute)
+				if err != nil || !ok || lease.Fence != ahead+1 {
+					t.Fatalf("Acquire after SCRIPT FLUSH: %v, %v, %v; want fence %v", lease, ok, err, ahead+1)
+				}
+				flush()
+				if out, err := l.ReleaseKey(ctx, lease.Key, lease.ID); err != nil || !out.OK {
+					t.Fatalf("ReleaseKey after SCRIPT FLUSH: %+v, %v", out, err)
+				}
+				checkTombstone(t, c, name, ahead+1)
+				if _, found, err := l.LookupID(ctx, lease.ID); err != nil || found {
+					t.Fatalf("LookupID of the released lease: %v, %v", found, err)
+				}
+			})
+		}
+	}
+}
+
 // checkTombstone asserts that name holds a tombstone with fence f that
 // expires just after the clock passes f.
 func checkTombstone(t *testing.T, c redis.UniversalClient, name string, f lock.Fence) {

@@ -127,7 +127,27 @@ const notifyPlaceholder = "<notify>"
 
 // scriptSet holds the scripts of one way of notifying watchers.
 type scriptSet struct {
-	acquire, release, extend, lookup, isLocked *redis.Script
+	acquire, release         *evalScript
+	extend, lookup, isLocked *redis.Script
+}
+
+// evalScript is a script that [Locker.runScript] runs (those of an
+// acquire and a release, which every lock cycle runs), with its SHA1 and
+// source boxed once, for the EVALSHA (and the EVAL) it sends.
+type evalScript struct {
+	sha, src any
+}
+
+func newEvalScript(src string) *evalScript {
+	return &evalScript{sha: redis.NewScript(src).Hash(), src: src}
+}
+
+// args starts the arguments of the script's EVALSHA on nkeys keys, with
+// room for n more: the keys, then the script's arguments.
+func (s *evalScript) args(nkeys, n int) []any {
+	a := make([]any, 3, 3+n)
+	a[0], a[1], a[2] = "evalsha", s.sha, nkeys
+	return a
 }
 
 // scriptsPlain publish with PUBLISH (a single node, Sentinel, a plain
@@ -143,8 +163,8 @@ func newScriptSet(notify string) *scriptSet {
 		return redis.NewScript(strings.ReplaceAll(src, notifyPlaceholder, notify))
 	}
 	return &scriptSet{
-		acquire:  sub(acquireSrc),
-		release:  sub(releaseSrc),
+		acquire:  newEvalScript(strings.ReplaceAll(acquireSrc, notifyPlaceholder, notify)),
+		release:  newEvalScript(strings.ReplaceAll(releaseSrc, notifyPlaceholder, notify)),
 		extend:   sub(extendSrc),
 		lookup:   sub(lookupSrc),
 		isLocked: sub(isLockedSrc),
