@@ -108,7 +108,8 @@ func WithMaxInflight(n int) Option { return func(c *config) { c.inflight = n } }
 // master. n must be positive, and timeout at least one millisecond and
 // below the caller's ctx deadline and the client's ReadTimeout. Default:
 // off (a lease is as durable as the server's persistence makes it; see the
-// package documentation).//
+// package documentation).
+//
 // With go-redis v9.23, build the client with maintenance notifications
 // off (MaintNotificationsConfig: &maintnotifications.Config{Mode:
 // maintnotifications.ModeDisabled}) when the server is not Redis 8 or
@@ -382,13 +383,12 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 		}
 		reply = cmd.Val()
 	}
+	_, fresh := reply.(int64) // a compact lease, written by the pipelined acquire or the script
 	lease, ok, err := l.acquired(ctx, key, id, ttl, reply)
-	if _, fresh := reply.(int64); err != nil && fresh {
+	if err != nil && fresh {
 		// The lease was written, and cannot be handed out (its fence is
 		// past lock.FenceMax): give it back.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, _ = l.releaseName(rctx, ownLease{name: name}, id, false)
-		cancel()
+		l.giveBack(ctx, name, id, false)
 	}
 	if err != nil || !ok {
 		return lock.Lease{}, false, err
@@ -403,13 +403,11 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 	}
 	if err != nil {
 		// The lease cannot be handed out: give it back.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-		_, _ = l.releaseName(rctx, ownLease{name: name}, id, index != "")
-		cancel()
+		l.giveBack(ctx, name, id, index != "")
 		return lock.Lease{}, false, err
 	}
 	written := "" // the compact lease, as written, when unwatched
-	if _, fresh := reply.(int64); fresh && !watched {
+	if fresh && !watched {
 		written = record
 	}
 	l.own.add(id, key, name, written, lease.ExpiresAt.Sub(lease.AcquiredAt))
@@ -476,6 +474,16 @@ func (l *Locker) acquireFresh(ctx context.Context, conn *redis.Conn, name, value
 // cleanupTimeout bounds the release of a lease that an acquire could not
 // hand out (its write was not acknowledged, or its index hint not written).
 const cleanupTimeout = 5 * time.Second
+
+// giveBack releases the lease id of the lock record name that an acquire
+// wrote and cannot hand out, on a ctx of its own (the caller's may have
+// ended), within cleanupTimeout; hinted as for releaseName. Its outcome
+// does not matter: a lease it cannot release runs out.
+func (l *Locker) giveBack(ctx context.Context, name, id string, hinted bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	_, _ = l.releaseName(ctx, ownLease{name: name}, id, hinted)
+}
 
 // acquired decodes the acquire script's reply: a bare integer (the
 // lease's expiry, its TTL after its fence) for a key that had no record,

@@ -159,15 +159,13 @@ var (
 )
 
 func newScriptSet(notify string) *scriptSet {
-	sub := func(src string) *redis.Script {
-		return redis.NewScript(strings.ReplaceAll(src, notifyPlaceholder, notify))
-	}
+	sub := func(src string) string { return strings.ReplaceAll(src, notifyPlaceholder, notify) }
 	return &scriptSet{
-		acquire:  newEvalScript(strings.ReplaceAll(acquireSrc, notifyPlaceholder, notify)),
-		release:  newEvalScript(strings.ReplaceAll(releaseSrc, notifyPlaceholder, notify)),
-		extend:   sub(extendSrc),
-		lookup:   sub(lookupSrc),
-		isLocked: sub(isLockedSrc),
+		acquire:  newEvalScript(sub(acquireSrc)),
+		release:  newEvalScript(sub(releaseSrc)),
+		extend:   redis.NewScript(sub(extendSrc)),
+		lookup:   redis.NewScript(sub(lookupSrc)),
+		isLocked: redis.NewScript(sub(isLockedSrc)),
 	}
 }
 
