@@ -1,10 +1,8 @@
 package testenv
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -956,92 +954,4 @@ func fields(v any) map[string]string {
 		m[k] = val
 	}
 	return m
-}
-
-// call sends one command on a connection of its own and returns its reply
-// as [respConn.do] does.
-func call(addr string, args ...string) (any, error) {
-	c, err := dialRESP(addr)
-	if err != nil {
-		return nil, err
-	}
-	defer c.close()
-	return c.do(args...)
-}
-
-// respConn is one connection speaking RESP2, for commands that need their
-// own connection (WAIT counts the writes of the connection it is sent on)
-// or return arrays or integers.
-type respConn struct {
-	conn net.Conn
-	r    *bufio.Reader
-}
-
-func dialRESP(addr string) (*respConn, error) {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return nil, err
-	}
-	return &respConn{conn: conn, r: bufio.NewReader(conn)}, nil
-}
-
-func (c *respConn) close() { _ = c.conn.Close() }
-
-// do sends a command and returns its reply: a simple or bulk string as a
-// string (without the '+'), an integer as int64, an array as []any, a nil
-// bulk string or array as nil; an error reply is an error.
-func (c *respConn) do(args ...string) (any, error) {
-	_ = c.conn.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := c.conn.Write(encode(args)); err != nil {
-		return nil, err
-	}
-	return readRESP(c.r)
-}
-
-func readRESP(r *bufio.Reader) (any, error) {
-	line, err := r.ReadString('\n')
-	if err != nil {
-		return nil, err
-	}
-	line = strings.TrimRight(line, "\r\n")
-	if line == "" {
-		return nil, errors.New("empty RESP line")
-	}
-	switch line[0] {
-	case '+':
-		return line[1:], nil
-	case '-':
-		return nil, errors.New(line[1:])
-	case ':':
-		return strconv.ParseInt(line[1:], 10, 64)
-	case '$':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return nil, fmt.Errorf("bad bulk length %q", line)
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		buf := make([]byte, n+2)
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return nil, err
-		}
-		return string(buf[:n]), nil
-	case '*':
-		n, err := strconv.Atoi(line[1:])
-		if err != nil {
-			return nil, fmt.Errorf("bad array length %q", line)
-		}
-		if n < 0 {
-			return nil, nil
-		}
-		a := make([]any, n)
-		for i := range a {
-			if a[i], err = readRESP(r); err != nil {
-				return nil, err
-			}
-		}
-		return a, nil
-	}
-	return nil, fmt.Errorf("unexpected RESP line %q", line)
 }
