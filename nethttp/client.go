@@ -16,15 +16,23 @@ import (
 // Transport is the client side of idempotency: an http.RoundTripper that
 // gives every POST and PATCH without an Idempotency-Key a fresh one, and
 // retries it with that same key when retrying is safe — after a connection
-// error, and on 409 with Retry-After (the first request with the key is
-// still running), 429 and 503 — with capped exponential back-off and
-// jitter, honouring the request's context and any Retry-After the server
-// sends. Because every attempt carries the same key, a retry can never run
-// the request twice on an idempotent server.
+// error, on 409 with Retry-After (the first request with the key is still
+// running), 429 and 503, and, with AttemptTimeout, after an attempt that
+// got no answer in time — with capped exponential back-off and jitter,
+// honouring the request's context and any Retry-After the server sends.
+// Because every attempt carries the same key, a retry can never run the
+// request twice on an idempotent server.
 //
 // A request whose body cannot be replayed (no GetBody) is sent once and not
 // retried. Requests of other methods, and requests that already carry a
 // key, are retried the same way only if their method is listed in Methods.
+//
+// The caller's deadline (Client.Timeout, the request's context) bounds
+// every attempt and all of them. When it ends the call, or the attempts
+// fail, the outcome on the server is unknown: retry with the same key,
+// never a new one. The error carries the key ([KeyError]); with
+// Client.Timeout, whose error does not, hold the key from the start with
+// [Transport.SetKey].
 //
 // The zero value is usable: it sends through http.DefaultTransport with the
 // defaults below.
@@ -39,6 +47,27 @@ type Transport struct {
 	// MaxAttempts bounds the attempts per request, the first included.
 	// Default: 4.
 	MaxAttempts int
+	// AttemptTimeout bounds how long an attempt waits for its answer's
+	// headers: past it, the attempt is abandoned and sent again with the
+	// same key and the same body (from GetBody). On a server that honours
+	// the key, the new attempt of one that was merely slow waits there as
+	// a duplicate of the first (or gets 409 with Retry-After and tries
+	// again) and receives its recorded answer; the handler runs once. One
+	// lost on a dead connection or a stalled server is sent again in
+	// time.
+	//
+	// An attempt that could not be retried — the last one, the only one
+	// of a request whose body cannot be sent again — is not cut short:
+	// cutting it would only turn a late answer into an error. The caller's
+	// deadline bounds it, as it bounds every attempt: no attempt outlives
+	// it, whatever AttemptTimeout says.
+	//
+	// Default: 0 (or less): no limit; every attempt waits as long as the
+	// caller lets it. A long handler is then never cut short, and a server
+	// that ignores the key never gets a request twice because it was
+	// slow. Set it, below the caller's deadline, for servers that honour
+	// the key.
+	AttemptTimeout time.Duration
 	// Backoff is the back-off between attempts (see [idemkit.Backoff]:
 	// the n-th delay is drawn from [d/2, d] for d = Base·2^(n−1), capped
 	// by Max). Backoff.Max also caps a server's Retry-After: a longer one
@@ -53,23 +82,70 @@ type Transport struct {
 
 var _ http.RoundTripper = (*Transport)(nil)
 
+// KeyError is the error of a request sent with an idempotency key whose
+// attempts did not bring an answer: the caller's deadline or cancellation
+// ended them, or the last one failed (a connection error, a body that could
+// not be read again). The request may or may not have run on the server, so
+// retry it with Key, never with a new key: on an idempotent server the
+// retry gets the first execution's answer, or waits for it, instead of
+// running the request again.
+//
+// It wraps the last error, so errors.Is(err, context.DeadlineExceeded)
+// still holds, and the error of http.Client.Do unwraps to it with
+// errors.As — except when Client.Timeout ended the call: http.Client then
+// returns an error of its own that carries only text. Hold the key from the
+// start with [Transport.SetKey] to have it in every case.
+type KeyError struct {
+	Key string // the key header's value, as sent
+	Err error  // the last attempt's error, or the context's
+}
+
+func (e *KeyError) Error() string {
+	return "nethttp: request with idempotency key " + strconv.Quote(e.Key) + ": " + e.Err.Error()
+}
+
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// SetKey gives req a fresh key in t's Header, made by t's NewKey, unless
+// req already has one, and returns req's key. Calling it before sending
+// leaves the key with the caller: whatever becomes of the call, including
+// an error after Client.Timeout that carries no [KeyError], a retry of req
+// with this key is answered from the first execution by an idempotent
+// server, never run a second time. The Transport keeps a key it finds.
+func (t *Transport) SetKey(req *http.Request) string {
+	header := t.header()
+	if key := req.Header.Get(header); key != "" {
+		return key
+	}
+	if req.Header == nil {
+		req.Header = make(http.Header)
+	}
+	key := t.newKey()
+	req.Header.Set(header, key)
+	return key
+}
+
 // RoundTrip sends req, with retries as described on [Transport].
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !t.guarded(req.Method) {
 		return t.base().RoundTrip(req)
 	}
-	header := t.Header
-	if header == "" {
-		header = defaultHeader
-	}
-	if req.Header.Get(header) == "" {
-		newKey := t.NewKey
-		if newKey == nil {
-			newKey = newUUID
-		}
+	header := t.header()
+	key := req.Header.Get(header)
+	if key == "" {
+		key = t.newKey()
 		req = req.Clone(req.Context()) // a RoundTripper must not modify the caller's request
-		req.Header.Set(header, newKey())
+		req.Header.Set(header, key)
 	}
+	resp, err := t.send(req)
+	if err != nil {
+		return nil, &KeyError{Key: key, Err: err}
+	}
+	return resp, nil
+}
+
+// send makes the attempts of req, which carries its key.
+func (t *Transport) send(req *http.Request) (*http.Response, error) {
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 	maxAttempts := t.MaxAttempts
 	if maxAttempts <= 0 {
@@ -89,8 +165,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			try = req.Clone(ctx)
 			try.Body = body
 		}
-		resp, err := t.base().RoundTrip(try)
-		wait, retry := t.retryable(resp, err, attempt)
+		var (
+			resp  *http.Response
+			err   error
+			wait  time.Duration
+			retry bool
+		)
+		if t.AttemptTimeout > 0 && attempt < maxAttempts {
+			var cut bool
+			resp, cut, err = t.timedAttempt(try)
+			if cut {
+				wait, retry = t.backoff().Delay(attempt), true
+			} else {
+				wait, retry = t.retryable(resp, err, attempt)
+			}
+		} else {
+			resp, err = t.base().RoundTrip(try)
+			wait, retry = t.retryable(resp, err, attempt)
+		}
 		if !retry || attempt >= maxAttempts {
 			return resp, err
 		}
@@ -108,6 +200,77 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 }
+
+// attemptTimeoutError ends an attempt that got no answer within
+// AttemptTimeout. It is a timeout, and counts as a deadline exceeded, as
+// net/http's own timeouts do.
+type attemptTimeoutError struct{ d time.Duration }
+
+func (e *attemptTimeoutError) Error() string {
+	return "nethttp: no answer within the attempt timeout (" + e.d.String() + ")"
+}
+func (e *attemptTimeoutError) Timeout() bool        { return true }
+func (e *attemptTimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// timedAttempt sends one attempt, abandoned if its answer's headers take
+// longer than AttemptTimeout; cut reports that it was. The time limit ends
+// when the headers arrive: the body of the answer is read under the
+// caller's deadline only, and closing it (or reading it to its end)
+// releases the attempt's context.
+func (t *Transport) timedAttempt(req *http.Request) (resp *http.Response, cut bool, err error) {
+	ctx, cancel := context.WithCancelCause(req.Context())
+	timeout := &attemptTimeoutError{t.AttemptTimeout}
+	timer := time.AfterFunc(t.AttemptTimeout, func() { cancel(timeout) })
+	resp, err = t.base().RoundTrip(req.WithContext(ctx))
+	if !timer.Stop() && context.Cause(ctx) == error(timeout) {
+		// Cut, or answered just as the time ran out, too late to read the
+		// body under a cancelled context: the next attempt gets the answer.
+		if resp != nil {
+			resp.Body.Close()
+		}
+		return nil, true, timeout
+	}
+	if err != nil {
+		cancel(nil)
+		return nil, false, err
+	}
+	release := func() { cancel(nil) }
+	if rw, ok := resp.Body.(io.ReadWriteCloser); ok && resp.StatusCode == http.StatusSwitchingProtocols {
+		resp.Body = &releaseRWBody{releaseBody{rw, release}, rw}
+	} else {
+		resp.Body = &releaseBody{resp.Body, release}
+	}
+	return resp, false, nil
+}
+
+// releaseBody calls release once the body is read to its end or closed.
+type releaseBody struct {
+	io.ReadCloser
+	release func()
+}
+
+func (b *releaseBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.release()
+	}
+	return n, err
+}
+
+func (b *releaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
+}
+
+// releaseRWBody keeps the writable body of a 101 Switching Protocols
+// answer writable.
+type releaseRWBody struct {
+	releaseBody
+	w io.Writer
+}
+
+func (b *releaseRWBody) Write(p []byte) (int, error) { return b.w.Write(p) }
 
 // retryable decides whether an attempt's outcome may be retried with the
 // same key, and after how long.
@@ -167,6 +330,20 @@ func (t *Transport) guarded(method string) bool {
 		}
 	}
 	return false
+}
+
+func (t *Transport) header() string {
+	if t.Header == "" {
+		return defaultHeader
+	}
+	return t.Header
+}
+
+func (t *Transport) newKey() string {
+	if t.NewKey == nil {
+		return newUUID()
+	}
+	return t.NewKey()
 }
 
 func (t *Transport) base() http.RoundTripper {

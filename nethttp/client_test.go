@@ -248,3 +248,229 @@ func TestTransportWaitsOutInProgress(t *testing.T) {
 		t.Fatalf("%d executions", executions.Load())
 	}
 }
+
+// slowOrders serves a guarded handler that takes 600 ms (longer than the
+// timeouts below) on a real listener. It counts the handler's executions and
+// logs the key of every attempt that reaches the server.
+type slowOrders struct {
+	url        string
+	executions atomic.Int32
+	bodies     keyLog // the bodies the handler received, in the key slot
+	keys       keyLog
+}
+
+func newSlowOrders(t *testing.T, opts ...nethttp.Option) *slowOrders {
+	t.Helper()
+	s := &slowOrders{}
+	business := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := s.executions.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		s.bodies.mu.Lock()
+		s.bodies.keys = append(s.bodies.keys, string(body))
+		s.bodies.mu.Unlock()
+		time.Sleep(600 * time.Millisecond) // ignores its context, as much real work does
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "order "+string(rune('0'+n)))
+	})
+	opts = append([]nethttp.Option{nethttp.WithKeyRequired(true), nethttp.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
+	guarded := idem(t, httpsuite.NewGuard(t), opts...)(business)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.keys.add(r)
+		guarded.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+// sameKey reports whether every attempt the server saw carried key.
+func (s *slowOrders) sameKey(key string) bool {
+	keys := s.keys.all()
+	for _, k := range keys {
+		if k != key {
+			return false
+		}
+	}
+	return len(keys) > 0
+}
+
+// TestTransportRetriesASlowAttemptWithTheSameKey: an attempt that has no
+// answer within AttemptTimeout is abandoned and sent again with the same key
+// and body; the server holds the new attempt as a duplicate of the first (it
+// waits for the result, or answers 409 with Retry-After and the Transport
+// tries again) and replays the first execution's answer. The handler runs
+// once, and the caller gets its answer.
+func TestTransportRetriesASlowAttemptWithTheSameKey(t *testing.T) {
+	for name, opts := range map[string][]nethttp.Option{
+		"the duplicate waits for the result": nil,
+		"the duplicate gets 409 and retries": {nethttp.WithWaitForResult(false)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newSlowOrders(t, opts...)
+			tr := fastTransport()
+			tr.AttemptTimeout = 150 * time.Millisecond
+			c := &http.Client{Transport: tr}
+			resp, body := post(t, c, s.url, `{"item":"book"}`)
+			if resp.StatusCode != http.StatusCreated || body != "order 1" || resp.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("answer %d %q replayed=%q; want the first execution's answer, replayed to a later attempt",
+					resp.StatusCode, body, resp.Header.Get("Idempotent-Replayed"))
+			}
+			keys := s.keys.all()
+			if s.executions.Load() != 1 || len(keys) < 2 || !uuidV4.MatchString(keys[0]) || !s.sameKey(keys[0]) {
+				t.Fatalf("%d executions over attempts with keys %q; want 1 over several attempts, all with one key",
+					s.executions.Load(), keys)
+			}
+			if b := s.bodies.all(); len(b) != 1 || b[0] != `{"item":"book"}` {
+				t.Fatalf("the handler received %q", b)
+			}
+		})
+	}
+}
+
+// TestTransportKeyReachableAfterTheCallersDeadline: when the caller's own
+// deadline ends the call while the handler is still running, the caller has
+// the key that was sent — from Transport.SetKey, or from the KeyError the
+// error unwraps to — and its retry with that key is answered from the first
+// execution instead of running the handler again.
+func TestTransportKeyReachableAfterTheCallersDeadline(t *testing.T) {
+	retry := func(t *testing.T, s *slowOrders, key string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url, strings.NewReader(`{"item":"book"}`))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := (&http.Client{Transport: fastTransport()}).Do(req)
+		if err != nil {
+			t.Fatalf("the caller's retry: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated || string(body) != "order 1" || resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the caller's retry: %d %q replayed=%q; want the first execution's answer",
+				resp.StatusCode, body, resp.Header.Get("Idempotent-Replayed"))
+		}
+		if s.executions.Load() != 1 || !s.sameKey(key) {
+			t.Fatalf("%d executions, keys %q; want 1 execution, every attempt with %q", s.executions.Load(), s.keys.all(), key)
+		}
+	}
+
+	t.Run("Client.Timeout, key set before sending", func(t *testing.T) {
+		s := newSlowOrders(t)
+		tr := fastTransport()
+		c := &http.Client{Transport: tr, Timeout: 300 * time.Millisecond}
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url, strings.NewReader(`{"item":"book"}`))
+		key := tr.SetKey(req)
+		if !uuidV4.MatchString(key) || req.Header.Get("Idempotency-Key") != key || tr.SetKey(req) != key {
+			t.Fatalf("SetKey gave %q, the request carries %q; want one fresh UUID, kept", key, req.Header.Get("Idempotency-Key"))
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("Do: %d; want Client.Timeout's error while the handler runs", resp.StatusCode)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Do: %v; want a timeout", err)
+		}
+		retry(t, s, key)
+	})
+
+	t.Run("context deadline with attempt timeouts, key from the error", func(t *testing.T) {
+		s := newSlowOrders(t)
+		tr := fastTransport()
+		tr.AttemptTimeout = 100 * time.Millisecond // no attempt outlives the caller's deadline
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.url, strings.NewReader(`{"item":"book"}`))
+		resp, err := (&http.Client{Transport: tr}).Do(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatalf("Do: %d; want the context's deadline while the handler runs", resp.StatusCode)
+		}
+		var ke *nethttp.KeyError
+		if !errors.As(err, &ke) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Do: %v; want a KeyError wrapping the deadline", err)
+		}
+		if !uuidV4.MatchString(ke.Key) || req.Header.Get("Idempotency-Key") != "" {
+			t.Fatalf("KeyError.Key %q, caller's header %q; want the Transport's UUID, the caller's request untouched",
+				ke.Key, req.Header.Get("Idempotency-Key"))
+		}
+		retry(t, s, ke.Key)
+	})
+}
+
+// TestTransportErrorCarriesTheKey: attempts that end in connection errors
+// return a KeyError with the key every attempt carried.
+func TestTransportErrorCarriesTheKey(t *testing.T) {
+	var log keyLog
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		log.add(r)
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	tr := fastTransport()
+	tr.MaxAttempts = 2
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader("x"))
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("Do succeeded; want the connection error")
+	}
+	var ke *nethttp.KeyError
+	keys := log.all()
+	if !errors.As(err, &ke) || len(keys) != 2 || ke.Key != keys[0] || keys[1] != keys[0] {
+		t.Fatalf("Do: %v, keys sent %q; want a KeyError with the key of both attempts", err, keys)
+	}
+}
+
+// TestTransportDoesNotCutAnAttemptItCannotRetry: the last attempt, and the
+// only attempt of a body that cannot be sent again, wait for their answer
+// past AttemptTimeout: cutting them would only turn the answer into an
+// error.
+func TestTransportDoesNotCutAnAttemptItCannotRetry(t *testing.T) {
+	for name, c := range map[string]struct {
+		maxAttempts int
+		body        func() io.Reader
+	}{
+		"a body without GetBody": {0, func() io.Reader { return io.MultiReader(strings.NewReader(`{"item":"book"}`)) }},
+		"MaxAttempts 1":          {1, func() io.Reader { return strings.NewReader(`{"item":"book"}`) }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := newSlowOrders(t)
+			tr := fastTransport()
+			tr.MaxAttempts = c.maxAttempts
+			tr.AttemptTimeout = 100 * time.Millisecond
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url, c.body())
+			resp, err := (&http.Client{Transport: tr}).Do(req)
+			if err != nil {
+				t.Fatalf("Do: %v; want the slow answer", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusCreated || string(body) != "order 1" || len(s.keys.all()) != 1 || s.executions.Load() != 1 {
+				t.Fatalf("answer %d %q after %d attempts, %d executions; want order 1 from one attempt",
+					resp.StatusCode, body, len(s.keys.all()), s.executions.Load())
+			}
+		})
+	}
+}
+
+// TestTransportAttemptTimeoutEndsAtTheHeaders: AttemptTimeout limits the
+// wait for an answer's headers, not the reading of its body, which the
+// caller's deadline alone bounds.
+func TestTransportAttemptTimeoutEndsAtTheHeaders(t *testing.T) {
+	var attempts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		attempts.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_ = http.NewResponseController(w).Flush()
+		time.Sleep(300 * time.Millisecond)
+		_, _ = io.WriteString(w, "done")
+	}))
+	defer srv.Close()
+	tr := fastTransport()
+	tr.AttemptTimeout = 100 * time.Millisecond
+	resp, body := post(t, &http.Client{Transport: tr}, srv.URL, "x")
+	if resp.StatusCode != http.StatusCreated || body != "done" || attempts.Load() != 1 {
+		t.Fatalf("answer %d %q after %d attempts; want the whole body of the first", resp.StatusCode, body, attempts.Load())
+	}
+}
