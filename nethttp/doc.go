@@ -138,6 +138,18 @@
 // by the default store policy, so a retry runs the handler a second time
 // while the first may still be at work).
 //
+// # The client
+//
+// [Transport] is the client side: an http.RoundTripper that gives each POST
+// and PATCH a key and retries it with that same key (connection errors,
+// 409 with Retry-After, 429, 503), so a lost answer is replayed, never run
+// twice. With AttemptTimeout (off by default) it also sends again, with the
+// same key and body, an attempt that has no answer in time; the caller's
+// deadline bounds every attempt. When the call fails anyway, the outcome is
+// unknown and the caller retries with the same key: the error carries it
+// ([KeyError]), and [Transport.SetKey] puts it on the request before
+// sending, the one way to have it after Client.Timeout.
+//
 // # Operators
 //
 // [NewAdmin] returns an http.Handler that inspects (GET ?key=K&scope=S,

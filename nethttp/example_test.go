@@ -3,6 +3,7 @@ package nethttp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -82,6 +83,66 @@ func ExampleTransport() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, string(body), "after", attempts.Load(), "attempts")
 	// Output: 201 created after 2 attempts
+}
+
+// The safe pattern for a caller with a deadline of its own: hold the key
+// from the start with SetKey, and after an error (here Client.Timeout, while
+// the handler is still at work) send the request again with that key, never
+// a new one. The retry is answered from the first execution. AttemptTimeout
+// sends an attempt that has no answer in time again inside the Transport,
+// with the same key. (The times are short so that the example runs fast.)
+func ExampleTransport_SetKey() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard, nethttp.WithKeyRequired(true))
+	if err != nil {
+		panic(err)
+	}
+	var executions atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("POST /orders", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := executions.Add(1)
+		time.Sleep(300 * time.Millisecond) // slower than the client's timeout
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "order %d", n)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	transport := &nethttp.Transport{
+		AttemptTimeout: 100 * time.Millisecond,
+		Backoff:        idemkit.Backoff{Base: 10 * time.Millisecond, Max: time.Second},
+	}
+	client := &http.Client{Transport: transport, Timeout: 200 * time.Millisecond}
+
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"item":"book"}`))
+	if err != nil {
+		panic(err)
+	}
+	transport.SetKey(req) // the key is the caller's, before anything is sent
+	resp, err := client.Do(req)
+	fmt.Println("first call timed out:", errors.Is(err, context.DeadlineExceeded))
+	for tries := 1; err != nil && tries < 10; tries++ {
+		// The order may or may not exist: send it again with the same key.
+		retry := req.Clone(context.Background()) // keeps the key
+		if retry.Body, err = req.GetBody(); err != nil {
+			panic(err)
+		}
+		resp, err = client.Do(retry)
+	}
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d replayed=%q %s\n", resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), body)
+	fmt.Println("executions:", executions.Load())
+	// Output:
+	// first call timed out: true
+	// 201 replayed="true" order 1
+	// executions: 1
 }
 
 // A response that must never be sent twice (here a one-time download
