@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -220,9 +221,18 @@ func (e *attemptTimeoutError) Is(target error) bool { return target == context.D
 func (t *Transport) timedAttempt(req *http.Request) (resp *http.Response, cut bool, err error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	timeout := &attemptTimeoutError{t.AttemptTimeout}
-	timer := time.AfterFunc(t.AttemptTimeout, func() { cancel(timeout) })
+	// The timer and the answer race to settle the attempt: once answered,
+	// the timer no longer cancels the context the body is read under.
+	const running, timedOut, answered = 0, 1, 2
+	var state atomic.Int32
+	timer := time.AfterFunc(t.AttemptTimeout, func() {
+		if state.CompareAndSwap(running, timedOut) {
+			cancel(timeout)
+		}
+	})
 	resp, err = t.base().RoundTrip(req.WithContext(ctx))
-	if !timer.Stop() && context.Cause(ctx) == error(timeout) {
+	timer.Stop()
+	if !state.CompareAndSwap(running, answered) {
 		// Cut, or answered just as the time ran out, too late to read the
 		// body under a cancelled context: the next attempt gets the answer.
 		if resp != nil {
