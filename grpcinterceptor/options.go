@@ -66,7 +66,7 @@ type Option func(*config)
 
 type config struct {
 	client    bool   // configuring the client interceptor
-	misplaced string // the first option given to the wrong interceptor
+	misplaced string // why the first refused option is refused: nil, or given to the wrong interceptor
 
 	// Both interceptors.
 	key      string
@@ -138,6 +138,17 @@ func clientOnly(name string, set func(*config)) Option {
 			return
 		}
 		set(c)
+	}
+}
+
+// apply applies opts to c; a nil one is refused.
+func (c *config) apply(opts []Option) {
+	for _, o := range opts {
+		if o == nil {
+			c.refuse("an option is nil; remove it, or pass the option it was meant to be")
+			continue
+		}
+		o(c)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"time"
 
@@ -41,8 +42,8 @@ type server struct {
 // guard's backend, and every retry with the same key and request gets the
 // recorded answer back. See the package documentation for the statuses it
 // answers. Use it with grpc.ChainUnaryInterceptor or grpc.UnaryInterceptor.
-// An invalid option, or a nil guard, is an InvalidArgument
-// [idemkit.Error]; nothing panics on a call.
+// An invalid or nil option, or a guard not made by middleware.New (nil or
+// zero), is an InvalidArgument [idemkit.Error]; nothing panics on a call.
 func New(guard *middleware.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	s, err := newServer(guard, opts...)
 	if err != nil {
@@ -55,13 +56,16 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 	bad := func(detail string) (*server, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}
-	if guard == nil {
-		return bad("a guard is required")
+	switch {
+	case guard == nil:
+		return bad("a guard is required; make one with middleware.New")
+	case reflect.ValueOf(guard).Elem().IsZero():
+		// New always sets the store and the defaults: only a Guard that
+		// New did not make is all zero.
+		return bad("the guard is a zero middleware.Guard; make it with middleware.New")
 	}
 	cfg := defaults(false)
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg.apply(opts)
 	switch {
 	case cfg.misplaced != "":
 		return bad(cfg.misplaced)

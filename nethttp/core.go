@@ -31,15 +31,21 @@ type Core struct {
 // NewCore validates the options and returns the HTTP core for guard, for
 // adapters of other routers. Applications use [New].
 func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
-	if guard == nil {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", "a guard is required", nil)
+	bad := func(detail string) (*Core, error) {
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
+	}
+	if why, ok := validGuard(guard); !ok {
+		return bad(why)
 	}
 	cfg := defaults()
 	for _, o := range opts {
+		if o == nil {
+			return bad("an option is nil; remove it, or pass the option it was meant to be")
+		}
 		o(&cfg)
 	}
-	bad := func(detail string) (*Core, error) {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
+	if why, ok := cfg.validate(); !ok {
+		return bad(why)
 	}
 	if why, ok := cfg.key.valid(); !ok {
 		return bad(why)
@@ -68,9 +74,9 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 }
 
 // New validates the options and returns net/http middleware that makes the
-// handlers it wraps idempotent with guard. An invalid option, or a nil
-// guard, is an error here (InvalidArgument); nothing panics on the request
-// path.
+// handlers it wraps idempotent with guard. An invalid or nil option, or a
+// guard not made by middleware.New (nil or zero), is an error here
+// (InvalidArgument); nothing panics on the request path.
 func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c, err := NewCore(guard, opts...)
 	if err != nil {

@@ -1,12 +1,17 @@
 package nethttp
 
 import (
+	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/fingerprint"
+	"github.com/idemkit/idemkit/middleware"
 )
 
 // Defaults of the middleware (each written on its option too).
@@ -100,8 +105,12 @@ func defaults() config {
 	return c
 }
 
-// WithMethods sets the guarded methods; others pass through. Default: POST
-// and PATCH.
+// WithMethods sets the guarded methods; others pass through. Method names
+// are case-sensitive tokens, matched as clients send them ("POST"): a name
+// with a lower-case letter guards nothing a client sends and is refused by
+// [New], naming the upper-case form, and so is an empty list (to guard
+// nothing, leave the middleware out). Other names in upper case (an
+// extension method such as "QUERY") are accepted. Default: POST and PATCH.
 func WithMethods(methods ...string) Option {
 	return func(c *config) {
 		c.methods = make(map[string]bool, len(methods))
@@ -270,3 +279,35 @@ func WithProblemWriter(write func(w http.ResponseWriter, r *http.Request, p Prob
 
 // WithLogger sets the logger for handler panics. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// validate checks what the options say about the request methods and the
+// credentials, and returns why they are wrong.
+func (c *config) validate() (string, bool) {
+	if len(c.methods) == 0 {
+		return `WithMethods needs at least one method, such as "POST"; to guard nothing, leave the middleware out`, false
+	}
+	for _, m := range slices.Sorted(maps.Keys(c.methods)) {
+		if !validHeaderName(m) {
+			return fmt.Sprintf(`WithMethods: %q is not a method name (a token, such as "POST")`, m), false
+		}
+		if up := strings.ToUpper(m); up != m {
+			return fmt.Sprintf("WithMethods: %q guards no request sent as %q (methods are case-sensitive); write %q", m, up, up), false
+		}
+	}
+	return "", true
+}
+
+// validGuard reports why guard cannot serve: nil, or a zero
+// middleware.Guard (declared, not made by middleware.New), which would
+// fail on the first request rather than here.
+func validGuard(guard *middleware.Guard) (string, bool) {
+	switch {
+	case guard == nil:
+		return "a guard is required; make one with middleware.New", false
+	case reflect.ValueOf(guard).Elem().IsZero():
+		// New always sets the store and the defaults: only a Guard that
+		// New did not make is all zero.
+		return "the guard is a zero middleware.Guard; make it with middleware.New", false
+	}
+	return "", true
+}
