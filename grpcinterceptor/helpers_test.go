@@ -47,6 +47,7 @@ type service struct {
 	release    chan struct{} // if not nil, executions wait for it to close
 	finished   chan error    // if not nil, receives each execution's error
 	failFirst  bool          // a key's first attempt answers Unavailable
+	firstErr   error         // if not nil, a key's first attempt answers it (after setting the metadata)
 	panicky    bool          // executions panic
 
 	mu       sync.Mutex
@@ -102,6 +103,9 @@ func (s *service) serve(ctx context.Context, req *testgrpc.SimpleRequest) (resp 
 	}
 	if err := grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", "t"+strconv.FormatInt(n, 10))); err != nil {
 		return nil, err
+	}
+	if s.firstErr != nil && first {
+		return nil, s.firstErr
 	}
 	if rs := req.GetResponseStatus(); rs.GetCode() != 0 {
 		st, err := status.New(codes.Code(rs.GetCode()), rs.GetMessage()).WithDetails(

@@ -39,6 +39,13 @@ const replayedMetadataKey = "idempotent-replayed"
 type StorePolicy struct {
 	// Forget holds the status codes that are delivered and not recorded.
 	Forget []codes.Code
+	// TryAgain records, when Forget does not list its code, an error
+	// status that carries a google.rpc.RetryInfo detail: the server asks
+	// the client to call again after a delay. When false, such a status
+	// is delivered and forgotten whatever its code: recorded, it would
+	// answer every retry with the same key until the record expires, and
+	// the retry it asks for could never succeed.
+	TryAgain bool
 	// Panic records a handler panic (answered Internal) when true.
 	Panic bool
 }
@@ -109,6 +116,7 @@ func defaults(client bool) config {
 		maxResponse: defaultMaxResponseBytes,
 		policy: StorePolicy{Forget: []codes.Code{
 			codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted,
+			codes.Aborted, codes.Unauthenticated,
 		}},
 		wait:        true,
 		retryDelay:  defaultRetryDelay,
@@ -296,9 +304,12 @@ func WithReplayMetadata(keep func(key string) bool) Option {
 // WithStorePolicy sets which outcomes are recorded. Server only. Default:
 // OK and the business errors are recorded; the transient errors
 // (Unavailable, Internal, Unknown, DeadlineExceeded, Canceled,
-// ResourceExhausted) and panics are forgotten, so a retry can run again.
-// StorePolicy{Panic: true} records every outcome, as Stripe's API does: a
-// retry always gets the first answer.
+// ResourceExhausted), the answers that ask the client to call again
+// (Aborted: retry the sequence; Unauthenticated: call with credentials;
+// any status with a RetryInfo detail, see StorePolicy.TryAgain) and
+// panics are forgotten, so a retry can run again and succeed.
+// StorePolicy{TryAgain: true, Panic: true} records every outcome, as
+// Stripe's API does: a retry always gets the first answer.
 func WithStorePolicy(p StorePolicy) Option {
 	return serverOnly("WithStorePolicy", func(c *config) { c.policy = p })
 }

@@ -249,7 +249,7 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		if !ok {
 			st = status.FromContextError(err)
 		}
-		return resp, s.verdict(ctx, cs, nil, st, !s.forget.has(st.Code())), held, err
+		return resp, s.verdict(ctx, cs, nil, st, !s.forget.has(st.Code()) && (s.cfg.policy.TryAgain || !hasRetryInfo(st))), held, err
 	}
 	return resp, s.verdict(ctx, cs, resp, nil, !s.forget.has(codes.OK)), held, nil
 }

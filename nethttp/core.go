@@ -366,7 +366,7 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		}
 		rec.WriteHeader(http.StatusOK)
 	}
-	return c.verdict(rec, c.cfg.policy.stores(rec.status), ctx)
+	return c.verdict(rec, c.cfg.policy.stores(rec.status, w.Header()), ctx)
 }
 
 // verdict decides what the guard records for a finished response.

@@ -25,9 +25,17 @@ const (
 
 // DefaultReplayHeaders returns the response headers a replay repeats by
 // default (a fresh slice on every call): Content-Type, Location, ETag,
-// Last-Modified, Link, Content-Language.
+// Last-Modified, Link, Content-Language, Content-Location, and the headers
+// a client needs to act on a recorded answer: Retry-After (when to follow
+// a redirect, or to come back under a policy that records such answers),
+// WWW-Authenticate (what a 403 insufficient_scope asks for), Allow (the
+// methods a 405 accepts), Accept-Patch, Accept-Post and Accept-Encoding
+// (the formats and codings a 415 accepts).
 func DefaultReplayHeaders() []string {
-	return []string{"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language"}
+	return []string{
+		"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language", "Content-Location",
+		"Retry-After", "WWW-Authenticate", "Allow", "Accept-Patch", "Accept-Post", "Accept-Encoding",
+	}
 }
 
 // neverReplayed are headers that are never recorded nor replayed,
@@ -48,10 +56,24 @@ type StorePolicy struct {
 	Redirection bool // 3xx
 	ClientError bool // 4xx
 	ServerError bool // 5xx
-	Panic       bool // the handler panicked (answered 500 by the middleware)
+	// TryAgain records, when its class does too, the answers that ask the
+	// client to send the request again: 401 and 407 (with credentials), 408
+	// (Request Timeout), 425 (Too Early), 428 (Precondition Required), 429
+	// (Too Many Requests), 503 (Service Unavailable), and any other 4xx or
+	// 5xx that carries a Retry-After header. When false, they are
+	// delivered and forgotten whatever their class says: recorded, they
+	// would answer every retry with the same key until the record expires,
+	// and the retry they ask for could never succeed.
+	TryAgain bool
+	Panic    bool // the handler panicked (answered 500 by the middleware)
 }
 
-func (p StorePolicy) stores(status int) bool {
+// stores reports whether an answer of status, with the response header h,
+// is recorded.
+func (p StorePolicy) stores(status int, h http.Header) bool {
+	if !p.TryAgain && asksToTryAgain(status, h) {
+		return false
+	}
 	switch {
 	case status >= 500:
 		return p.ServerError
@@ -61,6 +83,17 @@ func (p StorePolicy) stores(status int) bool {
 		return p.Redirection
 	}
 	return p.Success
+}
+
+// asksToTryAgain reports whether an answer asks the client to send the
+// request again (see StorePolicy.TryAgain).
+func asksToTryAgain(status int, h http.Header) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusProxyAuthRequired, http.StatusRequestTimeout, http.StatusTooEarly,
+		http.StatusPreconditionRequired, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return true
+	}
+	return status >= 400 && len(h["Retry-After"]) > 0
 }
 
 // Option configures the middleware.
@@ -223,11 +256,14 @@ func WithReplayHeaders(names ...string) Option {
 }
 
 // WithStorePolicy sets which outcomes are recorded. Default: 2xx, 3xx and
-// 4xx are recorded, 5xx and panics forgotten (StorePolicy{Success: true,
-// Redirection: true, ClientError: true}), so a transient failure can be
-// retried. A policy with every field true records everything, 5xx and
-// panics included, as Stripe's API does: a retry always gets the first
-// answer.
+// 4xx are recorded; 5xx, panics and the answers that ask the client to try
+// again (401, 407, 408, 425, 428, 429, 503 and any 4xx or 5xx with
+// Retry-After; see StorePolicy.TryAgain) are delivered and forgotten
+// (StorePolicy{Success: true, Redirection: true, ClientError: true}), so a
+// transient failure can be retried and a retry that does what the answer
+// asked can succeed. A policy with every field true records everything,
+// 5xx, 429 and panics included, as Stripe's API does: a retry always gets
+// the first answer.
 func WithStorePolicy(p StorePolicy) Option { return func(c *config) { c.policy = p } }
 
 // WithWaitForResult makes a duplicate of a running request wait (up to the
