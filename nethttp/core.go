@@ -167,7 +167,7 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 	}
 	if c.cfg.scope == nil {
 		// Without a principal, the request's credentials stand for it.
-		opts = append(opts, credentials(r.Header))
+		opts = append(opts, c.credentials(r))
 	}
 	aborted := false
 	var rec *capture
@@ -385,21 +385,6 @@ func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.R
 	}
 	return middleware.Result{Value: rec.record()}
 }
-
-// credentials binds a request to its Authorization and Cookie header
-// lines, each header's lines joined by a line feed (which no field value
-// holds), an absent header as empty; a request with neither header is
-// bound to having no credentials at all.
-func credentials(h http.Header) middleware.CallOption {
-	auth, cookie := h["Authorization"], h["Cookie"]
-	if auth == nil && cookie == nil {
-		return anonymous
-	}
-	return middleware.Credentials(strings.Join(auth, "\n"), strings.Join(cookie, "\n"))
-}
-
-// anonymous is the binding option of a request without credentials.
-var anonymous = middleware.Credentials()
 
 // keepHeader reports whether a response header is recorded and replayed:
 // the allow-listed ones (never a credential, see neverReplayed), and

@@ -120,6 +120,12 @@ type config struct {
 	problemBase   string
 	problemWriter func(w http.ResponseWriter, r *http.Request, p Problem)
 	logger        *slog.Logger
+
+	// credentialHeaders are the headers bound besides Authorization and
+	// Cookie (canonical names, as given; set: WithCredentialHeaders was
+	// used).
+	credentialHeaders    []string
+	credentialHeadersSet bool
 }
 
 func defaults() config {
@@ -183,7 +189,9 @@ func WithMaxKeyLength(n int) Option { return func(c *config) { c.maxKeyLen = n }
 //
 // Default: one namespace for the whole service, with every guarded request
 // bound to its credentials: the values of its Authorization and Cookie
-// headers (all lines of each, in order; an absent header counts as empty).
+// headers (all lines of each, in order; an absent header counts as empty),
+// the client certificate its TLS connection presented (mutual TLS), and
+// the headers named by [WithCredentialHeaders] (X-Api-Key, say).
 // A request whose credentials differ from those of the request that
 // recorded the key (a missing header included: an anonymous record and a
 // credentialed retry differ) is refused with 422
@@ -197,6 +205,27 @@ func WithMaxKeyLength(n int) Option { return func(c *config) { c.maxKeyLen = n }
 // browsers, whose cookies change with every response that sets one
 // (analytics, session renewal), and clients of short-lived tokens.
 func WithScope(scope func(r *http.Request) string) Option { return func(c *config) { c.scope = scope } }
+
+// WithCredentialHeaders binds requests to the request headers named too,
+// besides Authorization, Cookie and the client certificate, when no scope
+// hook is set (see [WithScope]): the headers that identify a caller in
+// your API, such as X-Api-Key or the user header an authenticating
+// gateway sets. A request whose values differ from those of the request
+// that recorded the key is refused with 422
+// idempotency-key-credentials-mismatch, as for Authorization. These
+// headers are never recorded nor replayed in a response, whatever
+// [WithReplayHeaders] says. Repeated calls add up. [New] refuses a name
+// that is not a header name, and this option together with WithScope (the
+// scope replaces the binding, so the headers would be ignored). Default:
+// none.
+func WithCredentialHeaders(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.credentialHeaders = append(c.credentialHeaders, http.CanonicalHeaderKey(strings.TrimSpace(n)))
+		}
+		c.credentialHeadersSet = true
+	}
+}
 
 // WithRoute sets how the route that goes into the fingerprint is found.
 // Default: the URL path. Not the mux pattern: a pattern such as "/" or
@@ -317,7 +346,9 @@ func WithProblemWriter(write func(w http.ResponseWriter, r *http.Request, p Prob
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // validate checks what the options say about the request methods and the
-// credentials, and returns why they are wrong.
+// credentials, and returns why they are wrong; it drops the credential
+// headers bound anyway (and repeated ones) and keeps every credential
+// header out of the replayed ones.
 func (c *config) validate() (string, bool) {
 	if len(c.methods) == 0 {
 		return `WithMethods needs at least one method, such as "POST"; to guard nothing, leave the middleware out`, false
@@ -330,6 +361,27 @@ func (c *config) validate() (string, bool) {
 			return fmt.Sprintf("WithMethods: %q guards no request sent as %q (methods are case-sensitive); write %q", m, up, up), false
 		}
 	}
+	if c.credentialHeadersSet && c.scope != nil {
+		return "WithCredentialHeaders binds requests only without a scope hook, and WithScope is set: " +
+			"drop WithCredentialHeaders, or make the scope hook name the principal those headers identify", false
+	}
+	if c.credentialHeadersSet && len(c.credentialHeaders) == 0 {
+		return `WithCredentialHeaders needs at least one header name, such as "X-Api-Key"`, false
+	}
+	bound := map[string]bool{"Authorization": true, "Cookie": true}
+	names := c.credentialHeaders[:0]
+	for _, n := range c.credentialHeaders {
+		if !validHeaderName(n) {
+			return fmt.Sprintf(`WithCredentialHeaders: %q is not a header name (a token, such as "X-Api-Key")`, n), false
+		}
+		if !bound[n] {
+			bound[n] = true
+			names = append(names, n)
+		}
+		// A credential is never recorded nor replayed.
+		delete(c.replayHeaders, n)
+	}
+	c.credentialHeaders = names
 	return "", true
 }
 

@@ -49,6 +49,8 @@ var cases = []testCase{
 	{"AbortedResponseIsNotReplayable", testAbortedResponseIsNotReplayable},
 	{"CredentialsBindAuthorization", testCredentialsBindAuthorization},
 	{"CredentialsBindCookie", testCredentialsBindCookie},
+	{"CredentialsBindClientCertificate", testCredentialsBindClientCertificate},
+	{"CredentialHeadersBindIdentityHeaders", testCredentialHeadersBindIdentityHeaders},
 	{"ScopeReplacesCredentialBinding", testScopeReplacesCredentialBinding},
 	{"CredentialHeadersNeverRecorded", testCredentialHeadersNeverRecorded},
 	{"UnreadableRecordNeverFailsOpen", testUnreadableRecordNeverFailsOpen},

@@ -171,8 +171,10 @@ type Build func(guard *middleware.Guard, opts ...nethttp.Option) error
 // would otherwise guard nothing without a word or fail on the first
 // request: a nil guard, a zero middleware.Guard (not made by
 // middleware.New), a nil option, an empty method list, a method name in
-// lower case, a method name that is no token; and that it still accepts
-// the upper-case methods it refused in lower case.
+// lower case, a method name that is no token, credential headers with a
+// scope hook, none or with a name that is no token; and that it still
+// accepts the upper-case methods it refused in lower case, and header
+// names in any case.
 func CheckMisconfigurationsRefused(t *testing.T, build Build) {
 	t.Helper()
 	g := NewGuard(t)
@@ -189,6 +191,11 @@ func CheckMisconfigurationsRefused(t *testing.T, build Build) {
 		{"lower-case method", g, []nethttp.Option{nethttp.WithMethods("post"), nethttp.WithKeyRequired(true)}, `write "POST"`},
 		{"mixed-case method", g, []nethttp.Option{nethttp.WithMethods("POST", "Patch")}, `write "PATCH"`},
 		{"no token", g, []nethttp.Option{nethttp.WithMethods("PO ST")}, "is not a method name"},
+		{"credential headers with a scope", g, []nethttp.Option{
+			nethttp.WithCredentialHeaders("X-Api-Key"), nethttp.WithScope(func(*http.Request) string { return "" }),
+		}, "drop WithCredentialHeaders, or make the scope hook name the principal"},
+		{"no credential header", g, []nethttp.Option{nethttp.WithCredentialHeaders()}, `at least one header name, such as "X-Api-Key"`},
+		{"credential header no token", g, []nethttp.Option{nethttp.WithCredentialHeaders("X Api Key")}, "is not a header name"},
 	} {
 		err := build(c.guard, c.opts...)
 		if err == nil {
@@ -201,6 +208,9 @@ func CheckMisconfigurationsRefused(t *testing.T, build Build) {
 	}
 	if err := build(g, nethttp.WithMethods("POST", "PUT", "QUERY")); err != nil {
 		t.Errorf("upper-case methods and an extension method: %v", err)
+	}
+	if err := build(g, nethttp.WithCredentialHeaders("x-api-key", "Authorization"), nethttp.WithCredentialHeaders("X-User")); err != nil {
+		t.Errorf("credential headers: %v", err)
 	}
 }
 

@@ -112,8 +112,8 @@ func (s *suite) serveGuard(t *testing.T, g *middleware.Guard, b Backends, app *a
 // Cache-Control: no-store, private and the JSON {"order": n, "request":
 // <body>, "pad": ...}. Query parameters make it misbehave on purpose:
 //
-//	echoauth=1        answer with the request's Authorization, Proxy-Authorization
-//	                  and Cookie header lines as response headers
+//	echoauth=1        answer with the request's Authorization, Proxy-Authorization,
+//	                  Cookie and X-Api-Key header lines as response headers
 //	sleep=<duration>  wait before answering (until the request's ctx ends)
 //	status=<code>     answer that status instead
 //	set=<name>:<value>  set that response header, in place of the app's own (repeatable)
@@ -211,7 +211,7 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Custom", fmt.Sprint("custom-", n))
 	w.Header().Set("Cache-Control", "no-store, private")
 	if q.Get("echoauth") == "1" {
-		for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+		for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"} {
 			w.Header()[h] = r.Header[h]
 		}
 	}
