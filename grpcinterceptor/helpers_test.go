@@ -230,11 +230,18 @@ func serverInterceptor(t testing.TB, g *middleware.Guard, opts ...grpcintercepto
 // adds, and returns its address.
 func serveChain(t testing.TB, register func(*grpc.Server), chain ...grpc.UnaryServerInterceptor) string {
 	t.Helper()
+	return serveChainWith(t, nil, register, chain...)
+}
+
+// serveChainWith is serveChain with server options (transport
+// credentials, say).
+func serveChainWith(t testing.TB, opts []grpc.ServerOption, register func(*grpc.Server), chain ...grpc.UnaryServerInterceptor) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
+	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(chain...))...)
 	register(srv)
 	done := make(chan struct{})
 	go func() {

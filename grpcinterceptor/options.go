@@ -99,6 +99,9 @@ type config struct {
 	types        protoregistry.MessageTypeResolver
 	logger       *slog.Logger
 
+	credentialMD    []string // the metadata keys WithCredentialMetadata names (with credentialMDSet)
+	credentialMDSet bool
+
 	// The client interceptor.
 	newKey      func() string
 	maxAttempts int
@@ -258,17 +261,39 @@ func WithMaxKeyLength(n int) Option {
 //
 // Default: one principal for the whole service, with every guarded call
 // bound to its credentials: all values of its "authorization" metadata, in
-// order (none is a value of its own). A call whose credentials differ from
-// those of the call that recorded the key is refused with
-// FailedPrecondition (IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH): never another
-// caller's answer, never a second execution. The guard stores only a keyed
-// hash of them (see middleware.Credentials and middleware.WithSecret). A
-// scope hook replaces that binding: it names the real principal, so a
-// client whose token was refreshed between its retries still gets its
-// replay; use one when tokens are short-lived or callers authenticate
-// otherwise (mutual TLS).
+// order (absent metadata counts as empty), the client certificate its TLS
+// connection presented (mutual TLS: the leaf of credentials.TLSInfo's
+// peer certificates), and the metadata named by [WithCredentialMetadata];
+// a call with none of them is bound to having none. A call whose
+// credentials differ from those of the call that recorded the key is
+// refused with FailedPrecondition (IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH):
+// never another caller's answer, never a second execution. The guard
+// stores only a keyed hash of them (see middleware.Credentials and
+// middleware.WithSecret). A scope hook replaces that binding: it names the
+// real principal, so a client whose token was refreshed between its
+// retries still gets its replay; use one when tokens are short-lived.
 func WithScope(scope func(ctx context.Context) string) Option {
 	return serverOnly("WithScope", func(c *config) { c.scope = scope })
+}
+
+// WithCredentialMetadata binds calls to the metadata keys named too
+// (case-insensitive, as metadata keys are), besides "authorization" and
+// the client certificate, when no scope hook is set (see [WithScope]): the
+// metadata that identifies a caller in your API, such as "x-api-key" or
+// the user an authenticating proxy sets. A call whose values differ from
+// those of the call that recorded the key is refused with
+// FailedPrecondition (IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH), as for
+// "authorization". This metadata is never recorded nor replayed, whatever
+// [WithReplayMetadata] says. Repeated calls add up. [New] refuses a key
+// that cannot name text metadata, and this option together with WithScope
+// (the scope replaces the binding). Server only. Default: none.
+func WithCredentialMetadata(keys ...string) Option {
+	return serverOnly("WithCredentialMetadata", func(c *config) {
+		for _, k := range keys {
+			c.credentialMD = append(c.credentialMD, strings.ToLower(strings.TrimSpace(k)))
+		}
+		c.credentialMDSet = true
+	})
 }
 
 // WithFingerprint replaces the request fingerprint. An error answers the

@@ -86,6 +86,9 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 	case cfg.fingerprint == nil || cfg.types == nil:
 		return bad("the fingerprint function and the message types must not be nil")
 	}
+	if why, ok := cfg.validateCredentials(); !ok {
+		return bad(why)
+	}
 	if cfg.selector == nil {
 		cfg.selector = defaultSelector(nil)
 	}
@@ -192,7 +195,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	opts := append(append(optBuf[:0], s.callOpts...), op, middleware.Scope(scope))
 	if s.cfg.scope == nil {
 		// Without a principal, the call's credentials stand for it.
-		opts = append(opts, middleware.Credentials(metadata.ValueFromIncomingContext(ctx, credentialsMetadataKey)...))
+		opts = append(opts, s.credentials(ctx))
 	}
 
 	var (
