@@ -262,16 +262,19 @@ func WithMaxBodyBytes(n int64) Option { return func(c *config) { c.maxBody = n }
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithReplayHeaders sets the response headers a replay repeats. Default:
-// Content-Type, Location, ETag, Last-Modified, Link, Content-Language.
-// Credentials (Authorization, Proxy-Authorization, Cookie, Set-Cookie),
-// Date and hop-by-hop headers are never recorded nor replayed, whatever
-// the list says. Content-Encoding, Vary and Cache-Control are always
-// recorded and replayed: the first two describe the recorded bytes (a
-// compressing middleware inside the guard records compressed bytes), and a
-// replay without them would be garbage; Cache-Control keeps a replay from
-// being cached where the first response was not (no-store, private). A recorded response with a Content-Encoding that the
-// retry's Accept-Encoding does not accept is not replayed: the retry gets
-// 409 response-not-replayable (the handler never runs again).
+// [DefaultReplayHeaders] (Content-Type, Location, ETag, Last-Modified,
+// Link, Content-Language, Content-Location, Retry-After,
+// WWW-Authenticate, Allow, Accept-Patch, Accept-Post, Accept-Encoding).
+// Credentials (Authorization, Proxy-Authorization, Cookie, Set-Cookie and
+// the headers of [WithCredentialHeaders]), Date and hop-by-hop headers are
+// never recorded nor replayed, whatever the list says. Content-Encoding,
+// Vary and Cache-Control are always recorded and replayed: the first two
+// describe the recorded bytes (a compressing middleware inside the guard
+// records compressed bytes), and a replay without them would be garbage;
+// Cache-Control keeps a replay from being cached where the first response
+// was not (no-store, private). A recorded response with a Content-Encoding
+// that the retry's Accept-Encoding does not accept is not replayed: the
+// retry gets 409 response-not-replayable (the handler never runs again).
 func WithReplayHeaders(names ...string) Option {
 	return func(c *config) {
 		c.replayHeaders = make(map[string]bool, len(names))
