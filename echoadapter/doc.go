@@ -29,8 +29,9 @@
 // so the rendered response is what is delivered and, by the store policy
 // ([nethttp.WithStorePolicy]), recorded: by default a 4xx such as
 // echo.NewHTTPError(http.StatusPaymentRequired, ...) is recorded and
-// replayed, while a 5xx (a plain error renders as 500) is delivered and
-// forgotten, so a retry runs the handler again. The error is rendered once:
+// replayed, while a 5xx (a plain error renders as 500) or an answer that
+// asks the client to try again (429, say) is delivered and forgotten, so a
+// retry runs the handler again. The error is rendered once:
 // the middleware then returns nil, so it never reaches the error handler a
 // second time, and the middleware before this one sees the rendered status
 // in c.Response().Status, as it does on a replay, where no handler runs.

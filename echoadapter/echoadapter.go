@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 	echomw "github.com/labstack/echo/v4/middleware"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 )
@@ -92,12 +93,15 @@ func problemError(p nethttp.Problem) error {
 }
 
 // New validates the options and returns echo middleware that makes the
-// handlers after it idempotent with guard. An invalid option, or a nil
-// guard, is an error here (InvalidArgument); nothing panics on the request
-// path.
+// handlers after it idempotent with guard. An invalid or nil option, or a
+// guard not made by middleware.New (nil or zero), is an error here
+// (InvalidArgument); nothing panics on the request path.
 func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 	var cfg config
 	for _, o := range opts {
+		if o == nil {
+			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "echoadapter", "an option is nil; remove it, or pass the option it was meant to be", nil)
+		}
 		o(&cfg)
 	}
 	// echo's route is the default operation; the user's options come

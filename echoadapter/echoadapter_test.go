@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 	echomw "github.com/labstack/echo/v4/middleware"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/echoadapter"
 	"github.com/idemkit/idemkit/internal/httpsuite"
 	"github.com/idemkit/idemkit/middleware"
@@ -319,6 +320,21 @@ func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
 		if mw, err := echoadapter.New(g, echoadapter.WithHTTPOptions(o)); err == nil || mw != nil {
 			t.Fatal("an invalid option was accepted")
 		}
+	}
+}
+
+func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
+	httpsuite.CheckMisconfigurationsRefused(t, func(g *middleware.Guard, opts ...nethttp.Option) error {
+		mw, err := echoadapter.New(g, echoadapter.WithHTTPOptions(opts...))
+		if (mw == nil) != (err != nil) {
+			t.Fatalf("New gave middleware %v with error %v", mw != nil, err)
+		}
+		return err
+	})
+	// A nil option of the adapter's own.
+	mw, err := echoadapter.New(httpsuite.NewGuard(t), echoadapter.WithErrorHandler(true), nil)
+	if mw != nil || !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), "an option is nil; remove it") {
+		t.Fatalf("a nil echoadapter.Option: %v", err)
 	}
 }
 

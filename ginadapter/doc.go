@@ -30,7 +30,8 @@
 // a status (c.AbortWithStatus(403), c.AbortWithStatusJSON) has answered the
 // request like any other: the answer is recorded or forgotten by the store
 // policy ([nethttp.WithStorePolicy]; by default 2xx–4xx are recorded and
-// replayed, 5xx forgotten). A status set without a body (c.Status(204)) is
+// replayed; 5xx, and answers that ask the client to try again such as 429,
+// forgotten). A status set without a body (c.Status(204)) is
 // sent when the chain returns, so the client and the record agree; so is
 // gin's 404 or 405 for an unmatched route when the middleware is global
 // (r.Use), with gin's own text/plain body ("404 page not found").

@@ -19,8 +19,8 @@ import (
 // route gin matched, "POST /orders/:id" (c.FullPath(); "" for a request no
 // route matched), unless [nethttp.WithOperation] says otherwise.
 //
-// An invalid option, or a nil guard, is an error here; nothing panics on
-// the request path.
+// An invalid or nil option, or a guard not made by middleware.New (nil or
+// zero), is an error here; nothing panics on the request path.
 func New(guard *middleware.Guard, opts ...nethttp.Option) (gin.HandlerFunc, error) {
 	opts = append([]nethttp.Option{nethttp.WithOperation(operation)}, opts...)
 	core, err := nethttp.NewCore(guard, opts...)

@@ -357,6 +357,16 @@ func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
 	}
 }
 
+func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
+	httpsuite.CheckMisconfigurationsRefused(t, func(g *middleware.Guard, opts ...nethttp.Option) error {
+		h, err := ginadapter.New(g, opts...)
+		if (h == nil) != (err != nil) {
+			t.Fatalf("New gave a handler %v with error %v", h != nil, err)
+		}
+		return err
+	})
+}
+
 // The adapter's writer reaches the connection's deadlines through
 // http.ResponseController (Unwrap).
 func TestResponseControllerReachesConnection(t *testing.T) {

@@ -29,13 +29,11 @@ type client struct {
 // key field, before the first attempt, so every attempt carries it).
 // Because every attempt carries the same key, a retry can never run the
 // call twice on a server guarded by [New]'s interceptor.
-// A bad option is an InvalidArgument [idemkit.Error]; nothing panics on a
+// A bad or nil option is an InvalidArgument [idemkit.Error]; nothing panics on a
 // call.
 func NewClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
 	cfg := defaults(true)
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg.apply(opts)
 	bad := func(detail string) (grpc.UnaryClientInterceptor, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}

@@ -3,6 +3,7 @@ package grpcinterceptor_test
 import (
 	"context"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
+	"github.com/idemkit/idemkit/middleware"
 )
 
 var uuidV4 = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
@@ -202,6 +204,28 @@ func TestClientOptionsValidated(t *testing.T) {
 			t.Errorf("options %d accepted", i)
 		}
 	}
+}
+
+// TestConstructorsRefuseNilOptionsAndZeroGuard: a nil option (to either
+// interceptor) and a guard not made by middleware.New are refused at
+// construction with an InvalidArgument error that names the fix, rather
+// than panicking there or on the first call.
+func TestConstructorsRefuseNilOptionsAndZeroGuard(t *testing.T) {
+	want := func(what string, made bool, err error, fix string) {
+		t.Helper()
+		if made || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), fix) {
+			t.Errorf("%s: made=%v, %v; want InvalidArgument saying %q", what, made, err, fix)
+		}
+	}
+	g := newBackend().guard(t)
+	si, err := grpcinterceptor.New(g, grpcinterceptor.WithKeyRequired(false), nil)
+	want("a nil server option", si != nil, err, "an option is nil; remove it")
+	ci, err := grpcinterceptor.NewClientInterceptor(nil, grpcinterceptor.WithMaxAttempts(2))
+	want("a nil client option", ci != nil, err, "an option is nil; remove it")
+	si, err = grpcinterceptor.New(&middleware.Guard{})
+	want("a zero guard", si != nil, err, "make it with middleware.New")
+	si, err = grpcinterceptor.New(nil)
+	want("a nil guard", si != nil, err, "middleware.New")
 }
 
 // TestOptionsAppliedToTheRightInterceptor: an option of one interceptor

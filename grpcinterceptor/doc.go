@@ -38,8 +38,9 @@
 //	  namespace over the store's 1024 bytes)              InvalidArgument IDEMPOTENCY_KEY_MALFORMED
 //	same key, same request, first still running past
 //	  the wait budget                                     Aborted IDEMPOTENCY_KEY_IN_PROGRESS + RetryInfo
-//	same key, other authorization metadata (no scope
-//	  hook), whatever the request                         FailedPrecondition
+//	same key, other credentials (no scope hook: other
+//	  authorization metadata, client certificate or
+//	  WithCredentialMetadata), whatever the request       FailedPrecondition
 //	                                                      IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH; the
 //	                                                      recorded answer is never sent, nothing runs
 //	same key, another request                             FailedPrecondition IDEMPOTENCY_KEY_REUSED
@@ -58,7 +59,9 @@
 //	  sealed with a key this one lacks, damaged record)   Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo;
 //	                                                      never executed again, even with WithFailOpen
 //	handler answered Unavailable, Internal, Unknown,
-//	  DeadlineExceeded, Canceled or ResourceExhausted     delivered, not recorded (see WithStorePolicy):
+//	  DeadlineExceeded, Canceled, ResourceExhausted,
+//	  Aborted or Unauthenticated, or any status with a
+//	  RetryInfo detail                                    delivered, not recorded (see WithStorePolicy):
 //	                                                      the claim is released, a retry runs again
 //	handler panicked                                      Internal, not recorded
 //
@@ -71,11 +74,13 @@
 // fingerprint, so a key reused with another method is refused
 // (IDEMPOTENCY_KEY_REUSED), as the HTTP adapters refuse a key reused on
 // another route; one client's key never replays another client's answer.
-// Without a scope hook, every guarded call is bound to its
-// "authorization" metadata instead (only a keyed hash of it is stored): a
-// call with other credentials is refused, never answered with another
-// caller's response. Credential metadata ("authorization",
-// "proxy-authorization", "cookie", "set-cookie") is never recorded nor
+// Without a scope hook, every guarded call is bound to its credentials
+// instead: its "authorization" metadata, the client certificate of its TLS
+// connection, and the metadata [WithCredentialMetadata] names, such as
+// "x-api-key" (only a keyed hash of them is stored): a call with other
+// credentials is refused, never answered with another caller's response.
+// Credential metadata ("authorization", "proxy-authorization", "cookie",
+// "set-cookie" and that of WithCredentialMetadata) is never recorded nor
 // replayed. The fingerprint ([WithFingerprint]) is the SHA-256 of the full
 // method name and the request's deterministic protobuf encoding: the same
 // key with another request is refused, never answered with the other

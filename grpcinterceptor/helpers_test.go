@@ -47,6 +47,7 @@ type service struct {
 	release    chan struct{} // if not nil, executions wait for it to close
 	finished   chan error    // if not nil, receives each execution's error
 	failFirst  bool          // a key's first attempt answers Unavailable
+	firstErr   error         // if not nil, a key's first attempt answers it (after setting the metadata)
 	panicky    bool          // executions panic
 
 	mu       sync.Mutex
@@ -102,6 +103,9 @@ func (s *service) serve(ctx context.Context, req *testgrpc.SimpleRequest) (resp 
 	}
 	if err := grpc.SetTrailer(ctx, metadata.Pairs("x-trailer", "t"+strconv.FormatInt(n, 10))); err != nil {
 		return nil, err
+	}
+	if s.firstErr != nil && first {
+		return nil, s.firstErr
 	}
 	if rs := req.GetResponseStatus(); rs.GetCode() != 0 {
 		st, err := status.New(codes.Code(rs.GetCode()), rs.GetMessage()).WithDetails(
@@ -226,11 +230,18 @@ func serverInterceptor(t testing.TB, g *middleware.Guard, opts ...grpcintercepto
 // adds, and returns its address.
 func serveChain(t testing.TB, register func(*grpc.Server), chain ...grpc.UnaryServerInterceptor) string {
 	t.Helper()
+	return serveChainWith(t, nil, register, chain...)
+}
+
+// serveChainWith is serveChain with server options (transport
+// credentials, say).
+func serveChainWith(t testing.TB, opts []grpc.ServerOption, register func(*grpc.Server), chain ...grpc.UnaryServerInterceptor) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(chain...))
+	srv := grpc.NewServer(append(opts, grpc.ChainUnaryInterceptor(chain...))...)
 	register(srv)
 	done := make(chan struct{})
 	go func() {

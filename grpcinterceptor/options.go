@@ -39,6 +39,13 @@ const replayedMetadataKey = "idempotent-replayed"
 type StorePolicy struct {
 	// Forget holds the status codes that are delivered and not recorded.
 	Forget []codes.Code
+	// TryAgain records, when Forget does not list its code, an error
+	// status that carries a google.rpc.RetryInfo detail: the server asks
+	// the client to call again after a delay. When false, such a status
+	// is delivered and forgotten whatever its code: recorded, it would
+	// answer every retry with the same key until the record expires, and
+	// the retry it asks for could never succeed.
+	TryAgain bool
 	// Panic records a handler panic (answered Internal) when true.
 	Panic bool
 }
@@ -66,7 +73,7 @@ type Option func(*config)
 
 type config struct {
 	client    bool   // configuring the client interceptor
-	misplaced string // the first option given to the wrong interceptor
+	misplaced string // why the first refused option is refused: nil, or given to the wrong interceptor
 
 	// Both interceptors.
 	key      string
@@ -92,6 +99,9 @@ type config struct {
 	types        protoregistry.MessageTypeResolver
 	logger       *slog.Logger
 
+	credentialMD    []string // the metadata keys WithCredentialMetadata names (with credentialMDSet)
+	credentialMDSet bool
+
 	// The client interceptor.
 	newKey      func() string
 	maxAttempts int
@@ -109,6 +119,7 @@ func defaults(client bool) config {
 		maxResponse: defaultMaxResponseBytes,
 		policy: StorePolicy{Forget: []codes.Code{
 			codes.Unavailable, codes.Internal, codes.Unknown, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted,
+			codes.Aborted, codes.Unauthenticated,
 		}},
 		wait:        true,
 		retryDelay:  defaultRetryDelay,
@@ -138,6 +149,17 @@ func clientOnly(name string, set func(*config)) Option {
 			return
 		}
 		set(c)
+	}
+}
+
+// apply applies opts to c; a nil one is refused.
+func (c *config) apply(opts []Option) {
+	for _, o := range opts {
+		if o == nil {
+			c.refuse("an option is nil; remove it, or pass the option it was meant to be")
+			continue
+		}
+		o(c)
 	}
 }
 
@@ -239,17 +261,39 @@ func WithMaxKeyLength(n int) Option {
 //
 // Default: one principal for the whole service, with every guarded call
 // bound to its credentials: all values of its "authorization" metadata, in
-// order (none is a value of its own). A call whose credentials differ from
-// those of the call that recorded the key is refused with
-// FailedPrecondition (IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH): never another
-// caller's answer, never a second execution. The guard stores only a keyed
-// hash of them (see middleware.Credentials and middleware.WithSecret). A
-// scope hook replaces that binding: it names the real principal, so a
-// client whose token was refreshed between its retries still gets its
-// replay; use one when tokens are short-lived or callers authenticate
-// otherwise (mutual TLS).
+// order (absent metadata counts as empty), the client certificate its TLS
+// connection presented (mutual TLS: the leaf of credentials.TLSInfo's
+// peer certificates), and the metadata named by [WithCredentialMetadata];
+// a call with none of them is bound to having none. A call whose
+// credentials differ from those of the call that recorded the key is
+// refused with FailedPrecondition (IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH):
+// never another caller's answer, never a second execution. The guard
+// stores only a keyed hash of them (see middleware.Credentials and
+// middleware.WithSecret). A scope hook replaces that binding: it names the
+// real principal, so a client whose token was refreshed between its
+// retries still gets its replay; use one when tokens are short-lived.
 func WithScope(scope func(ctx context.Context) string) Option {
 	return serverOnly("WithScope", func(c *config) { c.scope = scope })
+}
+
+// WithCredentialMetadata binds calls to the metadata keys named too
+// (case-insensitive, as metadata keys are), besides "authorization" and
+// the client certificate, when no scope hook is set (see [WithScope]): the
+// metadata that identifies a caller in your API, such as "x-api-key" or
+// the user an authenticating proxy sets. A call whose values differ from
+// those of the call that recorded the key is refused with
+// FailedPrecondition (IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH), as for
+// "authorization". This metadata is never recorded nor replayed, whatever
+// [WithReplayMetadata] says. Repeated calls add up. [New] refuses a key
+// that cannot name text metadata, and this option together with WithScope
+// (the scope replaces the binding). Server only. Default: none.
+func WithCredentialMetadata(keys ...string) Option {
+	return serverOnly("WithCredentialMetadata", func(c *config) {
+		for _, k := range keys {
+			c.credentialMD = append(c.credentialMD, strings.ToLower(strings.TrimSpace(k)))
+		}
+		c.credentialMDSet = true
+	})
 }
 
 // WithFingerprint replaces the request fingerprint. An error answers the
@@ -285,9 +329,12 @@ func WithReplayMetadata(keep func(key string) bool) Option {
 // WithStorePolicy sets which outcomes are recorded. Server only. Default:
 // OK and the business errors are recorded; the transient errors
 // (Unavailable, Internal, Unknown, DeadlineExceeded, Canceled,
-// ResourceExhausted) and panics are forgotten, so a retry can run again.
-// StorePolicy{Panic: true} records every outcome, as Stripe's API does: a
-// retry always gets the first answer.
+// ResourceExhausted), the answers that ask the client to call again
+// (Aborted: retry the sequence; Unauthenticated: call with credentials;
+// any status with a RetryInfo detail, see StorePolicy.TryAgain) and
+// panics are forgotten, so a retry can run again and succeed.
+// StorePolicy{TryAgain: true, Panic: true} records every outcome, as
+// Stripe's API does: a retry always gets the first answer.
 func WithStorePolicy(p StorePolicy) Option {
 	return serverOnly("WithStorePolicy", func(c *config) { c.policy = p })
 }

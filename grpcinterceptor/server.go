@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"time"
 
@@ -41,8 +42,8 @@ type server struct {
 // guard's backend, and every retry with the same key and request gets the
 // recorded answer back. See the package documentation for the statuses it
 // answers. Use it with grpc.ChainUnaryInterceptor or grpc.UnaryInterceptor.
-// An invalid option, or a nil guard, is an InvalidArgument
-// [idemkit.Error]; nothing panics on a call.
+// An invalid or nil option, or a guard not made by middleware.New (nil or
+// zero), is an InvalidArgument [idemkit.Error]; nothing panics on a call.
 func New(guard *middleware.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	s, err := newServer(guard, opts...)
 	if err != nil {
@@ -55,13 +56,16 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 	bad := func(detail string) (*server, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "grpcinterceptor", detail, nil)
 	}
-	if guard == nil {
-		return bad("a guard is required")
+	switch {
+	case guard == nil:
+		return bad("a guard is required; make one with middleware.New")
+	case reflect.ValueOf(guard).Elem().IsZero():
+		// New always sets the store and the defaults: only a Guard that
+		// New did not make is all zero.
+		return bad("the guard is a zero middleware.Guard; make it with middleware.New")
 	}
 	cfg := defaults(false)
-	for _, o := range opts {
-		o(&cfg)
-	}
+	cfg.apply(opts)
 	switch {
 	case cfg.misplaced != "":
 		return bad(cfg.misplaced)
@@ -81,6 +85,9 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 		return bad("the error domain must not be empty")
 	case cfg.fingerprint == nil || cfg.types == nil:
 		return bad("the fingerprint function and the message types must not be nil")
+	}
+	if why, ok := cfg.validateCredentials(); !ok {
+		return bad(why)
 	}
 	if cfg.selector == nil {
 		cfg.selector = defaultSelector(nil)
@@ -188,7 +195,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	opts := append(append(optBuf[:0], s.callOpts...), op, middleware.Scope(scope))
 	if s.cfg.scope == nil {
 		// Without a principal, the call's credentials stand for it.
-		opts = append(opts, middleware.Credentials(metadata.ValueFromIncomingContext(ctx, credentialsMetadataKey)...))
+		opts = append(opts, s.credentials(ctx))
 	}
 
 	var (
@@ -245,7 +252,7 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 		if !ok {
 			st = status.FromContextError(err)
 		}
-		return resp, s.verdict(ctx, cs, nil, st, !s.forget.has(st.Code())), held, err
+		return resp, s.verdict(ctx, cs, nil, st, !s.forget.has(st.Code()) && (s.cfg.policy.TryAgain || !hasRetryInfo(st))), held, err
 	}
 	return resp, s.verdict(ctx, cs, resp, nil, !s.forget.has(codes.OK)), held, nil
 }

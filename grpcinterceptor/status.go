@@ -1,6 +1,7 @@
 package grpcinterceptor
 
 import (
+	"strings"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -110,4 +111,16 @@ func retryDelayOf(err error) (time.Duration, bool) {
 		}
 	}
 	return 0, false
+}
+
+// hasRetryInfo reports whether st carries a google.rpc.RetryInfo detail:
+// the server asks the client to call again (see StorePolicy.TryAgain). It
+// reads the details' type URLs, without decoding them.
+func hasRetryInfo(st *status.Status) bool {
+	for _, d := range st.Proto().GetDetails() {
+		if strings.HasSuffix(d.GetTypeUrl(), "/google.rpc.RetryInfo") {
+			return true
+		}
+	}
+	return false
 }

@@ -157,8 +157,9 @@ type Guard struct {
 }
 
 // New returns a guard that keeps claims and outcomes in s. It validates its
-// options and returns an error (InvalidArgument) for a bad one; nothing
-// panics on the request path.
+// options and returns an error (InvalidArgument) for a bad or nil one;
+// nothing panics on the request path. A Guard is made only by New: the
+// adapters refuse a zero Guard.
 func New(s store.Store, opts ...Option) (*Guard, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a store is required", nil)
@@ -168,13 +169,16 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		waitBudget: defaultWaitBudget, recordWriteTimeout: defaultRecordWriteTimeout, opTimeout: defaultOpTimeout,
 		namespace: defaultNamespace, valueFingerprint: fingerprint.Value,
 	}
+	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
 	for _, o := range opts {
+		if o == nil {
+			return nil, bad("an option is nil; remove it, or pass the option it was meant to be")
+		}
 		o(&cfg)
 	}
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
 	switch {
 	case cfg.secretSet && len(cfg.secret) < 16:
 		return nil, bad("the secret must have at least 16 bytes")

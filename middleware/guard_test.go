@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -570,6 +571,13 @@ func TestOptionValidation(t *testing.T) {
 		if _, err := middleware.New(s, o); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("option %d: %v; want InvalidArgument", i, err)
 		}
+	}
+}
+
+func TestNewRefusesNilOptionNamingTheFix(t *testing.T) {
+	g, err := middleware.New(memstore.New(), middleware.WithRecordTTL(time.Hour), nil)
+	if g != nil || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "an option is nil; remove it") {
+		t.Fatalf("a nil option: %v, %v; want InvalidArgument naming it", g, err)
 	}
 }
 

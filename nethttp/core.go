@@ -31,15 +31,21 @@ type Core struct {
 // NewCore validates the options and returns the HTTP core for guard, for
 // adapters of other routers. Applications use [New].
 func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
-	if guard == nil {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", "a guard is required", nil)
+	bad := func(detail string) (*Core, error) {
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
+	}
+	if why, ok := validGuard(guard); !ok {
+		return bad(why)
 	}
 	cfg := defaults()
 	for _, o := range opts {
+		if o == nil {
+			return bad("an option is nil; remove it, or pass the option it was meant to be")
+		}
 		o(&cfg)
 	}
-	bad := func(detail string) (*Core, error) {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
+	if why, ok := cfg.validate(); !ok {
+		return bad(why)
 	}
 	if why, ok := cfg.key.valid(); !ok {
 		return bad(why)
@@ -68,9 +74,9 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 }
 
 // New validates the options and returns net/http middleware that makes the
-// handlers it wraps idempotent with guard. An invalid option, or a nil
-// guard, is an error here (InvalidArgument); nothing panics on the request
-// path.
+// handlers it wraps idempotent with guard. An invalid or nil option, or a
+// guard not made by middleware.New (nil or zero), is an error here
+// (InvalidArgument); nothing panics on the request path.
 func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
 	c, err := NewCore(guard, opts...)
 	if err != nil {
@@ -161,7 +167,7 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 	}
 	if c.cfg.scope == nil {
 		// Without a principal, the request's credentials stand for it.
-		opts = append(opts, credentials(r.Header))
+		opts = append(opts, c.credentials(r))
 	}
 	aborted := false
 	var rec *capture
@@ -360,7 +366,7 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		}
 		rec.WriteHeader(http.StatusOK)
 	}
-	return c.verdict(rec, c.cfg.policy.stores(rec.status), ctx)
+	return c.verdict(rec, c.cfg.policy.stores(rec.status, w.Header()), ctx)
 }
 
 // verdict decides what the guard records for a finished response.
@@ -379,21 +385,6 @@ func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.R
 	}
 	return middleware.Result{Value: rec.record()}
 }
-
-// credentials binds a request to its Authorization and Cookie header
-// lines, each header's lines joined by a line feed (which no field value
-// holds), an absent header as empty; a request with neither header is
-// bound to having no credentials at all.
-func credentials(h http.Header) middleware.CallOption {
-	auth, cookie := h["Authorization"], h["Cookie"]
-	if auth == nil && cookie == nil {
-		return anonymous
-	}
-	return middleware.Credentials(strings.Join(auth, "\n"), strings.Join(cookie, "\n"))
-}
-
-// anonymous is the binding option of a request without credentials.
-var anonymous = middleware.Credentials()
 
 // keepHeader reports whether a response header is recorded and replayed:
 // the allow-listed ones (never a credential, see neverReplayed), and

@@ -23,8 +23,9 @@
 //	same key, same request, first still running
 //	  past the wait budget                                  409 idempotency-key-in-progress + Retry-After
 //	same key, other credentials (no scope hook: another
-//	  Authorization or Cookie, or one absent on one
-//	  side), whatever the request                           422 idempotency-key-credentials-mismatch; the
+//	  Authorization, Cookie, client certificate or
+//	  WithCredentialHeaders header, or one absent on
+//	  one side), whatever the request                       422 idempotency-key-credentials-mismatch; the
 //	                                                        stored response is never sent, nothing runs
 //	same key, another request (method, route, query,
 //	  content type or body)                                 422 idempotency-key-reused
@@ -42,6 +43,10 @@
 //	                                                        never re-executed, even with WithFailOpen
 //	handler answered 5xx / panicked                         delivered / 500; not stored (see WithStorePolicy);
 //	                                                        the claim is released so a retry runs again
+//	handler answered "try again": 401, 407, 408, 425,
+//	  428, 429, 503, or any 4xx/5xx with Retry-After        delivered (Retry-After included); not stored
+//	                                                        (see StorePolicy.TryAgain), so the retry it
+//	                                                        asks for runs the handler again
 //
 // Error answers are RFC 9457 application/problem+json with stable type URIs
 // and Cache-Control: no-store. [WithProblemWriter] writes them in the
@@ -63,12 +68,15 @@
 // The scope ([WithScope]) is the namespace a key lives in, typically the
 // tenant or principal, so one client's key never replays another client's
 // response. Without a scope hook, every guarded request is bound to its
-// credentials instead (its Authorization and Cookie headers, of which only
-// a keyed hash is stored): a request with other credentials is refused,
-// never answered with another caller's response. Credential headers
-// (Authorization, Proxy-Authorization, Cookie, Set-Cookie) are never
-// recorded nor replayed, whatever [WithReplayHeaders] says. The fingerprint covers method, route, query, content type and
-// the body (canonical JSON for JSON bodies), so a key reused on another
+// credentials instead (its Authorization and Cookie headers, the client
+// certificate of its TLS connection, and the headers
+// [WithCredentialHeaders] names, such as X-Api-Key; only a keyed hash of
+// them is stored): a request with other credentials is refused, never
+// answered with another caller's response. Credential headers
+// (Authorization, Proxy-Authorization, Cookie, Set-Cookie and those of
+// WithCredentialHeaders) are never recorded nor replayed, whatever
+// [WithReplayHeaders] says. The fingerprint covers method, route, query,
+// content type and the body (canonical JSON for JSON bodies), so a key reused on another
 // route or with another body is a 422, never a replay of the wrong response
 // and never a second execution.
 //

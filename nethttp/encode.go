@@ -127,7 +127,7 @@ func decodeInto(b []byte, set func(name string, values []string)) (int, []byte, 
 // internedNames are the header names replays usually carry.
 var internedNames = func() map[string]string {
 	m := make(map[string]string)
-	for _, n := range append(DefaultReplayHeaders(), "Content-Location", "Cache-Control", "Vary", "Etag") {
+	for _, n := range append(DefaultReplayHeaders(), "Cache-Control", "Vary", "Etag") {
 		m[n] = n
 	}
 	return m

@@ -120,6 +120,20 @@ func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
 	}
 }
 
+func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
+	httpsuite.CheckMisconfigurationsRefused(t, func(g *middleware.Guard, opts ...nethttp.Option) error {
+		mw, err := nethttp.New(g, opts...)
+		if (mw == nil) != (err != nil) {
+			t.Fatalf("New gave middleware %v with error %v", mw != nil, err)
+		}
+		return err
+	})
+	httpsuite.CheckMisconfigurationsRefused(t, func(g *middleware.Guard, opts ...nethttp.Option) error {
+		_, err := nethttp.NewCore(g, opts...)
+		return err
+	})
+}
+
 // decompress is a request-decompressing middleware of the usual kind: it
 // swaps a gzip body for a reader of its content and leaves ContentLength
 // at the compressed size.

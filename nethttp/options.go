@@ -1,12 +1,17 @@
 package nethttp
 
 import (
+	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/fingerprint"
+	"github.com/idemkit/idemkit/middleware"
 )
 
 // Defaults of the middleware (each written on its option too).
@@ -20,9 +25,17 @@ const (
 
 // DefaultReplayHeaders returns the response headers a replay repeats by
 // default (a fresh slice on every call): Content-Type, Location, ETag,
-// Last-Modified, Link, Content-Language.
+// Last-Modified, Link, Content-Language, Content-Location, and the headers
+// a client needs to act on a recorded answer: Retry-After (when to follow
+// a redirect, or to come back under a policy that records such answers),
+// WWW-Authenticate (what a 403 insufficient_scope asks for), Allow (the
+// methods a 405 accepts), Accept-Patch, Accept-Post and Accept-Encoding
+// (the formats and codings a 415 accepts).
 func DefaultReplayHeaders() []string {
-	return []string{"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language"}
+	return []string{
+		"Content-Type", "Location", "ETag", "Last-Modified", "Link", "Content-Language", "Content-Location",
+		"Retry-After", "WWW-Authenticate", "Allow", "Accept-Patch", "Accept-Post", "Accept-Encoding",
+	}
 }
 
 // neverReplayed are headers that are never recorded nor replayed,
@@ -43,10 +56,24 @@ type StorePolicy struct {
 	Redirection bool // 3xx
 	ClientError bool // 4xx
 	ServerError bool // 5xx
-	Panic       bool // the handler panicked (answered 500 by the middleware)
+	// TryAgain records, when its class does too, the answers that ask the
+	// client to send the request again: 401 and 407 (with credentials), 408
+	// (Request Timeout), 425 (Too Early), 428 (Precondition Required), 429
+	// (Too Many Requests), 503 (Service Unavailable), and any other 4xx or
+	// 5xx that carries a Retry-After header. When false, they are
+	// delivered and forgotten whatever their class says: recorded, they
+	// would answer every retry with the same key until the record expires,
+	// and the retry they ask for could never succeed.
+	TryAgain bool
+	Panic    bool // the handler panicked (answered 500 by the middleware)
 }
 
-func (p StorePolicy) stores(status int) bool {
+// stores reports whether an answer of status, with the response header h,
+// is recorded.
+func (p StorePolicy) stores(status int, h http.Header) bool {
+	if !p.TryAgain && asksToTryAgain(status, h) {
+		return false
+	}
 	switch {
 	case status >= 500:
 		return p.ServerError
@@ -56,6 +83,17 @@ func (p StorePolicy) stores(status int) bool {
 		return p.Redirection
 	}
 	return p.Success
+}
+
+// asksToTryAgain reports whether an answer asks the client to send the
+// request again (see StorePolicy.TryAgain).
+func asksToTryAgain(status int, h http.Header) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusProxyAuthRequired, http.StatusRequestTimeout, http.StatusTooEarly,
+		http.StatusPreconditionRequired, http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return true
+	}
+	return status >= 400 && len(h["Retry-After"]) > 0
 }
 
 // Option configures the middleware.
@@ -82,6 +120,12 @@ type config struct {
 	problemBase   string
 	problemWriter func(w http.ResponseWriter, r *http.Request, p Problem)
 	logger        *slog.Logger
+
+	// credentialHeaders are the headers bound besides Authorization and
+	// Cookie (canonical names, as given; set: WithCredentialHeaders was
+	// used).
+	credentialHeaders    []string
+	credentialHeadersSet bool
 }
 
 func defaults() config {
@@ -100,8 +144,12 @@ func defaults() config {
 	return c
 }
 
-// WithMethods sets the guarded methods; others pass through. Default: POST
-// and PATCH.
+// WithMethods sets the guarded methods; others pass through. Method names
+// are case-sensitive tokens, matched as clients send them ("POST"): a name
+// with a lower-case letter guards nothing a client sends and is refused by
+// [New], naming the upper-case form, and so is an empty list (to guard
+// nothing, leave the middleware out). Other names in upper case (an
+// extension method such as "QUERY") are accepted. Default: POST and PATCH.
 func WithMethods(methods ...string) Option {
 	return func(c *config) {
 		c.methods = make(map[string]bool, len(methods))
@@ -141,7 +189,9 @@ func WithMaxKeyLength(n int) Option { return func(c *config) { c.maxKeyLen = n }
 //
 // Default: one namespace for the whole service, with every guarded request
 // bound to its credentials: the values of its Authorization and Cookie
-// headers (all lines of each, in order; an absent header counts as empty).
+// headers (all lines of each, in order; an absent header counts as empty),
+// the client certificate its TLS connection presented (mutual TLS), and
+// the headers named by [WithCredentialHeaders] (X-Api-Key, say).
 // A request whose credentials differ from those of the request that
 // recorded the key (a missing header included: an anonymous record and a
 // credentialed retry differ) is refused with 422
@@ -155,6 +205,27 @@ func WithMaxKeyLength(n int) Option { return func(c *config) { c.maxKeyLen = n }
 // browsers, whose cookies change with every response that sets one
 // (analytics, session renewal), and clients of short-lived tokens.
 func WithScope(scope func(r *http.Request) string) Option { return func(c *config) { c.scope = scope } }
+
+// WithCredentialHeaders binds requests to the request headers named too,
+// besides Authorization, Cookie and the client certificate, when no scope
+// hook is set (see [WithScope]): the headers that identify a caller in
+// your API, such as X-Api-Key or the user header an authenticating
+// gateway sets. A request whose values differ from those of the request
+// that recorded the key is refused with 422
+// idempotency-key-credentials-mismatch, as for Authorization. These
+// headers are never recorded nor replayed in a response, whatever
+// [WithReplayHeaders] says. Repeated calls add up. [New] refuses a name
+// that is not a header name, and this option together with WithScope (the
+// scope replaces the binding, so the headers would be ignored). Default:
+// none.
+func WithCredentialHeaders(names ...string) Option {
+	return func(c *config) {
+		for _, n := range names {
+			c.credentialHeaders = append(c.credentialHeaders, http.CanonicalHeaderKey(strings.TrimSpace(n)))
+		}
+		c.credentialHeadersSet = true
+	}
+}
 
 // WithRoute sets how the route that goes into the fingerprint is found.
 // Default: the URL path. Not the mux pattern: a pattern such as "/" or
@@ -191,16 +262,19 @@ func WithMaxBodyBytes(n int64) Option { return func(c *config) { c.maxBody = n }
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithReplayHeaders sets the response headers a replay repeats. Default:
-// Content-Type, Location, ETag, Last-Modified, Link, Content-Language.
-// Credentials (Authorization, Proxy-Authorization, Cookie, Set-Cookie),
-// Date and hop-by-hop headers are never recorded nor replayed, whatever
-// the list says. Content-Encoding, Vary and Cache-Control are always
-// recorded and replayed: the first two describe the recorded bytes (a
-// compressing middleware inside the guard records compressed bytes), and a
-// replay without them would be garbage; Cache-Control keeps a replay from
-// being cached where the first response was not (no-store, private). A recorded response with a Content-Encoding that the
-// retry's Accept-Encoding does not accept is not replayed: the retry gets
-// 409 response-not-replayable (the handler never runs again).
+// [DefaultReplayHeaders] (Content-Type, Location, ETag, Last-Modified,
+// Link, Content-Language, Content-Location, Retry-After,
+// WWW-Authenticate, Allow, Accept-Patch, Accept-Post, Accept-Encoding).
+// Credentials (Authorization, Proxy-Authorization, Cookie, Set-Cookie and
+// the headers of [WithCredentialHeaders]), Date and hop-by-hop headers are
+// never recorded nor replayed, whatever the list says. Content-Encoding,
+// Vary and Cache-Control are always recorded and replayed: the first two
+// describe the recorded bytes (a compressing middleware inside the guard
+// records compressed bytes), and a replay without them would be garbage;
+// Cache-Control keeps a replay from being cached where the first response
+// was not (no-store, private). A recorded response with a Content-Encoding
+// that the retry's Accept-Encoding does not accept is not replayed: the
+// retry gets 409 response-not-replayable (the handler never runs again).
 func WithReplayHeaders(names ...string) Option {
 	return func(c *config) {
 		c.replayHeaders = make(map[string]bool, len(names))
@@ -214,11 +288,14 @@ func WithReplayHeaders(names ...string) Option {
 }
 
 // WithStorePolicy sets which outcomes are recorded. Default: 2xx, 3xx and
-// 4xx are recorded, 5xx and panics forgotten (StorePolicy{Success: true,
-// Redirection: true, ClientError: true}), so a transient failure can be
-// retried. A policy with every field true records everything, 5xx and
-// panics included, as Stripe's API does: a retry always gets the first
-// answer.
+// 4xx are recorded; 5xx, panics and the answers that ask the client to try
+// again (401, 407, 408, 425, 428, 429, 503 and any 4xx or 5xx with
+// Retry-After; see StorePolicy.TryAgain) are delivered and forgotten
+// (StorePolicy{Success: true, Redirection: true, ClientError: true}), so a
+// transient failure can be retried and a retry that does what the answer
+// asked can succeed. A policy with every field true records everything,
+// 5xx, 429 and panics included, as Stripe's API does: a retry always gets
+// the first answer.
 func WithStorePolicy(p StorePolicy) Option { return func(c *config) { c.policy = p } }
 
 // WithWaitForResult makes a duplicate of a running request wait (up to the
@@ -270,3 +347,58 @@ func WithProblemWriter(write func(w http.ResponseWriter, r *http.Request, p Prob
 
 // WithLogger sets the logger for handler panics. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// validate checks what the options say about the request methods and the
+// credentials, and returns why they are wrong; it drops the credential
+// headers bound anyway (and repeated ones) and keeps every credential
+// header out of the replayed ones.
+func (c *config) validate() (string, bool) {
+	if len(c.methods) == 0 {
+		return `WithMethods needs at least one method, such as "POST"; to guard nothing, leave the middleware out`, false
+	}
+	for _, m := range slices.Sorted(maps.Keys(c.methods)) {
+		if !validHeaderName(m) {
+			return fmt.Sprintf(`WithMethods: %q is not a method name (a token, such as "POST")`, m), false
+		}
+		if up := strings.ToUpper(m); up != m {
+			return fmt.Sprintf("WithMethods: %q guards no request sent as %q (methods are case-sensitive); write %q", m, up, up), false
+		}
+	}
+	if c.credentialHeadersSet && c.scope != nil {
+		return "WithCredentialHeaders binds requests only without a scope hook, and WithScope is set: " +
+			"drop WithCredentialHeaders, or make the scope hook name the principal those headers identify", false
+	}
+	if c.credentialHeadersSet && len(c.credentialHeaders) == 0 {
+		return `WithCredentialHeaders needs at least one header name, such as "X-Api-Key"`, false
+	}
+	bound := map[string]bool{"Authorization": true, "Cookie": true}
+	names := c.credentialHeaders[:0]
+	for _, n := range c.credentialHeaders {
+		if !validHeaderName(n) {
+			return fmt.Sprintf(`WithCredentialHeaders: %q is not a header name (a token, such as "X-Api-Key")`, n), false
+		}
+		if !bound[n] {
+			bound[n] = true
+			names = append(names, n)
+		}
+		// A credential is never recorded nor replayed.
+		delete(c.replayHeaders, n)
+	}
+	c.credentialHeaders = names
+	return "", true
+}
+
+// validGuard reports why guard cannot serve: nil, or a zero
+// middleware.Guard (declared, not made by middleware.New), which would
+// fail on the first request rather than here.
+func validGuard(guard *middleware.Guard) (string, bool) {
+	switch {
+	case guard == nil:
+		return "a guard is required; make one with middleware.New", false
+	case reflect.ValueOf(guard).Elem().IsZero():
+		// New always sets the store and the defaults: only a Guard that
+		// New did not make is all zero.
+		return "the guard is a zero middleware.Guard; make it with middleware.New", false
+	}
+	return "", true
+}

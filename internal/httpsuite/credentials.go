@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
 )
@@ -21,8 +22,8 @@ const payment = `{"amount":100}`
 // idempotency-key-credentials-mismatch, also while Alice's request still
 // runs, and never sees her response; Alice's own retry replays; the
 // handler ran once.
-func checkCredentialsBound(t *testing.T, s *suite, name, alice, bob string) {
-	srv := s.serve(t, nil)
+func checkCredentialsBound(t *testing.T, s *suite, name, alice, bob string, opts ...nethttp.Option) {
+	srv := s.serve(t, nil, opts...)
 	as := map[string]string{name: alice}
 	req := request{key: []string{"pay-2024-0001"}, path: "/orders?sleep=300ms", body: payment, ctype: "application/json", header: as}
 	first := make(chan response, 1)
@@ -70,6 +71,69 @@ func testCredentialsBindAuthorization(t *testing.T, s *suite) {
 
 func testCredentialsBindCookie(t *testing.T, s *suite) {
 	checkCredentialsBound(t, s, "Cookie", "session=alice-session", "session=bob-session")
+}
+
+// testCredentialHeadersBindIdentityHeaders: a header named by
+// WithCredentialHeaders (X-Api-Key) binds the record as Authorization
+// does, and is never recorded nor replayed, even when the allow-list
+// names it.
+func testCredentialHeadersBindIdentityHeaders(t *testing.T, s *suite) {
+	checkCredentialsBound(t, s, "X-Api-Key", "alice-api-key", "bob-api-key", nethttp.WithCredentialHeaders("x-api-key"))
+
+	srv := s.serve(t, nil, nethttp.WithCredentialHeaders("X-Api-Key"), nethttp.WithReplayHeaders("X-Api-Key", "Content-Type"))
+	req := request{key: []string{"k"}, path: "/orders?echoauth=1", body: payment, header: map[string]string{"X-Api-Key": "alice-api-key"}}
+	if first := srv.do(t, req); first.header.Get("X-Api-Key") != "alice-api-key" {
+		t.Fatalf("first: X-Api-Key %q; want the handler's echo delivered", first.header.Get("X-Api-Key"))
+	}
+	rec, ok, err := srv.backends.Store.Get(t.Context(), "idempotency::k")
+	if err != nil || !ok || strings.Contains(string(rec.Response), "alice-api-key") || strings.Contains(rec.Fingerprint, "alice-api-key") {
+		t.Fatalf("the record (%v, %v) holds the API key: %q", ok, err, rec.Response)
+	}
+	if again := srv.do(t, req); !again.replayed() || again.header.Get("X-Api-Key") != "" {
+		t.Fatalf("retry: replayed=%v X-Api-Key %q; want a replay without it", again.replayed(), again.header.Get("X-Api-Key"))
+	}
+}
+
+// testCredentialsBindClientCertificate: over mutual TLS, two callers whose
+// verified client certificates differ never get each other's response
+// with the same key and request (refused as with other credentials), nor
+// does a caller without a certificate; the certificate's owner replays.
+func testCredentialsBindClientCertificate(t *testing.T, s *suite) {
+	pki := newTestPKI(t)
+	b := s.backends(t)
+	g, err := middleware.New(b.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &app{}
+	url, client := serveMutualTLS(t, s.stack(t, g, nil, a), pki)
+	alice := &server{url: url, app: a, guard: g, backends: b, client: client(pki.client(t, "alice"))}
+	bob := &server{url: url, app: a, guard: g, backends: b, client: client(pki.client(t, "bob"))}
+	nobody := &server{url: url, app: a, guard: g, backends: b, client: client(nil)}
+
+	req := request{key: []string{"pay-2024-0001"}, path: "/orders?sleep=300ms", body: payment, ctype: "application/json"}
+	first := make(chan response, 1)
+	go func() { first <- alice.do(t, req) }()
+	waitExecutions(t, alice, 1)
+	refused := func(what string, srv *server) {
+		t.Helper()
+		got := srv.do(t, req)
+		problem(t, got, http.StatusUnprocessableEntity, nethttp.ProblemCredentialsMismatch)
+		if got.replayed() || strings.Contains(got.body, "order") {
+			t.Fatalf("%s: %d %q; Alice's response leaked", what, got.status, got.body)
+		}
+	}
+	refused("Bob while Alice's request runs", bob)
+	got := <-first
+	if got.status != http.StatusCreated || got.replayed() {
+		t.Fatalf("Alice: %d %q", got.status, got.body)
+	}
+	refused("Bob", bob)
+	refused("no certificate", nobody)
+	if again := alice.do(t, req); !again.replayed() || again.body != got.body {
+		t.Fatalf("Alice's retry: %d %q; want her response replayed", again.status, again.body)
+	}
+	wantExecutions(t, alice, 1)
 }
 
 // testScopeReplacesCredentialBinding: with a scope hook that names the

@@ -53,7 +53,8 @@
 // For what only a framework can set up (route patterns, unmatched routes,
 // its own context), an adapter's tests build the server themselves and use
 // the helpers: [NewGuard], [Serve], [Post] and its [Reply], [WantProblem],
-// [InvalidOptions], and the checks [CheckPathsUnderOnePattern],
+// [InvalidOptions], and the checks [CheckMisconfigurationsRefused] (with
+// a [Build]), [CheckPathsUnderOnePattern],
 // [CheckUnmatchedRouteRecorded], [CheckTenantScope],
 // [CheckRequestDecompressedInFront] and [CheckOperations] (with a
 // [RouteStack]).

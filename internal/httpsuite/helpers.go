@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
@@ -157,6 +159,58 @@ func InvalidOptions() []nethttp.Option {
 		nethttp.WithMaxBodyBytes(0),
 		nethttp.WithMaxResponseBytes(0),
 		nethttp.WithRetryAfter(-1),
+	}
+}
+
+// Build builds an adapter's middleware on guard with opts, for
+// [CheckMisconfigurationsRefused], and returns the constructor's error.
+type Build func(guard *middleware.Guard, opts ...nethttp.Option) error
+
+// CheckMisconfigurationsRefused checks that build refuses, with an
+// InvalidArgument error whose message names the fix, each setup that
+// would otherwise guard nothing without a word or fail on the first
+// request: a nil guard, a zero middleware.Guard (not made by
+// middleware.New), a nil option, an empty method list, a method name in
+// lower case, a method name that is no token, credential headers with a
+// scope hook, none or with a name that is no token; and that it still
+// accepts the upper-case methods it refused in lower case, and header
+// names in any case.
+func CheckMisconfigurationsRefused(t *testing.T, build Build) {
+	t.Helper()
+	g := NewGuard(t)
+	for _, c := range []struct {
+		name  string
+		guard *middleware.Guard
+		opts  []nethttp.Option
+		fix   string // a part of the error's message
+	}{
+		{"nil guard", nil, nil, "middleware.New"},
+		{"zero guard", &middleware.Guard{}, nil, "make it with middleware.New"},
+		{"nil option", g, []nethttp.Option{nethttp.WithKeyRequired(true), nil}, "an option is nil; remove it"},
+		{"no methods", g, []nethttp.Option{nethttp.WithMethods(), nethttp.WithKeyRequired(true)}, `at least one method, such as "POST"`},
+		{"lower-case method", g, []nethttp.Option{nethttp.WithMethods("post"), nethttp.WithKeyRequired(true)}, `write "POST"`},
+		{"mixed-case method", g, []nethttp.Option{nethttp.WithMethods("POST", "Patch")}, `write "PATCH"`},
+		{"no token", g, []nethttp.Option{nethttp.WithMethods("PO ST")}, "is not a method name"},
+		{"credential headers with a scope", g, []nethttp.Option{
+			nethttp.WithCredentialHeaders("X-Api-Key"), nethttp.WithScope(func(*http.Request) string { return "" }),
+		}, "drop WithCredentialHeaders, or make the scope hook name the principal"},
+		{"no credential header", g, []nethttp.Option{nethttp.WithCredentialHeaders()}, `at least one header name, such as "X-Api-Key"`},
+		{"credential header no token", g, []nethttp.Option{nethttp.WithCredentialHeaders("X Api Key")}, "is not a header name"},
+	} {
+		err := build(c.guard, c.opts...)
+		if err == nil {
+			t.Errorf("%s: accepted", c.name)
+			continue
+		}
+		if !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), c.fix) {
+			t.Errorf("%s: %v; want an InvalidArgument error that says %q", c.name, err, c.fix)
+		}
+	}
+	if err := build(g, nethttp.WithMethods("POST", "PUT", "QUERY")); err != nil {
+		t.Errorf("upper-case methods and an extension method: %v", err)
+	}
+	if err := build(g, nethttp.WithCredentialHeaders("x-api-key", "Authorization"), nethttp.WithCredentialHeaders("X-User")); err != nil {
+		t.Errorf("credential headers: %v", err)
 	}
 }
 

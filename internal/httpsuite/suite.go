@@ -112,10 +112,13 @@ func (s *suite) serveGuard(t *testing.T, g *middleware.Guard, b Backends, app *a
 // Cache-Control: no-store, private and the JSON {"order": n, "request":
 // <body>, "pad": ...}. Query parameters make it misbehave on purpose:
 //
-//	echoauth=1        answer with the request's Authorization, Proxy-Authorization
-//	                  and Cookie header lines as response headers
+//	echoauth=1        answer with the request's Authorization, Proxy-Authorization,
+//	                  Cookie and X-Api-Key header lines as response headers
 //	sleep=<duration>  wait before answering (until the request's ctx ends)
 //	status=<code>     answer that status instead
+//	set=<name>:<value>  set that response header, in place of the app's own (repeatable)
+//	once=1            only the handler's first execution answers status and set;
+//	                  later ones answer 201 as usual
 //	panic=1           panic
 //	bytes=<n>         n bytes of padding
 //	stream=1          flush a first chunk, wait on gate (if set), then a second
@@ -208,13 +211,20 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Custom", fmt.Sprint("custom-", n))
 	w.Header().Set("Cache-Control", "no-store, private")
 	if q.Get("echoauth") == "1" {
-		for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+		for _, h := range []string{"Authorization", "Proxy-Authorization", "Cookie", "X-Api-Key"} {
 			w.Header()[h] = r.Header[h]
 		}
 	}
 	status := http.StatusCreated
-	if s, err := strconv.Atoi(q.Get("status")); err == nil {
-		status = s
+	if q.Get("once") != "1" || n == 1 {
+		if s, err := strconv.Atoi(q.Get("status")); err == nil {
+			status = s
+		}
+		for _, kv := range q["set"] {
+			if name, value, ok := strings.Cut(kv, ":"); ok {
+				w.Header().Set(name, value)
+			}
+		}
 	}
 	if q.Get("stream") == "1" {
 		w.WriteHeader(status)

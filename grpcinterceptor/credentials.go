@@ -1,0 +1,90 @@
+package grpcinterceptor
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/idemkit/idemkit/middleware"
+)
+
+// credentials binds a call without a scope hook to what identifies its
+// caller, in a fixed order: its "authorization" metadata, the client
+// certificate its TLS connection presented (the leaf's DER bytes, whose
+// key the handshake proved the client holds), and the metadata named by
+// WithCredentialMetadata. Each key's values are joined by a line feed
+// (which no text metadata value holds), and absent metadata or an absent
+// certificate counts as empty; a call with none of them is bound to
+// having no credentials at all.
+func (s *server) credentials(ctx context.Context) middleware.CallOption {
+	md, _ := metadata.FromIncomingContext(ctx)
+	auth := md[credentialsMetadataKey]
+	cert := peerCertificate(ctx)
+	none := len(auth) == 0 && cert == ""
+	for _, k := range s.cfg.credentialMD {
+		none = none && len(md[k]) == 0
+	}
+	if none {
+		return anonymous
+	}
+	values := make([]string, 2, 2+len(s.cfg.credentialMD))
+	values[0], values[1] = strings.Join(auth, "\n"), cert
+	for _, k := range s.cfg.credentialMD {
+		values = append(values, strings.Join(md[k], "\n"))
+	}
+	return middleware.Credentials(values...)
+}
+
+// anonymous is the binding option of a call without credentials.
+var anonymous = middleware.Credentials()
+
+// peerCertificate returns the DER bytes of the client certificate the
+// call's TLS connection presented, or "" without one.
+func peerCertificate(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return ""
+	}
+	return string(info.State.PeerCertificates[0].Raw)
+}
+
+// validateCredentials checks the metadata WithCredentialMetadata names,
+// and returns why it is wrong; it drops the keys bound anyway (and
+// repeated ones), and keeps every one of them out of the recorded
+// metadata.
+func (c *config) validateCredentials() (string, bool) {
+	if !c.credentialMDSet {
+		return "", true
+	}
+	switch {
+	case c.scope != nil:
+		return "WithCredentialMetadata binds calls only without a scope hook, and WithScope is set: " +
+			"drop WithCredentialMetadata, or make the scope hook name the principal that metadata identifies", false
+	case len(c.credentialMD) == 0:
+		return `WithCredentialMetadata needs at least one metadata key, such as "x-api-key"`, false
+	}
+	var keys []string
+	for _, k := range c.credentialMD {
+		if !validMetadataKey(k) {
+			return "WithCredentialMetadata: " + strconv.Quote(k) + ` cannot name text metadata (1 or more of [0-9a-z-_.], not -bin, not grpc-), such as "x-api-key"`, false
+		}
+		if k != credentialsMetadataKey && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	c.credentialMD = keys
+	keep := c.keepMetadata
+	c.keepMetadata = func(k string) bool {
+		return !slices.Contains(keys, k) && (keep == nil || keep(k))
+	}
+	return "", true
+}
