@@ -66,16 +66,16 @@ func Force() ForgetOption { return ForgetOption{force: true} }
 // one: the next request with the key runs the work again. It is the way
 // out of the guard's safest answers: a key recorded as not replayable
 // (refused until the record expires), one whose sealed response can no
-// longer be opened, one whose response an operator wants to see produced
-// anew.
+// longer be opened, a completed one whose work must run again.
 //
 // By default a live claim is not deleted: its holder may be running the
 // work, renewing its lease, and deleting the claim would let a retry run
 // the work a second time while the first still runs. Forget then deletes
 // nothing and returns a [*LiveClaimError] (matching [ErrInProgress]) with
 // the lease's expiry. A holder that crashed, or gave up recording its
-// outcome, frees the key when its lease runs out (the guard's lease TTL,
-// 10 s by default); [Force] deletes the claim at once.
+// outcome, frees the key when its lease runs out (within the lease TTL of
+// the guard that holds it, 10 s by default); [Force] deletes the claim at
+// once.
 //
 // Without Force, Forget reads the record (one round trip) and deletes only
 // an outcome (a second one). A key without a live record is reported

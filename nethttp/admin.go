@@ -332,7 +332,7 @@ func (a *admin) liveClaim(w http.ResponseWriter, live *middleware.LiveClaimError
 		Status: http.StatusConflict, Kind: ProblemInProgress, Type: a.cfg.problemBase + ProblemInProgress,
 		Title: adminProblemTitles[ProblemInProgress],
 		Detail: "the key is claimed by a request that may still be running its handler; the claim's lease runs out at " +
-			expires.Format(time.RFC3339Nano) + " unless its holder renews it, which frees the key of a holder that is gone. " +
+			expires.Format(time.RFC3339Nano) + " unless its holder renews it: a holder that is gone frees the key then. " +
 			"force=1 forgets it anyway: if its handler still runs, its outcome is not recorded and a retry runs the handler a second time",
 	}
 	h := w.Header()

@@ -259,7 +259,7 @@ func (c *command) forget(ctx context.Context, b *backend, stdout io.Writer) erro
 	var live *middleware.LiveClaimError
 	if errors.As(err, &live) {
 		return fmt.Errorf("key %s is claimed by a request that may still be running, so nothing was deleted: "+
-			"the claim's lease runs out at %s unless its holder renews it, which frees the key of a holder that is gone. "+
+			"the claim's lease runs out at %s unless its holder renews it: a holder that is gone frees the key then. "+
 			"-force deletes it anyway: if its request still runs, its outcome is not recorded and a retry runs it a second time",
 			quote(c.key), live.ExpiresAt.UTC().Format(time.RFC3339Nano))
 	}
