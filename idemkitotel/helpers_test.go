@@ -350,7 +350,7 @@ func (b *business) work(ctx context.Context, f flags) {
 		// An operator forgets the key while the work runs: the claim is
 		// gone, and the outcome cannot be recorded.
 		info, _ := middleware.CallInfoFrom(ctx)
-		_, _ = b.guard.Forget(context.WithoutCancel(ctx), info.Scope, info.Key)
+		_, _ = b.guard.Forget(context.WithoutCancel(ctx), info.Scope, info.Key, middleware.Force())
 	}
 }
 

@@ -98,9 +98,10 @@
 // its record key, state (claimed, completed, not-replayable), fingerprint
 // algorithm, whether it is bound to credentials, fence, times, the size of
 // its response and whether it is sealed; the response itself only when
-// asked for. [Guard.Forget] deletes the record, whatever its state: the way
-// out of a key left claimed after its outcome could not be recorded, of
-// one recorded not replayable, or of one whose sealed response no longer
-// opens. Each costs one round trip. store.Inspect does the same on a
-// [store.Store] by record key.
+// asked for (one round trip). [Guard.Forget] deletes an outcome: the way
+// out of a key recorded not replayable, or of one whose sealed response no
+// longer opens (two round trips: a read, then the delete). It refuses a
+// live claim, whose holder may still be running the work, with the lease's
+// expiry ([LiveClaimError]); [Force] deletes that too. store.Inspect does
+// what Inspect does on a [store.Store] by record key.
 package middleware

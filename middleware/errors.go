@@ -11,8 +11,10 @@ import (
 // Sentinels. Every error the guard returns for a request it refused matches
 // exactly one of them with errors.Is.
 var (
-	// ErrInProgress: another request with the same key holds its claim and
-	// did not finish within the wait budget. Retry later (HTTP 409).
+	// ErrInProgress: another request with the same key holds its claim:
+	// it did not finish within the wait budget ([InProgressError]), or
+	// [Guard.Forget] refused to delete it ([LiveClaimError]). Retry later
+	// (HTTP 409).
 	ErrInProgress = errors.New("idempotency: a request with this key is in progress")
 	// ErrMismatch: the key was already used for a different request (HTTP
 	// 422). Never retry with this key.
@@ -49,6 +51,23 @@ func (e *InProgressError) Error() string {
 
 // Unwrap returns [ErrInProgress].
 func (e *InProgressError) Unwrap() error { return ErrInProgress }
+
+// LiveClaimError is [Guard.Forget]'s refusal to delete a live claim (see
+// [Force]): a request holds the key and may still be running its work. It
+// matches [ErrInProgress].
+type LiveClaimError struct {
+	ExpiresAt time.Time  // when the claim's lease runs out unless its holder renews it (the backend's clock)
+	Fence     lock.Fence // the claim's fence
+}
+
+// Error describes the error, with the lease's expiry.
+func (e *LiveClaimError) Error() string {
+	return fmt.Sprintf("%v: its claim is live, its lease runs out at %s unless its holder renews it",
+		ErrInProgress, e.ExpiresAt.UTC().Format(time.RFC3339Nano))
+}
+
+// Unwrap returns [ErrInProgress].
+func (e *LiveClaimError) Unwrap() error { return ErrInProgress }
 
 // MismatchError reports a key reused with another request. It matches
 // [ErrMismatch].

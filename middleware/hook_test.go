@@ -260,7 +260,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 				work := env.fn("late", middleware.Record, nil)
 				return env.call(g, fpA, func(ctx context.Context) (middleware.Result, error) {
 					info, _ := middleware.CallInfoFrom(ctx)
-					if ok, err := newGuard(env.t, s).Forget(context.Background(), info.Scope, info.Key); !ok || err != nil {
+					if ok, err := newGuard(env.t, s).Forget(context.Background(), info.Scope, info.Key, middleware.Force()); !ok || err != nil {
 						return middleware.Result{}, fmt.Errorf("Forget: %v, %v", ok, err)
 					}
 					return work(ctx)

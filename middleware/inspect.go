@@ -37,9 +37,7 @@ func (g *Guard) Inspect(ctx context.Context, scope, key string, withResponse boo
 	if err != nil {
 		return Inspection{}, false, err
 	}
-	octx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
-	defer cancel()
-	in, ok, err := store.Inspect(octx, g.store, recordKey, withResponse)
+	in, ok, err := g.read(ctx, recordKey, withResponse)
 	if err != nil || !ok {
 		return Inspection{}, false, err
 	}
@@ -51,22 +49,74 @@ func (g *Guard) Inspect(ctx context.Context, scope, key string, withResponse boo
 	}, true, nil
 }
 
-// Forget deletes the record of key in scope, whatever its state, and
-// reports whether there was one: the next request with the key runs the
-// work again. It is the way out of the guard's safest answers: a key whose
-// outcome could not be recorded (claimed until its lease runs out), one
-// recorded as not replayable (refused until the record expires), one whose
-// sealed response can no longer be opened. A claim that is forgotten
-// while its work runs can no longer complete: its outcome is not recorded.
-// It costs one round trip.
-func (g *Guard) Forget(ctx context.Context, scope, key string) (bool, error) {
+// ForgetOption adjusts one call to [Guard.Forget]; [Force] makes the one
+// there is. The zero ForgetOption does nothing.
+type ForgetOption struct{ force bool }
+
+// Force makes [Guard.Forget] delete the key's record even when it is a
+// live claim, whose holder may still be running its work: that work then
+// cannot record its outcome (its next lease renewal finds the claim gone
+// and ends its ctx with lock.ErrLeaseLost), and a retry runs the work a
+// second time, possibly while the first still runs. It is for a holder
+// known to be gone that an operator cannot wait out (the claim frees its
+// key when its lease runs out anyway). Without it a live claim is refused.
+func Force() ForgetOption { return ForgetOption{force: true} }
+
+// Forget deletes the record of key in scope and reports whether there was
+// one: the next request with the key runs the work again. It is the way
+// out of the guard's safest answers: a key recorded as not replayable
+// (refused until the record expires), one whose sealed response can no
+// longer be opened, a completed one whose work must run again.
+//
+// By default a live claim is not deleted: its holder may be running the
+// work, renewing its lease, and deleting the claim would let a retry run
+// the work a second time while the first still runs. Forget then deletes
+// nothing and returns a [*LiveClaimError] (matching [ErrInProgress]) with
+// the lease's expiry. A holder that crashed, or gave up recording its
+// outcome, frees the key when its lease runs out (within the lease TTL of
+// the guard that holds it, 10 s by default); [Force] deletes the claim at
+// once.
+//
+// Without Force, Forget reads the record (one round trip) and deletes only
+// an outcome (a second one). A key without a live record is reported
+// false without a delete, so a claim made after the read is never
+// deleted; a new claim cannot appear under a live outcome either. What
+// remains is an outcome that ends during the round trip between the read
+// and the delete (it reaches its expiry, or another Forget deletes it)
+// while a new request claims the key in that same interval: the delete
+// then removes that new claim, as Force would. Closing it needs a delete
+// conditional on the record's fence, which [store.Store] does not have.
+// With Force, Forget deletes whatever is there, in one round trip.
+func (g *Guard) Forget(ctx context.Context, scope, key string, opts ...ForgetOption) (bool, error) {
 	recordKey, err := g.recordKey(scope, key)
 	if err != nil {
 		return false, err
 	}
+	force := false
+	for _, o := range opts {
+		force = force || o.force
+	}
+	if !force {
+		// Read without the response: a record whose sealed response no
+		// longer opens can still be forgotten.
+		in, ok, err := g.read(ctx, recordKey, false)
+		switch {
+		case err != nil || !ok:
+			return false, err
+		case in.State == store.StateClaimed:
+			return false, &LiveClaimError{ExpiresAt: in.ExpiresAt, Fence: in.Fence}
+		}
+	}
 	octx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
 	defer cancel()
 	return g.store.Delete(octx, recordKey)
+}
+
+// read is store.Inspect of recordKey, bounded by the op timeout.
+func (g *Guard) read(ctx context.Context, recordKey string, withResponse bool) (store.Inspection, bool, error) {
+	octx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
+	defer cancel()
+	return store.Inspect(octx, g.store, recordKey, withResponse)
 }
 
 // recordKey returns the record key of key in scope:

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/guardtest"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -118,9 +120,10 @@ func sameInspection(a, b middleware.Inspection) bool {
 		a.Sealed == b.Sealed && (a.Response == nil) == (b.Response == nil) && bytes.Equal(a.Response, b.Response)
 }
 
-// TestForget: Forget deletes a key's record in any state and reports
-// whether there was one; the next call runs the work again, also for a
-// key recorded not replayable and one whose outcome could not be recorded.
+// TestForget: Forget deletes a key's outcome and reports whether there
+// was one; the next call runs the work again, also for a key recorded not
+// replayable; a claim whose outcome could not be recorded is deleted with
+// Force.
 func TestForget(t *testing.T) {
 	ctx := t.Context()
 	fs := &faultyStore{Store: memstore.New()}
@@ -187,8 +190,14 @@ func TestForget(t *testing.T) {
 	if in, ok, _ := g.Inspect(ctx, "", "stuck", false); !ok || in.State != store.StateClaimed {
 		t.Fatalf("the stuck key: %+v, %v; want claimed", in, ok)
 	}
-	if ok, err := g.Forget(ctx, "", "stuck"); !ok || err != nil {
-		t.Fatalf("Forget: %v, %v", ok, err)
+	// Its holder gave up, but nothing tells a live claim's holders apart:
+	// it is refused until forced.
+	var live *middleware.LiveClaimError
+	if ok, err := g.Forget(ctx, "", "stuck"); ok || !errors.As(err, &live) || !errors.Is(err, middleware.ErrInProgress) {
+		t.Fatalf("Forget of the stuck claim: %v, %v; want a LiveClaimError", ok, err)
+	}
+	if ok, err := g.Forget(ctx, "", "stuck", middleware.Force()); !ok || err != nil {
+		t.Fatalf("Forget with Force: %v, %v", ok, err)
 	}
 	if out, err := g.Execute(ctx, "stuck", fpA, value(&runs, "v")); err != nil || !out.Recorded {
 		t.Fatalf("after Forget: %+v, %v; want a recorded execution", out, err)
@@ -196,6 +205,138 @@ func TestForget(t *testing.T) {
 	if runs.Load() != 6 {
 		t.Fatalf("fn ran %d times; want 6", runs.Load())
 	}
+}
+
+// TestForgetLiveClaim: a claim whose work is still running, renewing its
+// lease, is not forgotten: Forget deletes nothing and returns a
+// LiveClaimError (matching ErrInProgress) with the claim's fence and the
+// lease's expiry, and a retry through another guard on the same backend
+// is told "in progress" instead of running the work a second time. Force
+// deletes the claim: the running work's ctx ends with lock.ErrLeaseLost at
+// its next renewal, its outcome is not recorded, and the next call runs
+// the work again.
+func TestForgetLiveClaim(t *testing.T) {
+	ctx := t.Context()
+	s := memstore.New()
+	quiet := middleware.WithLogger(slog.New(slog.DiscardHandler))
+	const lease = 300 * time.Millisecond // renewed every 100 ms
+	node1 := newGuard(t, s, quiet, middleware.WithLeaseTTL(lease))
+	node2 := newGuard(t, s, quiet, middleware.WithLeaseTTL(lease), middleware.WithWaitBudget(0))
+	var runs atomic.Int32
+
+	type result struct {
+		out   middleware.Outcome
+		err   error
+		cause error // why the work's ctx ended
+		fence lock.Fence
+	}
+	started, release, done := make(chan struct{}), make(chan struct{}), make(chan result, 1)
+	defer close(release)
+	go func() {
+		var r result
+		r.out, r.err = node1.Execute(ctx, "pay", fpA, func(ctx context.Context) (middleware.Result, error) {
+			runs.Add(1)
+			info, _ := middleware.CallInfoFrom(ctx)
+			r.fence = info.Fence
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				r.cause = context.Cause(ctx)
+			}
+			return middleware.Result{Value: []byte("paid")}, nil
+		}, middleware.Scope("tenant"))
+		done <- r
+	}()
+	<-started
+
+	// The holder renews its lease: its expiry moves on.
+	first, ok, err := node1.Inspect(ctx, "tenant", "pay", false)
+	if err != nil || !ok || first.State != store.StateClaimed {
+		t.Fatalf("the running claim: %+v, %v, %v", first, ok, err)
+	}
+	renewed := first
+	for renewed.ExpiresAt.Equal(first.ExpiresAt) {
+		time.Sleep(5 * time.Millisecond)
+		if renewed, ok, err = node1.Inspect(ctx, "tenant", "pay", false); err != nil || !ok || renewed.State != store.StateClaimed {
+			t.Fatalf("the running claim: %+v, %v, %v", renewed, ok, err)
+		}
+	}
+
+	ok, err = node2.Forget(ctx, "tenant", "pay")
+	var live *middleware.LiveClaimError
+	if ok || !errors.As(err, &live) || !errors.Is(err, middleware.ErrInProgress) {
+		t.Fatalf("Forget of a live claim: %v, %v; want a LiveClaimError matching ErrInProgress", ok, err)
+	}
+	if live.Fence != first.Fence || live.ExpiresAt.Before(renewed.ExpiresAt) {
+		t.Fatalf("the refusal: fence %v, expiry %v; want fence %v and an expiry not before %v", live.Fence, live.ExpiresAt, first.Fence, renewed.ExpiresAt)
+	}
+	if expiry := live.ExpiresAt.UTC().Format(time.RFC3339Nano); !strings.Contains(err.Error(), expiry) {
+		t.Fatalf("the refusal's message %q does not give the expiry %s", err, expiry)
+	}
+	if in, ok, _ := node1.Inspect(ctx, "tenant", "pay", false); !ok || in.State != store.StateClaimed || in.Fence != first.Fence {
+		t.Fatalf("after the refusal: %+v, %v; want the claim still there", in, ok)
+	}
+	if _, err := node2.Execute(ctx, "pay", fpA, value(&runs, "twice"), middleware.Scope("tenant")); !errors.Is(err, middleware.ErrInProgress) || runs.Load() != 1 {
+		t.Fatalf("a retry on the other node: %v, %d runs; want in progress and one run", err, runs.Load())
+	}
+
+	if ok, err := node2.Forget(ctx, "tenant", "pay", middleware.Force()); !ok || err != nil {
+		t.Fatalf("Forget with Force: %v, %v; want deleted", ok, err)
+	}
+	if _, ok, _ := node1.Inspect(ctx, "tenant", "pay", false); ok {
+		t.Fatal("the claim is there after a forced Forget")
+	}
+	r := <-done
+	if r.err != nil || r.out.Recorded || !errors.Is(r.cause, lock.ErrLeaseLost) || r.fence != first.Fence {
+		t.Fatalf("the forgotten claim's call: %+v, %v, work's ctx ended by %v; want not recorded, the lease lost", r.out, r.err, r.cause)
+	}
+	out, err := node2.Execute(ctx, "pay", fpA, value(&runs, "again"), middleware.Scope("tenant"))
+	if err != nil || out.Replayed || string(out.Value) != "again" || runs.Load() != 2 || out.Fence <= first.Fence {
+		t.Fatalf("after the forced Forget: %+v, %v, %d runs; want a second run under a greater fence", out, err, runs.Load())
+	}
+}
+
+// TestForgetClaimAfterRead: a key without a record is reported so
+// without deleting anything, so that a claim a request makes just after
+// Forget read the backend survives it.
+func TestForgetClaimAfterRead(t *testing.T) {
+	s := &claimAfterRead{Store: memstore.New(), key: "idempotency::k"}
+	g := newGuard(t, s)
+	if ok, err := g.Forget(t.Context(), "", "k"); ok || err != nil {
+		t.Fatalf("Forget: %v, %v; want no record", ok, err)
+	}
+	if !s.claimed {
+		t.Fatal("no claim was made")
+	}
+	if rec, ok, err := s.Store.Get(t.Context(), s.key); err != nil || !ok || rec.State != store.StateClaimed {
+		t.Fatalf("the claim made after the read: %+v, %v, %v; want it still there", rec, ok, err)
+	}
+}
+
+// claimAfterRead is a store on which a request claims key right after the
+// first call that reaches it: after a Get returns, or before a Delete
+// runs.
+type claimAfterRead struct {
+	store.Store
+	key     string
+	claimed bool
+}
+
+func (c *claimAfterRead) claim(ctx context.Context) {
+	if !c.claimed {
+		_, c.claimed, _ = c.Store.Claim(ctx, c.key, "fp", time.Hour)
+	}
+}
+
+func (c *claimAfterRead) Get(ctx context.Context, key string) (store.Record, bool, error) {
+	defer c.claim(ctx)
+	return c.Store.Get(ctx, key)
+}
+
+func (c *claimAfterRead) Delete(ctx context.Context, key string) (bool, error) {
+	c.claim(ctx)
+	return c.Store.Delete(ctx, key)
 }
 
 // TestInspectSealed: a record on a sealed store is reported sealed, with

@@ -15,8 +15,10 @@ import (
 )
 
 // Problem types of the handler [NewAdmin] returns, besides
-// [ProblemUnavailable] (503: the backend failed). Like the middleware's,
-// they are the last part of each problem's "type" URI and stable.
+// [ProblemUnavailable] (503: the backend failed) and [ProblemInProgress]
+// (409: a DELETE without force=1 of a key whose claim is live). Like the
+// middleware's, they are the last part of each problem's "type" URI and
+// stable.
 const (
 	ProblemAdminQueryInvalid = "admin-query-invalid"          // 400: the key is missing, empty, repeated or too long, or the query is malformed
 	ProblemRecordNotFound    = "idempotency-record-not-found" // 404: the key has no live record
@@ -29,6 +31,7 @@ var adminProblemTitles = map[string]string{
 	ProblemRecordNotFound:    "The key has no record",
 	ProblemMethodNotAllowed:  "Method not allowed",
 	ProblemResponseForbidden: "Recorded responses are not shown here",
+	ProblemInProgress:        "A request holds the key",
 	ProblemUnavailable:       "Idempotency service is unavailable",
 }
 
@@ -85,13 +88,16 @@ func WithAdminProblemTypeBase(base string) AdminOption {
 //	GET    ?key=K&scope=S             200 the record, as JSON (below); 404 idempotency-record-not-found
 //	GET    ?key=K&scope=S&response=1  the same, with the recorded response
 //	HEAD   (as GET)                   the status alone
-//	DELETE ?key=K&scope=S             200 {"deleted":true}, or {"deleted":false} when there was no record
+//	DELETE ?key=K&scope=S             200 {"deleted":true}, or {"deleted":false} when there was no record;
+//	                                  409 idempotency-key-in-progress when the key's claim is live
+//	DELETE ?key=K&scope=S&force=1     the same, deleting a live claim too
 //
 // The scope is the one the guarded request had: the value of the
 // middleware's [WithScope] hook, "" (or absent) without one. The key is the
 // key itself, without the quotes of the header's string form. A missing,
 // empty, repeated or too long key, a repeated or unknown parameter (a typo
-// must not forget the key of another scope) or an unparsable query is a
+// must not forget the key of another scope; response is GET's, force
+// DELETE's, each "1" or "0") or an unparsable query is a
 // 400 admin-query-invalid; another method a 405 with Allow; a failing
 // backend a 503 idempotency-unavailable. Errors are
 // application/problem+json; every answer carries Cache-Control: no-store.
@@ -115,11 +121,22 @@ func WithAdminProblemTypeBase(base string) AdminOption {
 //
 // The response is the encoding the guarded adapter stored (for this
 // package's middleware: status, replayed headers and body), opened when
-// the guard seals with a key that opens it. Forgetting a claim whose work
-// is still running keeps that work from recording its outcome; forgetting
-// a not-replayable record lets the next request with the key run again.
-// Each request costs one backend round trip (two when a response asked
-// for cannot be opened), bounded by the guard's op timeout.
+// the guard seals with a key that opens it.
+//
+// DELETE forgets an outcome, completed or not replayable, so that the next
+// request with the key runs again. It refuses a live claim (see
+// [middleware.Guard.Forget]), whose holder may still be running the
+// handler and renewing its lease: deleting it would let a retry run the
+// handler a second time while the first still runs. The refusal is a 409
+// idempotency-key-in-progress problem whose detail gives the lease's end
+// and whose "expires" member holds it (RFC 3339, as the record's): a
+// holder that is gone frees the key then. force=1 deletes the claim
+// anyway, for a holder known to be gone: its handler, if it still runs,
+// cannot record its outcome.
+//
+// Each GET costs one backend round trip (two when a response asked for
+// cannot be opened), each DELETE two (one with force=1, or when there is
+// no record or a live claim), each bounded by the guard's op timeout.
 //
 // A nil guard or an invalid option is an error here (InvalidArgument).
 func NewAdmin(guard *middleware.Guard, opts ...AdminOption) (http.Handler, error) {
@@ -162,7 +179,8 @@ type adminRecord struct {
 // adminQuery is what a request asks for.
 type adminQuery struct {
 	key, scope string
-	response   bool
+	response   bool // GET: show the response
+	force      bool // DELETE: delete a live claim too
 }
 
 // ServeHTTP answers one operator request.
@@ -228,7 +246,16 @@ func (a *admin) forget(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	deleted, err := a.guard.Forget(r.Context(), q.scope, q.key)
+	var opts []middleware.ForgetOption
+	if q.force {
+		opts = append(opts, middleware.Force())
+	}
+	deleted, err := a.guard.Forget(r.Context(), q.scope, q.key, opts...)
+	var live *middleware.LiveClaimError
+	if errors.As(err, &live) {
+		a.liveClaim(w, live)
+		return
+	}
 	if err != nil {
 		a.fail(w, err)
 		return
@@ -262,8 +289,12 @@ func (a *admin) query(w http.ResponseWriter, r *http.Request, inspect bool) (adm
 			if q.response, err = strconv.ParseBool(v); err != nil {
 				return bad(`response must be "1" or "0"`)
 			}
+		case name == "force" && !inspect:
+			if q.force, err = strconv.ParseBool(v); err != nil {
+				return bad(`force must be "1" or "0"`)
+			}
 		default:
-			return bad("unknown parameter " + strconv.Quote(name) + "; the parameters are key, scope and (GET) response")
+			return bad("unknown parameter " + strconv.Quote(name) + "; the parameters are key, scope, (GET) response and (DELETE) force")
 		}
 	}
 	if q.key == "" {
@@ -289,6 +320,33 @@ func (a *admin) json(w http.ResponseWriter, v any) {
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// liveClaim answers a DELETE refused because the key's claim is live: a
+// 409 problem with the lease's end in its detail and, for scripts, in an
+// "expires" member (an RFC 9457 extension, the record's "expires").
+func (a *admin) liveClaim(w http.ResponseWriter, live *middleware.LiveClaimError) {
+	expires := live.ExpiresAt.UTC()
+	p := Problem{
+		Status: http.StatusConflict, Kind: ProblemInProgress, Type: a.cfg.problemBase + ProblemInProgress,
+		Title: adminProblemTitles[ProblemInProgress],
+		Detail: "the key is claimed by a request that may still be running its handler; the claim's lease runs out at " +
+			expires.Format(time.RFC3339Nano) + " unless its holder renews it: a holder that is gone frees the key then. " +
+			"force=1 forgets it anyway: if its handler still runs, its outcome is not recorded and a retry runs the handler a second time",
+	}
+	h := w.Header()
+	setProblemHeaders(h, p)
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	b, _ := json.Marshal(struct {
+		Type    string    `json:"type"`
+		Title   string    `json:"title"`
+		Status  int       `json:"status"`
+		Detail  string    `json:"detail"`
+		Expires time.Time `json:"expires"`
+	}{p.Type, p.Title, p.Status, p.Detail, expires})
 	_, _ = w.Write(append(b, '\n'))
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -303,11 +304,17 @@ func TestAdminForgetNotReplayable(t *testing.T) {
 	}
 }
 
-// TestAdminForgetRunningClaim: a claim shows as claimed with its lease; once
-// forgotten while its handler runs, its outcome is not recorded (the
-// client still gets its answer), and a retry runs again.
+// TestAdminForgetRunningClaim: a claim shows as claimed with its lease.
+// While its handler runs, a DELETE is refused: a 409
+// idempotency-key-in-progress problem with the lease's end in its detail
+// and its "expires" member; the claim stays, and a retry is told "in
+// progress" rather than running the handler again. DELETE with force=1
+// forgets it: its outcome is not recorded (the client still gets its
+// answer), and a retry runs again.
 func TestAdminForgetRunningClaim(t *testing.T) {
-	a := newAdminApp(t, adminGuard(t, nil, middleware.WithLeaseTTL(time.Minute)), nil)
+	a := newAdminApp(t, adminGuard(t, nil, middleware.WithLeaseTTL(time.Minute), middleware.WithWaitBudget(0)), nil)
+	release := sync.OnceFunc(func() { close(a.release) })
+	t.Cleanup(release) // before the servers close, should the test fail first
 	first := make(chan adminReply, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, a.app+"/orders/1", strings.NewReader(`{"item":"book"}`))
@@ -324,14 +331,34 @@ func TestAdminForgetRunningClaim(t *testing.T) {
 		first <- adminReply{resp.StatusCode, resp.Header, b}
 	}()
 	<-a.started
+	expires := adminClock.Add(time.Minute).Format(time.RFC3339Nano)
 	m := a.inspect(t, "", "k", true)
-	if m["state"] != "claimed" || m["expires"] != adminClock.Add(time.Minute).Format(time.RFC3339Nano) || m["response"] != "" {
+	if m["state"] != "claimed" || m["expires"] != expires || m["response"] != "" {
 		t.Fatalf("running claim %v; want claimed until its lease's end", m)
 	}
-	if !a.forget(t, "", "k") {
-		t.Fatal("deleted false")
+
+	for _, q := range []url.Values{{"key": {"k"}}, {"key": {"k"}, "force": {"0"}}} {
+		r := a.call(t, http.MethodDelete, q)
+		wantAdminProblem(t, r, http.StatusConflict, nethttp.ProblemInProgress)
+		var p struct {
+			Detail  string `json:"detail"`
+			Expires string `json:"expires"`
+		}
+		if err := json.Unmarshal(r.body, &p); err != nil || p.Expires != expires || !strings.Contains(p.Detail, expires) || !strings.Contains(p.Detail, "force=1") {
+			t.Fatalf("DELETE %s of a running claim: %s; want its lease's end %s in detail and expires, and how to force", q.Encode(), r.body, expires)
+		}
 	}
-	close(a.release)
+	if m := a.inspect(t, "", "k", false); m["state"] != "claimed" || m["fence"] != float64(adminClock.UnixMilli()) {
+		t.Fatalf("the claim after the refusals: %v; want it still there", m)
+	}
+	if r := a.order(t, "k"); r.status != http.StatusConflict || a.runs.Load() != 1 {
+		t.Fatalf("a retry while the claim runs: %d %s, %d runs; want 409 in progress and one run", r.status, r.body, a.runs.Load())
+	}
+
+	if r := a.call(t, http.MethodDelete, url.Values{"key": {"k"}, "force": {"1"}}); r.status != http.StatusOK || string(r.body) != "{\"deleted\":true}\n" {
+		t.Fatalf("DELETE with force=1: %d %s; want deleted", r.status, r.body)
+	}
+	release()
 	if r := <-first; r.status != http.StatusCreated || string(r.body) != `{"order":1}` {
 		t.Fatalf("the forgotten claim's answer: %d %s", r.status, r.body)
 	}
@@ -404,6 +431,8 @@ func TestAdminBadRequests(t *testing.T) {
 		{http.MethodDelete, ""},
 		{http.MethodDelete, "key=k&response=1"},
 		{http.MethodDelete, "key=k&key=k"},
+		{http.MethodDelete, "key=k&force=yes"},
+		{http.MethodGet, "key=k&force=1"},
 	} {
 		r := adminSend(t, c.method, a.admin+"?"+c.query, "")
 		wantAdminProblem(t, r, http.StatusBadRequest, nethttp.ProblemAdminQueryInvalid)

@@ -162,10 +162,11 @@
 //
 // [NewAdmin] returns an http.Handler that inspects (GET ?key=K&scope=S,
 // with response=1 for the recorded response) and forgets (DELETE) one
-// key's record: a key stuck in progress after a crash, one recorded as not
-// replayable, one whose sealed response no longer opens. It has no
-// authentication of its own: mount it behind yours. The idemkit command
-// (cmd/idemkit) does the same from a shell.
+// key's record: one recorded as not replayable, one whose sealed response
+// no longer opens. A live claim, whose handler may still be running, is
+// refused with a 409 and its lease's end unless the DELETE has force=1.
+// It has no authentication of its own: mount it behind yours. The idemkit
+// command (cmd/idemkit) does the same from a shell.
 //
 // # Reuse
 //

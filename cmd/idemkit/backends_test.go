@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -280,6 +282,79 @@ func TestForgetNotReplayable(t *testing.T) {
 		out, err := g.Execute(t.Context(), "k", order, counted(&runs, middleware.Result{Value: []byte("ok")}))
 		if err != nil || out.Replayed || runs.Load() != 2 {
 			t.Fatalf("Execute after forget: %+v, %v, %d runs; want a second run", out, err, runs.Load())
+		}
+	})
+}
+
+// TestForgetLiveClaim: while a request's work runs, holding its key,
+// forget refuses to delete the claim (exit 1, nothing on stdout, the
+// lease's end on stderr, -json or not), the claim stays and a retry through
+// another guard is told "in progress"; forget -force deletes it, the
+// running work's outcome is then not recorded, and the next call runs the
+// work again.
+func TestForgetLiveClaim(t *testing.T) {
+	eachBackend(t, func(t *testing.T, e env) {
+		// A lease of an hour is renewed every 20 minutes: its end stays put
+		// while the test compares it.
+		node1, err := middleware.New(e.store, middleware.WithNamespace(e.ns), middleware.WithLeaseTTL(time.Hour),
+			middleware.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		node2, err := middleware.New(e.store, middleware.WithNamespace(e.ns), middleware.WithWaitBudget(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs atomic.Int32
+		started, blocked := make(chan struct{}), make(chan struct{})
+		release := sync.OnceFunc(func() { close(blocked) })
+		t.Cleanup(release) // should the test fail while the work waits
+		type result struct {
+			out middleware.Outcome
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, err := node1.Execute(t.Context(), "pay", order, func(context.Context) (middleware.Result, error) {
+				runs.Add(1)
+				close(started)
+				<-blocked
+				return middleware.Result{Value: []byte("paid")}, nil
+			}, middleware.Scope("tenant"))
+			done <- result{out, err}
+		}()
+		<-started
+		who := []string{"-key", "pay", "-scope", "tenant"}
+		claim := jsonObject(t, e.args("inspect", who...)...)
+		expires, _ := claim["expires"].(string)
+		if claim["state"] != "claimed" || expires == "" {
+			t.Fatalf("the running claim: %v", claim)
+		}
+
+		for _, args := range [][]string{e.args("forget", who...), e.args("forget", append(who, "-json")...)} {
+			r := tool(t, args...)
+			if r.code != exitFailure || r.stdout != "" || !strings.Contains(r.stderr, "idemkit forget: key pay is claimed") ||
+				!strings.Contains(r.stderr, expires) || !strings.Contains(r.stderr, "-force") {
+				t.Fatalf("%v: exit %d, stdout %q, stderr %q; want 1 and the lease's end %s", args, r.code, r.stdout, r.stderr, expires)
+			}
+		}
+		if m := jsonObject(t, e.args("inspect", who...)...); m["state"] != "claimed" || m["fence"] != claim["fence"] {
+			t.Fatalf("the claim after the refusals: %v; want it still there", m)
+		}
+		if _, err := node2.Execute(t.Context(), "pay", order, counted(&runs, middleware.Result{Value: []byte("twice")}), middleware.Scope("tenant")); !errors.Is(err, middleware.ErrInProgress) || runs.Load() != 1 {
+			t.Fatalf("a retry on another node: %v, %d runs; want in progress and one run", err, runs.Load())
+		}
+
+		if d := jsonObject(t, e.args("forget", append(who, "-force")...)...); d["deleted"] != true {
+			t.Fatalf("forget -force: %v; want deleted", d)
+		}
+		release()
+		if r := <-done; r.err != nil || r.out.Recorded {
+			t.Fatalf("the forgotten claim's call: %+v, %v; want its outcome not recorded", r.out, r.err)
+		}
+		out, err := node2.Execute(t.Context(), "pay", order, counted(&runs, middleware.Result{Value: []byte("again")}), middleware.Scope("tenant"))
+		if err != nil || out.Replayed || runs.Load() != 2 {
+			t.Fatalf("after forget -force: %+v, %v, %d runs; want a second run", out, err, runs.Load())
 		}
 	})
 }

@@ -11,7 +11,7 @@
 // # Usage
 //
 //	idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response] [-json]
-//	idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-json]
+//	idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-force] [-json]
 //	idemkit sweep   -url URL [-json]
 //
 // inspect prints the key's record without changing it: its state (claimed,
@@ -24,13 +24,19 @@
 // seal keys (the operators' HTTP handler, nethttp.NewAdmin, runs with the
 // application's guard and opens it).
 //
-// forget deletes the key's record, whatever its state, so that the next
-// request with the key runs again: the way out of a key stuck "in
-// progress" after a crash (until its lease runs out), of one recorded as
-// not replayable, and of one whose sealed response no longer opens. A
-// claim forgotten while its work still runs cannot record its outcome.
-// Forgetting a completed record makes a retry run the work a second time:
-// do it only when that is what you want.
+// forget deletes the key's outcome so that the next request with the key
+// runs again: the way out of a key recorded as not replayable, and of one
+// whose sealed response no longer opens. Forgetting a completed record
+// makes a retry run the work a second time: do it only when that is what
+// you want. A claim whose lease is live is refused (exit 1, nothing
+// deleted), with the lease's end: its request may still be running and
+// renewing it, and deleting it would let a retry on another node run the
+// work a second time while the first still runs. A claim whose holder
+// crashed frees its key when its lease runs out (the guard's lease TTL,
+// 10 s by default); -force deletes a live claim at once, for a holder
+// known to be gone: its work, if it still runs, cannot record its outcome.
+// Without -force, forget reads the record, then deletes it only if it is
+// an outcome (see middleware.Guard.Forget for the interval that leaves).
 //
 // sweep deletes the expired records of PostgreSQL (pgstore) and Firestore
 // (firestorestore) in batches, as Store.Sweep does, and prints how many
@@ -93,7 +99,8 @@
 //
 // The exit status is 0 when the command did its work (forget of a key
 // without a record included: it prints that there was none), 1 when it
-// failed or when inspect found no record (stdout is then empty, stderr
-// says so), and 2 for a bad command line (flags, URL, a key too long for
+// failed, when inspect found no record or when forget refused a live
+// claim without -force (stdout is then empty, stderr says so), and 2 for
+// a bad command line (flags, URL, a key too long for
 // the backend, an invalid namespace, table or collection).
 package main

@@ -34,7 +34,7 @@ const urlEnv = "IDEMKIT_URL"
 
 const usageText = `usage:
   idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response] [-json]
-  idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-json]
+  idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-force] [-json]
   idemkit sweep   -url URL [-json]
   store options, as the application has them: -prefix (Redis), -table (PostgreSQL), -collection (Firestore)
 
@@ -46,7 +46,9 @@ URL (default: $IDEMKIT_URL):
   firestore://project-id[/database]                        Firestore (-collection; FIRESTORE_EMULATOR_HOST is followed)
 
 Run "idemkit <command> -h" for the flags of a command.
-Exit status: 0 done, 1 failed or (inspect) no record, 2 bad command line.
+forget deletes an outcome; it refuses a claim whose lease is live (its request
+may still be running) unless -force is given.
+Exit status: 0 done, 1 failed, (inspect) no record or (forget) a live claim, 2 bad command line.
 `
 
 // command is one parsed command line.
@@ -57,6 +59,7 @@ type command struct {
 	scope      string
 	namespace  string
 	response   bool
+	force      bool
 	json       bool
 	table      string // PostgreSQL
 	collection string // Firestore
@@ -124,6 +127,9 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 	}
 	if name == "inspect" {
 		fs.BoolVar(&c.response, "response", false, "show the recorded response too (base64; it may hold personal data)")
+	}
+	if name == "forget" {
+		fs.BoolVar(&c.force, "force", false, "delete the key's claim even while its lease is live: its request, if it still runs, cannot record its outcome, and a retry runs it a second time")
 	}
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
 	fs.StringVar(&c.table, "table", "", "PostgreSQL only: the record `table`, \"table\" or \"schema.table\" (pgstore.WithTable; default idemkit_records)")
@@ -245,7 +251,18 @@ func (c *command) forget(ctx context.Context, b *backend, stdout io.Writer) erro
 	if err != nil {
 		return err
 	}
-	deleted, err := g.Forget(ctx, c.scope, c.key)
+	var opts []middleware.ForgetOption
+	if c.force {
+		opts = append(opts, middleware.Force())
+	}
+	deleted, err := g.Forget(ctx, c.scope, c.key, opts...)
+	var live *middleware.LiveClaimError
+	if errors.As(err, &live) {
+		return fmt.Errorf("key %s is claimed by a request that may still be running, so nothing was deleted: "+
+			"the claim's lease runs out at %s unless its holder renews it: a holder that is gone frees the key then. "+
+			"-force deletes it anyway: if its request still runs, its outcome is not recorded and a retry runs it a second time",
+			quote(c.key), live.ExpiresAt.UTC().Format(time.RFC3339Nano))
+	}
 	if err != nil {
 		return keyError(err)
 	}

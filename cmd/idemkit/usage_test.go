@@ -20,6 +20,7 @@ func TestUsage(t *testing.T) {
 		{"unknown command", []string{"purge"}, `unknown command "purge"`},
 		{"unknown flag", []string{"inspect", "-kye", "k"}, "flag provided but not defined"},
 		{"response on forget", []string{"forget", "-url", redisURL, "-key", "k", "-response"}, "flag provided but not defined"},
+		{"force on inspect", []string{"inspect", "-url", redisURL, "-key", "k", "-force"}, "flag provided but not defined"},
 		{"no url", []string{"inspect", "-key", "k"}, "-url is required"},
 		{"no key", []string{"forget", "-url", redisURL}, "-key is required"},
 		{"empty key", []string{"inspect", "-url", redisURL, "-key", ""}, "-key is required"},
@@ -61,6 +62,12 @@ func TestUsage(t *testing.T) {
 	}
 	if r := tool(t, "inspect", "-h"); r.code != exitOK || !strings.Contains(r.stderr, "-response") {
 		t.Fatalf("inspect -h: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := tool(t, "forget", "-h"); r.code != exitOK || !strings.Contains(r.stderr, "-force") {
+		t.Fatalf("forget -h: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := tool(t, "help"); !strings.Contains(r.stdout, "[-namespace NS] [-force] [-json]") || !strings.Contains(r.stdout, "unless -force is given") {
+		t.Fatalf("help: %q; want forget's -force", r.stdout)
 	}
 }
 
