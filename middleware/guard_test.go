@@ -581,6 +581,21 @@ func TestNewRefusesNilOptionNamingTheFix(t *testing.T) {
 	}
 }
 
+func TestZeroGuardFailsItsCallsWithoutPanicking(t *testing.T) {
+	var g middleware.Guard
+	var runs atomic.Int32
+	_, err := g.Execute(t.Context(), "k", fpA, value(&runs, "v"))
+	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "middleware.New") || runs.Load() != 0 {
+		t.Fatalf("Execute on a zero Guard: %v, %d runs; want InvalidArgument naming middleware.New, no run", err, runs.Load())
+	}
+	if _, err := g.Forget(t.Context(), "", "k"); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+		t.Fatalf("Forget on a zero Guard: %v; want InvalidArgument", err)
+	}
+	if _, _, err := g.Inspect(t.Context(), "", "k", false); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+		t.Fatalf("Inspect on a zero Guard: %v; want InvalidArgument", err)
+	}
+}
+
 func TestHookPanicIsContained(t *testing.T) {
 	g := newGuard(t, memstore.New(), middleware.WithHook(middleware.HookFunc(func(context.Context, middleware.Event) { panic("hook") })))
 	var runs atomic.Int32

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
@@ -122,6 +123,11 @@ func (g *Guard) read(ctx context.Context, recordKey string, withResponse bool) (
 // recordKey returns the record key of key in scope:
 // "<namespace>:<scope>:<key>".
 func (g *Guard) recordKey(scope, key string) (string, error) {
+	if g.store == nil {
+		// Every call starts here, so a Guard that New did not make fails
+		// its calls with this error instead of panicking on the way.
+		return "", idemkit.NewError(idemkit.CodeInvalidArgument, "execute", "the guard is a zero middleware.Guard; make it with middleware.New", nil)
+	}
 	if key == "" {
 		return "", fmt.Errorf("%w: the key is empty", ErrInvalidKey)
 	}

@@ -140,11 +140,17 @@ func WithAdminProblemTypeBase(base string) AdminOption {
 //
 // A nil guard or an invalid option is an error here (InvalidArgument).
 func NewAdmin(guard *middleware.Guard, opts ...AdminOption) (http.Handler, error) {
-	if guard == nil {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", "a guard is required", nil)
+	bad := func(detail string) (http.Handler, error) {
+		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
+	}
+	if why, ok := validGuard(guard); !ok {
+		return bad(why)
 	}
 	cfg := adminConfig{responses: true, problemBase: defaultProblemTypeBase}
 	for _, o := range opts {
+		if o == nil {
+			return bad("an admin option is nil; remove it, or pass the option it was meant to be")
+		}
 		o(&cfg)
 	}
 	allow := "GET, HEAD, DELETE"

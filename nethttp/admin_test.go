@@ -478,6 +478,16 @@ func TestAdminOptions(t *testing.T) {
 	if _, err := nethttp.NewAdmin(nil); !errors.Is(err, idemkit.ErrInvalidArgument) {
 		t.Fatalf("NewAdmin(nil): %v; want InvalidArgument", err)
 	}
+	if _, err := nethttp.NewAdmin(&middleware.Guard{}); !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), "middleware.New") {
+		t.Fatalf("NewAdmin of a zero Guard: %v; want InvalidArgument naming middleware.New", err)
+	}
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nethttp.NewAdmin(guard, nil); !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), "nil") {
+		t.Fatalf("NewAdmin with a nil option: %v; want InvalidArgument naming the nil option", err)
+	}
 }
 
 // An operator looks at a key a client complains about, then forgets it so
