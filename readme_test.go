@@ -201,6 +201,7 @@ func readBlocks(root, path string) ([]mdBlock, error) {
 // snippetImports maps the package names blocks may use without importing
 // them to their import paths.
 var snippetImports = map[string]string{
+	"bytes":           "bytes",
 	"context":         "context",
 	"errors":          "errors",
 	"fmt":             "fmt",
