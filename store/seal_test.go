@@ -627,3 +627,140 @@ func TestSealKeepsNotification(t *testing.T) {
 		t.Fatal("a sealed store over a store that cannot notify claims to")
 	}
 }
+
+// expireBehindTheStoresBack rewrites the outcome under key in inner, as
+// it is stored (envelope, state, fence), with a record TTL of 1 ms: the
+// record looks expired once the clock moves, as if its expiry had been
+// changed on the backend.
+func expireBehindTheStoresBack(t *testing.T, inner *memstore.Store, key string) store.Record {
+	t.Helper()
+	rec, ok, err := inner.Get(context.Background(), key)
+	if err != nil || !ok {
+		t.Fatalf("Get of the raw record: %v, %v", ok, err)
+	}
+	if ok, err := inner.Put(context.Background(), rec, time.Millisecond); !ok || err != nil {
+		t.Fatalf("Put: %v, %v", ok, err)
+	}
+	return rec
+}
+
+// TestSealRestoresAnOutcomeMadeToLookExpired: a claim that takes over an
+// outcome whose sealed fence plus TTL is still ahead of the store's clock
+// writes that outcome back under the new claim, for the rest of its
+// lifetime, and returns it as a replay; once that lifetime is over, the
+// key is free, and the claim reports the response it replaced, opened.
+func TestSealRestoresAnOutcomeMadeToLookExpired(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	inner := memstore.New(memstore.WithClock(clock.Now))
+	s := mustSeal(t, inner, sealQ4)
+	for _, state := range []store.State{store.StateCompleted, store.StateNotReplayable} {
+		key := sealKey + "-" + state.String()
+		c, _, err := s.Claim(ctx, key, sealFP, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := c
+		out.State, out.Response = state, []byte(sealMarker)
+		if ok, err := s.Complete(ctx, out, time.Hour); !ok || err != nil {
+			t.Fatalf("Complete: %v, %v", ok, err)
+		}
+		expiresAt := c.CreatedAt.Add(time.Hour)
+
+		expireBehindTheStoresBack(t, inner, key)
+		clock.Advance(time.Second)
+		rec, claimed, err := s.Claim(ctx, key, sealOtherF, time.Minute)
+		if err != nil || claimed || rec.State != state || rec.Fingerprint != sealFP || string(rec.Response) != sealMarker || rec.Replaced != nil {
+			t.Fatalf("%v: Claim over the tampered record: %+v, %v, %v; want the authentic outcome back", state, rec, claimed, err)
+		}
+		if rec.Fence <= c.Fence || !rec.ExpiresAt.Equal(expiresAt) {
+			t.Fatalf("%v: restored under fence %v until %v; want a new fence above %v, until %v", state, rec.Fence, rec.ExpiresAt, c.Fence, expiresAt)
+		}
+		got, ok, err := s.Get(ctx, key)
+		if err != nil || !ok || got.State != state || string(got.Response) != sealMarker || got.Fence != rec.Fence || !got.ExpiresAt.Equal(expiresAt) {
+			t.Fatalf("%v: Get after the restoration: %+v, %v, %v", state, got, ok, err)
+		}
+
+		// Its lifetime over, the key is free again.
+		clock.Advance(time.Hour)
+		rec, claimed, err = s.Claim(ctx, key, sealFP, time.Minute)
+		if err != nil || !claimed || rec.Replaced == nil || string(rec.Replaced.Response) != sealMarker || rec.Replaced.Fingerprint != sealFP {
+			t.Fatalf("%v: Claim once the outcome expired: %+v, %v, %v; want a new claim reporting the opened response it replaced", state, rec, claimed, err)
+		}
+	}
+}
+
+// failingCompletes is a store whose Complete fails, with err.
+type failingCompletes struct {
+	store.Store
+	err error
+}
+
+func (f failingCompletes) Complete(context.Context, store.Record, time.Duration) (bool, error) {
+	return false, f.err
+}
+
+// TestSealRestorationFailureRefuses: when the outcome made to look expired
+// cannot be written back, the claim is released and Claim fails with an
+// Internal error matching ErrUnsealable; the key is not handed out.
+func TestSealRestorationFailureRefuses(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	inner := memstore.New(memstore.WithClock(clock.Now))
+	write(t, mustSeal(t, inner, sealQ4), sealKey, sealFP, []byte(sealMarker))
+	expireBehindTheStoresBack(t, inner, sealKey)
+	clock.Advance(time.Second)
+
+	cause := idemkit.NewError(idemkit.CodeServiceUnavailable, "complete", "the backend went away", nil)
+	s := mustSeal(t, failingCompletes{Store: inner, err: cause}, sealQ4)
+	rec, claimed, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if claimed || rec.State != 0 {
+		t.Fatalf("Claim returned %+v, %v with its error", rec, claimed)
+	}
+	wantUnsealable(t, "Claim", err, "made to look expired on the backend")
+	if !strings.Contains(err.Error(), "the backend went away") {
+		t.Fatalf("the error %q does not say why the restoration failed", err)
+	}
+	// The claim was released: the key holds nothing live.
+	if got, ok, err := inner.Get(ctx, sealKey); ok || err != nil {
+		t.Fatalf("after the failed restoration the key holds %+v, %v", got, err)
+	}
+}
+
+// TestSealRefusesChangedStateOrFence: an outcome whose state or fence on
+// the backend differs from its envelope's is refused by Get and Claim.
+func TestSealRefusesChangedStateOrFence(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		sealed store.State
+		change func(*store.Record)
+	}{
+		{"not replayable flipped to completed", store.StateNotReplayable, func(r *store.Record) { r.State = store.StateCompleted }},
+		{"completed turned not replayable", store.StateCompleted, func(r *store.Record) { r.State = store.StateNotReplayable }},
+		{"fence raised", store.StateCompleted, func(r *store.Record) { r.Fence++ }},
+		{"fence lowered", store.StateCompleted, func(r *store.Record) { r.Fence-- }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inner := memstore.New()
+			s := mustSeal(t, inner, sealQ4)
+			claim, _, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claim.State, claim.Response = c.sealed, []byte(sealMarker)
+			if ok, err := s.Complete(ctx, claim, time.Hour); !ok || err != nil {
+				t.Fatalf("Complete: %v, %v", ok, err)
+			}
+			rec, _, _ := inner.Get(ctx, sealKey)
+			c.change(&rec)
+			if _, err := inner.Delete(ctx, sealKey); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := inner.Put(ctx, rec, time.Hour); !ok || err != nil {
+				t.Fatalf("Put: %v, %v", ok, err)
+			}
+			wantRefused(t, s, sealKey, sealFP, "the record's state or fence was changed on the backend")
+		})
+	}
+}

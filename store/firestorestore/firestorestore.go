@@ -221,7 +221,9 @@ func tombstone(key string, fence lock.Fence, writeID string) *contents {
 // over a run-out claim, an expired outcome or a tombstone). The claim's
 // fence is max(the fence read + 1, the read time in Unix ms); its
 // CreatedAt is the commit time (the document's update time) and its
-// ExpiresAt the commit time + ttl.
+// ExpiresAt the commit time + ttl. Taking over a document that still held
+// a response, it reports that response and its fingerprint
+// ([store.Record].Replaced).
 //
 // A contender that loses the commit fails fast (AlreadyExists or
 // FailedPrecondition, no document locks), reads again and answers with
