@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -61,15 +62,19 @@ const sealFields = 1 + 8 + 8
 // What is sealed: every outcome Complete writes, completed or not
 // replayable, with an empty response or none, becomes an envelope in the
 // record's response. The envelope encrypts the response and authenticates
-// the record key, the fingerprint, the outcome's state, its fence and the
-// record TTL given to Complete. Record keys stay readable for operators,
-// the fingerprint is a hash already, and the state, fence and times stay
-// the store's own, in plain text: the envelope carries its own copy of the
-// state, fence and TTL. Each envelope is sealed under a fresh random 96-bit
-// nonce. The envelope is, in order: 5 bytes of marker and version ("\x89IKS"
-// and 1), one byte of key id length, the key id, one byte of state (2
-// completed, 3 not replayable), the fence and the record TTL in
-// milliseconds (8 bytes each, big-endian), the 12-byte nonce, and the
+// the record key, the fingerprint, the outcome's state, its fence and its
+// lifetime from its fence: the record TTL given to Complete, plus the time
+// from the claim (as its Claim answered) to Complete, timed by this
+// process's monotonic clock (a claim it did not grant, or one of more than
+// 16,384 it holds at once, counts no time). Record keys stay readable for
+// operators, the fingerprint is a hash already, and the state, fence and
+// times stay the store's own, in plain text: the envelope carries its own
+// copy of the state, fence and lifetime. Each envelope is sealed under a
+// fresh random 96-bit nonce. The envelope is, in order: 5 bytes of marker
+// and version ("\x89IKS" and 1), one byte of key id length, the key id, one
+// byte of state (2 completed, 3 not replayable), the fence and the
+// lifetime in milliseconds (8 bytes each, big-endian), the 12-byte nonce,
+// and the
 // ciphertext with its 16-byte tag; the additional data is the envelope up
 // to the nonce, then the record key and the fingerprint, each behind its
 // length as 4 bytes big-endian. It adds 51 bytes plus the key id's length
@@ -96,27 +101,33 @@ const sealFields = 1 + 8 + 8
 // tombstone) is taken over by the store's Claim in its one round trip; the
 // store reports the response the record still held ([Record].Replaced),
 // and Seal opens it. An envelope whose fence read as Unix milliseconds
-// plus its record TTL is still ahead of the new claim's CreatedAt (both by
-// the backend's clock; a fence is never below the clock at its claim, so
-// this is a time at which the outcome was still live) was made to look
-// free: Seal does not hand the claim to the caller, but completes it with
-// the authentic outcome, sealed again under the new fence, for the rest of
-// its lifetime, and returns that outcome as Claim's answer (claimed =
-// false), so a retry replays it. Should that completion fail, Seal
-// releases the claim and fails with an error matching [ErrUnsealable]. No
-// margin is allowed for: a backend clock that stepped back only makes Seal
-// restore an outcome that had just expired, which replays the authentic
-// outcome a little longer. A replay stays one round trip and a first
-// execution two.
+// plus its lifetime is still ahead of the new claim's CreatedAt (both by
+// the backend's clock) was made to look free: a fence is the backend's
+// clock at its claim, the backend stamps the completion at least the
+// timed interval later, and the outcome lives for its record TTL from its
+// completion. Seal then does not hand
+// the claim to the caller, but completes it with the authentic outcome,
+// sealed again under the new fence, for the rest of its lifetime, and
+// returns that outcome as Claim's answer (claimed = false), so a retry
+// replays it. Should that completion fail, Seal releases the claim and
+// fails with an error matching [ErrUnsealable] (the take-over removed the
+// envelope from the backend: a later retry finds the key free). No margin
+// is allowed for:
+// a fence pushed ahead of the clock (by a backend clock that stepped back,
+// or by more claims of one key within a millisecond than milliseconds
+// passed) only makes Seal restore an outcome that had just expired, which
+// replays the authentic outcome that much longer and never runs the work.
+// A replay stays one round trip and a first execution two; the
+// restoration costs a Complete, only for a record made to look free.
 //
 // What Seal cannot tell from an expiry, and lets through as a free key: a
 // record deleted outright, or whose envelope was erased (or made
 // unreadable) along with its state or expiry, as an operator's forget
 // ([Store.Delete]) would leave it; an outcome made to look free after its
-// fence plus its record TTL, that is within the time its work took
-// between its claim and its completion before it would have expired
-// anyway (the backend stamps the completion, which the envelope cannot
-// carry); a record made to look free and taken over by a Claim whose
+// fence plus its sealed lifetime, that is within the round trips of its
+// claim's answer and its completion (or, for a claim this process did not
+// time, within the time its work took) before it would have expired
+// anyway; a record made to look free and taken over by a Claim whose
 // answer was lost and that the store answered again from its own new
 // claim; and any record of a store whose Claim does not report what it
 // replaced ([Compose], whose claims live in the lock). A live claim
@@ -138,7 +149,7 @@ func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "seal", "store must not be nil", nil)
 	}
-	ss := &sealed{next: s, keys: make(map[string]cipher.AEAD, 1+len(older))}
+	ss := &sealed{next: s, keys: make(map[string]cipher.AEAD, 1+len(older)), now: time.Now, granted: make(map[grantedClaim]time.Time)}
 	for i, k := range append([]SealKey{current}, older...) {
 		name := "the current key"
 		if i > 0 {
@@ -226,6 +237,60 @@ type sealed struct {
 	keys    map[string]cipher.AEAD // by key id; read-only after Seal
 	current cipher.AEAD
 	header  []byte // the envelope's start under the current key: magic, version, id length, id
+
+	// now is the local clock that times claims (time.Now, monotonic).
+	now func() time.Time
+
+	mu sync.Mutex
+	// granted holds when (by now) each claim this store handed out was
+	// granted, until it is completed or released: the time from a claim to
+	// its completion lengthens the outcome's sealed lifetime (see Seal).
+	// It is bounded by maxGranted; a claim it forgot seals the record TTL
+	// alone.
+	granted map[grantedClaim]time.Time
+}
+
+// grantedClaim names a claim: its record key and fence.
+type grantedClaim struct {
+	key   string
+	fence lock.Fence
+}
+
+// maxGranted bounds the claims a sealed store times at once; past it, it
+// forgets an arbitrary one.
+const maxGranted = 1 << 14
+
+// grant notes that the claim (key, fence) was granted now.
+func (s *sealed) grant(key string, fence lock.Fence) {
+	t := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.granted) >= maxGranted {
+		for c := range s.granted {
+			delete(s.granted, c)
+			break
+		}
+	}
+	s.granted[grantedClaim{key, fence}] = t
+}
+
+// held returns how long ago the claim (key, fence) was granted, 0 when
+// the store does not know.
+func (s *sealed) held(key string, fence lock.Fence) time.Duration {
+	s.mu.Lock()
+	t, ok := s.granted[grantedClaim{key, fence}]
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(s.now().Sub(t), 0)
+}
+
+// ended forgets the claim (key, fence).
+func (s *sealed) ended(key string, fence lock.Fence) {
+	s.mu.Lock()
+	delete(s.granted, grantedClaim{key, fence})
+	s.mu.Unlock()
 }
 
 func (s *sealed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (Record, bool, error) {
@@ -243,6 +308,7 @@ func (s *sealed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (
 	replaced := rec.Replaced
 	rec.Replaced = nil
 	if replaced == nil {
+		s.grant(key, rec.Fence)
 		return rec, true, nil
 	}
 	// The claim took over a record that still held a response. An
@@ -252,6 +318,7 @@ func (s *sealed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (
 	// its outcome expires.
 	env, err := s.openEnvelope(op, key, replaced.Fingerprint, replaced.Response)
 	if err != nil {
+		s.grant(key, rec.Fence)
 		return rec, true, nil
 	}
 	rest := env.expiresAt.Sub(rec.CreatedAt).Truncate(time.Millisecond)
@@ -261,6 +328,7 @@ func (s *sealed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (
 		if len(env.plain) > 0 {
 			rec.Replaced = &Record{Fingerprint: replaced.Fingerprint, Response: env.plain}
 		}
+		s.grant(key, rec.Fence)
 		return rec, true, nil
 	}
 	return s.restore(ctx, rec, replaced.Fingerprint, env, rest)
@@ -273,7 +341,7 @@ func (s *sealed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (
 func (s *sealed) restore(ctx context.Context, c Record, fp string, env envelope, rest time.Duration) (Record, bool, error) {
 	const op = "claim"
 	out := Record{Key: c.Key, Fingerprint: fp, State: env.state, Fence: c.Fence}
-	out.Response = s.seal(out, rest, env.plain)
+	out.Response = s.seal(out, rest, 0, env.plain)
 	ok, err := s.next.Complete(ctx, out, rest)
 	if err != nil || !ok {
 		detail := "the claim was ended meanwhile"
@@ -309,8 +377,12 @@ func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (b
 	if err := idemkit.CheckContext(ctx, "complete"); err != nil {
 		return false, err
 	}
-	rec.Response = s.seal(rec, ttl, rec.Response)
-	return s.next.Complete(ctx, rec, ttl)
+	rec.Response = s.seal(rec, ttl, s.held(rec.Key, rec.Fence), rec.Response)
+	ok, err := s.next.Complete(ctx, rec, ttl)
+	if err == nil {
+		s.ended(rec.Key, rec.Fence) // written, or the claim is gone
+	}
+	return ok, err
 }
 
 // Work implements [Transactor]: the work of the sealed store, whose
@@ -338,12 +410,20 @@ func (w *sealedWork) Commit(ctx context.Context, rec Record, ttl time.Duration) 
 	if err := ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
-	rec.Response = w.s.seal(rec, ttl, rec.Response)
-	return w.Work.Commit(ctx, rec, ttl)
+	rec.Response = w.s.seal(rec, ttl, w.s.held(rec.Key, rec.Fence), rec.Response)
+	ok, err := w.Work.Commit(ctx, rec, ttl)
+	if err == nil {
+		w.s.ended(rec.Key, rec.Fence)
+	}
+	return ok, err
 }
 
 func (s *sealed) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
-	return s.next.Release(ctx, key, fence)
+	ok, err := s.next.Release(ctx, key, fence)
+	if err == nil {
+		s.ended(key, fence)
+	}
+	return ok, err
 }
 
 func (s *sealed) Get(ctx context.Context, key string) (Record, bool, error) {
@@ -362,13 +442,14 @@ func (s *sealed) Delete(ctx context.Context, key string) (bool, error) {
 }
 
 // seal returns the envelope of response under the current key for the
-// outcome rec (its key, fingerprint, state and fence) kept for ttl.
-func (s *sealed) seal(rec Record, ttl time.Duration, response []byte) []byte {
+// outcome rec (its key, fingerprint, state and fence) kept for ttl, whose
+// claim was granted held before (as far as this store knows).
+func (s *sealed) seal(rec Record, ttl, held time.Duration, response []byte) []byte {
 	header := make([]byte, len(s.header), len(s.header)+sealFields+s.current.Overhead()+len(response))
 	copy(header, s.header)
 	header = append(header, byte(rec.State))
 	header = binary.BigEndian.AppendUint64(header, uint64(rec.Fence))
-	header = binary.BigEndian.AppendUint64(header, uint64(ttl.Milliseconds()))
+	header = binary.BigEndian.AppendUint64(header, uint64((held + ttl).Milliseconds()))
 	return s.current.Seal(header, nil, response, sealAAD(header, rec.Key, rec.Fingerprint))
 }
 
@@ -376,7 +457,7 @@ func (s *sealed) seal(rec Record, ttl time.Duration, response []byte) []byte {
 type envelope struct {
 	state     State
 	fence     lock.Fence
-	expiresAt time.Time // the fence read as Unix milliseconds, plus the record TTL: never after the outcome's expiry
+	expiresAt time.Time // the fence read as Unix milliseconds, plus the sealed lifetime: never after the outcome's expiry
 	plain     []byte
 }
 
@@ -446,10 +527,10 @@ func (s *sealed) openEnvelope(op, key, fp string, env []byte) (envelope, error) 
 			"or sealed under another secret with the same key id", id))
 	}
 	// Both were written by Seal (authenticated): a fence within
-	// lock.FenceMax and a TTL that was a time.Duration.
+	// lock.FenceMax and a lifetime that was a time.Duration.
 	fence := lock.Fence(binary.BigEndian.Uint64(fields[1:9]))
-	ttl := time.Duration(binary.BigEndian.Uint64(fields[9:17])) * time.Millisecond
-	return envelope{state: state, fence: fence, expiresAt: time.UnixMilli(int64(fence)).Add(ttl), plain: plain}, nil
+	life := time.Duration(binary.BigEndian.Uint64(fields[9:17])) * time.Millisecond
+	return envelope{state: state, fence: fence, expiresAt: time.UnixMilli(int64(fence)).Add(life), plain: plain}, nil
 }
 
 // sealAAD returns the additional authenticated data of an envelope: its

@@ -764,3 +764,36 @@ func TestSealRefusesChangedStateOrFence(t *testing.T) {
 		})
 	}
 }
+
+// TestSealTimesTheWork: the sealed lifetime counts the time from the claim
+// to its completion, so an outcome made to look free after its fence plus
+// its record TTL, but before its real expiry (its completion plus its
+// TTL), is still restored.
+func TestSealTimesTheWork(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	inner := memstore.New(memstore.WithClock(clock.Now))
+	s := mustSeal(t, inner, sealQ4)
+	store.SetSealClock(s, clock.Now)
+
+	c, claimed, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	clock.Advance(30 * time.Second) // the work
+	out := c
+	out.State, out.Response = store.StateCompleted, []byte(sealMarker)
+	if ok, err := s.Complete(ctx, out, time.Hour); !ok || err != nil {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	expiresAt := c.CreatedAt.Add(30*time.Second + time.Hour)
+
+	// Past the claim's time plus the TTL, 10 s before the real expiry.
+	clock.Advance(time.Hour - 10*time.Second)
+	expireBehindTheStoresBack(t, inner, sealKey)
+	clock.Advance(time.Millisecond)
+	rec, claimed, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if err != nil || claimed || string(rec.Response) != sealMarker || !rec.ExpiresAt.Equal(expiresAt) {
+		t.Fatalf("Claim over the tampered record: %+v, %v, %v; want the authentic outcome until %v", rec, claimed, err, expiresAt)
+	}
+}

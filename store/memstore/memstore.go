@@ -500,6 +500,7 @@ func outcome(rec *store.Record, now time.Time, ttl time.Duration) store.Record {
 
 func clone(r *store.Record) store.Record {
 	c := *r
+	c.Replaced = nil // a Claim's report, never stored
 	if r.Response != nil {
 		c.Response = append([]byte(nil), r.Response...)
 	}

@@ -247,12 +247,20 @@ func testTakeOverReplaced(t *testing.T, e *Env) {
 		case r.Replaced != nil && (r.Replaced.Fingerprint != fp || string(r.Replaced.Response) != body || r.Replaced.Replaced != nil):
 			t.Fatalf("the take-over reported %+v; want the replaced outcome's fingerprint and response %q", *r.Replaced, body)
 		}
-		// What it replaced is gone: the next take-over replaces a claim.
-		if !release(t, e, k, r.Fence) {
-			t.Fatal("Release of the new claim reported nothing released")
+		// Replaced is never written: an outcome completed from the
+		// claim that carries it does not carry it.
+		if !complete(t, e, outcome(r, "next"), longTTL) {
+			t.Fatal("the new claim's Complete was refused")
+		}
+		got, _ := get(t, e, k)
+		noneReplaced("a Get of the next outcome", got)
+		// What it replaced is gone: a later take-over reports only what
+		// the key held since.
+		if !del(t, e, k) {
+			t.Fatal("Delete of the next outcome reported nothing deleted")
 		}
 		r, _ = claim(t, e, k, fp, longTTL)
-		noneReplaced("a claim after a release", r)
+		noneReplaced("a claim after Delete", r)
 	}
 	for what, k := range map[string]string{"a take-over of a run-out claim": runOut, "a claim of a released key": released, "a claim after an operator's Delete": deleted} {
 		r, claimed := claim(t, e, k, fp, longTTL)
