@@ -52,7 +52,7 @@
 // response is encrypted: the fingerprint is a hash already, and record
 // keys, states, fences and times stay readable for operators. Every
 // outcome (empty and not-replayable ones too) is sealed with its record
-// key, fingerprint, state, fence and record TTL as authenticated data, so
+// key, fingerprint, state, fence and lifetime as authenticated data, so
 // a response copied to another key or request does not open, and a record
 // whose state or fence was changed on the backend is refused. An outcome
 // made to look free on the backend (its expiry moved into the past) is

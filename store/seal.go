@@ -48,7 +48,7 @@ const maxSealKeyID = 64
 const sealMagic = "\x89IKS\x01"
 
 // sealFields is the size of the record fields an envelope carries after
-// its key id: the state (1 byte), the fence and the record TTL in
+// its key id: the state (1 byte), the fence and the lifetime in
 // milliseconds (8 bytes each, big-endian).
 const sealFields = 1 + 8 + 8
 
