@@ -475,9 +475,11 @@ func (e envelope) response() []byte {
 
 // open returns rec with its outcome opened and checked against the
 // envelope; key is the record key the caller asked for. A claim is
-// returned as it is.
+// returned without a response (a claim has none; one written over an
+// outcome on the backend may still hold its envelope).
 func (s *sealed) open(op, key string, rec Record) (Record, error) {
 	if !rec.State.Done() {
+		rec.Response = nil
 		return rec, nil
 	}
 	env, err := s.openEnvelope(op, key, rec.Fingerprint, rec.Response)
