@@ -114,7 +114,10 @@ type Store interface {
 	// claim or tombstone that was altered on the backend), reports that
 	// record's fingerprint and response in Replaced, in the same round
 	// trip; a claim of a free key, or over a claim or tombstone without a
-	// response, reports nil, and so does every Claim that made no claim. A
+	// response, reports nil, and so does every Claim that made no claim.
+	// Release and Delete leave no response behind (a claim after an
+	// operator's Delete reports nothing, so Seal never restores what an
+	// operator forgot), and neither does a claim that took one over. A
 	// store may have dropped an expired record before a claim comes (its
 	// backend removes records at their expiry): then there is nothing to
 	// report. The stores of this repository report it, except the
