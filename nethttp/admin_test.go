@@ -386,7 +386,7 @@ func TestAdminSealed(t *testing.T) {
 	if !bytes.HasSuffix(plain, []byte(`{"order":1}`)) {
 		t.Fatalf("opened response %q", plain)
 	}
-	envelope := float64(len(plain) + 34 + len(key.ID))
+	envelope := float64(len(plain) + 51 + len(key.ID))
 	if m["sealed"] != true || m["size"] != envelope || m["response_error"] != nil {
 		t.Fatalf("sealed record %v; want sealed, size %v", m, envelope)
 	}

@@ -49,22 +49,30 @@
 // default), and they may hold card numbers, e-mail addresses or tokens.
 // [Seal] wraps any [Store] so that every response it writes is encrypted
 // with AES-GCM under a key of yours, on every backend alike. Only the
-// response is sealed: the fingerprint is a hash already, and record keys,
-// states, fences and times stay readable for operators. Each sealed
-// response is bound to its record key and fingerprint, so one copied to
-// another key or request does not open. Sealing adds 34 bytes plus the
-// key id's length to each response; a response that no longer fits the
+// response is encrypted: the fingerprint is a hash already, and record
+// keys, states, fences and times stay readable for operators. Every
+// outcome (empty and not-replayable ones too) is sealed with its record
+// key, fingerprint, state, fence and lifetime as authenticated data, so
+// a response copied to another key or request does not open, and a record
+// whose state or fence was changed on the backend is refused. An outcome
+// made to look free on the backend (its expiry moved into the past) is
+// reported by the Claim that takes it over ([Record].Replaced), and Seal
+// writes it back and replays it instead of running the work again; a
+// record deleted outright, or erased along with its state, cannot be told
+// from an expired one (see [Seal]). Sealing adds 51 bytes plus the key
+// id's length to each response; a response that no longer fits the
 // backend is recorded as executed but not replayable.
 //
 // Keys rotate without downtime: give the new key as an older key on every
 // node, then make it current (keeping the old one as older) until the
 // record TTL has passed, then drop the old one. A record that does not
-// open (sealed under a key id that is no longer given, altered, or written
-// before sealing was turned on) is never replayed: Claim and Get fail with
-// an Internal error matching [ErrUnsealable] that names the key id, and
-// the guard answers that its backend is unavailable without running the
-// work (HTTP 503 with Retry-After, gRPC Unavailable), until the key is
-// given back, the record expires or an operator deletes it. An adapter's
+// open (sealed under a key id that is no longer given, altered, changed on
+// the backend, or written before sealing was turned on) is never replayed:
+// Claim and Get fail with an Internal error matching [ErrUnsealable] that
+// says why (naming the key id), and the guard answers that its backend is
+// unavailable without running the work (HTTP 503 with Retry-After, gRPC
+// Unavailable), until the key is given back, the record expires or an
+// operator deletes it. An adapter's
 // fail-open option lets such a request through unguarded, like any other
 // backend failure: do not combine it with sealing.
 //

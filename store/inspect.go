@@ -41,10 +41,12 @@ func Inspect(ctx context.Context, s Store, key string, withResponse bool) (in In
 	in.Response = nil
 	switch {
 	case !withResponse:
-	case sealing && len(rec.Response) > 0:
-		if in.Response, err = sl.openResponse("inspect", key, rec.Fingerprint, rec.Response); err != nil {
+	case sealing && (len(rec.Response) > 0 || rec.State.Done()):
+		opened, err := sl.open("inspect", key, rec)
+		if err != nil {
 			return Inspection{}, false, err
 		}
+		in.Response = opened.Response
 	case !in.Sealed:
 		in.Response = rec.Response
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -29,69 +30,126 @@ type SealKey struct {
 }
 
 // ErrUnsealable is matched (errors.Is) by a Claim or Get that found a
-// response Seal cannot open: sealed with a key id that is not among the
-// keys given, altered or moved from another record, or not sealed at all.
-// The error's code is Internal, and its message says which of these it is,
-// naming the key id (never the record key or any key material).
+// record Seal cannot trust: an outcome whose envelope was sealed with a key
+// id that is not among the keys given, altered or moved from another
+// record, or not sealed at all; one whose state or fence was changed on
+// the backend since it was sealed; or (Claim) an outcome made to look
+// expired on the backend that Seal could not restore. The error's code is
+// Internal, and its message says which of these it is, naming the key id
+// (never the record key or any key material).
 var ErrUnsealable = errors.New("store: the recorded response cannot be opened")
 
 // maxSealKeyID is the longest key id Seal accepts.
 const maxSealKeyID = 64
 
-// sealMagic starts every sealed response: three marker bytes (the first
-// outside ASCII, so that no text response starts with them) and the
-// envelope's version.
+// sealMagic starts every envelope: three marker bytes (the first outside
+// ASCII, so that no text response starts with them) and the envelope's
+// version.
 const sealMagic = "\x89IKS\x01"
 
-// Seal returns a [Store] that encrypts every response it writes to s with
-// AES-GCM under current, and opens the responses it reads with any of the
+// sealFields is the size of the record fields an envelope carries after
+// its key id: the state (1 byte), the fence and the lifetime in
+// milliseconds (8 bytes each, big-endian).
+const sealFields = 1 + 8 + 8
+
+// Seal returns a [Store] that seals every outcome it writes to s with
+// AES-GCM under current, and opens the outcomes it reads with any of the
 // keys given (current and older): the recorded responses (card numbers,
-// e-mail addresses, tokens) never sit in plain text on the backend. It
-// works on every store, the composed one included.
+// e-mail addresses, tokens) never sit in plain text on the backend, and
+// every field of a record that decides what the guard does is
+// authenticated. It works on every store, the composed one included.
 //
-// What is sealed: the non-empty response of every outcome Complete writes,
-// and nothing else. Record keys stay readable for operators, the
-// fingerprint is a hash already, and the state, fence and times are the
-// store's own. An empty response stays empty (there is nothing to hide).
-// Each response is sealed under a fresh random 96-bit nonce with the
-// record key and the fingerprint as additional authenticated data, so a
-// sealed response copied under another key, or to a record of another
-// request, does not open. The envelope is, in order: 5 bytes of marker and
-// version ("\x89IKS" and 1), one byte of key id length, the key id, the
-// 12-byte nonce, and the ciphertext with its 16-byte tag; the additional
-// data is the envelope up to the nonce, then the record key and the
-// fingerprint, each behind its length as 4 bytes big-endian. It adds 34 bytes
-// plus the key id's length to each response, so a response within that
-// margin of a backend's limit no longer fits: Complete then fails with
-// [ErrTooLarge], and the guard records such an outcome as executed but not
-// replayable.
+// What is sealed: every outcome Complete writes, completed or not
+// replayable, with an empty response or none, becomes an envelope in the
+// record's response. The envelope encrypts the response and authenticates
+// the record key, the fingerprint, the outcome's state, its fence and its
+// lifetime from its fence: the record TTL given to Complete, plus the time
+// from the claim (as its Claim answered) to Complete, timed by this
+// process's monotonic clock (a claim it did not grant, or one of more than
+// 16,384 it holds at once, counts no time). Record keys stay readable for
+// operators, the fingerprint is a hash already, and the state, fence and
+// times stay the store's own, in plain text: the envelope carries its own
+// copy of the state, fence and lifetime. Each envelope is sealed under a
+// fresh random 96-bit nonce. The envelope is, in order: 5 bytes of marker
+// and version ("\x89IKS" and 1), one byte of key id length, the key id, one
+// byte of state (2 completed, 3 not replayable), the fence and the
+// lifetime in milliseconds (8 bytes each, big-endian), the 12-byte nonce,
+// and the
+// ciphertext with its 16-byte tag; the additional data is the envelope up
+// to the nonce, then the record key and the fingerprint, each behind its
+// length as 4 bytes big-endian. It adds 51 bytes plus the key id's length
+// to each response (a not-replayable outcome or an empty response takes
+// that much), so a response within that margin of a backend's limit no
+// longer fits: Complete then fails with [ErrTooLarge], and the guard
+// records such an outcome as executed but not replayable.
 //
-// Claim (when it returns an outcome) and Get open the response. A response
-// sealed under a key id that is not among the keys given, one that fails
-// authentication (altered, moved, or sealed under another secret with the
-// same id), and a non-empty response that is not sealed at all (written
-// before sealing was turned on) are never returned as they are: Claim and
-// Get fail with an Internal error that matches [ErrUnsealable], and return
-// no record. The guard, which cannot tell then whether its work already
-// ran, answers unavailable and does not run it. Extend, Release and Delete
-// pass through: an operator can still delete a record that no longer
-// opens.
+// Claim (when it returns an outcome) and Get open the envelope and check
+// it against the record. An envelope sealed under a key id that is not
+// among the keys given, one that fails authentication (altered, moved to
+// another key or request, or sealed under another secret with the same
+// id), an outcome without an envelope (written before sealing was turned
+// on, or with its envelope erased), and an outcome whose state or fence
+// differs from the envelope's (a not-replayable outcome flipped to
+// completed, say) are never returned as they are: Claim and Get fail with
+// an Internal error that matches [ErrUnsealable], and return no record.
+// The guard, which cannot tell then whether its work already ran, answers
+// unavailable and does not run it. Extend, Release and Delete pass through:
+// an operator can still delete a record that no longer opens.
+//
+// An outcome made to look free on the backend (its expiry moved into the
+// past, its state changed to a claim whose lease ran out or to a
+// tombstone) is taken over by the store's Claim in its one round trip; the
+// store reports the response the record still held ([Record].Replaced),
+// and Seal opens it. An envelope whose fence read as Unix milliseconds
+// plus its lifetime is still ahead of the new claim's CreatedAt (both by
+// the backend's clock) was made to look free: a fence is the backend's
+// clock at its claim, the backend stamps the completion at least the
+// timed interval later, and the outcome lives for its record TTL from its
+// completion. Seal then does not hand
+// the claim to the caller, but completes it with the authentic outcome,
+// sealed again under the new fence, for the rest of its lifetime, and
+// returns that outcome as Claim's answer (claimed = false), so a retry
+// replays it. Should that completion fail, Seal releases the claim and
+// fails with an error matching [ErrUnsealable] (the take-over removed the
+// envelope from the backend: a later retry finds the key free). No margin
+// is allowed for:
+// a fence pushed ahead of the clock (by a backend clock that stepped back,
+// or by more claims of one key within a millisecond than milliseconds
+// passed) only makes Seal restore an outcome that had just expired, which
+// replays the authentic outcome that much longer and never runs the work.
+// A replay stays one round trip and a first execution two; the
+// restoration costs a Complete, only for a record made to look free.
+//
+// What Seal cannot tell from an expiry, and lets through as a free key: a
+// record deleted outright, or whose envelope was erased (or made
+// unreadable) along with its state or expiry, as an operator's forget
+// ([Store.Delete]) would leave it; an outcome made to look free after its
+// fence plus its sealed lifetime, that is within the round trips of its
+// claim's answer and its completion (or, for a claim this process did not
+// time, within the time its work took) before it would have expired
+// anyway; a record made to look free and taken over by a Claim whose
+// answer was lost and that the store answered again from its own new
+// claim; and any record of a store whose Claim does not report what it
+// replaced ([Compose], whose claims live in the lock). A live claim
+// written over an outcome answers "in progress" until its lease runs out,
+// after which the take-over above restores the outcome. An expiry moved
+// later keeps the authentic outcome replaying longer.
 //
 // Rotation: give the new key as an older key on every node first, then
 // make it current (and the old one older) everywhere; drop the old key
-// once the record TTL has passed since the last response it sealed. A key
-// may seal at most 2^32 responses (the bound of random nonces): rotate
+// once the record TTL has passed since the last outcome it sealed. A key
+// may seal at most 2^32 outcomes (the bound of random nonces): rotate
 // well before that.
 //
 // Seal validates its keys and returns an InvalidArgument error for a nil
 // store or a bad key; the messages never contain key material. When s is a
 // [Watcher], so is the sealed store; when s is a [Transactor], its work
-// commits sealed responses.
+// commits sealed outcomes.
 func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "seal", "store must not be nil", nil)
 	}
-	ss := &sealed{next: s, keys: make(map[string]cipher.AEAD, 1+len(older))}
+	ss := &sealed{next: s, keys: make(map[string]cipher.AEAD, 1+len(older)), now: time.Now, granted: make(map[grantedClaim]time.Time)}
 	for i, k := range append([]SealKey{current}, older...) {
 		name := "the current key"
 		if i > 0 {
@@ -179,18 +237,133 @@ type sealed struct {
 	keys    map[string]cipher.AEAD // by key id; read-only after Seal
 	current cipher.AEAD
 	header  []byte // the envelope's start under the current key: magic, version, id length, id
+
+	// now is the local clock that times claims (time.Now, monotonic).
+	now func() time.Time
+
+	mu sync.Mutex
+	// granted holds when (by now) each claim this store handed out was
+	// granted, until it is completed or released: the time from a claim to
+	// its completion lengthens the outcome's sealed lifetime (see Seal).
+	// It is bounded by maxGranted; a claim it forgot seals the record TTL
+	// alone.
+	granted map[grantedClaim]time.Time
+}
+
+// grantedClaim names a claim: its record key and fence.
+type grantedClaim struct {
+	key   string
+	fence lock.Fence
+}
+
+// maxGranted bounds the claims a sealed store times at once; past it, it
+// forgets an arbitrary one.
+const maxGranted = 1 << 14
+
+// grant notes that the claim (key, fence) was granted now.
+func (s *sealed) grant(key string, fence lock.Fence) {
+	t := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.granted) >= maxGranted {
+		for c := range s.granted {
+			delete(s.granted, c)
+			break
+		}
+	}
+	s.granted[grantedClaim{key, fence}] = t
+}
+
+// held returns how long ago the claim (key, fence) was granted, 0 when
+// the store does not know.
+func (s *sealed) held(key string, fence lock.Fence) time.Duration {
+	s.mu.Lock()
+	t, ok := s.granted[grantedClaim{key, fence}]
+	s.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	return max(s.now().Sub(t), 0)
+}
+
+// ended forgets the claim (key, fence).
+func (s *sealed) ended(key string, fence lock.Fence) {
+	s.mu.Lock()
+	delete(s.granted, grantedClaim{key, fence})
+	s.mu.Unlock()
 }
 
 func (s *sealed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (Record, bool, error) {
+	const op = "claim"
 	rec, claimed, err := s.next.Claim(ctx, key, fp, ttl)
 	if err != nil {
 		return rec, claimed, err
 	}
-	if rec, err = s.open("claim", key, rec); err != nil {
-		return Record{}, false, err
+	if !claimed {
+		if rec, err = s.open(op, key, rec); err != nil {
+			return Record{}, false, err
+		}
+		return rec, false, nil
 	}
-	return rec, claimed, nil
+	replaced := rec.Replaced
+	rec.Replaced = nil
+	if replaced == nil {
+		s.grant(key, rec.Fence)
+		return rec, true, nil
+	}
+	// The claim took over a record that still held a response. An
+	// envelope that does not open (not sealed, under a key no longer
+	// given, or altered) is like an erased one: nothing tells it from an
+	// expired record, and it is not reported. One that opens tells when
+	// its outcome expires.
+	env, err := s.openEnvelope(op, key, replaced.Fingerprint, replaced.Response)
+	if err != nil {
+		s.grant(key, rec.Fence)
+		return rec, true, nil
+	}
+	rest := env.expiresAt.Sub(rec.CreatedAt).Truncate(time.Millisecond)
+	if rest < time.Millisecond {
+		// It expired: the claim is the caller's, and reports the
+		// response it replaced, opened.
+		if len(env.plain) > 0 {
+			rec.Replaced = &Record{Fingerprint: replaced.Fingerprint, Response: env.plain}
+		}
+		s.grant(key, rec.Fence)
+		return rec, true, nil
+	}
+	return s.restore(ctx, rec, replaced.Fingerprint, env, rest)
 }
+
+// restore completes the claim c, which took over the outcome env of the
+// fingerprint fp while it was live for rest more, with that outcome for
+// rest, and returns it as a replay. Should it fail, it releases c and
+// fails with ErrUnsealable.
+func (s *sealed) restore(ctx context.Context, c Record, fp string, env envelope, rest time.Duration) (Record, bool, error) {
+	const op = "claim"
+	out := Record{Key: c.Key, Fingerprint: fp, State: env.state, Fence: c.Fence}
+	out.Response = s.seal(out, rest, 0, env.plain)
+	ok, err := s.next.Complete(ctx, out, rest)
+	if err != nil || !ok {
+		detail := "the claim was ended meanwhile"
+		if err != nil {
+			detail = err.Error()
+		}
+		// The claim must not stay behind a request the caller will not
+		// run: release it, even once ctx has ended.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sealReleaseTimeout)
+		_, _ = s.next.Release(rctx, c.Key, c.Fence)
+		cancel()
+		return Record{}, false, idemkit.NewError(idemkit.CodeInternal, op,
+			"the record's outcome was made to look expired on the backend (its state or expiry changed), and restoring it failed: "+detail, ErrUnsealable)
+	}
+	out.Response = env.response()
+	out.CreatedAt, out.ExpiresAt = c.CreatedAt, c.CreatedAt.Add(rest)
+	return out, false, nil
+}
+
+// sealReleaseTimeout bounds the release of a claim whose restoration
+// failed.
+const sealReleaseTimeout = 5 * time.Second
 
 func (s *sealed) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
 	return s.next.Extend(ctx, key, fence, ttl)
@@ -204,14 +377,16 @@ func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (b
 	if err := idemkit.CheckContext(ctx, "complete"); err != nil {
 		return false, err
 	}
-	if len(rec.Response) > 0 {
-		rec.Response = s.seal(rec.Key, rec.Fingerprint, rec.Response)
+	rec.Response = s.seal(rec, ttl, s.held(rec.Key, rec.Fence), rec.Response)
+	ok, err := s.next.Complete(ctx, rec, ttl)
+	if err == nil {
+		s.ended(rec.Key, rec.Fence) // written, or the claim is gone
 	}
-	return s.next.Complete(ctx, rec, ttl)
+	return ok, err
 }
 
 // Work implements [Transactor]: the work of the sealed store, whose
-// commit seals the response as Complete does (a nil Work when the sealed
+// commit seals the outcome as Complete does (a nil Work when the sealed
 // store is no Transactor).
 func (s *sealed) Work(ctx context.Context, key string, fence lock.Fence) (context.Context, Work) {
 	t, ok := s.next.(Transactor)
@@ -235,14 +410,20 @@ func (w *sealedWork) Commit(ctx context.Context, rec Record, ttl time.Duration) 
 	if err := ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
-	if len(rec.Response) > 0 {
-		rec.Response = w.s.seal(rec.Key, rec.Fingerprint, rec.Response)
+	rec.Response = w.s.seal(rec, ttl, w.s.held(rec.Key, rec.Fence), rec.Response)
+	ok, err := w.Work.Commit(ctx, rec, ttl)
+	if err == nil {
+		w.s.ended(rec.Key, rec.Fence)
 	}
-	return w.Work.Commit(ctx, rec, ttl)
+	return ok, err
 }
 
 func (s *sealed) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
-	return s.next.Release(ctx, key, fence)
+	ok, err := s.next.Release(ctx, key, fence)
+	if err == nil {
+		s.ended(key, fence)
+	}
+	return ok, err
 }
 
 func (s *sealed) Get(ctx context.Context, key string) (Record, bool, error) {
@@ -260,67 +441,102 @@ func (s *sealed) Delete(ctx context.Context, key string) (bool, error) {
 	return s.next.Delete(ctx, key)
 }
 
-// seal returns the envelope of response under the current key, for the
-// record key and fingerprint fp.
-func (s *sealed) seal(key, fp string, response []byte) []byte {
-	env := make([]byte, len(s.header), len(s.header)+s.current.Overhead()+len(response))
-	copy(env, s.header)
-	return s.current.Seal(env, nil, response, sealAAD(s.header, key, fp))
+// seal returns the envelope of response under the current key for the
+// outcome rec (its key, fingerprint, state and fence) kept for ttl, whose
+// claim was granted held before (as far as this store knows).
+func (s *sealed) seal(rec Record, ttl, held time.Duration, response []byte) []byte {
+	header := make([]byte, len(s.header), len(s.header)+sealFields+s.current.Overhead()+len(response))
+	copy(header, s.header)
+	header = append(header, byte(rec.State))
+	header = binary.BigEndian.AppendUint64(header, uint64(rec.Fence))
+	header = binary.BigEndian.AppendUint64(header, uint64((held + ttl).Milliseconds()))
+	return s.current.Seal(header, nil, response, sealAAD(header, rec.Key, rec.Fingerprint))
 }
 
-// open returns rec with its response opened; key is the record key the
-// caller asked for. A record without a response is returned as it is.
+// envelope is an opened envelope.
+type envelope struct {
+	state     State
+	fence     lock.Fence
+	expiresAt time.Time // the fence read as Unix milliseconds, plus the sealed lifetime: never after the outcome's expiry
+	plain     []byte
+}
+
+// response returns the outcome's response: its plain text, which for a
+// completed outcome is empty, not nil, when it is empty.
+func (e envelope) response() []byte {
+	if len(e.plain) == 0 {
+		if e.state == StateCompleted {
+			return []byte{}
+		}
+		return nil
+	}
+	return e.plain
+}
+
+// open returns rec with its outcome opened and checked against the
+// envelope; key is the record key the caller asked for. A claim is
+// returned without a response (a claim has none; one written over an
+// outcome on the backend may still hold its envelope).
 func (s *sealed) open(op, key string, rec Record) (Record, error) {
-	if len(rec.Response) == 0 {
+	if !rec.State.Done() {
+		rec.Response = nil
 		return rec, nil
 	}
-	plain, err := s.openResponse(op, key, rec.Fingerprint, rec.Response)
+	env, err := s.openEnvelope(op, key, rec.Fingerprint, rec.Response)
 	if err != nil {
 		return Record{}, err
 	}
-	rec.Response = plain
+	if env.state != rec.State || env.fence != rec.Fence {
+		return Record{}, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf(
+			"the record's state or fence was changed on the backend after its outcome was sealed (sealed: %v under fence %d; found: %v under fence %d)",
+			env.state, env.fence, rec.State, rec.Fence), ErrUnsealable)
+	}
+	rec.Response = env.response()
 	return rec, nil
 }
 
-// openResponse opens the envelope env of the record key and fingerprint
+// openEnvelope opens the envelope env of the record key and fingerprint
 // fp. Its errors match ErrUnsealable and never name the record key.
-func (s *sealed) openResponse(op, key, fp string, env []byte) ([]byte, error) {
-	fail := func(detail string) error {
-		return idemkit.NewError(idemkit.CodeInternal, op, detail, ErrUnsealable)
+func (s *sealed) openEnvelope(op, key, fp string, env []byte) (envelope, error) {
+	fail := func(detail string) (envelope, error) {
+		return envelope{}, idemkit.NewError(idemkit.CodeInternal, op, detail, ErrUnsealable)
 	}
 	if len(env) < len(sealMagic) || string(env[:len(sealMagic)-1]) != sealMagic[:len(sealMagic)-1] {
-		return nil, fail("the record's response is not sealed (written before sealing was turned on, or by a store without it); " +
+		return fail("the record's outcome is not sealed (written before sealing was turned on, by a store without it, or its envelope was erased); " +
 			"it is not replayed, and the key stays taken until the record expires or an operator deletes it")
 	}
 	if env[len(sealMagic)-1] != sealMagic[len(sealMagic)-1] {
-		return nil, fail(fmt.Sprintf("the record's response is sealed in envelope version %d, which this version of the store cannot read", env[len(sealMagic)-1]))
+		return fail(fmt.Sprintf("the record's outcome is sealed in envelope version %d, which this version of the store cannot read", env[len(sealMagic)-1]))
 	}
 	rest := env[len(sealMagic):]
-	if len(rest) < 1 || len(rest) < 1+int(rest[0])+s.current.Overhead() {
-		return nil, fail("the record's sealed response is truncated")
+	if len(rest) < 1 || len(rest) < 1+int(rest[0])+sealFields+s.current.Overhead() {
+		return fail("the record's sealed outcome is truncated")
 	}
 	id := string(rest[1 : 1+int(rest[0])])
-	if !validSealKeyID(id) {
-		return nil, fail("the record's sealed response is malformed (its key id is not a valid one)")
+	fields := rest[1+len(id):]
+	state := State(fields[0])
+	if !validSealKeyID(id) || !state.Done() {
+		return fail("the record's sealed outcome is malformed (its key id or state is not a valid one)")
 	}
 	aead := s.keys[id]
 	if aead == nil {
-		return nil, fail(fmt.Sprintf("record sealed with key id %q, which is not among the keys given: add it back to the older keys until its records expire", id))
+		return fail(fmt.Sprintf("record sealed with key id %q, which is not among the keys given: add it back to the older keys until its records expire", id))
 	}
-	header := env[:len(sealMagic)+1+len(id)]
+	header := env[:len(sealMagic)+1+len(id)+sealFields]
 	plain, err := aead.Open(nil, nil, env[len(header):], sealAAD(header, key, fp))
 	if err != nil {
-		return nil, fail(fmt.Sprintf("record sealed with key id %q failed authentication: its response was altered, moved from another key or request, "+
+		return fail(fmt.Sprintf("record sealed with key id %q failed authentication: its outcome was altered, moved from another key or request, "+
 			"or sealed under another secret with the same key id", id))
 	}
-	if plain == nil {
-		plain = []byte{} // an empty response sealed by another writer: still a response
-	}
-	return plain, nil
+	// Both were written by Seal (authenticated): a fence within
+	// lock.FenceMax and a lifetime that was a time.Duration.
+	fence := lock.Fence(binary.BigEndian.Uint64(fields[1:9]))
+	life := time.Duration(binary.BigEndian.Uint64(fields[9:17])) * time.Millisecond
+	return envelope{state: state, fence: fence, expiresAt: time.UnixMilli(int64(fence)).Add(life), plain: plain}, nil
 }
 
-// sealAAD returns the additional authenticated data of a sealed response:
-// its envelope's header, then the record key and the fingerprint, each
+// sealAAD returns the additional authenticated data of an envelope: its
+// header (up to the nonce), then the record key and the fingerprint, each
 // behind its length.
 func sealAAD(header []byte, key, fp string) []byte {
 	aad := make([]byte, 0, len(header)+8+len(key)+len(fp))

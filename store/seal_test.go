@@ -39,7 +39,7 @@ const (
 
 // sealEnvelopeOverhead is the documented size of the envelope around a
 // response, besides the key id.
-const sealEnvelopeOverhead = 34
+const sealEnvelopeOverhead = 51
 
 // mustSeal returns Seal(s, current, older...), failing the test on an error.
 func mustSeal(t testing.TB, s store.Store, current store.SealKey, older ...store.SealKey) store.Store {
@@ -152,7 +152,7 @@ func TestSealRoundTrip(t *testing.T) {
 		t.Fatalf("the envelope starts with %q; want the magic, version 1 and the key id", env[:min(len(env), 16)])
 	}
 	if got, want := len(env)-len(sealMarker), sealEnvelopeOverhead+len(sealQ4.ID); got != want {
-		t.Fatalf("the envelope adds %d bytes; want %d (34 + the key id)", got, want)
+		t.Fatalf("the envelope adds %d bytes; want %d (51 + the key id)", got, want)
 	}
 
 	// Two seals of the same response differ (a fresh nonce each time).
@@ -161,12 +161,13 @@ func TestSealRoundTrip(t *testing.T) {
 		t.Fatal("two seals of one response are equal: the nonce is not fresh")
 	}
 
-	// Empty responses and not-replayable outcomes carry nothing to seal.
+	// Empty responses and not-replayable outcomes are sealed too: the
+	// envelope authenticates their state and fence.
 	write(t, s, "empty", sealFP, nil)
-	if r := raw(t, inner, "empty"); len(r) != 0 {
-		t.Fatalf("an empty response is stored as %d bytes", len(r))
+	if r := raw(t, inner, "empty"); len(r) != sealEnvelopeOverhead+len(sealQ4.ID) {
+		t.Fatalf("an empty response is stored as %d bytes; want an envelope", len(r))
 	}
-	if rec, _, err := s.Get(ctx, "empty"); err != nil || len(rec.Response) != 0 || rec.State != store.StateCompleted {
+	if rec, _, err := s.Get(ctx, "empty"); err != nil || rec.Response == nil || len(rec.Response) != 0 || rec.State != store.StateCompleted {
 		t.Fatalf("Get of an empty response: %+v, %v", rec, err)
 	}
 	nr, _, _ := s.Claim(ctx, "not-replayable", sealFP, time.Minute)
@@ -174,8 +175,19 @@ func TestSealRoundTrip(t *testing.T) {
 	if ok, err := s.Complete(ctx, nr, time.Hour); !ok || err != nil {
 		t.Fatalf("Complete of a not-replayable outcome: %v, %v", ok, err)
 	}
-	if rec, _, err := s.Get(ctx, "not-replayable"); err != nil || rec.State != store.StateNotReplayable || len(rec.Response) != 0 {
-		t.Fatalf("Get of a not-replayable outcome: %+v, %v", rec, err)
+	if r := raw(t, inner, "not-replayable"); len(r) != sealEnvelopeOverhead+len(sealQ4.ID) {
+		t.Fatalf("a not-replayable outcome is stored with %d bytes; want an envelope", len(r))
+	}
+	for name, read := range map[string]func() (store.Record, error){
+		"Get": func() (store.Record, error) { r, _, err := s.Get(ctx, "not-replayable"); return r, err },
+		"Claim": func() (store.Record, error) {
+			r, _, err := s.Claim(ctx, "not-replayable", sealFP, time.Minute)
+			return r, err
+		},
+	} {
+		if rec, err := read(); err != nil || rec.State != store.StateNotReplayable || rec.Response != nil {
+			t.Fatalf("%s of a not-replayable outcome: %+v, %v", name, rec, err)
+		}
 	}
 
 	// Extend, Release and Delete pass through.
@@ -247,7 +259,7 @@ func TestSealRefusesWhatItCannotTrust(t *testing.T) {
 	s := mustSeal(t, inner, sealQ4, sealQ3)
 	write(t, s, sealKey, sealFP, []byte(sealMarker))
 	env := raw(t, inner, sealKey)
-	header := len("\x89IKS\x01\x07" + sealQ4.ID)
+	header := len("\x89IKS\x01\x07" + sealQ4.ID) // then state, fence and TTL, then the nonce
 
 	flip := func(i int) []byte {
 		b := bytes.Clone(env)
@@ -266,15 +278,20 @@ func TestSealRefusesWhatItCannotTrust(t *testing.T) {
 	}{
 		{"altered ciphertext", sealKey, sealFP, flip(len(env) - 20), authFailed},
 		{"altered tag", sealKey, sealFP, flip(len(env) - 1), authFailed},
-		{"altered nonce", sealKey, sealFP, flip(header), authFailed},
+		{"altered state", sealKey, sealFP, flip(header), authFailed},
+		{"altered fence", sealKey, sealFP, flip(header + 8), authFailed},
+		{"altered TTL", sealKey, sealFP, flip(header + 16), authFailed},
+		{"altered nonce", sealKey, sealFP, flip(header + 17), authFailed},
 		{"moved to another key", sealKey + "-other", sealFP, env, authFailed},
 		{"moved to another request", sealKey, sealOtherF, env, authFailed},
 		{"id changed to another known key", sealKey, sealFP, bytes.Replace(env, []byte(sealQ4.ID), []byte(sealQ3.ID), 1), `record sealed with key id "2025-q3" failed authentication`},
 		{"id changed to an unknown key", sealKey, sealFP, bytes.Replace(env, []byte(sealQ4.ID), []byte("2025-q9"), 1), `key id "2025-q9", which is not among the keys given`},
-		{"truncated", sealKey, sealFP, env[:header+27], "truncated"},
+		{"truncated", sealKey, sealFP, env[:header+17+27], "truncated"},
 		{"magic only", sealKey, sealFP, []byte("\x89IKS\x01"), "truncated"},
 		{"unknown version", sealKey, sealFP, append([]byte("\x89IKS\x02"), env[5:]...), "envelope version 2"},
-		{"malformed id", sealKey, sealFP, append(append([]byte("\x89IKS\x01\x02\x00\x01"), make([]byte, 28)...), 'x'), "malformed"},
+		{"malformed id", sealKey, sealFP, append(append([]byte("\x89IKS\x01\x02\x00\x01\x02"), make([]byte, 16+28)...), 'x'), "malformed"},
+		{"malformed state", sealKey, sealFP, append(append([]byte("\x89IKS\x01\x01k\x01"), make([]byte, 16+28)...), 'x'), "malformed"},
+		{"empty", sealKey, sealFP, nil, "not sealed"},
 		{"plain text", sealKey, sealFP, []byte(sealMarker), "not sealed"},
 		{"one byte", sealKey, sealFP, []byte{0x89}, "not sealed"},
 	} {
@@ -462,10 +479,22 @@ var (
 	fuzzRecord = "fuzz:record"
 )
 
+// fixedNow is the clock of fixedStore.
+var fixedNow = time.UnixMilli(1_767_225_600_000)
+
+// fixedFence is the fence of the first claim on a fixedStore.
+const fixedFence = 1_767_225_600_000
+
+// fixedStore returns a memory store whose clock stands still at fixedNow,
+// so that the first claim of a key has the fence fixedFence.
+func fixedStore() *memstore.Store {
+	return memstore.New(memstore.WithClock(func() time.Time { return fixedNow }))
+}
+
 // envelope builds, independently of Seal, the envelope of plain under k
-// for the record key and fingerprint fp, with the given nonce: the format
-// Seal documents.
-func envelope(t testing.TB, k store.SealKey, key, fp string, nonce [12]byte, plain []byte) []byte {
+// for the record key and fingerprint fp, a completed outcome under fence
+// kept for an hour, with the given nonce: the format Seal documents.
+func envelope(t testing.TB, k store.SealKey, key, fp string, fence uint64, nonce [12]byte, plain []byte) []byte {
 	t.Helper()
 	block, err := aes.NewCipher(k.Secret)
 	if err != nil {
@@ -477,6 +506,9 @@ func envelope(t testing.TB, k store.SealKey, key, fp string, nonce [12]byte, pla
 	}
 	header := append([]byte("\x89IKS\x01"), byte(len(k.ID)))
 	header = append(header, k.ID...)
+	header = append(header, byte(store.StateCompleted))
+	header = binary.BigEndian.AppendUint64(header, fence)
+	header = binary.BigEndian.AppendUint64(header, uint64(time.Hour.Milliseconds()))
 	aad := bytes.Clone(header)
 	aad = binary.BigEndian.AppendUint32(aad, uint32(len(key)))
 	aad = append(aad, key...)
@@ -489,38 +521,42 @@ func envelope(t testing.TB, k store.SealKey, key, fp string, nonce [12]byte, pla
 // TestSealEnvelopeFormat: an envelope built from the documented format
 // opens, so the format is pinned.
 func TestSealEnvelopeFormat(t *testing.T) {
-	inner := memstore.New()
-	env := envelope(t, sealQ3, sealKey, sealFP, [12]byte{1, 2, 3}, []byte(sealMarker))
-	write(t, inner, sealKey, sealFP, env)
+	inner := fixedStore()
+	env := envelope(t, sealQ3, sealKey, sealFP, fixedFence, [12]byte{1, 2, 3}, []byte(sealMarker))
+	if c := write(t, inner, sealKey, sealFP, env); c.Fence != fixedFence {
+		t.Fatalf("the claim's fence is %d; want %d", c.Fence, fixedFence)
+	}
 	rec, _, err := mustSeal(t, inner, sealQ4, sealQ3).Get(context.Background(), sealKey)
 	if err != nil || string(rec.Response) != sealMarker {
 		t.Fatalf("a documented envelope: %+v, %v", rec, err)
 	}
 }
 
-// FuzzOpen stores arbitrary bytes as a record's response and reads them
-// through Seal: it never panics, and it returns a response only for the
-// envelopes sealed for that record under one of its keys (and an empty
-// response for empty bytes); everything else is an error matching ErrUnsealable.
+// FuzzOpen stores arbitrary bytes as a completed record's response and
+// reads them through Seal: it never panics, and it returns a response only
+// for the envelopes sealed for that record (its key, fingerprint, state
+// and fence) under one of its keys; everything else, empty bytes
+// included, is an error matching ErrUnsealable.
 func FuzzOpen(f *testing.F) {
 	genuine := map[string]string{} // envelope → the response it seals
 	for i, plain := range []string{"", "x", sealMarker, strings.Repeat("z", 300)} {
-		env := envelope(f, fuzzKey, fuzzRecord, sealFP, [12]byte{byte(i), 9}, []byte(plain))
+		env := envelope(f, fuzzKey, fuzzRecord, sealFP, fixedFence, [12]byte{byte(i), 9}, []byte(plain))
 		genuine[string(env)] = plain
 		f.Add(env)
 	}
-	older := envelope(f, sealQ3, fuzzRecord, sealFP, [12]byte{}, []byte("sealed under an older key"))
+	older := envelope(f, sealQ3, fuzzRecord, sealFP, fixedFence, [12]byte{}, []byte("sealed under an older key"))
 	genuine[string(older)] = "sealed under an older key"
 	f.Add(older)
 	f.Add([]byte{})
 	f.Add([]byte(sealMarker))
 	f.Add([]byte("\x89IKS\x01"))
 	f.Add([]byte("\x89IKS\x01\xff"))
-	f.Add(envelope(f, sealQ4, fuzzRecord, sealFP, [12]byte{}, []byte("a key not given")))
-	f.Add(envelope(f, fuzzKey, "another record", sealFP, [12]byte{}, []byte("another record")))
-	f.Add(envelope(f, fuzzKey, fuzzRecord, sealOtherF, [12]byte{}, []byte("another request")))
+	f.Add(envelope(f, sealQ4, fuzzRecord, sealFP, fixedFence, [12]byte{}, []byte("a key not given")))
+	f.Add(envelope(f, fuzzKey, "another record", sealFP, fixedFence, [12]byte{}, []byte("another record")))
+	f.Add(envelope(f, fuzzKey, fuzzRecord, sealOtherF, fixedFence, [12]byte{}, []byte("another request")))
+	f.Add(envelope(f, fuzzKey, fuzzRecord, sealFP, fixedFence+1, [12]byte{}, []byte("another fence")))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		inner := memstore.New()
+		inner := fixedStore()
 		s, err := store.Seal(inner, fuzzKey, sealQ3)
 		if err != nil {
 			t.Fatal(err)
@@ -528,16 +564,11 @@ func FuzzOpen(f *testing.F) {
 		write(t, inner, fuzzRecord, sealFP, b)
 		rec, ok, err := s.Get(context.Background(), fuzzRecord)
 		want, sealedHere := genuine[string(b)]
-		switch {
-		case len(b) == 0:
-			if err != nil || !ok || len(rec.Response) != 0 {
-				t.Fatalf("empty response: %+v, %v, %v", rec, ok, err)
-			}
-		case sealedHere:
-			if err != nil || string(rec.Response) != want {
+		if sealedHere {
+			if err != nil || !ok || rec.Response == nil || string(rec.Response) != want {
 				t.Fatalf("a genuine envelope: %q, %v; want %q", rec.Response, err, want)
 			}
-		default:
+		} else {
 			if err == nil || ok || rec.Response != nil {
 				t.Fatalf("bytes %q it did not seal opened to %q, %v, %v", b, rec.Response, ok, err)
 			}
@@ -594,5 +625,175 @@ func TestSealKeepsNotification(t *testing.T) {
 	}
 	if _, ok := plain.(store.Watcher); ok {
 		t.Fatal("a sealed store over a store that cannot notify claims to")
+	}
+}
+
+// expireBehindTheStoresBack rewrites the outcome under key in inner, as
+// it is stored (envelope, state, fence), with a record TTL of 1 ms: the
+// record looks expired once the clock moves, as if its expiry had been
+// changed on the backend.
+func expireBehindTheStoresBack(t *testing.T, inner *memstore.Store, key string) store.Record {
+	t.Helper()
+	rec, ok, err := inner.Get(context.Background(), key)
+	if err != nil || !ok {
+		t.Fatalf("Get of the raw record: %v, %v", ok, err)
+	}
+	if ok, err := inner.Put(context.Background(), rec, time.Millisecond); !ok || err != nil {
+		t.Fatalf("Put: %v, %v", ok, err)
+	}
+	return rec
+}
+
+// TestSealRestoresAnOutcomeMadeToLookExpired: a claim that takes over an
+// outcome whose sealed fence plus TTL is still ahead of the store's clock
+// writes that outcome back under the new claim, for the rest of its
+// lifetime, and returns it as a replay; once that lifetime is over, the
+// key is free, and the claim reports the response it replaced, opened.
+func TestSealRestoresAnOutcomeMadeToLookExpired(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	inner := memstore.New(memstore.WithClock(clock.Now))
+	s := mustSeal(t, inner, sealQ4)
+	for _, state := range []store.State{store.StateCompleted, store.StateNotReplayable} {
+		key := sealKey + "-" + state.String()
+		c, _, err := s.Claim(ctx, key, sealFP, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := c
+		out.State, out.Response = state, []byte(sealMarker)
+		if ok, err := s.Complete(ctx, out, time.Hour); !ok || err != nil {
+			t.Fatalf("Complete: %v, %v", ok, err)
+		}
+		expiresAt := c.CreatedAt.Add(time.Hour)
+
+		expireBehindTheStoresBack(t, inner, key)
+		clock.Advance(time.Second)
+		rec, claimed, err := s.Claim(ctx, key, sealOtherF, time.Minute)
+		if err != nil || claimed || rec.State != state || rec.Fingerprint != sealFP || string(rec.Response) != sealMarker || rec.Replaced != nil {
+			t.Fatalf("%v: Claim over the tampered record: %+v, %v, %v; want the authentic outcome back", state, rec, claimed, err)
+		}
+		if rec.Fence <= c.Fence || !rec.ExpiresAt.Equal(expiresAt) {
+			t.Fatalf("%v: restored under fence %v until %v; want a new fence above %v, until %v", state, rec.Fence, rec.ExpiresAt, c.Fence, expiresAt)
+		}
+		got, ok, err := s.Get(ctx, key)
+		if err != nil || !ok || got.State != state || string(got.Response) != sealMarker || got.Fence != rec.Fence || !got.ExpiresAt.Equal(expiresAt) {
+			t.Fatalf("%v: Get after the restoration: %+v, %v, %v", state, got, ok, err)
+		}
+
+		// Its lifetime over, the key is free again.
+		clock.Advance(time.Hour)
+		rec, claimed, err = s.Claim(ctx, key, sealFP, time.Minute)
+		if err != nil || !claimed || rec.Replaced == nil || string(rec.Replaced.Response) != sealMarker || rec.Replaced.Fingerprint != sealFP {
+			t.Fatalf("%v: Claim once the outcome expired: %+v, %v, %v; want a new claim reporting the opened response it replaced", state, rec, claimed, err)
+		}
+	}
+}
+
+// failingCompletes is a store whose Complete fails, with err.
+type failingCompletes struct {
+	store.Store
+	err error
+}
+
+func (f failingCompletes) Complete(context.Context, store.Record, time.Duration) (bool, error) {
+	return false, f.err
+}
+
+// TestSealRestorationFailureRefuses: when the outcome made to look expired
+// cannot be written back, the claim is released and Claim fails with an
+// Internal error matching ErrUnsealable; the key is not handed out.
+func TestSealRestorationFailureRefuses(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	inner := memstore.New(memstore.WithClock(clock.Now))
+	write(t, mustSeal(t, inner, sealQ4), sealKey, sealFP, []byte(sealMarker))
+	expireBehindTheStoresBack(t, inner, sealKey)
+	clock.Advance(time.Second)
+
+	cause := idemkit.NewError(idemkit.CodeServiceUnavailable, "complete", "the backend went away", nil)
+	s := mustSeal(t, failingCompletes{Store: inner, err: cause}, sealQ4)
+	rec, claimed, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if claimed || rec.State != 0 {
+		t.Fatalf("Claim returned %+v, %v with its error", rec, claimed)
+	}
+	wantUnsealable(t, "Claim", err, "made to look expired on the backend")
+	if !strings.Contains(err.Error(), "the backend went away") {
+		t.Fatalf("the error %q does not say why the restoration failed", err)
+	}
+	// The claim was released: the key holds nothing live.
+	if got, ok, err := inner.Get(ctx, sealKey); ok || err != nil {
+		t.Fatalf("after the failed restoration the key holds %+v, %v", got, err)
+	}
+}
+
+// TestSealRefusesChangedStateOrFence: an outcome whose state or fence on
+// the backend differs from its envelope's is refused by Get and Claim.
+func TestSealRefusesChangedStateOrFence(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name   string
+		sealed store.State
+		change func(*store.Record)
+	}{
+		{"not replayable flipped to completed", store.StateNotReplayable, func(r *store.Record) { r.State = store.StateCompleted }},
+		{"completed turned not replayable", store.StateCompleted, func(r *store.Record) { r.State = store.StateNotReplayable }},
+		{"fence raised", store.StateCompleted, func(r *store.Record) { r.Fence++ }},
+		{"fence lowered", store.StateCompleted, func(r *store.Record) { r.Fence-- }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			inner := memstore.New()
+			s := mustSeal(t, inner, sealQ4)
+			claim, _, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			claim.State, claim.Response = c.sealed, []byte(sealMarker)
+			if ok, err := s.Complete(ctx, claim, time.Hour); !ok || err != nil {
+				t.Fatalf("Complete: %v, %v", ok, err)
+			}
+			rec, _, _ := inner.Get(ctx, sealKey)
+			c.change(&rec)
+			if _, err := inner.Delete(ctx, sealKey); err != nil {
+				t.Fatal(err)
+			}
+			if ok, err := inner.Put(ctx, rec, time.Hour); !ok || err != nil {
+				t.Fatalf("Put: %v, %v", ok, err)
+			}
+			wantRefused(t, s, sealKey, sealFP, "the record's state or fence was changed on the backend")
+		})
+	}
+}
+
+// TestSealTimesTheWork: the sealed lifetime counts the time from the claim
+// to its completion, so an outcome made to look free after its fence plus
+// its record TTL, but before its real expiry (its completion plus its
+// TTL), is still restored.
+func TestSealTimesTheWork(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	inner := memstore.New(memstore.WithClock(clock.Now))
+	s := mustSeal(t, inner, sealQ4)
+	store.SetSealClock(s, clock.Now)
+
+	c, claimed, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	clock.Advance(30 * time.Second) // the work
+	out := c
+	out.State, out.Response = store.StateCompleted, []byte(sealMarker)
+	if ok, err := s.Complete(ctx, out, time.Hour); !ok || err != nil {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	expiresAt := c.CreatedAt.Add(30*time.Second + time.Hour)
+
+	// Past the claim's time plus the TTL, 10 s before the real expiry.
+	clock.Advance(time.Hour - 10*time.Second)
+	expireBehindTheStoresBack(t, inner, sealKey)
+	clock.Advance(time.Millisecond)
+	rec, claimed, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if err != nil || claimed || string(rec.Response) != sealMarker || !rec.ExpiresAt.Equal(expiresAt) {
+		t.Fatalf("Claim over the tampered record: %+v, %v, %v; want the authentic outcome until %v", rec, claimed, err, expiresAt)
 	}
 }

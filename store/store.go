@@ -51,10 +51,19 @@ type Record struct {
 	Key         string     // the record key (any bytes, at most MaxKeyBytes)
 	Fingerprint string     // what the request asked for, in the fingerprint package's string form
 	State       State      // claimed, completed, or executed-not-replayable
-	Response    []byte     // the encoded response (the caller's encoding); empty unless completed
+	Response    []byte     // the encoded response (the caller's encoding); empty for a claim, and for a not-replayable outcome unless its writer gave one (see Store.Complete)
 	Fence       lock.Fence // the fence of the claim (for an outcome: of the claim that wrote it)
 	CreatedAt   time.Time  // when the claim was made or the outcome written, by the store's clock
 	ExpiresAt   time.Time  // a claim: when its lease runs out; an outcome: when it is forgotten
+
+	// Replaced is set only by a Claim that made a new claim (claimed =
+	// true) by taking over a record that still held a non-empty response
+	// (an outcome past its expiry, or whatever the backend holds under
+	// the key): that record's Fingerprint and Response as the backend held
+	// them, its other fields unset. It is nil otherwise, and never
+	// written. [Seal] reads it to tell an outcome that expired from one
+	// made to look free on the backend.
+	Replaced *Record
 }
 
 // Store is the guard's backend: records that carry their own lease. A
@@ -99,6 +108,21 @@ type Store interface {
 	// ran out, an outcome past its expiry) the store writes a new claim and
 	// returns it with claimed = true: State StateClaimed, fp, a new fence
 	// and ExpiresAt = now + ttl. A refused claim writes nothing.
+	//
+	// A new claim that replaces a record still holding a non-empty
+	// response, whatever its state says (an outcome past its expiry, or a
+	// claim or tombstone that was altered on the backend), reports that
+	// record's fingerprint and response in Replaced, in the same round
+	// trip; a claim of a free key, or over a claim or tombstone without a
+	// response, reports nil, and so does every Claim that made no claim.
+	// Release and Delete leave no response behind (a claim after an
+	// operator's Delete reports nothing, so Seal never restores what an
+	// operator forgot), and neither does a claim that took one over. A
+	// store may have dropped an expired record before a claim comes (its
+	// backend removes records at their expiry): then there is nothing to
+	// report. The stores of this repository report it, except the
+	// composition [Compose], whose claims live in the lock and whose
+	// records are read only while live.
 	Claim(ctx context.Context, key, fp string, ttl time.Duration) (rec Record, claimed bool, err error)
 
 	// Extend sets the lease of the claim (key, fence) to now + ttl, only
@@ -116,7 +140,9 @@ type Store interface {
 	// ran out still completes as long as nobody claimed the key since, so
 	// a slow store is never a second execution. A response the backend
 	// cannot hold fails with an error matching [ErrTooLarge], before any
-	// write. The store sets CreatedAt and ExpiresAt.
+	// write. The store sets CreatedAt and ExpiresAt. A Response given with
+	// a not-replayable outcome is kept and returned as given, like a
+	// completed one's ([Seal] puts its envelope there).
 	Complete(ctx context.Context, rec Record, ttl time.Duration) (ok bool, err error)
 
 	// Release removes the claim (key, fence), storing nothing, only while
@@ -149,7 +175,8 @@ type Records interface {
 	// fence: then it writes nothing and returns ok = false. An equal or
 	// lower fence, or no live record, is overwritten. The store sets
 	// CreatedAt and ExpiresAt. A response the backend cannot hold fails
-	// with an error matching [ErrTooLarge].
+	// with an error matching [ErrTooLarge]. A not-replayable record's
+	// Response, when it has one, is kept and returned as given.
 	Put(ctx context.Context, rec Record, ttl time.Duration) (ok bool, err error)
 
 	// Delete removes the live record under key and reports whether there

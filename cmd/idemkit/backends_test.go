@@ -570,7 +570,7 @@ func TestAdminHandler(t *testing.T) {
 		if err != nil || !bytes.HasSuffix(plain, []byte("order 3")) {
 			t.Fatalf("opened response %q (%v); want the recorded answer", plain, err)
 		}
-		if want := float64(len(plain) + 34 + len(seal.ID)); m["sealed"] != true || m["size"] != want {
+		if want := float64(len(plain) + 51 + len(seal.ID)); m["sealed"] != true || m["size"] != want {
 			t.Fatalf("sealed record %v; want sealed, size %v (the envelope)", m, want)
 		}
 		// The tool holds no seal keys: it shows the record, not the response.

@@ -31,7 +31,7 @@
 //	key          the record key: a string, or bytes when it is not valid UTF-8
 //	fingerprint  the request's fingerprint (a string, or bytes)
 //	state        0 released or deleted (a tombstone), 1 claimed, 2 completed, 3 not replayable
-//	response     the encoded response (bytes; empty but for a completed record)
+//	response     the encoded response (bytes; empty but for a completed outcome, or a not-replayable one given a response, as store.Seal gives)
 //	fence        the fence of the claim (an integer)
 //	ttlMicros    the lease or record lifetime, in microseconds, from the document's update time
 //	createdAt    only on an extended claim: when it was made (else the update time is)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -220,7 +221,9 @@ func tombstone(key string, fence lock.Fence, writeID string) *contents {
 // over a run-out claim, an expired outcome or a tombstone). The claim's
 // fence is max(the fence read + 1, the read time in Unix ms); its
 // CreatedAt is the commit time (the document's update time) and its
-// ExpiresAt the commit time + ttl.
+// ExpiresAt the commit time + ttl. Taking over a document that still held
+// a response, it reports that response and its fingerprint
+// ([store.Record].Replaced).
 //
 // A contender that loses the commit fails fast (AlreadyExists or
 // FailedPrecondition, no document locks), reads again and answers with
@@ -244,8 +247,9 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	}
 	ref := s.ref(key)
 	var (
-		ids     []string // the write ids of this call's commits
-		lastErr error    // the error of the last commit
+		ids      []string        // the write ids of this call's commits
+		replaced []*store.Record // what each of them took over (see store.Record.Replaced)
+		lastErr  error           // the error of the last commit
 	)
 	for attempt := 0; ; attempt++ {
 		d, err := s.read(ctx, op, key, ref)
@@ -255,7 +259,9 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		if d.live() {
 			if d.wrote(ids, isClaimed) {
 				s.claims.put(key, d.fence, d.createdAt, d.updateTime) // a commit whose answer was lost
-				return d.record(), true, nil
+				rec := d.record()
+				rec.Replaced = replaced[slices.Index(ids, d.writeID)]
+				return rec, true, nil
 			}
 			return d.record(), false, nil
 		}
@@ -273,13 +279,18 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 			key: key, fp: fp, state: store.StateClaimed, fence: fence, ttl: ttl,
 			expireAt: lifetimeEnd(d.now(), ttl, fence, true), writeID: newWriteID(),
 		}
-		ids = append(ids, c.writeID)
+		var r *store.Record
+		if d.exists && len(d.response) > 0 {
+			r = &store.Record{Fingerprint: d.fp, Response: d.response}
+		}
+		ids, replaced = append(ids, c.writeID), append(replaced, r)
 		wr, err := write(ctx, ref, d, c)
 		if err == nil {
 			s.claims.put(key, fence, wr.UpdateTime, wr.UpdateTime)
 			return store.Record{
 				Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
 				CreatedAt: wr.UpdateTime, ExpiresAt: wr.UpdateTime.Add(micros(ttl)),
+				Replaced: r,
 			}, true, nil
 		}
 		if ctx.Err() != nil {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 
+	"cloud.google.com/go/firestore"
+
 	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store"
@@ -67,4 +69,50 @@ func TestSealedConformance(t *testing.T) {
 			},
 		}
 	})
+}
+
+// TestSealedRecordsTamperedOnFirestore changes sealed records' fields
+// straight in their documents: no change makes a retry run the work again
+// or replay anything but the authentic outcome. A record's expiry is its
+// document's update time plus its lifetime field, so moving it into the
+// past sets that lifetime to 1 µs.
+func TestSealedRecordsTamperedOnFirestore(t *testing.T) {
+	t.Parallel()
+	project := testenv.FirestoreProject(t)
+	c := client(t, project)
+	guardtest.SealedTampering(t,
+		func(t *testing.T) store.Store {
+			return newStore(t, client(t, project), firestorestore.WithLogger(discard()))
+		},
+		func(t *testing.T, recordKey string, change guardtest.Tampering) {
+			ctx := t.Context()
+			ref := c.Collection(firestorestore.DefaultCollection).Doc(firestorestore.DocID(recordKey))
+			var updates []firestore.Update
+			if change.State != 0 {
+				updates = append(updates, firestore.Update{Path: "state", Value: int64(change.State)})
+			}
+			if change.Tombstone {
+				updates = append(updates, firestore.Update{Path: "state", Value: int64(0)})
+			}
+			if change.Expired {
+				updates = append(updates, firestore.Update{Path: "ttlMicros", Value: int64(1)})
+			}
+			if change.Fence != 0 {
+				snap, err := ref.Get(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fence, ok := snap.Data()["fence"].(int64)
+				if !ok {
+					t.Fatalf("the record's fence is %v", snap.Data()["fence"])
+				}
+				updates = append(updates, firestore.Update{Path: "fence", Value: fence + change.Fence})
+			}
+			if change.Fingerprint != "" {
+				updates = append(updates, firestore.Update{Path: "fingerprint", Value: change.Fingerprint})
+			}
+			if _, err := ref.Update(ctx, updates); err != nil {
+				t.Fatal(err)
+			}
+		})
 }

@@ -175,9 +175,15 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		CreatedAt:   now,
 		ExpiresAt:   now.Add(ttl),
 	}
+	var replaced *store.Record
+	if e != nil && len(e.rec.Response) > 0 {
+		// Taken over below: the expired outcome's fingerprint and response.
+		replaced = &store.Record{Fingerprint: e.rec.Fingerprint, Response: e.rec.Response}
+	}
 	if err := s.set(op, key, e, rec, now, false); err != nil {
 		return store.Record{}, false, err
 	}
+	rec.Replaced = replaced
 	return rec, true, nil
 }
 
@@ -494,6 +500,7 @@ func outcome(rec *store.Record, now time.Time, ttl time.Duration) store.Record {
 
 func clone(r *store.Record) store.Record {
 	c := *r
+	c.Replaced = nil // a Claim's report, never stored
 	if r.Response != nil {
 		c.Response = append([]byte(nil), r.Response...)
 	}

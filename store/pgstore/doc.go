@@ -29,7 +29,8 @@
 //
 // Columns: key, fingerprint (bytea), state (smallint: 1 claimed, 2
 // completed, 3 executed but not replayable, 0 a tombstone), response
-// (bytea), fence (bigint), created_at, expires_at (a claim: the end of its
+// (bytea: an outcome's response, empty for a not-replayable one unless its
+// writer gave one, as [store.Seal] does), fence (bigint), created_at, expires_at (a claim: the end of its
 // lease; an outcome: when it is forgotten) and keep_until (when [Store.Sweep]
 // may delete the row), with an index on keep_until.
 //
@@ -67,7 +68,9 @@
 // statement (reading a row committed after its snapshot takes a no-op ON
 // CONFLICT DO UPDATE, or a FOR SHARE lock, in those races only). A new
 // claim's fence is max(previous fence + 1, the server's clock in Unix
-// milliseconds).
+// milliseconds). A take-over of a row that still held a response answers,
+// in the same row, with that response and its fingerprint
+// ([store.Record].Replaced).
 //
 // Extend, Complete and Release are one UPDATE each, guarded by the key,
 // the claim's fence and the claimed state; Complete and Extend work after

@@ -224,8 +224,10 @@ func (r *row) record(op, key string) (store.Record, error) {
 		Key: key, Fingerprint: string(r.fp), State: st, Fence: lock.Fence(r.fence),
 		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt,
 	}
-	if st == store.StateCompleted {
+	if st.Done() && len(r.response) > 0 {
 		rec.Response = r.response
+	} else if st == store.StateCompleted {
+		rec.Response = []byte{}
 	}
 	return rec, nil
 }
@@ -275,7 +277,16 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		}
 		if found {
 			rec, err := r.record(op, key)
-			return rec, claimed && err == nil, err
+			if err != nil || !claimed {
+				return rec, false, err
+			}
+			// A take-over answers with the replaced row's fingerprint
+			// and response (see claimSQL); a new claim's are fp and empty.
+			if len(r.response) > 0 {
+				rec.Replaced = &store.Record{Fingerprint: string(r.fp), Response: r.response}
+			}
+			rec.Fingerprint = fp
+			return rec, true, nil
 		}
 		if try == maxClaimTries {
 			return store.Record{}, false, idemkit.NewError(idemkit.CodeServiceUnavailable, op,
@@ -326,7 +337,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		return false, err
 	}
 	response := rec.Response
-	if rec.State != store.StateCompleted || response == nil {
+	if response == nil {
 		response = []byte{}
 	}
 	return s.fenced(ctx, op, true, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
@@ -444,7 +455,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, err
 	}
 	response := rec.Response
-	if rec.State != store.StateCompleted || response == nil {
+	if response == nil {
 		response = []byte{}
 	}
 	// Repeatable: writing the same record twice leaves what writing it

@@ -25,7 +25,11 @@ type queries struct {
 // key, $2 the fingerprint, $3 the lease in microseconds. It answers one row
 // (claimed, fingerprint, state, response, fence, created_at, expires_at),
 // or, when the key's row changed under it in a way it cannot read in the
-// same statement, none (the caller then runs it again).
+// same statement, none (the caller then runs it again). A new claim's row
+// carries, in place of its own fingerprint ($2, which the caller has) and
+// response (empty), those of the row it took over, so that a take-over of
+// a row still holding a response reports it (store.Record.Replaced) in the
+// same round trip; a watch mark (see watched) is no response.
 //
 //   - n: the server's clock, read once, and its Unix milliseconds.
 //   - cur: the key's row as the statement's snapshot sees it.
@@ -38,7 +42,10 @@ type queries struct {
 //     claim that has already run out, so that it never leaves a live claim
 //     behind should the row have vanished meanwhile.
 //   - upd: the row is a tombstone, a claim whose lease ran out or an outcome
-//     past its expiry: take it over, with a fence above its fence. The WHERE
+//     past its expiry: take it over, with a fence above its fence. It
+//     answers with the fingerprint and response cur read (the row as the
+//     statement's snapshot saw it: should a racing claim have taken the
+//     row over and ended since, the older row's). The WHERE
 //     is checked again on the newest version of the row when a concurrent
 //     transaction changed it (READ COMMITTED), so of racing take-overs one
 //     wins and the others update nothing. Taking over a claim that was
@@ -84,7 +91,9 @@ upd AS (
 		keep_until = {{claimKeep greatest(r.fence + 1, n.ms)}}
 	FROM n, cur
 	WHERE r.key = $1::text AND (r.state = 0 OR r.expires_at <= n.t)
-	RETURNING {{notify taken over}} AS claimed, r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+	RETURNING {{notify taken over}} AS claimed, cur.fingerprint,
+		r.state, CASE WHEN cur.state = 1 AND cur.response = '\x01'::bytea THEN ''::bytea ELSE cur.response END AS response,
+		r.fence, r.created_at, r.expires_at
 ),
 lost AS (
 	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at

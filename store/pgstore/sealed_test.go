@@ -67,3 +67,36 @@ func TestSealedConformance(t *testing.T) {
 		}
 	})
 }
+
+// TestSealedRecordsTamperedOnPostgres changes sealed records' columns
+// straight in their rows: no change makes a retry run the work again or
+// replay anything but the authentic outcome.
+func TestSealedRecordsTamperedOnPostgres(t *testing.T) {
+	url := testenv.Postgres(t).URL
+	admin := newPool(t, url, 2)
+	opt := table(t, admin)
+	var naming *Store
+	newSealed := func(t *testing.T) store.Store {
+		s, err := New(newPool(t, url, 4), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		naming = s
+		return s
+	}
+	guardtest.SealedTampering(t, newSealed, func(t *testing.T, recordKey string, change guardtest.Tampering) {
+		state := int16(change.State) // 0: unchanged
+		if change.Tombstone {
+			state = stateTombstone
+		}
+		tag, err := admin.Exec(t.Context(), `UPDATE `+tableOf(naming)+` SET
+	state = CASE WHEN $2 OR $3::smallint <> 0 THEN $3::smallint ELSE state END,
+	expires_at = CASE WHEN $4 THEN clock_timestamp() - interval '1 second' ELSE expires_at END,
+	fence = fence + $5::bigint,
+	fingerprint = CASE WHEN $6::text <> '' THEN convert_to($6::text, 'UTF8') ELSE fingerprint END
+WHERE key = $1::text`, storedKey(recordKey), change.Tombstone, state, change.Expired, change.Fence, change.Fingerprint)
+		if err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("changing the record's row: %v, %v", tag, err)
+		}
+	})
+}

@@ -151,7 +151,7 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	}
 	w.ended = true
 	response := rec.Response
-	if rec.State != store.StateCompleted || response == nil {
+	if response == nil {
 		response = []byte{}
 	}
 	var done bool

@@ -42,7 +42,7 @@
 //	created   when the claim or the outcome was written (Unix ms)
 //	expires   when the claim's lease runs out, or the outcome is forgotten (Unix ms)
 //	fp        the request's fingerprint
-//	response  the stored response
+//	response  the stored response (an outcome's; a claim that takes the hash over reports it, store.Record.Replaced, and removes it)
 //	claim     the claim's token (a retry of a Claim gets its own claim back)
 //
 // # Time and expiry

@@ -48,7 +48,9 @@ import (
 // Replies (integers and strings; a record is state, fence, created,
 // expires, fingerprint, response):
 //
-//	claim    fp ttl token        → {1, record} a new claim; {0, record} a live claim or an outcome
+//	claim    fp ttl token        → {1, record} a new claim; {1, record, fp, response} a new claim that
+//	                               took over a hash still holding a response (store.Record.Replaced);
+//	                               {0, record} a live claim or an outcome
 //	extend   fence ttl           → 1 extended, 0 not this claim
 //	complete fence ttl state fp response notify → 1 written (or this claim's identical outcome is there), 0 refused
 //	release  fence notify        → 1 released, 0 not this claim
@@ -155,10 +157,13 @@ if op == 'claim' then
   local nf = math.max(fence + 1, now)
   local ne = now + tonumber(ARGV[3])
   redis.call('HSET', k, 'state', 'claimed', 'fence', fmt(nf), 'created', fmt(now), 'expires', fmt(ne), 'fp', ARGV[2], 'claim', ARGV[4])
-  if is_outcome(st) then
-    redis.call('HDEL', k, 'response')
-  end
   keep(ne + retention, nf)
+  if body ~= '' then
+    -- Whatever its state says, the hash held a response: the claim
+    -- reports what it replaced.
+    redis.call('HDEL', k, 'response')
+    return {1, {'claimed', nf, now, ne, ARGV[2], ''}, fp, body}
+  end
   return {1, {'claimed', nf, now, ne, ARGV[2], ''}}
 end
 

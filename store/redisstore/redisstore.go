@@ -237,7 +237,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 func decodeClaim(key string, v any) (store.Record, bool, error) {
 	const op = "claim"
 	r, ok := v.([]any)
-	if !ok || len(r) != 2 {
+	if !ok || len(r) != 2 && len(r) != 4 {
 		return store.Record{}, false, replyError(op)
 	}
 	claimed, ok := r[0].(int64)
@@ -247,6 +247,15 @@ func decodeClaim(key string, v any) (store.Record, bool, error) {
 	rec, found, err := decodeRecord(op, key, r[1])
 	if err != nil || !found {
 		return store.Record{}, false, replyError(op)
+	}
+	if len(r) == 4 {
+		// A take-over of a hash that held a response: what it replaced.
+		fp, ok1 := r[2].(string)
+		body, ok2 := r[3].(string)
+		if claimed != 1 || !ok1 || !ok2 || body == "" {
+			return store.Record{}, false, replyError(op)
+		}
+		rec.Replaced = &store.Record{Fingerprint: fp, Response: []byte(body)}
 	}
 	return rec, claimed == 1, nil
 }

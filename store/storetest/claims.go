@@ -25,6 +25,8 @@ var storeCases = []struct {
 	{"AbsentKey", testAbsent},
 	{"CompleteThenReplay", testCompleteReplay},
 	{"NotReplayableOutcome", testNotReplayable},
+	{"NotReplayableOutcomeKeepsItsResponse", testNotReplayableResponse},
+	{"TakeOverReportsTheResponseItReplaced", testTakeOverReplaced},
 	{"LeaseBoundary", testLeaseBoundary},
 	{"OutcomeExpiryBoundary", testOutcomeExpiry},
 	{"StaleHoldersAreRefused", testStaleHolders},
@@ -162,6 +164,110 @@ func testNotReplayable(t *testing.T, e *Env) {
 		if len(got.Response) != 0 {
 			t.Fatalf("a not-replayable outcome came back with a %d-byte response", len(got.Response))
 		}
+	}
+}
+
+// testNotReplayableResponse: a response given with a not-replayable
+// outcome is kept and returned as given (Seal keeps its envelope there).
+func testNotReplayableResponse(t *testing.T, e *Env) {
+	k := key(t, "k")
+	c := mustClaim(t, e, k, longTTL)
+	out := outcome(c, "the outcome's own bytes")
+	out.State = store.StateNotReplayable
+	if !complete(t, e, out, time.Hour) {
+		t.Fatal("the holder's Complete was refused")
+	}
+	got, ok := get(t, e, k)
+	if !ok {
+		t.Fatal("the not-replayable outcome was not returned")
+	}
+	wantOutcome(t, "not-replayable outcome with a response (Get)", got, out, time.Hour)
+	got, claimed := claim(t, e, k, fp, longTTL)
+	if claimed {
+		t.Fatal("Claim of a not-replayable outcome made a new claim")
+	}
+	wantOutcome(t, "not-replayable outcome with a response (Claim)", got, out, time.Hour)
+}
+
+// testTakeOverReplaced: a new claim that takes over an outcome past its
+// expiry reports the outcome's fingerprint and response in Replaced (a
+// store with an injected clock that keeps its claims in its records must;
+// others may have dropped the outcome at its expiry), and no other Claim
+// reports anything: a free key, a busy one, a replay, a run-out claim, a
+// released claim and an outcome an operator deleted.
+func testTakeOverReplaced(t *testing.T, e *Env) {
+	must := e.Advance != nil && !e.OpaqueClaims
+	ttl := shortTTL(e)
+	noneReplaced := func(what string, r store.Record) {
+		t.Helper()
+		if r.Replaced != nil {
+			t.Fatalf("%s reported a replaced record: %+v", what, *r.Replaced)
+		}
+	}
+	bodies := map[string]string{key(t, "completed"): "the response", key(t, "not-replayable"): "its bytes"}
+	for k, body := range bodies {
+		c := mustClaim(t, e, k, longTTL)
+		noneReplaced("a claim of a free key", c)
+		r, _ := claim(t, e, k, otherFP, longTTL)
+		noneReplaced("a busy claim", r)
+		out := outcome(c, body)
+		if strings.HasPrefix(k, key(t, "not")) {
+			out.State = store.StateNotReplayable
+		}
+		if !complete(t, e, out, ttl) {
+			t.Fatal("the holder's Complete was refused")
+		}
+		r, _ = claim(t, e, k, otherFP, longTTL)
+		noneReplaced("a replay", r)
+	}
+	runOut, released, deleted := key(t, "run-out"), key(t, "released"), key(t, "deleted")
+	mustClaim(t, e, runOut, ttl)
+	c := mustClaim(t, e, released, longTTL)
+	if !release(t, e, released, c.Fence) {
+		t.Fatal("Release of a held claim reported nothing released")
+	}
+	c = mustClaim(t, e, deleted, longTTL)
+	complete(t, e, outcome(c, "forgotten"), longTTL)
+	if !del(t, e, deleted) {
+		t.Fatal("Delete of an outcome reported nothing deleted")
+	}
+	pass(e, ttl)
+
+	for k, body := range bodies {
+		r, claimed := claim(t, e, k, otherFP, longTTL)
+		if !claimed {
+			t.Fatalf("the outcome past its expiry was not taken over: %+v", r)
+		}
+		if r.Fingerprint != otherFP {
+			t.Fatalf("the take-over's claim carries fingerprint %q; want the new claim's", r.Fingerprint)
+		}
+		switch {
+		case r.Replaced == nil && must:
+			t.Fatal("the take-over of an outcome past its expiry did not report it")
+		case r.Replaced != nil && (r.Replaced.Fingerprint != fp || string(r.Replaced.Response) != body || r.Replaced.Replaced != nil):
+			t.Fatalf("the take-over reported %+v; want the replaced outcome's fingerprint and response %q", *r.Replaced, body)
+		}
+		// Replaced is never written: an outcome completed from the
+		// claim that carries it does not carry it.
+		if !complete(t, e, outcome(r, "next"), longTTL) {
+			t.Fatal("the new claim's Complete was refused")
+		}
+		got, _ := get(t, e, k)
+		noneReplaced("a Get of the next outcome", got)
+		// What it replaced is gone: a later take-over reports only what
+		// the key held since.
+		if !del(t, e, k) {
+			t.Fatal("Delete of the next outcome reported nothing deleted")
+		}
+		r, _ = claim(t, e, k, fp, longTTL)
+		noneReplaced("a claim after Delete", r)
+	}
+	for what, k := range map[string]string{"a take-over of a run-out claim": runOut, "a claim of a released key": released, "a claim after an operator's Delete": deleted} {
+		r, claimed := claim(t, e, k, fp, longTTL)
+		if !claimed {
+			t.Fatalf("%s was refused: %+v", what, r)
+		}
+		noneReplaced(what, r)
 	}
 }
 

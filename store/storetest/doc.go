@@ -4,8 +4,10 @@
 // store with a lock provider ([store.Compose]).
 //
 // [Run] checks a [store.Store] (records that carry their own lease): claims
-// on free, busy and run-out keys, completion and replay, stale holders,
-// releases, fences that only grow, races on one key, faults. [RunRecords]
+// on free, busy and run-out keys, completion and replay (a not-replayable
+// outcome's response kept as given), what a take-over reports it replaced
+// (store.Record.Replaced), stale holders, releases, fences that only grow,
+// races on one key, faults. [RunRecords]
 // checks a [store.Records] (the plain, fenced record store the composition
 // builds on).
 //

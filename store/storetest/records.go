@@ -148,6 +148,12 @@ func testRecordsRoundTrip(t *testing.T, e *RecordsEnv) {
 	if got, ok := getRecord(t, e, nr.Key); !ok || got.State != store.StateNotReplayable || len(got.Response) != 0 {
 		t.Fatalf("not-replayable record round trip: %+v, %v", got, ok)
 	}
+	// A not-replayable record given a response keeps it.
+	nr.Key, nr.Response = key(t, "nr-response"), []byte("its own bytes")
+	put(t, e, nr, time.Minute)
+	if got, ok := getRecord(t, e, nr.Key); !ok || got.State != store.StateNotReplayable || string(got.Response) != "its own bytes" {
+		t.Fatalf("not-replayable record with a response, round trip: %+v, %v", got, ok)
+	}
 }
 
 func testRecordsGetMissing(t *testing.T, e *RecordsEnv) {

@@ -90,6 +90,9 @@ type Factory func(t *testing.T) *Env
 
 // Run runs the conformance suite of [store.Store] against the stores f
 // builds: claims on free, busy and run-out keys, completion and replay,
+// not-replayable outcomes with a response, what a take-over reports it
+// replaced (required of a store with Advance that keeps its claims in its
+// records; checked when reported by any other),
 // leases and record expiry at their boundaries, stale holders, releases,
 // fences that only grow (across expiry, deletion and release), races on one
 // key, large responses, keys of any bytes, argument validation before I/O,
