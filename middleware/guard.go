@@ -463,7 +463,11 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		err := g.commit(ctx, &rec, c, l)
 		l.stop()
 		if err != nil {
-			c.end(Event{Kind: EventUnavailable, Fence: fence, Err: err})
+			kind := EventUnavailable
+			if errors.Is(err, store.ErrWorkFailed) || errors.Is(err, store.ErrWorkConflict) {
+				kind = EventExecuted // fn's failure, reported as an error fn returned is
+			}
+			c.end(Event{Kind: kind, Fence: fence, Err: err})
 			return Outcome{Fence: fence}, err
 		}
 		out.Recorded = true
@@ -684,7 +688,9 @@ func (g *Guard) abandon(ctx context.Context, key string, fence lock.Fence, c *ca
 // that did not take effect is followed by a read. An error means fn's
 // writes are not there (or, when the backend cannot be reached to tell,
 // may not be): the caller must not report the work done; a retry runs it
-// again, or replays the outcome if it landed after all.
+// again, or replays the outcome if it landed after all. An error matching
+// store.ErrWorkFailed or store.ErrWorkConflict is the transaction's own
+// failure, certain to have left nothing (see workFailed).
 func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease) error {
 	if cause := l.fn.leaseLost(); cause != nil {
 		// The loss was reported when fn's ctx ended (EventLeaseLost).
@@ -717,6 +723,8 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 			// The response does not fit: record that fn ran instead.
 			rec.State, rec.Response = store.StateNotReplayable, nil
 			continue
+		case errors.Is(err, store.ErrWorkFailed) || errors.Is(err, store.ErrWorkConflict):
+			return g.workFailed(ctx, rec, c, l, err)
 		}
 		rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
 		c.work.Rollback(rctx) // the transaction is over either way; this frees it
@@ -741,6 +749,27 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 		}
 		return &UnavailableError{Op: "commit", Err: err}
 	}
+}
+
+// workFailed ends a claim whose work's transaction failed at its commit
+// (err matches store.ErrWorkFailed or store.ErrWorkConflict): the backend
+// rolled it back, so nothing of the work is there, and the claim, still
+// this one's, is released for a retry to run the work again. The failure
+// is the work's, not the backend's: it is logged with its cause and
+// returned as it is, as an error fn returned would be.
+func (g *Guard) workFailed(ctx context.Context, rec *store.Record, c *call, l *lease, err error) error {
+	l.stop() // no renewal after the release
+	rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+	c.work.Rollback(rctx) // frees its connection
+	rctx.release()
+	g.release(ctx, rec.Key, rec.Fence, c)
+	level, msg := slog.LevelError, "idempotency: the work's transaction failed at its commit and was rolled back; the claim is released"
+	if errors.Is(err, store.ErrWorkConflict) {
+		level, msg = slog.LevelWarn, "idempotency: the work's transaction lost a conflict with a concurrent one at its commit and was rolled back; the claim is released for a retry"
+	}
+	g.cfg.logger.Log(ctx, level, msg,
+		slog.String("key_hash", c.hash()), slog.String("fence", rec.Fence.String()), slog.String("error", err.Error()))
+	return err
 }
 
 // release ends the claim on a detached context under the op timeout. A
