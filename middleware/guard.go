@@ -95,7 +95,9 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
 // WithLogger sets the logger for failures that have no caller to return to
-// (an outcome that could not be recorded, a failed release); it is called
+// (an outcome that could not be recorded, a failed release) and for the
+// cause of a work's transaction that failed at its commit (see
+// store.ErrWorkFailed); it is called
 // with the call's ctx (the …Context methods), so a handler that reads
 // trace ids from it can put them on the line. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -323,7 +325,11 @@ func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 // ran; the backend failed) returns an [*UnavailableError] with no value
 // (wrapping lock.ErrLeaseLost when the lease was lost): fn's writes are
 // not there, and a retry runs fn again (or replays an outcome that
-// landed after all). A replay costs one round trip, a first execution
+// landed after all). A transaction that failed by itself at its commit
+// (store.ErrWorkFailed, store.ErrWorkConflict: rolled back, certainly) is
+// fn's failure, not the backend's: the claim is released, the cause
+// logged, and that error returned with no value, as an error of fn's
+// would be. A replay costs one round trip, a first execution
 // two. The fingerprint's algorithm is part of it: a record written under another version of the same algorithm (say
 // "http-v1" and "http-v2") is never a mismatch, so records written before
 // an upgrade still replay; one written under another algorithm family

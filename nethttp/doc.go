@@ -42,11 +42,20 @@
 //	                                                        never re-executed, even with WithFailOpen
 //	handler answered 5xx / panicked                         delivered / 500; not stored (see WithStorePolicy);
 //	                                                        the claim is released so a retry runs again
+//	handler's own transaction (pgstore.Tx) failed at
+//	  its commit: a statement it let fail, a deferred
+//	  constraint                                            500 transaction-failed; rolled back, nothing kept,
+//	                                                        the claim released (a retry runs again)
+//	  lost a serialization conflict or a deadlock           409 transaction-conflict + Retry-After; the same
+//	response held until that commit grew past the
+//	  response limit (WithMaxResponseBytes)                 500 transaction-response-too-large; the handler's
+//	                                                        writes past it fail, and it is rolled back
 //
 // Error answers are RFC 9457 application/problem+json with stable type URIs
 // and Cache-Control: no-store. [WithProblemWriter] writes them in the
 // application's own format instead: every answer the middleware writes
-// itself (the refusals above and the 500 of a panic) goes through it as a
+// itself (the refusals above, the 500 of a panic and the answers of a
+// transaction that did not commit) goes through it as a
 // [Problem] (status, kind, type URI, title, detail, Retry-After);
 // [WriteProblem] is the default.
 //

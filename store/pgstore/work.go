@@ -63,8 +63,12 @@ type beginner interface {
 // database as the records.
 //
 // The returned transaction refuses Commit and Rollback ([ErrGuardCommits]);
-// savepoints (its Begin) work as usual. It has the server's default
-// isolation level (read committed, unless configured otherwise). Its row
+// savepoints (its Begin) work as usual. Its isolation level is
+// [WithTxIsolation]'s (read committed by default). A transaction that
+// fails by itself (a statement the work let fail leaves it aborted; a
+// deferred constraint refuses it at COMMIT; a serialization failure) fails
+// the call with an error matching store.ErrWorkFailed or
+// store.ErrWorkConflict, and its claim is released. Its row
 // locks are held until the guard ends it: after a takeover, the taker's
 // insert of a value a unique constraint holds, which the first holder
 // inserted, blocks until the first holder's transaction ends (rolled
