@@ -448,3 +448,39 @@ func TestTxResponseOverLimitRolledBack(t *testing.T) {
 		t.Fatalf("rows after the retry: %v; want one", who)
 	}
 }
+
+// TestTxRepeatableReadPastARenewalSaysSo: a REPEATABLE READ transaction
+// whose work runs past a renewal of its claim's lease (which changes the
+// record's row after the transaction's snapshot) cannot write its
+// outcome: the call is answered 500 transaction-failed, not 503 nor a
+// conflict a retry would meet again, and the guard's log names the fix
+// (the lease TTL). Nothing is kept.
+func TestTxRepeatableReadPastARenewalSaysSo(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	nodes, admin, orders := txCluster(t, 1)
+	s := txStoreOn(t, nodes[0].pool, nodes[0].store, WithTxIsolation(pgx.RepeatableRead))
+	var logs logBuffer
+	g, err := middleware.New(s, middleware.WithLogger(logs.logger()), middleware.WithLeaseTTL(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := txHTTP(t, g, func(w http.ResponseWriter, r *http.Request) {
+		if err := insertOrder(r.Context(), orders, "http"); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		time.Sleep(lease / 2) // past the first renewal, at a third of the lease
+		w.WriteHeader(http.StatusCreated)
+	})
+	resp, body := post("rr")
+	if resp.StatusCode != http.StatusInternalServerError || !strings.HasSuffix(problemType(body), nethttp.ProblemTransactionFailed) {
+		t.Fatalf("%d %q; want 500 %s", resp.StatusCode, body, nethttp.ProblemTransactionFailed)
+	}
+	if l := logs.String(); !strings.Contains(l, "WithLeaseTTL") || !strings.Contains(l, "REPEATABLE READ") {
+		t.Fatalf("the guard's log does not name the cause: %q", l)
+	}
+	if who := orderRows(t, admin, orders, "rr"); len(who) != 0 {
+		t.Fatalf("rows %v; want none", who)
+	}
+}
