@@ -289,5 +289,7 @@
 // lost connection in Delete; inside a caller's pgx.Tx nothing is retried.
 // Should a claim whose connection was lost have been made, its retry finds
 // it and answers busy until its lease runs out: a delay, never a second
-// execution.
+// execution. The failures of guarded work's own transaction at its commit
+// are told apart from the backend's (store.ErrWorkFailed,
+// store.ErrWorkConflict; see Exactly-once effects).
 package pgstore
