@@ -277,7 +277,10 @@ func TestTxSerializableHolderCommitsWithWaitingDuplicates(t *testing.T) {
 			}
 			// Every duplicate node has marked (or tried to mark) the claim
 			// while the holder's transaction is open, then polled it.
-			for marks.n.Load() < dupNodes {
+			for deadline := time.Now().Add(time.Minute); marks.n.Load() < dupNodes; {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d duplicate nodes marked the claim", marks.n.Load(), dupNodes)
+				}
 				time.Sleep(time.Millisecond)
 			}
 			time.Sleep(50 * time.Millisecond) // let the duplicates poll the claim too
@@ -346,11 +349,12 @@ func TestTxRenewalsDoNotStarveBehindTheirWork(t *testing.T) {
 	begun.Add(2)
 	third := make(chan struct{})
 	post := txHTTP(t, g, func(w http.ResponseWriter, r *http.Request) {
-		if err := insertOrder(r.Context(), orders, "long"); err != nil {
+		err := insertOrder(r.Context(), orders, "long")
+		begun.Done()
+		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		begun.Done()
 		<-third
 		// Past three leases: renewals are due all along.
 		select {
