@@ -156,10 +156,16 @@
 // transaction is held: none of it reaches grpc-go's stream until the
 // commit landed, and then it is sent (a header the handler sent with
 // grpc.SendHeader first), recorded and replayed as above. When the commit
-// fails (the transaction was aborted, the claim taken over, the lease
-// lost), it is dropped: the client gets Unavailable
-// (IDEMPOTENCY_UNAVAILABLE) with none of the handler's header or trailer
-// entries. Metadata set before the work began the transaction went to
+// fails, it is dropped, and the client gets none of the handler's header
+// or trailer entries: Unavailable (IDEMPOTENCY_UNAVAILABLE) when the
+// claim was taken over or the lease lost; Internal
+// (IDEMPOTENCY_TRANSACTION_FAILED) when the transaction itself failed (a
+// statement the handler let fail, a deferred constraint); Aborted with
+// RetryInfo (IDEMPOTENCY_TRANSACTION_CONFLICT) when it lost a
+// serialization conflict or a deadlock. Either way nothing of it was kept
+// and a retry runs the handler again. A response message larger than
+// [WithMaxResponseBytes] is rolled back (Internal,
+// IDEMPOTENCY_RESPONSE_TOO_LARGE). Metadata set before the work began the transaction went to
 // grpc-go's stream then, and reaches the client whatever becomes of the
 // transaction: call Tx first. From Tx on, the handler's context holds the
 // interceptor's stream in front of grpc-go's, so grpc.SetSendCompressor

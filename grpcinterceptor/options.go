@@ -311,7 +311,10 @@ func WithFingerprint(f func(fullMethod string, req any) (fingerprint.Fingerprint
 // the error status, with the recorded metadata) kept for replay. A larger
 // one is delivered and recorded as executed-not-replayable: retries get
 // FailedPrecondition (IDEMPOTENCY_NOT_REPLAYABLE) and the handler never runs again
-// under that key. Server only. Default: 1 MiB.
+// under that key. In the transactional mode (the handler began its
+// transaction, pgstore.Tx) a response message larger than the bound is
+// rolled back instead, as over HTTP: the call gets Internal
+// (IDEMPOTENCY_RESPONSE_TOO_LARGE). Server only. Default: 1 MiB.
 func WithMaxResponseBytes(n int) Option {
 	return serverOnly("WithMaxResponseBytes", func(c *config) { c.maxResponse = n })
 }

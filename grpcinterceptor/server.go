@@ -3,6 +3,7 @@ package grpcinterceptor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"runtime/debug"
@@ -202,12 +203,26 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		resp       any
 		handlerErr error
 		held       *heldStream
+		tooLarge   bool
 	)
 	out, err := s.guard.Execute(ctx, key, fp, func(ctx context.Context) (middleware.Result, error) {
 		var res middleware.Result
 		resp, res, held, handlerErr = s.run(ctx, req, info, handler)
+		if begun, _ := middleware.TransactionBegun(ctx); begun && res.Verdict == middleware.RecordNotReplayable && s.oversized(resp) {
+			// A commit cannot record it, and a transaction's outcome is
+			// what a retry must find: rolled back instead (see
+			// ReasonResponseTooLarge).
+			tooLarge = true
+			return middleware.Result{Verdict: middleware.Forget}, nil
+		}
 		return res, nil
 	}, opts...)
+	if tooLarge && err == nil {
+		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the handler's response is larger than the response limit, so its transaction was rolled back",
+			slog.String("method", info.FullMethod), slog.Int("limit", s.cfg.maxResponse))
+		return nil, s.refusal(codes.Internal, ReasonResponseTooLarge, fmt.Sprintf(
+			"the response exceeds %d bytes, the most a call's database transaction can record; the transaction was rolled back, so nothing of the call was kept", s.cfg.maxResponse), 0, nil)
+	}
 	if held != nil && err == nil {
 		// Metadata held until the work's transaction committed: sent now
 		// that it did (or that nothing was to commit), dropped with the
@@ -287,6 +302,9 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 				slog.String("type", string(rec.messageName)))
 			return middleware.Result{Verdict: middleware.RecordNotReplayable}
 		}
+		if prefixSize(rec)+proto.Size(m) > s.cfg.maxResponse {
+			return middleware.Result{Verdict: middleware.RecordNotReplayable} // not encoded: it would not be kept
+		}
 		b = appendPrefix(make([]byte, 0, prefixSize(rec)+64), rec)
 		b, err = proto.MarshalOptions{}.MarshalAppend(b, m)
 	}
@@ -294,6 +312,13 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 		return middleware.Result{Verdict: middleware.RecordNotReplayable}
 	}
 	return middleware.Result{Value: b}
+}
+
+// oversized reports whether resp is a response message whose encoding is
+// larger than the response limit.
+func (s *server) oversized(resp any) bool {
+	m, ok := resp.(proto.Message)
+	return ok && proto.Size(m) > s.cfg.maxResponse
 }
 
 // replay rebuilds a recorded answer and restores its metadata, marked
@@ -407,6 +432,12 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
 		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer is unreadable; it will not be executed again", s.cfg.retryDelay, nil)
+	case errors.Is(err, store.ErrWorkConflict):
+		return nil, s.refusal(codes.Aborted, ReasonTransactionConflict,
+			"the call's database transaction conflicted with a concurrent one and was rolled back, so nothing of it was kept; retry with the same key and request", s.cfg.retryDelay, nil)
+	case errors.Is(err, store.ErrWorkFailed):
+		return nil, s.refusal(codes.Internal, ReasonTransactionFailed,
+			"the call's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0, nil)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
 		msg := "the idempotency backend cannot be reached, so the call was not executed; retry later with the same key"

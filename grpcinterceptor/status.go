@@ -53,6 +53,21 @@ const (
 	// key this server lacks, or the record is damaged). It is not run
 	// again, even with WithFailOpen.
 	ReasonRecordUnreadable = "IDEMPOTENCY_RECORD_UNREADABLE"
+	// ReasonTransactionFailed: Internal; the handler's own transaction
+	// (pgstore.Tx) failed at its commit (a statement it let fail, a
+	// deferred constraint) and was rolled back: nothing of the call was
+	// kept, and a retry runs the handler again.
+	ReasonTransactionFailed = "IDEMPOTENCY_TRANSACTION_FAILED"
+	// ReasonTransactionConflict: Aborted with RetryInfo; the handler's own
+	// transaction lost a conflict with a concurrent one (a serialization
+	// failure, a deadlock) and was rolled back. Retry with the same key
+	// and request: the handler runs again.
+	ReasonTransactionConflict = "IDEMPOTENCY_TRANSACTION_CONFLICT"
+	// ReasonResponseTooLarge: Internal; the handler began its transaction
+	// and returned a response larger than [WithMaxResponseBytes], which a
+	// commit cannot record: the transaction was rolled back, as it is for
+	// an HTTP response too large to hold until the commit.
+	ReasonResponseTooLarge = "IDEMPOTENCY_RESPONSE_TOO_LARGE"
 )
 
 // ErrorInfo metadata entries of the key statuses: the metadata key the

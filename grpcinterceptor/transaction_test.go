@@ -32,6 +32,7 @@ import (
 type txStore struct {
 	store.Store
 	refuse atomic.Bool
+	fail   atomic.Pointer[error] // the error of the commit, when set: the transaction's own failure
 }
 
 type txWorkKey struct{}
@@ -54,6 +55,9 @@ func (w *txWork) Begun() bool { return w.begun.Load() }
 func (w *txWork) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	if w.s.refuse.Load() {
 		return false, nil
+	}
+	if err := w.s.fail.Load(); err != nil {
+		return false, *err
 	}
 	return w.s.Store.Complete(ctx, rec, ttl)
 }
@@ -251,5 +255,85 @@ func TestTransactionalMetadataOnAStreamThatCannotReport(t *testing.T) {
 	rec, err = call("committed")
 	if err != nil || !slices.Contains(rec.recorded(), "SetHeader idempotent-replayed=true x-a=1 x-b=2") {
 		t.Fatalf("the replay: %v, the transport got %v; want the held header replayed", err, rec.recorded())
+	}
+}
+
+// TestTransactionalCommitFailuresAnswered: a work's transaction that
+// failed at its commit, as the store reports it (store.ErrWorkFailed:
+// a statement it let fail, a deferred constraint), is answered Internal
+// (IDEMPOTENCY_TRANSACTION_FAILED) without RetryInfo, and one that lost a
+// conflict (store.ErrWorkConflict) Aborted
+// (IDEMPOTENCY_TRANSACTION_CONFLICT) with RetryInfo; never Unavailable,
+// and without the metadata set in the transaction. The claim is released:
+// the retry runs the handler again, and commits.
+func TestTransactionalCommitFailuresAnswered(t *testing.T) {
+	for _, c := range []struct {
+		fail      error
+		code      codes.Code
+		reason    string
+		retryInfo bool
+	}{
+		{store.ErrWorkFailed, codes.Internal, grpcinterceptor.ReasonTransactionFailed, false},
+		{store.ErrWorkConflict, codes.Aborted, grpcinterceptor.ReasonTransactionConflict, true},
+	} {
+		t.Run(c.reason, func(t *testing.T) {
+			s := &txStore{Store: memstore.New()}
+			svc := &txMetadataService{}
+			conn := dial(t, serve(t, txGuard(t, s), svc))
+			ctx := withKey(t.Context(), "k")
+			s.fail.Store(&c.fail)
+			a := unary(ctx, conn, &testgrpc.SimpleRequest{})
+			s.fail.Store(nil)
+			checkRefusal(t, a.err, c.code, c.reason, c.retryInfo)
+			if len(a.header.Get("x-h")) != 0 || len(a.trailer.Get("x-t")) != 0 {
+				t.Fatalf("header x-h %v, trailer x-t %v; want none of the handler's", a.header.Get("x-h"), a.trailer.Get("x-t"))
+			}
+			a = unary(ctx, conn, &testgrpc.SimpleRequest{})
+			if a.err != nil || a.replayed() || a.resp.GetServerId() != "2" {
+				t.Fatalf("the retry: %v %v replayed=%v; want execution 2", a.resp, a.err, a.replayed())
+			}
+		})
+	}
+}
+
+// txPayloadService begins its work's transaction and answers a payload
+// of the size the request asks for.
+type txPayloadService struct {
+	testgrpc.UnimplementedTestServiceServer
+	executions atomic.Int64
+}
+
+func (s *txPayloadService) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	n := strconv.FormatInt(s.executions.Add(1), 10)
+	beginTx(ctx)
+	return &testgrpc.SimpleResponse{ServerId: n, Payload: &testgrpc.Payload{Body: make([]byte, req.GetResponseSize())}}, nil
+}
+
+// TestTransactionalResponseOverLimit: a handler that began its
+// transaction and answers a message larger than the response limit is
+// rolled back and answered Internal (IDEMPOTENCY_RESPONSE_TOO_LARGE), as
+// an HTTP response too large to hold until the commit is: the client is
+// never told of work that a commit could not record. Nothing is kept: the
+// retry runs the handler again, and a response within the limit commits
+// and replays.
+func TestTransactionalResponseOverLimit(t *testing.T) {
+	const limit = 1 << 10
+	s := &txStore{Store: memstore.New()}
+	svc := &txPayloadService{}
+	conn := dial(t, serve(t, txGuard(t, s), svc, grpcinterceptor.WithMaxResponseBytes(limit)))
+	ctx := withKey(t.Context(), "big")
+	for i := range 2 {
+		a := unary(ctx, conn, &testgrpc.SimpleRequest{ResponseSize: 4 * limit})
+		checkRefusal(t, a.err, codes.Internal, grpcinterceptor.ReasonResponseTooLarge, false)
+		if n := svc.executions.Load(); n != int64(i+1) {
+			t.Fatalf("call %d: %d executions; want %d (nothing kept)", i, n, i+1)
+		}
+	}
+	ctx = withKey(t.Context(), "small")
+	for i, replayed := range []bool{false, true} {
+		a := unary(ctx, conn, &testgrpc.SimpleRequest{ResponseSize: 16})
+		if a.err != nil || a.replayed() != replayed || a.resp.GetServerId() != "3" || len(a.resp.GetPayload().GetBody()) != 16 {
+			t.Fatalf("call %d: %v %v replayed=%v; want execution 3 with 16 bytes, replayed=%v", i, a.resp, a.err, a.replayed(), replayed)
+		}
 	}
 }

@@ -95,7 +95,9 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
 // WithLogger sets the logger for failures that have no caller to return to
-// (an outcome that could not be recorded, a failed release); it is called
+// (an outcome that could not be recorded, a failed release) and for the
+// cause of a work's transaction that failed at its commit (see
+// store.ErrWorkFailed); it is called
 // with the call's ctx (the …Context methods), so a handler that reads
 // trace ids from it can put them on the line. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
@@ -327,7 +329,11 @@ func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 // ran; the backend failed) returns an [*UnavailableError] with no value
 // (wrapping lock.ErrLeaseLost when the lease was lost): fn's writes are
 // not there, and a retry runs fn again (or replays an outcome that
-// landed after all). A replay costs one round trip, a first execution
+// landed after all). A transaction that failed by itself at its commit
+// (store.ErrWorkFailed, store.ErrWorkConflict: rolled back, certainly) is
+// fn's failure, not the backend's: the claim is released, the cause
+// logged, and that error returned with no value, as an error of fn's
+// would be. A replay costs one round trip, a first execution
 // two. The fingerprint's algorithm is part of it: a record written under another version of the same algorithm (say
 // "http-v1" and "http-v2") is never a mismatch, so records written before
 // an upgrade still replay; one written under another algorithm family
@@ -467,7 +473,11 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		err := g.commit(ctx, &rec, c, l)
 		l.stop()
 		if err != nil {
-			c.end(Event{Kind: EventUnavailable, Fence: fence, Err: err})
+			kind := EventUnavailable
+			if errors.Is(err, store.ErrWorkFailed) || errors.Is(err, store.ErrWorkConflict) {
+				kind = EventExecuted // fn's failure, reported as an error fn returned is
+			}
+			c.end(Event{Kind: kind, Fence: fence, Err: err})
 			return Outcome{Fence: fence}, err
 		}
 		out.Recorded = true
@@ -688,7 +698,9 @@ func (g *Guard) abandon(ctx context.Context, key string, fence lock.Fence, c *ca
 // that did not take effect is followed by a read. An error means fn's
 // writes are not there (or, when the backend cannot be reached to tell,
 // may not be): the caller must not report the work done; a retry runs it
-// again, or replays the outcome if it landed after all.
+// again, or replays the outcome if it landed after all. An error matching
+// store.ErrWorkFailed or store.ErrWorkConflict is the transaction's own
+// failure, certain to have left nothing (see workFailed).
 func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease) error {
 	if cause := l.fn.leaseLost(); cause != nil {
 		// The loss was reported when fn's ctx ended (EventLeaseLost).
@@ -721,6 +733,8 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 			// The response does not fit: record that fn ran instead.
 			rec.State, rec.Response = store.StateNotReplayable, nil
 			continue
+		case errors.Is(err, store.ErrWorkFailed) || errors.Is(err, store.ErrWorkConflict):
+			return g.workFailed(ctx, rec, c, l, err)
 		}
 		rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
 		c.work.Rollback(rctx) // the transaction is over either way; this frees it
@@ -745,6 +759,27 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 		}
 		return &UnavailableError{Op: "commit", Err: err}
 	}
+}
+
+// workFailed ends a claim whose work's transaction failed at its commit
+// (err matches store.ErrWorkFailed or store.ErrWorkConflict): the backend
+// rolled it back, so nothing of the work is there, and the claim, still
+// this one's, is released for a retry to run the work again. The failure
+// is the work's, not the backend's: it is logged with its cause and
+// returned as it is, as an error fn returned would be.
+func (g *Guard) workFailed(ctx context.Context, rec *store.Record, c *call, l *lease, err error) error {
+	l.stop() // no renewal after the release
+	rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
+	c.work.Rollback(rctx) // frees its connection
+	rctx.release()
+	g.release(ctx, rec.Key, rec.Fence, c)
+	level, msg := slog.LevelError, "idempotency: the work's transaction failed at its commit and was rolled back; the claim is released"
+	if errors.Is(err, store.ErrWorkConflict) {
+		level, msg = slog.LevelWarn, "idempotency: the work's transaction lost a conflict with a concurrent one at its commit and was rolled back; the claim is released for a retry"
+	}
+	g.cfg.logger.Log(ctx, level, msg,
+		slog.String("key_hash", c.hash()), slog.String("fence", rec.Fence.String()), slog.String("error", err.Error()))
+	return err
 }
 
 // release ends the claim on a detached context under the op timeout. A

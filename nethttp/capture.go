@@ -2,6 +2,7 @@ package nethttp
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -37,12 +38,13 @@ type capture struct {
 	marked    bool // MarkNotReplayable was called
 
 	// Holding back the response of work whose transaction commits with
-	// its outcome (see hold): began tells whether the work began one,
-	// holding is set when the status is written after it did, and held is
-	// the whole body written since.
-	began   func() bool
-	holding bool
-	held    []byte
+	// its outcome: began tells whether the work began one, holding is set
+	// when the status is written after it did (the body is then held in
+	// rec, up to the limit), and heldOver when the body outgrew the limit:
+	// the rest is refused, and the transaction is rolled back.
+	began    func() bool
+	holding  bool
+	heldOver bool
 
 	// reqBody is the body of the request the handler is given (see
 	// Core.run): kept here, it takes no allocation of its own.
@@ -164,10 +166,25 @@ func (c *capture) WriteHeader(code int) {
 	c.w.WriteHeader(code)
 }
 
-// Write passes p on and keeps a copy, up to the capture limit.
+// errHeldTooLarge is what Write answers a handler whose response, held
+// until its transaction commits, outgrew the limit.
+var errHeldTooLarge = errors.New("nethttp: the response exceeds the response limit (WithMaxResponseBytes), the most held until the handler's transaction commits; the transaction will be rolled back")
+
+// Write passes p on and keeps a copy, up to the capture limit. A held
+// response (see send) is only kept, up to the limit: past it, Write
+// refuses p and every later write (errHeldTooLarge), and the work is
+// rolled back, so memory stays bounded by the limit.
 func (c *capture) Write(p []byte) (int, error) {
 	if !c.wrote {
 		c.WriteHeader(http.StatusOK)
+	}
+	if c.holding {
+		if c.heldOver || len(c.rec)-c.head+len(p) > c.limit {
+			c.heldOver, c.rec = true, nil
+			return 0, errHeldTooLarge
+		}
+		c.rec = append(c.rec, p...)
+		return len(p), nil
 	}
 	if !c.overLimit {
 		if c.limit > 0 && len(c.rec)-c.head+len(p) > c.limit {
@@ -175,10 +192,6 @@ func (c *capture) Write(p []byte) (int, error) {
 		} else {
 			c.rec = append(c.rec, p...)
 		}
-	}
-	if c.holding {
-		c.held = append(c.held, p...)
-		return len(p), nil
 	}
 	return c.w.Write(p)
 }
@@ -192,15 +205,14 @@ func (c *capture) send() {
 	}
 	c.holding = false
 	c.w.WriteHeader(c.status)
-	if len(c.held) > 0 {
-		_, _ = c.w.Write(c.held)
+	if body := c.body(); len(body) > 0 {
+		_, _ = c.w.Write(body)
 	}
 	if c.flushed {
 		if f, ok := c.w.(http.Flusher); ok {
 			f.Flush()
 		}
 	}
-	c.held = nil
 }
 
 // drop discards a held response whose work's transaction did not commit,
@@ -214,7 +226,7 @@ func (c *capture) drop() bool {
 	if !c.holding {
 		return false
 	}
-	c.holding, c.held, c.wrote = false, nil, false
+	c.holding, c.rec, c.wrote = false, nil, false
 	clear(c.w.Header())
 	return true
 }

@@ -177,9 +177,18 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 	if rec != nil {
 		// A response held until its work's transaction committed: sent
 		// now that it did, dropped (and refused below) if it did not.
-		if err == nil {
+		switch {
+		case err == nil && rec.heldOver:
+			// Rolled back (see verdict): there is no answer to send.
+			rec.drop()
+			c.cfg.logger.ErrorContext(r.Context(), "nethttp: the handler's response outgrew the response limit while it was held until its transaction's commit; the transaction was rolled back",
+				slog.Int("limit", c.cfg.maxResponse))
+			c.writeProblem(w, r, http.StatusInternalServerError, ProblemResponseTooLarge,
+				fmt.Sprintf("the response exceeds %d bytes, the most that is held until the request's database transaction commits; the transaction was rolled back, so nothing of the request was kept", c.cfg.maxResponse), 0)
+			return
+		case err == nil:
 			rec.send()
-		} else if !rec.drop() {
+		case !rec.drop():
 			c.cfg.logger.ErrorContext(r.Context(), "nethttp: the work's transaction did not commit, but its response was written before the transaction began and went out",
 				slog.String("error", err.Error()))
 			return
@@ -372,6 +381,10 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 // verdict decides what the guard records for a finished response.
 func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.Result {
 	switch {
+	case rec.heldOver:
+		// Held past the limit: the rest of it is lost, so the work must
+		// not commit (see Write).
+		return middleware.Result{Verdict: middleware.Forget}
 	case rec.hijacked:
 		return middleware.Result{Verdict: middleware.RecordNotReplayable}
 	case rec.marked && rec.began != nil && rec.began():
@@ -462,6 +475,12 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		c.writeProblem(w, r, http.StatusConflict, ProblemNotReplayable,
 			"the request with this key was executed, but its response could not be kept for replay (it was streamed, hijacked, aborted, "+
 				"larger than the capture limit, or written outside the middleware); it will not be executed again", 0)
+	case errors.Is(err, store.ErrWorkConflict):
+		c.writeProblem(w, r, http.StatusConflict, ProblemTransactionConflict,
+			"the request's database transaction conflicted with a concurrent one and was rolled back, so nothing of it was kept; retry with the same key and request", c.cfg.retryAfter)
+	case errors.Is(err, store.ErrWorkFailed):
+		c.writeProblem(w, r, http.StatusInternalServerError, ProblemTransactionFailed,
+			"the request's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0)
 	case errors.Is(err, store.ErrUnsealable):
 		// The request ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.

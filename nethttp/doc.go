@@ -47,11 +47,21 @@
 //	  428, 429, 503, or any 4xx/5xx with Retry-After        delivered (Retry-After included); not stored
 //	                                                        (see StorePolicy.TryAgain), so the retry it
 //	                                                        asks for runs the handler again
+//	handler's own transaction (pgstore.Tx) failed at
+//	  its commit: a statement it let fail, a deferred
+//	  constraint                                            500 transaction-failed; rolled back, nothing kept,
+//	                                                        the claim released (a retry runs again)
+//	  lost a serialization conflict or a deadlock           409 transaction-conflict + Retry-After; the same
+//	                                                        roll-back and release: the retry runs again
+//	response held until that commit grew past the
+//	  response limit (WithMaxResponseBytes)                 500 transaction-response-too-large; the handler's
+//	                                                        writes past it fail, and it is rolled back
 //
 // Error answers are RFC 9457 application/problem+json with stable type URIs
 // and Cache-Control: no-store. [WithProblemWriter] writes them in the
 // application's own format instead: every answer the middleware writes
-// itself (the refusals above and the 500 of a panic) goes through it as a
+// itself (the refusals above, the 500 of a panic and the answers of a
+// transaction that did not commit) goes through it as a
 // [Problem] (status, kind, type URI, title, detail, Retry-After);
 // [WriteProblem] is the default.
 //

@@ -257,8 +257,11 @@ func WithFingerprint(f func(r *http.Request, route string, body []byte) fingerpr
 func WithMaxBodyBytes(n int64) Option { return func(c *config) { c.maxBody = n } }
 
 // WithMaxResponseBytes bounds the response body kept for replay; a larger
-// response is delivered and recorded as executed-not-replayable. Default:
-// 1 MiB.
+// response is delivered and recorded as executed-not-replayable. It also
+// bounds a response held until the handler's transaction commits
+// (pgstore.Tx), which cannot be delivered in part: past it the handler's
+// writes fail, its transaction is rolled back and the client gets 500
+// transaction-response-too-large. Default: 1 MiB.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithReplayHeaders sets the response headers a replay repeats. Default:

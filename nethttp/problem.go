@@ -22,6 +22,20 @@ const (
 	ProblemNotReplayable       = "response-not-replayable" // 409: executed, but the response cannot be replayed
 	ProblemUnavailable         = "idempotency-unavailable" // 503: the idempotency backend is unreachable
 	ProblemInternal            = "internal-error"          // 500: the handler panicked before answering
+	// ProblemTransactionFailed: 500; the handler's own transaction
+	// (pgstore.Tx) failed at its commit (a statement it let fail, a
+	// deferred constraint) and was rolled back: nothing of it was kept,
+	// and a retry runs the handler again.
+	ProblemTransactionFailed = "transaction-failed"
+	// ProblemTransactionConflict: 409 with Retry-After; the handler's own
+	// transaction lost a conflict with a concurrent one (a serialization
+	// failure, a deadlock) and was rolled back: a retry with the same key
+	// runs the handler again.
+	ProblemTransactionConflict = "transaction-conflict"
+	// ProblemResponseTooLarge: 500; the handler's transaction was rolled
+	// back because its response was larger than the response limit
+	// ([WithMaxResponseBytes]), the most that is held until the commit.
+	ProblemResponseTooLarge = "transaction-response-too-large"
 )
 
 // defaultProblemTypeBase prefixes the problem types in "type" URIs.
@@ -38,11 +52,15 @@ var problemTitles = map[string]string{
 	ProblemNotReplayable:       "The request was executed but its response cannot be replayed",
 	ProblemUnavailable:         "Idempotency service is unavailable",
 	ProblemInternal:            "Internal error",
+	ProblemTransactionFailed:   "The request's transaction failed and was rolled back",
+	ProblemTransactionConflict: "The request's transaction conflicted with another and was rolled back",
+	ProblemResponseTooLarge:    "The response is too large to hold until its transaction commits",
 }
 
 // Problem is an answer the middleware writes itself, instead of the
-// handler's: a refusal (400, 409, 413, 422, 503) or the 500 of a handler
-// that panicked before answering. [WriteProblem] writes it as RFC 9457
+// handler's: a refusal (400, 409, 413, 422, 503), the 500 of a handler
+// that panicked before answering, or the answer of a handler whose
+// transaction did not commit (500, 409). [WriteProblem] writes it as RFC 9457
 // problem details; [WithProblemWriter] lets an application write it in its
 // own error format.
 type Problem struct {

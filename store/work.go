@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/idemkit/idemkit/lock"
@@ -41,10 +42,29 @@ type Work interface {
 	// when the record no longer carries the claim (it was taken over: the
 	// work's writes are undone). A rec the store refuses (InvalidArgument,
 	// [ErrTooLarge]) is refused before anything is sent, and the
-	// transaction stays open for another Commit. Any other error leaves
-	// the commit's fate unknown: either everything landed or nothing did.
+	// transaction stays open for another Commit. An error matching
+	// [ErrWorkFailed] or [ErrWorkConflict] is the transaction's own
+	// failure: it was rolled back, nothing landed and the claim is still
+	// this one's. Any other error leaves the commit's fate unknown: either
+	// everything landed or nothing did.
 	Commit(ctx context.Context, rec Record, ttl time.Duration) (bool, error)
 	// Rollback rolls the transaction back; it does nothing to work that
 	// never began or has ended.
 	Rollback(ctx context.Context)
 }
+
+// The failures of the work's own transaction that [Work.Commit] reports:
+// not the backend's (it answered), but the transaction's, which the
+// backend rolled back, so that nothing of the work landed and the claim is
+// still the holder's.
+var (
+	// ErrWorkFailed is matched by a Commit that failed for good: a
+	// statement of the work failed and left the transaction aborted, or a
+	// deferred constraint or trigger refused its writes at COMMIT. Running
+	// the work again the same way fails the same way.
+	ErrWorkFailed = errors.New("store: the work's transaction failed and was rolled back")
+	// ErrWorkConflict is matched by a Commit that lost a conflict with
+	// concurrent transactions (a serialization failure or a deadlock):
+	// running the work again may succeed.
+	ErrWorkConflict = errors.New("store: the work's transaction lost a conflict with concurrent transactions and was rolled back")
+)

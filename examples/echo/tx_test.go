@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/labstack/echo/v4"
@@ -36,7 +37,7 @@ func txEchoServer(t *testing.T, b *demotest.TxBackend) string {
 		}
 		info, _ := middleware.CallInfoFrom(ctx)
 		c.Response().Header().Set("Location", "/orders/"+info.Fence.String())
-		if err := c.JSON(http.StatusCreated, map[string]string{"key": info.Key, "fence": info.Fence.String()}); err != nil {
+		if err := c.JSON(http.StatusCreated, map[string]string{"key": info.Key, "fence": info.Fence.String(), "pad": strings.Repeat("x", int(b.Pad.Load()))}); err != nil {
 			return err
 		}
 		if b.Stream.Load() {
@@ -52,6 +53,7 @@ func txEchoServer(t *testing.T, b *demotest.TxBackend) string {
 // TestTxEcho: echo handlers that write in pgstore.Tx commit their rows
 // with the record exactly once, an error (which echo's error handler
 // answers 500) rolls them back, a streamed response commits as not
-// replayable, and a transaction that cannot commit is answered 503
-// (demotest.RunTxHTTP).
+// replayable, a transaction that cannot commit is answered 500
+// transaction-failed, and a response too large to hold until the commit
+// is rolled back (demotest.RunTxHTTP).
 func TestTxEcho(t *testing.T) { demotest.RunTxHTTP(t, txEchoServer) }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
@@ -37,7 +38,7 @@ func txGinServer(t *testing.T, b *demotest.TxBackend) string {
 		}
 		info, _ := middleware.CallInfoFrom(ctx)
 		c.Header("Location", "/orders/"+info.Fence.String())
-		c.JSON(http.StatusCreated, gin.H{"key": info.Key, "fence": info.Fence.String()})
+		c.JSON(http.StatusCreated, gin.H{"key": info.Key, "fence": info.Fence.String(), "pad": strings.Repeat("x", int(b.Pad.Load()))})
 		if b.Stream.Load() {
 			c.Writer.Flush()
 		}
@@ -49,8 +50,9 @@ func txGinServer(t *testing.T, b *demotest.TxBackend) string {
 
 // TestTxGin: gin handlers that write in pgstore.Tx commit their rows with
 // the record exactly once, a 500 rolls them back, a streamed response
-// commits as not replayable, and a transaction that cannot commit is
-// answered 503 (demotest.RunTxHTTP).
+// commits as not replayable, a transaction that cannot commit is answered
+// 500 transaction-failed, and a response too large to hold until the
+// commit is rolled back (demotest.RunTxHTTP).
 func TestTxGin(t *testing.T) { demotest.RunTxHTTP(t, txGinServer) }
 
 // TestTxGinCentralErrors: a handler that writes in pgstore.Tx and leaves

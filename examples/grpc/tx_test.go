@@ -198,41 +198,46 @@ func TestTxGRPC(t *testing.T) {
 	}
 }
 
-// TestTxGRPCTooLargeNotReplayable: a gRPC handler that writes in
-// pgstore.Tx and answers a response larger than the interceptor keeps
-// (WithMaxResponseBytes) gets it delivered whole, and its row commits
-// with the record as executed-not-replayable: the retry is refused
-// (FailedPrecondition, IDEMPOTENCY_NOT_REPLAYABLE) without running the
-// handler, and the key has one row.
-func TestTxGRPCTooLargeNotReplayable(t *testing.T) {
+// TestTxGRPCTooLargeRolledBack: a gRPC handler that writes in pgstore.Tx
+// and answers a response larger than the interceptor keeps
+// (WithMaxResponseBytes), which its commit could not record, is rolled
+// back: the call gets Internal (IDEMPOTENCY_RESPONSE_TOO_LARGE) and no
+// response, the key has no row, and the retry, with a response that
+// fits, runs again and commits one.
+func TestTxGRPCTooLargeRolledBack(t *testing.T) {
 	b := demotest.NewTxBackend(t)
 	svc := &txService{b: b}
 	svc.big.Store(true)
 	call := txServe(t, svc, grpcinterceptor.WithMaxResponseBytes(txBigPayload/2))
-	if a := call("big"); a.err != nil || a.replayed || len(a.resp.GetPayload().GetBody()) != txBigPayload {
-		t.Fatalf("a response too large to keep: %d bytes, replayed=%v, %v; want it delivered", len(a.resp.GetPayload().GetBody()), a.replayed, a.err)
-	}
 	a := call("big")
-	if status.Code(a.err) != codes.FailedPrecondition || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonNotReplayable {
-		t.Fatalf("its retry: %v; want FailedPrecondition %s", a.err, grpcinterceptor.ReasonNotReplayable)
+	if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonResponseTooLarge || a.resp != nil {
+		t.Fatalf("a response too large to record: %v, %v; want Internal %s and no response", a.resp, a.err, grpcinterceptor.ReasonResponseTooLarge)
 	}
-	if n := b.Rows(t, "big"); n != 1 || b.Runs.Load() != 1 {
-		t.Fatalf("rows of big: %d, runs %d; want 1 and 1", n, b.Runs.Load())
+	if n := b.Rows(t, "big"); n != 0 || b.Runs.Load() != 1 {
+		t.Fatalf("rows of big: %d, runs %d; want 0 and 1", n, b.Runs.Load())
+	}
+	svc.big.Store(false)
+	if a := call("big"); a.err != nil || a.replayed || a.resp.GetServerId() != "big" {
+		t.Fatalf("the retry: %v replayed=%v %v; want a new execution", a.resp, a.replayed, a.err)
+	}
+	if n := b.Rows(t, "big"); n != 1 || b.Runs.Load() != 2 {
+		t.Fatalf("rows of big after the retry: %d, runs %d; want 1 and 2", n, b.Runs.Load())
 	}
 }
 
 // TestTxGRPCCommitFails: a gRPC handler whose transaction cannot commit
-// (a statement in it failed) has its response replaced by Unavailable
-// (IDEMPOTENCY_UNAVAILABLE), leaves no row, and its retry runs again and
-// commits one.
+// (a statement in it failed) has its response replaced by Internal
+// (IDEMPOTENCY_TRANSACTION_FAILED), not Unavailable: the backend did not
+// fail, the handler's transaction did. It leaves no row, and its retry
+// runs again and commits one.
 func TestTxGRPCCommitFails(t *testing.T) {
 	b := demotest.NewTxBackend(t)
 	call := txServe(t, &txService{b: b})
 	b.Break.Store(true)
 	a := call("broken")
 	b.Break.Store(false)
-	if status.Code(a.err) != codes.Unavailable || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonUnavailable || a.resp != nil {
-		t.Fatalf("a transaction that cannot commit: %v, %v; want Unavailable %s and no response", a.resp, a.err, grpcinterceptor.ReasonUnavailable)
+	if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonTransactionFailed || a.resp != nil {
+		t.Fatalf("a transaction that cannot commit: %v, %v; want Internal %s and no response", a.resp, a.err, grpcinterceptor.ReasonTransactionFailed)
 	}
 	if n := b.Rows(t, "broken"); n != 0 {
 		t.Fatalf("rows after the failed commit: %d; want none", n)
@@ -291,8 +296,8 @@ func checkHandlerMetadata(t *testing.T, what string, a txAnswer, key string) {
 // header and trailer metadata inside its transaction (with grpc.SetHeader,
 // or with grpc.SendHeader, which sends the header at once outside the
 // transactional mode) and whose transaction then cannot commit (a
-// statement in it failed) gets Unavailable with the interceptor's
-// ErrorInfo, and none of its header nor trailer entries reaches the
+// statement in it failed) gets Internal with the interceptor's
+// ErrorInfo (IDEMPOTENCY_TRANSACTION_FAILED), and none of its header nor trailer entries reaches the
 // client; the retry runs again, commits, and delivers them.
 func TestTxGRPCCommitFailsSendsNoHandlerMetadata(t *testing.T) {
 	for _, m := range txMetadataModes {
@@ -301,8 +306,8 @@ func TestTxGRPCCommitFailsSendsNoHandlerMetadata(t *testing.T) {
 			b.Break.Store(true)
 			a := call("broken")
 			b.Break.Store(false)
-			if status.Code(a.err) != codes.Unavailable || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonUnavailable || a.resp != nil {
-				t.Fatalf("a transaction that cannot commit: %v, %v; want Unavailable %s and no response", a.resp, a.err, grpcinterceptor.ReasonUnavailable)
+			if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonTransactionFailed || a.resp != nil {
+				t.Fatalf("a transaction that cannot commit: %v, %v; want Internal %s and no response", a.resp, a.err, grpcinterceptor.ReasonTransactionFailed)
 			}
 			if h, tr := handlerMetadata(a); len(h) != 0 || len(tr) != 0 {
 				t.Fatalf("a transaction that cannot commit: the handler's header %v and trailer %v reached the client; want none", h, tr)

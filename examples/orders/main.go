@@ -34,8 +34,9 @@
 //     either: rolled back, and run again by a retry.
 //
 // The 201 is held by the middleware until the transaction has committed;
-// if the commit fails, the client gets 503 instead, and the order is not
-// there.
+// if the commit fails, the client gets a problem instead (503 when the
+// database cannot be reached, 500 when the transaction itself failed, 409
+// when it lost a serialization conflict), and the order is not there.
 //
 //	curl -i -H 'Idempotency-Key: order-1' -d '{"item":"book","quantity":2}' http://127.0.0.1:8080/orders
 //	curl -i -H 'Idempotency-Key: order-1' -d '{"item":"book","quantity":2}' http://127.0.0.1:8080/orders  # replayed

@@ -62,6 +62,8 @@ var cases = []testCase{
 	{"DoNotRecordLeavesNothing", testDoNotRecordLeavesNothing},
 	{"OutcomesReachHooksAndWatchers", testOutcomesReachHooksAndWatchers},
 	{"RecordTTLPerRoute", testRecordTTLPerRoute},
+	{"TransactionFailuresAnswered", testTransactionFailuresAnswered},
+	{"HeldResponseOverLimitRolledBack", testHeldResponseOverLimitRolledBack},
 }
 
 func testMethodNotGuardedPassesThrough(t *testing.T, s *suite) {

@@ -132,6 +132,8 @@ func (s *suite) serveGuard(t *testing.T, g *middleware.Guard, b Backends, app *a
 //	callinfo=1        answer with what middleware.CallInfoFrom gives, as the
 //	                  JSON {"operation", "scope", "key", "fence", "hooked"} (hooked:
 //	                  the context carries what the observer's IdempotencyStart added)
+//	tx=1              begin the work's transaction first, on a store that has one
+//	                  (see txStore)
 //	norecord=1        ask the guard not to record the outcome
 //	                  (middleware.DoNotRecord), and answer 400, as for a wrong
 //	                  one-time code
@@ -165,6 +167,9 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := a.executions.Add(1)
 	body, _ := io.ReadAll(r.Body)
 	q := r.URL.Query()
+	if q.Get("tx") == "1" {
+		beginTx(r.Context())
+	}
 	if q.Get("callinfo") == "1" {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)

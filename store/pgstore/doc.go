@@ -23,7 +23,9 @@
 // The client ([DB]) is a *pgxpool.Pool (the usual choice), a *pgx.Conn
 // (one connection: never shared between goroutines) or a pgx.Tx. A store
 // on a pool also takes one connection out of it, on the first wait for a
-// running duplicate, to listen for notifications (see Waiting duplicates).
+// running duplicate, to listen for notifications (see Waiting duplicates),
+// and opens one more, outside it, while guarded work holds a transaction
+// (see Exactly-once effects).
 //
 // # Table
 //
@@ -189,14 +191,30 @@
 //     nothing of it remains, and a retry runs it again.
 //   - A response that cannot be replayed (streamed, too large) is
 //     committed with the writes as executed-not-replayable.
+//   - A transaction that fails by itself is the work's failure, not the
+//     backend's: left aborted by a statement the work let fail (SQLSTATE
+//     25P02; go on after a failed statement only from a savepoint,
+//     tx.Begin), or refused at COMMIT by a deferred constraint or trigger
+//     (class 23, say 23503), it fails the call with an error matching
+//     store.ErrWorkFailed (HTTP 500 transaction-failed, gRPC Internal);
+//     having lost a serialization failure or a deadlock (40001, 40P01),
+//     with store.ErrWorkConflict (HTTP 409 transaction-conflict with
+//     Retry-After, gRPC Aborted): a retry may succeed. Either way it was
+//     rolled back, the claim is released (a retry runs the work again),
+//     and the guard logs the cause, SQLSTATE included.
 //   - nethttp (and gin and echo) hold a response written once the
 //     transaction began and send it only after the commit: a client never
-//     sees a success whose writes were rolled back (it gets 503 instead,
-//     without the handler's headers). gRPC sends the response after the
+//     sees a success whose writes were rolled back (it gets the answer of
+//     the failure instead, without the handler's headers). The response
+//     is held up to nethttp.WithMaxResponseBytes (1 MiB by default): past
+//     it, the handler's writes fail and the work is rolled back (500
+//     transaction-response-too-large), so memory stays bounded and no
+//     truncated success goes out. gRPC sends the response after the
 //     guard returns, so after the commit, and holds the header and
 //     trailer metadata set once the transaction began until then: a
-//     failed commit is Unavailable without any of it. middleware.Do
-//     returns after the commit.
+//     failed commit is answered without any of it, and a response message
+//     over grpcinterceptor.WithMaxResponseBytes is rolled back (Internal).
+//     middleware.Do returns after the commit.
 //
 // An answer the adapter records (an HTTP 4xx by default, a gRPC status its
 // policy stores) commits what the work wrote before it: validate before
@@ -210,10 +228,35 @@
 // or write them to an outbox table in the same transaction and send them
 // from there. The work's tables must be in the records' database. A
 // response written, or gRPC metadata set, before the work calls Tx goes
-// out whatever becomes of the transaction: call Tx first. The transaction
-// holds a pool connection for as long as the work runs, and its isolation
-// is the server's default (read committed).
+// out whatever becomes of the transaction: call Tx first.
 // Work that never calls Tx pays nothing: the claim is completed as usual.
+//
+// Isolation: read committed by default, set on each BEGIN whatever the
+// server's default ([WithTxIsolation]: repeatable read or serializable).
+// Above read committed, Tx first marks the claim as waited for (one more
+// statement, before the transaction's snapshot; the commit then notifies):
+// a waiting duplicate's mark would otherwise change the record's row
+// after the snapshot, and the completion, which writes that row, would
+// fail with a serialization failure. Duplicates then only read the row,
+// and never make the holder's commit fail. A renewal of the claim's lease
+// changes the row too, and cannot be moved out of the way: above read
+// committed, work must end before its first renewal (a third of the
+// guard's lease TTL, middleware.WithLeaseTTL); work that runs past it
+// fails at its commit (store.ErrWorkFailed), with a detail that says so.
+//
+// Connections: the transaction holds a pool connection for as long as the
+// work runs. The renewals of its claim's lease do not wait for another
+// one behind it (with as many long transactional requests as the pool has
+// connections, they would wait until the leases ran out): they run on one
+// connection of the store's own, outside the pool, opened with the pool's
+// (or the *pgx.Conn's) configuration when a first work begins its
+// transaction and closed a minute after the last one ended (pgxpool's
+// BeforeConnect and AfterConnect hooks do not run on it). Claims and
+// completions of other requests still need a connection of the pool: a
+// statement that times out while every connection is in use fails with
+// NetworkTimeout and a detail saying that the pool is too small (naming
+// pgxpool.Config.MaxConns), logged the first time. Size the pool above
+// the number of transactional requests that run at once.
 //
 // A unique constraint on the work's table (an order number, the
 // idempotency key itself) meets a takeover this way: the taker's insert
@@ -249,5 +292,7 @@
 // lost connection in Delete; inside a caller's pgx.Tx nothing is retried.
 // Should a claim whose connection was lost have been made, its retry finds
 // it and answers busy until its lease runs out: a delay, never a second
-// execution.
+// execution. The failures of guarded work's own transaction at its commit
+// are told apart from the backend's (store.ErrWorkFailed,
+// store.ErrWorkConflict; see Exactly-once effects).
 package pgstore

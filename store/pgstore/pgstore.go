@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +52,8 @@ type config struct {
 	maxResponse int
 	logger      *slog.Logger
 	sweepBatch  int
+
+	txIso pgx.TxIsoLevel // of the work's transactions (Tx)
 
 	listenSet  bool                                         // WithListenConn was given
 	listenConn func(ctx context.Context) (*pgx.Conn, error) // nil: none
@@ -96,6 +100,19 @@ func WithListenConn(connect func(ctx context.Context) (*pgx.Conn, error)) Option
 	return func(c *config) { c.listenSet, c.listenConn = true, connect }
 }
 
+// WithTxIsolation sets the isolation level of the transactions [Tx]
+// begins for guarded work: pgx.ReadCommitted, pgx.RepeatableRead or
+// pgx.Serializable. It is set on each BEGIN, whatever the server's or the
+// session's default_transaction_isolation says. Above read committed a
+// transaction may fail with a serialization failure, which the guard
+// answers as a conflict the client may retry (see the package
+// documentation, Exactly-once effects); and its work must end before the
+// guard renews the claim's lease (every third of the guard's lease TTL):
+// a renewal changes the record's row after the transaction's snapshot, so
+// the transaction could no longer complete it, and it fails for good,
+// saying so. Default: pgx.ReadCommitted.
+func WithTxIsolation(level pgx.TxIsoLevel) Option { return func(c *config) { c.txIso = level } }
+
 // Defaults and bounds of the options, as their documentation states them.
 const (
 	defaultMaxResponseBytes = 8 << 20
@@ -105,7 +122,8 @@ const (
 )
 
 func newConfig(opts []Option) (config, error) {
-	c := config{tableName: defaultTable, maxResponse: defaultMaxResponseBytes, sweepBatch: defaultSweepBatch, listenIdle: defaultListenIdle}
+	c := config{tableName: defaultTable, maxResponse: defaultMaxResponseBytes, sweepBatch: defaultSweepBatch, listenIdle: defaultListenIdle,
+		txIso: pgx.ReadCommitted}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -121,6 +139,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", maxResponseLimit))
 	case c.sweepBatch < 1:
 		return bad("the sweep batch must be at least 1")
+	case c.txIso != pgx.ReadCommitted && c.txIso != pgx.RepeatableRead && c.txIso != pgx.Serializable:
+		return bad("the isolation level of the work's transactions must be pgx.ReadCommitted, pgx.RepeatableRead or pgx.Serializable")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -140,6 +160,12 @@ type Store struct {
 	cfg  config
 	q    queries
 	lis  *listener // nil: the store does not listen (Watch never fires)
+
+	// The claims whose work holds a transaction (see Tx), by workID, and
+	// the connection that renews their leases (nil: the DB renews them).
+	held    sync.Map
+	renewer *renewer
+	starved atomic.Bool // a starved pool was logged
 }
 
 // New returns a store on db, with the table named by opts, which must exist
@@ -162,6 +188,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	if connect != nil && !inTx {
 		s.lis = newListener(cfg.table.channel(), connect, cfg.listenIdle, cfg.logger)
+	}
+	switch c := db.(type) {
+	case *pgxpool.Pool:
+		s.renewer = &renewer{config: c.Config().ConnConfig, sem: make(chan struct{}, 1)}
+	case *pgx.Conn:
+		s.renewer = &renewer{config: c.Config(), sem: make(chan struct{}, 1)}
 	}
 	return s, nil
 }
@@ -273,7 +305,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 			return true, err
 		})
 		if err != nil {
-			return store.Record{}, false, err
+			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
 		if found {
 			rec, err := r.record(op, key)
@@ -314,7 +346,18 @@ func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl ti
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
 	}
-	return s.fenced(ctx, op, true, s.q.extend, storedKey(key), int64(fence), ttl.Microseconds())
+	sk := storedKey(key)
+	if w, ok := s.held.Load(workID{sk, int64(fence)}); ok && s.renewer != nil {
+		// The work's own transaction holds a connection: the renewal must
+		// not wait for another behind it (see renewer).
+		done, err := s.renewer.extend(ctx, s.q.extend, sk, int64(fence), ttl.Microseconds())
+		if done {
+			w.(*work).renewed.Store(true)
+		}
+		return done, s.starvedPool(ctx, err)
+	}
+	done, err := s.fenced(ctx, op, true, s.q.extend, sk, int64(fence), ttl.Microseconds())
+	return done, s.starvedPool(ctx, err)
 }
 
 // Complete implements [store.Store]: one UPDATE guarded by the fence and
@@ -340,8 +383,9 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if response == nil {
 		response = []byte{}
 	}
-	return s.fenced(ctx, op, true, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
+	done, err := s.fenced(ctx, op, true, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
 		response, []byte(rec.Fingerprint), ttl.Microseconds())
+	return done, s.starvedPool(ctx, err)
 }
 
 // Release implements [store.Store]: one UPDATE, guarded by the fence and

@@ -3,10 +3,14 @@ package pgstore
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
@@ -29,7 +33,7 @@ var ErrGuardCommits = errors.New("pgstore: the guard commits or rolls back this 
 // beginner is what a [DB] needs to begin transactions: *pgxpool.Pool and
 // *pgx.Conn have it.
 type beginner interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 // Tx returns the transaction of the guarded work whose context is ctx,
@@ -59,8 +63,12 @@ type beginner interface {
 // database as the records.
 //
 // The returned transaction refuses Commit and Rollback ([ErrGuardCommits]);
-// savepoints (its Begin) work as usual. It has the server's default
-// isolation level (read committed, unless configured otherwise). Its row
+// savepoints (its Begin) work as usual. Its isolation level is
+// [WithTxIsolation]'s (read committed by default). A transaction that
+// fails by itself (a statement the work let fail leaves it aborted; a
+// deferred constraint refuses it at COMMIT; a serialization failure) fails
+// the call with an error matching store.ErrWorkFailed or
+// store.ErrWorkConflict, and its claim is released. Its row
 // locks are held until the guard ends it: after a takeover, the taker's
 // insert of a value a unique constraint holds, which the first holder
 // inserted, blocks until the first holder's transaction ends (rolled
@@ -87,18 +95,27 @@ func (s *Store) Work(ctx context.Context, key string, fence lock.Fence) (context
 	if !ok || s.inTx {
 		return ctx, nil
 	}
-	w := &work{s: s, db: b}
+	w := &work{s: s, db: b, id: workID{storedKey(key), int64(fence)}}
 	return context.WithValue(ctx, workKey{}, w), w
+}
+
+// workID names a claim: its stored key and fence.
+type workID struct {
+	key   string
+	fence int64
 }
 
 // work is one claim's transaction: begun by Tx, ended by the guard.
 type work struct {
 	s  *Store
 	db beginner
+	id workID
 
 	mu    sync.Mutex
 	tx    pgx.Tx // nil until begun
 	ended bool   // committed or rolled back: Tx refuses to begin again
+
+	renewed atomic.Bool // the claim's lease was renewed while the transaction was open
 }
 
 func (w *work) begin(ctx context.Context) (pgx.Tx, error) {
@@ -114,12 +131,37 @@ func (w *work) begin(ctx context.Context) (pgx.Tx, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return nil, err
 	}
-	tx, err := w.db.Begin(ctx)
+	if w.s.cfg.txIso != pgx.ReadCommitted {
+		// Mark the claim as waited for before the transaction's snapshot
+		// (see Store.Watch): a waiting duplicate's mark would be a change
+		// of the record's row after it, which the completion could then
+		// not write (a serialization failure). Marked, the claim's row is
+		// only read by duplicates.
+		if _, err := w.s.mark(ctx, w.id.key); err != nil {
+			return nil, w.s.starvedPool(ctx, err)
+		}
+	}
+	tx, err := w.db.BeginTx(ctx, pgx.TxOptions{IsoLevel: w.s.cfg.txIso})
 	if err != nil {
-		return nil, mapError(ctx, op, err)
+		return nil, w.s.starvedPool(ctx, mapError(ctx, op, err))
 	}
 	w.tx = tx
+	w.s.held.Store(w.id, w)
+	w.s.renewer.hold(1)
 	return guardedTx{tx}, nil
+}
+
+// end marks the transaction ended, once: its claim is no longer held by
+// it. The caller holds w.mu.
+func (w *work) end() {
+	if w.ended {
+		return
+	}
+	w.ended = true
+	if w.tx != nil {
+		w.s.held.Delete(w.id)
+		w.s.renewer.hold(-1)
+	}
 }
 
 // Begun implements [store.Work].
@@ -149,7 +191,7 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	if w.tx == nil || w.ended {
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "no transaction under way", nil)
 	}
-	w.ended = true
+	w.end()
 	response := rec.Response
 	if response == nil {
 		response = []byte{}
@@ -163,19 +205,78 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	}
 	if err != nil {
 		w.rollback(ctx)
-		return false, mapError(ctx, op, err)
+		return false, w.failed(ctx, op, err, false)
 	}
 	if err := w.tx.Commit(ctx); err != nil {
-		return false, mapError(ctx, op, err)
+		return false, w.failed(ctx, op, err, true)
 	}
 	return true, nil
+}
+
+// failed maps the error of the completion's statement in the transaction
+// (atCommit false) or of its COMMIT. A failure of the transaction itself
+// (the server answered, and rolled it back) wraps [store.ErrWorkFailed] or
+// [store.ErrWorkConflict] with a detail that names its cause; anything
+// else is the backend's (see [mapError]).
+func (w *work) failed(ctx context.Context, op string, err error, atCommit bool) error {
+	if ctx.Err() != nil {
+		return mapError(ctx, op, err)
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		if errors.Is(err, pgx.ErrTxCommitRollback) {
+			// COMMIT answered ROLLBACK: the transaction had failed.
+			return idemkit.NewError(idemkit.CodeInternal, op, "the work's transaction had failed, and COMMIT rolled it back",
+				fmt.Errorf("%w: %w", store.ErrWorkFailed, err))
+		}
+		return mapError(ctx, op, err)
+	}
+	fail := func(sentinel error, code idemkit.Code, detail string) error {
+		return idemkit.NewError(code, op, detail+" (SQLSTATE "+pe.Code+")", fmt.Errorf("%w: %w", sentinel, err))
+	}
+	switch {
+	case pe.Code == "25P02":
+		return fail(store.ErrWorkFailed, idemkit.CodeInternal,
+			"a statement of the work failed earlier and left its transaction aborted, so it was rolled back; "+
+				"work that goes on after a failed statement must roll back to a savepoint (tx.Begin) first")
+	case !atCommit && pe.Code == "40001" && w.renewed.Load():
+		return fail(store.ErrWorkFailed, idemkit.CodeInternal,
+			"the work ran past a renewal of its claim's lease, which changed the record's row after the snapshot of its "+
+				pgIsoName(w.s.cfg.txIso)+" transaction, so the outcome could not be written in it; it was rolled back: "+
+				"give the guard a lease TTL over three times what the work takes (middleware.WithLeaseTTL), or use READ COMMITTED")
+	case pe.Code == "40001" || pe.Code == "40P01":
+		return fail(store.ErrWorkConflict, idemkit.CodeServiceUnavailable,
+			"the work's "+pgIsoName(w.s.cfg.txIso)+" transaction lost a conflict with a concurrent one ("+pe.Message+") and was rolled back")
+	case atCommit && (strings.HasPrefix(pe.Code, "23") || strings.HasPrefix(pe.Code, "22") || pe.Code == "P0001"):
+		// A deferred constraint or trigger refused the work's writes.
+		return fail(store.ErrWorkFailed, idemkit.CodeInternal,
+			"COMMIT refused the work's writes ("+pe.Message+"), and they were rolled back")
+	}
+	return mapError(ctx, op, err)
+}
+
+// pgIsoName spells an isolation level as SQL does.
+func pgIsoName(l pgx.TxIsoLevel) string {
+	switch l {
+	case pgx.RepeatableRead:
+		return "REPEATABLE READ"
+	case pgx.Serializable:
+		return "SERIALIZABLE"
+	}
+	return "READ COMMITTED"
 }
 
 // Rollback implements [store.Work].
 func (w *work) Rollback(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.ended = true
+	if w.ended {
+		if w.tx != nil {
+			w.rollback(ctx) // after a failed Commit: frees the connection
+		}
+		return
+	}
+	w.end()
 	if w.tx != nil {
 		w.rollback(ctx)
 	}

@@ -150,8 +150,9 @@ func TestTxCommitsWithOutcome(t *testing.T) {
 // nothing be recorded, returns a verdict that stores nothing, or whose
 // transaction cannot commit (a statement in it failed) leaves no row and
 // no record, through Guard.Execute and through middleware.Do; its retry
-// runs again, and commits. A call whose commit failed is Unavailable with
-// no value, and Do returns no value with any error.
+// runs again, and commits. A call whose commit failed (its transaction
+// aborted) fails with store.ErrWorkFailed, never Unavailable, and no
+// value, and Do returns no value with any error.
 func TestTxRolledBackWithoutOutcome(t *testing.T) {
 	t.Parallel()
 	nodes, admin, orders := txCluster(t, 1)
@@ -221,8 +222,8 @@ func TestTxRolledBackWithoutOutcome(t *testing.T) {
 				func() {
 					defer func() { _ = recover() }()
 					v, err := via.call(ctx, key, c.work)
-					if c.name == "commit-fails" && (!errors.Is(err, middleware.ErrUnavailable) || v != "") {
-						t.Errorf("a commit that failed: %q, %v; want no value and Unavailable", v, err)
+					if c.name == "commit-fails" && (!errors.Is(err, store.ErrWorkFailed) || errors.Is(err, middleware.ErrUnavailable) || v != "") {
+						t.Errorf("a commit that failed: %q, %v; want no value and store.ErrWorkFailed", v, err)
 					}
 					if via.name == "do" && err != nil && v != "" {
 						t.Errorf("Do returned %q with its error %v; want no value", v, err)
@@ -572,8 +573,8 @@ func TestTxThroughHTTP(t *testing.T) {
 
 	breakTx.Store(true)
 	resp, body = post("h2", "")
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Location") != "" || strings.Contains(body, `"id"`) {
-		t.Fatalf("a transaction that cannot commit: %d %q %v; want a 503 problem without the handler's answer", resp.StatusCode, body, resp.Header)
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, nethttp.ProblemTransactionFailed) || resp.Header.Get("Location") != "" || strings.Contains(body, `"id"`) {
+		t.Fatalf("a transaction that cannot commit: %d %q %v; want a 500 %s problem without the handler's answer", resp.StatusCode, body, resp.Header, nethttp.ProblemTransactionFailed)
 	}
 	if who := orderRows(t, admin, orders, "h2"); len(who) != 0 {
 		t.Fatalf("rows of h2 after the failed commit: %v; want none", who)
@@ -587,12 +588,20 @@ func TestTxThroughHTTP(t *testing.T) {
 		t.Fatalf("rows of h2 after the retry: %v; want one", who)
 	}
 
+	// Over the capture limit, a held response is not sent at all: its
+	// transaction is rolled back (TestTxResponseOverLimitRolledBack).
+	resp, body = post("h4", fmt.Sprint("?pad=", 2*captureLimit))
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, nethttp.ProblemResponseTooLarge) {
+		t.Fatalf("a response over the capture limit: %d %q; want 500 %s", resp.StatusCode, body, nethttp.ProblemResponseTooLarge)
+	}
+	if who := orderRows(t, admin, orders, "h4"); len(who) != 0 {
+		t.Fatalf("rows of the response over the capture limit: %v; want none", who)
+	}
 	for _, c := range []struct {
 		name, key, query string
 		size             int // of the body
 	}{
 		{"streamed", "h3", "?stream=1", len(`{"id":1}`)},
-		{"over the capture limit", "h4", fmt.Sprint("?pad=", 2*captureLimit), len(`{"id":1}`) + 2*captureLimit},
 		{"over the store's limit", "h5", fmt.Sprint("?pad=", 2*storeLimit), len(`{"id":1}`) + 2*storeLimit},
 	} {
 		resp, body = post(c.key, c.query)

@@ -31,6 +31,7 @@ type TxBackend struct {
 	Fail   atomic.Bool  // HTTP handlers answer 500 once they inserted
 	Stream atomic.Bool  // HTTP handlers flush their 201 (it cannot be replayed)
 	Break  atomic.Bool  // Insert aborts the transaction after its row, so that it cannot commit
+	Pad    atomic.Int64 // HTTP handlers add this many bytes to their JSON body (under "pad")
 }
 
 // NewTxBackend creates the tables and the guard, with a wait budget no
@@ -131,9 +132,14 @@ func TxPost(ctx context.Context, url, key string) TxAnswer {
 //     runs again.
 //   - streamed-not-replayable: a flushed 201 commits its row as
 //     executed-not-replayable; its retry gets 409 and runs nothing.
-//   - commit-fails: a transaction that cannot commit is answered 503
+//   - commit-fails: a transaction that cannot commit (aborted by a
+//     statement the handler let fail) is answered 500 transaction-failed
 //     without the handler's response, and leaves no row; its retry runs
 //     again.
+//   - held-over-limit: a response larger than the response limit (1 MiB,
+//     the adapter's default), which would be held until the commit, is
+//     answered 500 transaction-response-too-large, and leaves no row;
+//     its retry, smaller, commits.
 func RunTxHTTP(t *testing.T, serve func(t *testing.T, b *TxBackend) string) {
 	for _, c := range []struct {
 		name  string
@@ -142,6 +148,7 @@ func RunTxHTTP(t *testing.T, serve func(t *testing.T, b *TxBackend) string) {
 		{"exactly-once", checkTxHTTP},
 		{"streamed-not-replayable", checkTxHTTPStreamed},
 		{"commit-fails", checkTxHTTPCommitFails},
+		{"held-over-limit", checkTxHTTPHeldOverLimit},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := NewTxBackend(t)
@@ -218,8 +225,8 @@ func checkTxHTTPStreamed(t *testing.T, url string, b *TxBackend) {
 }
 
 // checkTxHTTPCommitFails drives the service of [RunTxHTTP] with b.Break
-// set: the handler's transaction cannot commit, so the client gets 503
-// idempotency-unavailable and nothing of the handler's 201 (no Location,
+// set: the handler's transaction cannot commit, so the client gets 500
+// transaction-failed and nothing of the handler's 201 (no Location,
 // not its body), and no row is there; the retry, with b.Break cleared,
 // runs again and commits one row.
 func checkTxHTTPCommitFails(t *testing.T, url string, b *TxBackend) {
@@ -227,9 +234,9 @@ func checkTxHTTPCommitFails(t *testing.T, url string, b *TxBackend) {
 	b.Break.Store(true)
 	a := TxPost(ctx, url, "broken")
 	b.Break.Store(false)
-	if a.Err != nil || a.Status != http.StatusServiceUnavailable || a.Header.Get("Location") != "" ||
-		a.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(a.Body, nethttp.ProblemUnavailable) {
-		t.Fatalf("a transaction that cannot commit: %+v; want a 503 %s without the handler's answer", a, nethttp.ProblemUnavailable)
+	if a.Err != nil || a.Status != http.StatusInternalServerError || a.Header.Get("Location") != "" ||
+		a.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(a.Body, nethttp.ProblemTransactionFailed) {
+		t.Fatalf("a transaction that cannot commit: %+v; want a 500 %s without the handler's answer", a, nethttp.ProblemTransactionFailed)
 	}
 	if n := b.Rows(t, "broken"); n != 0 {
 		t.Fatalf("rows after the failed commit: %d; want none", n)
@@ -238,6 +245,31 @@ func checkTxHTTPCommitFails(t *testing.T, url string, b *TxBackend) {
 		t.Fatalf("the retry: %+v; want a new execution", a)
 	}
 	if n := b.Rows(t, "broken"); n != 1 || b.Runs.Load() != 2 {
+		t.Fatalf("rows after the retry: %d, runs %d; want 1 and 2", n, b.Runs.Load())
+	}
+}
+
+// checkTxHTTPHeldOverLimit drives the service of [RunTxHTTP] with b.Pad
+// past the adapter's response limit (1 MiB): the response cannot be held
+// until the commit, so the transaction is rolled back, the client gets
+// 500 transaction-response-too-large and nothing of the handler's 201,
+// and no row is there; the retry, without the padding, commits one row.
+func checkTxHTTPHeldOverLimit(t *testing.T, url string, b *TxBackend) {
+	ctx := t.Context()
+	b.Pad.Store(2 << 20)
+	a := TxPost(ctx, url, "big")
+	b.Pad.Store(0)
+	if a.Err != nil || a.Status != http.StatusInternalServerError || a.Header.Get("Location") != "" ||
+		!strings.Contains(a.Body, nethttp.ProblemResponseTooLarge) {
+		t.Fatalf("a response over the limit: %d %v %.200q %v; want a 500 %s without the handler's answer", a.Status, a.Header, a.Body, a.Err, nethttp.ProblemResponseTooLarge)
+	}
+	if n := b.Rows(t, "big"); n != 0 {
+		t.Fatalf("rows after the rolled-back response: %d; want none", n)
+	}
+	if a := TxPost(ctx, url, "big"); a.Err != nil || a.Status != http.StatusCreated || a.Replayed {
+		t.Fatalf("the retry: %+v; want a new execution", a)
+	}
+	if n := b.Rows(t, "big"); n != 1 || b.Runs.Load() != 2 {
 		t.Fatalf("rows after the retry: %d, runs %d; want 1 and 2", n, b.Runs.Load())
 	}
 }
