@@ -14,9 +14,11 @@
 //
 // # HTTP requests
 //
-// [HTTP] ("http-v2") covers the method, the route, the query (parameter
-// order does not matter, the order of a repeated parameter's values does),
-// the content type (case and parameter order do not matter,
+// [HTTP] ("http-v2") covers the method, the route (for the HTTP adapters,
+// the path as the client sent it, escapes kept: "/a%2Fb/c" and "/a/b%2Fc"
+// are different paths to a router, and so to the fingerprint), the query
+// (parameter order does not matter, the order of a repeated parameter's
+// values does), the content type (case and parameter order do not matter,
 // parameters do) and the body. A JSON body (application/json or a "+json"
 // media type) is hashed in its canonical form, so member order (but that
 // of names a Go handler matches alike, below), white space, escapes and
