@@ -82,10 +82,13 @@
 // The scope ([nethttp.WithScope]) is the namespace a key lives in: the
 // tenant or principal, so one client's key never replays another's
 // response; by default one namespace for the whole service. The route in
-// the fingerprint is the request's URL path, as in nethttp, not echo's
-// route pattern (c.Path()): a pattern such as "/orders/:id/pay" covers
-// requests that must never replay each other, so paying order 2 with the
-// key used for order 1 is a 422, not order 1's receipt. A key reused on
+// the fingerprint is the request's path as the client sent it, escapes
+// kept, as in nethttp: echo routes on it, reading "/transfer/a%2Fb/c" and
+// "/transfer/a/b%2Fc" as different requests, and so does the fingerprint.
+// It is not echo's route pattern (c.Path()): a pattern such as
+// "/orders/:id/pay" covers requests that must never replay each other, so
+// paying order 2 with the key used for order 1 is a 422, not order 1's
+// receipt. A key reused on
 // another route, method, query or body is a 422; it is never a replay and
 // never a second execution.
 //

@@ -30,8 +30,8 @@ func WithSkipper(skip echomw.Skipper) Option { return func(c *config) { c.skippe
 // WithHTTPOptions sets options of the HTTP core (see [nethttp.Option]);
 // repeated calls add up. Default: none, that is nethttp's defaults: POST
 // and PATCH guarded, the key optional, a 1 MiB body limit, 2xx–4xx
-// recorded and 5xx forgotten, one scope for the whole service, the URL
-// path as the route; and the operation that hooks and telemetry see is
+// recorded and 5xx forgotten, one scope for the whole service, the path
+// as sent (escapes kept) as the route; and the operation that hooks and telemetry see is
 // echo's: the method and the route echo matched, "POST /orders/:id"
 // (c.Path()), unless nethttp.WithOperation says otherwise.
 func WithHTTPOptions(opts ...nethttp.Option) Option {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -39,10 +40,17 @@ func (e *SyntaxError) Unwrap() error { return ErrInvalidJSON }
 // CanonicalJSON returns the canonical form of the JSON text data: that of
 // RFC 8785 (JSON Canonicalization Scheme, JCS) for everything but numbers,
 // which keep their exact decimal value instead of being rounded to a
-// double:
+// double, and members whose names a Go handler matches to one field, which
+// keep their order:
 //
 //   - no insignificant whitespace;
-//   - object members sorted by their names compared as UTF-16 code units;
+//   - object members sorted by their names compared as UTF-16 code units,
+//     except that members whose names encoding/json matches to struct
+//     fields alike (equal under its case folding, as bytes.EqualFold
+//     compares them: "amount" and "Amount") keep their input order, on the
+//     places the sort gives them: a Go handler reads the last of them, so
+//     their order is part of what the object says (see the package
+//     documentation);
 //   - strings with only '"', '\\' and U+0000 to U+001F escaped (\b, \t, \n,
 //     \f and \r in their short forms, the rest as \u00xx in lowercase hex)
 //     and everything else, '/', U+2028 and U+2029 included, as literal UTF-8;
@@ -114,6 +122,9 @@ type canon struct {
 	// moved is whether some recorded object's members are out of order.
 	moved   bool
 	scratch []byte
+	// folds and group are keepFoldOrder's scratch space.
+	folds []int
+	group []member
 	// inPlaceMax: see the constant.
 	inPlaceMax int
 }
@@ -134,9 +145,11 @@ type member struct {
 	// The decoded name is in[name:nameEnd], or keys[^name:nameEnd] when
 	// name < 0 (a name with escapes).
 	name, nameEnd int
-	start, end    int // the member's text ("name":value) in out
-	obj           int // len(objects) when the member began
-	off           int // input offset of the name, for errors
+	// The member's text ("name":value) in out. The members of an object
+	// are written one after the other, so start grows with input order.
+	start, end int
+	obj        int // len(objects) when the member began
+	off        int // input offset of the name, for errors
 }
 
 // key returns the decoded name of m.
@@ -450,6 +463,7 @@ func (c *canon) closeObject(idx int, ms []member) error {
 			return c.fail(max(ms[i-1].off, ms[i].off), "duplicate object member name")
 		}
 	}
+	c.keepFoldOrder(ms)
 	if leaf && o.end-o.start <= c.inPlaceMax {
 		// Nothing inside is recorded (objects inside are smaller still, so
 		// were put in order in place), and no record covers this range.
@@ -472,6 +486,107 @@ func (c *canon) closeObject(idx int, ms []member) error {
 	}
 	c.moved = true
 	return nil
+}
+
+// keepFoldOrder puts back in input order, on the places the sort by name
+// gave them, the members of ms (sorted by name, no two names equal) whose
+// names are equal under encoding/json's case-insensitive matching (see
+// compareFold): a Go handler reads the last of those, so their order is
+// part of what the object says. Names such as "amount" and "Amount" (or
+// "s" and "\u017f") thus keep their order, every other member is sorted.
+//
+// The places a set of such members takes depend only on the object's
+// names, and their order on these places only on their input order, so
+// the result is canonical: two objects get the same one exactly when they
+// differ only in the order of members whose names do not match alike. It
+// is its own canonical form: sorted, so left as it is.
+func (c *canon) keepFoldOrder(ms []member) {
+	// The places of ms, sorted stably by folded name: each set of
+	// matching names is a run, listing its places in order.
+	folds := c.folds[:0]
+	for i := range ms {
+		folds = append(folds, i)
+	}
+	byFold := func(i, j int) int { return compareFold(c.key(&ms[i]), c.key(&ms[j])) }
+	if len(folds) <= 12 {
+		for i := 1; i < len(folds); i++ {
+			for j := i; j > 0 && byFold(folds[j-1], folds[j]) > 0; j-- {
+				folds[j-1], folds[j] = folds[j], folds[j-1]
+			}
+		}
+	} else {
+		slices.SortStableFunc(folds, byFold)
+	}
+	for lo := 0; lo < len(folds); {
+		hi := lo + 1
+		for hi < len(folds) && byFold(folds[lo], folds[hi]) == 0 {
+			hi++
+		}
+		if hi-lo > 1 {
+			group := c.group[:0]
+			for _, p := range folds[lo:hi] {
+				group = append(group, ms[p])
+			}
+			slices.SortFunc(group, func(a, b member) int { return cmp.Compare(a.start, b.start) })
+			for k, p := range folds[lo:hi] {
+				ms[p] = group[k]
+			}
+			c.group = group
+		}
+		lo = hi
+	}
+	c.folds = folds
+}
+
+// compareFold orders two valid UTF-8 names by their folded forms as
+// encoding/json folds member names to match them to struct fields: it
+// returns 0 exactly when encoding/json matches them alike (bytes.EqualFold
+// reports them equal: the same length in runes, each pair of runes in one
+// orbit of unicode.SimpleFold, such as k, K and U+212A KELVIN SIGN, or s, S
+// and U+017F LATIN SMALL LETTER LONG S; simple folding only, so "ß" is not
+// "ss").
+func compareFold(a, b []byte) int {
+	for len(a) > 0 && len(b) > 0 {
+		ra, rb := rune(a[0]), rune(b[0])
+		na, nb := 1, 1
+		if ra < utf8.RuneSelf {
+			ra = foldASCII(ra)
+		} else {
+			ra, na = utf8.DecodeRune(a)
+			ra = foldRune(ra)
+		}
+		if rb < utf8.RuneSelf {
+			rb = foldASCII(rb)
+		} else {
+			rb, nb = utf8.DecodeRune(b)
+			rb = foldRune(rb)
+		}
+		if ra != rb {
+			return cmp.Compare(ra, rb)
+		}
+		a, b = a[na:], b[nb:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// foldASCII folds an ASCII letter to upper case, as encoding/json does.
+func foldASCII(r rune) rune {
+	if 'a' <= r && r <= 'z' {
+		r -= 'a' - 'A'
+	}
+	return r
+}
+
+// foldRune returns the smallest rune of r's orbit under unicode.SimpleFold,
+// as encoding/json folds a non-ASCII rune (for ASCII, foldASCII's result).
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
 }
 
 // compareUTF16 compares two valid UTF-8 strings by their UTF-16 code units,

@@ -2,6 +2,7 @@ package fingerprint_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -303,5 +304,95 @@ func TestCanonicalJSONManyMembers(t *testing.T) {
 	}
 	if string(got) != want.String() {
 		t.Errorf("got  %.200s\nwant %.200s", got, want.String())
+	}
+}
+
+// TestCanonicalJSONCaseVariantNamesKeepTheirOrder: members whose names
+// encoding/json matches to the same field (equal under its case folding,
+// K and the Kelvin sign, s and the long s included) keep their input order,
+// on the places the sort by name gives them; every other member is sorted
+// as RFC 8785 sorts it.
+func TestCanonicalJSONCaseVariantNamesKeepTheirOrder(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{"lower then upper", `{"amount":1,"Amount":1000}`, `{"amount":1,"Amount":1000}`},
+		{"upper then lower", `{"Amount":1000,"amount":1}`, `{"Amount":1000,"amount":1}`},
+		{"others sorted around them", `{"z":0,"amount":1,"c":3,"Amount":2}`, `{"amount":1,"Amount":2,"c":3,"z":0}`},
+		{"interleaved with another name", `{"b":1,"B":2,"a":3}`, `{"b":1,"a":3,"B":2}`},
+		{"two sets", `{"b":1,"a":2,"B":3,"A":4}`, `{"a":2,"b":1,"A":4,"B":3}`},
+		{"escaped name", `{"\u0061mount":1,"AMOUNT":2}`, `{"amount":1,"AMOUNT":2}`},
+		{"Kelvin sign", `{"k":1,"\u212a":2,"K":3}`, "{\"k\":1,\"\u212a\":2,\"K\":3}"},
+		{"long s", "{\"\u017f\":1,\"s\":2}", "{\"\u017f\":1,\"s\":2}"},
+		{"long s in a longer name", "{\"\u017fku\":1,\"SKU\":2,\"a\":0}", "{\"\u017fku\":1,\"a\":0,\"SKU\":2}"},
+		{"Greek sigmas", "{\"\u03c3\":1,\"\u03a3\":2,\"\u03c2\":3}", "{\"\u03c3\":1,\"\u03a3\":2,\"\u03c2\":3}"},
+		{"sharp s and capital sharp s", "{\"\u1e9e\":1,\"\u00df\":2}", "{\"\u1e9e\":1,\"\u00df\":2}"},
+		// Only simple folding: ß is not "ss", dotless ı is not i.
+		{"sharp s is not ss", "{\"ss\":1,\"\u00df\":2,\"SS\":3}", "{\"ss\":1,\"SS\":3,\"\u00df\":2}"},
+		{"dotless i is not i", "{\"\u0131\":1,\"i\":2,\"I\":3}", "{\"i\":2,\"I\":3,\"\u0131\":1}"},
+		{"nested objects", `{"x":{"B":1,"b":2},"X":[{"b":1,"B":2}],"a":{"y":0,"Y":1}}`,
+			`{"x":{"B":1,"b":2},"a":{"y":0,"Y":1},"X":[{"b":1,"B":2}]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := fingerprint.CanonicalJSON([]byte(tt.in))
+			if err != nil {
+				t.Fatalf("CanonicalJSON(%q): %v", tt.in, err)
+			}
+			if string(got) != tt.want {
+				t.Errorf("CanonicalJSON(%q)\n got %s\nwant %s", tt.in, got, tt.want)
+			}
+			again, err := fingerprint.CanonicalJSON(got)
+			if err != nil || !bytes.Equal(again, got) {
+				t.Errorf("not idempotent: %s -> %s, %v", got, again, err)
+			}
+		})
+	}
+}
+
+// payment is what a handler typically decodes: encoding/json matches
+// "amount", "Amount" and "AMOUNT" to Amount, the last one winning.
+type payment struct {
+	Amount   int
+	Currency string `json:"currency"`
+}
+
+// TestCanonicalJSONCaseVariantOrderIsADifference: two bodies that
+// encoding/json decodes differently, because their case-variant members
+// come in another order, have different canonical forms; the same members
+// with only other members moved around have the same.
+func TestCanonicalJSONCaseVariantOrderIsADifference(t *testing.T) {
+	decode := func(s string) payment {
+		var p payment
+		if err := json.Unmarshal([]byte(s), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	canonical := func(s string) string {
+		out, err := fingerprint.CanonicalJSON([]byte(s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	for _, pair := range [][2]string{
+		{`{"amount":1,"Amount":1000}`, `{"Amount":1000,"amount":1}`},
+		{`{"currency":"eur","amount":1,"AMOUNT":1000}`, `{"AMOUNT":1000,"currency":"eur","amount":1}`},
+		{`{"Currency":"usd","currency":"eur"}`, `{"currency":"eur","Currency":"usd"}`},
+	} {
+		if decode(pair[0]) == decode(pair[1]) {
+			t.Fatalf("%s and %s decode alike; the pair tests nothing", pair[0], pair[1])
+		}
+		if a, b := canonical(pair[0]), canonical(pair[1]); a == b {
+			t.Errorf("%s and %s, which encoding/json reads as %+v and %+v, have one canonical form %s",
+				pair[0], pair[1], decode(pair[0]), decode(pair[1]), a)
+		}
+	}
+	for _, pair := range [][2]string{
+		{`{"amount":1,"Amount":1000,"currency":"eur"}`, `{"currency":"eur","amount":1,"Amount":1000}`},
+		{`{"amount":1,"currency":"eur","Amount":1000}`, `{"currency":"eur","amount":1,"Amount":1000}`},
+	} {
+		if a, b := canonical(pair[0]), canonical(pair[1]); a != b {
+			t.Errorf("%s -> %s and %s -> %s: the case-variant members are in the same order", pair[0], a, pair[1], b)
+		}
 	}
 }

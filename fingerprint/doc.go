@@ -14,25 +14,48 @@
 //
 // # HTTP requests
 //
-// [HTTP] ("http-v2") covers the method, the route, the query (parameter
-// order does not matter, the order of a repeated parameter's values does),
-// the content type (case and parameter order do not matter, parameters do)
-// and the body. A JSON body (application/json or a "+json" media type) is
-// hashed in its canonical form, so key order, white space, escapes and
-// number spelling do not matter; any other body, and a JSON-typed body that
-// is not valid JSON, is hashed as raw bytes, tagged apart from canonical
-// forms. Headers other than Content-Type are left out.
+// [HTTP] ("http-v2") covers the method, the route (for the HTTP adapters,
+// the path as the client sent it, escapes kept: "/a%2Fb/c" and "/a/b%2Fc"
+// are different paths to a router, and so to the fingerprint), the query
+// (parameter order does not matter, the order of a repeated parameter's
+// values does), the content type (case and parameter order do not matter,
+// parameters do) and the body. A JSON body (application/json or a "+json"
+// media type) is hashed in its canonical form, so member order (but that
+// of names a Go handler matches alike, below), white space, escapes and
+// number spelling do not matter; any other body, and a JSON-typed body
+// that is not valid JSON, is hashed as raw bytes, tagged apart from
+// canonical forms. Headers other than Content-Type are left out.
 //
 // # Canonical JSON
 //
 // [CanonicalJSON] follows RFC 8785, the JSON Canonicalization Scheme (JCS),
-// for everything but numbers: members sorted by UTF-16 code units, no
-// insignificant white space, strings printed as ECMAScript's JSON.stringify
-// prints them. It is strict where a fingerprint needs it to be: invalid
-// UTF-8, lone surrogate escapes, duplicate member names, trailing data,
-// exponents beyond 1000000000 in magnitude and nesting deeper than 1000
-// levels are errors matching [ErrInvalidJSON] (a [*SyntaxError] gives the
-// offset).
+// for everything but numbers and members that a Go handler reads as one:
+// members sorted by UTF-16 code units, no insignificant white space,
+// strings printed as ECMAScript's JSON.stringify prints them.
+//
+// Member order is left out only where it cannot change what a Go handler
+// reads. encoding/json (and the binding of gin and echo over it) matches
+// member names to struct fields without regard to case, the last match
+// winning: {"amount":1,"Amount":1000} decodes to an Amount of 1000,
+// {"Amount":1000,"amount":1} to 1. So members whose names encoding/json
+// matches alike keep their input order: names equal under its case
+// folding (bytes.EqualFold: rune by rune, in one orbit of
+// unicode.SimpleFold, so "k", "K" and "\u212a" (the Kelvin sign) are one
+// name, as are "s", "S" and "\u017f" (the long s), but "ß" is not "ss").
+// The sort by name gives such a set of members its places, which they take
+// in their input order; every other member is where the sort puts it, so
+// an object without such names is sorted exactly as RFC 8785 sorts it.
+// {"b":1,"B":2,"a":3} becomes {"b":1,"a":3,"B":2}, and {"B":2,"a":3,"b":1}
+// stays as it is. Two objects thus have the same canonical form exactly
+// when they hold the same members (with values of the same canonical form)
+// in orders that agree on every set of names matched alike; nested
+// objects likewise. Exact duplicates are refused (below, and [HTTP] then
+// hashes the body's bytes), so their order, too, is never lost.
+//
+// It is strict where a fingerprint needs it to be: invalid UTF-8, lone
+// surrogate escapes, duplicate member names, trailing data, exponents
+// beyond 1000000000 in magnitude and nesting deeper than 1000 levels are
+// errors matching [ErrInvalidJSON] (a [*SyntaxError] gives the offset).
 //
 // Numbers compare by their exact decimal value, never through a double,
 // whatever their number of digits: two literals have the same canonical

@@ -31,6 +31,9 @@ func FuzzCanonicalJSON(f *testing.F) {
 		`-1.5e-7`,
 		`[100.000000000000001, 100, 1e2, 1.00e+2, 10000e-2, 19.990000000000000001, -0.0, 0e5]`,
 		`[1e999999999, 1e1000000001, 0.01e-999999999, 1e-400, 123e20]`,
+		`{"amount":1,"Amount":1000,"a":1,"A":2,"b":0}`,
+		`{"K":1,"\u212a":2,"k":3,"s":4,"\u017f":5,"S":6,"n":{"A":1,"a":2,"amount":3,"AMOUNT":4}}`,
+		"{\"\u03c3\":1,\"\u03a3\":2,\"\u00df\":3,\"\u1e9e\":4,\"ss\":5,\"\u03c2\":6}",
 	} {
 		f.Add([]byte(s))
 	}
@@ -68,6 +71,20 @@ func FuzzCanonicalJSON(f *testing.F) {
 		if errIn == nil && !reflect.DeepEqual(vin, vout) {
 			t.Fatalf("values differ:\n in %q: %#v\nout %q: %#v", data, vin, out, vout)
 		}
+		// Two bodies with one canonical form read alike to a Go handler,
+		// whose struct fields encoding/json matches to member names without
+		// regard to case, the last match winning. data and out are such
+		// a pair (out is its own canonical form); any other body with
+		// this form reads as out does, so as data does.
+		var sin, sout caseFields
+		errIn = json.Unmarshal(data, &sin)
+		errOut = json.Unmarshal(out, &sout)
+		if (errIn == nil) != (errOut == nil) {
+			t.Fatalf("encoding/json into a struct: input error %v, output error %v", errIn, errOut)
+		}
+		if !reflect.DeepEqual(sin, sout) {
+			t.Fatalf("a struct reads otherwise:\n in %q: %+v\nout %q: %+v", data, sin, out, sout)
+		}
 		// A lone number keeps its exact value (when math/big can hold it).
 		lit := bytes.TrimSpace(data)
 		if len(lit) > 0 && (lit[0] == '-' || '0' <= lit[0] && lit[0] <= '9') && smallExponent(lit) {
@@ -81,6 +98,23 @@ func FuzzCanonicalJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// caseFields is a struct whose fields encoding/json matches to member
+// names without regard to case (bytes.EqualFold): "a" and "A" each to its
+// own field exactly, other spellings of them to the first; "k", "K" and
+// U+212A KELVIN SIGN to K; "s", "S" and U+017F LATIN SMALL LETTER LONG S
+// to S; the Greek sigmas (σ, ς, Σ) to Sigma; ß and ẞ to Sharp; and a
+// nested object of the same kind.
+type caseFields struct {
+	A      any `json:"a"`
+	UpperA any `json:"A"`
+	K      any
+	S      any `json:"s"`
+	Amount any
+	Sigma  any         `json:"σ"`
+	Sharp  any         `json:"ß"`
+	N      *caseFields `json:"n"`
 }
 
 // smallExponent reports whether the JSON number lit has no exponent or one

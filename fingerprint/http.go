@@ -15,7 +15,7 @@ import (
 // out (they vary between faithful retries: dates, tracing, auth renewal).
 type HTTPRequest struct {
 	Method      string // e.g. "POST"; compared exactly, as HTTP methods are case-sensitive
-	Route       string // the route pattern (preferred) or the request path; compared exactly
+	Route       string // the request's path as sent, escapes kept (not a route pattern, which many requests share); compared exactly
 	RawQuery    string // the URL query string without '?', unparsed
 	ContentType string // the Content-Type header value
 	Body        []byte // the request body; nil and empty are the same

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"maps"
 	"mime"
 	"net/url"
@@ -412,5 +413,32 @@ func TestHTTPModel(t *testing.T) {
 		if got, want := fingerprint.HTTP(r), modelHTTP(r); got != want {
 			t.Errorf("HTTP(%+v) = %v, model says %v", r, got, want)
 		}
+	}
+}
+
+// TestHTTPCaseVariantMemberOrderIsADifference: {"amount":1,"Amount":1000}
+// is a charge of 1000 to a Go handler (encoding/json matches both names to
+// an Amount field, the last one winning), {"Amount":1000,"amount":1} a
+// charge of 1: the two never share a fingerprint, while the same members
+// with only another one moved do.
+func TestHTTPCaseVariantMemberOrderIsADifference(t *testing.T) {
+	req := func(body string) fingerprint.HTTPRequest {
+		return fingerprint.HTTPRequest{Method: "POST", Route: "/payments", ContentType: "application/json", Body: []byte(body)}
+	}
+	var a, b struct{ Amount int }
+	if err := json.Unmarshal([]byte(`{"amount":1,"Amount":1000}`), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(`{"Amount":1000,"amount":1}`), &b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Amount != 1000 || b.Amount != 1 {
+		t.Fatalf("encoding/json read %d and %d; want 1000 and 1", a.Amount, b.Amount)
+	}
+	if fingerprint.HTTP(req(`{"amount":1,"Amount":1000}`)) == fingerprint.HTTP(req(`{"Amount":1000,"amount":1}`)) {
+		t.Error("a charge of 1000 and a charge of 1 share a fingerprint")
+	}
+	if fingerprint.HTTP(req(`{"amount":1,"Amount":1000,"currency":"eur"}`)) != fingerprint.HTTP(req(`{"currency":"eur","amount":1,"Amount":1000}`)) {
+		t.Error("moving another member changed the fingerprint")
 	}
 }

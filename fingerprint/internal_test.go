@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -229,7 +228,7 @@ func TestCanonicalModel(t *testing.T) {
 
 // randomJSON returns a random JSON document without duplicate names.
 func randomJSON(rng *rand.Rand, depth int) string {
-	names := []string{"a", "b", "ab", "B", "id", "\\u0061x", "\u00e9", "\\u00e9t\u00e9", "\U0001F600", "\uFB33", "\\ud83d\\ude01",
+	names := []string{"a", "b", "ab", "B", "A", "aB", "k", "K", "\\u212a", "s", "S", "\u017f", "\u03c3", "\u03a3", "\u03c2", "\u00df", "\u1e9e", "ss", "id", "\\u0061x", "\u00e9", "\\u00e9t\u00e9", "\U0001F600", "\uFB33", "\\ud83d\\ude01",
 		"\\n", "\\\"q", "z", "_", "0", "\u20ac", "\\u0000", "items", "metadata", "a\\/b"}
 	k := rng.IntN(11)
 	if depth > 6 {
@@ -282,19 +281,23 @@ func randomJSON(rng *rand.Rand, depth int) string {
 func unescapeForTest(s string) []byte { return unescape(nil, []byte(s)) }
 
 // modelCanonical is a straightforward canonicaliser over encoding/json's
-// decoding, with numbers through modelNumber, for comparison.
+// tokens, with numbers through modelNumber, for comparison. It sorts an
+// object's members by UTF-16 code units, then gives each place, in order,
+// the first member not yet placed whose name strings.EqualFold matches to
+// that of the member the sort put there: members whose names encoding/json
+// matches alike keep their input order on the places of their names.
 func modelCanonical(data []byte) (string, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return "", err
-	}
 	var sb strings.Builder
 	var numErr error
-	var write func(v any)
-	write = func(v any) {
-		switch v := v.(type) {
+	var write func() error
+	write = func() error {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		switch v := tok.(type) {
 		case nil:
 			sb.WriteString("null")
 		case bool:
@@ -307,33 +310,68 @@ func modelCanonical(data []byte) (string, error) {
 			sb.WriteString(s)
 		case string:
 			sb.Write(appendString(nil, []byte(v)))
-		case []any:
-			sb.WriteString("[")
-			for i, e := range v {
-				if i > 0 {
-					sb.WriteString(",")
+		case json.Delim:
+			if v == '[' {
+				sb.WriteString("[")
+				for i := 0; dec.More(); i++ {
+					if i > 0 {
+						sb.WriteString(",")
+					}
+					if err := write(); err != nil {
+						return err
+					}
 				}
-				write(e)
+				sb.WriteString("]")
+				_, err := dec.Token()
+				return err
 			}
-			sb.WriteString("]")
-		case map[string]any:
-			keys := slices.Collect(maps.Keys(v))
-			slices.SortFunc(keys, func(a, b string) int {
-				return slices.Compare(utf16.Encode([]rune(a)), utf16.Encode([]rune(b)))
+			// An object: each member's name and canonical value, in input
+			// order, written aside.
+			type member struct{ name, value string }
+			var ms []member
+			outer := sb
+			for dec.More() {
+				tok, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				sb = strings.Builder{}
+				if err := write(); err != nil {
+					return err
+				}
+				ms = append(ms, member{tok.(string), sb.String()})
+			}
+			sb = outer
+			if _, err := dec.Token(); err != nil {
+				return err
+			}
+			sorted := slices.Clone(ms)
+			slices.SortFunc(sorted, func(a, b member) int {
+				return slices.Compare(utf16.Encode([]rune(a.name)), utf16.Encode([]rune(b.name)))
 			})
+			placed := make([]bool, len(ms))
 			sb.WriteString("{")
-			for i, k := range keys {
+			for i, s := range sorted {
 				if i > 0 {
 					sb.WriteString(",")
 				}
-				sb.Write(appendString(nil, []byte(k)))
-				sb.WriteString(":")
-				write(v[k])
+				for j, m := range ms {
+					if !placed[j] && strings.EqualFold(m.name, s.name) {
+						placed[j] = true
+						sb.Write(appendString(nil, []byte(m.name)))
+						sb.WriteString(":")
+						sb.WriteString(m.value)
+						break
+					}
+				}
 			}
 			sb.WriteString("}")
 		}
+		return nil
 	}
-	write(v)
+	if err := write(); err != nil {
+		return "", err
+	}
 	return sb.String(), numErr
 }
 
@@ -402,6 +440,7 @@ func FuzzCanonicalModes(f *testing.F) {
 	f.Add([]byte(`{"b":{"d":[{"f":1,"e":2}],"c":0},"a":[{"y":1,"x":2}]}`))
 	f.Add([]byte(`[{"b":1,"a":2},{"\u00e9":1,"\U0001F600":2,"\uFB33":3}]`))
 	f.Add([]byte(`{"b":1,"a":2,"b":3}`))
+	f.Add([]byte(`{"b":1,"a":{"K":2,"k":3},"B":3,"A":[{"\u212a":1,"s":2,"K":3,"\u017f":4}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var c canon
 		inPlace, err1 := c.appendCanonicalMode(nil, data, math.MaxInt)

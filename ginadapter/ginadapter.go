@@ -14,7 +14,8 @@ import (
 // handlers after it idempotent with guard. The options are nethttp's (see
 // [nethttp.Option]) with the same defaults: POST and PATCH guarded, the
 // key optional, a 1 MiB body limit, 2xx–4xx recorded and 5xx forgotten,
-// one scope for the whole service, the URL path as the route; but the
+// one scope for the whole service, the path as sent (escapes kept) as the
+// route; but the
 // operation that hooks and telemetry see is gin's: the method and the
 // route gin matched, "POST /orders/:id" (c.FullPath(); "" for a request no
 // route matched), unless [nethttp.WithOperation] says otherwise.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -325,7 +326,30 @@ func (c *Core) route(r *http.Request) string {
 	if c.cfg.route != nil {
 		return c.cfg.route(r)
 	}
-	return r.URL.Path
+	return sentPath(r.URL)
+}
+
+// sentPath returns u's path as the client sent it, escapes kept: the
+// route that goes into the fingerprint by default, for every adapter.
+// ServeMux, echo and gin (with UseRawPath) route on the escaped path, so
+// "/transfer/a%2Fb/c" (from "a/b" to "c") and "/transfer/a/b%2Fc" (from
+// "a" to "b/c") are different requests, though u.Path is "/transfer/a/b/c"
+// for both.
+//
+// That is u.RawPath whenever it is set and spells u.Path (the server sets
+// it to the path it received when that is not Path's default escaping),
+// even where u.EscapedPath would not use it, for characters that
+// url.URL escapes but a client may send as they are ("{", "|"): echo and
+// gin route on RawPath then too. Otherwise, and when a middleware in front
+// rewrote Path without RawPath, it is Path escaped (u.EscapedPath), which
+// is what the client sent when RawPath is empty.
+func sentPath(u *url.URL) string {
+	if u.RawPath != "" {
+		if p, err := url.PathUnescape(u.RawPath); err == nil && p == u.Path {
+			return u.RawPath
+		}
+	}
+	return u.EscapedPath()
 }
 
 // run calls the handler with a capturing writer and returns what to record.

@@ -85,8 +85,9 @@
 // answered with another caller's response. Credential headers
 // (Authorization, Proxy-Authorization, Cookie, Set-Cookie and those of
 // WithCredentialHeaders) are never recorded nor replayed, whatever
-// [WithReplayHeaders] says. The fingerprint covers method, route, query,
-// content type and the body (canonical JSON for JSON bodies), so a key reused on another
+// [WithReplayHeaders] says. The fingerprint covers method, route (the path
+// as sent, escapes kept: "/a%2Fb/c" is not "/a/b%2Fc"), query, content
+// type and the body (canonical JSON for JSON bodies), so a key reused on another
 // route or with another body is a 422, never a replay of the wrong response
 // and never a second execution.
 //

@@ -228,10 +228,14 @@ func WithCredentialHeaders(names ...string) Option {
 }
 
 // WithRoute sets how the route that goes into the fingerprint is found.
-// Default: the URL path. Not the mux pattern: a pattern such as "/" or
-// "POST /orders/{id}/pay" covers requests that must never replay each
-// other's response (paying order 2 with the key used for order 1 must be a
-// 422, not order 1's receipt).
+// Default: the path as the client sent it, escapes kept (r.URL.RawPath
+// when it spells r.URL.Path, else r.URL.EscapedPath()), in every adapter.
+// Not the decoded path: ServeMux, echo and gin (with UseRawPath) route on
+// the escaped one, where "/transfer/a%2Fb/c" (from "a/b") and
+// "/transfer/a/b%2Fc" (to "b/c") are different requests. Not the mux
+// pattern: a pattern such as "/" or "POST /orders/{id}/pay" covers
+// requests that must never replay each other's response (paying order 2
+// with the key used for order 1 must be a 422, not order 1's receipt).
 func WithRoute(route func(r *http.Request) string) Option { return func(c *config) { c.route = route } }
 
 // WithOperation sets how a request's operation is named for hooks and
