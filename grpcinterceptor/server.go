@@ -400,6 +400,10 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
 		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer is unreadable; it will not be executed again", s.cfg.retryDelay, nil)
+	case errors.Is(err, middleware.ErrUnavailable) && misconfigured(err):
+		// Retrying cannot help; the guard logged why.
+		return nil, s.refusal(codes.Internal, ReasonMisconfigured,
+			"the idempotency backend refuses this service until its setup is fixed, so the call was not executed", 0, nil)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
 		msg := "the idempotency backend cannot be reached, so the call was not executed; retry later with the same key"
@@ -412,4 +416,12 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 	}
 	s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: unexpected guard error", slog.String("error", err.Error()))
 	return nil, s.refusal(codes.Unavailable, ReasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
+}
+
+// misconfigured reports whether a backend failure lasts until an operator
+// fixes the backend's setup: refused credentials or permissions, a missing
+// table or database.
+func misconfigured(err error) bool {
+	code := idemkit.CodeOf(err)
+	return code == idemkit.CodeAuthFailed || code == idemkit.CodeMisconfigured
 }

@@ -21,6 +21,11 @@ const (
 	ProblemCredentialsMismatch = "idempotency-key-credentials-mismatch"
 	ProblemNotReplayable       = "response-not-replayable" // 409: executed, but the response cannot be replayed
 	ProblemUnavailable         = "idempotency-unavailable" // 503: the idempotency backend is unreachable
+	// ProblemMisconfigured: 500; the idempotency backend refuses the
+	// service until an operator fixes its setup (a missing table, refused
+	// credentials or permissions): retrying cannot help. The server's log
+	// says what is wrong.
+	ProblemMisconfigured = "idempotency-misconfigured"
 	ProblemInternal            = "internal-error"          // 500: the handler panicked before answering
 )
 
@@ -37,12 +42,13 @@ var problemTitles = map[string]string{
 	ProblemCredentialsMismatch: "Idempotency-Key was used with other credentials",
 	ProblemNotReplayable:       "The request was executed but its response cannot be replayed",
 	ProblemUnavailable:         "Idempotency service is unavailable",
+	ProblemMisconfigured:       "Idempotency service is misconfigured",
 	ProblemInternal:            "Internal error",
 }
 
 // Problem is an answer the middleware writes itself, instead of the
-// handler's: a refusal (400, 409, 413, 422, 503) or the 500 of a handler
-// that panicked before answering. [WriteProblem] writes it as RFC 9457
+// handler's: a refusal (400, 409, 413, 422, 503; 500 for a misconfigured
+// backend) or the 500 of a handler that panicked before answering. [WriteProblem] writes it as RFC 9457
 // problem details; [WithProblemWriter] lets an application write it in its
 // own error format.
 type Problem struct {
