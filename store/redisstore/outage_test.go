@@ -52,7 +52,7 @@ func noPermStore(t *testing.T, srv *testenv.RedisServer) *redisstore.Store {
 // (per cause), not once per request.
 func TestKilledServerUnderRunningService(t *testing.T) {
 	srv := testenv.NewRedis(t)
-	c := nodeClient(t, srv.Addr, func(o *redis.Options) { o.MaxRetries, o.DialTimeout = -1, time.Second })
+	c := nodeClient(t, srv.Addr, func(o *redis.Options) { o.MaxRetries, o.DialerRetries, o.DialTimeout = -1, 1, time.Second })
 	var log guardtest.Log
 	url := guardtest.Serve(t, loggingGuard(t, newStore(t, c), &log))
 	if a := guardtest.Post(t, url, "before"); a.Status != http.StatusCreated {
