@@ -11,13 +11,15 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/guardtest"
+	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
-// TestCheck: the startup check passes on a memory store, sealed or not,
-// and reports a closed one unavailable.
+// TestCheck: the startup check passes on a memory store, sealed,
+// composed with a lock provider or neither, and reports a closed one
+// unavailable.
 func TestCheck(t *testing.T) {
 	ctx := t.Context()
 	mem := memstore.New()
@@ -31,6 +33,13 @@ func TestCheck(t *testing.T) {
 	}
 	if err := newGuard(t, sealed).Check(ctx); err != nil {
 		t.Fatalf("Check through a sealing store: %v", err)
+	}
+	composed, err := store.Compose(memstore.New(), memlock.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newGuard(t, composed).Check(ctx); err != nil {
+		t.Fatalf("Check through a composed store: %v", err)
 	}
 	closed := memstore.New()
 	_ = closed.Close()
