@@ -21,12 +21,12 @@ const (
 	ProblemCredentialsMismatch = "idempotency-key-credentials-mismatch"
 	ProblemNotReplayable       = "response-not-replayable" // 409: executed, but the response cannot be replayed
 	ProblemUnavailable         = "idempotency-unavailable" // 503: the idempotency backend is unreachable
+	ProblemInternal            = "internal-error"          // 500: the handler panicked before answering
 	// ProblemMisconfigured: 500; the idempotency backend refuses the
 	// service until an operator fixes its setup (a missing table, refused
 	// credentials or permissions): retrying cannot help. The server's log
 	// says what is wrong.
 	ProblemMisconfigured = "idempotency-misconfigured"
-	ProblemInternal            = "internal-error"          // 500: the handler panicked before answering
 )
 
 // defaultProblemTypeBase prefixes the problem types in "type" URIs.
@@ -48,9 +48,9 @@ var problemTitles = map[string]string{
 
 // Problem is an answer the middleware writes itself, instead of the
 // handler's: a refusal (400, 409, 413, 422, 503; 500 for a misconfigured
-// backend) or the 500 of a handler that panicked before answering. [WriteProblem] writes it as RFC 9457
-// problem details; [WithProblemWriter] lets an application write it in its
-// own error format.
+// backend) or the 500 of a handler that panicked before answering.
+// [WriteProblem] writes it as RFC 9457 problem details; [WithProblemWriter]
+// lets an application write it in its own error format.
 type Problem struct {
 	Status int    // the HTTP status: 400, 409, 413, 422, 500 or 503
 	Kind   string // one of the Problem* constants, such as [ProblemKeyReused]: stable, for clients to match on

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
@@ -68,8 +68,8 @@ func TestMisconfiguredBackendIsInternal(t *testing.T) {
 // hasRetryInfo reports whether err's status carries a RetryInfo detail.
 func hasRetryInfo(err error) bool {
 	st, _ := status.FromError(err)
-	for _, d := range st.Details() {
-		if _, ok := d.(*errdetails.RetryInfo); ok {
+	for _, d := range st.Proto().GetDetails() {
+		if strings.HasSuffix(d.GetTypeUrl(), "/google.rpc.RetryInfo") {
 			return true
 		}
 	}
