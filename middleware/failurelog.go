@@ -42,8 +42,8 @@ type failureCause struct {
 // when its cause was logged less than an interval ago.
 func (f *failureLog) report(ctx context.Context, op string, err error) {
 	code, cause := failureCauseOf(err)
-	if code == idemkit.CodeAborted {
-		return // the caller's ctx ended: not the backend's doing
+	if code == idemkit.CodeAborted || f.logger == nil { // the caller's ctx ended: not the backend's doing; or a zero Guard
+		return
 	}
 	now := f.now()
 	f.mu.Lock()

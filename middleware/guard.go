@@ -108,8 +108,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // WithFailureLogInterval sets how often a backend failure is logged: the
 // first occurrence of each cause (the backend's error code and detail) is
 // logged at once, and later ones at most once per interval, on a line
-// that counts the occurrences since the last ("repeated"). Zero logs
-// every occurrence. Default: 1 min.
+// that says how many more occurred since the cause's last line
+// ("repeated"). Zero logs every occurrence. Default: 1 min.
 func WithFailureLogInterval(d time.Duration) Option {
 	return func(c *config) { c.failureLogInterval = d }
 }
