@@ -22,6 +22,7 @@ const (
 	CodeAuthFailed              // the backend rejected the credentials or permissions
 	CodeRateLimited             // the backend refused for quota or too many connections
 	CodeInternal                // an invariant broke: fence overflow, a malformed backend reply
+	CodeMisconfigured           // the backend is not set up for the store (a missing table, schema, column, index or database); the detail names the fix
 )
 
 // Sentinels, one per code. Every [*Error] matches the sentinel of its code
@@ -35,6 +36,7 @@ var (
 	ErrAuthFailed         = errors.New("idemkit: authentication failed")
 	ErrRateLimited        = errors.New("idemkit: rate limited")
 	ErrInternal           = errors.New("idemkit: internal error")
+	ErrMisconfigured      = errors.New("idemkit: backend misconfigured")
 )
 
 var codeNames = [...]string{
@@ -47,6 +49,7 @@ var codeNames = [...]string{
 	CodeAuthFailed:         "AuthFailed",
 	CodeRateLimited:        "RateLimited",
 	CodeInternal:           "Internal",
+	CodeMisconfigured:      "Misconfigured",
 }
 
 var codeSentinels = [...]error{
@@ -58,6 +61,7 @@ var codeSentinels = [...]error{
 	CodeAuthFailed:         ErrAuthFailed,
 	CodeRateLimited:        ErrRateLimited,
 	CodeInternal:           ErrInternal,
+	CodeMisconfigured:      ErrMisconfigured,
 }
 
 // String returns the code's name, such as "InvalidArgument".
@@ -78,7 +82,9 @@ func (c Code) Sentinel() error {
 
 // Transient reports whether an operation that failed with this code may
 // succeed if tried again unchanged: ServiceUnavailable, NetworkTimeout and
-// RateLimited.
+// RateLimited. AuthFailed and Misconfigured are the opposite: the
+// backend refuses every operation until an operator changes its setup
+// (credentials, permissions, schema).
 func (c Code) Transient() bool {
 	return c == CodeServiceUnavailable || c == CodeNetworkTimeout || c == CodeRateLimited
 }

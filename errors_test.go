@@ -40,7 +40,7 @@ func TestErrorMatchesSentinelAndCause(t *testing.T) {
 
 func TestEveryCodeHasNameAndSentinel(t *testing.T) {
 	seen := map[error]bool{}
-	for c := idemkit.CodeInvalidArgument; c <= idemkit.CodeInternal; c++ {
+	for c := idemkit.CodeInvalidArgument; c <= idemkit.CodeMisconfigured; c++ {
 		s := c.Sentinel()
 		if s == nil || seen[s] {
 			t.Fatalf("code %v: sentinel %v missing or shared", c, s)
@@ -62,6 +62,7 @@ func TestEveryCodeHasNameAndSentinel(t *testing.T) {
 	for c, want := range map[idemkit.Code]bool{
 		idemkit.CodeServiceUnavailable: true, idemkit.CodeNetworkTimeout: true, idemkit.CodeRateLimited: true,
 		idemkit.CodeInvalidArgument: false, idemkit.CodeInternal: false, idemkit.CodeAuthFailed: false, idemkit.CodeAborted: false,
+		idemkit.CodeMisconfigured: false,
 	} {
 		if c.Transient() != want {
 			t.Fatalf("%v.Transient() = %v", c, !want)

@@ -54,6 +54,8 @@
 //	                                                      never executed again
 //	backend unreachable                                   Unavailable IDEMPOTENCY_UNAVAILABLE + RetryInfo
 //	                                                      (fail closed; WithFailOpen passes through)
+//	backend misconfigured (missing table, permission or
+//	  credentials refused); the guard logs the fix        Internal IDEMPOTENCY_MISCONFIGURED
 //	recorded answer cannot be read or rebuilt (recorded
 //	  by a server that knows a type this one does not,
 //	  sealed with a key this one lacks, damaged record)   Unavailable IDEMPOTENCY_RECORD_UNREADABLE + RetryInfo;

@@ -47,6 +47,11 @@ const (
 	// backend cannot be reached, so the call was not run. Retry later with
 	// the same key.
 	ReasonUnavailable = "IDEMPOTENCY_UNAVAILABLE"
+	// ReasonMisconfigured: Internal, without RetryInfo; the idempotency
+	// backend refuses the service until an operator fixes its setup (a
+	// missing table, refused credentials or permissions), so the call was
+	// not run. Retrying cannot help; the server's log says what is wrong.
+	ReasonMisconfigured = "IDEMPOTENCY_MISCONFIGURED"
 	// ReasonRecordUnreadable: Unavailable with RetryInfo; the call ran
 	// before, but its record cannot be read or rebuilt here (its message
 	// type is not linked into this server, its response was sealed with a

@@ -38,7 +38,7 @@ const (
 var resultNames = [numResults]string{"claimed", "busy", "done", "ok", "refused"}
 
 // numCodes is the number of idemkit codes (CodeUnknown included).
-const numCodes = int(idemkit.CodeInternal) + 1
+const numCodes = int(idemkit.CodeMisconfigured) + 1 // the last code
 
 // backendAttrs holds the measurement options of every backend operation's
 // attributes, made once: operation × result, and operation × error code.

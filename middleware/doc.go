@@ -75,6 +75,16 @@
 //		}
 //	}))
 //
+// The guard's logger ([WithLogger], default slog.Default()) says why the
+// backend cannot serve: the first failure of each cause (the backend
+// error's code and detail, which name the fix where there is one, such as
+// "run pgstore.SetupSchema") at once, later ones at most once per
+// interval with a count ([WithFailureLogInterval], default 1 min). A
+// failure with code idemkit.CodeAuthFailed or idemkit.CodeMisconfigured
+// lasts until an operator fixes the backend's setup: the adapters answer
+// it as a server error (HTTP 500, gRPC Internal), not "retry later".
+// [Guard.Check] finds such a failure at startup.
+//
 // Keys and scopes reach events only as keyed hashes (KeyHash, ScopeHash;
 // the same on every node given the same [WithSecret]); [Operation] names
 // what the call does (a route pattern, a gRPC method) and must have few
@@ -104,4 +114,8 @@
 // live claim, whose holder may still be running the work, with the lease's
 // expiry ([LiveClaimError]); [Force] deletes that too. store.Inspect does
 // what Inspect does on a [store.Store] by record key.
+//
+// [Guard.Check], called at startup, claims and releases a record of its
+// own as a request would, and returns the backend's error, whose text
+// names the fix, if it cannot serve.
 package middleware

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -24,7 +25,11 @@ var (
 	// never be executed again under this key (HTTP 409).
 	ErrNotReplayable = errors.New("idempotency: the request was executed but its response cannot be replayed")
 	// ErrUnavailable: the backend failed or did not answer in time, so the guard
-	// cannot tell whether the request already ran (HTTP 503).
+	// cannot tell whether the request already ran (HTTP 503). When the
+	// backend refuses the service until its setup is fixed (the code of
+	// the error is idemkit.CodeAuthFailed or idemkit.CodeMisconfigured),
+	// retrying cannot help: the adapters answer HTTP 500 (gRPC Internal).
+	// The guard logs the cause (see [WithLogger]).
 	ErrUnavailable = errors.New("idempotency: the idempotency backend is unavailable")
 	// ErrCredentialsMismatch: the key's record was written by a call with
 	// other credentials (see [Credentials]): the stored response is never
@@ -103,8 +108,13 @@ type UnavailableError struct {
 	Err error
 }
 
-// Error describes the error.
+// Error describes the error. A backend that refuses the service until its
+// setup is fixed (idemkit.CodeAuthFailed, idemkit.CodeMisconfigured) is
+// said to be misconfigured rather than unavailable.
 func (e *UnavailableError) Error() string {
+	if permanent(idemkit.CodeOf(e.Err)) {
+		return fmt.Sprintf("idempotency: the idempotency backend is misconfigured: %s: %v", e.Op, e.Err)
+	}
 	return fmt.Sprintf("%v: %s: %v", ErrUnavailable, e.Op, e.Err)
 }
 

@@ -47,6 +47,7 @@ type config struct {
 	opTimeout          time.Duration
 	namespace          string
 	logger             *slog.Logger
+	failureLogInterval time.Duration
 	hooks              []Hook
 	secret             []byte // nil: none given
 	secretSet          bool
@@ -94,13 +95,25 @@ func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeou
 // "idempotency".
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
-// WithLogger sets the logger for failures that have no caller to return to
-// (an outcome that could not be recorded, a failed release) and for the
-// cause of a work's transaction that failed at its commit (see
-// store.ErrWorkFailed); it is called
-// with the call's ctx (the …Context methods), so a handler that reads
-// trace ids from it can put them on the line. Default: slog.Default().
+// WithLogger sets the logger of the guard: backend failures (why the
+// backend cannot serve: unreachable, a missing table, a permission
+// refused; rate-limited, see [WithFailureLogInterval]), the cause of a
+// work's transaction that failed at its commit (see store.ErrWorkFailed),
+// and failures that have no caller to return to (an outcome that could not
+// be recorded, a failed release). It is called with the call's ctx (the
+// …Context methods), so a handler that reads trace ids from it can put
+// them on the line. To log nothing, give slog.New(slog.DiscardHandler).
+// Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithFailureLogInterval sets how often a backend failure is logged: the
+// first occurrence of each cause (the backend's error code and detail) is
+// logged at once, and later ones at most once per interval, on a line
+// that says how many more occurred since the cause's last line
+// ("repeated"). Zero logs every occurrence. Default: 1 min.
+func WithFailureLogInterval(d time.Duration) Option {
+	return func(c *config) { c.failureLogInterval = d }
+}
 
 // WithHook adds a hook that observes every call (see [Hook]); hooks
 // given in several options are called in order (their starts too, each
@@ -151,6 +164,7 @@ func WithValueFingerprint(f func(input any) (fingerprint.Fingerprint, error)) Op
 type Guard struct {
 	store    store.Store
 	cfg      config
+	failures failureLog
 	renewals renewals  // of the leases of the calls under way
 	binders  sync.Pool // of *binder, for bound calls
 
@@ -169,7 +183,7 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	cfg := config{
 		recordTTL: defaultRecordTTL, leaseTTL: defaultLeaseTTL, backoff: defaultBackoff,
 		waitBudget: defaultWaitBudget, recordWriteTimeout: defaultRecordWriteTimeout, opTimeout: defaultOpTimeout,
-		namespace: defaultNamespace, valueFingerprint: fingerprint.Value,
+		namespace: defaultNamespace, valueFingerprint: fingerprint.Value, failureLogInterval: defaultFailureLogInterval,
 	}
 	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
 	for _, o := range opts {
@@ -194,6 +208,8 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		return nil, bad("wait budget must not be negative")
 	case cfg.recordWriteTimeout <= 0 || cfg.opTimeout <= 0:
 		return nil, bad("timeouts must be positive")
+	case cfg.failureLogInterval < 0:
+		return nil, bad("the failure log interval must not be negative")
 	case cfg.namespace == "" || len(cfg.namespace) > 64:
 		return nil, bad("namespace must have 1 to 64 bytes")
 	case strings.Contains(cfg.namespace, ":"):
@@ -209,7 +225,9 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		cfg.hasher = lock.NewHMACHasher([]byte(eventHashLabel))
 	}
 	cfg.bindingKey = bindingKey(cfg.secret)
-	return &Guard{store: s, cfg: cfg}, nil
+	g := &Guard{store: s, cfg: cfg}
+	g.failures = failureLog{logger: cfg.logger, every: cfg.failureLogInterval, now: time.Now}
+	return g, nil
 }
 
 // Verdict is what fn asks the guard to do with its result.
@@ -507,6 +525,9 @@ func (c *call) claimFailed(err error, fn Func) (Outcome, error) {
 		return Outcome{}, err
 	}
 	e := &UnavailableError{Op: "claim", Err: err}
+	if !errors.Is(err, store.ErrUnsealable) { // an unreadable record is its adapter's to log, with what it means
+		c.g.failures.report(c.ctx, "claim", err)
+	}
 	if !c.failOpen || !code.Transient() || errors.Is(err, store.ErrUnsealable) {
 		c.end(Event{Kind: EventUnavailable, Err: e})
 		return Outcome{}, e
@@ -739,6 +760,7 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 		rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
 		c.work.Rollback(rctx) // the transaction is over either way; this frees it
 		rctx.release()
+		g.failures.report(ctx, "commit", err)
 		if idemkit.CodeOf(err) == idemkit.CodeInvalidArgument {
 			g.release(ctx, rec.Key, rec.Fence, c)
 			e := &UnavailableError{Op: "commit", Err: err}
@@ -836,12 +858,15 @@ func (g *Guard) complete(ctx context.Context, rec *store.Record, c *call, l *lea
 			// The response does not fit: record that fn ran instead.
 			rec.State, rec.Response = store.StateNotReplayable, nil
 			continue
-		case idemkit.CodeOf(err) == idemkit.CodeInvalidArgument:
+		case idemkit.CodeOf(err) == idemkit.CodeInvalidArgument || idemkit.CodeOf(err) == idemkit.CodeMisconfigured:
+			// Trying again cannot help.
+			g.failures.report(ctx, "complete", err)
 			e := &UnavailableError{Op: "complete", Err: err}
 			c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: e})
 			return false, e
 		}
 		uncertain = true
+		g.failures.report(ctx, "complete", err)
 		c.emit(Event{Kind: EventBackendError, Fence: rec.Fence, Err: &UnavailableError{Op: "complete", Err: err}})
 		delay := g.cfg.backoff.Delay(attempt)
 		if !time.Now().Add(delay).Before(start.Add(g.cfg.recordWriteTimeout)) {
@@ -962,6 +987,7 @@ func (l *lease) renew() {
 		return
 	default:
 		// The expiry timer ends fn's ctx if no extension lands in time.
+		l.g.failures.report(l.fn.parent, "extend", err)
 		l.call.emit(Event{Kind: EventBackendError, Fence: l.fence, Err: &UnavailableError{Op: "extend", Err: err}})
 	}
 	l.g.renewals.add(l, time.Now())

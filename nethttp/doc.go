@@ -38,6 +38,9 @@
 //	  Content-Encoding the retry does not accept            409 response-not-replayable; never re-executed
 //	backend unreachable                                     503 idempotency-unavailable + Retry-After
 //	                                                        (fail closed; WithFailOpen passes through)
+//	backend misconfigured (missing table, permission or
+//	  credentials refused: idemkit.CodeMisconfigured,
+//	  CodeAuthFailed); the guard logs the fix               500 idempotency-misconfigured, no Retry-After
 //	recorded response unreadable (sealed with a key this
 //	  server lacks, damaged)                                503 idempotency-unavailable + Retry-After;
 //	                                                        never re-executed, even with WithFailOpen

@@ -36,6 +36,11 @@ const (
 	// back because its response was larger than the response limit
 	// ([WithMaxResponseBytes]), the most that is held until the commit.
 	ProblemResponseTooLarge = "transaction-response-too-large"
+	// ProblemMisconfigured: 500; the idempotency backend refuses the
+	// service until an operator fixes its setup (a missing table, refused
+	// credentials or permissions): retrying cannot help. The server's log
+	// says what is wrong.
+	ProblemMisconfigured = "idempotency-misconfigured"
 )
 
 // defaultProblemTypeBase prefixes the problem types in "type" URIs.
@@ -51,6 +56,7 @@ var problemTitles = map[string]string{
 	ProblemCredentialsMismatch: "Idempotency-Key was used with other credentials",
 	ProblemNotReplayable:       "The request was executed but its response cannot be replayed",
 	ProblemUnavailable:         "Idempotency service is unavailable",
+	ProblemMisconfigured:       "Idempotency service is misconfigured",
 	ProblemInternal:            "Internal error",
 	ProblemTransactionFailed:   "The request's transaction failed and was rolled back",
 	ProblemTransactionConflict: "The request's transaction conflicted with another and was rolled back",
@@ -58,11 +64,11 @@ var problemTitles = map[string]string{
 }
 
 // Problem is an answer the middleware writes itself, instead of the
-// handler's: a refusal (400, 409, 413, 422, 503), the 500 of a handler
-// that panicked before answering, or the answer of a handler whose
-// transaction did not commit (500, 409). [WriteProblem] writes it as RFC 9457
-// problem details; [WithProblemWriter] lets an application write it in its
-// own error format.
+// handler's: a refusal (400, 409, 413, 422, 503; 500 for a misconfigured
+// backend), the 500 of a handler that panicked before answering, or the
+// answer of a handler whose transaction did not commit (500, 409).
+// [WriteProblem] writes it as RFC 9457 problem details; [WithProblemWriter]
+// lets an application write it in its own error format.
 type Problem struct {
 	Status int    // the HTTP status: 400, 409, 413, 422, 500 or 503
 	Kind   string // one of the Problem* constants, such as [ProblemKeyReused]: stable, for clients to match on

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
+	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/idemkit/idemkit/examples/internal/demotest"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/middleware"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -38,4 +42,21 @@ func TestDemoMetrics(t *testing.T) {
 			t.Fatalf("GET /metrics without -metrics: %d, want 404", resp.StatusCode)
 		}
 	})
+}
+
+// TestDemoRefusesABackendThatCannotServe: the demo runs the guard's
+// startup check and exits with its error, which says what is wrong,
+// rather than serve every request an error: here Redis is not there.
+func TestDemoRefusesABackendThatCannotServe(t *testing.T) {
+	srv := testenv.NewRedis(t)
+	srv.Stop(t)
+	ready := make(chan string, 1)
+	err := program().Run(t.Context(), []string{"-addr", "127.0.0.1:0", "-store", "redis", "-redis-addr", srv.Addr}, slog.New(slog.DiscardHandler), ready)
+	if !errors.Is(err, middleware.ErrUnavailable) || !strings.Contains(err.Error(), "Redis") {
+		t.Fatalf("the demo on a killed Redis: %v; want the startup check's error", err)
+	}
+	if len(ready) != 0 {
+		t.Fatal("the demo listened")
+	}
+	t.Logf("the demo refused to start: %v", err)
 }

@@ -149,6 +149,11 @@ func run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- s
 	if err != nil {
 		return err
 	}
+	// Refuse to start on a backend that cannot serve (its error names the
+	// fix) rather than answer every request with an error.
+	if err := guard.Check(ctx); err != nil {
+		return err
+	}
 	h, err := routes(guard, pool, logger)
 	if err != nil {
 		return err

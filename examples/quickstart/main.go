@@ -99,6 +99,12 @@ func run(ctx context.Context, out io.Writer) (summary, error) {
 	if err != nil {
 		return sum, err
 	}
+	// A service checks its backend at startup, and refuses to start with
+	// the error, which names the fix (a missing table: run
+	// pgstore.SetupSchema), rather than answer every request with one.
+	if err := guard.Check(ctx); err != nil {
+		return sum, err
+	}
 	shop := &orders{}
 	// Prefer: wait=0 (RFC 7240) picks the same guard without waiting: a
 	// duplicate of a running request is answered 409 at once.

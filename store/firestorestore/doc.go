@@ -180,7 +180,9 @@
 // message text: Unavailable, Internal and a closed client are
 // ServiceUnavailable; DeadlineExceeded is NetworkTimeout; ResourceExhausted
 // (quota) RateLimited; PermissionDenied and Unauthenticated AuthFailed;
-// InvalidArgument InvalidArgument; conditional writes that kept losing to
+// InvalidArgument InvalidArgument; FailedPrecondition (a missing index, a
+// database in Datastore mode) and NotFound (no such database)
+// Misconfigured; conditional writes that kept losing to
 // concurrent ones ServiceUnavailable; an ended ctx is Aborted or
 // NetworkTimeout. Every call runs under the caller's ctx, whose deadline
 // bounds the client's own retries: a stalled Firestore is a coded error by

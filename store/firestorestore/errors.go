@@ -119,16 +119,16 @@ func classifyStatus(c codes.Code) (idemkit.Code, string) {
 	case codes.ResourceExhausted:
 		return idemkit.CodeRateLimited, "Firestore's quota or rate limit is exhausted"
 	case codes.PermissionDenied:
-		return idemkit.CodeAuthFailed, "permission denied"
+		return idemkit.CodeAuthFailed, "permission denied: the service account needs read and write access to the database's documents (roles/datastore.user)"
 	case codes.Unauthenticated:
 		return idemkit.CodeAuthFailed, "the credentials were refused"
 	case codes.InvalidArgument, codes.OutOfRange:
 		return idemkit.CodeInvalidArgument, "Firestore refused the request as invalid"
 	case codes.FailedPrecondition:
-		return idemkit.CodeInvalidArgument, "the database is not ready for this request (the single-field index on " +
+		return idemkit.CodeMisconfigured, "the database is not ready for this request (the single-field index on " +
 			fieldExpireAt + " missing or disabled? a database in Datastore mode?)"
 	case codes.NotFound:
-		return idemkit.CodeInvalidArgument, "not found (does the database exist?)"
+		return idemkit.CodeMisconfigured, "not found: create the database (or name an existing one)"
 	}
 	return idemkit.CodeInternal, "unexpected status " + c.String() + " from Firestore"
 }

@@ -281,8 +281,9 @@
 // losses, a closed pool and an unreachable server are ServiceUnavailable;
 // 57014 (statement_timeout) and 55P03 (lock_timeout) NetworkTimeout; class
 // 53 (out of connections, memory or disk) RateLimited; class 28 and 42501
-// AuthFailed; a missing table, schema or column InvalidArgument (run
-// SetupSchema, or apply schema.sql); anything else Internal. Every
+// AuthFailed (42501 names the grants the role needs); a missing table,
+// schema or column Misconfigured (run SetupSchema, or apply schema.sql);
+// anything else Internal. Every
 // statement runs under the caller's ctx: pgx ends a statement whose ctx
 // ends by closing its connection, so a stalled server gives NetworkTimeout
 // by the ctx's deadline (a statement already sent may still run when the server comes

@@ -107,6 +107,10 @@ func transport(err error) bool {
 // column.
 const undefinedHint = "the record table is missing or has another layout: run pgstore.SetupSchema (or apply schema.sql) with the same table name, on a table this package created"
 
+// deniedHint is the detail of the error for a role refused the record
+// table.
+const deniedHint = "permission denied on the record table: grant the store's role SELECT, INSERT, UPDATE and DELETE on it (and USAGE on its schema)"
+
 // classify returns the code and a detail for a native error (never nil),
 // by type and SQLSTATE, never by message text (the table is in
 // [mapError]'s documentation).
@@ -145,9 +149,9 @@ func classifySQLState(code string) (idemkit.Code, string) {
 	case "55P03":
 		return idemkit.CodeNetworkTimeout, "lock wait timed out (lock_timeout)"
 	case "42501":
-		return idemkit.CodeAuthFailed, "permission denied on the record table"
+		return idemkit.CodeAuthFailed, deniedHint
 	case "42P01", "3F000", "42703":
-		return idemkit.CodeInvalidArgument, undefinedHint
+		return idemkit.CodeMisconfigured, undefinedHint
 	case "54000":
 		return idemkit.CodeInvalidArgument, "a value exceeds a server limit (program_limit_exceeded)"
 	}
@@ -175,8 +179,8 @@ func classifySQLState(code string) (idemkit.Code, string) {
 //	25006 read_only_sql_transaction (a standby)           ServiceUnavailable
 //	57014 query_canceled, 55P03 lock_not_available        NetworkTimeout
 //	class 53 insufficient_resources                       RateLimited
-//	class 28, 42501 insufficient_privilege                AuthFailed
-//	42P01, 3F000, 42703 (missing table, schema, column)   InvalidArgument (run SetupSchema)
+//	class 28, 42501 insufficient_privilege                AuthFailed (42501: grant the table)
+//	42P01, 3F000, 42703 (missing table, schema, column)   Misconfigured (run SetupSchema)
 //	54000 program_limit_exceeded                          InvalidArgument
 //	any other SQLSTATE                                    Internal
 //	a closed pool, connect and network errors, io.EOF     ServiceUnavailable

@@ -48,9 +48,9 @@ func TestMapError(t *testing.T) {
 		{pg("53200"), idemkit.CodeRateLimited},
 		{pg("28P01"), idemkit.CodeAuthFailed},
 		{pg("42501"), idemkit.CodeAuthFailed},
-		{pg("42P01"), idemkit.CodeInvalidArgument},
-		{pg("3F000"), idemkit.CodeInvalidArgument},
-		{pg("42703"), idemkit.CodeInvalidArgument},
+		{pg("42P01"), idemkit.CodeMisconfigured},
+		{pg("3F000"), idemkit.CodeMisconfigured},
+		{pg("42703"), idemkit.CodeMisconfigured},
 		{pg("54000"), idemkit.CodeInvalidArgument},
 		{pg("23505"), idemkit.CodeInternal},
 		{pg("XX000"), idemkit.CodeInternal},
@@ -106,8 +106,8 @@ func TestErrorsFromServer(t *testing.T) {
 
 	missing, _ := New(admin, WithTable("no_such_schema_y.records"))
 	_, _, err := missing.Claim(ctx, "secret-key", fp, time.Minute)
-	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "pgstore.SetupSchema") || strings.Contains(err.Error(), "secret-key") {
-		t.Fatalf("Claim on a missing table: %v; want InvalidArgument saying to run pgstore.SetupSchema, without the key", err)
+	if idemkit.CodeOf(err) != idemkit.CodeMisconfigured || !strings.Contains(err.Error(), "pgstore.SetupSchema") || strings.Contains(err.Error(), "secret-key") {
+		t.Fatalf("Claim on a missing table: %v; want Misconfigured saying to run pgstore.SetupSchema, without the key", err)
 	}
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "3F000" && pe.Code != "42P01" {

@@ -223,7 +223,7 @@ const otherLayoutDDL = `CREATE TABLE IF NOT EXISTS "idemkit_records" (
 
 // TestSchemaOfAnotherLayout checks that SetupSchema and the store, on a
 // table of the record table's name but another layout, fail with
-// InvalidArgument pointing at the schema, not with an internal error.
+// Misconfigured pointing at the schema, not with an internal error.
 func TestSchemaOfAnotherLayout(t *testing.T) {
 	t.Parallel()
 	admin := newPool(t, testenv.Postgres(t).URL, 2)
@@ -232,12 +232,12 @@ func TestSchemaOfAnotherLayout(t *testing.T) {
 	opt := WithTable(schema + "." + defaultTable)
 	// CREATE TABLE IF NOT EXISTS keeps the table; its index on keep_until
 	// then fails.
-	if err := SetupSchema(t.Context(), admin, opt); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "schema.sql") {
-		t.Fatalf("SetupSchema on another layout: %v; want InvalidArgument about the schema", err)
+	if err := SetupSchema(t.Context(), admin, opt); idemkit.CodeOf(err) != idemkit.CodeMisconfigured || !strings.Contains(err.Error(), "schema.sql") {
+		t.Fatalf("SetupSchema on another layout: %v; want Misconfigured about the schema", err)
 	}
 	s, _ := New(admin, opt)
 	_, _, err := s.Claim(context.Background(), "k", fp, time.Minute)
-	if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || !strings.Contains(err.Error(), "schema.sql") {
-		t.Fatalf("Claim on another layout: %v; want InvalidArgument about the schema", err)
+	if idemkit.CodeOf(err) != idemkit.CodeMisconfigured || !strings.Contains(err.Error(), "schema.sql") {
+		t.Fatalf("Claim on another layout: %v; want Misconfigured about the schema", err)
 	}
 }

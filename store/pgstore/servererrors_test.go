@@ -72,6 +72,20 @@ func TestServerErrorNoPerm(t *testing.T) {
 	if err := SetupSchema(ctx, admin, opt); err != nil {
 		t.Fatal(err)
 	}
+	pool := unprivileged(t, srv, admin, schema)
+	s, err := New(pool, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.Claim(ctx, refusedKey, fp, time.Minute)
+	checkRefusal(t, err, idemkit.CodeAuthFailed, "42501", "permission denied")
+}
+
+// unprivileged returns a pool whose connections act as a role of the
+// test's own that may use schema but has no privilege on its tables.
+func unprivileged(t *testing.T, srv *testenv.PostgresServer, admin *pgxpool.Pool, schema string) *pgxpool.Pool {
+	t.Helper()
+	ctx := t.Context()
 	role := pgx.Identifier{testenv.Name(t)}.Sanitize()
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" NOLOGIN"); err != nil {
 		t.Fatal(err)
@@ -96,10 +110,5 @@ func TestServerErrorNoPerm(t *testing.T) {
 			return err
 		}
 	})
-	s, err := New(pool, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = s.Claim(ctx, refusedKey, fp, time.Minute)
-	checkRefusal(t, err, idemkit.CodeAuthFailed, "42501", "permission denied")
+	return pool
 }

@@ -42,9 +42,12 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.BoolVar(&f.Metrics, "metrics", false, "serve the guard's metrics (Prometheus text format) at /metrics on the demo's own address")
 }
 
-// Guard builds the guard on the chosen backend. A hook that is not nil
-// observes the guard and, through its store decorator, the backend. It
-// returns a function that closes the backend.
+// Guard builds the guard on the chosen backend and checks that the
+// backend can serve it (Guard.Check: reachable, its tables there, the
+// permissions its writes need), so that a demo refuses to start with the
+// fix in its error rather than answer every request with an error. A hook
+// that is not nil observes the guard and, through its store decorator,
+// the backend. It returns a function that closes the backend.
 func (f *Flags) Guard(ctx context.Context, logger *slog.Logger, hook *idemkitotel.Hook, opts ...middleware.Option) (*middleware.Guard, func(), error) {
 	s, closeBackend, err := f.backend(ctx, logger)
 	if err != nil {
@@ -57,6 +60,10 @@ func (f *Flags) Guard(ctx context.Context, logger *slog.Logger, hook *idemkitote
 	}
 	g, err := middleware.New(s, opts...)
 	if err != nil {
+		closeBackend()
+		return nil, nil, err
+	}
+	if err := g.Check(ctx); err != nil {
 		closeBackend()
 		return nil, nil, err
 	}
@@ -84,10 +91,6 @@ func (f *Flags) backend(ctx context.Context, logger *slog.Logger) (store.Store, 
 				return nil, nil, fmt.Errorf("-store redis-cluster needs -redis-addrs")
 			}
 			client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(f.RedisAddrs, ","), ContextTimeoutEnabled: true})
-		}
-		if err := client.Ping(ctx).Err(); err != nil {
-			_ = client.Close()
-			return nil, nil, fmt.Errorf("redis: %w", err)
 		}
 		s, err := redisstore.New(client)
 		if err != nil {

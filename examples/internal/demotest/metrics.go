@@ -91,7 +91,8 @@ func hasLabels(s *dto.Metric, labels []string) bool {
 // idemkit_operation="POST /orders" when operation says so, any operation
 // when it is ""), and the backend operations they cost: a claim that
 // claimed and a complete for the execution, a claim that found the
-// outcome for the replay.
+// outcome for the replay; and the startup check's claim that claimed
+// and its release.
 func HTTPMetrics(t *testing.T, addr, operation string) {
 	key := testenv.Name(t)
 	post := func() *http.Response {
@@ -119,17 +120,19 @@ func HTTPMetrics(t *testing.T, addr, operation string) {
 	for _, c := range []struct {
 		name   string
 		labels []string
+		want   float64
 	}{
-		{"idemkit_call_duration_seconds", append([]string{"idemkit_outcome", "executed"}, op...)},
-		{"idemkit_call_duration_seconds", append([]string{"idemkit_outcome", "replayed"}, op...)},
-		{"idemkit_execution_duration_seconds", append([]string{"idemkit_outcome", "executed"}, op...)},
-		{"idemkit_record_size_bytes", append([]string{"idemkit_outcome", "replayed"}, op...)},
-		{"idemkit_backend_operations_total", []string{"idemkit_backend_operation", "claim", "idemkit_backend_result", "claimed"}},
-		{"idemkit_backend_operations_total", []string{"idemkit_backend_operation", "complete", "idemkit_backend_result", "ok"}},
-		{"idemkit_backend_operations_total", []string{"idemkit_backend_operation", "claim", "idemkit_backend_result", "done"}},
+		{"idemkit_call_duration_seconds", append([]string{"idemkit_outcome", "executed"}, op...), 1},
+		{"idemkit_call_duration_seconds", append([]string{"idemkit_outcome", "replayed"}, op...), 1},
+		{"idemkit_execution_duration_seconds", append([]string{"idemkit_outcome", "executed"}, op...), 1},
+		{"idemkit_record_size_bytes", append([]string{"idemkit_outcome", "replayed"}, op...), 1},
+		{"idemkit_backend_operations_total", []string{"idemkit_backend_operation", "claim", "idemkit_backend_result", "claimed"}, 2},
+		{"idemkit_backend_operations_total", []string{"idemkit_backend_operation", "release"}, 1},
+		{"idemkit_backend_operations_total", []string{"idemkit_backend_operation", "complete", "idemkit_backend_result", "ok"}, 1},
+		{"idemkit_backend_operations_total", []string{"idemkit_backend_operation", "claim", "idemkit_backend_result", "done"}, 1},
 	} {
-		if n := m.Count(c.name, c.labels...); n != 1 {
-			t.Errorf("%s%v = %v, want 1", c.name, c.labels, n)
+		if n := m.Count(c.name, c.labels...); n != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, n, c.want)
 		}
 	}
 	if n := m.Count("idemkit_call_duration_seconds"); n != 2 {
