@@ -30,6 +30,13 @@ func (l *Log) Write(p []byte) (int, error) {
 	return l.buf.Write(p)
 }
 
+// String returns what was written so far.
+func (l *Log) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
 // Logger returns a JSON logger writing to l.
 func (l *Log) Logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
@@ -168,24 +169,6 @@ func killChildMain() int {
 	return 0
 }
 
-// lockedBuffer collects a child's stderr; it is safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // killChild is a running child process of TestKilledProcesses.
 type killChild struct {
 	cmd    *exec.Cmd
@@ -201,7 +184,7 @@ func startKillChild(t *testing.T, name string, env ...string) *killChild {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), append([]string{killChildEnv + "=1"}, env...)...)
-	stderr := &lockedBuffer{}
+	stderr := &guardtest.Log{} // the child's stderr
 	cmd.Stderr = stderr
 	// The child exits when this pipe closes: when this process ends,
 	// however it ends.

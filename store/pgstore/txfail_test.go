@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -17,30 +16,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 )
-
-// logBuffer is a log sink safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // txHTTP serves handler behind nethttp's middleware on guard g, and
 // returns a function that posts to it with an Idempotency-Key.
@@ -109,8 +89,8 @@ func TestTxFailuresAnsweredAsWhatTheyAre(t *testing.T) {
 		}
 	}
 	s := txStoreOn(t, nodes[0].pool, nodes[0].store, WithTxIsolation(pgx.Serializable))
-	var logs logBuffer
-	g, err := middleware.New(s, middleware.WithLogger(logs.logger()))
+	var logs guardtest.Log
+	g, err := middleware.New(s, middleware.WithLogger(logs.Logger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +173,7 @@ func TestTxFailuresAnsweredAsWhatTheyAre(t *testing.T) {
 				line = l
 			}
 		}
-		if line == "" || !strings.Contains(line, "level="+c.level) || !strings.Contains(line, "transaction") {
+		if line == "" || !strings.Contains(line, `"level":"`+c.level+`"`) || !strings.Contains(line, "transaction") {
 			t.Fatalf("%s: no %s log line of the guard naming SQLSTATE %s; the log:\n%s", c.mode, c.level, c.sqlstate, logs.String())
 		}
 		if who := orderRows(t, admin, orders, c.key); len(who) != 0 {
@@ -335,8 +315,8 @@ func TestTxRenewalsDoNotStarveBehindTheirWork(t *testing.T) {
 	admin := newPool(t, srv.URL, 2)
 	opt := table(t, admin)
 	pool := newPool(t, srv.URL, 2)
-	var storeLogs logBuffer
-	s, err := New(pool, opt, WithLogger(storeLogs.logger()))
+	var storeLogs guardtest.Log
+	s, err := New(pool, opt, WithLogger(storeLogs.Logger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,8 +385,8 @@ func TestTxResponseOverLimitRolledBack(t *testing.T) {
 	t.Parallel()
 	nodes, admin, orders := txCluster(t, 1)
 	const limit = 4 << 10
-	var logs logBuffer
-	nhOpts := []nethttp.Option{nethttp.WithMaxResponseBytes(limit), nethttp.WithLogger(logs.logger())}
+	var logs guardtest.Log
+	nhOpts := []nethttp.Option{nethttp.WithMaxResponseBytes(limit), nethttp.WithLogger(logs.Logger())}
 	var big atomic.Bool
 	big.Store(true)
 	var accepted, refused atomic.Int64
@@ -464,8 +444,8 @@ func TestTxRepeatableReadPastARenewalSaysSo(t *testing.T) {
 	const lease = time.Second
 	nodes, admin, orders := txCluster(t, 1)
 	s := txStoreOn(t, nodes[0].pool, nodes[0].store, WithTxIsolation(pgx.RepeatableRead))
-	var logs logBuffer
-	g, err := middleware.New(s, middleware.WithLogger(logs.logger()), middleware.WithLeaseTTL(lease))
+	var logs guardtest.Log
+	g, err := middleware.New(s, middleware.WithLogger(logs.Logger()), middleware.WithLeaseTTL(lease))
 	if err != nil {
 		t.Fatal(err)
 	}
