@@ -2,17 +2,9 @@ package grpcinterceptor_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
-	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,64 +14,8 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
+	"github.com/idemkit/idemkit/internal/testenv"
 )
-
-// testCA is a certificate authority made for one test: it issues the
-// server's certificate and the clients', and verifies both.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	ca := &testCA{}
-	ca.cert, ca.key = ca.issue(t, &x509.Certificate{
-		Subject: pkix.Name{CommonName: "idemkit test CA"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	})
-	ca.pool = x509.NewCertPool()
-	ca.pool.AddCert(ca.cert)
-	return ca
-}
-
-// issue signs tmpl with a fresh P-256 key (self-signed while ca has no
-// certificate yet) and returns the certificate and its key.
-func (ca *testCA) issue(t *testing.T, tmpl *x509.Certificate) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62)); err != nil {
-		t.Fatal(err)
-	}
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	parent, signer := tmpl, key
-	if ca.cert != nil {
-		parent, signer = ca.cert, ca.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
-}
-
-// tlsCert issues a leaf certificate for the use given.
-func (ca *testCA) tlsCert(t *testing.T, name string, use x509.ExtKeyUsage, ips ...net.IP) tls.Certificate {
-	t.Helper()
-	cert, key := ca.issue(t, &x509.Certificate{
-		Subject: pkix.Name{CommonName: name}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{use}, IPAddresses: ips,
-	})
-	return tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert}
-}
 
 // TestCredentialsBindClientCertificate: over mutual TLS, a call whose
 // verified client certificate differs from the one that recorded the key
@@ -87,19 +23,19 @@ func (ca *testCA) tlsCert(t *testing.T, name string, use x509.ExtKeyUsage, ips .
 // while the first call runs, and never gets its answer; the certificate's
 // owner replays; the handler ran once.
 func TestCredentialsBindClientCertificate(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testenv.NewCA(t)
 	svc := newService()
 	svc.started, svc.release = make(chan struct{}, 1), make(chan struct{})
 	serverCreds := credentials.NewTLS(&tls.Config{
-		Certificates: []tls.Certificate{ca.tlsCert(t, "server", x509.ExtKeyUsageServerAuth, net.IPv4(127, 0, 0, 1))},
-		ClientAuth:   tls.VerifyClientCertIfGiven, ClientCAs: ca.pool,
+		Certificates: []tls.Certificate{ca.Server(t)},
+		ClientAuth:   tls.VerifyClientCertIfGiven, ClientCAs: ca.Pool(),
 	})
 	addr := serveChainWith(t, []grpc.ServerOption{grpc.Creds(serverCreds)},
 		func(s *grpc.Server) { testgrpc.RegisterTestServiceServer(s, svc) }, serverInterceptor(t, newBackend().guard(t)))
 	client := func(name string) testgrpc.TestServiceClient {
-		cfg := &tls.Config{RootCAs: ca.pool}
+		cfg := &tls.Config{RootCAs: ca.Pool()}
 		if name != "" {
-			cfg.Certificates = []tls.Certificate{ca.tlsCert(t, name, x509.ExtKeyUsageClientAuth)}
+			cfg.Certificates = []tls.Certificate{ca.Client(t, name)}
 		}
 		return dial(t, addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	}

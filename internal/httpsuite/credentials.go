@@ -1,10 +1,12 @@
 package httpsuite
 
 import (
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
@@ -99,17 +101,17 @@ func testCredentialHeadersBindIdentityHeaders(t *testing.T, s *suite) {
 // with the same key and request (refused as with other credentials), nor
 // does a caller without a certificate; the certificate's owner replays.
 func testCredentialsBindClientCertificate(t *testing.T, s *suite) {
-	pki := newTestPKI(t)
+	ca := testenv.NewCA(t)
 	b := s.backends(t)
 	g, err := middleware.New(b.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := &app{}
-	url, client := serveMutualTLS(t, s.stack(t, g, nil, a), pki)
-	alice := &server{url: url, app: a, guard: g, backends: b, client: client(pki.client(t, "alice"))}
-	bob := &server{url: url, app: a, guard: g, backends: b, client: client(pki.client(t, "bob"))}
-	nobody := &server{url: url, app: a, guard: g, backends: b, client: client(nil)}
+	url, client := serveMutualTLS(t, s.stack(t, g, nil, a), ca)
+	alice := &server{url: url, app: a, guard: g, backends: b, client: client(ca.Client(t, "alice"))}
+	bob := &server{url: url, app: a, guard: g, backends: b, client: client(ca.Client(t, "bob"))}
+	nobody := &server{url: url, app: a, guard: g, backends: b, client: client(tls.Certificate{})}
 
 	req := request{key: []string{"pay-2024-0001"}, path: "/orders?sleep=300ms", body: payment, ctype: "application/json"}
 	first := make(chan response, 1)
