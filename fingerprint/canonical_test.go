@@ -89,19 +89,7 @@ func TestCanonicalJSON(t *testing.T) {
 			strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := fingerprint.CanonicalJSON([]byte(tt.in))
-			if err != nil {
-				t.Fatalf("CanonicalJSON(%q): %v", tt.in, err)
-			}
-			if string(got) != tt.want {
-				t.Errorf("CanonicalJSON(%q)\n got %s\nwant %s", tt.in, got, tt.want)
-			}
-			again, err := fingerprint.CanonicalJSON(got)
-			if err != nil || !bytes.Equal(again, got) {
-				t.Errorf("not idempotent: %s -> %s, %v", got, again, err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkCanonical(t, tt.in, tt.want) })
 	}
 }
 
@@ -332,19 +320,7 @@ func TestCanonicalJSONCaseVariantNamesKeepTheirOrder(t *testing.T) {
 			`{"x":{"B":1,"b":2},"a":{"y":0,"Y":1},"X":[{"b":1,"B":2}]}`},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := fingerprint.CanonicalJSON([]byte(tt.in))
-			if err != nil {
-				t.Fatalf("CanonicalJSON(%q): %v", tt.in, err)
-			}
-			if string(got) != tt.want {
-				t.Errorf("CanonicalJSON(%q)\n got %s\nwant %s", tt.in, got, tt.want)
-			}
-			again, err := fingerprint.CanonicalJSON(got)
-			if err != nil || !bytes.Equal(again, got) {
-				t.Errorf("not idempotent: %s -> %s, %v", got, again, err)
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { checkCanonical(t, tt.in, tt.want) })
 	}
 }
 
@@ -394,5 +370,22 @@ func TestCanonicalJSONCaseVariantOrderIsADifference(t *testing.T) {
 		if a, b := canonical(pair[0]), canonical(pair[1]); a != b {
 			t.Errorf("%s -> %s and %s -> %s: the case-variant members are in the same order", pair[0], a, pair[1], b)
 		}
+	}
+}
+
+// checkCanonical checks that in's canonical form is want, and that the
+// canonical form of want is want itself.
+func checkCanonical(t *testing.T, in, want string) {
+	t.Helper()
+	got, err := fingerprint.CanonicalJSON([]byte(in))
+	if err != nil {
+		t.Fatalf("CanonicalJSON(%q): %v", in, err)
+	}
+	if string(got) != want {
+		t.Errorf("CanonicalJSON(%q)\n got %s\nwant %s", in, got, want)
+	}
+	again, err := fingerprint.CanonicalJSON(got)
+	if err != nil || !bytes.Equal(again, got) {
+		t.Errorf("not idempotent: %s -> %s, %v", got, again, err)
 	}
 }
