@@ -98,7 +98,7 @@ func TestClientKeepsCallersKey(t *testing.T) {
 
 func TestClientSelector(t *testing.T) {
 	svc := newService()
-	client := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithKeyRequired(false)),
+	client := dial(t, serve(t, newBackend().guard(t), svc),
 		grpc.WithChainUnaryInterceptor(clientInterceptor(t,
 			grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(cacheableCall)))))
 	if _, err := client.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); err != nil {
@@ -218,7 +218,7 @@ func TestConstructorsRefuseNilOptionsAndZeroGuard(t *testing.T) {
 		}
 	}
 	g := newBackend().guard(t)
-	si, err := grpcinterceptor.New(g, grpcinterceptor.WithKeyRequired(false), nil)
+	si, err := grpcinterceptor.New(g, grpcinterceptor.WithKeyRequired(true), nil)
 	want("a nil server option", si != nil, err, "an option is nil; remove it")
 	ci, err := grpcinterceptor.NewClientInterceptor(nil, grpcinterceptor.WithMaxAttempts(2))
 	want("a nil client option", ci != nil, err, "an option is nil; remove it")
@@ -245,7 +245,7 @@ func TestOptionsAppliedToTheRightInterceptor(t *testing.T) {
 	}
 	for _, o := range []grpcinterceptor.Option{
 		grpcinterceptor.WithExclude(emptyCall),
-		grpcinterceptor.WithKeyRequired(false),
+		grpcinterceptor.WithKeyRequired(true),
 		grpcinterceptor.WithStorePolicy(grpcinterceptor.StorePolicy{}),
 		grpcinterceptor.WithLogger(nil),
 	} {

@@ -6,7 +6,7 @@
 //
 //	guard, err := middleware.New(memstore.New())
 //	...
-//	idem, err := grpcinterceptor.New(guard)
+//	idem, err := grpcinterceptor.New(guard, grpcinterceptor.WithKeyRequired(true))
 //	...
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(idem))
 //
@@ -18,7 +18,9 @@
 // # Behaviour
 //
 // The key travels in the metadata entry "idempotency-key" ([WithMetadataKey])
-// or in a field of the request ([WithKeyField]; see below).
+// or in a field of the request ([WithKeyField]; see below). As over HTTP,
+// a call without a key is served unguarded unless keys are required with
+// [WithKeyRequired](true), which refuses it (InvalidArgument; HTTP: 400).
 // Statuses the interceptor answers itself carry a google.rpc.ErrorInfo with
 // the reason below and the domain "idemkit.dev" ([WithErrorDomain]); where
 // waiting helps, a google.rpc.RetryInfo (1 s by default, [WithRetryDelay]).
@@ -28,8 +30,9 @@
 //	  channelz services, or listed in WithExclude)        pass through
 //	streaming method                                      pass through (unguarded: the
 //	                                                      interceptor is unary only)
-//	no key (required by default)                          InvalidArgument IDEMPOTENCY_KEY_MISSING
-//	no key, WithKeyRequired(false)                        pass through
+//	no key (the default: keys optional)                   pass through (runs every time,
+//	                                                      nothing recorded)
+//	no key, WithKeyRequired(true)                         InvalidArgument IDEMPOTENCY_KEY_MISSING
 //	key malformed (empty, > 255 chars, space, control
 //	  or non-ASCII chars, a comma, several values)        InvalidArgument IDEMPOTENCY_KEY_MALFORMED
 //	key field (WithKeyField) set and malformed            InvalidArgument IDEMPOTENCY_KEY_MALFORMED
@@ -112,8 +115,8 @@
 // replayed, mismatch, credentials-mismatch, in-progress, not-replayable,
 // unavailable, failed-open, canceled, not-recorded), those it lets through
 // (passed-through: a method not guarded, or no key where none is
-// required) and those it refuses (rejected: no key, a malformed key, a
-// request it cannot fingerprint). The guard's hooks (middleware.WithHook)
+// required) and those it refuses (rejected: no key where one is required,
+// a malformed key, a request it cannot fingerprint). The guard's hooks (middleware.WithHook)
 // get them with the call's context, so what an outer interceptor put in it
 // (a trace span, a request id) is there, and the context a hook's start
 // returns is the one the handler runs with. An interceptor listed before

@@ -34,14 +34,17 @@ func (o *orders) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, e
 	return &testgrpc.Empty{}, nil
 }
 
-// The server interceptor in front of a service, and the client interceptor
-// giving each call a key: the same call sent twice with one key runs once.
+// The server interceptor in front of a service, requiring keys, and the
+// client interceptor giving each call a key: the same call sent twice with
+// one key runs once.
 func Example() {
 	guard, err := middleware.New(memstore.New())
 	if err != nil {
 		panic(err)
 	}
-	idem, err := grpcinterceptor.New(guard, grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"))
+	idem, err := grpcinterceptor.New(guard,
+		grpcinterceptor.WithKeyRequired(true), // a call without a key is refused (default: served unguarded)
+		grpcinterceptor.WithExclude("/grpc.testing.TestService/EmptyCall"))
 	if err != nil {
 		panic(err)
 	}
@@ -181,13 +184,13 @@ func ExampleNew_watchOutcome() {
 	_, _ = client.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 1})
 	_, _ = client.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 1})
 	_, _ = client.UnaryCall(ctx, &testgrpc.SimpleRequest{ResponseSize: 2})
-	_, _ = client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{})
+	_, _ = client.UnaryCall(context.Background(), &testgrpc.SimpleRequest{}) // no key: served unguarded
 	_, _ = client.EmptyCall(context.Background(), &testgrpc.Empty{})
 	// Output:
 	// /grpc.testing.TestService/UnaryCall executed OK
 	// /grpc.testing.TestService/UnaryCall replayed OK
 	// /grpc.testing.TestService/UnaryCall mismatch FailedPrecondition
-	// /grpc.testing.TestService/UnaryCall rejected InvalidArgument
+	// /grpc.testing.TestService/UnaryCall passed-through OK
 	// /grpc.testing.TestService/EmptyCall passed-through OK
 }
 

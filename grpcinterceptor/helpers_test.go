@@ -158,13 +158,16 @@ func (b *backend) guard(t testing.TB, opts ...middleware.Option) *middleware.Gua
 var errOutage = idemkit.NewError(idemkit.CodeServiceUnavailable, "test", "injected outage", nil)
 
 // flakyStore is a store that fails every call while fail is set, as a
-// store whose server went away does.
+// store whose server went away does, and counts the claims it is asked
+// for (a call the guard records starts with one).
 type flakyStore struct {
 	store.Store
-	fail atomic.Bool
+	fail   atomic.Bool
+	claims atomic.Int64
 }
 
 func (f *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	f.claims.Add(1)
 	if f.fail.Load() {
 		return store.Record{}, false, errOutage
 	}

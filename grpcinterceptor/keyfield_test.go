@@ -144,12 +144,13 @@ func TestKeyFieldMalformed(t *testing.T) {
 
 // TestKeyFieldNotAKeySource: a method whose request has no request_id, or
 // one that is not a singular string, takes its key from the metadata only
-// (a call without one is refused as without the option, and its refusal
-// does not name the field); request_id's own method names it.
+// (with keys required, a call without one is refused as without the
+// option, and its refusal does not name the field); request_id's own
+// method names it.
 func TestKeyFieldNotAKeySource(t *testing.T) {
 	schema := ordersProto()
 	svc := &ordersService{}
-	conn := ordersServer(t, newBackend().guard(t), svc, nil)
+	conn := ordersServer(t, newBackend().guard(t), svc, nil, grpcinterceptor.WithKeyRequired(true))
 	for _, c := range []struct {
 		method string
 		id     any
@@ -187,11 +188,11 @@ func TestKeyFieldNotAKeySource(t *testing.T) {
 	}
 }
 
-// TestKeyFieldOptional: with the key not required, a request with neither
-// a request_id nor a metadata key passes through, every time.
+// TestKeyFieldOptional: by default (keys not required), a request with
+// neither a request_id nor a metadata key passes through, every time.
 func TestKeyFieldOptional(t *testing.T) {
 	svc := &ordersService{}
-	conn := ordersServer(t, newBackend().guard(t), svc, nil, grpcinterceptor.WithKeyRequired(false))
+	conn := ordersServer(t, newBackend().guard(t), svc, nil)
 	for range 2 {
 		if a := call(t.Context(), conn, createOrder, ordersProto().request(createOrder, "", "book")); a.err != nil || grpcinterceptor.Replayed(a.header) {
 			t.Fatalf("%v replayed=%v", a.err, grpcinterceptor.Replayed(a.header))

@@ -247,12 +247,13 @@ func TestOutcomes(t *testing.T) {
 				_, err := f.client.EmptyCall(observedCall(t.Context()), &testgrpc.Empty{})
 				return err
 			}},
-		{name: "passed-through, no key", opts: []grpcinterceptor.Option{grpcinterceptor.WithKeyRequired(false)},
+		{name: "passed-through, no key",
 			kind: middleware.EventPassedThrough, code: codes.OK, ran: true,
 			run: func(t *testing.T, f *observedServer) error {
 				return unary(observedCall(t.Context()), f.client, &testgrpc.SimpleRequest{}).err
 			}},
-		{name: "rejected, no key", kind: middleware.EventRejected, code: codes.InvalidArgument,
+		{name: "rejected, no key", opts: []grpcinterceptor.Option{grpcinterceptor.WithKeyRequired(true)},
+			kind: middleware.EventRejected, code: codes.InvalidArgument,
 			run: func(t *testing.T, f *observedServer) error {
 				return unary(observedCall(t.Context()), f.client, &testgrpc.SimpleRequest{}).err
 			}},

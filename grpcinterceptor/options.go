@@ -113,7 +113,6 @@ func defaults(client bool) config {
 		client:      client,
 		key:         defaultMetadataKey,
 		domain:      defaultErrorDomain,
-		required:    true,
 		maxKeyLen:   defaultMaxKeyLength,
 		fingerprint: protoFingerprint,
 		maxResponse: defaultMaxResponseBytes,
@@ -241,9 +240,13 @@ func WithExclude(fullMethods ...string) Option {
 }
 
 // WithKeyRequired makes a call to a guarded method without a key an
-// InvalidArgument (IDEMPOTENCY_KEY_MISSING). Set it to false to let such
-// calls through unguarded while clients are being taught to send keys.
-// Server only. Default: true.
+// InvalidArgument (IDEMPOTENCY_KEY_MISSING) that names the metadata (and
+// the [WithKeyField] field) to send; nothing runs. Server only. Default:
+// false: such a call is served unguarded (it runs every time, nothing is
+// recorded), as the HTTP adapters serve a request without a key, so adding
+// the interceptor to a service whose clients send no keys yet breaks none
+// of them. Require keys once every client sends them (the client
+// interceptor, [NewClientInterceptor], gives every call one).
 func WithKeyRequired(required bool) Option {
 	return serverOnly("WithKeyRequired", func(c *config) { c.required = required })
 }

@@ -175,7 +175,6 @@ func TestRefusals(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"missing", nil, codes.InvalidArgument, grpcinterceptor.ReasonKeyMissing},
 		{"empty", []string{""}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
 		{"too long", []string{long}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
 		{"two values", []string{"a", "b"}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
@@ -210,16 +209,53 @@ func TestRefusals(t *testing.T) {
 	})
 }
 
-func TestKeyOptional(t *testing.T) {
+// TestKeyOptionalByDefault: by default a call to a guarded method without
+// a key is served unguarded, as over HTTP: it runs every time, and nothing
+// is claimed or recorded for it; the same method with a key is guarded.
+func TestKeyOptionalByDefault(t *testing.T) {
+	b := newBackend()
 	svc := newService()
-	c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithKeyRequired(false)))
-	for range 2 {
-		if a := unary(t.Context(), c, &testgrpc.SimpleRequest{}); a.err != nil || a.replayed() {
-			t.Fatal(a.err)
+	c := dial(t, serve(t, b.guard(t), svc))
+	for i := range 2 {
+		a := unary(t.Context(), c, &testgrpc.SimpleRequest{})
+		if a.err != nil || a.replayed() || a.resp.GetServerId() != strconv.Itoa(i+1) {
+			t.Fatalf("call %d without a key: %v %v replayed=%v; want served", i+1, a.resp, a.err, a.replayed())
 		}
 	}
-	if n := svc.executions.Load(); n != 2 {
-		t.Fatalf("executions = %d, want 2", n)
+	if n := b.store.claims.Load(); n != 0 {
+		t.Fatalf("claims = %d; want none for calls without a key", n)
+	}
+	ctx := withKey(t.Context(), "k")
+	first, again := unary(ctx, c, &testgrpc.SimpleRequest{}), unary(ctx, c, &testgrpc.SimpleRequest{})
+	if first.err != nil || again.err != nil || !again.replayed() || again.resp.GetServerId() != first.resp.GetServerId() {
+		t.Fatalf("with a key: %v, %v replayed=%v; want the second a replay", first.err, again.err, again.replayed())
+	}
+	if n := svc.executions.Load(); n != 3 {
+		t.Fatalf("executions = %d, want 3", n)
+	}
+}
+
+// TestKeyRequired: WithKeyRequired(true) refuses a call to a guarded method
+// without a key (InvalidArgument IDEMPOTENCY_KEY_MISSING, naming the
+// metadata to send) before anything runs or is claimed; with a key the
+// call is served.
+func TestKeyRequired(t *testing.T) {
+	b := newBackend()
+	svc := newService()
+	c := dial(t, serve(t, b.guard(t), svc, grpcinterceptor.WithKeyRequired(true)))
+	a := unary(t.Context(), c, &testgrpc.SimpleRequest{})
+	checkRefusal(t, a.err, codes.InvalidArgument, grpcinterceptor.ReasonKeyMissing, false)
+	if ei := grpcinterceptor.ErrorInfoOf(a.err); ei.GetMetadata()["metadata_key"] != keyMD {
+		t.Fatalf("ErrorInfo metadata = %v", ei.GetMetadata())
+	}
+	if msg := status.Convert(a.err).Message(); !strings.Contains(msg, keyMD) {
+		t.Fatalf("message %q does not name the metadata to send", msg)
+	}
+	if n, claims := svc.executions.Load(), b.store.claims.Load(); n != 0 || claims != 0 {
+		t.Fatalf("executions = %d, claims = %d; want none", n, claims)
+	}
+	if a := unary(withKey(t.Context(), "k"), c, &testgrpc.SimpleRequest{}); a.err != nil {
+		t.Fatalf("with a key: %v", a.err)
 	}
 }
 
@@ -449,7 +485,7 @@ func TestConcurrentDuplicates(t *testing.T) {
 func TestSelector(t *testing.T) {
 	t.Run("exclude", func(t *testing.T) {
 		svc := newService()
-		c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithExclude(emptyCall)))
+		c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithExclude(emptyCall), grpcinterceptor.WithKeyRequired(true)))
 		if _, err := c.EmptyCall(t.Context(), &testgrpc.Empty{}); err != nil {
 			t.Fatal(err)
 		}
@@ -460,7 +496,7 @@ func TestSelector(t *testing.T) {
 	t.Run("declared idempotent", func(t *testing.T) {
 		files := idempotentFiles(t)
 		svc := newService()
-		c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithSelector(grpcinterceptor.DefaultSelector(files))))
+		c := dial(t, serve(t, newBackend().guard(t), svc, grpcinterceptor.WithSelector(grpcinterceptor.DefaultSelector(files)), grpcinterceptor.WithKeyRequired(true)))
 		if _, err := c.EmptyCall(t.Context(), &testgrpc.Empty{}); err != nil {
 			t.Fatalf("EmptyCall (IDEMPOTENT): %v", err)
 		}
@@ -474,7 +510,8 @@ func TestSelector(t *testing.T) {
 	t.Run("include", func(t *testing.T) {
 		files := idempotentFiles(t)
 		c := dial(t, serve(t, newBackend().guard(t), newService(),
-			grpcinterceptor.WithSelector(grpcinterceptor.DefaultSelector(files)), grpcinterceptor.WithInclude(cacheableCall)))
+			grpcinterceptor.WithSelector(grpcinterceptor.DefaultSelector(files)), grpcinterceptor.WithInclude(cacheableCall),
+			grpcinterceptor.WithKeyRequired(true)))
 		if _, err := c.CacheableUnaryCall(t.Context(), &testgrpc.SimpleRequest{}); status.Code(err) != codes.InvalidArgument {
 			t.Fatalf("CacheableUnaryCall without a key: %v", err)
 		}
@@ -782,11 +819,11 @@ func TestUnknownResponseTypeIsNotReplayable(t *testing.T) {
 	}
 }
 
-// TestHealthCheckNeedsNoKey: by default (key required, DefaultSelector),
+// TestHealthCheckNeedsNoKey: with keys required and the default selector,
 // gRPC's health service answers probes without a key, and reflection and
 // channelz are left alone too.
 func TestHealthCheckNeedsNoKey(t *testing.T) {
-	idem, err := grpcinterceptor.New(newBackend().guard(t))
+	idem, err := grpcinterceptor.New(newBackend().guard(t), grpcinterceptor.WithKeyRequired(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,6 +127,7 @@ func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.E
 // metrics, the HTTP server of GET /metrics on the same listener.
 func build(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (cli.Server, func() int64, error) {
 	idem, err := grpcinterceptor.New(guard,
+		grpcinterceptor.WithKeyRequired(true), // as POST /orders in the HTTP demos (default: served unguarded)
 		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),
 		grpcinterceptor.WithScope(principal),
 		grpcinterceptor.WithLogger(logger))

@@ -171,8 +171,8 @@ func checkDemo(t *testing.T, addr string) {
 	if resp, h, err := call("a", &testgrpc.SimpleRequest{ResponseSize: 10}); err != nil || resp.GetServerId() != "1" || !grpcinterceptor.Replayed(h) {
 		t.Fatalf("the duplicate: %v %v %v", resp, h, err)
 	}
-	// The key is required: a call without one (sent without the client
-	// interceptor) is refused.
+	// The demo requires keys (WithKeyRequired(true)): a call without one
+	// (sent without the client interceptor) is refused.
 	plain := testgrpc.NewTestServiceClient(mustConn(t, addr))
 	if _, err := plain.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); status.Code(err) != codes.InvalidArgument ||
 		grpcinterceptor.ErrorInfoOf(err).GetReason() != grpcinterceptor.ReasonKeyMissing {
