@@ -167,8 +167,12 @@ func WithMethods(methods ...string) Option {
 // idempotency-key-malformed. Default: HeaderKey("Idempotency-Key").
 func WithKey(source KeySource) Option { return func(c *config) { c.key = source } }
 
-// WithKeyRequired makes a guarded request without a key a 400. Default:
-// false (such requests pass through unguarded).
+// WithKeyRequired makes a guarded request without a key a 400
+// (idempotency-key-missing) that says what to send; nothing runs. Default:
+// false: such a request is served unguarded (it runs every time, nothing
+// is recorded), as the gRPC interceptor serves a call without a key, so
+// adding the middleware to an API whose clients send no keys yet breaks
+// none of them. Require keys once every client sends them.
 func WithKeyRequired(required bool) Option { return func(c *config) { c.required = required } }
 
 // WithStrictKeys accepts only RFC 8941 quoted strings as keys in a key
