@@ -3,7 +3,9 @@ package idemkit_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"go/parser"
 	"go/scanner"
 	"go/token"
 	"io/fs"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,16 +22,14 @@ import (
 // TestMarkdownGoBlocksCompile compiles every ```go block of README.md and
 // docs/*.md. Each block is built as a package of its own in a temporary
 // module that requires the repository's modules through replaces (GOWORK=off,
-// -mod=mod), then vetted. A block is either a complete file (it starts with
-// a package clause) or top-level declarations, to which the test adds a
-// package clause and the imports of the packages the block names (see
-// snippetImports); a block must define every other name it uses. A
-// compiler or vet error points at the markdown file and line through a
-// //line directive.
+// -mod=mod), then vetted; a block must define every name it uses.
 //
-// Every other fenced block (shell, SQL, text) must be preceded by a comment
-// line `<!-- not compiled: REASON -->`; an unmarked one fails the test, and
-// so does a marked Go block: nothing is skipped silently.
+// A README block must be a complete file, a package clause and its own
+// imports, and is compiled as written: a reader copies it and it builds. A
+// block of docs/*.md may be one too, or top-level declarations alone, to
+// which the test adds a package clause and the imports of the packages the
+// block names (see snippetImports). A compiler or vet error points at the
+// markdown file and line through a //line directive.
 func TestMarkdownGoBlocksCompile(t *testing.T) {
 	root, err := os.Getwd()
 	if err != nil {
@@ -198,8 +199,9 @@ func readBlocks(root, path string) ([]mdBlock, error) {
 	return blocks, nil
 }
 
-// snippetImports maps the package names blocks may use without importing
-// them to their import paths.
+// snippetImports maps the package names blocks of docs/*.md may use
+// without importing them to their import paths. README blocks import
+// what they use.
 var snippetImports = map[string]string{
 	"bytes":           "bytes",
 	"context":         "context",
@@ -245,7 +247,22 @@ var snippetImports = map[string]string{
 func snippetSource(b mdBlock) ([]byte, []string, error) {
 	directive := fmt.Sprintf("//line %s:%d\n", b.file, b.line)
 	if strings.HasPrefix(strings.TrimSpace(b.code), "package ") {
-		return []byte(directive + b.code), nil, nil
+		f, err := parser.ParseFile(token.NewFileSet(), b.file, b.code, parser.ImportsOnly)
+		if err != nil {
+			return nil, nil, err
+		}
+		var imports []string
+		for _, spec := range f.Imports {
+			p, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				return nil, nil, err
+			}
+			imports = append(imports, p)
+		}
+		return []byte(directive + b.code), imports, nil
+	}
+	if b.file == "README.md" {
+		return nil, nil, errors.New("a README block must be a complete file, a package clause and its own imports, so that a reader can copy it as it is")
 	}
 	// The packages the block names: identifiers followed by a dot, read
 	// by the Go scanner so that comments and strings do not count.
