@@ -382,3 +382,90 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// TestReadmeInstallLines: every `go get` line of the README names a module
+// of the repository, and every repository module a README block imports
+// has its line, so that the Install part and the blocks cannot drift apart.
+func TestReadmeInstallLines(t *testing.T) {
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules, err := repoModules(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := readBlocks(root, filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, b := range blocks {
+		for i, line := range strings.Split(b.code, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "go" || f[1] != "get" {
+				continue
+			}
+			path, _, _ := strings.Cut(f[2], "@")
+			if _, ok := modules[path]; !ok {
+				t.Errorf("README.md:%d: go get %s: no module of the repository has that path", b.line+i, path)
+			}
+			listed[path] = true
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatal("README.md has no go get line")
+	}
+	for _, b := range blocks {
+		if !strings.EqualFold(b.lang, "go") {
+			continue
+		}
+		_, imports, err := snippetSource(b)
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", b.line, err)
+		}
+		for _, p := range imports {
+			if m := moduleOf(p, modules); m != "" && !listed[m] {
+				t.Errorf("README.md:%d: the block imports %s, but no go get line names its module %s", b.line, p, m)
+			}
+		}
+	}
+}
+
+// TestMarkdownLinksResolve: every relative link of README.md and docs/*.md
+// names a file or folder of the repository.
+func TestMarkdownLinksResolve(t *testing.T) {
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{filepath.Join(root, "README.md")}, files...)
+	linkRE := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		for n, line := range strings.Split(string(data), "\n") {
+			for _, m := range linkRE.FindAllStringSubmatch(line, -1) {
+				target, _, _ := strings.Cut(m[1], "#")
+				if target == "" || strings.Contains(target, ":") {
+					continue // an anchor in the same file, or a URL
+				}
+				checked++
+				if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+					t.Errorf("%s:%d: the link to %s: %v", rel, n+1, m[1], err)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no relative link found")
+	}
+}
