@@ -204,7 +204,9 @@ func mint(secret []byte, principal string) (string, error) {
 	return body + "." + base64.RawURLEncoding.EncodeToString(sign(secret, body)), nil
 }
 
-// verify returns the principal of a token the secret signed.
+// verify returns the principal of a token the secret signed. These tokens
+// never expire; an OAuth verification also checks the expiry, the issuer
+// and the audience.
 func verify(secret []byte, token string) (string, error) {
 	i := strings.LastIndexByte(token, '.')
 	if i < 0 {
