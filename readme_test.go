@@ -3,7 +3,9 @@ package idemkit_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
+	"go/parser"
 	"go/scanner"
 	"go/token"
 	"io/fs"
@@ -12,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -19,16 +22,14 @@ import (
 // TestMarkdownGoBlocksCompile compiles every ```go block of README.md and
 // docs/*.md. Each block is built as a package of its own in a temporary
 // module that requires the repository's modules through replaces (GOWORK=off,
-// -mod=mod), then vetted. A block is either a complete file (it starts with
-// a package clause) or top-level declarations, to which the test adds a
-// package clause and the imports of the packages the block names (see
-// snippetImports); a block must define every other name it uses. A
-// compiler or vet error points at the markdown file and line through a
-// //line directive.
+// -mod=mod), then vetted; a block must define every name it uses.
 //
-// Every other fenced block (shell, SQL, text) must be preceded by a comment
-// line `<!-- not compiled: REASON -->`; an unmarked one fails the test, and
-// so does a marked Go block: nothing is skipped silently.
+// A README block must be a complete file, a package clause and its own
+// imports, and is compiled as written: a reader copies it and it builds. A
+// block of docs/*.md may be one too, or top-level declarations alone, to
+// which the test adds a package clause and the imports of the packages the
+// block names (see snippetImports). A compiler or vet error points at the
+// markdown file and line through a //line directive.
 func TestMarkdownGoBlocksCompile(t *testing.T) {
 	root, err := os.Getwd()
 	if err != nil {
@@ -198,8 +199,9 @@ func readBlocks(root, path string) ([]mdBlock, error) {
 	return blocks, nil
 }
 
-// snippetImports maps the package names blocks may use without importing
-// them to their import paths.
+// snippetImports maps the package names blocks of docs/*.md may use
+// without importing them to their import paths. README blocks import
+// what they use.
 var snippetImports = map[string]string{
 	"bytes":           "bytes",
 	"context":         "context",
@@ -245,7 +247,22 @@ var snippetImports = map[string]string{
 func snippetSource(b mdBlock) ([]byte, []string, error) {
 	directive := fmt.Sprintf("//line %s:%d\n", b.file, b.line)
 	if strings.HasPrefix(strings.TrimSpace(b.code), "package ") {
-		return []byte(directive + b.code), nil, nil
+		f, err := parser.ParseFile(token.NewFileSet(), b.file, b.code, parser.ImportsOnly)
+		if err != nil {
+			return nil, nil, err
+		}
+		var imports []string
+		for _, spec := range f.Imports {
+			p, err := strconv.Unquote(spec.Path.Value)
+			if err != nil {
+				return nil, nil, err
+			}
+			imports = append(imports, p)
+		}
+		return []byte(directive + b.code), imports, nil
+	}
+	if b.file == "README.md" {
+		return nil, nil, errors.New("a README block must be a complete file, a package clause and its own imports, so that a reader can copy it as it is")
 	}
 	// The packages the block names: identifiers followed by a dot, read
 	// by the Go scanner so that comments and strings do not count.
@@ -364,4 +381,91 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// TestReadmeInstallLines: every `go get` line of the README names a module
+// of the repository, and every repository module a README block imports
+// has its line, so that the Install part and the blocks cannot drift apart.
+func TestReadmeInstallLines(t *testing.T) {
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	modules, err := repoModules(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := readBlocks(root, filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for _, b := range blocks {
+		for i, line := range strings.Split(b.code, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || f[0] != "go" || f[1] != "get" {
+				continue
+			}
+			path, _, _ := strings.Cut(f[2], "@")
+			if _, ok := modules[path]; !ok {
+				t.Errorf("README.md:%d: go get %s: no module of the repository has that path", b.line+i, path)
+			}
+			listed[path] = true
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatal("README.md has no go get line")
+	}
+	for _, b := range blocks {
+		if !strings.EqualFold(b.lang, "go") {
+			continue
+		}
+		_, imports, err := snippetSource(b)
+		if err != nil {
+			t.Fatalf("README.md:%d: %v", b.line, err)
+		}
+		for _, p := range imports {
+			if m := moduleOf(p, modules); m != "" && !listed[m] {
+				t.Errorf("README.md:%d: the block imports %s, but no go get line names its module %s", b.line, p, m)
+			}
+		}
+	}
+}
+
+// TestMarkdownLinksResolve: every relative link of README.md and docs/*.md
+// names a file or folder of the repository.
+func TestMarkdownLinksResolve(t *testing.T) {
+	root, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append([]string{filepath.Join(root, "README.md")}, files...)
+	linkRE := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	checked := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(root, f)
+		for n, line := range strings.Split(string(data), "\n") {
+			for _, m := range linkRE.FindAllStringSubmatch(line, -1) {
+				target, _, _ := strings.Cut(m[1], "#")
+				if target == "" || strings.Contains(target, ":") {
+					continue // an anchor in the same file, or a URL
+				}
+				checked++
+				if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+					t.Errorf("%s:%d: the link to %s: %v", rel, n+1, m[1], err)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no relative link found")
+	}
 }

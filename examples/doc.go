@@ -8,6 +8,9 @@
 //     redis, redis-cluster, postgres, firestore).
 //   - grpc: grpc.testing.TestService with UnaryCall guarded, on the same
 //     backends.
+//   - redisauth: the program to copy: a net/http order service run as any
+//     number of instances over one Redis, with bearer-token authentication
+//     and a scope hook that takes the principal from the verified token.
 //   - orders: each order commits with its idempotency record (PostgreSQL).
 //   - lockdemo: the lock layer on the in-memory backend: contention,
 //     growing fences, renewal of a slow job's lease, and fencing out a stale
