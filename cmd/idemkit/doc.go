@@ -60,8 +60,8 @@
 // follows (Redis scans a bounded part of its keyspace per page). Redis
 // lists the keys of each master in turn, in no order; it cannot list a
 // record whose key it stores hashed (over 512 bytes, or not readable
-// text). PostgreSQL and Firestore list in key order, every record
-// (Firestore: every key that is valid UTF-8).
+// text). PostgreSQL and Firestore list every record (Firestore: every key
+// that is valid UTF-8) in the order of their keys as stored.
 //
 // sweep deletes the expired records of PostgreSQL (pgstore) and Firestore
 // (firestorestore) in batches, as Store.Sweep does, and prints how many

@@ -14,10 +14,11 @@ import (
 var _ store.Lister = (*Store)(nil)
 
 // List implements [store.Lister]: one query, a range scan of the table's
-// primary key, in the order of the stored keys (the verbatim ones first,
-// then those stored in hex), after the stored key the cursor names (its
-// unpadded base64url). Every record is listed, whatever its key: a key
-// stored in hex is matched by the hex of the prefix.
+// primary key, in the order of the stored keys (bytewise: the keys stored
+// in hex, which start with `\x`, sort where a backslash does), after the
+// stored key the cursor names (its unpadded base64url). Every record is
+// listed, whatever its key: a key stored in hex is matched by the hex of
+// the prefix.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
 	if err := store.ValidateList(limit); err != nil {
