@@ -58,12 +58,14 @@ func (l listing) writeText(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	switch {
-	case l.Next != "":
-		_, err := fmt.Fprintf(w, "%d records; more may follow: add -after %s\n", len(l.Records), l.Next)
-		return err
-	default:
-		_, err := fmt.Fprintf(w, "%d records; end of the listing\n", len(l.Records))
+	n := fmt.Sprintf("%d records", len(l.Records))
+	if len(l.Records) == 1 {
+		n = "1 record"
+	}
+	if l.Next != "" {
+		_, err := fmt.Fprintf(w, "%s; more may follow: add -after %s\n", n, l.Next)
 		return err
 	}
+	_, err := fmt.Fprintf(w, "%s; end of the listing\n", n)
+	return err
 }
