@@ -596,5 +596,8 @@ func TestAdminHandler(t *testing.T) {
 		if _, shown := cli["response"]; shown || cli["sealed"] != true || cli["size"] != m["size"] || cli["response_error"] == nil {
 			t.Fatalf("the tool on a sealed record: %v", cli)
 		}
+		if r := tool(t, e.args("inspect", "-key", "sealed", "-raw")...); r.code != exitFailure || r.stdout != "" || !strings.Contains(r.stderr, "sealed") {
+			t.Fatalf("-raw on a sealed record: exit %d, stdout %q, stderr %q; want 1 and why", r.code, r.stdout, r.stderr)
+		}
 	})
 }
