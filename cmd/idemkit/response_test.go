@@ -175,3 +175,21 @@ func TestHeaderKey(t *testing.T) {
 		}
 	}
 }
+
+// FuzzHeaderKey: headerKey never panics, and what it unquotes is a String
+// whose quoted form starts the input.
+func FuzzHeaderKey(f *testing.F) {
+	for _, s := range []string{`"k1"`, `k1`, `"a\"b"`, `"k";p=1`, `"`, `""`, `"\`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got := headerKey(in)
+		if got == in {
+			return
+		}
+		quoted := `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(got) + `"`
+		if got == "" || !strings.HasPrefix(in, quoted) {
+			t.Fatalf("headerKey(%q) = %q, which is not the String the input starts with", in, got)
+		}
+	})
+}
