@@ -215,4 +215,8 @@
 // metadata.AppendToOutgoingContext before the call, is safe in any order.)
 // grpc-go's own retry policy runs below every interceptor and always
 // resends the key.
+//
+// For operators' tools, [DecodeRecorded] turns a recorded call (the
+// response middleware.Guard.Inspect reads) into its status, or its
+// response message's name and encoding, and its metadata.
 package grpcinterceptor

@@ -112,8 +112,11 @@
 // out of a key recorded not replayable, or of one whose sealed response no
 // longer opens (two round trips: a read, then the delete). It refuses a
 // live claim, whose holder may still be running the work, with the lease's
-// expiry ([LiveClaimError]); [Force] deletes that too. store.Inspect does
-// what Inspect does on a [store.Store] by record key.
+// expiry ([LiveClaimError]); [Force] deletes that too. [Guard.List] lists
+// the live records of a scope, of every scope or of the keys with a
+// prefix, a bounded page at a time (a [store.Lister] backend: every store
+// of this repository). store.Inspect and store.List do what Inspect and
+// List do on a [store.Store] by record key.
 //
 // [Guard.Check], called at startup, claims and releases a record of its
 // own as a request would, and returns the backend's error, whose text

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 // credentials: only their hashes are stored.
 type Inspection struct {
 	RecordKey string      // the key in the backend: "<namespace>:<scope>:<key>"
+	Scope     string      // the record's scope (see Scope), as the guarded call gave it
+	Key       string      // the idempotency key, as the guarded call gave it
 	State     store.State // claimed (running), completed or not-replayable
 	Algorithm string      // the fingerprint's algorithm, such as "http-v2"; "" when the claim's request is unknown
 	Bound     bool        // the record is bound to the credentials of the call that made it (see Credentials)
@@ -42,12 +45,109 @@ func (g *Guard) Inspect(ctx context.Context, scope, key string, withResponse boo
 	if err != nil || !ok {
 		return Inspection{}, false, err
 	}
+	return inspection(recordKey, scope, key, in), true, nil
+}
+
+// inspection is the operator's view of the store's record of key in scope.
+func inspection(recordKey, scope, key string, in store.Inspection) Inspection {
 	stored, binding := splitStored(in.Fingerprint)
 	alg, _, _ := strings.Cut(stored, ":")
 	return Inspection{
-		RecordKey: recordKey, State: in.State, Algorithm: alg, Bound: binding != "", Fence: in.Fence,
+		RecordKey: recordKey, Scope: scope, Key: key, State: in.State, Algorithm: alg, Bound: binding != "", Fence: in.Fence,
 		CreatedAt: in.CreatedAt, ExpiresAt: in.ExpiresAt, Size: in.Size, Sealed: in.Sealed, Response: in.Response,
-	}, true, nil
+	}
+}
+
+// ListQuery says which records [Guard.List] lists.
+type ListQuery struct {
+	// Scope is the scope whose records are listed (see [Scope]; "" for
+	// none), unless AllScopes is set.
+	Scope string
+	// AllScopes lists the records of every scope of the guard's namespace;
+	// KeyPrefix must then be "".
+	AllScopes bool
+	// KeyPrefix lists only the keys that start with it.
+	KeyPrefix string
+	// After is the cursor of the previous page (Listing.Next); "" for the
+	// first page.
+	After string
+	// Limit is the most records of the page: 1 to store.MaxListLimit; 0
+	// means 100.
+	Limit int
+}
+
+// Listing is one page of [Guard.List].
+type Listing struct {
+	// Records are the page's records, without their responses (see
+	// [Guard.Inspect] for one record's).
+	Records []Inspection
+	// Next continues the listing as ListQuery.After; "" once nothing is
+	// left. A page may hold fewer than Limit records, even none, while Next
+	// is not "". It is printable ASCII.
+	Next string
+}
+
+// List lists the live records (running claims and outcomes) of the guard's
+// namespace in one scope, or in all of them, optionally only the keys with
+// a prefix, a page at a time, for an operator looking for keys (a tenant's
+// keys stuck "in progress", the keys of one client): see [store.Lister]
+// for what the backends list and in what order. The guard's store must be
+// or wrap (through store.Seal) a [store.Lister], as every store of this
+// repository is. A page costs the backend a bounded amount of work: for
+// most backends one round trip; Redis scans a bounded part of its keyspace
+// at a time.
+func (g *Guard) List(ctx context.Context, q ListQuery) (Listing, error) {
+	if g.store == nil {
+		_, err := g.recordKey("", "k")
+		return Listing{}, err
+	}
+	if q.AllScopes && (q.Scope != "" || q.KeyPrefix != "") {
+		return Listing{}, idemkit.NewError(idemkit.CodeInvalidArgument, "list", "AllScopes lists every key of every scope: leave Scope and KeyPrefix empty", nil)
+	}
+	if q.Limit == 0 {
+		q.Limit = DefaultListLimit
+	}
+	prefix := g.cfg.namespace + ":"
+	if !q.AllScopes {
+		prefix += escapeScope(q.Scope) + ":" + q.KeyPrefix
+	}
+	octx, cancel := context.WithTimeout(ctx, g.cfg.opTimeout)
+	defer cancel()
+	page, next, err := store.List(octx, g.store, prefix, q.After, q.Limit)
+	if err != nil {
+		return Listing{}, err
+	}
+	l := Listing{Records: make([]Inspection, 0, len(page)), Next: next}
+	for _, in := range page {
+		scope, key, ok := g.splitRecordKey(in.Key)
+		if !ok {
+			continue // not a record of this guard (another application's key under the namespace)
+		}
+		l.Records = append(l.Records, inspection(in.Key, scope, key, in))
+	}
+	return l, nil
+}
+
+// DefaultListLimit is the page size of [Guard.List] when ListQuery.Limit
+// is 0.
+const DefaultListLimit = 100
+
+// splitRecordKey returns the scope and key of one of the guard's record
+// keys, the inverse of recordKey.
+func (g *Guard) splitRecordKey(recordKey string) (scope, key string, ok bool) {
+	rest, ok := strings.CutPrefix(recordKey, g.cfg.namespace+":")
+	if !ok {
+		return "", "", false
+	}
+	esc, key, ok := strings.Cut(rest, ":")
+	if !ok || key == "" {
+		return "", "", false
+	}
+	scope, err := url.PathUnescape(esc)
+	if err != nil || escapeScope(scope) != esc {
+		return "", "", false
+	}
+	return scope, key, true
 }
 
 // ForgetOption adjusts one call to [Guard.Forget]; [Force] makes the one

@@ -42,7 +42,7 @@ func TestInspect(t *testing.T) {
 		t.Fatalf("Inspect: %v, %v", ok, err)
 	}
 	want := middleware.Inspection{
-		RecordKey: "idempotency:tenant:done", State: store.StateCompleted, Algorithm: "http-v2", Fence: out.Fence,
+		RecordKey: "idempotency:tenant:done", Scope: "tenant", Key: "done", State: store.StateCompleted, Algorithm: "http-v2", Fence: out.Fence,
 		CreatedAt: in.CreatedAt, ExpiresAt: in.CreatedAt.Add(time.Hour), Size: len(`{"id":1}`),
 	}
 	if !sameInspection(in, want) || in.CreatedAt.IsZero() {
@@ -115,7 +115,7 @@ func TestInspect(t *testing.T) {
 // sameInspection compares two inspections, their times with Equal and
 // their responses by content.
 func sameInspection(a, b middleware.Inspection) bool {
-	return a.RecordKey == b.RecordKey && a.State == b.State && a.Algorithm == b.Algorithm && a.Bound == b.Bound &&
+	return a.RecordKey == b.RecordKey && a.Scope == b.Scope && a.Key == b.Key && a.State == b.State && a.Algorithm == b.Algorithm && a.Bound == b.Bound &&
 		a.Fence == b.Fence && a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.Size == b.Size &&
 		a.Sealed == b.Sealed && (a.Response == nil) == (b.Response == nil) && bytes.Equal(a.Response, b.Response)
 }

@@ -120,8 +120,9 @@ func WithAdminProblemTypeBase(base string) AdminOption {
 //	}
 //
 // The response is the encoding the guarded adapter stored (for this
-// package's middleware: status, replayed headers and body), opened when
-// the guard seals with a key that opens it.
+// package's middleware: status, replayed headers and body, which
+// [DecodeResponse] decodes), opened when the guard seals with a key that
+// opens it.
 //
 // DELETE forgets an outcome, completed or not replayable, so that the next
 // request with the key runs again. It refuses a live claim (see

@@ -180,7 +180,9 @@
 // no longer opens. A live claim, whose handler may still be running, is
 // refused with a 409 and its lease's end unless the DELETE has force=1.
 // It has no authentication of its own: mount it behind yours. The idemkit
-// command (cmd/idemkit) does the same from a shell.
+// command (cmd/idemkit) does the same from a shell. [DecodeResponse] turns
+// a recorded response (middleware.Guard.Inspect's) into its status,
+// headers and body, for tools of your own.
 //
 // # Reuse
 //

@@ -44,13 +44,8 @@ func FuzzDecodeResponse(f *testing.F) {
 
 // decodeResponse decodes what encodeResponse produced, as a replay does.
 func decodeResponse(b []byte) (response, error) {
-	r := response{Header: make(http.Header)}
-	status, body, err := decodeInto(b, func(name string, values []string) { r.Header[name] = values })
-	if err != nil {
-		return response{}, err
-	}
-	r.Status, r.Body = status, body
-	return r, nil
+	status, h, body, err := DecodeResponse(b)
+	return response{Status: status, Header: h, Body: body}, err
 }
 
 // TestHeadSizedExactly: appendHead makes exactly the room it is asked for

@@ -422,3 +422,41 @@ func ExampleTransport_lostAnswer() {
 	// 201 replayed="true" order 1
 	// attempts: 2 executions: 1
 }
+
+// An operator's tool shows a recorded response: the guard's Inspect reads
+// the record, DecodeResponse turns its response into status, headers and
+// body.
+func ExampleDecodeResponse() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	idem, err := nethttp.New(guard)
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"order":42}`)
+	})))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"item":"book"}`))
+	req.Header.Set("Idempotency-Key", `"k1"`)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+
+	in, found, err := guard.Inspect(context.Background(), "", "k1", true)
+	if err != nil || !found {
+		panic(fmt.Sprint(found, err))
+	}
+	status, header, body, err := nethttp.DecodeResponse(in.Response)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(in.State, status, header.Get("Content-Type"), string(body))
+	// Output: completed 201 application/json {"order":42}
+}

@@ -13,7 +13,9 @@
 // whose lease ran out is replaced by the next Claim. The holder extends its
 // lease while it runs ([Store.Extend]) and releases the claim, storing
 // nothing, when the work fails ([Store.Release]). [Store.Get] and
-// [Store.Delete] serve read paths and operators.
+// [Store.Delete] serve read paths and operators, and [Lister], which every
+// store of this repository implements, lists the records under a prefix a
+// page at a time ([List] shows them as an operator sees them).
 //
 // Time is the backend's: leases and expiry are judged by the backend's
 // clock, never a client's.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -233,12 +234,22 @@ func TestInspectForget(t *testing.T) {
 		defer srv.Close()
 		status, body := get(t, srv.URL+"?"+url.Values{"key": {key}, "scope": {scope}, "response": {"1"}}.Encode())
 		var fromHTTP map[string]any
-		if err := json.Unmarshal(body, &fromHTTP); status != http.StatusOK || err != nil || !reflect.DeepEqual(fromHTTP, full) {
-			t.Fatalf("the handler's record (%d, %v):\n%s\nthe tool's:\n%v", status, err, body, full)
+		if err := json.Unmarshal(body, &fromHTTP); status != http.StatusOK || err != nil || !reflect.DeepEqual(fromHTTP, without(full, "value")) {
+			t.Fatalf("the handler's record (%d, %v):\n%s\nthe tool's, but for the decoded value:\n%v", status, err, body, full)
+		}
+		// The tool decodes the value Execute recorded: text, as it is.
+		if v := full["value"]; !reflect.DeepEqual(v, map[string]any{"size": float64(5), "text": "hello"}) {
+			t.Errorf("the decoded value %v; want hello as text", v)
+		}
+		if r := tool(t, e.args("inspect", append(who, "-response")...)...); r.code != exitOK || !strings.Contains(r.stdout, "\nresponse    hello\n") {
+			t.Errorf("inspect -response: exit %d, stdout:\n%s\nwant the line response hello", r.code, r.stdout)
 		}
 
-		if d := jsonObject(t, e.args("forget", who...)...); d["deleted"] != true {
-			t.Fatalf("forget: %v; want deleted", d)
+		// Forgetting a completed record says that the work runs again.
+		r := tool(t, e.args("forget", who...)...)
+		if r.code != exitOK || !strings.Contains(r.stdout, "forgot key orders/42, which had completed") ||
+			!strings.Contains(r.stdout, "the next request with the key runs the work again (a second time)") {
+			t.Fatalf("forget of a completed record: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 		}
 		if r := tool(t, e.args("inspect", who...)...); r.code != exitFailure || r.stdout != "" || !strings.Contains(r.stderr, "no record for key orders/42 in scope tenant:1") {
 			t.Fatalf("inspect after forget: exit %d, stdout %q, stderr %q; want 1 and no record", r.code, r.stdout, r.stderr)
@@ -345,7 +356,7 @@ func TestForgetLiveClaim(t *testing.T) {
 			t.Fatalf("a retry on another node: %v, %d runs; want in progress and one run", err, runs.Load())
 		}
 
-		if d := jsonObject(t, e.args("forget", append(who, "-force")...)...); d["deleted"] != true {
+		if d := jsonObject(t, e.args("forget", append(who, "-force")...)...); d["deleted"] != true || d["state"] != "claimed" {
 			t.Fatalf("forget -force: %v; want deleted", d)
 		}
 		release()
@@ -459,6 +470,13 @@ func TestBackendDown(t *testing.T) {
 			t.Fatalf("%s with Redis down: exit %d, stdout %q, stderr %q; want 1 and why", cmd, r.code, r.stdout, r.stderr)
 		}
 	}
+}
+
+// without returns a copy of m without the member name.
+func without(m map[string]any, name string) map[string]any {
+	c := maps.Clone(m)
+	delete(c, name)
+	return c
 }
 
 // get GETs url and returns the status and body.
@@ -577,6 +595,9 @@ func TestAdminHandler(t *testing.T) {
 		cli := jsonObject(t, e.args("inspect", "-key", "sealed", "-response")...)
 		if _, shown := cli["response"]; shown || cli["sealed"] != true || cli["size"] != m["size"] || cli["response_error"] == nil {
 			t.Fatalf("the tool on a sealed record: %v", cli)
+		}
+		if r := tool(t, e.args("inspect", "-key", "sealed", "-raw")...); r.code != exitFailure || r.stdout != "" || !strings.Contains(r.stderr, "sealed") {
+			t.Fatalf("-raw on a sealed record: exit %d, stdout %q, stderr %q; want 1 and why", r.code, r.stdout, r.stderr)
 		}
 	})
 }

@@ -1,8 +1,9 @@
 // Command idemkit lets an operator inspect and forget one idempotency key
-// on a guard's backend (Redis, PostgreSQL or Firestore), and sweep expired
-// records from the backends that need it. It sees the records as the
-// guard does: through middleware.Guard.Inspect and middleware.Guard.Forget,
-// with the same namespace and scope rules.
+// on a guard's backend (Redis, PostgreSQL or Firestore), list the keys of
+// a scope or with a prefix, and sweep expired records from the backends
+// that need it. It sees the records as the guard does: through
+// middleware.Guard.Inspect, Guard.List and Guard.Forget, with the same
+// namespace and scope rules.
 //
 // Build it from the repository:
 //
@@ -10,8 +11,9 @@
 //
 // # Usage
 //
-//	idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response] [-json]
+//	idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response | -raw] [-json]
 //	idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-force] [-json]
+//	idemkit list    -url URL [-scope SCOPE | -all-scopes] [-key-prefix P] [-namespace NS] [-limit N] [-after CURSOR] [-json]
 //	idemkit sweep   -url URL [-json]
 //
 // inspect prints the key's record without changing it: its state (claimed,
@@ -19,24 +21,47 @@
 // algorithm, whether it is bound to the credentials of the request that
 // made it, its fence, when it was written and when it expires (a claim:
 // the end of its lease), the size of the recorded response and whether it
-// is sealed. The response itself (base64) only with -response: it may hold
-// personal data. A sealed response is never shown: this tool holds no
-// seal keys (the operators' HTTP handler, nethttp.NewAdmin, runs with the
-// application's guard and opens it).
+// is sealed. The response itself only with -response (it may hold
+// personal data), decoded by the adapter that recorded it: for the HTTP
+// middleware (net/http, gin, echo) its status, the headers a replay sends
+// and the body; for the gRPC interceptor the error's code, message and
+// detail types, or the response message's type and size, with the header
+// and trailer metadata; for Do and Execute the value. A body or value is
+// printed as it is when it is printable text, else in base64. -raw writes
+// the recorded bytes to stdout and nothing else (pipe them to a file or a
+// decoder of your own: nethttp.DecodeResponse, grpcinterceptor.DecodeRecorded).
+// A sealed response is never shown: this tool holds no seal keys (the
+// operators' HTTP handler, nethttp.NewAdmin, runs with the application's
+// guard and opens it).
 //
 // forget deletes the key's outcome so that the next request with the key
 // runs again: the way out of a key recorded as not replayable, and of one
-// whose sealed response no longer opens. Forgetting a completed record
-// makes a retry run the work a second time: do it only when that is what
-// you want. A claim whose lease is live is refused (exit 1, nothing
-// deleted), with the lease's end: its request may still be running and
-// renewing it, and deleting it would let a retry on another node run the
-// work a second time while the first still runs. A claim whose holder
-// crashed frees its key when its lease runs out (the guard's lease TTL,
-// 10 s by default); -force deletes a live claim at once, for a holder
-// known to be gone: its work, if it still runs, cannot record its outcome.
-// Without -force, forget reads the record, then deletes it only if it is
-// an outcome (see middleware.Guard.Forget for the interval that leaves).
+// whose sealed response no longer opens. It reads the record first and
+// says what was deleted: forgetting a completed record means that the next
+// request with the key runs the work a second time instead of getting the
+// recorded response: do it only when that is what you want. A claim whose
+// lease is live is refused (exit 1, nothing deleted), with the lease's
+// end: its request may still be running and renewing it, and deleting it
+// would let a retry on another node run the work a second time while the
+// first still runs. A claim whose holder crashed frees its key when its
+// lease runs out (the guard's lease TTL, 10 s by default); -force deletes
+// a live claim at once, for a holder known to be gone: its work, if it
+// still runs, cannot record its outcome. Without -force, forget deletes
+// the record only if it is an outcome (see middleware.Guard.Forget for the
+// interval that leaves).
+//
+// list prints the live records (running claims and outcomes) of one scope
+// (-scope; none by default, as for inspect), of every scope of the
+// namespace (-all-scopes), or only the keys of the scope that start with
+// -key-prefix: each one's scope, key, state, expiry and size. It prints at
+// most -limit records (default 100, at most 1000) and, when more may
+// follow, a cursor: run it again with -after CURSOR for the next page. A
+// page may hold fewer records than -limit, even none, while a cursor
+// follows (Redis scans a bounded part of its keyspace per page). Redis
+// lists the keys of each master in turn, in no order; it cannot list a
+// record whose key it stores hashed (over 512 bytes, or not readable
+// text). PostgreSQL and Firestore list every record (Firestore: every key
+// that is valid UTF-8) in the order of their keys as stored.
 //
 // sweep deletes the expired records of PostgreSQL (pgstore) and Firestore
 // (firestorestore) in batches, as Store.Sweep does, and prints how many
@@ -45,8 +70,11 @@
 //
 // # Keys, scopes and namespaces
 //
-// -key is the idempotency key as the client sent it, without the quotes of
-// the header's string form: Idempotency-Key: "order-42" is -key order-42.
+// -key is the idempotency key as the client sent it: Idempotency-Key:
+// "order-42" is -key '"order-42"' (the header's RFC 8941 string form,
+// quotes included, unquoted as the HTTP middleware does) or -key order-42.
+// A key that itself starts and ends with a quote (a gRPC or Go key) must
+// be given in the string form: -key '"\"q\""' is the key "q".
 // -scope is the scope the guarded call had: what the HTTP middleware's
 // scope hook (nethttp.WithScope, and the gin and echo equivalents)
 // returned for the request, the principal for gRPC, middleware.Scope's
@@ -83,24 +111,37 @@
 //
 // # Output and exit status
 //
-// Text by default; -json prints one JSON object, the same as the
-// operators' HTTP handler's (nethttp.NewAdmin):
+// Text by default; -json prints one JSON object, for inspect and forget
+// the operators' HTTP handler's (nethttp.NewAdmin) with a few members
+// more (below):
 //
 //	$ idemkit inspect -url redis://localhost:6379/0 -key order-42 -scope tenant-1 -json
 //	{"record_key":"idempotency:tenant-1:order-42","state":"completed","algorithm":"http-v2","bound":false,
 //	 "fence":1767323045000,"created":"2026-01-02T03:04:05Z","expires":"2026-01-03T03:04:05Z","size":87,"sealed":false}
 //	$ idemkit forget -url "$IDEMKIT_URL" -key order-42 -scope tenant-1 -json
 //	{"deleted":true}
+//	$ idemkit list -url "$IDEMKIT_URL" -scope tenant-1 -key-prefix order- -limit 2
+//	STATE      EXPIRES               SIZE  SCOPE     KEY
+//	completed  2026-01-03T03:04:05Z  87    tenant-1  order-42
+//	claimed    2026-01-02T03:04:15Z  0     tenant-1  order-43
+//	2 records; more may follow: add -after b3JkZXItNDM
 //	$ idemkit sweep -url postgres://idemkit@db/app -json
 //	{"deleted":1204}
 //
-// "response" (base64) appears with -response; "response_error" says why a
-// response asked for is not shown. Times are UTC, RFC 3339.
+// With -response, "response" holds the recorded bytes (base64) and one of
+// "http" ({"status","header","body"}), "grpc" ({"code","message","details"}
+// or {"message_type","message_size"}, with "header" and "trailer") or
+// "value" the response decoded, a body or value as {"size","text"} or
+// {"size","base64"}; "response_error" says why a response asked for is
+// not shown. forget -json adds "state", what was deleted. list -json
+// prints {"records":[...],"next":"CURSOR"}, each record inspect's without
+// the response, with its "scope" and "key". Times are UTC, RFC 3339.
 //
 // The exit status is 0 when the command did its work (forget of a key
 // without a record included: it prints that there was none), 1 when it
 // failed, when inspect found no record or when forget refused a live
 // claim without -force (stdout is then empty, stderr says so), and 2 for
-// a bad command line (flags, URL, a key too long for
-// the backend, an invalid namespace, table or collection).
+// a bad command line (flags, URL, a key too long for the backend, an
+// invalid namespace, table or collection, a cursor list did not make).
+// list exits 0 also when it finds no record.
 package main

@@ -5,11 +5,13 @@ go 1.26.0
 require (
 	cloud.google.com/go/firestore v1.29.2
 	github.com/idemkit/idemkit v0.1.0
+	github.com/idemkit/idemkit/grpcinterceptor v0.1.0
 	github.com/idemkit/idemkit/store/firestorestore v0.1.0
 	github.com/idemkit/idemkit/store/pgstore v0.1.0
 	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -47,12 +49,12 @@ require (
 	google.golang.org/genproto v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
-	google.golang.org/grpc v1.84.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (
 	github.com/idemkit/idemkit => ../..
+	github.com/idemkit/idemkit/grpcinterceptor => ../../grpcinterceptor
 	github.com/idemkit/idemkit/store/firestorestore => ../../store/firestorestore
 	github.com/idemkit/idemkit/store/pgstore => ../../store/pgstore
 	github.com/idemkit/idemkit/store/redisstore => ../../store/redisstore

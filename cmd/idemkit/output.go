@@ -11,10 +11,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store"
 )
 
 // record is what inspect prints: the JSON of the operators' HTTP handler
-// (nethttp.NewAdmin), field for field.
+// (nethttp.NewAdmin), field for field, and the response decoded.
 type record struct {
 	RecordKey     string    `json:"record_key"`
 	State         string    `json:"state"`
@@ -27,6 +28,12 @@ type record struct {
 	Sealed        bool      `json:"sealed"`
 	Response      *[]byte   `json:"response,omitempty"`
 	ResponseError string    `json:"response_error,omitempty"`
+
+	// The response decoded, by the adapter that recorded it: one of them,
+	// or none when the tool cannot decode it ("response" holds it).
+	HTTP  *httpResponse `json:"http,omitempty"`
+	GRPC  *grpcCall     `json:"grpc,omitempty"`
+	Value *body         `json:"value,omitempty"` // Do and Execute's: the bytes the work returned
 }
 
 // newRecord returns the printable form of in; withResponse tells whether
@@ -48,6 +55,9 @@ func newRecord(in middleware.Inspection, withResponse bool) record {
 			b = []byte{}
 		}
 		r.Response = &b
+		if in.State == store.StateCompleted || len(b) > 0 {
+			r.HTTP, r.GRPC, r.Value = decodeResponse(in.Algorithm, b)
+		}
 	}
 	return r
 }
@@ -77,9 +87,24 @@ func (r record) writeText(w io.Writer) error {
 	switch {
 	case r.ResponseError != "":
 		lines = append(lines, [2]string{"response", "(" + r.ResponseError + ")"})
+	case r.HTTP != nil:
+		lines = append(lines, r.HTTP.lines()...)
+	case r.GRPC != nil:
+		lines = append(lines, r.GRPC.lines()...)
+	case r.Value != nil:
+		lines = append(lines, r.Value.lines("response")...)
+	case r.Response != nil && len(*r.Response) == 0:
+		lines = append(lines, [2]string{"response", "(none)"})
 	case r.Response != nil:
-		lines = append(lines, [2]string{"response", base64.StdEncoding.EncodeToString(*r.Response) + " (base64)"})
+		lines = append(lines, [2]string{"response", fmt.Sprintf("(%d bytes this tool cannot decode; -raw writes them) %s (base64)",
+			len(*r.Response), base64.StdEncoding.EncodeToString(*r.Response))})
 	}
+	return writeLines(w, lines)
+}
+
+// writeLines writes each pair as a line: the name in a column, then the
+// value, which may span lines (a body).
+func writeLines(w io.Writer, lines [][2]string) error {
 	for _, l := range lines {
 		if _, err := fmt.Fprintf(w, "%-11s %s\n", l[0], l[1]); err != nil {
 			return err
@@ -90,7 +115,8 @@ func (r record) writeText(w io.Writer) error {
 
 // forgetResult is what forget prints with -json.
 type forgetResult struct {
-	Deleted bool `json:"deleted"`
+	Deleted bool   `json:"deleted"`
+	State   string `json:"state,omitempty"` // what was deleted: completed (the next request runs the work again), not-replayable or claimed
 }
 
 // sweepResult is what sweep prints with -json.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store"
 )
 
 // Exit codes.
@@ -33,8 +34,9 @@ const (
 const urlEnv = "IDEMKIT_URL"
 
 const usageText = `usage:
-  idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response] [-json]
+  idemkit inspect -url URL -key KEY [-scope SCOPE] [-namespace NS] [-response | -raw] [-json]
   idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-force] [-json]
+  idemkit list    -url URL [-scope SCOPE | -all-scopes] [-key-prefix P] [-namespace NS] [-limit N] [-after CURSOR] [-json]
   idemkit sweep   -url URL [-json]
   store options, as the application has them: -prefix (Redis), -table (PostgreSQL), -collection (Firestore)
 
@@ -46,8 +48,16 @@ URL (default: $IDEMKIT_URL):
   firestore://project-id[/database]                        Firestore (-collection; FIRESTORE_EMULATOR_HOST is followed)
 
 Run "idemkit <command> -h" for the flags of a command.
-forget deletes an outcome; it refuses a claim whose lease is live (its request
-may still be running) unless -force is given.
+-key takes the key as the client sent it, in the header's string form ("k1",
+quotes included) or bare (k1).
+inspect -response shows the recorded response decoded (HTTP: status, headers,
+body; gRPC: code and message, or the response message); -raw writes its bytes.
+forget deletes an outcome: the next request with the key runs the work again.
+It refuses a claim whose lease is live (its request may still be running)
+unless -force is given.
+list shows the live records of a scope (-scope, none by default), of every
+scope (-all-scopes) or of the keys starting with -key-prefix, -limit at a time
+(default 100); it prints the -after cursor that continues it.
 Exit status: 0 done, 1 failed, (inspect) no record or (forget) a live claim, 2 bad command line.
 `
 
@@ -59,7 +69,12 @@ type command struct {
 	scope      string
 	namespace  string
 	response   bool
+	raw        bool // inspect: the response's bytes
 	force      bool
+	allScopes  bool   // list
+	keyPrefix  string // list
+	limit      int    // list
+	after      string // list
 	json       bool
 	table      string // PostgreSQL
 	collection string // Firestore
@@ -85,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usageText)
 		return exitOK
-	case "inspect", "forget", "sweep":
+	case "inspect", "forget", "list", "sweep":
 	default:
 		fmt.Fprintf(stderr, "idemkit: unknown command %q\n\n%s", args[0], usageText)
 		return exitUsage
@@ -120,13 +135,22 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 	fs := flag.NewFlagSet("idemkit "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.url, "url", os.Getenv(urlEnv), "the backend's `URL` (default: $"+urlEnv+"); see idemkit help")
+	if name == "inspect" || name == "forget" {
+		fs.StringVar(&c.key, "key", "", "the idempotency `key`, as the client sent it: in the header's string form (\"k1\", quotes included) or bare (k1)")
+	}
 	if name != "sweep" {
-		fs.StringVar(&c.key, "key", "", "the idempotency `key`, as the client sent it (without the quotes of the header's string form)")
 		fs.StringVar(&c.scope, "scope", "", "the key's `scope` (the tenant or principal the middleware's scope hook named; none by default)")
 		fs.StringVar(&c.namespace, "namespace", defaultNamespace, "the guard's `namespace` (middleware.WithNamespace)")
 	}
 	if name == "inspect" {
-		fs.BoolVar(&c.response, "response", false, "show the recorded response too (base64; it may hold personal data)")
+		fs.BoolVar(&c.response, "response", false, "show the recorded response too, decoded (HTTP: status, headers, body; gRPC: code and message); it may hold personal data")
+		fs.BoolVar(&c.raw, "raw", false, "write the recorded response's bytes, as stored, to stdout and nothing else")
+	}
+	if name == "list" {
+		fs.BoolVar(&c.allScopes, "all-scopes", false, "list the records of every scope of the namespace")
+		fs.StringVar(&c.keyPrefix, "key-prefix", "", "list only the keys that start with this `prefix` (in -scope)")
+		fs.IntVar(&c.limit, "limit", middleware.DefaultListLimit, fmt.Sprintf("the most `records` to list (1 to %d)", store.MaxListLimit))
+		fs.StringVar(&c.after, "after", "", "continue a listing after this `cursor`, which the previous list printed")
 	}
 	if name == "forget" {
 		fs.BoolVar(&c.force, "force", false, "delete the key's claim even while its lease is live: its request, if it still runs, cannot record its outcome, and a retry runs it a second time")
@@ -143,6 +167,7 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	c.key = headerKey(c.key)
 	bad := func(format string, args ...any) (*command, error) {
 		fmt.Fprintf(stderr, "idemkit %s: %s\n", name, fmt.Sprintf(format, args...))
 		fs.Usage()
@@ -153,8 +178,14 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 		return bad("unexpected argument %q (flags go before arguments, and %s takes none)", fs.Arg(0), name)
 	case c.url == "":
 		return bad("-url is required (or set $%s)", urlEnv)
-	case name != "sweep" && c.key == "":
+	case (name == "inspect" || name == "forget") && c.key == "":
 		return bad("-key is required and must not be empty")
+	case c.raw && (c.response || c.json):
+		return bad("-raw writes the response's bytes alone: drop -response and -json")
+	case c.allScopes && (c.scope != "" || c.keyPrefix != ""):
+		return bad("-all-scopes lists every scope: drop -scope and -key-prefix")
+	case name == "list" && (c.limit < 1 || c.limit > store.MaxListLimit):
+		return bad("-limit must be 1 to %d", store.MaxListLimit)
 	case c.timeout <= 0:
 		return bad("-timeout must be positive")
 	}
@@ -192,6 +223,8 @@ func (c *command) run(ctx context.Context, stdout, stderr io.Writer) error {
 		return c.sweep(ctx, b, stdout)
 	case "inspect":
 		return c.inspect(ctx, b, stdout, stderr)
+	case "list":
+		return c.list(ctx, b, stdout)
 	default:
 		return c.forget(ctx, b, stdout)
 	}
@@ -227,7 +260,7 @@ func (c *command) inspect(ctx context.Context, b *backend, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	in, found, err := g.Inspect(ctx, c.scope, c.key, c.response)
+	in, found, err := g.Inspect(ctx, c.scope, c.key, c.response || c.raw)
 	if err != nil {
 		return keyError(err)
 	}
@@ -238,6 +271,13 @@ func (c *command) inspect(ctx context.Context, b *backend, stdout, stderr io.Wri
 		}
 		fmt.Fprintf(stderr, "idemkit inspect: no record for key %s %s (expired, released, forgotten or never used)\n", quote(c.key), where)
 		return errNotFound
+	}
+	if c.raw {
+		if in.Sealed && in.Response == nil {
+			return errors.New("the response is sealed, and this tool holds no seal keys to open it")
+		}
+		_, err := stdout.Write(in.Response)
+		return err
 	}
 	r := newRecord(in, c.response)
 	if c.json {
@@ -250,6 +290,12 @@ func (c *command) forget(ctx context.Context, b *backend, stdout io.Writer) erro
 	g, err := c.guard(b)
 	if err != nil {
 		return err
+	}
+	// The record's state says what forgetting it means; reading it costs
+	// a round trip, which an operator's command can afford.
+	in, found, err := g.Inspect(ctx, c.scope, c.key, false)
+	if err != nil {
+		return keyError(err)
 	}
 	var opts []middleware.ForgetOption
 	if c.force {
@@ -266,15 +312,49 @@ func (c *command) forget(ctx context.Context, b *backend, stdout io.Writer) erro
 	if err != nil {
 		return keyError(err)
 	}
-	if c.json {
-		return writeJSON(stdout, forgetResult{Deleted: deleted})
+	state := ""
+	if deleted && found {
+		state = in.State.String()
 	}
-	if deleted {
-		fmt.Fprintf(stdout, "forgot key %s: the next request with it runs again\n", quote(c.key))
-	} else {
+	if c.json {
+		return writeJSON(stdout, forgetResult{Deleted: deleted, State: state})
+	}
+	if !deleted {
 		fmt.Fprintf(stdout, "key %s had no record: nothing to forget\n", quote(c.key))
+		return nil
+	}
+	switch {
+	case found && in.State == store.StateCompleted:
+		fmt.Fprintf(stdout, "forgot key %s, which had completed: its recorded response is gone, and the next request with the key "+
+			"runs the work again (a second time) instead of getting that response back\n", quote(c.key))
+	case found && in.State == store.StateClaimed:
+		fmt.Fprintf(stdout, "forgot key %s, which a request held: if that request still runs, its outcome is not recorded, "+
+			"and the next request with the key runs the work again\n", quote(c.key))
+	default:
+		fmt.Fprintf(stdout, "forgot key %s: the next request with the key runs the work again\n", quote(c.key))
 	}
 	return nil
+}
+
+func (c *command) list(ctx context.Context, b *backend, stdout io.Writer) error {
+	g, err := c.guard(b)
+	if err != nil {
+		return err
+	}
+	l, err := g.List(ctx, middleware.ListQuery{
+		Scope: c.scope, AllScopes: c.allScopes, KeyPrefix: c.keyPrefix, After: c.after, Limit: c.limit,
+	})
+	if idemkit.CodeOf(err) == idemkit.CodeInvalidArgument {
+		return usagef("%s", strings.TrimPrefix(err.Error(), "idemkit: "))
+	}
+	if err != nil {
+		return err
+	}
+	page := newListing(l)
+	if c.json {
+		return writeJSON(stdout, page)
+	}
+	return page.writeText(stdout)
 }
 
 func (c *command) sweep(ctx context.Context, b *backend, stdout io.Writer) error {

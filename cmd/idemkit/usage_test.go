@@ -44,6 +44,15 @@ func TestUsage(t *testing.T) {
 		{"bad prefix", []string{"inspect", "-url", redisURL, "-key", "k", "-prefix", "has space"}, "-prefix:"},
 		{"bad namespace", []string{"inspect", "-url", redisURL, "-key", "k", "-namespace", "a:b"}, "-namespace:"},
 		{"key too long", []string{"forget", "-url", redisURL, "-key", strings.Repeat("k", 2000)}, "-key:"},
+		{"key on list", []string{"list", "-url", redisURL, "-key", "k"}, "flag provided but not defined"},
+		{"raw on forget", []string{"forget", "-url", redisURL, "-key", "k", "-raw"}, "flag provided but not defined"},
+		{"raw and json", []string{"inspect", "-url", redisURL, "-key", "k", "-raw", "-json"}, "-raw writes the response's bytes alone"},
+		{"raw and response", []string{"inspect", "-url", redisURL, "-key", "k", "-raw", "-response"}, "-raw writes the response's bytes alone"},
+		{"all scopes and scope", []string{"list", "-url", redisURL, "-all-scopes", "-scope", "t"}, "-all-scopes lists every scope"},
+		{"all scopes and key prefix", []string{"list", "-url", redisURL, "-all-scopes", "-key-prefix", "a"}, "-all-scopes lists every scope"},
+		{"limit 0", []string{"list", "-url", redisURL, "-limit", "0"}, "-limit must be 1 to 1000"},
+		{"limit too high", []string{"list", "-url", redisURL, "-limit", "1001"}, "-limit must be 1 to 1000"},
+		{"list argument", []string{"list", "-url", redisURL, "orders/"}, `unexpected argument "orders/"`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := tool(t, c.args...)
@@ -68,6 +77,18 @@ func TestUsage(t *testing.T) {
 	}
 	if r := tool(t, "help"); !strings.Contains(r.stdout, "[-namespace NS] [-force] [-json]") || !strings.Contains(r.stdout, "unless -force is given") {
 		t.Fatalf("help: %q; want forget's -force", r.stdout)
+	}
+	if r := tool(t, "help"); !strings.Contains(r.stdout, "idemkit list    -url URL [-scope SCOPE | -all-scopes] [-key-prefix P]") ||
+		!strings.Contains(r.stdout, "[-response | -raw]") || !strings.Contains(r.stdout, `header's string form ("k1"`) ||
+		!strings.Contains(r.stdout, "the next request with the key runs the work again") {
+		t.Fatalf("help: %q; want list, -raw, the header form of keys and what forget means", r.stdout)
+	}
+	if r := tool(t, "list", "-h"); r.code != exitOK || !strings.Contains(r.stderr, "-after") || !strings.Contains(r.stderr, "-limit") ||
+		!strings.Contains(r.stderr, "(default 100)") || strings.Contains(r.stderr, "-key ") {
+		t.Fatalf("list -h: exit %d, stderr %q", r.code, r.stderr)
+	}
+	if r := tool(t, "inspect", "-h"); !strings.Contains(r.stderr, "-raw") || !strings.Contains(r.stderr, `"k1"`) {
+		t.Fatalf("inspect -h: stderr %q; want -raw and the header form of keys", r.stderr)
 	}
 }
 

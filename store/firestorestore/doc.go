@@ -167,7 +167,8 @@
 // # Indexes
 //
 // No composite index is needed. Sweep needs the automatic single-field
-// index on expireAt (keep it if you tune index exemptions). The response
+// index on expireAt, and [Store.List] (operators listing the records under
+// a prefix) the one on key (keep them if you tune index exemptions). The response
 // field is never queried; exempting it from indexing saves index storage
 // and write cost:
 //

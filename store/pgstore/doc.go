@@ -46,7 +46,9 @@
 // stored as `\x` followed by the lowercase hex of its bytes, PostgreSQL's
 // own notation for bytes ('\x' || encode(convert_to('ключ', 'UTF8'),
 // 'hex')): exact, reversible, and never equal to a verbatim key, so no two
-// keys share a row, in any server encoding.
+// keys share a row, in any server encoding. [Store.List] (operators
+// listing the records under a prefix) reads both forms, by ranges of the
+// primary key.
 //
 // Time is the server's: every statement reads clock_timestamp(); no client
 // clock is ever used. A row is visible (to Get, and answered by Claim as

@@ -16,7 +16,7 @@ const (
 
 // queries holds the store's SQL, built once with its table name.
 type queries struct {
-	claim, extend, complete, release, releaseAgain, get, delete, put, sweep string
+	claim, extend, complete, release, releaseAgain, get, delete, put, sweep, list string
 	// watched marks the key's live claim as waited for (see [Store.Watch]).
 	watched string
 }
@@ -165,6 +165,22 @@ RETURNING {{notify}}`,
 		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
 FROM {{t}} WHERE key = $1::text AND state <> 0 AND expires_at > clock_timestamp()`,
 
+		// The live rows whose stored key is in one of two ranges (see
+		// Store.List): $1 to $2, the verbatim keys ($1 NULL for none, $2
+		// NULL for no upper bound), and $3 to $4, the hex-encoded ones;
+		// after the stored key $5, in key order, at most $6. One row of
+		// arrays, so that the store needs nothing but QueryRow of its
+		// client.
+		list: `SELECT array_agg(key ORDER BY key), array_agg(fingerprint ORDER BY key), array_agg(state ORDER BY key),
+	array_agg(response ORDER BY key), array_agg(fence ORDER BY key), array_agg(created_at ORDER BY key),
+	array_agg(expires_at ORDER BY key)
+FROM (SELECT key, fingerprint, state, response, fence, created_at, expires_at
+	FROM {{t}}
+	WHERE ((key >= $1::text AND ($2::text IS NULL OR key < $2::text) AND left(key, 2) <> '\x')
+		OR (key >= $3::text AND key < $4::text))
+		AND key > $5::text AND state <> 0 AND expires_at > clock_timestamp()
+	ORDER BY key LIMIT $6) AS l`,
+
 		delete: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
 FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.state <> 0}}
@@ -240,7 +256,7 @@ WHERE r.key IN (
 		"{{tombKeep r.fence}}", "greatest(n.t + "+retention+", "+fenceTime("r.fence")+")",
 		"{{fenceTime r.fence}}", fenceTime("r.fence"),
 	)
-	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched} {
+	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched, &q.list} {
 		*s = r.Replace(*s)
 	}
 	return q

@@ -27,7 +27,7 @@
 // on one key (one cluster slot, no hash tags). The key is the prefix
 // ([WithKeyPrefix], default none) followed by the record key itself when
 // it is readable, so an operator finds "idempotency:<scope>:<key>" with
-// SCAN: at most 512 bytes of valid UTF-8 without control characters, not
+// SCAN, as [Store.List] does: at most 512 bytes of valid UTF-8 without control characters, not
 // starting with '@'. Any other record key (longer, with control bytes or
 // invalid UTF-8, or starting with '@') is stored as "@sha256:" followed by
 // the unpadded base64url SHA-256 of the record key. A readable key never

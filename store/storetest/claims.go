@@ -54,6 +54,7 @@ var storeCases = []struct {
 	{"StalledServerGivesCodedErrorsByTheDeadline", testStalled},
 	{"RoundTripsPerOperation", testRoundTrips},
 	{"NoStateWithoutExpiry", testNoImmortalState},
+	{"ListUnderAPrefix", testList},
 }
 
 func testClaimFree(t *testing.T, e *Env) {

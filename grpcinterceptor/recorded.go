@@ -1,0 +1,51 @@
+package grpcinterceptor
+
+import (
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// RecordedCall is a call as the interceptor records it (see
+// [DecodeRecorded]).
+type RecordedCall struct {
+	// Header and Trailer are the metadata the handler set, which replays
+	// restore.
+	Header, Trailer metadata.MD
+	// Status is the error the call returned (code, message, details); nil
+	// when it returned a response message.
+	Status *status.Status
+	// MessageName is the full name of the response message's type, such
+	// as "orders.v1.Order"; "" with a Status.
+	MessageName string
+	// Message is the response message's protobuf encoding: rebuild it with
+	// the message type of MessageName (protoregistry.GlobalTypes).
+	Message []byte
+}
+
+// DecodeRecorded decodes the response the interceptor records for a
+// completed call, as an operator's tool reads it from the record
+// (middleware.Guard.Inspect with withResponse, the "response" of
+// nethttp.NewAdmin's record, idemkit inspect -raw): the status of a failed
+// call, or the name and encoding of its response message, and the
+// metadata a replay restores. Bytes the interceptor did not record (another
+// adapter's, a sealed envelope) are an error. Message aliases b.
+func DecodeRecorded(b []byte) (RecordedCall, error) {
+	s, err := decode(b)
+	if err != nil {
+		return RecordedCall{}, err
+	}
+	c := RecordedCall{Header: s.header, Trailer: s.trailer}
+	if !s.status {
+		c.MessageName, c.Message = string(s.messageName), s.payload
+		return c, nil
+	}
+	sp := new(spb.Status)
+	if err := proto.Unmarshal(s.payload, sp); err != nil || codes.Code(sp.GetCode()) == codes.OK {
+		return RecordedCall{}, errCorrupt
+	}
+	c.Status = status.FromProto(sp)
+	return c, nil
+}
