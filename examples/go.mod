@@ -98,14 +98,3 @@ require (
 	google.golang.org/genproto v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 )
-
-replace (
-	github.com/idemkit/idemkit => ../
-	github.com/idemkit/idemkit/echoadapter => ../echoadapter
-	github.com/idemkit/idemkit/ginadapter => ../ginadapter
-	github.com/idemkit/idemkit/grpcinterceptor => ../grpcinterceptor
-	github.com/idemkit/idemkit/idemkitotel => ../idemkitotel
-	github.com/idemkit/idemkit/store/firestorestore => ../store/firestorestore
-	github.com/idemkit/idemkit/store/pgstore => ../store/pgstore
-	github.com/idemkit/idemkit/store/redisstore => ../store/redisstore
-)

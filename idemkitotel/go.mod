@@ -63,11 +63,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace (
-	github.com/idemkit/idemkit => ../
-	github.com/idemkit/idemkit/echoadapter => ../echoadapter
-	github.com/idemkit/idemkit/ginadapter => ../ginadapter
-	github.com/idemkit/idemkit/grpcinterceptor => ../grpcinterceptor
-	github.com/idemkit/idemkit/store/redisstore => ../store/redisstore
-)
