@@ -114,10 +114,13 @@ for m in "${released[@]}"; do
 	p=$(awk '$1 == "module" { print $2; exit }' "$m/go.mod")
 	dir=./$m
 	[ "$m" = . ] && dir=./
-	while read -r v; do
-		go work edit -dropreplace="$p@$v"
-	done < <(awk -v p="$p" '$1 == p && $3 == "=>" { print $2 } $1 == "replace" && $2 == p && $4 == "=>" { print $3 }' go.work)
-	go work edit -replace="$p@$version=$dir"
+	if awk -v p="$p" '$1 == p && $3 == "=>" || $1 == "replace" && $2 == p && $4 == "=>" { found = 1 } END { exit !found }' go.work; then
+		# In place, so the replace block keeps its layout.
+		pe=$(printf '%s' "$p" | sed 's/[.[\*^$/]/\\&/g')
+		sed -i -E "s/^([[:space:]]*(replace[[:space:]]+)?$pe) [^[:space:]]+ =>/\1 $version =>/" go.work
+	else
+		go work edit -replace="$p@$version=$dir"
+	fi
 done
 changed=$(git status --porcelain -- '*go.mod' go.work | awk '{print $2}')
 if [ -n "$changed" ]; then echo "changed:"; echo "$changed" | sed 's/^/  /'; else echo "  every go.mod and go.work already name $version"; fi
