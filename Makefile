@@ -1,7 +1,6 @@
 # The two commands a newcomer needs: `make demo` and `make test`.
 # `make help` lists every target.
 GO ?= go
-export GOWORK := off
 
 .PHONY: help demo quickstart test check serve lockdemo bench fuzz api
 
@@ -28,7 +27,9 @@ lockdemo:
 
 ## test: install what the tests need when it is missing (scripts/deps.sh:
 ##   redis-server, PostgreSQL, Java and the Firestore emulator, via apt),
-##   then gofmt, vet, tidy and race-enabled tests of every module
+##   then gofmt, vet and race-enabled tests of every module, and the
+##   outside-consumer check (go run ./internal/modcheck: tidy, builds,
+##   go install of the command, module graphs)
 test:
 	@scripts/deps.sh
 	@scripts/test.sh

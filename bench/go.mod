@@ -54,12 +54,3 @@ require (
 	google.golang.org/grpc v1.84.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace (
-	github.com/idemkit/idemkit => ../
-	github.com/idemkit/idemkit/lock/pglock => ../lock/pglock
-	github.com/idemkit/idemkit/lock/redislock => ../lock/redislock
-	github.com/idemkit/idemkit/store/firestorestore => ../store/firestorestore
-	github.com/idemkit/idemkit/store/pgstore => ../store/pgstore
-	github.com/idemkit/idemkit/store/redisstore => ../store/redisstore
-)

@@ -15,6 +15,9 @@
 //   - lockdemo: the lock layer on the in-memory backend: contention,
 //     growing fences, renewal of a slow job's lease, and fencing out a stale
 //     holder.
+//   - otelsuite: no program: the idemkitotel hook's tests through every
+//     adapter and on Redis, which need modules idemkitotel must not require
+//     (its users would get them).
 //
 // The server demos (nethttp, gin, echo, grpc) take -metrics: the guard is
 // then observed by the idemkitotel hook, whose metrics are served in the

@@ -23,6 +23,7 @@ require (
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	google.golang.org/grpc v1.85.0
 )
 
@@ -88,7 +89,6 @@ require (
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.69.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
@@ -97,15 +97,4 @@ require (
 	google.golang.org/api v0.304.0 // indirect
 	google.golang.org/genproto v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
-)
-
-replace (
-	github.com/idemkit/idemkit => ../
-	github.com/idemkit/idemkit/echoadapter => ../echoadapter
-	github.com/idemkit/idemkit/ginadapter => ../ginadapter
-	github.com/idemkit/idemkit/grpcinterceptor => ../grpcinterceptor
-	github.com/idemkit/idemkit/idemkitotel => ../idemkitotel
-	github.com/idemkit/idemkit/store/firestorestore => ../store/firestorestore
-	github.com/idemkit/idemkit/store/pgstore => ../store/pgstore
-	github.com/idemkit/idemkit/store/redisstore => ../store/redisstore
 )

@@ -4,24 +4,17 @@ import (
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkitotel"
-	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/store"
-	"github.com/idemkit/idemkit/store/memstore"
 )
 
 // telemetry is an SDK tracer provider that records every span and an SDK
@@ -125,29 +118,6 @@ func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
 		m[kv.Key] = kv.Value
 	}
 	return m
-}
-
-// eventNames returns the names of a span's events.
-func eventNames(s sdktrace.ReadOnlySpan) []string {
-	var out []string
-	for _, e := range s.Events() {
-		out = append(out, e.Name)
-	}
-	return out
-}
-
-// eventAttrs returns the attributes of a span's first event named name.
-func eventAttrs(s sdktrace.ReadOnlySpan, name string) map[attribute.Key]attribute.Value {
-	for _, e := range s.Events() {
-		if e.Name == name {
-			m := map[attribute.Key]attribute.Value{}
-			for _, kv := range e.Attributes {
-				m[kv.Key] = kv.Value
-			}
-			return m
-		}
-	}
-	return nil
 }
 
 // snapshot is what the meter provider holds at one moment.
@@ -254,164 +224,22 @@ func outcome(kind string) attribute.KeyValue { return attribute.String("idemkit.
 func backendOp(name string) attribute.KeyValue {
 	return attribute.String("idemkit.backend.operation", name)
 }
-func result(name string) attribute.KeyValue    { return attribute.String("idemkit.backend.result", name) }
-func errorType(code string) attribute.KeyValue { return attribute.String("error.type", code) }
-
-var errOutage = idemkit.NewError(idemkit.CodeServiceUnavailable, "test", "injected outage", nil)
-
-// flakyStore is a memory store whose claims or releases can be made to
-// fail as a store whose server went away does.
-type flakyStore struct {
-	store.Store
-	failClaim, failRelease atomic.Bool
-}
-
-func newFlakyStore(t *testing.T) *flakyStore {
-	s := memstore.New()
-	t.Cleanup(func() { _ = s.Close() })
-	return &flakyStore{Store: s}
-}
-
-func (f *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
-	if f.failClaim.Load() {
-		return store.Record{}, false, errOutage
-	}
-	return f.Store.Claim(ctx, key, fp, ttl)
-}
-
-func (f *flakyStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
-	if f.failRelease.Load() {
-		return false, errOutage
-	}
-	return f.Store.Release(ctx, key, fence)
-}
-
-// business is the work behind every adapter in the tests: it counts its
-// executions, starts a span of its own ("work") and, as its flags say,
-// blocks until released, forgets its own key (so its outcome cannot be
-// recorded), answers a large response or fails.
-type business struct {
-	guard      *middleware.Guard
-	tracer     trace.Tracer
-	executions atomic.Int64
-	started    chan struct{} // one per blocking execution
-	release    chan struct{} // closed to let blocking executions finish
-	once       sync.Once
-}
-
-// unblock lets blocking executions finish, now and from now on.
-func (b *business) unblock() { b.once.Do(func() { close(b.release) }) }
-
-// flags are the business's switches, from a comma-separated list.
-type flags struct{ block, forget, large, fail bool }
-
-func parseFlags(s string) flags {
-	var f flags
-	for _, w := range strings.Split(s, ",") {
-		switch w {
-		case "block":
-			f.block = true
-		case "forget":
-			f.forget = true
-		case "large":
-			f.large = true
-		case "fail":
-			f.fail = true
-		}
-	}
-	return f
-}
-
-// responseSize is the size of the business's answer: small, or larger
-// than the adapters' capture limit (maxResponse) with the flag large.
-func (f flags) responseSize() int {
-	if f.large {
-		return 4 * maxResponse
-	}
-	return 16
-}
-
-// maxResponse is the capture limit the tests give the adapters.
-const maxResponse = 1024
-
-// work runs the business logic under ctx, the guarded call's.
-func (b *business) work(ctx context.Context, f flags) {
-	ctx, span := b.tracer.Start(ctx, "work")
-	defer span.End()
-	b.executions.Add(1)
-	if f.block {
-		b.started <- struct{}{}
-		select {
-		case <-b.release:
-		case <-ctx.Done():
-		}
-	}
-	if f.forget {
-		// An operator forgets the key while the work runs: the claim is
-		// gone, and the outcome cannot be recorded.
-		info, _ := middleware.CallInfoFrom(ctx)
-		_, _ = b.guard.Forget(context.WithoutCancel(ctx), info.Scope, info.Key, middleware.Force())
-	}
-}
-
-// servers keeps the server spans around the adapters by the request's
-// label (header X-Test-Request, metadata x-test-request), as they end.
-type servers struct {
-	mu    sync.Mutex
-	ended map[string]trace.SpanContext
-	cond  chan struct{} // closed and replaced whenever a span ends
-}
-
-func newServers() *servers {
-	return &servers{ended: map[string]trace.SpanContext{}, cond: make(chan struct{})}
-}
-
-// start starts the server span of the request labelled label; done ends
-// it and makes it known to await.
-func (s *servers) start(ctx context.Context, tr trace.Tracer, name, label string) (context.Context, func()) {
-	ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
-	return ctx, func() {
-		span.End()
-		s.mu.Lock()
-		s.ended[label] = span.SpanContext()
-		close(s.cond)
-		s.cond = make(chan struct{})
-		s.mu.Unlock()
-	}
-}
-
-// await returns the server span of the request labelled label once it
-// has ended (its handler has returned, with the guard's outcome).
-func (s *servers) await(t *testing.T, label string) trace.SpanContext {
-	t.Helper()
-	deadline := time.After(30 * time.Second)
-	for {
-		s.mu.Lock()
-		sc, ok := s.ended[label]
-		cond := s.cond
-		s.mu.Unlock()
-		if ok {
-			return sc
-		}
-		select {
-		case <-cond:
-		case <-deadline:
-			t.Fatalf("the request %q never ended", label)
-		}
-	}
-}
+func result(name string) attribute.KeyValue { return attribute.String("idemkit.backend.result", name) }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// waitFor waits for ch to deliver, with a generous guard against hangs.
-func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
+// checkOutcome checks the end of a call span: its outcome, attempts (any
+// number from 1 when attempts is -1) and status.
+func checkOutcome(t *testing.T, s sdktrace.ReadOnlySpan, kind string, attempts int64, status otelcodes.Code) {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(30 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
+	a := attrs(s)
+	if got := a["idemkit.outcome"].AsString(); got != kind {
+		t.Errorf("idemkit.outcome = %q, want %q", got, kind)
 	}
-	var zero T
-	return zero
+	if got := a["idemkit.attempts"].AsInt64(); attempts >= 0 && got != attempts || got < 1 {
+		t.Errorf("idemkit.attempts = %d, want %d", got, attempts)
+	}
+	if s.Status().Code != status {
+		t.Errorf("status %v (%q), want %v", s.Status().Code, s.Status().Description, status)
+	}
 }

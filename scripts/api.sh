@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t pkgs < <(find . -name '*.go' -not -name '*_test.go' -not -path './.git/*' \
 	-not -path './examples/*' -not -path './bench/*' -not -path './internal/*' -printf '%h\n' | sed 's|^\./||; s|^\.$|.|' | sort -u)
-GOWORK=off go run ./internal/apicount "${pkgs[@]}"
+go run ./internal/apicount "${pkgs[@]}"

@@ -5,6 +5,5 @@
 #   DURATION=10s scripts/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/../bench"
-export GOWORK=off
 go test -count=1 -run '^TestReport$' -timeout 60m . -args -report="$PWD/README.md" -duration="${DURATION:-3s}"
 echo "wrote bench/README.md"

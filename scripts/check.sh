@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The everyday loop (`make check`): gofmt, go vet and the tests (without
 # the race detector) of the root module and of every module with changes,
-# each on its own (GOWORK=off). Changes are counted against the merge base
+# each in its folder (in the workspace of the root's go.work). Changes are counted against the merge base
 # with origin/main when there is one, against HEAD (uncommitted changes)
 # otherwise; untracked files count. Outside a git checkout it checks every
-# module. `make test` is the full run: every module, go mod tidy -diff and
-# the race detector.
+# module. `make test` is the full run: every module with the race detector,
+# and the outside-consumer check (go mod tidy among its steps).
 #
 # Prints one closing line per module and exits non-zero if any failed.
 #
@@ -13,7 +13,6 @@
 #   scripts/check.sh -run Foo   extra arguments go to go test (after ./...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export GOWORK=off
 
 mapfile -t all < <(find . -name go.mod -not -path './.git/*' -printf '%h\n' | sed 's|^\./||; s|^\.$|.|' | sort)
 
@@ -77,4 +76,4 @@ if [ ${#failed[@]} -ne 0 ]; then
 	echo "FAIL: ${#failed[@]} of ${#modules[@]} modules failed: ${failed[*]}"
 	exit 1
 fi
-echo "ok: ${#modules[@]} modules pass (make test runs all ${#all[@]}, with -race and tidy)"
+echo "ok: ${#modules[@]} modules pass (make test runs all ${#all[@]}, with -race, and the outside-consumer check)"

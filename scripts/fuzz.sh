@@ -4,7 +4,6 @@
 #   FUZZTIME=2m scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export GOWORK=off
 time=${FUZZTIME:-30s}
 mapfile -t modules < <(find . -name go.mod -not -path './.git/*' -printf '%h\n' | sort)
 for m in "${modules[@]}"; do

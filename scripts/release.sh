@@ -10,12 +10,16 @@
 # (vX.Y.Z, optionally -pre-release; v0 or v1, as the module paths have no
 # /vN suffix) and a version already tagged. Then it:
 #   1. sets every go.mod's requires of the repository's modules to the
-#      version (the replace directives stay, for work in the repository);
+#      version, and the version go.work replaces by each module's folder
+#      (no go.mod has a replace directive, and it adds none);
 #   2. checks that every go.mod now requires them at that version;
-#   3. runs the outside-consumer check (go run ./internal/modcheck): a module
-#      outside the repository builds every released module at the version,
-#      from a module proxy made of the tree, with no replace;
-#   4. runs go mod tidy -diff and go vet ./... in every module;
+#   3. runs the outside-consumer check (go run ./internal/modcheck): every
+#      module is tidy as a user's go command sees it, a module outside the
+#      repository builds every released module at the version from a module
+#      proxy made of the tree, go install installs the command at the
+#      version, and each released module's users' module graph holds only
+#      what docs/modules.md allows;
+#   4. runs go vet ./... in every module (in the workspace);
 #   5. commits "release vX.Y.Z" if step 1 changed anything;
 #   6. tags the root module vX.Y.Z and every other released module
 #      <dir>/vX.Y.Z (annotated tags), never the modules under examples/ and
@@ -24,7 +28,6 @@
 # here too. Nothing is pushed: the script prints the push command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export GOWORK=off
 
 usage() { echo "usage: scripts/release.sh vX.Y.Z [--dry-run] [--test]" >&2; exit 2; }
 die() { echo "release: $*" >&2; exit 1; }
@@ -73,10 +76,11 @@ echo "release $version of $root_path: ${#modules[@]} modules, ${#released[@]} re
 
 # The go.mod files as they were, for a dry run to put back.
 backup=$(mktemp -d)
-trap 'rc=$?; rm -rf "$backup"; if ((rc != 0)) && [ -n "$(git status --porcelain -- "*go.mod")" ]; then echo "release: stopped with the go.mod files changed; git checkout -- \"*go.mod\" puts them back" >&2; fi' EXIT
+trap 'rc=$?; rm -rf "$backup"; if ((rc != 0)) && [ -n "$(git status --porcelain -- "*go.mod" go.work)" ]; then echo "release: stopped with the go.mod files or go.work changed; git checkout -- \"*go.mod\" go.work puts them back" >&2; fi' EXIT
 if ((dry)); then
 	for m in "${modules[@]}"; do mkdir -p "$backup/$m" && cp "$m/go.mod" "$backup/$m/go.mod"; done
-	trap 'for m in "${modules[@]}"; do cp "$backup/$m/go.mod" "$m/go.mod"; done; rm -rf "$backup"' EXIT
+	cp go.work "$backup/go.work"
+	trap 'for m in "${modules[@]}"; do cp "$backup/$m/go.mod" "$m/go.mod"; done; cp "$backup/go.work" go.work; rm -rf "$backup"' EXIT
 fi
 
 # "path version" for each of the repository's modules a go.mod requires
@@ -104,8 +108,22 @@ for m in "${modules[@]}"; do
 	[ ${#edits[@]} -eq 0 ] && continue
 	(cd "$m" && go mod edit "${edits[@]}")
 done
-changed=$(git status --porcelain -- '*go.mod' | awk '{print $2}')
-if [ -n "$changed" ]; then echo "changed:"; echo "$changed" | sed 's/^/  /'; else echo "  every go.mod already requires $version"; fi
+# go.work replaces the release version of each released module by its
+# folder (docs/modules.md says why): the same version.
+for m in "${released[@]}"; do
+	p=$(awk '$1 == "module" { print $2; exit }' "$m/go.mod")
+	dir=./$m
+	[ "$m" = . ] && dir=./
+	if awk -v p="$p" '$1 == p && $3 == "=>" || $1 == "replace" && $2 == p && $4 == "=>" { found = 1 } END { exit !found }' go.work; then
+		# In place, so the replace block keeps its layout.
+		pe=$(printf '%s' "$p" | sed 's/[.[\*^$/]/\\&/g')
+		sed -i -E "s/^([[:space:]]*(replace[[:space:]]+)?$pe) [^[:space:]]+ =>/\1 $version =>/" go.work
+	else
+		go work edit -replace="$p@$version=$dir"
+	fi
+done
+changed=$(git status --porcelain -- '*go.mod' go.work | awk '{print $2}')
+if [ -n "$changed" ]; then echo "changed:"; echo "$changed" | sed 's/^/  /'; else echo "  every go.mod and go.work already name $version"; fi
 
 # 2. Every go.mod agrees.
 echo "== 2. every go.mod requires the repository's modules at $version"
@@ -124,10 +142,10 @@ echo "  ok"
 echo "== 3. outside-consumer check"
 go run ./internal/modcheck -version "$version"
 
-# 4. Tidy and vet, every module.
-echo "== 4. go mod tidy -diff and go vet in every module"
+# 4. Vet, every module (tidiness is the outside-consumer check's).
+echo "== 4. go vet in every module"
 for m in "${modules[@]}"; do
-	(cd "$m" && go mod tidy -diff && go vet ./...) || die "module $m: go mod tidy -diff or go vet failed"
+	(cd "$m" && go vet ./...) || die "module $m: go vet failed"
 	echo "  ok $m"
 done
 if ((tests)); then

@@ -51,11 +51,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace (
-	github.com/idemkit/idemkit => ../..
-	github.com/idemkit/idemkit/grpcinterceptor => ../../grpcinterceptor
-	github.com/idemkit/idemkit/store/firestorestore => ../../store/firestorestore
-	github.com/idemkit/idemkit/store/pgstore => ../../store/pgstore
-	github.com/idemkit/idemkit/store/redisstore => ../../store/redisstore
-)

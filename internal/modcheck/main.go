@@ -1,43 +1,59 @@
 // Command modcheck checks, from the repository's tree, that a module outside
 // the repository can use every released module at one version, with no
-// replace directive and no go.work: the way a user's `go get` sees them.
+// replace directive and no go.work: the way a user's `go get` and `go
+// install` see them. docs/modules.md describes it.
 //
 //	go run ./internal/modcheck                    the version the go.mod files require
 //	go run ./internal/modcheck -version v0.2.0    another version
 //	go run ./internal/modcheck -keep -v           keep the temporary directory, show go's output
+//	go run ./internal/modcheck -tidy [folder ...] go mod tidy as the check runs it, written back
 //
 // Run it from the root module (or name the root with -root). It fails when:
 //
 //   - a go.mod requires a module of the repository at v0.0.0, or at any
 //     version other than the one checked, or requires one the tree lacks
-//     or does not release;
+//     or does not release; or has a replace directive (go install refuses
+//     the module);
+//   - go.work does not use every module of the tree, or does not replace
+//     exactly the release version of each released module by its folder;
 //   - a released module other than the root has a non-test .go file that
 //     imports the root module's internal/ packages (its tests may);
+//   - docs/modules.md has no table of module graphs naming every released
+//     module;
 //   - a module proxy built from the tree cannot serve a released module at
 //     the version (the module zip rules of golang.org/x/mod/zip);
+//   - `go mod tidy` without the workspace would change a module's go.mod,
+//     or its go.sum beside the lines of the repository's own modules
+//     (which no go.sum may hold: they would hash the tree as it is);
 //   - a throwaway consumer module, which imports every package of every
 //     released module that a user can import (and builds the commands as
-//     tools), fails `go mod tidy` or `go build ./...`.
+//     tools), fails `go mod tidy` or `go build ./...`;
+//   - `go install cmd@version` of a command fails, run outside any module
+//     without -mod=mod, as a Go user installs one;
+//   - the module graph (go mod graph) of a consumer that requires one
+//     released module alone holds a requirement of the repository's modules
+//     that the module's row of the table in docs/modules.md does not allow.
 //
 // The released modules are every module of the tree but those under
 // examples/ and bench/, which are never tagged. The proxy is a directory in
 // the layout of GOPROXY=file://... (the .info, .mod and .zip of each
 // released module at the version, and its list), made from the working
-// tree as it is. The consumer resolves the repository's modules from that
-// proxy only, and everything else from the module cache's download
-// directory and then `go env GOPROXY`, in a module cache of its own (so
-// the versions it downloads never land in the user's module cache, where a
-// later check would find them stale). Its go.sum starts with the released
-// modules' go.sum lines for other modules, so those are verified against
-// the hashes the repository already recorded (anything else against the
-// checksum database as usual); the repository's own modules are exempt from
-// the checksum database (GONOSUMDB), as they are not published yet.
+// tree as it is. Every go command the check runs has GOWORK=off and
+// resolves the repository's modules from that proxy only, and everything
+// else from the module cache's download directory and then `go env
+// GOPROXY`, in a module cache of its own (so the versions it downloads
+// never land in the user's module cache, where a later check would find
+// them stale). The consumers' go.sum starts with the released modules'
+// go.sum lines, so other modules are verified against the hashes the
+// repository already recorded (anything else against the checksum
+// database as usual); the repository's own modules are exempt from the
+// checksum database (GONOSUMDB), as they are not published yet.
 //
-// A command module (one whose only packages are main packages) is built
-// with the consumer's tool directive, as `go get -tool` makes it. Note that
-// `go install pkg@version` refuses any module whose go.mod has replace
-// directives, which every sub-module keeps for work in the repository; the
-// checker prints a note for each such command module.
+// With -tidy it checks nothing: it runs `go mod tidy` that same way in the
+// modules named by their folders (every module by default) and writes
+// their go.mod and go.sum, without the lines of the repository's own
+// modules. Plain `go mod tidy` ignores go.work and would look the siblings
+// up at the release version on the public proxy.
 //
 // The exit status is 0 when every check passes and 1 otherwise, with every
 // problem found on standard error.
@@ -77,9 +93,11 @@ func main() {
 	flag.StringVar(&cfg.Version, "version", "", "the release version to check (default: the one the go.mod files require)")
 	flag.BoolVar(&cfg.Keep, "keep", false, "keep the temporary directory (proxy and consumer) and print its path")
 	flag.BoolVar(&cfg.Verbose, "v", false, "print the output of the go commands the consumer runs")
+	flag.BoolVar(&cfg.Tidy, "tidy", false, "run go mod tidy in the modules named by their folders (default: every module) as the check sees it, and write their go.mod and go.sum; check nothing")
 	flag.Parse()
-	if flag.NArg() != 0 {
-		fmt.Fprintln(os.Stderr, "usage: modcheck [-root dir] [-version vX.Y.Z] [-keep] [-v]")
+	cfg.TidyDirs = flag.Args()
+	if flag.NArg() != 0 && !cfg.Tidy {
+		fmt.Fprintln(os.Stderr, "usage: modcheck [-root dir] [-version vX.Y.Z] [-keep] [-v]\n       modcheck -tidy [folder ...]")
 		os.Exit(2)
 	}
 	cfg.Log = os.Stdout
@@ -111,6 +129,10 @@ type config struct {
 	Upstream string
 	// Keep keeps the temporary directory.
 	Keep bool
+	// Tidy, instead of the checks, tidies the modules in TidyDirs (every
+	// module when empty) and writes their go.mod and go.sum.
+	Tidy     bool
+	TidyDirs []string
 	// Verbose copies the go commands' output to Log.
 	Verbose bool
 	// Log receives progress lines.
@@ -194,13 +216,20 @@ func run(ctx context.Context, cfg config) error {
 		}
 	}
 	logf(cfg, "modcheck: %d modules, %d released, version %s", len(mods), len(released), version)
+	if cfg.Tidy {
+		return tidy(ctx, cfg, root, mods, released, rootPath, version)
+	}
 
 	probs := checkRequires(mods, rootPath, version)
+	probs = append(probs, checkNoReplace(mods)...)
+	probs = append(probs, checkWorkspace(root, mods, version)...)
 	probs = append(probs, checkInternalImports(root, released, rootPath)...)
+	graphs, gprobs := readGraphs(root, released, rootPath)
+	probs = append(probs, gprobs...)
 	if len(probs) != 0 {
 		return probs
 	}
-	logf(cfg, "modcheck: every go.mod requires the repository's modules at %s; no released code imports %s/internal", version, rootPath)
+	logf(cfg, "modcheck: every go.mod requires the repository's modules at %s, with no replace; go.work uses every module; no released code imports %s/internal", version, rootPath)
 
 	tmp, err := os.MkdirTemp("", "modcheck-")
 	if err != nil {
@@ -220,18 +249,24 @@ func run(ctx context.Context, cfg config) error {
 	}
 	logf(cfg, "modcheck: proxy of %d modules at %s (%.1f MB of zips) in %s", len(released), version, float64(size)/1e6, since(t))
 
-	consumerDir := filepath.Join(tmp, "consumer")
-	c, err := writeConsumer(consumerDir, root, released, rootPath, version)
+	env := consumerEnv(os.Environ(), proxyDir, cfg.Upstream, rootPath, filepath.Join(tmp, "modcache"))
+
+	// Every module is tidy as a user's go command sees it.
+	t = time.Now()
+	tprobs, err := checkTidy(ctx, cfg, root, mods, rootPath, env, filepath.Join(tmp, "tidy"), false)
 	if err != nil {
 		return err
 	}
-	for _, cmd := range c.Commands {
-		if m := c.CommandModules[cmd]; len(m.File.Replace) != 0 {
-			logf(cfg, "modcheck: note: `go install %s@%s` refuses %s (its go.mod has replace directives); users get it with `go get -tool` or build it from a clone", cmd, version, m.Dir)
-		}
+	if len(tprobs) == 0 {
+		logf(cfg, "modcheck: go mod tidy changes no go.mod or go.sum of the %d modules (beside the go.sum lines of the repository's own modules, which are never committed) (%s)", len(mods), since(t))
 	}
+	probs = append(probs, tprobs...)
 
-	env := consumerEnv(os.Environ(), proxyDir, cfg.Upstream, rootPath, filepath.Join(tmp, "modcache"))
+	consumerDir := filepath.Join(tmp, "consumer")
+	c, err := writeConsumer(consumerDir, root, released, released, rootPath, version)
+	if err != nil {
+		return err
+	}
 	// -trimpath keeps the build cache's entries for the dependencies
 	// independent of this run's module cache directory, so the next run
 	// reuses them.
@@ -257,10 +292,34 @@ func run(ctx context.Context, cfg config) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return Problems{fmt.Sprintf("consumer module (%d packages of %d released modules at %s, no replace): `%s` failed: %v\n%s",
-				len(c.Imports)+len(c.Commands), len(released), version, st.label, err, strings.TrimRight(string(out), "\n"))}
+			probs = append(probs, fmt.Sprintf("consumer module (%d packages of %d released modules at %s, no replace): `%s` failed: %v\n%s",
+				len(c.Imports)+len(c.Commands), len(released), version, st.label, err, strings.TrimRight(string(out), "\n")))
+			break
 		}
 		logf(cfg, "modcheck: consumer: %s ok in %s", st.label, since(t))
+	}
+
+	// Every command installs the way a Go user installs one.
+	iprobs, err := checkInstall(ctx, cfg, c.Commands, c.CommandModules, version, env, filepath.Join(tmp, "install"))
+	if err != nil {
+		return err
+	}
+	probs = append(probs, iprobs...)
+
+	// A consumer of each released module alone has in its module graph
+	// only what docs/modules.md says.
+	t = time.Now()
+	gprobs, err = checkGraphs(ctx, cfg, root, released, graphs, rootPath, version, env, filepath.Join(tmp, "graphs"))
+	if err != nil {
+		return err
+	}
+	if len(gprobs) == 0 {
+		logf(cfg, "modcheck: the module graph of a consumer of each of the %d released modules alone holds only what %s allows (%s)", len(released), graphsDoc, since(t))
+	}
+	probs = append(probs, gprobs...)
+
+	if len(probs) != 0 {
+		return probs
 	}
 	logf(cfg, "modcheck: ok: a module outside the repository builds %d packages and %d command(s) of %d released modules at %s (%s)",
 		len(c.Imports), len(c.Commands), len(released), version, since(start))
@@ -588,13 +647,14 @@ type consumer struct {
 	CommandModules map[string]*mod // the module of each command
 }
 
-// writeConsumer writes the consumer module in dir: a go.mod requiring every
-// released module at version (no replace), with a tool directive per
-// command, a main package importing every importable package, and a go.sum
-// seeded with the released modules' go.sum lines for other modules.
-func writeConsumer(dir, root string, released []*mod, rootPath, version string) (*consumer, error) {
+// writeConsumer writes the consumer module in dir: a go.mod requiring each
+// module of uses at version (no replace), with a tool directive per
+// command, a main package importing every importable package of them, and
+// a go.sum seeded with the released modules' go.sum lines for other
+// modules.
+func writeConsumer(dir, root string, released, uses []*mod, rootPath, version string) (*consumer, error) {
 	c := &consumer{CommandModules: map[string]*mod{}}
-	for _, m := range released {
+	for _, m := range uses {
 		pkgs, err := packages(root, m)
 		if err != nil {
 			return nil, err
@@ -611,7 +671,7 @@ func writeConsumer(dir, root string, released []*mod, rootPath, version string) 
 			}
 		}
 	}
-	if len(c.Imports) == 0 {
+	if len(c.Imports)+len(c.Commands) == 0 {
 		return nil, errors.New("the released modules have no importable package")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -624,7 +684,7 @@ func writeConsumer(dir, root string, released []*mod, rootPath, version string) 
 		goVersion = f.Go.Version
 	}
 	fmt.Fprintf(&gomod, "module example.com/modcheck/consumer\n\ngo %s\n\nrequire (\n", goVersion)
-	for _, m := range released {
+	for _, m := range uses {
 		fmt.Fprintf(&gomod, "\t%s %s\n", m.Path, version)
 	}
 	gomod.WriteString(")\n")

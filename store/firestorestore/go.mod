@@ -41,5 +41,3 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
-
-replace github.com/idemkit/idemkit => ../..

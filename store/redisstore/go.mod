@@ -13,5 +13,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.44.0 // indirect
 )
-
-replace github.com/idemkit/idemkit => ../..

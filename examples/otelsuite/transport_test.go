@@ -1,4 +1,4 @@
-package idemkitotel_test
+package otelsuite_test
 
 import (
 	"context"
