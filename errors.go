@@ -39,6 +39,14 @@ var (
 	ErrMisconfigured      = errors.New("idemkit: backend misconfigured")
 )
 
+// ErrLeaseLost is matched (errors.Is) when a lease ran out or passed to
+// another holder while its holder was still working: by the error
+// lock.Do returns and the cause of its fn's ctx, and by the guard's answer
+// and the cause of the work's ctx when a claim's lease is lost. It is a
+// result of the race for a key, not a [Code]: the error that wraps it
+// carries the code (the guard's is Unavailable).
+var ErrLeaseLost = errors.New("idemkit: lease lost")
+
 var codeNames = [...]string{
 	CodeUnknown:            "Unknown",
 	CodeInvalidArgument:    "InvalidArgument",

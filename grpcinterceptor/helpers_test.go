@@ -21,7 +21,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -174,7 +173,7 @@ func (f *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duratio
 	return f.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (f *flakyStore) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (f *flakyStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	if f.fail.Load() {
 		return false, errOutage
 	}
@@ -188,7 +187,7 @@ func (f *flakyStore) Complete(ctx context.Context, rec store.Record, ttl time.Du
 	return f.Store.Complete(ctx, rec, ttl)
 }
 
-func (f *flakyStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (f *flakyStore) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	if f.fail.Load() {
 		return false, errOutage
 	}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -362,13 +361,13 @@ func (s *infoService) UnaryCall(ctx context.Context, req *testgrpc.SimpleRequest
 }
 
 // fenceOf parses the fence an infoService answered.
-func fenceOf(t *testing.T, resp *testgrpc.SimpleResponse) lock.Fence {
+func fenceOf(t *testing.T, resp *testgrpc.SimpleResponse) idemkit.Fence {
 	t.Helper()
 	n, err := strconv.ParseUint(resp.GetHostname(), 10, 64)
 	if err != nil || n == 0 {
 		t.Fatalf("fence %q", resp.GetHostname())
 	}
-	return lock.Fence(n)
+	return idemkit.Fence(n)
 }
 
 // TestHandlerCallInfo: the handler reads its key, scope (from the scope

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/grpcinterceptor"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -37,7 +37,7 @@ type txStore struct {
 
 type txWorkKey struct{}
 
-func (s *txStore) Work(ctx context.Context, _ string, _ lock.Fence) (context.Context, store.Work) {
+func (s *txStore) Work(ctx context.Context, _ string, _ idemkit.Fence) (context.Context, store.Work) {
 	w := &txWork{s: s}
 	return context.WithValue(ctx, txWorkKey{}, w), w
 }

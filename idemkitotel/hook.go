@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -250,7 +249,7 @@ func errorType(err error) string {
 	switch code := idemkit.CodeOf(err); {
 	case code != idemkit.CodeUnknown:
 		return code.String()
-	case errors.Is(err, lock.ErrLeaseLost):
+	case errors.Is(err, idemkit.ErrLeaseLost):
 		return "lease-lost"
 	}
 	return "_OTHER"

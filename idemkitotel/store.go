@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -143,7 +142,7 @@ func (s *measuredStore) Claim(ctx context.Context, key, fp string, ttl time.Dura
 }
 
 // Extend calls the store's Extend, counted as ok or refused.
-func (s *measuredStore) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *measuredStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	start := time.Now()
 	ok, err := s.next.Extend(ctx, key, fence, ttl)
 	s.record(ctx, opExtend, okResult(ok), err, start)
@@ -159,7 +158,7 @@ func (s *measuredStore) Complete(ctx context.Context, rec store.Record, ttl time
 }
 
 // Release calls the store's Release, counted as ok or refused.
-func (s *measuredStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (s *measuredStore) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	start := time.Now()
 	ok, err := s.next.Release(ctx, key, fence)
 	s.record(ctx, opRelease, okResult(ok), err, start)
@@ -177,7 +176,7 @@ func (s *measuredStore) Get(ctx context.Context, key string) (store.Record, bool
 // Work implements store.Transactor: the wrapped store's work, whose
 // commit is counted as ok or refused (operation "commit"); a nil Work when
 // the wrapped store is no store.Transactor.
-func (s *measuredStore) Work(ctx context.Context, key string, fence lock.Fence) (context.Context, store.Work) {
+func (s *measuredStore) Work(ctx context.Context, key string, fence idemkit.Fence) (context.Context, store.Work) {
 	t, ok := s.next.(store.Transactor)
 	if !ok {
 		return ctx, nil

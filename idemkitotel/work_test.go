@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -24,7 +24,7 @@ type memWork struct {
 	begun atomic.Bool
 }
 
-func (s txStore) Work(ctx context.Context, _ string, _ lock.Fence) (context.Context, store.Work) {
+func (s txStore) Work(ctx context.Context, _ string, _ idemkit.Fence) (context.Context, store.Work) {
 	w := &memWork{s: s.Store}
 	return context.WithValue(ctx, memWorkKey{}, w), w
 }

@@ -11,11 +11,6 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// ErrLeaseLost is matched (errors.Is) by the error [Do] returns when the
-// lease ran out or passed to another holder while fn was running, and by
-// context.Cause of fn's ctx, which Do cancels at that moment.
-var ErrLeaseLost = errors.New("lock: lease lost")
-
 // Option configures [Do] and [Acquire]. Acquire uses only the options of
 // the release after the caller is done ([WithReleaseTimeout],
 // [WithOnReleaseError], [WithLogger]) and ignores the others.
@@ -134,8 +129,8 @@ func (c *config) validate() error {
 //
 // While fn runs, the lease is renewed every TTL/3 ([WithRenewInterval]).
 // If renewal finds the lease lost (or cannot renew it before it runs out),
-// fn's ctx is cancelled with a cause matching [ErrLeaseLost], and Do's
-// error matches ErrLeaseLost too.
+// fn's ctx is cancelled with a cause matching [idemkit.ErrLeaseLost], and Do's
+// error matches idemkit.ErrLeaseLost too.
 //
 // The lease is released when fn returns, panics (the panic goes on after the
 // release) or is cancelled, on a context detached from ctx with its own
@@ -210,7 +205,7 @@ func hold(ctx context.Context, l Locker, key string, opts []Option) (*held, erro
 	return h, nil
 }
 
-// lostErr returns the loss (matching [ErrLeaseLost]) once renewal has found
+// lostErr returns the loss (matching [idemkit.ErrLeaseLost]) once renewal has found
 // the lease lost or unrenewable, and nil before that.
 func (h *held) lostErr() error {
 	h.mu.Lock()
@@ -258,13 +253,13 @@ func (h *held) tick() {
 		h.rearm(cfg.renewEvery)
 		return
 	case err == nil:
-		lost = fmt.Errorf("%w: renewal found the lease %s", ErrLeaseLost, out.Reason)
+		lost = fmt.Errorf("%w: renewal found the lease %s", idemkit.ErrLeaseLost, out.Reason)
 	case time.Now().Before(h.validUntil):
 		// A transient failure with time left: try again soon.
 		h.rearm(max(min(cfg.renewEvery/4, time.Until(h.validUntil)/2), time.Millisecond))
 		return
 	default:
-		lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", ErrLeaseLost, err)
+		lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", idemkit.ErrLeaseLost, err)
 	}
 	h.mu.Lock()
 	h.lost = lost
@@ -360,4 +355,8 @@ func releaseAfter(ctx context.Context, l Locker, lease Lease, cfg *config, sourc
 	if _, err := releaseLease(rctx, l, lease); err != nil {
 		reportRelease(cfg, ReleaseFailure{Lease: lease, Source: source, Err: err})
 	}
+}
+
+func invalid(op, detail string) error {
+	return idemkit.NewError(idemkit.CodeInvalidArgument, op, detail, nil)
 }

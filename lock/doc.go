@@ -25,7 +25,7 @@
 // ([NewID]); anything else is refused with InvalidArgument before any I/O
 // ([ValidateID]).
 //
-// A [Fence] is a per-key fencing token that only grows. No counter is kept:
+// A [idemkit.Fence] is a per-key fencing token that only grows. No counter is kept:
 // a new lease's fence is the previous fence of the key's lock record plus
 // one, or the backend's clock in Unix milliseconds if that is greater, and
 // a record is never removed before the backend's clock has passed its
@@ -35,7 +35,7 @@
 // carried, after release, expiry, cleanup and restart alike, and every
 // record has an expiry. A fence prints as 15 zero-padded digits (string
 // order equals numeric order) and never wraps: backends warn above
-// [FenceWarn] and refuse, writing nothing, above [FenceMax].
+// [idemkit.FenceWarn] and refuse, writing nothing, above [idemkit.FenceMax].
 //
 // # Time
 //

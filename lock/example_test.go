@@ -18,7 +18,7 @@ func ExampleDo() {
 	ctx := context.Background()
 	locker := memlock.New()
 
-	var last lock.Fence // what the protected resource has seen
+	var last idemkit.Fence // what the protected resource has seen
 	for range 3 {
 		err := lock.Do(ctx, locker, "invoice:42", func(ctx context.Context, lease lock.Lease) error {
 			fmt.Println("charging; fence newer than the last one seen:", lease.Fence > last)

@@ -170,8 +170,8 @@ func reportRelease(cfg *config, f ReleaseFailure) {
 		}
 		logger.Warn("lock: release failed; the lease will run out at its expiry",
 			slog.String("source", f.Source),
-			slog.String("key_hash", processHasher.Hash(f.Lease.Key)),
-			slog.String("id_hash", processHasher.Hash(f.Lease.ID)),
+			slog.String("key_hash", idemkit.DefaultHasher().Hash(f.Lease.Key)),
+			slog.String("id_hash", idemkit.DefaultHasher().Hash(f.Lease.ID)),
 			slog.String("code", idemkit.CodeOf(f.Err).String()),
 			slog.String("error", f.Err.Error()))
 		return

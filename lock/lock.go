@@ -4,21 +4,23 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/idemkit/idemkit"
 )
 
 // Lease is a held lock: what a successful [Locker.Acquire] returns.
 type Lease struct {
-	Key        string    // the normalised key
-	ID         string    // the lock id; the only handle for release and extend
-	Fence      Fence     // the fencing token issued with this lease
-	AcquiredAt time.Time // when the backend granted the lease, by its time authority
-	ExpiresAt  time.Time // when the lease runs out unless extended, by the same clock
+	Key        string        // the normalised key
+	ID         string        // the lock id; the only handle for release and extend
+	Fence      idemkit.Fence // the fencing token issued with this lease
+	AcquiredAt time.Time     // when the backend granted the lease, by its time authority
+	ExpiresAt  time.Time     // when the lease runs out unless extended, by the same clock
 }
 
 // String describes the lease without its raw key or lock id.
 func (l Lease) String() string {
 	return fmt.Sprintf("lock.Lease{key_hash:%s id_hash:%s fence:%s expires_at:%s}",
-		processHasher.Hash(l.Key), processHasher.Hash(l.ID), l.Fence, l.ExpiresAt.Format(time.RFC3339Nano))
+		idemkit.DefaultHasher().Hash(l.Key), idemkit.DefaultHasher().Hash(l.ID), l.Fence, l.ExpiresAt.Format(time.RFC3339Nano))
 }
 
 // GoString is [Lease.String], so %#v does not print raw identifiers either.
@@ -28,11 +30,11 @@ func (l Lease) GoString() string { return l.String() }
 // only by their hashes; the raw values travel with it but are reachable only
 // through [LookupKeyRaw] and [LookupIDRaw].
 type Info struct {
-	KeyHash    string    // the key hashed by the default hasher (see [DefaultHasher])
-	IDHash     string    // the lock id hashed the same way
-	Fence      Fence     // the lease's fence
-	AcquiredAt time.Time // when the lease was granted
-	ExpiresAt  time.Time // when it runs out
+	KeyHash    string        // the key hashed by the default hasher (see [idemkit.DefaultHasher])
+	IDHash     string        // the lock id hashed the same way
+	Fence      idemkit.Fence // the lease's fence
+	AcquiredAt time.Time     // when the lease was granted
+	ExpiresAt  time.Time     // when it runs out
 
 	key, id string
 }
@@ -40,10 +42,10 @@ type Info struct {
 // NewInfo builds the Info a backend's lookup returns for a live lock. It
 // hashes key and id with the default hasher and keeps the raw values for the
 // explicit raw lookups.
-func NewInfo(key, id string, fence Fence, acquiredAt, expiresAt time.Time) Info {
+func NewInfo(key, id string, fence idemkit.Fence, acquiredAt, expiresAt time.Time) Info {
 	return Info{
-		KeyHash:    processHasher.Hash(key),
-		IDHash:     processHasher.Hash(id),
+		KeyHash:    idemkit.DefaultHasher().Hash(key),
+		IDHash:     idemkit.DefaultHasher().Hash(id),
 		Fence:      fence,
 		AcquiredAt: acquiredAt,
 		ExpiresAt:  expiresAt,
@@ -132,7 +134,7 @@ type Locker interface {
 	// returns ok = false and a nil error, and changes nothing: no fence is
 	// consumed. Acquiring over an expired lease or a tombstone replaces it.
 	// The fence is [NextFence] of the fence the key's record carries (0 if
-	// none) at the backend's time; past [FenceMax] the acquire fails with
+	// none) at the backend's time; past [idemkit.FenceMax] the acquire fails with
 	// Internal and writes nothing.
 	Acquire(ctx context.Context, key string, ttl time.Duration) (lease Lease, ok bool, err error)
 

@@ -39,7 +39,7 @@ type Event struct {
 	Key, ID string
 	// Fence is the fence of a successful acquire, or of the lock a lookup
 	// found.
-	Fence Fence
+	Fence idemkit.Fence
 	// Err is the operation's error and Code its code; nil and idemkit.CodeUnknown on
 	// success.
 	Err  error
@@ -62,10 +62,10 @@ func (f HookFunc) LockEvent(e Event) { f(e) }
 // TelemetryOption configures [WithTelemetry].
 type TelemetryOption func(*instrumented)
 
-// WithHasher sets the hasher for KeyHash and IDHash. Default: [DefaultHasher]
-// (HMAC-SHA-256 under a per-process secret); use [NewHMACHasher] with a
+// WithHasher sets the hasher for KeyHash and IDHash. Default: [idemkit.DefaultHasher]
+// (HMAC-SHA-256 under a per-process secret); use [idemkit.NewHMACHasher] with a
 // shared secret to correlate events across processes.
-func WithHasher(h Hasher) TelemetryOption {
+func WithHasher(h idemkit.Hasher) TelemetryOption {
 	return func(t *instrumented) { t.hasher = h }
 }
 
@@ -80,7 +80,7 @@ func WithRawIdentifiers(allow func(Event) bool) TelemetryOption {
 type instrumented struct {
 	inner    Locker
 	hook     Hook
-	hasher   Hasher
+	hasher   idemkit.Hasher
 	allowRaw func(Event) bool
 }
 
@@ -98,12 +98,12 @@ var (
 // (otherwise its watches never fire, and keyed calls use the lock id
 // alone), and has an Unwrap() Locker method that returns l.
 func WithTelemetry(l Locker, hook Hook, opts ...TelemetryOption) Locker {
-	t := &instrumented{inner: l, hook: hook, hasher: processHasher}
+	t := &instrumented{inner: l, hook: hook, hasher: idemkit.DefaultHasher()}
 	for _, o := range opts {
 		o(t)
 	}
 	if t.hasher == nil {
-		t.hasher = processHasher
+		t.hasher = idemkit.DefaultHasher()
 	}
 	return t
 }

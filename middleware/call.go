@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 // Scope puts the call's key in the namespace of a tenant or principal:
@@ -57,10 +57,10 @@ var scopeEscaper = strings.NewReplacer("%", "%25", ":", "%3A")
 // CallInfo is what the work of a guarded call can read from its ctx (see
 // [CallInfoFrom]).
 type CallInfo struct {
-	Operation string     // see [Operation]
-	Scope     string     // see [Scope]
-	Key       string     // the idempotency key, as the caller gave it
-	Fence     lock.Fence // the fence of the claim the work runs under: pass it to fenced writes, or derive downstream keys from it; zero when the call failed open (see FailOpen), which has no claim
+	Operation string        // see [Operation]
+	Scope     string        // see [Scope]
+	Key       string        // the idempotency key, as the caller gave it
+	Fence     idemkit.Fence // the fence of the claim the work runs under: pass it to fenced writes, or derive downstream keys from it; zero when the call failed open (see FailOpen), which has no claim
 }
 
 // callKey keys the running call in fn's ctx.

@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -432,7 +431,7 @@ type beginStore struct{ store.Store }
 
 type beginWorkKey struct{}
 
-func (s beginStore) Work(ctx context.Context, _ string, _ lock.Fence) (context.Context, store.Work) {
+func (s beginStore) Work(ctx context.Context, _ string, _ idemkit.Fence) (context.Context, store.Work) {
 	w := &beginWork{s: s.Store}
 	return context.WithValue(ctx, beginWorkKey{}, w), w
 }

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -171,7 +170,7 @@ func TestWithSecret(t *testing.T) {
 	if _, err := g.Execute(t.Context(), "order-42", fpA, value(&runs, "v")); err != nil {
 		t.Fatal(err)
 	}
-	want := lock.NewHMACHasher([]byte("16 bytes secret!")).Hash("order-42")
+	want := idemkit.NewHMACHasher([]byte("16 bytes secret!")).Hash("order-42")
 	if len(ev.list) != 1 || ev.list[0].KeyHash != want {
 		t.Fatalf("events %+v; want the key hashed as %s", ev.list, want)
 	}

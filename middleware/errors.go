@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // Sentinels. Every error the guard returns for a request it refused matches
@@ -61,8 +60,8 @@ func (e *InProgressError) Unwrap() error { return ErrInProgress }
 // [Force]): a request holds the key and may still be running its work. It
 // matches [ErrInProgress].
 type LiveClaimError struct {
-	ExpiresAt time.Time  // when the claim's lease runs out unless its holder renews it (the backend's clock)
-	Fence     lock.Fence // the claim's fence
+	ExpiresAt time.Time     // when the claim's lease runs out unless its holder renews it (the backend's clock)
+	Fence     idemkit.Fence // the claim's fence
 }
 
 // Error describes the error, with the lease's expiry.
@@ -90,8 +89,8 @@ func (e *MismatchError) Unwrap() error { return ErrMismatch }
 // NotReplayableError reports that the key's request ran but its response
 // cannot be replayed. It matches [ErrNotReplayable].
 type NotReplayableError struct {
-	CreatedAt time.Time  // when the execution was recorded
-	Fence     lock.Fence // the fence it ran under
+	CreatedAt time.Time     // when the execution was recorded
+	Fence     idemkit.Fence // the fence it ran under
 }
 
 // Error describes the error.

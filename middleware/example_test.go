@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -93,7 +93,7 @@ func ExampleCallInfoFrom() {
 	if err != nil {
 		panic(err)
 	}
-	var fence lock.Fence
+	var fence idemkit.Fence
 	charge := func(ctx context.Context) (middleware.Result, error) {
 		info, ok := middleware.CallInfoFrom(ctx)
 		fmt.Println(ok, info.Operation, info.Scope, info.Key)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 type ctxKey struct{}
@@ -32,7 +32,7 @@ func (p *fnContextPair) stop() {
 }
 
 func (p *fnContextPair) lose() {
-	cause := lock.ErrLeaseLost
+	cause := idemkit.ErrLeaseLost
 	p.fn.end(cause, true)
 	p.refCancel(cause)
 }
@@ -129,7 +129,7 @@ func TestFnContextDerivedEndsOnLoss(t *testing.T) {
 	}
 	p.lose()
 	<-d.Done()
-	if !errors.Is(context.Cause(d), lock.ErrLeaseLost) {
+	if !errors.Is(context.Cause(d), idemkit.ErrLeaseLost) {
 		t.Fatalf("Cause %v; want ErrLeaseLost", context.Cause(d))
 	}
 }

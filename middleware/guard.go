@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -51,8 +50,8 @@ type config struct {
 	hooks              []Hook
 	secret             []byte // nil: none given
 	secretSet          bool
-	hasher             lock.Hasher // of the keys in events
-	bindingKey         []byte      // of the hashes of bound credentials
+	hasher             idemkit.Hasher // of the keys in events
+	bindingKey         []byte         // of the hashes of bound credentials
 	valueFingerprint   func(input any) (fingerprint.Fingerprint, error)
 }
 
@@ -134,7 +133,7 @@ func WithHook(h Hook) Option {
 // retry that reaches another node is refused as a credentials mismatch.
 //
 // Event.KeyHash and Event.ScopeHash are what
-// lock.NewHMACHasher(secret).Hash(key) gives, on every node.
+// idemkit.NewHMACHasher(secret).Hash(key) gives, on every node.
 //
 // Default: none. Keys and scopes in events are then hashed with
 // HMAC-SHA-256 keyed by the fixed label "idemkit event hash v1": the same
@@ -219,10 +218,10 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 		return nil, bad("value fingerprint must not be nil")
 	}
 	if cfg.secretSet {
-		cfg.hasher = lock.NewHMACHasher(cfg.secret)
+		cfg.hasher = idemkit.NewHMACHasher(cfg.secret)
 	} else {
 		cfg.secret = nil
-		cfg.hasher = lock.NewHMACHasher([]byte(eventHashLabel))
+		cfg.hasher = idemkit.NewHMACHasher([]byte(eventHashLabel))
 	}
 	cfg.bindingKey = bindingKey(cfg.secret)
 	g := &Guard{store: s, cfg: cfg}
@@ -255,7 +254,7 @@ type Result struct {
 
 // Func is the work the guard runs at most once per key. Its ctx is
 // cancelled when the caller's is, or when the claim's lease is lost (cause
-// lock.ErrLeaseLost).
+// idemkit.ErrLeaseLost).
 type Func func(ctx context.Context) (Result, error)
 
 // Outcome is the answer of [Guard.Execute].
@@ -271,7 +270,7 @@ type Outcome struct {
 	Recorded bool
 	// Fence is the fence of the claim fn ran under, or of the claim that
 	// wrote the replayed record.
-	Fence lock.Fence
+	Fence idemkit.Fence
 	// CreatedAt, for a replay, is when the outcome was first recorded.
 	CreatedAt time.Time
 }
@@ -321,7 +320,7 @@ func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 //     lease TTL. If the backend says the claim was taken over, or the
 //     lease runs out by this process's clock (reckoned from when the claim
 //     or the last extension was sent) before an extension lands, fn's ctx
-//     ends with lock.ErrLeaseLost.
+//     ends with idemkit.ErrLeaseLost.
 //  3. Complete the claim with fn's outcome (one round trip), on a context
 //     detached from ctx: a client that went away does not lose the record.
 //     The backend writes it only while the record still carries this
@@ -340,12 +339,12 @@ func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 // then written in that transaction and committed with fn's writes, and
 // an error, panic, Forget verdict or [DoNotRecord] rolls it back before
 // the claim is released. So does a lease lost before fn returned (fn's
-// ctx ended with lock.ErrLeaseLost), even when nobody claimed the key
+// ctx ended with idemkit.ErrLeaseLost), even when nobody claimed the key
 // since: unlike a completion without a transaction, which lands then,
 // the call fails as it does when the claim was taken over. A commit that
 // does not land (the lease was lost or the claim taken over while fn
 // ran; the backend failed) returns an [*UnavailableError] with no value
-// (wrapping lock.ErrLeaseLost when the lease was lost): fn's writes are
+// (wrapping idemkit.ErrLeaseLost when the lease was lost): fn's writes are
 // not there, and a retry runs fn again (or replays an outcome that
 // landed after all). A transaction that failed by itself at its commit
 // (store.ErrWorkFailed, store.ErrWorkConflict: rolled back, certainly) is
@@ -696,7 +695,7 @@ var errWorkPanicked = errors.New("idempotency: the work panicked")
 
 // abandon ends a claim whose outcome is not stored: fn's transaction, if
 // it began one, is rolled back, then the claim released.
-func (g *Guard) abandon(ctx context.Context, key string, fence lock.Fence, c *call) {
+func (g *Guard) abandon(ctx context.Context, key string, fence idemkit.Fence, c *call) {
 	if c.work != nil {
 		rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
 		c.work.Rollback(rctx)
@@ -707,7 +706,7 @@ func (g *Guard) abandon(ctx context.Context, key string, fence lock.Fence, c *ca
 
 // commit writes *rec in fn's transaction and commits both, while l keeps
 // the lease extended, and returns nil once both landed. Work whose lease
-// was lost before it returned (fn's ctx ended with lock.ErrLeaseLost) is
+// was lost before it returned (fn's ctx ended with idemkit.ErrLeaseLost) is
 // not committed, even when nobody claimed the key since and the fence
 // would still pass: it is rolled back and the claim released, as fn's ctx
 // told it. The transaction cannot be retried: a commit refused because
@@ -747,7 +746,7 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 		case err == nil && ok:
 			return nil
 		case err == nil:
-			lost := fmt.Errorf("%w: the record no longer carries this claim; the work's transaction was rolled back", lock.ErrLeaseLost)
+			lost := fmt.Errorf("%w: the record no longer carries this claim; the work's transaction was rolled back", idemkit.ErrLeaseLost)
 			c.emit(Event{Kind: EventLeaseLost, Fence: rec.Fence, Err: lost})
 			return &UnavailableError{Op: "commit", Err: lost}
 		case errors.Is(err, store.ErrTooLarge) && rec.State == store.StateCompleted:
@@ -806,7 +805,7 @@ func (g *Guard) workFailed(ctx context.Context, rec *store.Record, c *call, l *l
 
 // release ends the claim on a detached context under the op timeout. A
 // failed release is logged: the claim runs out at its lease's end.
-func (g *Guard) release(ctx context.Context, key string, fence lock.Fence, c *call) {
+func (g *Guard) release(ctx context.Context, key string, fence idemkit.Fence, c *call) {
 	rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
 	defer rctx.release()
 	if _, err := g.store.Release(rctx, key, fence); err != nil {
@@ -851,7 +850,7 @@ func (g *Guard) complete(ctx context.Context, rec *store.Record, c *call, l *lea
 		case err == nil:
 			// Another claim, or nothing, is there: the key was taken over
 			// (or deleted) after this claim's lease ran out.
-			lost := fmt.Errorf("%w: the record no longer carries this claim", lock.ErrLeaseLost)
+			lost := fmt.Errorf("%w: the record no longer carries this claim", idemkit.ErrLeaseLost)
 			c.emit(Event{Kind: EventLeaseLost, Fence: rec.Fence, Err: lost})
 			return false, lost
 		case errors.Is(err, store.ErrTooLarge) && rec.State == store.StateCompleted:
@@ -895,7 +894,7 @@ type lease struct {
 	fn    fnContext // fn's ctx, a child of the caller's (fn.parent): ends when the caller's does or the lease is lost
 	op    opContext // the op context of the first completion attempt
 	key   string
-	fence lock.Fence
+	fence idemkit.Fence
 	call  *call
 
 	mu         sync.Mutex // held by a renewal or a completion while it runs, so the two never overlap and stop waits for them
@@ -921,13 +920,13 @@ type lease struct {
 }
 
 // hold starts extending the claim (key, fence), made by a Claim sent at
-// sent, every third of the lease TTL. fn's ctx ends with lock.ErrLeaseLost
+// sent, every third of the lease TTL. fn's ctx ends with idemkit.ErrLeaseLost
 // once the backend says another claim replaced this one, or as soon as the
 // lease has run out by this process's clock without a successful extension
 // (the backend could not be reached: another node may take the key over).
 // A lease is reckoned from when its claim or extension was sent, so this
 // process never thinks it lasts longer than the backend does.
-func (g *Guard) hold(ctx context.Context, key string, fence lock.Fence, c *call, sent time.Time) *lease {
+func (g *Guard) hold(ctx context.Context, key string, fence idemkit.Fence, c *call, sent time.Time) *lease {
 	l := &lease{g: g, fn: fnContext{parent: ctx, call: c}, key: key, fence: fence, call: c, valid: sent.Add(g.cfg.leaseTTL)}
 	if len(g.cfg.hooks) != 0 {
 		c.hash() // before a renewal may emit events from its goroutine
@@ -948,7 +947,7 @@ func (l *lease) expire() {
 		l.expiry.Reset(left)
 		return
 	}
-	l.lost(fmt.Errorf("%w: the lease ran out before the backend confirmed an extension", lock.ErrLeaseLost))
+	l.lost(fmt.Errorf("%w: the lease ran out before the backend confirmed an extension", idemkit.ErrLeaseLost))
 }
 
 // renew extends the lease once and schedules the next renewal.
@@ -982,7 +981,7 @@ func (l *lease) renew() {
 		// leaves no claim to extend).
 		l.stopped = true
 		if !l.completing {
-			l.lost(fmt.Errorf("%w: another claim replaced this one", lock.ErrLeaseLost))
+			l.lost(fmt.Errorf("%w: another claim replaced this one", idemkit.ErrLeaseLost))
 		}
 		return
 	default:
@@ -1055,7 +1054,7 @@ func (l *lease) stop() {
 }
 
 // fnContext is fn's ctx. It ends when the caller's ctx does, when the
-// lease is lost (cause lock.ErrLeaseLost) and when the call is over (cause
+// lease is lost (cause idemkit.ErrLeaseLost) and when the call is over (cause
 // context.Canceled), exactly as a context.WithCancelCause of the caller's
 // ctx cancelled at those moments would, but it creates that context only
 // when something needs it: the first Done (a handler that waits on its ctx
@@ -1116,14 +1115,14 @@ func (c *fnContext) end(cause error, lost bool) {
 }
 
 // leaseLost returns the cause the context ended with when the lease was
-// lost (it wraps lock.ErrLeaseLost), or nil. A lost lease always creates
+// lost (it wraps idemkit.ErrLeaseLost), or nil. A lost lease always creates
 // inner, so a context without it was not ended that way.
 func (c *fnContext) leaseLost() error {
 	in := c.inner.Load()
 	if in == nil {
 		return nil
 	}
-	if cause := context.Cause(in.ctx); errors.Is(cause, lock.ErrLeaseLost) {
+	if cause := context.Cause(in.ctx); errors.Is(cause, idemkit.ErrLeaseLost) {
 		return cause
 	}
 	return nil
@@ -1192,10 +1191,10 @@ type call struct {
 	attempts   int
 	waited     time.Duration
 	ran        time.Duration
-	fence      lock.Fence  // the claim's, once fn runs
-	work       store.Work  // the claim's transaction, when the store is a Transactor (nil otherwise)
-	noRecord   atomic.Bool // DoNotRecord was called
-	claimOp    opContext   // the op context of the first claim
+	fence      idemkit.Fence // the claim's, once fn runs
+	work       store.Work    // the claim's transaction, when the store is a Transactor (nil otherwise)
+	noRecord   atomic.Bool   // DoNotRecord was called
+	claimOp    opContext     // the op context of the first claim
 }
 
 func (g *Guard) newCall(ctx context.Context, key string, opts []CallOption) *call {

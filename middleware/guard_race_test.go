@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -96,7 +95,7 @@ func TestRenewalRacingCompletion(t *testing.T) {
 // elsewhere.
 type stalledExtends struct{ store.Store }
 
-func (s stalledExtends) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s stalledExtends) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	<-ctx.Done()
 	return false, idemkit.NewError(idemkit.CodeNetworkTimeout, "extend", "injected stall", ctx.Err())
 }
@@ -146,7 +145,7 @@ func TestLeaseLostBeforeAnotherHolderRuns(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := <-resA; !errors.Is(err, lock.ErrLeaseLost) {
+	if err := <-resA; !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("A: %v; want its fn's ErrLeaseLost", err)
 	}
 	if runs.Load() != 2 {
@@ -232,7 +231,7 @@ type countingExtends struct {
 	extends atomic.Int32
 }
 
-func (s *countingExtends) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *countingExtends) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	ok, err := s.Store.Extend(ctx, key, fence, ttl)
 	if ok && err == nil {
 		s.extends.Add(1)

@@ -13,7 +13,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/guardtest"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -345,7 +344,7 @@ func (f *faultyStore) Complete(ctx context.Context, r store.Record, ttl time.Dur
 	return f.Store.Complete(ctx, r, ttl)
 }
 
-func (f *faultyStore) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (f *faultyStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	f.extends.Add(1)
 	if f.extendErr != nil {
 		return false, f.extendErr
@@ -353,7 +352,7 @@ func (f *faultyStore) Extend(ctx context.Context, key string, fence lock.Fence, 
 	return f.Store.Extend(ctx, key, fence, ttl)
 }
 
-func (f *faultyStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (f *faultyStore) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	f.releases.Add(1)
 	return f.Store.Release(ctx, key, fence)
 }
@@ -415,7 +414,7 @@ func TestLeaseRunsOutUnreachableButCompletes(t *testing.T) {
 	out, err := g.Execute(t.Context(), "k", fpA, func(ctx context.Context) (middleware.Result, error) {
 		runs.Add(1)
 		<-ctx.Done() // the lease ran out: fn's ctx ends
-		if !errors.Is(context.Cause(ctx), lock.ErrLeaseLost) {
+		if !errors.Is(context.Cause(ctx), idemkit.ErrLeaseLost) {
 			t.Errorf("fn's ctx cause %v; want ErrLeaseLost", context.Cause(ctx))
 		}
 		return middleware.Result{Value: []byte("late")}, nil

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 // EventKind names what happened to one guarded call.
@@ -118,7 +118,7 @@ type Event struct {
 	Operation string
 	KeyHash   string        // the key, hashed (HMAC-SHA-256; see WithSecret); "" when the request had none
 	ScopeHash string        // the scope, hashed the same way; "" when the call has no scope or an empty one
-	Fence     lock.Fence    // the fence of the claim fn ran under, or of the one that wrote the replayed record
+	Fence     idemkit.Fence // the fence of the claim fn ran under, or of the one that wrote the replayed record
 	Recorded  bool          // EventExecuted: whether the outcome was stored
 	Size      int           // outcomes: the bytes of the response recorded (executed) or replayed
 	Attempts  int           // claims made by this call

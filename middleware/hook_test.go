@@ -12,7 +12,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/guardtest"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -267,7 +266,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 				})
 			},
 			check: func(t *testing.T, e middleware.Event, out middleware.Outcome, err error) {
-				if err != nil || out.Recorded || string(out.Value) != "late" || e.Recorded || !errors.Is(e.Err, lock.ErrLeaseLost) || e.Fence != out.Fence {
+				if err != nil || out.Recorded || string(out.Value) != "late" || e.Recorded || !errors.Is(e.Err, idemkit.ErrLeaseLost) || e.Fence != out.Fence {
 					t.Fatalf("%+v for %+v, %v", e, out, err)
 				}
 			},
@@ -464,7 +463,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 			},
 		},
 	}
-	hasher := lock.NewHMACHasher(hookSecret)
+	hasher := idemkit.NewHMACHasher(hookSecret)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, watch := middleware.WatchOutcome(context.WithValue(t.Context(), spanKey{"caller"}, 1))
@@ -735,7 +734,7 @@ func TestBypass(t *testing.T) {
 		t.Fatalf("%d starts, events %v; want no start and two events", len(tr.start), list)
 	}
 	want := []middleware.Event{
-		{Kind: middleware.EventPassedThrough, Operation: "GET /orders", ScopeHash: lock.NewHMACHasher(hookSecret).Hash("tenant:1")},
+		{Kind: middleware.EventPassedThrough, Operation: "GET /orders", ScopeHash: idemkit.NewHMACHasher(hookSecret).Hash("tenant:1")},
 		{Kind: middleware.EventRejected, Operation: "POST /orders", Err: bad},
 	}
 	for i, e := range list {
@@ -746,7 +745,7 @@ func TestBypass(t *testing.T) {
 }
 
 // TestEventHashesAgreeAcrossNodes: two guards given one secret hash keys
-// and scopes alike, as lock.NewHMACHasher(secret) does; another secret
+// and scopes alike, as idemkit.NewHMACHasher(secret) does; another secret
 // hashes them otherwise; without one, hashes are stable in the process and
 // never the raw key.
 func TestEventHashesAgreeAcrossNodes(t *testing.T) {
@@ -765,7 +764,7 @@ func TestEventHashesAgreeAcrossNodes(t *testing.T) {
 		}
 		return list[0].KeyHash, list[0].ScopeHash
 	}
-	want := lock.NewHMACHasher(hookSecret)
+	want := idemkit.NewHMACHasher(hookSecret)
 	k1, s1 := hashes(middleware.WithSecret(hookSecret))
 	k2, s2 := hashes(middleware.WithSecret(append([]byte(nil), hookSecret...)))
 	if k1 != want.Hash("order-42") || k2 != k1 || s1 != want.Hash("tenant-9") || s2 != s1 {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -16,18 +15,18 @@ import (
 // [Guard.Inspect]). It never holds the request's payload nor its
 // credentials: only their hashes are stored.
 type Inspection struct {
-	RecordKey string      // the key in the backend: "<namespace>:<scope>:<key>"
-	Scope     string      // the record's scope (see Scope), as the guarded call gave it
-	Key       string      // the idempotency key, as the guarded call gave it
-	State     store.State // claimed (running), completed or not-replayable
-	Algorithm string      // the fingerprint's algorithm, such as "http-v2"; "" when the claim's request is unknown
-	Bound     bool        // the record is bound to the credentials of the call that made it (see Credentials)
-	Fence     lock.Fence  // the claim's fence, or the fence of the claim that wrote the outcome
-	CreatedAt time.Time   // when the claim was made or the outcome written
-	ExpiresAt time.Time   // a claim: when its lease runs out; an outcome: when it is forgotten
-	Size      int         // bytes the response takes in the backend (sealed: its envelope)
-	Sealed    bool        // the response is sealed (see store.Seal)
-	Response  []byte      // the recorded response, only when asked for (and not sealed beyond this guard's reach)
+	RecordKey string        // the key in the backend: "<namespace>:<scope>:<key>"
+	Scope     string        // the record's scope (see Scope), as the guarded call gave it
+	Key       string        // the idempotency key, as the guarded call gave it
+	State     store.State   // claimed (running), completed or not-replayable
+	Algorithm string        // the fingerprint's algorithm, such as "http-v2"; "" when the claim's request is unknown
+	Bound     bool          // the record is bound to the credentials of the call that made it (see Credentials)
+	Fence     idemkit.Fence // the claim's fence, or the fence of the claim that wrote the outcome
+	CreatedAt time.Time     // when the claim was made or the outcome written
+	ExpiresAt time.Time     // a claim: when its lease runs out; an outcome: when it is forgotten
+	Size      int           // bytes the response takes in the backend (sealed: its envelope)
+	Sealed    bool          // the response is sealed (see store.Seal)
+	Response  []byte        // the recorded response, only when asked for (and not sealed beyond this guard's reach)
 }
 
 // Inspect reads the record of key in scope (see [Scope]; "" for none)
@@ -157,7 +156,7 @@ type ForgetOption struct{ force bool }
 // Force makes [Guard.Forget] delete the key's record even when it is a
 // live claim, whose holder may still be running its work: that work then
 // cannot record its outcome (its next lease renewal finds the claim gone
-// and ends its ctx with lock.ErrLeaseLost), and a retry runs the work a
+// and ends its ctx with idemkit.ErrLeaseLost), and a retry runs the work a
 // second time, possibly while the first still runs. It is for a holder
 // known to be gone that an operator cannot wait out (the claim frees its
 // key when its lease runs out anyway). Without it a live claim is refused.

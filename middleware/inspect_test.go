@@ -12,7 +12,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/guardtest"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -212,7 +211,7 @@ func TestForget(t *testing.T) {
 // LiveClaimError (matching ErrInProgress) with the claim's fence and the
 // lease's expiry, and a retry through another guard on the same backend
 // is told "in progress" instead of running the work a second time. Force
-// deletes the claim: the running work's ctx ends with lock.ErrLeaseLost at
+// deletes the claim: the running work's ctx ends with idemkit.ErrLeaseLost at
 // its next renewal, its outcome is not recorded, and the next call runs
 // the work again.
 func TestForgetLiveClaim(t *testing.T) {
@@ -228,7 +227,7 @@ func TestForgetLiveClaim(t *testing.T) {
 		out   middleware.Outcome
 		err   error
 		cause error // why the work's ctx ended
-		fence lock.Fence
+		fence idemkit.Fence
 	}
 	started, release, done := make(chan struct{}), make(chan struct{}), make(chan result, 1)
 	defer close(release)
@@ -288,7 +287,7 @@ func TestForgetLiveClaim(t *testing.T) {
 		t.Fatal("the claim is there after a forced Forget")
 	}
 	r := <-done
-	if r.err != nil || r.out.Recorded || !errors.Is(r.cause, lock.ErrLeaseLost) || r.fence != first.Fence {
+	if r.err != nil || r.out.Recorded || !errors.Is(r.cause, idemkit.ErrLeaseLost) || r.fence != first.Fence {
 		t.Fatalf("the forgotten claim's call: %+v, %v, work's ctx ended by %v; want not recorded, the lease lost", r.out, r.err, r.cause)
 	}
 	out, err := node2.Execute(ctx, "pay", fpA, value(&runs, "again"), middleware.Scope("tenant"))

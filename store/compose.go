@@ -193,7 +193,7 @@ type composed struct {
 // claimKey names a claim: its record key and fence.
 type claimKey struct {
 	key   string
-	fence lock.Fence
+	fence idemkit.Fence
 }
 
 // held is a claim of this process: the lock lease that backs it.
@@ -269,7 +269,7 @@ func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration)
 	}, true, nil
 }
 
-func (s *composed) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *composed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
 	if err := ValidateFenced(op, key, fence); err != nil {
 		return false, err
@@ -316,7 +316,7 @@ func (s *composed) Complete(ctx context.Context, rec Record, ttl time.Duration) 
 	return stored, nil
 }
 
-func (s *composed) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (s *composed) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := ValidateFenced(op, key, fence); err != nil {
 		return false, err

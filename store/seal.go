@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // SealKey is one key of [Seal]: an AES key and the id that names it in
@@ -253,7 +252,7 @@ type sealed struct {
 // grantedClaim names a claim: its record key and fence.
 type grantedClaim struct {
 	key   string
-	fence lock.Fence
+	fence idemkit.Fence
 }
 
 // maxGranted bounds the claims a sealed store times at once; past it, it
@@ -261,7 +260,7 @@ type grantedClaim struct {
 const maxGranted = 1 << 14
 
 // grant notes that the claim (key, fence) was granted now.
-func (s *sealed) grant(key string, fence lock.Fence) {
+func (s *sealed) grant(key string, fence idemkit.Fence) {
 	t := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -276,7 +275,7 @@ func (s *sealed) grant(key string, fence lock.Fence) {
 
 // held returns how long ago the claim (key, fence) was granted, 0 when
 // the store does not know.
-func (s *sealed) held(key string, fence lock.Fence) time.Duration {
+func (s *sealed) held(key string, fence idemkit.Fence) time.Duration {
 	s.mu.Lock()
 	t, ok := s.granted[grantedClaim{key, fence}]
 	s.mu.Unlock()
@@ -287,7 +286,7 @@ func (s *sealed) held(key string, fence lock.Fence) time.Duration {
 }
 
 // ended forgets the claim (key, fence).
-func (s *sealed) ended(key string, fence lock.Fence) {
+func (s *sealed) ended(key string, fence idemkit.Fence) {
 	s.mu.Lock()
 	delete(s.granted, grantedClaim{key, fence})
 	s.mu.Unlock()
@@ -365,7 +364,7 @@ func (s *sealed) restore(ctx context.Context, c Record, fp string, env envelope,
 // failed.
 const sealReleaseTimeout = 5 * time.Second
 
-func (s *sealed) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *sealed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	return s.next.Extend(ctx, key, fence, ttl)
 }
 
@@ -388,7 +387,7 @@ func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (b
 // Work implements [Transactor]: the work of the sealed store, whose
 // commit seals the outcome as Complete does (a nil Work when the sealed
 // store is no Transactor).
-func (s *sealed) Work(ctx context.Context, key string, fence lock.Fence) (context.Context, Work) {
+func (s *sealed) Work(ctx context.Context, key string, fence idemkit.Fence) (context.Context, Work) {
 	t, ok := s.next.(Transactor)
 	if !ok {
 		return ctx, nil
@@ -418,7 +417,7 @@ func (w *sealedWork) Commit(ctx context.Context, rec Record, ttl time.Duration) 
 	return ok, err
 }
 
-func (s *sealed) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (s *sealed) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	ok, err := s.next.Release(ctx, key, fence)
 	if err == nil {
 		s.ended(key, fence)
@@ -456,7 +455,7 @@ func (s *sealed) seal(rec Record, ttl, held time.Duration, response []byte) []by
 // envelope is an opened envelope.
 type envelope struct {
 	state     State
-	fence     lock.Fence
+	fence     idemkit.Fence
 	expiresAt time.Time // the fence read as Unix milliseconds, plus the sealed lifetime: never after the outcome's expiry
 	plain     []byte
 }
@@ -529,8 +528,8 @@ func (s *sealed) openEnvelope(op, key, fp string, env []byte) (envelope, error) 
 			"or sealed under another secret with the same key id", id))
 	}
 	// Both were written by Seal (authenticated): a fence within
-	// lock.FenceMax and a lifetime that was a time.Duration.
-	fence := lock.Fence(binary.BigEndian.Uint64(fields[1:9]))
+	// idemkit.FenceMax and a lifetime that was a time.Duration.
+	fence := idemkit.Fence(binary.BigEndian.Uint64(fields[1:9]))
 	life := time.Duration(binary.BigEndian.Uint64(fields[9:17])) * time.Millisecond
 	return envelope{state: state, fence: fence, expiresAt: time.UnixMilli(int64(fence)).Add(life), plain: plain}, nil
 }

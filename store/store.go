@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 // State is what a record says about the request it belongs to.
@@ -48,13 +48,13 @@ func (s State) Done() bool { return s == StateCompleted || s == StateNotReplayab
 // Record is what a store keeps under one key: a claim while a request runs,
 // then its outcome.
 type Record struct {
-	Key         string     // the record key (any bytes, at most MaxKeyBytes)
-	Fingerprint string     // what the request asked for, in the fingerprint package's string form
-	State       State      // claimed, completed, or executed-not-replayable
-	Response    []byte     // the encoded response (the caller's encoding); empty for a claim, and for a not-replayable outcome unless its writer gave one (see Store.Complete)
-	Fence       lock.Fence // the fence of the claim (for an outcome: of the claim that wrote it)
-	CreatedAt   time.Time  // when the claim was made or the outcome written, by the store's clock
-	ExpiresAt   time.Time  // a claim: when its lease runs out; an outcome: when it is forgotten
+	Key         string        // the record key (any bytes, at most MaxKeyBytes)
+	Fingerprint string        // what the request asked for, in the fingerprint package's string form
+	State       State         // claimed, completed, or executed-not-replayable
+	Response    []byte        // the encoded response (the caller's encoding); empty for a claim, and for a not-replayable outcome unless its writer gave one (see Store.Complete)
+	Fence       idemkit.Fence // the fence of the claim (for an outcome: of the claim that wrote it)
+	CreatedAt   time.Time     // when the claim was made or the outcome written, by the store's clock
+	ExpiresAt   time.Time     // a claim: when its lease runs out; an outcome: when it is forgotten
 
 	// Replaced is set only by a Claim that made a new claim (claimed =
 	// true) by taking over a record that still held a non-empty response
@@ -130,7 +130,7 @@ type Store interface {
 	// written, once another claim, an outcome or nothing is there. A claim
 	// whose lease ran out can still be extended as long as nobody claimed
 	// the key since.
-	Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (ok bool, err error)
+	Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (ok bool, err error)
 
 	// Complete writes the outcome rec (State StateCompleted with its
 	// Response, or StateNotReplayable) under rec.Key for ttl and ends the
@@ -148,7 +148,7 @@ type Store interface {
 	// Release removes the claim (key, fence), storing nothing, only while
 	// the record still carries it; ok reports whether it did. The key can
 	// be claimed again at once.
-	Release(ctx context.Context, key string, fence lock.Fence) (ok bool, err error)
+	Release(ctx context.Context, key string, fence idemkit.Fence) (ok bool, err error)
 
 	// Get returns the live record under key (a live claim or an outcome),
 	// or ok = false. It never changes anything.

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // The argument checks the [Store] contract asks of every operation before
@@ -36,7 +35,7 @@ func ValidateTTL(op string, ttl time.Duration) error {
 
 // ValidateFenced checks the key and fence of Extend, Complete and Release:
 // a valid key and a fence other than zero.
-func ValidateFenced(op, key string, fence lock.Fence) error {
+func ValidateFenced(op, key string, fence idemkit.Fence) error {
 	if err := ValidateKey(key); err != nil {
 		return err
 	}

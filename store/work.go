@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 // Transactor is an optional interface of a [Store] whose records live in
@@ -24,7 +24,7 @@ type Transactor interface {
 	// carrying it for the work's code. A nil Work means this store cannot
 	// (a decorator over a store that is no Transactor): the guard then
 	// runs the work with ctx as it is.
-	Work(ctx context.Context, key string, fence lock.Fence) (context.Context, Work)
+	Work(ctx context.Context, key string, fence idemkit.Fence) (context.Context, Work)
 }
 
 // Work is the transaction of one claim's holder in a [Transactor]. The

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
 )
@@ -133,13 +134,13 @@ func run(ctx context.Context, w io.Writer) error {
 // and refuses writes carrying an older one.
 type fencedStore struct {
 	mu    sync.Mutex
-	fence lock.Fence
+	fence idemkit.Fence
 	value string
 }
 
 var errStaleFence = errors.New("refused: stale fence")
 
-func (s *fencedStore) write(f lock.Fence, v string) error {
+func (s *fencedStore) write(f idemkit.Fence, v string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f < s.fence {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/idemkitotel"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -279,7 +278,7 @@ func (f *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duratio
 	return f.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (f *flakyStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (f *flakyStore) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	if f.failRelease.Load() {
 		return false, errOutage
 	}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -28,7 +28,7 @@ func (c *countingStore) Claim(ctx context.Context, key, fp string, ttl time.Dura
 	return c.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (c *countingStore) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (c *countingStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	c.n.Add(1)
 	return c.Store.Extend(ctx, key, fence, ttl)
 }
@@ -38,7 +38,7 @@ func (c *countingStore) Complete(ctx context.Context, rec store.Record, ttl time
 	return c.Store.Complete(ctx, rec, ttl)
 }
 
-func (c *countingStore) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (c *countingStore) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	c.n.Add(1)
 	return c.Store.Release(ctx, key, fence)
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
 )
@@ -28,7 +27,7 @@ type txStore struct {
 type txWorkKey struct{}
 
 // Work implements store.Transactor.
-func (s *txStore) Work(ctx context.Context, _ string, _ lock.Fence) (context.Context, store.Work) {
+func (s *txStore) Work(ctx context.Context, _ string, _ idemkit.Fence) (context.Context, store.Work) {
 	w := &txWork{s: s}
 	return context.WithValue(ctx, txWorkKey{}, w), w
 }

@@ -3,7 +3,7 @@ package leased
 import (
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -11,8 +11,8 @@ import (
 // clock in Unix milliseconds if that is greater. prev is the fence of the
 // record the claim replaces (0 when there is none). See [store.Store] for
 // why this keeps fences growing without a counter.
-func NextFence(prev lock.Fence, now time.Time) lock.Fence {
-	return max(prev+1, lock.Fence(now.UnixMilli()))
+func NextFence(prev idemkit.Fence, now time.Time) idemkit.Fence {
+	return max(prev+1, idemkit.Fence(now.UnixMilli()))
 }
 
 // KeepUntil returns when a store may remove a record: not before its

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/leased"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -13,8 +13,8 @@ func TestNextFence(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	for _, c := range []struct {
 		name string
-		prev lock.Fence
-		want lock.Fence
+		prev idemkit.Fence
+		want idemkit.Fence
 	}{
 		{"no previous fence: the clock", 0, 1_700_000_000_000},
 		{"an older fence: the clock", 5, 1_700_000_000_000},
@@ -33,7 +33,7 @@ func TestNextFence(t *testing.T) {
 
 func TestKeepUntil(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
-	clockFence := lock.Fence(now.UnixMilli())
+	clockFence := idemkit.Fence(now.UnixMilli())
 	for _, c := range []struct {
 		name string
 		rec  store.Record

@@ -65,7 +65,7 @@
 // again, so a key's next fence is greater than every fence it carried,
 // through release, expiry, cleanup and sweeps, and nothing lives forever.
 // Fences are 15-digit decimals near 1.8×10¹² (milliseconds), far below
-// [lock.FenceMax]; an expireAt past Firestore's last timestamp
+// [idemkit.FenceMax]; an expireAt past Firestore's last timestamp
 // (9999-12-31) is clamped to it.
 //
 // # Operations and round trips

@@ -1,6 +1,9 @@
 package firestorelock
 
-import "github.com/idemkit/idemkit/lock"
+import (
+	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/lock"
+)
 
 // Test hooks: the document layout and the error mapping, which the tests
 // check directly.
@@ -32,7 +35,7 @@ func SetBeforeSweepTx(l *Locker, f func()) { l.beforeSweepTx = f }
 func CheckCollection(name string) error { return checkCollection(name) }
 
 // TombstoneData is the tombstone of a normalised key at fence f.
-func TombstoneData(key string, f lock.Fence) map[string]any { return tombstoneData(key, f) }
+func TombstoneData(key string, f idemkit.Fence) map[string]any { return tombstoneData(key, f) }
 
 // Listeners returns how many snapshot listeners l runs now, and how many
 // it started so far.

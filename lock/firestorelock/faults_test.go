@@ -209,7 +209,7 @@ func TestTombstoneTakeoverCommitAnswerLost(t *testing.T) {
 		return err
 	})
 	pr := newProbes(t, p, l)
-	ahead := lock.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
+	ahead := idemkit.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
 	if err := pr.raiseFence(t.Context(), "k", ahead); err != nil {
 		t.Fatal(err)
 	}

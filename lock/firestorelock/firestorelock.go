@@ -29,7 +29,7 @@ type config struct {
 	collection string
 	cleanup    bool
 	logger     *slog.Logger
-	hasher     lock.Hasher
+	hasher     idemkit.Hasher
 	sweepBatch int
 	watchLimit int
 }
@@ -60,8 +60,8 @@ func WithCleanupInIsLocked(on bool) Option { return func(c *config) { c.cleanup 
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithHasher sets how log lines name their key. Default:
-// lock.DefaultHasher().
-func WithHasher(h lock.Hasher) Option { return func(c *config) { c.hasher = h } }
+// idemkit.DefaultHasher().
+func WithHasher(h idemkit.Hasher) Option { return func(c *config) { c.hasher = h } }
 
 // WithSweepBatch sets how many documents one batch of [Locker.Sweep]
 // collects at most (one query and one transaction), 1 to 500. Default:
@@ -93,7 +93,7 @@ func newConfig(opts []Option) (config, error) {
 		c.logger = slog.Default()
 	}
 	if c.hasher == nil {
-		c.hasher = lock.DefaultHasher()
+		c.hasher = idemkit.DefaultHasher()
 	}
 	return c, nil
 }

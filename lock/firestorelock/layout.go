@@ -35,7 +35,7 @@ const maxDocIDBytes = 1500
 const maxCollectionBytes = 100
 
 // maxTimestamp is the latest instant Firestore stores. Expiries past it
-// (those of fences raised near lock.FenceMax) are clamped to it.
+// (those of fences raised near idemkit.FenceMax) are clamped to it.
 var maxTimestamp = time.Date(9999, 12, 31, 23, 59, 59, 999_999_000, time.UTC)
 
 // clamp returns t at Firestore's resolution (microseconds, without a
@@ -128,7 +128,7 @@ func fromText(v any) (string, bool) {
 // document is deleted and created again, and a document is deleted only
 // once the server clock has passed its fence, so this is above every
 // fence the key carried before.
-func fenceAt(created time.Time) lock.Fence { return lock.Fence(max(created.UnixMilli(), 1)) }
+func fenceAt(created time.Time) idemkit.Fence { return idemkit.Fence(max(created.UnixMilli(), 1)) }
 
 // lockDoc is the content of a lock document: a lease, or a tombstone (no
 // lock id, no times) that only keeps the key's fence until the server
@@ -136,7 +136,7 @@ func fenceAt(created time.Time) lock.Fence { return lock.Fence(max(created.UnixM
 type lockDoc struct {
 	key      string
 	id       string // "" for a tombstone
-	fence    lock.Fence
+	fence    idemkit.Fence
 	implicit bool // the fence is the document's create time, not a field
 	acquired time.Time
 	expires  time.Time
@@ -188,16 +188,16 @@ func (d lockDoc) updates() []firestore.Update {
 }
 
 // tombstoneAt is when the tombstone of fence f may be deleted.
-func tombstoneAt(f lock.Fence) time.Time { return clamp(provider.KeepUntil(f, time.Time{})) }
+func tombstoneAt(f idemkit.Fence) time.Time { return clamp(provider.KeepUntil(f, time.Time{})) }
 
 // tombstoneData is the whole tombstone of key at fence f.
-func tombstoneData(key string, f lock.Fence) map[string]any {
+func tombstoneData(key string, f idemkit.Fence) map[string]any {
 	return map[string]any{fieldKey: text(key), fieldFence: int64(f), fieldExpireAt: tombstoneAt(f)}
 }
 
 // tombstoneUpdates turns a lease document with fence f into its
 // tombstone.
-func tombstoneUpdates(f lock.Fence) []firestore.Update {
+func tombstoneUpdates(f idemkit.Fence) []firestore.Update {
 	return []firestore.Update{
 		{Path: fieldLockID, Value: firestore.Delete},
 		{Path: fieldAcquiredAt, Value: firestore.Delete},
@@ -247,7 +247,7 @@ func decode(op string, snap *firestore.DocumentSnapshot) (lockDoc, error) {
 		if !isInt || n < 1 {
 			return lockDoc{}, malformed(op, "the fence is not a positive integer")
 		}
-		d.fence = lock.Fence(n)
+		d.fence = idemkit.Fence(n)
 	} else {
 		d.fence, d.implicit = fenceAt(snap.CreateTime), true
 	}

@@ -89,13 +89,13 @@ func TestCheckCollection(t *testing.T) {
 func TestTombstoneExpiry(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		f    lock.Fence
+		f    idemkit.Fence
 		want time.Time
 	}{
 		{1, time.UnixMilli(2)},
 		{1_800_000_000_000, time.UnixMilli(1_800_000_000_001)},
-		{lock.FenceMax - 1, firestorelock.MaxTimestamp},
-		{lock.FenceMax, firestorelock.MaxTimestamp},
+		{idemkit.FenceMax - 1, firestorelock.MaxTimestamp},
+		{idemkit.FenceMax, firestorelock.MaxTimestamp},
 	} {
 		at, ok := firestorelock.TombstoneData("k", tc.f)[firestorelock.FieldExpireAt].(time.Time)
 		if !ok || !at.Equal(tc.want) {

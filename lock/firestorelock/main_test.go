@@ -162,7 +162,7 @@ func (p probes) read(ctx context.Context, key string) (*firestore.DocumentSnapsh
 
 // raiseFence stores a tombstone with fence f for key, as a release would
 // leave it.
-func (p probes) raiseFence(ctx context.Context, key string, f lock.Fence) error {
+func (p probes) raiseFence(ctx context.Context, key string, f idemkit.Fence) error {
 	ref, n, err := p.doc(key)
 	if err != nil {
 		return err
@@ -174,20 +174,20 @@ func (p probes) raiseFence(ctx context.Context, key string, f lock.Fence) error 
 // fence reads the fence that key's document carries: its fence field, or
 // for a lease created on a free key its create time in milliseconds; 0
 // when there is no document.
-func (p probes) fence(ctx context.Context, key string) (lock.Fence, error) {
+func (p probes) fence(ctx context.Context, key string) (idemkit.Fence, error) {
 	snap, err := p.read(ctx, key)
 	if err != nil || snap == nil {
 		return 0, err
 	}
 	v, ok := snap.Data()[firestorelock.FieldFence]
 	if !ok {
-		return lock.Fence(snap.CreateTime.UnixMilli()), nil
+		return idemkit.Fence(snap.CreateTime.UnixMilli()), nil
 	}
 	f, ok := v.(int64)
 	if !ok || f < 1 {
 		return 0, idemkit.NewError(idemkit.CodeInternal, "probe", "malformed fence", nil)
 	}
-	return lock.Fence(f), nil
+	return idemkit.Fence(f), nil
 }
 
 // stored reports whether key's document holds a lease, live or expired (a

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
 )
@@ -82,7 +83,7 @@ func lockers(t *testing.T, p string) []*firestorelock.Locker {
 func TestContentionFreeKey(t *testing.T) {
 	t.Parallel()
 	ls := lockers(t, project(t))
-	var prev lock.Fence
+	var prev idemkit.Fence
 	for round := 1; round <= 3; round++ {
 		leases := race(t, ls, "hot", time.Hour)
 		if len(leases) != 1 {
@@ -124,7 +125,7 @@ func TestContentionTombstone(t *testing.T) {
 	t.Parallel()
 	p := project(t)
 	ls := lockers(t, p)
-	ahead := lock.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
+	ahead := idemkit.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
 	if err := newProbes(t, p, ls[0]).raiseFence(t.Context(), "hot", ahead); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/firestorelock"
@@ -28,9 +29,9 @@ func TestSweep(t *testing.T) {
 	for i := range old {
 		olds = append(olds, acquireOK(t, l, fmt.Sprintf("old/%d", i), margin))
 	}
-	passed := lock.Fence(time.Now().Add(-time.Minute).UnixMilli())
-	ahead := lock.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
-	for key, f := range map[string]lock.Fence{"passed": passed, "ahead": ahead} {
+	passed := idemkit.Fence(time.Now().Add(-time.Minute).UnixMilli())
+	ahead := idemkit.Fence(time.Now().Add(24 * time.Hour).UnixMilli())
+	for key, f := range map[string]idemkit.Fence{"passed": passed, "ahead": ahead} {
 		if err := pr.raiseFence(ctx, key, f); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestSweep(t *testing.T) {
 	for _, c := range []struct {
 		key    string
 		stored bool
-		fence  lock.Fence // 0: none
+		fence  idemkit.Fence // 0: none
 	}{
 		{"old/0", false, 0}, {"old/4", false, 0}, {"passed", false, 0},
 		{"recent", true, recent.Fence}, {"live", true, live.Fence},

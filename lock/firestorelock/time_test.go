@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 )
 
@@ -165,7 +166,7 @@ func TestLeaseTimesAreServerTimes(t *testing.T) {
 	if err != nil || snap == nil {
 		t.Fatalf("read: %v", err)
 	}
-	if want := lock.Fence(snap.CreateTime.UnixMilli()); lease.Fence != want {
+	if want := idemkit.Fence(snap.CreateTime.UnixMilli()); lease.Fence != want {
 		t.Fatalf("fence %v; want the create time in ms, %v", lease.Fence, want)
 	}
 }

@@ -51,8 +51,8 @@ func testAcquireFree(t *testing.T, s *suite) {
 	if err := lock.ValidateID(lease.ID); err != nil {
 		t.Fatalf("lock id fails ValidateID: %v", err)
 	}
-	if got := lease.Fence.String(); len(got) != lock.FenceDigits {
-		t.Fatalf("fence %q is not %d digits", got, lock.FenceDigits)
+	if got := lease.Fence.String(); len(got) != idemkit.FenceDigits {
+		t.Fatalf("fence %q is not %d digits", got, idemkit.FenceDigits)
 	}
 	if lease.Key != k {
 		t.Fatalf("lease key %q; want %q", lease.Key, k)
@@ -143,7 +143,7 @@ func testConcurrentOneWinner(t *testing.T, s *suite) {
 		if wins.Load() != 1 {
 			t.Fatalf("round %d: %d of %d concurrent acquires succeeded; want exactly 1", round, wins.Load(), contenders)
 		}
-		if f := fenceOf(t, e, k); f != lock.Fence(winner.Load()) {
+		if f := fenceOf(t, e, k); f != idemkit.Fence(winner.Load()) {
 			t.Fatalf("round %d: the key carries fence %v after one winner; want the winner's %v", round, f, winner.Load())
 		}
 	}
@@ -154,8 +154,8 @@ func testFirstFence(t *testing.T, s *suite) {
 	lease := acquire(t, e, key(t, "k"), longTTL)
 	// Fences derive from the backend's clock in milliseconds: far below
 	// the warning threshold for centuries.
-	if lease.Fence < 1 || lease.Fence >= lock.FenceWarn || len(lease.Fence.String()) != lock.FenceDigits {
-		t.Fatalf("first fence %v (%d); want 15 digits, at least 1 and below %v", lease.Fence, lease.Fence, lock.FenceWarn)
+	if lease.Fence < 1 || lease.Fence >= idemkit.FenceWarn || len(lease.Fence.String()) != idemkit.FenceDigits {
+		t.Fatalf("first fence %v (%d); want 15 digits, at least 1 and below %v", lease.Fence, lease.Fence, idemkit.FenceWarn)
 	}
 	if f := fenceOf(t, e, key(t, "k")); f != lease.Fence {
 		t.Fatalf("the key carries fence %v; want the lease's %v", f, lease.Fence)
@@ -176,7 +176,7 @@ func testFencesIncrease(t *testing.T, s *suite) {
 				t.Fatalf("fence string %q sorts at or before %q", lease.Fence, prev.Fence)
 			}
 		}
-		if parsed, err := lock.ParseFence(lease.Fence.String()); err != nil || parsed != lease.Fence {
+		if parsed, err := idemkit.ParseFence(lease.Fence.String()); err != nil || parsed != lease.Fence {
 			t.Fatalf("fence %v does not round-trip through its string form: %v, %v", lease.Fence, parsed, err)
 		}
 		if out := release(t, e, lease.ID); !out.OK {
@@ -438,11 +438,11 @@ func testFenceOverflow(t *testing.T, s *suite) {
 	ctx := t.Context()
 	// The maximum itself is still issued.
 	k := key(t, "k")
-	if err := e.RaiseFence(ctx, k, lock.FenceMax-1); err != nil {
+	if err := e.RaiseFence(ctx, k, idemkit.FenceMax-1); err != nil {
 		t.Fatalf("RaiseFence: %v", err)
 	}
 	lease := acquire(t, e, k, longTTL)
-	if lease.Fence != lock.FenceMax || lease.Fence.String() != "900000000000000" {
+	if lease.Fence != idemkit.FenceMax || lease.Fence.String() != "900000000000000" {
 		t.Fatalf("fence %v; want the maximum 900000000000000", lease.Fence)
 	}
 	release(t, e, lease.ID)
@@ -458,8 +458,8 @@ func testFenceOverflow(t *testing.T, s *suite) {
 	if stored(t, e, k) {
 		t.Fatal("a refused acquire wrote a lock record")
 	}
-	if f := fenceOf(t, e, k); f != lock.FenceMax {
-		t.Fatalf("the key carries fence %v after a refused acquire; want it unchanged at %v", f, lock.FenceMax)
+	if f := fenceOf(t, e, k); f != idemkit.FenceMax {
+		t.Fatalf("the key carries fence %v after a refused acquire; want it unchanged at %v", f, idemkit.FenceMax)
 	}
 	if strings.Contains(err.Error(), k) {
 		t.Fatal("the overflow error message contains the raw key")
@@ -471,20 +471,20 @@ func testFenceWarning(t *testing.T, s *suite) {
 	e := s.envWith(t, Config{Logger: logs.logger()})
 	ctx := t.Context()
 	quiet := key(t, "quiet")
-	if err := e.RaiseFence(ctx, quiet, lock.FenceWarn-1); err != nil {
+	if err := e.RaiseFence(ctx, quiet, idemkit.FenceWarn-1); err != nil {
 		t.Fatalf("RaiseFence: %v", err)
 	}
 	acquire(t, e, quiet, longTTL) // fence = FenceWarn: no warning yet
 	if logs.count() != 0 {
-		t.Fatalf("a warning was logged at fence %v: %s", lock.FenceWarn, logs.String())
+		t.Fatalf("a warning was logged at fence %v: %s", idemkit.FenceWarn, logs.String())
 	}
 	loud := key(t, "loud-secret-key")
-	if err := e.RaiseFence(ctx, loud, lock.FenceWarn); err != nil {
+	if err := e.RaiseFence(ctx, loud, idemkit.FenceWarn); err != nil {
 		t.Fatalf("RaiseFence: %v", err)
 	}
 	lease := acquire(t, e, loud, longTTL)
-	if lease.Fence != lock.FenceWarn+1 {
-		t.Fatalf("fence %v; want %v", lease.Fence, lock.FenceWarn+1)
+	if lease.Fence != idemkit.FenceWarn+1 {
+		t.Fatalf("fence %v; want %v", lease.Fence, idemkit.FenceWarn+1)
 	}
 	if logs.count() == 0 {
 		t.Fatalf("no warning logged at fence %v", lease.Fence)
@@ -591,7 +591,7 @@ func testOneHolder(t *testing.T, s *suite) {
 	const target = 300
 	var holders, grants atomic.Int32
 	var mu sync.Mutex
-	var fences []lock.Fence
+	var fences []idemkit.Fence
 	deadline := time.Now().Add(20 * time.Second)
 	var wg sync.WaitGroup
 	errs := make(chan string, workers)
@@ -667,7 +667,7 @@ func testNoStateWithoutExpiry(t *testing.T, s *suite) {
 			release(t, e, lease.ID)
 		}
 	}
-	if err := e.RaiseFence(ctx, key(t, "raised only"), lock.FenceMax-1); err != nil {
+	if err := e.RaiseFence(ctx, key(t, "raised only"), idemkit.FenceMax-1); err != nil {
 		t.Fatalf("RaiseFence: %v", err)
 	}
 	top := acquire(t, e, key(t, "raised only"), longTTL)

@@ -337,12 +337,12 @@ func testDoLeaseLost(t *testing.T, s *suite) {
 		case <-time.After(30 * time.Second):
 			t.Error("fn's ctx was not cancelled after the lease was lost")
 		}
-		if !errors.Is(context.Cause(ctx), lock.ErrLeaseLost) {
+		if !errors.Is(context.Cause(ctx), idemkit.ErrLeaseLost) {
 			t.Errorf("fn's ctx cause %v; want ErrLeaseLost", context.Cause(ctx))
 		}
 		return nil
 	}, lock.WithTTL(longTTL), lock.WithRenewInterval(e.Margin))
-	if !errors.Is(err, lock.ErrLeaseLost) {
+	if !errors.Is(err, idemkit.ErrLeaseLost) {
 		t.Fatalf("Do: %v; want an error matching ErrLeaseLost", err)
 	}
 }
@@ -557,8 +557,8 @@ func testTelemetry(t *testing.T, s *suite) {
 	if len(got) != len(want) {
 		t.Fatalf("%d events for %d operations", len(got), len(want))
 	}
-	keyHash := lock.DefaultHasher().Hash(k)
-	idHash := lock.DefaultHasher().Hash(lease.ID)
+	keyHash := idemkit.DefaultHasher().Hash(k)
+	idHash := idemkit.DefaultHasher().Hash(lease.ID)
 	for i, w := range want {
 		ev := got[i]
 		if ev.Op != w.op || ev.OK != w.ok || ev.Reason != w.reason || ev.Err != nil {
@@ -597,7 +597,7 @@ func testTelemetryRaw(t *testing.T, s *suite) {
 		}
 		return ev.Op == lock.OpAcquire
 	})
-	l := lock.WithTelemetry(e.Locker, hook, allowAcquire, lock.WithHasher(lock.NewHMACHasher([]byte("shared secret"))))
+	l := lock.WithTelemetry(e.Locker, hook, allowAcquire, lock.WithHasher(idemkit.NewHMACHasher([]byte("shared secret"))))
 	lease, _, _ := l.Acquire(ctx, k, longTTL)
 	_, _ = l.IsLocked(ctx, k)
 	_, _ = l.Release(ctx, lease.ID)
@@ -610,7 +610,7 @@ func testTelemetryRaw(t *testing.T, s *suite) {
 	if events[1].Key != "" || events[2].ID != "" {
 		t.Fatal("raw values leaked past a refusing or panicking predicate")
 	}
-	if want := lock.NewHMACHasher([]byte("shared secret")).Hash(k); events[1].KeyHash != want {
+	if want := idemkit.NewHMACHasher([]byte("shared secret")).Hash(k); events[1].KeyHash != want {
 		t.Fatalf("key hash %q under the shared secret; want %q", events[1].KeyHash, want)
 	}
 }

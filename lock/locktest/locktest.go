@@ -49,11 +49,11 @@ type Env struct {
 	// (provider.KeepUntil(f, time.Time{})), so the next lease for key gets a
 	// fence above f. Required (fence-limit tests and fences ahead of the
 	// clock).
-	RaiseFence func(ctx context.Context, key string, f lock.Fence) error
+	RaiseFence func(ctx context.Context, key string, f idemkit.Fence) error
 
 	// Fence reads the fence that key's lock record or tombstone carries, or
 	// 0 when the backend holds neither. Required.
-	Fence func(ctx context.Context, key string) (lock.Fence, error)
+	Fence func(ctx context.Context, key string) (idemkit.Fence, error)
 
 	// Stored reports whether a lock record for key is physically kept, live
 	// or expired; a tombstone does not count. Required (cleanup tests).
@@ -121,7 +121,7 @@ func (s *suite) env(t *testing.T) *Env { return s.envWith(t, Config{}) }
 // ahead is how far the suite raises a fence above the backend's clock to
 // check that fences survive where the clock alone would not carry them:
 // 10^8 ms, about 28 hours (the tombstones it leaves expire then).
-const ahead = lock.Fence(100_000_000)
+const ahead = idemkit.Fence(100_000_000)
 
 func (s *suite) envWith(t *testing.T, cfg Config) *Env {
 	t.Helper()
@@ -259,7 +259,7 @@ func stored(t *testing.T, e *Env, k string) bool {
 	return ok
 }
 
-func fenceOf(t *testing.T, e *Env, k string) lock.Fence {
+func fenceOf(t *testing.T, e *Env, k string) idemkit.Fence {
 	t.Helper()
 	f, err := e.Fence(t.Context(), k)
 	if err != nil {

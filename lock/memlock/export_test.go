@@ -1,14 +1,14 @@
 package memlock
 
-import "github.com/idemkit/idemkit/lock"
+import "github.com/idemkit/idemkit"
 
 // Probes for the tests of the external test package.
 
-func (l *Locker) Stored(key string) bool                    { return l.stored(key) }
-func (l *Locker) Fence(key string) lock.Fence               { return l.fenceOf(key) }
-func (l *Locker) RaiseFence(key string, f lock.Fence) error { return l.raiseFence(key, f) }
-func (l *Locker) Unexpiring() []string                      { return l.unexpiring() }
-func (l *Locker) Size() (entries, ids int)                  { return l.size() }
+func (l *Locker) Stored(key string) bool                       { return l.stored(key) }
+func (l *Locker) Fence(key string) idemkit.Fence               { return l.fenceOf(key) }
+func (l *Locker) RaiseFence(key string, f idemkit.Fence) error { return l.raiseFence(key, f) }
+func (l *Locker) Unexpiring() []string                         { return l.unexpiring() }
+func (l *Locker) Size() (entries, ids int)                     { return l.size() }
 
 // Watched returns the number of keys with watchers.
 func (l *Locker) Watched() int {

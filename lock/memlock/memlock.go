@@ -64,7 +64,7 @@ type Locker struct {
 	// far. Deletion waits for the clock to pass the fence, so floor is
 	// below the clock and changes nothing, unless the wall clock steps
 	// back: then new fences still continue above every deleted one.
-	floor lock.Fence
+	floor idemkit.Fence
 }
 
 // entry is a lock record (live or expired), or a tombstone (id == ""): the
@@ -72,7 +72,7 @@ type Locker struct {
 // that the key's next fence is still greater.
 type entry struct {
 	id       string
-	fence    lock.Fence
+	fence    idemkit.Fence
 	acquired time.Time
 	expires  time.Time // a record: the lease's expiry; a tombstone: when it goes
 }
@@ -133,7 +133,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, ttl time.Duration) (lo
 	defer l.mu.Unlock()
 	now := l.now()
 	old := l.locks[key]
-	var prev lock.Fence
+	var prev idemkit.Fence
 	if old != nil {
 		if old.live(now) {
 			return lock.Lease{}, false, nil
@@ -416,7 +416,7 @@ func (l *Locker) stored(key string) bool {
 
 // fenceOf returns the fence that key's lock record or tombstone carries, or
 // 0 when there is neither. It is a probe for the conformance suite.
-func (l *Locker) fenceOf(key string) lock.Fence {
+func (l *Locker) fenceOf(key string) idemkit.Fence {
 	key, err := lock.NormalizeKey(key)
 	if err != nil {
 		return 0
@@ -432,7 +432,7 @@ func (l *Locker) fenceOf(key string) lock.Fence {
 // raiseFence leaves a tombstone with fence f on the free key, so that the
 // next lease for key gets a fence above f. It only raises, and only on a
 // key no live lease holds. It exists for tests of the fence limits.
-func (l *Locker) raiseFence(key string, f lock.Fence) error {
+func (l *Locker) raiseFence(key string, f idemkit.Fence) error {
 	key, err := lock.NormalizeKey(key)
 	if err != nil {
 		return err

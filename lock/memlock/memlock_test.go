@@ -17,10 +17,10 @@ import (
 func env(l *memlock.Locker) *locktest.Env {
 	return &locktest.Env{
 		Locker: l,
-		RaiseFence: func(_ context.Context, key string, f lock.Fence) error {
+		RaiseFence: func(_ context.Context, key string, f idemkit.Fence) error {
 			return l.RaiseFence(key, f)
 		},
-		Fence: func(_ context.Context, key string) (lock.Fence, error) {
+		Fence: func(_ context.Context, key string) (idemkit.Fence, error) {
 			return l.Fence(key), nil
 		},
 		Stored: func(_ context.Context, key string) (bool, error) {
@@ -168,7 +168,7 @@ func TestTombstonesKeepFencesAheadOfTheClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := lock.Fence(clock.Now().UnixMilli()); first.Fence != want {
+	if want := idemkit.Fence(clock.Now().UnixMilli()); first.Fence != want {
 		t.Fatalf("first fence %v; want the clock in ms, %v", first.Fence, want)
 	}
 	if _, err := l.Release(ctx, first.ID); err != nil {
@@ -207,7 +207,7 @@ func TestSweepDropsLongExpiredRecords(t *testing.T) {
 	ctx := t.Context()
 	clock := fakeclock.New()
 	l := memlock.New(memlock.WithClock(clock.Now))
-	var fences []lock.Fence
+	var fences []idemkit.Fence
 	for i := range 100 {
 		lease, _, err := l.Acquire(ctx, "expiring-"+string(rune(0x4e00+i)), time.Second)
 		if err != nil {
@@ -239,19 +239,19 @@ func TestSweepDropsLongExpiredRecords(t *testing.T) {
 func TestRaiseFenceOnlyRaisesFreeKeys(t *testing.T) {
 	ctx := t.Context()
 	l := memlock.New()
-	if err := l.RaiseFence("k", 2*lock.FenceWarn); err != nil {
+	if err := l.RaiseFence("k", 2*idemkit.FenceWarn); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []lock.Fence{2 * lock.FenceWarn, 3} {
+	for _, f := range []idemkit.Fence{2 * idemkit.FenceWarn, 3} {
 		if err := l.RaiseFence("k", f); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("RaiseFence(%v) = %v; want InvalidArgument", f, err)
 		}
 	}
 	lease, _, err := l.Acquire(ctx, "k", time.Second)
-	if err != nil || lease.Fence != 2*lock.FenceWarn+1 {
-		t.Fatalf("fence %v, %v; want %v", lease.Fence, err, 2*lock.FenceWarn+1)
+	if err != nil || lease.Fence != 2*idemkit.FenceWarn+1 {
+		t.Fatalf("fence %v, %v; want %v", lease.Fence, err, 2*idemkit.FenceWarn+1)
 	}
-	if err := l.RaiseFence("k", lock.FenceMax); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+	if err := l.RaiseFence("k", idemkit.FenceMax); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("RaiseFence on a held key = %v; want InvalidArgument", err)
 	}
 }

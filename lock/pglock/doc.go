@@ -28,7 +28,7 @@
 // key when it is valid UTF-8 without NUL and at most 254 bytes, else "h:" +
 // its SHA-256, so any byte sequence is a valid key), lock_id (unique index;
 // NULL in a tombstone), fence (with a CHECK that it is at most
-// [lock.FenceMax]), acquired_at, expires_at (indexed, for Sweep) and
+// [idemkit.FenceMax]), acquired_at, expires_at (indexed, for Sweep) and
 // user_key (the key itself when key holds its hash).
 //
 // # Fences
@@ -36,7 +36,7 @@
 // No counter is kept. A new lease's fence is the greater of the fence on
 // the key's row + 1 (0 without a row) and the server clock in Unix
 // milliseconds ([github.com/idemkit/idemkit/lock/provider.NextFence]): about 1.8e12 today, far below
-// [lock.FenceMax], growing with time, and by one when leases follow each
+// [idemkit.FenceMax], growing with time, and by one when leases follow each
 // other within a millisecond. A row is never deleted before the server clock has passed
 // its fence, read as Unix milliseconds ([github.com/idemkit/idemkit/lock/provider.KeepUntil]): a release before
 // that leaves a tombstone (the fence alone: not live, not found by lock id,
@@ -69,7 +69,7 @@
 //     or takes it over only if it is a tombstone or an expired lease once
 //     its row lock is held, with the fence above; times come from
 //     clock_timestamp() read after those locks, so acquired_at grows with
-//     the fence. A fence past [lock.FenceMax] fails the CHECK and the whole
+//     the fence. A fence past [idemkit.FenceMax] fails the CHECK and the whole
 //     statement: nothing is written. Durable commit.
 //   - Release, ReleaseKey: end the live lease by lock id (and key) and tell
 //     "expired" from "not found": delete the row, or leave a tombstone as

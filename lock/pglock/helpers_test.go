@@ -100,7 +100,7 @@ func probeKey(key string) (string, error) {
 // raiseFence stores a tombstone with fence f for key, which must be free
 // (no live lease), expiring once the server clock passes f: the next lease
 // of key gets a greater fence. It only raises.
-func (p probes) raiseFence(ctx context.Context, key string, f lock.Fence) error {
+func (p probes) raiseFence(ctx context.Context, key string, f idemkit.Fence) error {
 	sk, err := probeKey(key)
 	if err != nil {
 		return err
@@ -117,7 +117,7 @@ func (p probes) raiseFence(ctx context.Context, key string, f lock.Fence) error 
 
 // fence reads the fence of key's row (a lease or a tombstone), 0 without
 // one.
-func (p probes) fence(ctx context.Context, key string) (lock.Fence, error) {
+func (p probes) fence(ctx context.Context, key string) (idemkit.Fence, error) {
 	sk, err := probeKey(key)
 	if err != nil {
 		return 0, err
@@ -127,7 +127,7 @@ func (p probes) fence(ctx context.Context, key string) (lock.Fence, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
-	return lock.Fence(f), err
+	return idemkit.Fence(f), err
 }
 
 // stored reports whether a lease (live or expired; not a tombstone) is kept

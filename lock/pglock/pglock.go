@@ -179,7 +179,7 @@ func micros(d time.Duration) int64 { return d.Microseconds() }
 //     The fence is the greater of the row's fence + 1 and the server clock
 //     in Unix milliseconds ([provider.NextFence]); acquired_at and expires_at
 //     come from clock_timestamp() read after those locks. A fence past
-//     [lock.FenceMax] fails the column's CHECK constraint and the whole
+//     [idemkit.FenceMax] fails the column's CHECK constraint and the whole
 //     statement: nothing is written. The commit is durable before the
 //     lease is returned.
 //
@@ -242,7 +242,7 @@ func (l *Locker) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	if fence < 1 {
 		return lock.Lease{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the lock row holds the fence %d", fence), nil)
 	}
-	f := lock.Fence(fence)
+	f := idemkit.Fence(fence)
 	if err := provider.CheckFence(ctx, l.cfg.logger, nil, key, f); err != nil {
 		return lock.Lease{}, false, err // only if the CHECK constraint was dropped from the table
 	}
@@ -272,7 +272,7 @@ func (l *Locker) acquire(ctx context.Context, sk, id string, ttl int64, raw []by
 func overflow(err error) error {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23514" {
-		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence overflow: the next fence exceeds the maximum %s", lock.FenceMax), err)
+		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence overflow: the next fence exceeds the maximum %s", idemkit.FenceMax), err)
 	}
 	return err
 }
@@ -463,5 +463,5 @@ func (l *Locker) lookup(ctx context.Context, sql string, arg string) (lock.Info,
 	if err != nil || !found {
 		return lock.Info{}, false, err
 	}
-	return lock.NewInfo(userKey(sk, raw), id, lock.Fence(fence), acquired, expires), true, nil
+	return lock.NewInfo(userKey(sk, raw), id, idemkit.Fence(fence), acquired, expires), true, nil
 }

@@ -32,10 +32,10 @@ func TestFencesFromTheClock(t *testing.T) {
 
 	t.Run("first fence is the clock", func(t *testing.T) {
 		lease := acquireOK(t, l, "clock/first", time.Minute)
-		if want := lock.Fence(lease.AcquiredAt.UnixMilli()); lease.Fence != want {
+		if want := idemkit.Fence(lease.AcquiredAt.UnixMilli()); lease.Fence != want {
 			t.Fatalf("first fence %v; want the grant's Unix milliseconds %v", lease.Fence, want)
 		}
-		if len(lease.Fence.String()) != lock.FenceDigits || lease.Fence >= lock.FenceWarn {
+		if len(lease.Fence.String()) != idemkit.FenceDigits || lease.Fence >= idemkit.FenceWarn {
 			t.Fatalf("fence %v is not a 15-digit fence below the warning limit", lease.Fence)
 		}
 		time.Sleep(5 * time.Millisecond) // the clock passes the fence
@@ -46,14 +46,14 @@ func TestFencesFromTheClock(t *testing.T) {
 			t.Fatalf("a release after the clock passed the fence left a row with fence %v (%v); want it deleted", f, err)
 		}
 		next := acquireOK(t, l, "clock/first", time.Minute)
-		if next.Fence <= lease.Fence || next.Fence != lock.Fence(next.AcquiredAt.UnixMilli()) {
+		if next.Fence <= lease.Fence || next.Fence != idemkit.Fence(next.AcquiredAt.UnixMilli()) {
 			t.Fatalf("fence after a release: %v (granted at %v); want the clock, above %v", next.Fence, next.AcquiredAt.UnixMilli(), lease.Fence)
 		}
 	})
 
 	t.Run("a release before the clock passes the fence leaves a tombstone", func(t *testing.T) {
 		const k = "clock/ahead"
-		ahead := lock.Fence(time.Now().Add(time.Hour).UnixMilli())
+		ahead := idemkit.Fence(time.Now().Add(time.Hour).UnixMilli())
 		if err := p.raiseFence(ctx, k, ahead); err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func TestFencesFromTheClock(t *testing.T) {
 
 	t.Run("fence overflow writes nothing", func(t *testing.T) {
 		const k = "clock/full"
-		if err := p.raiseFence(ctx, k, lock.FenceMax); err != nil {
+		if err := p.raiseFence(ctx, k, idemkit.FenceMax); err != nil {
 			t.Fatal(err)
 		}
 		_, _, err := l.Acquire(ctx, k, time.Minute)

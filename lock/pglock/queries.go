@@ -141,7 +141,7 @@ WHERE `
 		// extend either commits first and keeps its lease, or finds the
 		// new lock id and fails. The fence is the greater of the row's
 		// fence + 1 and the clock in Unix milliseconds (provider.NextFence);
-		// past lock.FenceMax the column's CHECK constraint fails the whole
+		// past idemkit.FenceMax the column's CHECK constraint fails the whole
 		// statement, so nothing is written.
 		acquire: `WITH admitted AS MATERIALIZED (
 	SELECT clock_timestamp() AS now

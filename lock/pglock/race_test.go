@@ -9,15 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // granted is one lease as its holder saw it: the fence, the server's
 // acquired-at, and the latest expiry that an acquire or a successful extend
 // returned.
 type granted struct {
-	fence    lock.Fence
+	fence    idemkit.Fence
 	acquired time.Time
 	until    time.Time
 	extends  int

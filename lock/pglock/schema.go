@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // defaultTable is the lock table's name unless [WithTable] sets another.
@@ -52,7 +51,7 @@ CREATE TABLE IF NOT EXISTS {{locks}} (
     lock_id     text,
     -- The lease's fence, or a tombstone's: the last fence issued for the
     -- key. The check refuses, atomically, the acquire that would pass
-    -- lock.FenceMax.
+    -- idemkit.FenceMax.
     fence       bigint      NOT NULL CONSTRAINT {{locks_fence_max}} CHECK (fence <= {{fence_max}}),
     acquired_at timestamptz NOT NULL,
     -- The row's expiry: the lease's end, or for a tombstone the instant the
@@ -74,7 +73,7 @@ func renderDDL(n tableName) string {
 		"{{locks_lock_id}}", n.derived("_lock_id_key"),
 		"{{locks_expires_at}}", n.derived("_expires_at_idx"),
 		"{{locks_fence_max}}", n.derived("_fence_max"),
-		"{{fence_max}}", strconv.FormatUint(lock.FenceMax.Uint64(), 10),
+		"{{fence_max}}", strconv.FormatUint(idemkit.FenceMax.Uint64(), 10),
 	).Replace(ddl)
 }
 

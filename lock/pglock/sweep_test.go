@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
@@ -26,14 +27,14 @@ func TestSweep(t *testing.T) {
 	p := newProbes(t, admin, opts)
 	ctx := t.Context()
 	const old = 5
-	fences := make(map[string]lock.Fence)
+	fences := make(map[string]idemkit.Fence)
 	for i := range old {
 		k := fmt.Sprintf("old/%d", i)
 		fences[k] = acquireOK(t, l, k, time.Millisecond).Fence
 	}
 	// An expired lease and a tombstone whose fences are an hour ahead of
 	// the clock: they must outlive the sweep.
-	ahead := lock.Fence(time.Now().Add(time.Hour).UnixMilli())
+	ahead := idemkit.Fence(time.Now().Add(time.Hour).UnixMilli())
 	if err := p.raiseFence(ctx, "ahead/lease", ahead); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // TestInTransaction builds lockers on pgx.Tx values: every operation works
@@ -105,7 +104,7 @@ func TestInTransaction(t *testing.T) {
 	// A failed statement inside the locker's savepoint leaves the caller's
 	// transaction usable.
 	const full = "tx/full"
-	if err := newProbes(t, admin, opts).raiseFence(ctx, full, lock.FenceMax); err != nil {
+	if err := newProbes(t, admin, opts).raiseFence(ctx, full, idemkit.FenceMax); err != nil {
 		t.Fatal(err)
 	}
 	tx, err = conn.Begin(ctx)

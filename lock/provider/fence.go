@@ -7,26 +7,25 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 )
 
 // CheckFence is what a backend calls with the fence it is about to issue for
-// key, before writing anything. Above [lock.FenceMax] it returns an Internal
+// key, before writing anything. Above [idemkit.FenceMax] it returns an Internal
 // error and the backend must abandon the acquire without writing. Above
-// [lock.FenceWarn] it logs a warning on logger (if not nil) that names the key
+// [idemkit.FenceWarn] it logs a warning on logger (if not nil) that names the key
 // only by its hash under hasher (the default hasher if nil).
-func CheckFence(ctx context.Context, logger *slog.Logger, hasher lock.Hasher, key string, f lock.Fence) error {
-	if f > lock.FenceMax {
-		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence overflow: next fence %s exceeds the maximum %s", f, lock.FenceMax), nil)
+func CheckFence(ctx context.Context, logger *slog.Logger, hasher idemkit.Hasher, key string, f idemkit.Fence) error {
+	if f > idemkit.FenceMax {
+		return idemkit.NewError(idemkit.CodeInternal, "acquire", fmt.Sprintf("fence overflow: next fence %s exceeds the maximum %s", f, idemkit.FenceMax), nil)
 	}
-	if f > lock.FenceWarn && logger != nil {
+	if f > idemkit.FenceWarn && logger != nil {
 		if hasher == nil {
-			hasher = lock.DefaultHasher()
+			hasher = idemkit.DefaultHasher()
 		}
 		logger.WarnContext(ctx, "lock: fence approaching its limit",
 			slog.String("key_hash", hasher.Hash(key)),
 			slog.String("fence", f.String()),
-			slog.String("max", lock.FenceMax.String()))
+			slog.String("max", idemkit.FenceMax.String()))
 	}
 	return nil
 }
@@ -37,8 +36,8 @@ func CheckFence(ctx context.Context, logger *slog.Logger, hasher lock.Hasher, ke
 // backend's clock. No counter is kept: because a record is never removed
 // before [KeepUntil], a key's next fence is greater than every fence it
 // carried, whatever was released, expired, cleaned up or restarted.
-func NextFence(prev lock.Fence, now time.Time) lock.Fence {
-	return max(prev+1, lock.Fence(max(now.UnixMilli(), 0)))
+func NextFence(prev idemkit.Fence, now time.Time) idemkit.Fence {
+	return max(prev+1, idemkit.Fence(max(now.UnixMilli(), 0)))
 }
 
 // KeepUntil returns the earliest instant, by the backend's clock, at which
@@ -52,8 +51,8 @@ func NextFence(prev lock.Fence, now time.Time) lock.Fence {
 // backend removes (or lets expire) at KeepUntil(f, time.Time{}). So every
 // record and tombstone has an expiry and [NextFence] still issues a greater
 // fence after it is gone.
-func KeepUntil(f lock.Fence, expiresAt time.Time) time.Time {
-	until := time.UnixMilli(int64(min(f, lock.FenceMax+1)) + 1)
+func KeepUntil(f idemkit.Fence, expiresAt time.Time) time.Time {
+	until := time.UnixMilli(int64(min(f, idemkit.FenceMax+1)) + 1)
 	if expiresAt.After(until) {
 		return expiresAt
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/provider"
 )
 
@@ -17,19 +16,19 @@ func TestCheckFence(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&buf, nil))
 	ctx := context.Background()
-	if err := provider.CheckFence(ctx, logger, nil, "secret-key", lock.FenceWarn); err != nil || buf.Len() != 0 {
+	if err := provider.CheckFence(ctx, logger, nil, "secret-key", idemkit.FenceWarn); err != nil || buf.Len() != 0 {
 		t.Fatalf("at the warning threshold: %v, log %q", err, buf.String())
 	}
-	if err := provider.CheckFence(ctx, logger, nil, "secret-key", lock.FenceWarn+1); err != nil || buf.Len() == 0 {
+	if err := provider.CheckFence(ctx, logger, nil, "secret-key", idemkit.FenceWarn+1); err != nil || buf.Len() == 0 {
 		t.Fatalf("above the warning threshold: %v, log %q", err, buf.String())
 	}
-	if strings.Contains(buf.String(), "secret-key") || !strings.Contains(buf.String(), lock.DefaultHasher().Hash("secret-key")) {
+	if strings.Contains(buf.String(), "secret-key") || !strings.Contains(buf.String(), idemkit.DefaultHasher().Hash("secret-key")) {
 		t.Fatalf("the warning must name the key by hash only: %q", buf.String())
 	}
-	if err := provider.CheckFence(ctx, nil, nil, "k", lock.FenceMax); err != nil {
+	if err := provider.CheckFence(ctx, nil, nil, "k", idemkit.FenceMax); err != nil {
 		t.Fatalf("the maximum itself is refused: %v", err)
 	}
-	err := provider.CheckFence(ctx, nil, nil, "secret-key", lock.FenceMax+1)
+	err := provider.CheckFence(ctx, nil, nil, "secret-key", idemkit.FenceMax+1)
 	if idemkit.CodeOf(err) != idemkit.CodeInternal || strings.Contains(err.Error(), "secret-key") {
 		t.Fatalf("past the maximum: %v", err)
 	}
@@ -37,9 +36,9 @@ func TestCheckFence(t *testing.T) {
 
 func TestNextFence(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 6_000_000, time.UTC)
-	ms := lock.Fence(now.UnixMilli())
+	ms := idemkit.Fence(now.UnixMilli())
 	cases := []struct {
-		prev, want lock.Fence
+		prev, want idemkit.Fence
 	}{
 		{0, ms},            // a new key: the clock in milliseconds
 		{ms - 10, ms},      // an old fence: the clock again
@@ -51,7 +50,7 @@ func TestNextFence(t *testing.T) {
 		if got := provider.NextFence(c.prev, now); got != c.want {
 			t.Fatalf("NextFence(%v) = %v; want %v", c.prev, got, c.want)
 		}
-		if got := provider.NextFence(c.prev, now); len(got.String()) != lock.FenceDigits || got >= lock.FenceWarn {
+		if got := provider.NextFence(c.prev, now); len(got.String()) != idemkit.FenceDigits || got >= idemkit.FenceWarn {
 			t.Fatalf("a clock-derived fence %v is not a 15-digit fence below the warning threshold", got)
 		}
 	}
@@ -83,7 +82,7 @@ func TestKeepUntil(t *testing.T) {
 		t.Fatalf("the next fence %v after removal at %v is not above %v", next, gone, ahead)
 	}
 	// Absurd fences do not overflow.
-	if got := provider.KeepUntil(^lock.Fence(0), time.Time{}); got.Before(now) {
+	if got := provider.KeepUntil(^idemkit.Fence(0), time.Time{}); got.Before(now) {
 		t.Fatalf("KeepUntil(max uint64) = %v", got)
 	}
 }

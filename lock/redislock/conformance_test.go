@@ -7,8 +7,8 @@ import (
 
 	"github.com/idemkit/idemkit/lock/provider"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/locktest"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/redis/go-redis/v9"
@@ -57,11 +57,11 @@ func probes(e *locktest.Env, l *redislock.Locker, c redis.UniversalClient) {
 	e.Keys = func(ctx context.Context) ([]string, error) {
 		return persistentKeys(ctx, c, redislock.Prefix(l))
 	}
-	e.RaiseFence = func(ctx context.Context, key string, f lock.Fence) error {
+	e.RaiseFence = func(ctx context.Context, key string, f idemkit.Fence) error {
 		keep := provider.KeepUntil(f, time.Time{})
 		return c.Do(ctx, "set", redislock.LockName(l, key), rawTombstone(f), "pxat", keep.UnixMilli()).Err()
 	}
-	e.Fence = func(ctx context.Context, key string) (lock.Fence, error) {
+	e.Fence = func(ctx context.Context, key string) (idemkit.Fence, error) {
 		r, _, err := readRecord(ctx, c, redislock.LockName(l, key))
 		return r.fence, err
 	}

@@ -63,7 +63,7 @@
 //
 // A new lease's fence is max(the previous fence + 1, the server's clock in
 // Unix ms), the previous fence being the one the key's record carries:
-// 15-digit decimals, about 1.8e12 today, far below [lock.FenceMax]. There is
+// 15-digit decimals, about 1.8e12 today, far below [idemkit.FenceMax]. There is
 // no counter. Instead no record is removed before the server's clock has
 // passed its fence: a release (or IsLocked's cleanup, [WithCleanupInIsLocked])
 // deletes the record when the clock is past the fence, and otherwise leaves
@@ -79,7 +79,7 @@
 // (run NTP, which slews), and after a failover on the new master's clock not
 // being behind the old one's by more than the failover took.
 //
-// A refused attempt (contention, a fence past [lock.FenceMax]) writes
+// A refused attempt (contention, a fence past [idemkit.FenceMax]) writes
 // nothing but, when its Locker watches the key, the mark that makes the
 // lease's end send a message. An acquire run twice with the same lock id
 // (go-redis retrying after a lost reply) gets the same lease back. Release

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
@@ -94,13 +95,13 @@ type failoverMode struct {
 	maxDo       atomic.Int64 // the longest lock.Do call, in ns
 
 	mu          sync.Mutex
-	holders     map[string]int         // the key's holders inside fn now
-	fences      map[string]lock.Fence  // the key's greatest fence so far
-	entries     map[string][]time.Time // when fn was entered, per key, in order
-	overlaps    int                    // entries into fn while another holder of the key was inside
-	regressions int                    // entries into fn with a fence not above the key's greatest
-	recoveries  []time.Duration        // per failover
-	lastErr     error                  // the last lock.Do error, for the log
+	holders     map[string]int           // the key's holders inside fn now
+	fences      map[string]idemkit.Fence // the key's greatest fence so far
+	entries     map[string][]time.Time   // when fn was entered, per key, in order
+	overlaps    int                      // entries into fn while another holder of the key was inside
+	regressions int                      // entries into fn with a fence not above the key's greatest
+	recoveries  []time.Duration          // per failover
+	lastErr     error                    // the last lock.Do error, for the log
 }
 
 // newFailoverMode makes a mode with lockers on the clients newClient makes
@@ -109,7 +110,7 @@ func newFailoverMode(t *testing.T, name string, wait bool, newClient func() redi
 	t.Helper()
 	m := &failoverMode{
 		name: name, wait: wait,
-		holders: map[string]int{}, fences: map[string]lock.Fence{}, entries: map[string][]time.Time{},
+		holders: map[string]int{}, fences: map[string]idemkit.Fence{}, entries: map[string][]time.Time{},
 	}
 	m.lockers[0] = newLocker(t, newClient(), opts...)
 	m.lockers[1] = newLocker(t, newClient(), append([]redislock.Option{redislock.WithKeyPrefix(redislock.Prefix(m.lockers[0]))}, opts...)...)

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/redislock"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -70,7 +70,7 @@ func newLocker(t *testing.T, c redis.UniversalClient, opts ...redislock.Option) 
 type record struct {
 	id                string
 	kind              byte // 'c', 'f', 't' or 'r'; upper case when watched
-	fence             lock.Fence
+	fence             idemkit.Fence
 	acquired, expires int64
 	key               string
 }
@@ -111,7 +111,7 @@ func readRecord(ctx context.Context, c redis.UniversalClient, name string) (r re
 			return record{}, true, err
 		}
 		r.expires = at.Milliseconds()
-		r.fence, r.acquired, r.key = lock.Fence(r.expires-ttl), r.expires-ttl, v[38:]
+		r.fence, r.acquired, r.key = idemkit.Fence(r.expires-ttl), r.expires-ttl, v[38:]
 	case 'f', 'F':
 		if len(v) < 68 {
 			return record{}, true, errMalformed
@@ -122,13 +122,13 @@ func readRecord(ctx context.Context, c redis.UniversalClient, name string) (r re
 		if err1 != nil || err2 != nil || err3 != nil {
 			return record{}, true, errMalformed
 		}
-		r.fence, r.acquired, r.expires, r.key = lock.Fence(f), a, e, v[68:]
+		r.fence, r.acquired, r.expires, r.key = idemkit.Fence(f), a, e, v[68:]
 	case 't':
 		f, err := strconv.ParseUint(v[23:38], 10, 64)
 		if err != nil || len(v) != 38 {
 			return record{}, true, errMalformed
 		}
-		r.fence = lock.Fence(f)
+		r.fence = idemkit.Fence(f)
 	default:
 		return record{}, true, errMalformed
 	}
@@ -138,12 +138,12 @@ func readRecord(ctx context.Context, c redis.UniversalClient, name string) (r re
 var errMalformed = errors.New("malformed lock record")
 
 // rawRecord is the stored form of a full lock record.
-func rawRecord(id string, fence lock.Fence, acquired, expires int64, key string) string {
+func rawRecord(id string, fence idemkit.Fence, acquired, expires int64, key string) string {
 	return id + "f" + fence.String() + pad(acquired) + pad(expires) + key
 }
 
 // rawTombstone is the stored form of a tombstone with fence f.
-func rawTombstone(f lock.Fence) string { return redislock.TombstoneID + "t" + f.String() }
+func rawTombstone(f idemkit.Fence) string { return redislock.TombstoneID + "t" + f.String() }
 
 func pad(n int64) string {
 	s := strconv.FormatInt(n, 10)

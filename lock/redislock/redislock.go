@@ -387,7 +387,7 @@ func (l *Locker) acquire(ctx context.Context, key, name, id string, ttl time.Dur
 	lease, ok, err := l.acquired(ctx, key, id, ttl, reply)
 	if err != nil && fresh {
 		// The lease was written, and cannot be handed out (its fence is
-		// past lock.FenceMax): give it back.
+		// past idemkit.FenceMax): give it back.
 		l.giveBack(ctx, name, id, false)
 	}
 	if err != nil || !ok {
@@ -495,7 +495,7 @@ func (l *Locker) acquired(ctx context.Context, key, id string, ttl time.Duration
 		if now <= 0 {
 			return lock.Lease{}, false, replyError(op, "acquire")
 		}
-		fence := lock.Fence(now)
+		fence := idemkit.Fence(now)
 		if err := provider.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
 			return lock.Lease{}, false, err
 		}
@@ -515,17 +515,17 @@ func (l *Locker) acquired(ctx context.Context, key, id string, ttl time.Duration
 	}
 	switch {
 	case len(r) == 4 && nums[0] == 1 && nums[1] > 0:
-		fence := lock.Fence(nums[1])
+		fence := idemkit.Fence(nums[1])
 		if err := provider.CheckFence(ctx, l.logger, nil, key, fence); err != nil {
 			return lock.Lease{}, false, err
 		}
 		return lock.Lease{Key: key, ID: id, Fence: fence, AcquiredAt: time.UnixMilli(nums[2]), ExpiresAt: time.UnixMilli(nums[3])}, true, nil
 	case len(r) == 1 && nums[0] == 0:
 		return lock.Lease{}, false, nil
-	case len(r) == 2 && nums[0] == -1 && nums[1] > int64(lock.FenceMax):
+	case len(r) == 2 && nums[0] == -1 && nums[1] > int64(idemkit.FenceMax):
 		// The script refused before writing anything; CheckFence gives the
 		// overflow error (and never a raw key).
-		return lock.Lease{}, false, provider.CheckFence(ctx, l.logger, nil, key, lock.Fence(nums[1]))
+		return lock.Lease{}, false, provider.CheckFence(ctx, l.logger, nil, key, idemkit.Fence(nums[1]))
 	}
 	return lock.Lease{}, false, replyError(op, "acquire")
 }
@@ -951,7 +951,7 @@ func (l *Locker) lookup(ctx context.Context, name, id string) (lock.Info, bool, 
 	if len(v) < fullHeader {
 		return lock.Info{}, false, replyError(op, "a lock record too short")
 	}
-	const d = lock.FenceDigits
+	const d = idemkit.FenceDigits
 	fence, err1 := strconv.ParseUint(v[idLen+1:idLen+1+d], 10, 64)
 	acq, err2 := strconv.ParseInt(v[idLen+1+d:idLen+1+2*d], 10, 64)
 	exp, err3 := strconv.ParseInt(v[idLen+1+2*d:fullHeader], 10, 64)
@@ -965,7 +965,7 @@ func (l *Locker) lookup(ctx context.Context, name, id string) (lock.Info, bool, 
 			return lock.Info{}, false, replyError(op, "a lock record without its key")
 		}
 	}
-	return lock.NewInfo(key, v[:idLen], lock.Fence(fence), time.UnixMilli(acq), time.UnixMilli(exp)), true, nil
+	return lock.NewInfo(key, v[:idLen], idemkit.Fence(fence), time.UnixMilli(acq), time.UnixMilli(exp)), true, nil
 }
 
 // resolve finds the lock record that the lock id id was issued for: from

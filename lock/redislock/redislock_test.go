@@ -322,7 +322,7 @@ func TestTombstones(t *testing.T) {
 			c := b.newClient(t)
 			l := newLocker(t, c, redislock.WithCleanupInIsLocked(true))
 			name := redislock.LockName(l, "k")
-			ahead := lock.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
+			ahead := idemkit.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
 			if err := c.Set(ctx, name, rawTombstone(ahead), time.Hour+time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -398,7 +398,7 @@ func TestScriptsLoadedAgainAfterFlush(t *testing.T) {
 				name := redislock.LockName(l, "k")
 				// A tombstone ahead of the clock: the acquire goes through its
 				// script, not the pipelined SET.
-				ahead := lock.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
+				ahead := idemkit.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
 				if err := c.Set(ctx, name, rawTombstone(ahead), time.Hour+time.Minute).Err(); err != nil {
 					t.Fatal(err)
 				}
@@ -422,7 +422,7 @@ func TestScriptsLoadedAgainAfterFlush(t *testing.T) {
 
 // checkTombstone asserts that name holds a tombstone with fence f that
 // expires just after the clock passes f.
-func checkTombstone(t *testing.T, c redis.UniversalClient, name string, f lock.Fence) {
+func checkTombstone(t *testing.T, c redis.UniversalClient, name string, f idemkit.Fence) {
 	t.Helper()
 	r, found, err := readRecord(t.Context(), c, name)
 	if err != nil || !found || r.id != redislock.TombstoneID || r.fence != f || r.key != "" {
@@ -514,13 +514,13 @@ func TestCleanupOnlyLongExpired(t *testing.T) {
 		for _, tc := range []struct {
 			key       string
 			expired   time.Duration
-			fence     lock.Fence
+			fence     idemkit.Fence
 			kept      bool // the record is still a record
 			tombstone bool // it became a tombstone
 		}{
 			{"recent", lock.CleanupGrace - 500*time.Millisecond, 4, true, false},
 			{"old", lock.CleanupGrace + 500*time.Millisecond, 4, !cleanup, false},
-			{"old-ahead", lock.CleanupGrace + 500*time.Millisecond, lock.Fence(now.Add(time.Hour).UnixMilli()), !cleanup, cleanup},
+			{"old-ahead", lock.CleanupGrace + 500*time.Millisecond, idemkit.Fence(now.Add(time.Hour).UnixMilli()), !cleanup, cleanup},
 		} {
 			exp := now.Add(-tc.expired).UnixMilli()
 			name := redislock.LockName(l, tc.key)
@@ -947,7 +947,7 @@ func TestSlowRepliesReadTheLeaseBack(t *testing.T) {
 	ctx := t.Context()
 	var (
 		mu     sync.Mutex
-		fences = map[lock.Fence]string{}
+		fences = map[idemkit.Fence]string{}
 		wins   = map[string]int{}
 		done   = make(chan struct{})
 		wg     sync.WaitGroup

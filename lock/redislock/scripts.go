@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -45,9 +46,9 @@ const (
 	// idLen is the size of a lock id at the start of a record.
 	idLen = lock.IDLen
 	// compactHeader is the size of a compact lease before its key.
-	compactHeader = idLen + 1 + lock.FenceDigits
+	compactHeader = idLen + 1 + idemkit.FenceDigits
 	// fullHeader is the size of a full lease before its key.
-	fullHeader = idLen + 1 + 3*lock.FenceDigits
+	fullHeader = idLen + 1 + 3*idemkit.FenceDigits
 	// tombstoneID stands for the id in a tombstone: '.' is not in the
 	// base64url alphabet, so no lock id (validated before any I/O) is equal
 	// to it.
@@ -191,7 +192,7 @@ func newScriptSet(notify string) *scriptSet {
 //	                               unchanged, so that a WAIT on the retry's connection
 //	                               covers the lease)
 //	{0}                            a live lease holds the key
-//	{-1, fence}                    the next fence would exceed lock.FenceMax; nothing kept
+//	{-1, fence}                    the next fence would exceed idemkit.FenceMax; nothing kept
 var acquireSrc = `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local e = redis.call('PEXPIRETIME', KEYS[1])
@@ -411,7 +412,7 @@ end
 return 0
 `
 
-var fenceMax = strconv.FormatUint(uint64(lock.FenceMax), 10)
+var fenceMax = strconv.FormatUint(uint64(idemkit.FenceMax), 10)
 
 func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 

@@ -751,7 +751,7 @@ func newLockerPrefixed(t *testing.T, c redis.UniversalClient, prefix string, opt
 // the expiry finds it expired rather than gone.
 func raiseFence(t *testing.T, c redis.UniversalClient, l *redislock.Locker, key string) {
 	t.Helper()
-	ahead := lock.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
+	ahead := idemkit.Fence(serverNow(t, c).Add(time.Hour).UnixMilli())
 	if err := c.Set(t.Context(), redislock.LockName(l, key), rawTombstone(ahead), time.Hour+time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 // maxKnownClaims bounds the claims a store remembers (see [claims]).
@@ -13,7 +13,7 @@ const maxKnownClaims = 1 << 14
 // claimID names a claim: its key and fence.
 type claimID struct {
 	key   string
-	fence lock.Fence
+	fence idemkit.Fence
 }
 
 // known is what the store remembers of a claim it wrote: when it was made,
@@ -40,14 +40,14 @@ type claims struct {
 	m  map[claimID]known
 }
 
-func (c *claims) get(key string, fence lock.Fence) (known, bool) {
+func (c *claims) get(key string, fence idemkit.Fence) (known, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k, ok := c.m[claimID{key, fence}]
 	return k, ok
 }
 
-func (c *claims) put(key string, fence lock.Fence, createdAt, updateTime time.Time) {
+func (c *claims) put(key string, fence idemkit.Fence, createdAt, updateTime time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -63,7 +63,7 @@ func (c *claims) put(key string, fence lock.Fence, createdAt, updateTime time.Ti
 	c.m[id] = known{createdAt: createdAt, updateTime: updateTime, seen: time.Now()}
 }
 
-func (c *claims) drop(key string, fence lock.Fence) {
+func (c *claims) drop(key string, fence idemkit.Fence) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, claimID{key, fence})

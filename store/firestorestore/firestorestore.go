@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -209,7 +208,7 @@ func write(ctx context.Context, ref *firestore.DocumentRef, d *doc, c *contents)
 
 // tombstone is what a release or delete leaves of the record of key with
 // fence: the fence alone, until Firestore's clock has passed it.
-func tombstone(key string, fence lock.Fence, writeID string) *contents {
+func tombstone(key string, fence idemkit.Fence, writeID string) *contents {
 	return &contents{key: key, state: released, fence: fence, expireAt: fenceEnd(fence), writeID: writeID}
 }
 
@@ -271,7 +270,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		if attempt == maxAttempts {
 			return store.Record{}, false, contention(op)
 		}
-		fence := max(d.fence+1, lock.Fence(d.readTime.UnixMilli()))
+		fence := max(d.fence+1, idemkit.Fence(d.readTime.UnixMilli()))
 		if fence > maxFence {
 			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "the next fence exceeds what a record document holds", nil)
 		}
@@ -308,7 +307,7 @@ func isReleased(s store.State) bool { return s == released }
 // claim; otherwise (or when that write is no longer the last) a read and a
 // commit conditioned on the update time read, only while the document
 // still carries the claim. The new lease runs from the commit time.
-func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
@@ -375,7 +374,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // response a record document cannot hold.
 func (s *Store) checkOutcome(op string, rec store.Record) error {
 	if rec.Fence > maxFence {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, lock.Fence(maxFence)), nil)
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, idemkit.Fence(maxFence)), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
 		return store.TooLarge(op, len(rec.Response), max(limit, 0))
@@ -407,7 +406,7 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 // the fence), only while the document still carries the claim. For a claim
 // this store made it is one commit conditioned on the update time of its
 // last write; otherwise a read and a conditioned commit.
-func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
@@ -452,7 +451,7 @@ type claimWrite struct {
 // commit conditioned on the update time read, only while the document still
 // carries the claim: ok = false once it does not. A read also settles a
 // failed commit (w.landed). Contention is retried up to maxAttempts.
-func (s *Store) writeClaim(ctx context.Context, key string, fence lock.Fence, w claimWrite) (bool, error) {
+func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence, w claimWrite) (bool, error) {
 	ref := s.ref(key)
 	wrote := func(createdAt time.Time, wr *firestore.WriteResult) (bool, error) {
 		if w.keep {

@@ -9,7 +9,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -53,7 +53,7 @@ type doc struct {
 	key, fp     string
 	state       store.State
 	response    []byte
-	fence       lock.Fence
+	fence       idemkit.Fence
 	createdAt   time.Time
 	ttl         time.Duration
 	writeID     string
@@ -74,7 +74,7 @@ func (d *doc) live() bool {
 
 // holds reports whether the document still carries the claim fence, live
 // or run out.
-func (d *doc) holds(fence lock.Fence) bool {
+func (d *doc) holds(fence idemkit.Fence) bool {
 	return d.exists && d.state == store.StateClaimed && d.fence == fence
 }
 
@@ -169,7 +169,7 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	if !ok || fence < 0 {
 		return nil, malformed(op, "the fence field is missing or not a non-negative integer")
 	}
-	d.fence = lock.Fence(fence)
+	d.fence = idemkit.Fence(fence)
 	switch v := m[fieldCreatedAt].(type) {
 	case time.Time:
 		d.createdAt = v
@@ -202,7 +202,7 @@ type contents struct {
 	key, fp  string
 	state    store.State
 	response []byte
-	fence    lock.Fence
+	fence    idemkit.Fence
 	ttl      time.Duration
 	expireAt time.Time
 	writeID  string
@@ -261,7 +261,7 @@ func extension(ttl time.Duration, created, expireAt time.Time, writeID string) [
 // So the document is kept at least until its record may go ([keepUntil]),
 // give or take the time a write takes to reach Firestore, which the slack
 // covers.
-func lifetimeEnd(now time.Time, ttl time.Duration, fence lock.Fence, claim bool) time.Time {
+func lifetimeEnd(now time.Time, ttl time.Duration, fence idemkit.Fence, claim bool) time.Time {
 	end := now.Add(micros(ttl) + expireSlack)
 	if claim {
 		end = end.Add(store.ClaimRetention)
@@ -281,7 +281,7 @@ const maxFence = 253_402_300_799_998 // 9999-12-31T23:59:59.998Z in Unix millise
 
 // fenceEnd is when Firestore's clock has passed fence read as Unix
 // milliseconds: the expireAt of a tombstone.
-func fenceEnd(fence lock.Fence) time.Time {
+func fenceEnd(fence idemkit.Fence) time.Time {
 	return time.UnixMilli(int64(min(fence, maxFence)) + 1).UTC()
 }
 

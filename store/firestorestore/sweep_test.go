@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
 )
@@ -30,7 +30,7 @@ func TestSweep(t *testing.T) {
 	ctx := t.Context()
 	put := func(k string, fence int, ttl time.Duration) {
 		t.Helper()
-		rec := store.Record{Key: k, State: store.StateCompleted, Response: []byte(k), Fence: lock.Fence(fence)}
+		rec := store.Record{Key: k, State: store.StateCompleted, Response: []byte(k), Fence: idemkit.Fence(fence)}
 		if ok, err := s.Put(ctx, rec, ttl); err != nil || !ok {
 			t.Fatalf("Put: %v, %v", ok, err)
 		}

@@ -7,7 +7,7 @@ import (
 
 	"cloud.google.com/go/firestore"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -47,7 +47,7 @@ type listener struct {
 	ended  bool          // no longer in the map: stopped, or failed
 	n      int           // watches not yet stopped
 	ch     chan struct{} // closed to wake the current watches, then replaced
-	fence  lock.Fence    // the live claim the last snapshot showed; 0 for none
+	fence  idemkit.Fence // the live claim the last snapshot showed; 0 for none
 	seq    int           // snapshots applied: a run-out timer armed before the last is stale
 	timer  *time.Timer   // wakes the watches when the claim's lease runs out
 }
@@ -161,7 +161,7 @@ func (ls *listeners) apply(l *listener, snap *firestore.DocumentSnapshot) {
 		l.timer.Stop()
 		l.timer = nil
 	}
-	var fence lock.Fence // the live claim the snapshot shows; 0 for none
+	var fence idemkit.Fence // the live claim the snapshot shows; 0 for none
 	var left time.Duration
 	// A document this store did not write is no claim to wait for (the
 	// callers' next read reports it).

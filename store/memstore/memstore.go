@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/leased"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -88,8 +87,8 @@ type keyWatch struct {
 // state is valid and it is live) and the highest fence the key carried
 // while the entry existed, which the entry keeps until the clock passes it.
 type entry struct {
-	rec   store.Record // State 0: nothing visible (released or deleted)
-	fence lock.Fence   // the highest fence this key carried
+	rec   store.Record  // State 0: nothing visible (released or deleted)
+	fence idemkit.Fence // the highest fence this key carried
 }
 
 // entryOverhead is what an entry counts against [WithMaxBytes] besides its
@@ -113,12 +112,12 @@ func (e *entry) keepUntil() time.Time {
 
 // live reports whether the entry's record is visible at now.
 func (e *entry) live(now time.Time) bool {
-	return e.rec.State.Valid() && lock.Live(e.rec.ExpiresAt, now)
+	return e.rec.State.Valid() && now.Before(e.rec.ExpiresAt)
 }
 
 // holds reports whether the entry still carries the claim fence: a claim
 // with that fence, live or run out, that nobody replaced.
-func (e *entry) holds(fence lock.Fence) bool {
+func (e *entry) holds(fence idemkit.Fence) bool {
 	return e.rec.State == store.StateClaimed && e.rec.Fence == fence
 }
 
@@ -163,7 +162,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if e != nil && e.live(now) {
 		return clone(&e.rec), false, nil
 	}
-	var prev lock.Fence
+	var prev idemkit.Fence
 	if e != nil {
 		prev = e.fence
 	}
@@ -188,7 +187,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 }
 
 // Extend implements [store.Store].
-func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
@@ -246,7 +245,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 }
 
 // Release implements [store.Store].
-func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -216,9 +216,9 @@ func TestRacingClaimsOneStatementEach(t *testing.T) {
 	ctx := t.Context()
 	const n, rounds = 16, 10
 	for round := range rounds {
-		keys := map[string]func(k string) lock.Fence{
-			"free": func(string) lock.Fence { return 0 },
-			"run-out": func(k string) lock.Fence {
+		keys := map[string]func(k string) idemkit.Fence{
+			"free": func(string) idemkit.Fence { return 0 },
+			"run-out": func(k string) idemkit.Fence {
 				c, _, err := s.Claim(ctx, k, fp, time.Millisecond)
 				if err != nil {
 					t.Fatal(err)
@@ -226,7 +226,7 @@ func TestRacingClaimsOneStatementEach(t *testing.T) {
 				time.Sleep(5 * time.Millisecond)
 				return c.Fence
 			},
-			"released": func(k string) lock.Fence {
+			"released": func(k string) idemkit.Fence {
 				c, _, err := s.Claim(ctx, k, fp, time.Hour)
 				if err != nil {
 					t.Fatal(err)
@@ -236,7 +236,7 @@ func TestRacingClaimsOneStatementEach(t *testing.T) {
 				}
 				return c.Fence
 			},
-			"expired-outcome": func(k string) lock.Fence {
+			"expired-outcome": func(k string) idemkit.Fence {
 				c, _, err := s.Claim(ctx, k, fp, time.Hour)
 				if err != nil {
 					t.Fatal(err)
@@ -290,7 +290,7 @@ func TestFencesFromTheServerClock(t *testing.T) {
 	if int64(c.Fence) < before || int64(c.Fence) > after {
 		t.Fatalf("the first fence %v is not the server clock in ms (between %d and %d)", c.Fence, before, after)
 	}
-	if !c.CreatedAt.Equal(time.UnixMicro(c.CreatedAt.UnixMicro())) || c.Fence != lock.Fence(c.CreatedAt.UnixMilli()) {
+	if !c.CreatedAt.Equal(time.UnixMicro(c.CreatedAt.UnixMicro())) || c.Fence != idemkit.Fence(c.CreatedAt.UnixMilli()) {
 		t.Fatalf("the fence %v is not the claim's time %v in ms", c.Fence, c.CreatedAt)
 	}
 	prev := c.Fence

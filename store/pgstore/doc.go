@@ -179,10 +179,10 @@
 //     ran out, another process claimed the key) cannot commit: the
 //     record no longer carries its fence, its transaction is rolled back,
 //     and its call fails with middleware.UnavailableError wrapping
-//     lock.ErrLeaseLost (503 over HTTP).
+//     idemkit.ErrLeaseLost (503 over HTTP).
 //   - A holder whose lease was lost before its work returned (its
 //     renewals failed until the lease ran out, and the work's ctx ended
-//     with lock.ErrLeaseLost) does not commit either, even when nobody
+//     with idemkit.ErrLeaseLost) does not commit either, even when nobody
 //     claimed the key meanwhile: its transaction is rolled back, its
 //     claim released, and its call fails the same way. (Without Tx, its
 //     outcome is still completed, as Complete allows while nobody

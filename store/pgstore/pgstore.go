@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -223,11 +222,11 @@ func verbatim(key string) bool {
 	return true
 }
 
-// checkFence refuses a fence no record can carry (above lock.FenceMax,
+// checkFence refuses a fence no record can carry (above idemkit.FenceMax,
 // which also keeps it within a bigint).
-func checkFence(op string, f lock.Fence) error {
-	if f > lock.FenceMax {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", f, lock.FenceMax), nil)
+func checkFence(op string, f idemkit.Fence) error {
+	if f > idemkit.FenceMax {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", f, idemkit.FenceMax), nil)
 	}
 	return nil
 }
@@ -253,7 +252,7 @@ func (r *row) record(op, key string) (store.Record, error) {
 		return store.Record{}, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("the stored record has state %d and fence %d", r.state, r.fence), nil)
 	}
 	rec := store.Record{
-		Key: key, Fingerprint: string(r.fp), State: st, Fence: lock.Fence(r.fence),
+		Key: key, Fingerprint: string(r.fp), State: st, Fence: idemkit.Fence(r.fence),
 		CreatedAt: r.createdAt, ExpiresAt: r.expiresAt,
 	}
 	if st.Done() && len(r.response) > 0 {
@@ -332,7 +331,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 
 // Extend implements [store.Store]: one UPDATE guarded by the fence and the
 // claimed state.
-func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
@@ -394,7 +393,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // in a server crash only lets its claim run out), in the same round trip.
 // Repeated after a lost connection, it reports done when it finds the
 // claim's tombstone.
-func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err

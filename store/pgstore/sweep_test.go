@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -84,7 +84,7 @@ func TestKeepUntil(t *testing.T) {
 				t.Errorf("%s: a tombstone kept until %v (fence %d, now %v); want past its fence and about a minute from now", key, keep, fence, dbTime)
 			}
 		default:
-			want := leased.KeepUntil(store.Record{State: store.State(state), Fence: lock.Fence(fence), ExpiresAt: expires})
+			want := leased.KeepUntil(store.Record{State: store.State(state), Fence: idemkit.Fence(fence), ExpiresAt: expires})
 			if !keep.Equal(want) {
 				t.Errorf("%s (state %d): kept until %v; want leased.KeepUntil = %v", key, state, keep, want)
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -48,9 +47,9 @@ type beginner interface {
 // in, the retry replays. If the claim was taken over while the work ran
 // (its lease ran out and another request claimed the key), the record no
 // longer carries the claim: the transaction is rolled back and the call
-// fails (middleware.UnavailableError, wrapping lock.ErrLeaseLost), so the
+// fails (middleware.UnavailableError, wrapping idemkit.ErrLeaseLost), so the
 // work's writes are never there twice. A lease lost before the work
-// returned (its ctx ended with lock.ErrLeaseLost: the renewals failed
+// returned (its ctx ended with idemkit.ErrLeaseLost: the renewals failed
 // until it ran out) fails the call the same way and releases the claim,
 // even when nobody claimed the key meanwhile. An error, a panic, a
 // verdict that stores nothing (an HTTP 5xx, say) or
@@ -90,7 +89,7 @@ type workKey struct{}
 // Work implements [store.Transactor]: the work of the claim (key, fence),
 // whose transaction [Tx] begins. A store on a pgx.Tx, or on a DB that
 // cannot begin transactions, has none (a nil Work).
-func (s *Store) Work(ctx context.Context, key string, fence lock.Fence) (context.Context, store.Work) {
+func (s *Store) Work(ctx context.Context, key string, fence idemkit.Fence) (context.Context, store.Work) {
 	b, ok := s.db.(beginner)
 	if !ok || s.inTx {
 		return ctx, nil

@@ -17,8 +17,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
@@ -251,7 +251,7 @@ func TestTxRolledBackWithoutOutcome(t *testing.T) {
 // lease runs out, and another node may take the key over.
 type noRenewals struct{ *Store }
 
-func (noRenewals) Extend(context.Context, string, lock.Fence, time.Duration) (bool, error) {
+func (noRenewals) Extend(context.Context, string, idemkit.Fence, time.Duration) (bool, error) {
 	return false, errors.New("the database cannot be reached")
 }
 
@@ -312,8 +312,8 @@ func TestTxTakeover(t *testing.T) {
 	}
 	err = <-first
 	var unavailable *middleware.UnavailableError
-	if !errors.As(err, &unavailable) || !errors.Is(err, lock.ErrLeaseLost) {
-		t.Fatalf("the first node's call: %v; want Unavailable wrapping lock.ErrLeaseLost", err)
+	if !errors.As(err, &unavailable) || !errors.Is(err, idemkit.ErrLeaseLost) {
+		t.Fatalf("the first node's call: %v; want Unavailable wrapping idemkit.ErrLeaseLost", err)
 	}
 	if who := orderRows(t, admin, orders, "k"); len(who) != 1 || who[0] != "second" {
 		t.Fatalf("rows of k: %v; want the second node's alone", who)
@@ -356,14 +356,14 @@ func TestTxLeaseLostWithoutTakeover(t *testing.T) {
 			return "", err
 		}
 		<-ctx.Done()
-		if cause := context.Cause(ctx); !errors.Is(cause, lock.ErrLeaseLost) {
-			t.Errorf("the work's ctx ended with %v; want lock.ErrLeaseLost", cause)
+		if cause := context.Cause(ctx); !errors.Is(cause, idemkit.ErrLeaseLost) {
+			t.Errorf("the work's ctx ended with %v; want idemkit.ErrLeaseLost", cause)
 		}
 		return "first", nil
 	})
 	var unavailable *middleware.UnavailableError
-	if !errors.As(err, &unavailable) || !errors.Is(err, lock.ErrLeaseLost) || v != "" {
-		t.Fatalf("the call whose lease was lost: %q, %v; want no value and Unavailable wrapping lock.ErrLeaseLost", v, err)
+	if !errors.As(err, &unavailable) || !errors.Is(err, idemkit.ErrLeaseLost) || v != "" {
+		t.Fatalf("the call whose lease was lost: %q, %v; want no value and Unavailable wrapping idemkit.ErrLeaseLost", v, err)
 	}
 	mu.Lock()
 	lost := 0
@@ -374,8 +374,8 @@ func TestTxLeaseLostWithoutTakeover(t *testing.T) {
 	}
 	last := events[len(events)-1]
 	mu.Unlock()
-	if lost != 1 || last.Kind != middleware.EventUnavailable || !errors.Is(last.Err, lock.ErrLeaseLost) {
-		t.Fatalf("events: %d lease-lost, outcome %v (%v); want one lease-lost and the outcome unavailable with lock.ErrLeaseLost", lost, last.Kind, last.Err)
+	if lost != 1 || last.Kind != middleware.EventUnavailable || !errors.Is(last.Err, idemkit.ErrLeaseLost) {
+		t.Fatalf("events: %d lease-lost, outcome %v (%v); want one lease-lost and the outcome unavailable with idemkit.ErrLeaseLost", lost, last.Kind, last.Err)
 	}
 	if who := orderRows(t, admin, orders, "k"); len(who) != 0 {
 		t.Fatalf("rows of k: %v; want none (rolled back)", who)
@@ -451,8 +451,8 @@ func TestTxTakeoverWaitsOnUniqueRow(t *testing.T) {
 	default:
 	}
 	close(release)
-	if err := <-first; !errors.Is(err, lock.ErrLeaseLost) {
-		t.Fatalf("the first holder: %v; want lock.ErrLeaseLost", err)
+	if err := <-first; !errors.Is(err, idemkit.ErrLeaseLost) {
+		t.Fatalf("the first holder: %v; want idemkit.ErrLeaseLost", err)
 	}
 	if err := <-second; err != nil {
 		t.Fatalf("the taker: %v; want its insert to go on once the first holder rolled back", err)

@@ -12,7 +12,6 @@ import (
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/redis/go-redis/v9"
 )
@@ -219,8 +218,8 @@ func TestStaleHolderAcrossStalledLink(t *testing.T) {
 	if r.err != nil || r.out.Recorded || string(r.out.Value) != "a" {
 		t.Fatalf("A: %+v, %v; want its outcome not recorded", r.out, r.err)
 	}
-	if cause, _ := lostCause.Load().(error); !errors.Is(cause, lock.ErrLeaseLost) {
-		t.Fatalf("A's fn ended with %v; want lock.ErrLeaseLost", cause)
+	if cause, _ := lostCause.Load().(error); !errors.Is(cause, idemkit.ErrLeaseLost) {
+		t.Fatalf("A's fn ended with %v; want idemkit.ErrLeaseLost", cause)
 	}
 	if notRecorded.Load() == 0 {
 		t.Fatal("A reported no unrecorded outcome")

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -261,7 +260,7 @@ func decodeClaim(key string, v any) (store.Record, bool, error) {
 }
 
 // Extend implements [store.Store]: one script.
-func (s *Store) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
@@ -293,7 +292,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // watchers. The claim becomes a tombstone (its fence only, invisible,
 // claimable at once) until the server's clock passes its fence, or is
 // deleted at once when it already has.
-func (s *Store) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
@@ -341,8 +340,8 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if !rec.State.Done() {
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("a put needs an outcome state (got %v)", rec.State), nil)
 	}
-	if rec.Fence > lock.FenceMax {
-		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the fence exceeds lock.FenceMax", nil)
+	if rec.Fence > idemkit.FenceMax {
+		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the fence exceeds idemkit.FenceMax", nil)
 	}
 	if err := store.ValidateTTL(op, ttl); err != nil {
 		return false, err
@@ -565,7 +564,7 @@ func decodeRecord(op, key string, v any) (store.Record, bool, error) {
 		Key:         key,
 		Fingerprint: fp,
 		State:       state,
-		Fence:       lock.Fence(fence),
+		Fence:       idemkit.Fence(fence),
 		CreatedAt:   time.UnixMilli(created),
 		ExpiresAt:   time.UnixMilli(expires),
 	}
@@ -576,4 +575,4 @@ func decodeRecord(op, key string, v any) (store.Record, bool, error) {
 }
 
 // fenceArg is a fence as the hash spells it: decimal, no leading zeros.
-func fenceArg(f lock.Fence) string { return strconv.FormatUint(uint64(f), 10) }
+func fenceArg(f idemkit.Fence) string { return strconv.FormatUint(uint64(f), 10) }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -227,7 +226,7 @@ func TestRecordLayout(t *testing.T) {
 		t.Fatalf("a deleted record whose fence the clock has passed is still there: %v", c.HGetAll(ctx, rk).Val())
 	}
 	ahead := uint64(time.Now().Add(time.Hour).UnixMilli())
-	if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: lock.Fence(ahead), Response: []byte("x")}, time.Minute); err != nil || !ok {
+	if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: idemkit.Fence(ahead), Response: []byte("x")}, time.Minute); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if ok, err := s.Delete(ctx, k); err != nil || !ok {
@@ -261,7 +260,7 @@ func TestNoKeyWithoutExpiry(t *testing.T) {
 			s := newStore(t, c)
 			rng := rand.New(rand.NewPCG(1, 2))
 			keys := []string{"a", "b", "c", "d", "@e", strings.Repeat("f", 600), "g\x00"}
-			fences := map[string]lock.Fence{}
+			fences := map[string]idemkit.Fence{}
 			for range 2000 {
 				k := keys[rng.IntN(len(keys))]
 				ttl := time.Duration(1+rng.IntN(30)) * time.Millisecond
@@ -275,15 +274,15 @@ func TestNoKeyWithoutExpiry(t *testing.T) {
 						fences[k] = rec.Fence
 					}
 				case 2:
-					_, err = s.Extend(ctx, k, fences[k]+lock.Fence(rng.IntN(2)), ttl)
+					_, err = s.Extend(ctx, k, fences[k]+idemkit.Fence(rng.IntN(2)), ttl)
 				case 3:
 					_, err = s.Complete(ctx, store.Record{Key: k, State: store.State(2 + rng.IntN(2)), Fence: fences[k], Response: []byte("r")}, ttl)
 				case 4:
-					_, err = s.Release(ctx, k, fences[k]+lock.Fence(rng.IntN(2)))
+					_, err = s.Release(ctx, k, fences[k]+idemkit.Fence(rng.IntN(2)))
 				case 5:
 					_, err = s.Delete(ctx, k)
 				case 6:
-					_, err = s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: fences[k] + lock.Fence(rng.IntN(3)) - 1}, ttl)
+					_, err = s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: fences[k] + idemkit.Fence(rng.IntN(3)) - 1}, ttl)
 				}
 				if err != nil && idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 					t.Fatal(err)

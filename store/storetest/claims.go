@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -513,7 +512,7 @@ func testWrongFences(t *testing.T, e *Env) {
 	first := mustClaim(t, e, k, longTTL)
 	release(t, e, k, first.Fence)
 	c := mustClaim(t, e, k, longTTL)
-	for _, f := range []lock.Fence{c.Fence - 1, c.Fence + 1, c.Fence + 1000, first.Fence} {
+	for _, f := range []idemkit.Fence{c.Fence - 1, c.Fence + 1, c.Fence + 1000, first.Fence} {
 		if f == 0 || f == c.Fence {
 			continue
 		}
@@ -581,7 +580,7 @@ func testFencesAcrossDelete(t *testing.T, e *Env) {
 
 func testFencesAcrossReleases(t *testing.T, e *Env) {
 	k := key(t, "k")
-	var prev lock.Fence
+	var prev idemkit.Fence
 	for i := range 50 {
 		c := mustClaim(t, e, k, longTTL)
 		if c.Fence <= prev {
@@ -673,11 +672,11 @@ func testConcurrentClaimsRunOut(t *testing.T, e *Env) {
 func testConcurrentFenced(t *testing.T, e *Env) {
 	const n = 16
 	// wrong returns the i-th wrong fence for the claim c.
-	wrong := func(c store.Record, i int) lock.Fence {
-		if i%4 == 3 && c.Fence > lock.Fence(i) {
-			return c.Fence - lock.Fence(i)
+	wrong := func(c store.Record, i int) idemkit.Fence {
+		if i%4 == 3 && c.Fence > idemkit.Fence(i) {
+			return c.Fence - idemkit.Fence(i)
 		}
-		return c.Fence + lock.Fence(i)
+		return c.Fence + idemkit.Fence(i)
 	}
 	for _, holderCompletes := range []bool{true, false} {
 		k := key(t, fmt.Sprint("holder-completes-", holderCompletes))
@@ -939,7 +938,7 @@ func testClaimInvalid(t *testing.T, e *Env) {
 		for _, c := range []struct {
 			name string
 			key  string
-			f    lock.Fence
+			f    idemkit.Fence
 		}{{"empty key", "", 1}, {"long key", long, 1}, {"zero fence", k, 0}} {
 			_, err := e.Store.Release(ctx, c.key, c.f)
 			want("Release("+c.name+")", err)

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -90,7 +89,7 @@ var recordsCases = []struct {
 	{"TransportFailuresAreCodedErrors", testRecordsBroken},
 }
 
-func record(k string, fence lock.Fence, response string) store.Record {
+func record(k string, fence idemkit.Fence, response string) store.Record {
 	return store.Record{
 		Key:         k,
 		Fingerprint: "test-v1:" + strings.Repeat("ab", 32),
@@ -259,7 +258,7 @@ func testRecordsConcurrentPuts(t *testing.T, e *RecordsEnv) {
 			go func() {
 				defer wg.Done()
 				<-start
-				f := lock.Fence(i + 1)
+				f := idemkit.Fence(i + 1)
 				if _, err := e.Records.Put(t.Context(), record(k, f, fmt.Sprint("response of fence ", f)), longTTL); err != nil {
 					errs <- err
 				}
@@ -272,7 +271,7 @@ func testRecordsConcurrentPuts(t *testing.T, e *RecordsEnv) {
 			t.Fatalf("concurrent Put: %v", err)
 		}
 		got, ok := getRecord(t, e, k)
-		if !ok || got.Fence != writers || string(got.Response) != fmt.Sprint("response of fence ", lock.Fence(writers)) {
+		if !ok || got.Fence != writers || string(got.Response) != fmt.Sprint("response of fence ", idemkit.Fence(writers)) {
 			t.Fatalf("round %d: after concurrent puts the record is %+v; want fence %d and its response", round, got, writers)
 		}
 	}
@@ -319,11 +318,11 @@ func testRecordsTooLarge(t *testing.T, e *RecordsEnv) {
 func testRecordsKeys(t *testing.T, e *RecordsEnv) {
 	keys := anyKeys(t)
 	for i, k := range keys {
-		put(t, e, record(k, lock.Fence(i+1), fmt.Sprint("value ", i)), longTTL)
+		put(t, e, record(k, idemkit.Fence(i+1), fmt.Sprint("value ", i)), longTTL)
 	}
 	for i, k := range keys {
 		got, ok := getRecord(t, e, k)
-		if !ok || string(got.Response) != fmt.Sprint("value ", i) || got.Fence != lock.Fence(i+1) {
+		if !ok || string(got.Response) != fmt.Sprint("value ", i) || got.Fence != idemkit.Fence(i+1) {
 			t.Fatalf("key %q: got %+v, %v; each key must hold its own record", k, got, ok)
 		}
 	}

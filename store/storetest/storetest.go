@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -245,7 +244,7 @@ func complete(t *testing.T, e *Env, rec store.Record, ttl time.Duration) bool {
 	return ok
 }
 
-func extend(t *testing.T, e *Env, k string, f lock.Fence, ttl time.Duration) bool {
+func extend(t *testing.T, e *Env, k string, f idemkit.Fence, ttl time.Duration) bool {
 	t.Helper()
 	ok, err := e.Store.Extend(t.Context(), k, f, ttl)
 	if err != nil {
@@ -254,7 +253,7 @@ func extend(t *testing.T, e *Env, k string, f lock.Fence, ttl time.Duration) boo
 	return ok
 }
 
-func release(t *testing.T, e *Env, k string, f lock.Fence) bool {
+func release(t *testing.T, e *Env, k string, f idemkit.Fence) bool {
 	t.Helper()
 	ok, err := e.Store.Release(t.Context(), k, f)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/fakeclock"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/storetest"
@@ -68,7 +67,7 @@ func (g *gated) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	return g.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (g *gated) Extend(ctx context.Context, key string, fence lock.Fence, ttl time.Duration) (bool, error) {
+func (g *gated) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	if err := store.ValidateFenced("extend", key, fence); err != nil {
 		return false, err
 	}
@@ -91,7 +90,7 @@ func (g *gated) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	return g.Store.Complete(ctx, rec, ttl)
 }
 
-func (g *gated) Release(ctx context.Context, key string, fence lock.Fence) (bool, error) {
+func (g *gated) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	if err := store.ValidateFenced("release", key, fence); err != nil {
 		return false, err
 	}

@@ -1,14 +1,11 @@
-package lock
+package idemkit
 
-import (
-	"fmt"
-
-	"github.com/idemkit/idemkit"
-)
+import "fmt"
 
 // Fence is a fencing token: per key, every lease gets a fence greater than
-// all the key's earlier ones, through release, expiry, cleanup and restart
-// ([NextFence], [KeepUntil]), and it never wraps. A fence is at least the
+// all the key's earlier ones, through release, expiry, cleanup and restart,
+// and it never wraps (the rule is stated in
+// [github.com/idemkit/idemkit/store]'s package doc). A fence is at least the
 // backend's clock in Unix milliseconds at the acquire, so consecutive fences
 // of a key are increasing but not consecutive. A resource that records the
 // highest fence it has seen and refuses writes carrying a lower one is safe
@@ -53,13 +50,13 @@ func (f Fence) Compare(g Fence) int {
 // (another length, a sign, a non-digit) is an InvalidArgument error.
 func ParseFence(s string) (Fence, error) {
 	if len(s) != FenceDigits {
-		return 0, invalid("parse-fence", fmt.Sprintf("fence must be %d digits (got %d bytes)", FenceDigits, len(s)))
+		return 0, NewError(CodeInvalidArgument, "parse-fence", fmt.Sprintf("fence must be %d digits (got %d bytes)", FenceDigits, len(s)), nil)
 	}
 	var v uint64
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if c < '0' || c > '9' {
-			return 0, invalid("parse-fence", "fence must be decimal digits")
+			return 0, NewError(CodeInvalidArgument, "parse-fence", "fence must be decimal digits", nil)
 		}
 		v = v*10 + uint64(c-'0')
 	}
@@ -77,8 +74,4 @@ func (f *Fence) UnmarshalText(b []byte) error {
 	}
 	*f = v
 	return nil
-}
-
-func invalid(op, detail string) error {
-	return idemkit.NewError(idemkit.CodeInvalidArgument, op, detail, nil)
 }

@@ -1,16 +1,16 @@
-package lock_test
+package idemkit_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit"
 )
 
 func TestHMACHasher(t *testing.T) {
-	a := lock.NewHMACHasher([]byte("secret one"))
-	b := lock.NewHMACHasher([]byte("secret two"))
-	if a.Hash("k") != lock.NewHMACHasher([]byte("secret one")).Hash("k") {
+	a := idemkit.NewHMACHasher([]byte("secret one"))
+	b := idemkit.NewHMACHasher([]byte("secret two"))
+	if a.Hash("k") != idemkit.NewHMACHasher([]byte("secret one")).Hash("k") {
 		t.Fatal("the same secret gives different hashes")
 	}
 	if a.Hash("k") == b.Hash("k") || a.Hash("k") == a.Hash("j") {
@@ -19,11 +19,11 @@ func TestHMACHasher(t *testing.T) {
 	if h := a.Hash("k"); len(h) != 24 || strings.Trim(h, "0123456789abcdef") != "" {
 		t.Fatalf("hash %q is not 24 hex characters", h)
 	}
-	if d := lock.DefaultHasher(); d.Hash("k") != d.Hash("k") || d.Hash("k") == a.Hash("k") {
+	if d := idemkit.DefaultHasher(); d.Hash("k") != d.Hash("k") || d.Hash("k") == a.Hash("k") {
 		t.Fatal("the default hasher is not stable or not keyed")
 	}
 	secret := []byte("mutable")
-	c := lock.NewHMACHasher(secret)
+	c := idemkit.NewHMACHasher(secret)
 	before := c.Hash("k")
 	secret[0] = 'X'
 	if c.Hash("k") != before {

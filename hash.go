@@ -1,4 +1,4 @@
-package lock
+package idemkit
 
 import (
 	"crypto/hmac"
