@@ -34,7 +34,7 @@ func TestCheck(t *testing.T) {
 	if err := newGuard(t, sealed).Check(ctx); err != nil {
 		t.Fatalf("Check through a sealing store: %v", err)
 	}
-	composed, err := store.Compose(memstore.New(), memlock.New())
+	composed, err := middleware.Compose(memstore.New(), memlock.New())
 	if err != nil {
 		t.Fatal(err)
 	}

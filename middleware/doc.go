@@ -13,7 +13,7 @@
 //
 // The backend is a [store.Store]: records that carry their own lease
 // (memstore, redisstore, pgstore, firestorestore, or any record store paired
-// with any lock provider through store.Compose).
+// with any lock provider through [Compose]).
 //
 // # Guarantees
 //

@@ -77,14 +77,14 @@ func TestDuplicatesWokenByNotification(t *testing.T) {
 	}{
 		{"memory", func(*testing.T) store.Store { return memstore.New() }},
 		{"composed", func(t *testing.T) store.Store {
-			s, err := store.Compose(memstore.New(), memlock.New())
+			s, err := middleware.Compose(memstore.New(), memlock.New())
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}},
 		{"composed, a locker that wakes one waiter per release", func(t *testing.T) store.Store {
-			s, err := store.Compose(memstore.New(), &wakeOneLocker{Locker: memlock.New()})
+			s, err := middleware.Compose(memstore.New(), &wakeOneLocker{Locker: memlock.New()})
 			if err != nil {
 				t.Fatal(err)
 			}

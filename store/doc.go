@@ -39,8 +39,9 @@
 //
 // # Composition
 //
-// [Records] is a plain record store of outcomes with a fenced put. [Compose]
-// pairs one with any [lock.Locker] to make a [Store], for example PostgreSQL
+// [Records] is a plain record store of outcomes with a fenced put; the
+// guard's package composes one with any lock provider into a [Store]
+// ([github.com/idemkit/idemkit/middleware.Compose]), for example PostgreSQL
 // records with Redis locks. It is slower (more round trips) and weaker: its
 // fence is the lock's, checked by the lock rather than by the record's own
 // write.

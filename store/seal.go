@@ -129,7 +129,7 @@ const sealFields = 1 + 8 + 8
 // anyway; a record made to look free and taken over by a Claim whose
 // answer was lost and that the store answered again from its own new
 // claim; and any record of a store whose Claim does not report what it
-// replaced ([Compose], whose claims live in the lock). A live claim
+// replaced ([github.com/idemkit/idemkit/middleware.Compose], whose claims live in the lock). A live claim
 // written over an outcome answers "in progress" until its lease runs out,
 // after which the take-over above restores the outcome. An expiry moved
 // later keeps the authentic outcome replaying longer.

@@ -121,7 +121,7 @@ type Store interface {
 	// store may have dropped an expired record before a claim comes (its
 	// backend removes records at their expiry): then there is nothing to
 	// report. The stores of this repository report it, except the
-	// composition [Compose], whose claims live in the lock and whose
+	// composition [github.com/idemkit/idemkit/middleware.Compose], whose claims live in the lock and whose
 	// records are read only while live.
 	Claim(ctx context.Context, key, fp string, ttl time.Duration) (rec Record, claimed bool, err error)
 
@@ -162,10 +162,10 @@ type Store interface {
 }
 
 // Records is a plain record store: outcomes only, without leases. It is the
-// record half of [Compose], which pairs it with any [lock.Locker] to make a
-// [Store] (for example PostgreSQL records with Redis locks). Records written
-// by Put are completed or not-replayable records; Get and Delete behave as
-// in [Store].
+// record half of [github.com/idemkit/idemkit/middleware.Compose], which
+// pairs it with any lock provider to make a [Store] (for example PostgreSQL
+// records with Redis locks). Records written by Put are completed or
+// not-replayable records; Get and Delete behave as in [Store].
 type Records interface {
 	// Get returns the live record under key, or ok = false.
 	Get(ctx context.Context, key string) (rec Record, ok bool, err error)

@@ -16,7 +16,6 @@ import (
 	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
-	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 )
 
@@ -27,11 +26,11 @@ import (
 
 // Composed is a [NewBackends] on the composition of a plain record store
 // with a lock provider (memstore's records and memlock, through
-// store.Compose): the guard's backend for those who keep records in one
+// middleware.Compose): the guard's backend for those who keep records in one
 // place and locks in another.
 func Composed(t *testing.T) Backends {
 	records := memstore.New()
-	s, err := store.Compose(records, memlock.New())
+	s, err := middleware.Compose(records, memlock.New())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ CREATE TABLE IF NOT EXISTS "idemkit_locks" (
     lock_id     text,
     -- The lease's fence, or a tombstone's: the last fence issued for the
     -- key. The check refuses, atomically, the acquire that would pass
-    -- lock.FenceMax.
+    -- idemkit.FenceMax.
     fence       bigint      NOT NULL CONSTRAINT "idemkit_locks_fence_max" CHECK (fence <= 900000000000000),
     acquired_at timestamptz NOT NULL,
     -- The row's expiry: the lease's end, or for a tombstone the instant the

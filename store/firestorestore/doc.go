@@ -4,7 +4,7 @@
 // decides everything, a [store.Watcher] (a duplicate request waiting for
 // a running one is woken by a snapshot listener when its outcome is
 // written), and a [store.Records] (plain fenced records, for
-// [store.Compose]). It passes the conformance suites in
+// [github.com/idemkit/idemkit/middleware.Compose]). It passes the conformance suites in
 // [github.com/idemkit/idemkit/store/storetest] on Google's Firestore
 // emulator.
 //

@@ -1,6 +1,6 @@
 // Package memstore is an in-process backend for the guard: a [store.Store]
 // whose records carry their own lease, and a [store.Records] (fenced plain
-// records, for [store.Compose]). It is for tests and single-node services.
+// records, for [github.com/idemkit/idemkit/middleware.Compose]). It is for tests and single-node services.
 //
 // Its clock can be injected ([WithClock]) so tests step across lease and
 // expiry boundaries exactly; by default the process clock judges leases and

@@ -3,7 +3,7 @@
 // key, in one table. A replay costs one statement (one round trip), a first
 // execution two (claim, then complete). It also implements the plain
 // fenced record store [store.Records] (Get, Put, Delete) for
-// [store.Compose]. It passes the conformance suite in
+// [github.com/idemkit/idemkit/middleware.Compose]. It passes the conformance suite in
 // [github.com/idemkit/idemkit/store/storetest].
 //
 // # Setup

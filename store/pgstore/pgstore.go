@@ -150,7 +150,7 @@ func newConfig(opts []Option) (config, error) {
 // Store is a [store.Store] (records that carry their own lease), a
 // [store.Watcher] (waiting duplicates woken by LISTEN/NOTIFY, see
 // [Store.Watch]) and a [store.Records] (plain fenced records, for
-// [store.Compose]) on PostgreSQL, one row per record key. Its methods are
+// [github.com/idemkit/idemkit/middleware.Compose]) on PostgreSQL, one row per record key. Its methods are
 // safe for concurrent use when its [DB] is (a pool is; a *pgx.Conn or a
 // pgx.Tx is not).
 type Store struct {

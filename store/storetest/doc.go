@@ -1,7 +1,7 @@
 // Package storetest is the conformance suite every guard backend passes:
 // the in-memory store in this module, the Redis, PostgreSQL and Firestore
 // stores in theirs against real servers, and the composition of a record
-// store with a lock provider ([store.Compose]).
+// store with a lock provider ([github.com/idemkit/idemkit/middleware.Compose]).
 //
 // [Run] checks a [store.Store] (records that carry their own lease): claims
 // on free, busy and run-out keys, completion and replay (a not-replayable

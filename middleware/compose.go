@@ -1,4 +1,4 @@
-package store
+package middleware
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
 )
 
 // ComposeOption configures [Compose].
@@ -28,8 +29,8 @@ const defaultMaxClaims = 1 << 16
 // fails with RateLimited and holds nothing. Default: 65536.
 func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxClaims = n } }
 
-// Compose builds a [Store] from a plain record store and a lock provider:
-// the claim is a lock on the record's key, the outcome a fenced [Records.Put]
+// Compose builds a [store.Store] from a plain record store and a lock provider:
+// the claim is a lock on the record's key, the outcome a fenced [store.Records.Put]
 // under the lock. It lets the guard run on any pair, for example PostgreSQL
 // records with Redis locks.
 //
@@ -47,8 +48,8 @@ func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxC
 //     fence, is already there).
 //
 // Claims: a busy key is answered with a record whose State is
-// [StateClaimed] and that carries only its Key: the lock knows no
-// fingerprint, and its fence and lease are not read. [Store.Get] of a
+// [store.StateClaimed] and that carries only its Key: the lock knows no
+// fingerprint, and its fence and lease are not read. [store.Store.Get] of a
 // claimed key reads the lock and returns its fence and lease, still without
 // a fingerprint. Lock keys are derived from record keys (verbatim behind
 // "k:" when the key is valid UTF-8 in NFC and fits a lock key, otherwise
@@ -70,10 +71,10 @@ func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxC
 // deleted claim's holder can no longer extend, complete or release it.
 //
 // When locker is a [lock.Watcher] (it can tell waiters when a lock is
-// released), the store is a [Watcher]: the duplicates waiting for a claim
+// released), the store is a [store.Watcher]: the duplicates waiting for a claim
 // are all woken when the claim's lock is released, through one watch of
 // the lock per key.
-func Compose(records Records, locker lock.Locker, opts ...ComposeOption) (Store, error) {
+func Compose(records store.Records, locker lock.Locker, opts ...ComposeOption) (store.Store, error) {
 	cfg := composeConfig{maxClaims: defaultMaxClaims}
 	for _, o := range opts {
 		o(&cfg)
@@ -111,7 +112,7 @@ func watches(l lock.Locker) bool {
 }
 
 // watchingComposed is the Store Compose returns for a locker that can tell
-// waiters when a lock is released: it is a [Watcher] through the lock of
+// waiters when a lock is released: it is a [store.Watcher] through the lock of
 // each record key (a claim ends with the release of its lock).
 //
 // The store's watches of a key share one watch of its lock: a provider
@@ -133,7 +134,7 @@ type fan struct {
 	n     int           // the store watches that have not stopped
 }
 
-// Watch implements [Watcher] with a watch of the key's lock, shared by
+// Watch implements [store.Watcher] with a watch of the key's lock, shared by
 // the watches of the key in this store.
 func (s *watchingComposed) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	lk := lockKeyOf(key)
@@ -182,7 +183,7 @@ func (s *watchingComposed) Watch(ctx context.Context, key string) (<-chan struct
 
 // composed is the Store Compose returns.
 type composed struct {
-	records   Records
+	records   store.Records
 	locker    lock.Locker
 	maxClaims int
 
@@ -226,16 +227,16 @@ func lockKeyOf(k string) string {
 	})
 }
 
-func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (Record, bool, error) {
+func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := ValidateKey(key); err != nil {
-		return Record{}, false, err
+	if err := store.ValidateKey(key); err != nil {
+		return store.Record{}, false, err
 	}
-	if err := ValidateTTL(op, ttl); err != nil {
-		return Record{}, false, err
+	if err := store.ValidateTTL(op, ttl); err != nil {
+		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return Record{}, false, err
+		return store.Record{}, false, err
 	}
 	if rec, ok, err := s.records.Get(ctx, key); err != nil || ok && rec.State.Done() {
 		return rec, false, err
@@ -243,10 +244,10 @@ func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration)
 	lk := lockKeyOf(key)
 	lease, acquired, err := s.locker.Acquire(ctx, lk, ttl)
 	if err != nil {
-		return Record{}, false, err
+		return store.Record{}, false, err
 	}
 	if !acquired {
-		return Record{Key: key, State: StateClaimed}, false, nil
+		return store.Record{Key: key, State: store.StateClaimed}, false, nil
 	}
 	// An outcome may have landed between the first read and the lock.
 	rec, ok, err := s.records.Get(ctx, key)
@@ -257,12 +258,12 @@ func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration)
 	h := &held{sem: make(chan struct{}, 1), lockKey: lk, lease: lease, ttl: ttl, touched: time.Now()}
 	if !s.register(claimKey{key, lease.Fence}, h) {
 		s.unlock(ctx, lease)
-		return Record{}, false, idemkit.NewError(idemkit.CodeRateLimited, op, fmt.Sprintf("this process holds the most claims it may (%d)", s.maxClaims), nil)
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeRateLimited, op, fmt.Sprintf("this process holds the most claims it may (%d)", s.maxClaims), nil)
 	}
-	return Record{
+	return store.Record{
 		Key:         key,
 		Fingerprint: fp,
-		State:       StateClaimed,
+		State:       store.StateClaimed,
 		Fence:       lease.Fence,
 		CreatedAt:   lease.AcquiredAt,
 		ExpiresAt:   lease.ExpiresAt,
@@ -271,10 +272,10 @@ func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration)
 
 func (s *composed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := ValidateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := ValidateTTL(op, ttl); err != nil {
+	if err := store.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	h, done, err := s.take(ctx, op, claimKey{key, fence})
@@ -291,9 +292,9 @@ func (s *composed) Extend(ctx context.Context, key string, fence idemkit.Fence, 
 	return ok, err
 }
 
-func (s *composed) Complete(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
+func (s *composed) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := ValidateComplete(rec, ttl); err != nil {
+	if err := store.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	ck := claimKey{rec.Key, rec.Fence}
@@ -318,7 +319,7 @@ func (s *composed) Complete(ctx context.Context, rec Record, ttl time.Duration) 
 
 func (s *composed) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := ValidateFenced(op, key, fence); err != nil {
+	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	ck := claimKey{key, fence}
@@ -338,13 +339,13 @@ func (s *composed) Release(ctx context.Context, key string, fence idemkit.Fence)
 	return ok, nil
 }
 
-func (s *composed) Get(ctx context.Context, key string) (Record, bool, error) {
+func (s *composed) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := ValidateKey(key); err != nil {
-		return Record{}, false, err
+	if err := store.ValidateKey(key); err != nil {
+		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return Record{}, false, err
+		return store.Record{}, false, err
 	}
 	rec, ok, err := s.records.Get(ctx, key)
 	if err != nil || ok && rec.State.Done() {
@@ -352,14 +353,14 @@ func (s *composed) Get(ctx context.Context, key string) (Record, bool, error) {
 	}
 	info, ok, err := s.locker.LookupKey(ctx, lockKeyOf(key))
 	if err != nil || !ok {
-		return Record{}, false, err
+		return store.Record{}, false, err
 	}
-	return Record{Key: key, State: StateClaimed, Fence: info.Fence, CreatedAt: info.AcquiredAt, ExpiresAt: info.ExpiresAt}, true, nil
+	return store.Record{Key: key, State: store.StateClaimed, Fence: info.Fence, CreatedAt: info.AcquiredAt, ExpiresAt: info.ExpiresAt}, true, nil
 }
 
 func (s *composed) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := ValidateKey(key); err != nil {
+	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -447,7 +448,7 @@ func (s *composed) touch(h *held) {
 
 // register records a new claim, making room by dropping claims whose
 // holders have not touched them for longer than their lease and
-// [ClaimRetention]. It reports false when the process holds the most claims
+// [store.ClaimRetention]. It reports false when the process holds the most claims
 // it may.
 func (s *composed) register(ck claimKey, h *held) bool {
 	s.mu.Lock()
@@ -455,7 +456,7 @@ func (s *composed) register(ck claimKey, h *held) bool {
 	if len(s.claims) >= s.maxClaims {
 		now := time.Now()
 		for k, c := range s.claims {
-			if now.Sub(c.touched) > c.ttl+ClaimRetention {
+			if now.Sub(c.touched) > c.ttl+store.ClaimRetention {
 				delete(s.claims, k)
 			}
 		}

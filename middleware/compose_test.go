@@ -1,4 +1,4 @@
-package store_test
+package middleware_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/storetest"
@@ -102,7 +103,7 @@ func composeEnv(t *testing.T, clock *fakeclock.Clock) *storetest.Env {
 	locker := memlock.New(lopts...)
 	t.Cleanup(func() { _ = records.Close(); _ = locker.Close() })
 	var n atomic.Int64
-	s, err := store.Compose(countedRecords{records, &n}, countedLocker{locker, &n})
+	s, err := middleware.Compose(countedRecords{records, &n}, countedLocker{locker, &n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,10 +131,10 @@ func TestComposeConformanceRealClock(t *testing.T) {
 func TestComposeRefusesMissingParts(t *testing.T) {
 	records, locker := memstore.New(), memlock.New()
 	for name, build := range map[string]func() (store.Store, error){
-		"nil records":  func() (store.Store, error) { return store.Compose(nil, locker) },
-		"nil locker":   func() (store.Store, error) { return store.Compose(records, nil) },
-		"zero claims":  func() (store.Store, error) { return store.Compose(records, locker, store.WithMaxClaims(0)) },
-		"fewer claims": func() (store.Store, error) { return store.Compose(records, locker, store.WithMaxClaims(-1)) },
+		"nil records":  func() (store.Store, error) { return middleware.Compose(nil, locker) },
+		"nil locker":   func() (store.Store, error) { return middleware.Compose(records, nil) },
+		"zero claims":  func() (store.Store, error) { return middleware.Compose(records, locker, middleware.WithMaxClaims(0)) },
+		"fewer claims": func() (store.Store, error) { return middleware.Compose(records, locker, middleware.WithMaxClaims(-1)) },
 	} {
 		s, err := build()
 		if s != nil || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
@@ -147,7 +148,7 @@ func TestComposeRefusesMissingParts(t *testing.T) {
 func TestComposeBoundsItsClaims(t *testing.T) {
 	ctx := t.Context()
 	locker := memlock.New()
-	s, err := store.Compose(memstore.New(), locker, store.WithMaxClaims(2))
+	s, err := middleware.Compose(memstore.New(), locker, middleware.WithMaxClaims(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func TestComposeBoundsItsClaims(t *testing.T) {
 func TestComposeLockKeys(t *testing.T) {
 	ctx := t.Context()
 	locker := memlock.New()
-	s, err := store.Compose(memstore.New(), locker)
+	s, err := middleware.Compose(memstore.New(), locker)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func TestComposeLockKeys(t *testing.T) {
 func TestComposeErrorsAreThePartsErrors(t *testing.T) {
 	records := memstore.New()
 	_ = records.Close()
-	s, _ := store.Compose(records, memlock.New())
+	s, _ := middleware.Compose(records, memlock.New())
 	_, _, err := s.Claim(t.Context(), "k", "fp", time.Minute)
 	if !errors.Is(err, memstore.ErrClosed) || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
 		t.Fatalf("Claim on closed records = %v; want ServiceUnavailable wrapping memstore.ErrClosed", err)

@@ -1,4 +1,4 @@
-package store_test
+package middleware_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -18,7 +19,7 @@ import (
 // and the live claim must never be dropped to make room.
 func TestComposeFullWhileExtending(t *testing.T) {
 	t.Parallel()
-	s, err := store.Compose(memstore.New(), memlock.New(), store.WithMaxClaims(1))
+	s, err := middleware.Compose(memstore.New(), memlock.New(), middleware.WithMaxClaims(1))
 	if err != nil {
 		t.Fatal(err)
 	}
