@@ -1,5 +1,7 @@
 // Package idemkit holds what every idemkit package shares: the failure
-// codes, their sentinels and the one error type, [Error].
+// codes, their sentinels and the one error type, [Error]; the fencing token,
+// [Fence]; lease loss, [ErrLeaseLost]; the keyed hasher that names keys and
+// lock ids in logs and events, [NewHMACHasher]; and the back-off, [Backoff].
 //
 // Every failure an idemkit package returns, from the lock providers to the
 // record stores and the adapters' setup, is an [*Error] with a [Code]. It
@@ -11,7 +13,12 @@
 //	switch idemkit.CodeOf(err) { case idemkit.CodeNetworkTimeout: ... }
 //
 // Contention ("locked", "busy") and absence ("not found") are results, never
-// errors. The packages themselves live below this one: the guard in
+// errors. A lease lost while its holder was still working (a lock's or a
+// guard's claim) is reported with an error that matches [ErrLeaseLost].
+// The rule for fences (how they grow and how long a record keeps one) is
+// stated once, in [github.com/idemkit/idemkit/store].
+//
+// The packages themselves live below this one: the guard in
 // middleware, the adapters in nethttp, ginadapter, echoadapter and
 // grpcinterceptor, the guard's backends under store, and the lock library
 // under lock.
