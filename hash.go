@@ -66,8 +66,8 @@ func (h *hmacHasher) Hash(s string) string {
 // processHasher is the default hasher: HMAC-SHA-256 under a secret drawn
 // from crypto/rand when the process starts. It never changes afterwards, so
 // hashes are stable within one process and meaningless outside it. Use
-// [NewHMACHasher] with a shared secret (for example through
-// [WithHasher]) to correlate across processes.
+// [NewHMACHasher] with a shared secret (for example through lock's
+// WithHasher) to correlate across processes.
 var processHasher = func() Hasher {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
