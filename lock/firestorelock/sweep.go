@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemkit/idemkit/lock/provider"
+	"github.com/idemkit/idemkit/store"
 
 	"cloud.google.com/go/firestore"
 
@@ -127,12 +127,12 @@ func (l *Locker) sweepBatch(ctx context.Context, refs []*firestore.DocumentRef) 
 }
 
 // StartSweeper runs [Locker.Sweep] every interval (a non-positive one means
-// [provider.DefaultSweepInterval], one minute) in a goroutine of its own until
+// [store.DefaultSweepInterval], one minute) in a goroutine of its own until
 // ctx ends or stop is called; stop waits for a sweep in progress and may
 // be called more than once. Each sweep is bounded by the interval.
 // Failures are logged on the locker's logger (at warn level, without keys)
-// and the sweeper carries on (see [provider.SweepEvery]). A TTL policy on
+// and the sweeper carries on (see [store.SweepEvery]). A TTL policy on
 // expireAt makes it unnecessary.
 func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return provider.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "firestorelock: sweeping expired locks failed")
+	return store.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "firestorelock: sweeping expired locks failed")
 }

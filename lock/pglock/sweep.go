@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/idemkit/idemkit/lock/provider"
+	"github.com/idemkit/idemkit/store"
 
 	"github.com/idemkit/idemkit"
 )
@@ -48,5 +48,5 @@ func (l *Locker) Sweep(ctx context.Context) (int, error) {
 // Do not start one on a locker built on a *pgx.Conn that other goroutines
 // use: a connection serves one statement at a time.
 func (l *Locker) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return provider.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "pglock: sweeping expired locks failed")
+	return store.SweepEvery(ctx, interval, l.Sweep, l.cfg.logger, "pglock: sweeping expired locks failed")
 }

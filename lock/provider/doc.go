@@ -1,8 +1,8 @@
 // Package provider holds what lock providers share, for the authors of
 // lock backends (memlock, redislock, pglock, firestorelock, and yours):
 // the fence rule without counters ([NextFence], [KeepUntil], [CheckFence]),
-// the derivation of storage names from user keys ([StorageKey]), and a
-// background sweeper loop ([SweepEvery]). Users of locks never need it;
+// and the derivation of storage names from user keys ([StorageKey]); the
+// background sweeper loop is store.SweepEvery. Users of locks never need it;
 // the contract they program against is package lock.
 //
 // The fence rule: a new lease's fence is max(previous fence of the key's

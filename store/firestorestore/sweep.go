@@ -2,18 +2,13 @@ package firestorestore
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"time"
 
 	"cloud.google.com/go/firestore"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/store"
 )
-
-// defaultSweepInterval is how often a sweeper started with a non-positive
-// interval runs (see [Store.StartSweeper]).
-const defaultSweepInterval = time.Minute
 
 // Sweep deletes the record documents that may go, for deployments without a
 // TTL policy: those whose expireAt has passed by Firestore's clock and
@@ -112,35 +107,5 @@ func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapsh
 // key, and the sweeper carries on. A TTL policy on the expireAt field
 // makes it unnecessary (see the package documentation).
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	if interval <= 0 {
-		interval = defaultSweepInterval
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			sctx, scancel := context.WithTimeout(ctx, interval)
-			n, err := s.Sweep(sctx)
-			scancel()
-			if err != nil && ctx.Err() == nil {
-				s.cfg.logger.WarnContext(ctx, "firestorestore: sweeping expired records failed",
-					slog.Int("deleted", n), slog.String("code", idemkit.CodeOf(err).String()), slog.String("error", err.Error()))
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
+	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
 }

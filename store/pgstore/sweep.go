@@ -2,11 +2,10 @@ package pgstore
 
 import (
 	"context"
-	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/store"
 )
 
 // Sweep deletes the rows past their keep_until (by the server's clock):
@@ -55,37 +54,5 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // use: a connection serves one statement at a time. One sweeper per
 // database is enough; more are harmless.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			sctx, scancel := context.WithTimeout(ctx, interval)
-			n, err := s.Sweep(sctx)
-			scancel()
-			// A failure after ctx ended is the stop, not a fault. The
-			// error's text never holds a key.
-			if err != nil && ctx.Err() == nil {
-				s.cfg.logger.WarnContext(ctx, "pgstore: sweeping expired records failed",
-					slog.Int("deleted", n), slog.String("code", idemkit.CodeOf(err).String()), slog.String("error", err.Error()))
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			<-done
-		})
-	}
+	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
 }

@@ -1,4 +1,4 @@
-package provider_test
+package store_test
 
 import (
 	"context"
@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock/provider"
-
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
+	"github.com/idemkit/idemkit/store"
 )
 
 // hang bounds every wait of these tests: a sweeper that has not done its
@@ -50,7 +49,7 @@ func TestSweepEvery(t *testing.T) {
 		}
 		return 1, nil
 	}
-	stop := provider.SweepEvery(t.Context(), time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
+	stop := store.SweepEvery(t.Context(), time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
 	for range 4 { // more calls than the one that fails
 		if c := receive(t, calls, "a sweep"); !c.deadline {
 			t.Fatal("a sweep's ctx has no deadline; want one bounded by the interval")
@@ -86,7 +85,7 @@ func TestSweepEveryStopWaits(t *testing.T) {
 		return 0, idemkit.NewError(idemkit.CodeAborted, "sweep", "context canceled", context.Canceled)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	stop := provider.SweepEvery(ctx, time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
+	stop := store.SweepEvery(ctx, time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
 	receive(t, entered, "the first sweep")
 	cancel() // the sweep in progress now fails after the sweeper's ctx ended
 	stopped := make(chan bool)
@@ -115,7 +114,7 @@ func TestSweepEveryStopWaits(t *testing.T) {
 // TestSweepEveryNil checks that a nil sweep starts nothing and that its
 // stop may be called.
 func TestSweepEveryNil(t *testing.T) {
-	stop := provider.SweepEvery(t.Context(), time.Millisecond, nil, nil, "unused")
+	stop := store.SweepEvery(t.Context(), time.Millisecond, nil, nil, "unused")
 	stop()
 	stop()
 }
