@@ -90,11 +90,17 @@ func (c Code) Sentinel() error {
 
 // Transient reports whether an operation that failed with this code may
 // succeed if tried again unchanged: ServiceUnavailable, NetworkTimeout and
-// RateLimited. AuthFailed and Misconfigured are the opposite: the
-// backend refuses every operation until an operator changes its setup
-// (credentials, permissions, schema).
+// RateLimited. [Code.Permanent] codes are the opposite.
 func (c Code) Transient() bool {
 	return c == CodeServiceUnavailable || c == CodeNetworkTimeout || c == CodeRateLimited
+}
+
+// Permanent reports whether an operation that failed with this code fails
+// the same way until an operator changes the backend's setup: AuthFailed
+// (credentials, permissions) and Misconfigured (a missing table, schema or
+// database). Retrying it cannot help.
+func (c Code) Permanent() bool {
+	return c == CodeAuthFailed || c == CodeMisconfigured
 }
 
 // Error is the one error type of idemkit. It carries a [Code], the

@@ -68,6 +68,15 @@ func TestEveryCodeHasNameAndSentinel(t *testing.T) {
 			t.Fatalf("%v.Transient() = %v", c, !want)
 		}
 	}
+	for c, want := range map[idemkit.Code]bool{
+		idemkit.CodeAuthFailed: true, idemkit.CodeMisconfigured: true,
+		idemkit.CodeServiceUnavailable: false, idemkit.CodeNetworkTimeout: false, idemkit.CodeRateLimited: false,
+		idemkit.CodeInvalidArgument: false, idemkit.CodeInternal: false, idemkit.CodeAborted: false, idemkit.CodeUnknown: false,
+	} {
+		if c.Permanent() != want {
+			t.Fatalf("%v.Permanent() = %v", c, !want)
+		}
+	}
 }
 
 func TestContextErrors(t *testing.T) {

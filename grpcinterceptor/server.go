@@ -438,7 +438,7 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 	case errors.Is(err, store.ErrWorkFailed):
 		return nil, s.refusal(codes.Internal, ReasonTransactionFailed,
 			"the call's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0, nil)
-	case errors.Is(err, middleware.ErrUnavailable) && misconfigured(err):
+	case errors.Is(err, middleware.ErrUnavailable) && idemkit.CodeOf(err).Permanent():
 		// Retrying cannot help; the guard logged why.
 		return nil, s.refusal(codes.Internal, ReasonMisconfigured,
 			"the idempotency backend refuses this service until its setup is fixed, so the call was not executed", 0, nil)
@@ -454,12 +454,4 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 	}
 	s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: unexpected guard error", slog.String("error", err.Error()))
 	return nil, s.refusal(codes.Unavailable, ReasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
-}
-
-// misconfigured reports whether a backend failure lasts until an operator
-// fixes the backend's setup: refused credentials or permissions, a missing
-// table or database.
-func misconfigured(err error) bool {
-	code := idemkit.CodeOf(err)
-	return code == idemkit.CodeAuthFailed || code == idemkit.CodeMisconfigured
 }

@@ -111,7 +111,7 @@ type UnavailableError struct {
 // setup is fixed (idemkit.CodeAuthFailed, idemkit.CodeMisconfigured) is
 // said to be misconfigured rather than unavailable.
 func (e *UnavailableError) Error() string {
-	if permanent(idemkit.CodeOf(e.Err)) {
+	if idemkit.CodeOf(e.Err).Permanent() {
 		return fmt.Sprintf("idempotency: the idempotency backend is misconfigured: %s: %v", e.Op, e.Err)
 	}
 	return fmt.Sprintf("%v: %s: %v", ErrUnavailable, e.Op, e.Err)

@@ -68,7 +68,7 @@ func (f *failureLog) report(ctx context.Context, op string, err error) {
 
 	attrs := []slog.Attr{slog.String("op", op), slog.String("code", code.String()), slog.String("cause", cause), slog.String("error", err.Error())}
 	msg := "idempotency: the backend failed; calls that need it are refused as unavailable until it answers again"
-	if permanent(code) {
+	if code.Permanent() {
 		msg = "idempotency: the backend refuses the store's requests until its setup is fixed (the error says how); calls are refused"
 	}
 	if missed > 0 {
@@ -86,11 +86,4 @@ func failureCauseOf(err error) (idemkit.Code, string) {
 		return ie.Code, ie.Code.String() + ": " + ie.Detail
 	}
 	return idemkit.CodeUnknown, fmt.Sprintf("%T", err)
-}
-
-// permanent reports whether a backend failure of this code lasts until an
-// operator changes the backend's setup: refused credentials or
-// permissions, a missing table or database.
-func permanent(code idemkit.Code) bool {
-	return code == idemkit.CodeAuthFailed || code == idemkit.CodeMisconfigured
 }

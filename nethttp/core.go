@@ -511,7 +511,7 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response cannot be opened", slog.String("error", err.Error()))
 		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable,
 			"the request with this key was executed, but its recorded response is unreadable; it will not be executed again", c.cfg.retryAfter)
-	case errors.Is(err, middleware.ErrUnavailable) && misconfigured(err):
+	case errors.Is(err, middleware.ErrUnavailable) && idemkit.CodeOf(err).Permanent():
 		// Retrying cannot help; the guard logged why.
 		c.writeProblem(w, r, http.StatusInternalServerError, ProblemMisconfigured,
 			"the idempotency backend refuses this service until its setup is fixed, so the request was not executed", 0)
@@ -528,14 +528,6 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: unexpected guard error", slog.String("error", err.Error()))
 		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "", c.cfg.retryAfter)
 	}
-}
-
-// misconfigured reports whether a backend failure lasts until an operator
-// fixes the backend's setup: refused credentials or permissions, a missing
-// table or database.
-func misconfigured(err error) bool {
-	code := idemkit.CodeOf(err)
-	return code == idemkit.CodeAuthFailed || code == idemkit.CodeMisconfigured
 }
 
 func validHeaderName(s string) bool {
