@@ -18,7 +18,8 @@ type Lister interface {
 	// ("" for the first page). next is "" once nothing is left; a page
 	// may hold fewer than limit records (even none) while next is not "".
 	// Records created or deleted during a listing may be missed or shown;
-	// one that lives throughout is shown once. The cursor is opaque and
+	// one that lives throughout is shown, once unless the store's
+	// documentation says it may come twice. The cursor is opaque and
 	// belongs to the store and prefix that made it (another one is an
 	// InvalidArgument error, as is a limit outside 1 to [MaxListLimit]).
 	// A store lists the records whose keys it can match against prefix:

@@ -35,7 +35,9 @@ const (
 // hashed (longer than 512 bytes, not valid UTF-8, with control
 // characters, or starting with '@') is not listed: its key is not in
 // Redis. The cursor names a master by its address: a cursor made before a
-// failover or a resharding is refused (InvalidArgument); list again.
+// failover or a resharding is refused (InvalidArgument); list again. A
+// record may be shown twice: SCAN may return a key again (while Redis
+// resizes its table), and only the keys of one step are deduplicated.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
 	if err := store.ValidateList(limit); err != nil {
@@ -62,6 +64,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 	}
 	pattern := escapeGlob(s.prefix+prefix) + "*"
 	var recs []store.Record
+	loaded := false // the script is loaded on nodes[i]
 	for steps := 0; i < len(nodes); {
 		n := nodes[i]
 		if steps == listMaxSteps {
@@ -78,7 +81,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 			// The step this cursor stopped in, again: skip what it listed.
 			keys = keys[sortedAfter(keys, cur.last):]
 		}
-		page, last, err := s.readListed(ctx, n.client, keys, limit-len(recs))
+		page, last, err := s.readListed(ctx, n.client, keys, limit-len(recs), &loaded)
 		if err != nil {
 			return nil, "", err
 		}
@@ -89,7 +92,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 		}
 		cur = listCursor{scan: nextScan}
 		if nextScan == 0 {
-			i++
+			i, loaded = i+1, false
 		}
 		if len(recs) == limit && i < len(nodes) {
 			return recs, listCursor{node: nodes[i].addr, scan: cur.scan}.String(), nil
@@ -100,8 +103,10 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 
 // readListed reads the live records under the Redis keys (sorted), at most
 // want of them, in one pipeline; last is the Redis key of the last one
-// read when more keys remained, else "".
-func (s *Store) readListed(ctx context.Context, c redis.Cmdable, keys []string, want int) (recs []store.Record, last string, err error) {
+// read when more keys remained, else "". It loads the store's script on c
+// first unless *loaded says that this listing did already (a SCAN step is
+// one round trip; loading it again at each would be another).
+func (s *Store) readListed(ctx context.Context, c redis.Cmdable, keys []string, want int, loaded *bool) (recs []store.Record, last string, err error) {
 	const op = "list"
 	type item struct {
 		key string // the record key
@@ -118,8 +123,11 @@ func (s *Store) readListed(ctx context.Context, c redis.Cmdable, keys []string, 
 	if len(items) == 0 {
 		return nil, "", nil
 	}
-	if err := script.Load(ctx, c).Err(); err != nil {
-		return nil, "", mapError(op, err)
+	if !*loaded {
+		if err := script.Load(ctx, c).Err(); err != nil {
+			return nil, "", mapError(op, err)
+		}
+		*loaded = true
 	}
 	pipe := c.Pipeline()
 	for i := range items {
