@@ -22,20 +22,26 @@ import (
 // certificate counts as empty; a call with none of them is bound to
 // having no credentials at all.
 func (s *server) credentials(ctx context.Context) middleware.CallOption {
-	md, _ := metadata.FromIncomingContext(ctx)
-	auth := md[credentialsMetadataKey]
+	// Only the keys bound are read: FromIncomingContext would copy all of
+	// the call's metadata.
+	auth := metadata.ValueFromIncomingContext(ctx, credentialsMetadataKey)
 	cert := peerCertificate(ctx)
 	none := len(auth) == 0 && cert == ""
-	for _, k := range s.cfg.credentialMD {
-		none = none && len(md[k]) == 0
+	var extra [][]string
+	if len(s.cfg.credentialMD) > 0 {
+		extra = make([][]string, len(s.cfg.credentialMD))
+		for i, k := range s.cfg.credentialMD {
+			extra[i] = metadata.ValueFromIncomingContext(ctx, k)
+			none = none && len(extra[i]) == 0
+		}
 	}
 	if none {
 		return anonymous
 	}
-	values := make([]string, 2, 2+len(s.cfg.credentialMD))
+	values := make([]string, 2, 2+len(extra))
 	values[0], values[1] = strings.Join(auth, "\n"), cert
-	for _, k := range s.cfg.credentialMD {
-		values = append(values, strings.Join(md[k], "\n"))
+	for _, v := range extra {
+		values = append(values, strings.Join(v, "\n"))
 	}
 	return middleware.Credentials(values...)
 }

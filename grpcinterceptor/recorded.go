@@ -1,11 +1,8 @@
 package grpcinterceptor
 
 import (
-	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // RecordedCall is a call as the interceptor records it (see
@@ -42,10 +39,10 @@ func DecodeRecorded(b []byte) (RecordedCall, error) {
 		c.MessageName, c.Message = string(s.messageName), s.payload
 		return c, nil
 	}
-	sp := new(spb.Status)
-	if err := proto.Unmarshal(s.payload, sp); err != nil || codes.Code(sp.GetCode()) == codes.OK {
+	st, err := decodeStatus(s.payload)
+	if err != nil {
 		return RecordedCall{}, errCorrupt
 	}
-	c.Status = status.FromProto(sp)
+	c.Status = st
 	return c, nil
 }

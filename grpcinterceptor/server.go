@@ -302,11 +302,14 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 				slog.String("type", string(rec.messageName)))
 			return middleware.Result{Verdict: middleware.RecordNotReplayable}
 		}
-		if prefixSize(rec)+proto.Size(m) > s.cfg.maxResponse {
+		size := prefixSize(rec) + proto.Size(m)
+		if size > s.cfg.maxResponse {
 			return middleware.Result{Verdict: middleware.RecordNotReplayable} // not encoded: it would not be kept
 		}
-		b = appendPrefix(make([]byte, 0, prefixSize(rec)+64), rec)
-		b, err = proto.MarshalOptions{}.MarshalAppend(b, m)
+		// Size just measured the unchanged message: its cached size serves
+		// the encoding, into a buffer of the size it will have.
+		b = appendPrefix(make([]byte, 0, size), rec)
+		b, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, m)
 	}
 	if err != nil || len(b) > s.cfg.maxResponse {
 		return middleware.Result{Verdict: middleware.RecordNotReplayable}
@@ -355,6 +358,19 @@ type answer struct {
 }
 
 // rebuild decodes a record into the answer it holds.
+// decodeStatus decodes the recorded status of a failed call: an OK one
+// was never recorded, so it is errCorrupt.
+func decodeStatus(payload []byte) (*status.Status, error) {
+	sp := new(spb.Status)
+	if err := proto.Unmarshal(payload, sp); err != nil {
+		return nil, err
+	}
+	if codes.Code(sp.GetCode()) == codes.OK {
+		return nil, errCorrupt
+	}
+	return status.FromProto(sp), nil
+}
+
 func (s *server) rebuild(value []byte) (answer, error) {
 	rec, err := decode(value)
 	if err != nil {
@@ -362,14 +378,11 @@ func (s *server) rebuild(value []byte) (answer, error) {
 	}
 	a := answer{header: rec.header, trailer: rec.trailer}
 	if rec.status {
-		sp := new(spb.Status)
-		if err := proto.Unmarshal(rec.payload, sp); err != nil {
+		st, err := decodeStatus(rec.payload)
+		if err != nil {
 			return answer{}, err
 		}
-		if codes.Code(sp.GetCode()) == codes.OK {
-			return answer{}, errCorrupt
-		}
-		a.err = status.FromProto(sp).Err()
+		a.err = st.Err()
 		return a, nil
 	}
 	mt, err := s.cfg.types.FindMessageByName(rec.messageName)
