@@ -77,6 +77,9 @@ func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxC
 func Compose(records store.Records, locker lock.Locker, opts ...ComposeOption) (store.Store, error) {
 	cfg := composeConfig{maxClaims: defaultMaxClaims}
 	for _, o := range opts {
+		if o == nil {
+			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "compose", "an option is nil; remove it, or pass the option it was meant to be", nil)
+		}
 		o(&cfg)
 	}
 	switch {

@@ -134,6 +134,7 @@ func TestComposeRefusesMissingParts(t *testing.T) {
 		"nil records":  func() (store.Store, error) { return middleware.Compose(nil, locker) },
 		"nil locker":   func() (store.Store, error) { return middleware.Compose(records, nil) },
 		"zero claims":  func() (store.Store, error) { return middleware.Compose(records, locker, middleware.WithMaxClaims(0)) },
+		"nil option":   func() (store.Store, error) { return middleware.Compose(records, locker, nil) },
 		"fewer claims": func() (store.Store, error) { return middleware.Compose(records, locker, middleware.WithMaxClaims(-1)) },
 	} {
 		s, err := build()

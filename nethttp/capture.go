@@ -179,7 +179,7 @@ func (c *capture) Write(p []byte) (int, error) {
 		c.WriteHeader(http.StatusOK)
 	}
 	if c.holding {
-		if c.heldOver || len(c.rec)-c.head+len(p) > c.limit {
+		if c.heldOver || c.limit > 0 && len(c.rec)-c.head+len(p) > c.limit {
 			c.heldOver, c.rec = true, nil
 			return 0, errHeldTooLarge
 		}
