@@ -37,8 +37,7 @@ func Inspect(ctx context.Context, s Store, key string, withResponse bool) (in In
 	if err != nil || !ok {
 		return Inspection{}, ok, err
 	}
-	in = Inspection{Record: rec, Size: len(rec.Response), Sealed: isSealed(rec.Response)}
-	in.Response = nil
+	in = inspection(rec)
 	switch {
 	case !withResponse:
 	case sealing && (len(rec.Response) > 0 || rec.State.Done()):
@@ -63,17 +62,44 @@ func isSealed(response []byte) bool {
 // sealedUnder returns the sealing store s is or wraps (through Unwrap()
 // Store methods), if any.
 func sealedUnder(s Store) (*sealed, bool) {
-	for range 16 { // a bound, against a wrapper that unwraps to itself
+	return under(s, func(s Store) (*sealed, bool) {
 		switch t := s.(type) {
 		case *sealed:
 			return t, true
 		case *watchingSealed:
 			return t.sealed, true
+		}
+		return nil, false
+	})
+}
+
+// under returns what match finds in s or in a store s wraps: through a
+// sealing store's next, or an Unwrap() Store method.
+func under[T any](s Store, match func(Store) (T, bool)) (T, bool) {
+	for range 16 { // a bound, against a wrapper that unwraps to itself
+		if v, ok := match(s); ok {
+			return v, true
+		}
+		switch t := s.(type) {
+		case *sealed:
+			s = t.next
+		case *watchingSealed:
+			s = t.sealed.next
 		case interface{ Unwrap() Store }:
 			s = t.Unwrap()
 		default:
-			return nil, false
+			var zero T
+			return zero, false
 		}
 	}
-	return nil, false
+	var zero T
+	return zero, false
+}
+
+// inspection is rec as an operator sees it: the size of its response and
+// whether it is sealed, without the response (nor a replaced one).
+func inspection(rec Record) Inspection {
+	in := Inspection{Record: rec, Size: len(rec.Response), Sealed: isSealed(rec.Response)}
+	in.Response, in.Replaced = nil, nil
+	return in
 }

@@ -60,29 +60,15 @@ func List(ctx context.Context, s Store, prefix, after string, limit int) (page [
 	}
 	page = make([]Inspection, len(recs))
 	for i, rec := range recs {
-		page[i] = Inspection{Record: rec, Size: len(rec.Response), Sealed: isSealed(rec.Response)}
-		page[i].Response = nil
-		page[i].Replaced = nil
+		page[i] = inspection(rec)
 	}
 	return page, next, nil
 }
 
 // listerUnder returns the Lister s is or wraps, if any.
 func listerUnder(s Store) (Lister, bool) {
-	for range 16 { // a bound, against a wrapper that unwraps to itself
-		if l, ok := s.(Lister); ok {
-			return l, true
-		}
-		switch t := s.(type) {
-		case *sealed:
-			s = t.next
-		case *watchingSealed:
-			s = t.sealed.next
-		case interface{ Unwrap() Store }:
-			s = t.Unwrap()
-		default:
-			return nil, false
-		}
-	}
-	return nil, false
+	return under(s, func(s Store) (Lister, bool) {
+		l, ok := s.(Lister)
+		return l, ok
+	})
 }
