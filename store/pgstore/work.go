@@ -241,11 +241,11 @@ func (w *work) failed(ctx context.Context, op string, err error, atCommit bool) 
 	case !atCommit && pe.Code == "40001" && w.renewed.Load():
 		return fail(store.ErrWorkFailed, idemkit.CodeInternal,
 			"the work ran past a renewal of its claim's lease, which changed the record's row after the snapshot of its "+
-				pgIsoName(w.s.cfg.txIso)+" transaction, so the outcome could not be written in it; it was rolled back: "+
+				strings.ToUpper(string(w.s.cfg.txIso))+" transaction, so the outcome could not be written in it; it was rolled back: "+
 				"give the guard a lease TTL over three times what the work takes (middleware.WithLeaseTTL), or use READ COMMITTED")
 	case pe.Code == "40001" || pe.Code == "40P01":
 		return fail(store.ErrWorkConflict, idemkit.CodeServiceUnavailable,
-			"the work's "+pgIsoName(w.s.cfg.txIso)+" transaction lost a conflict with a concurrent one ("+pe.Message+") and was rolled back")
+			"the work's "+strings.ToUpper(string(w.s.cfg.txIso))+" transaction lost a conflict with a concurrent one ("+pe.Message+") and was rolled back")
 	case atCommit && (strings.HasPrefix(pe.Code, "23") || strings.HasPrefix(pe.Code, "22") || pe.Code == "P0001"):
 		// A deferred constraint or trigger refused the work's writes.
 		return fail(store.ErrWorkFailed, idemkit.CodeInternal,
@@ -254,30 +254,13 @@ func (w *work) failed(ctx context.Context, op string, err error, atCommit bool) 
 	return mapError(ctx, op, err)
 }
 
-// pgIsoName spells an isolation level as SQL does.
-func pgIsoName(l pgx.TxIsoLevel) string {
-	switch l {
-	case pgx.RepeatableRead:
-		return "REPEATABLE READ"
-	case pgx.Serializable:
-		return "SERIALIZABLE"
-	}
-	return "READ COMMITTED"
-}
-
 // Rollback implements [store.Work].
 func (w *work) Rollback(ctx context.Context) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.ended {
-		if w.tx != nil {
-			w.rollback(ctx) // after a failed Commit: frees the connection
-		}
-		return
-	}
-	w.end()
+	w.end() // nothing when a Commit ended it already
 	if w.tx != nil {
-		w.rollback(ctx)
+		w.rollback(ctx) // after a failed Commit too: frees the connection
 	}
 }
 
