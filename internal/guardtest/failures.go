@@ -1,7 +1,6 @@
 package guardtest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,33 +8,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/sweepertest"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 )
 
 // Log is a logger's output, kept for a test to read: give Logger() to
-// middleware.WithLogger. It is safe for concurrent use.
-type Log struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write implements io.Writer.
-func (l *Log) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// String returns what was written so far.
-func (l *Log) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
+// middleware.WithLogger. It is safe for concurrent use; its Write and
+// String are sweepertest.Logs'.
+type Log struct{ sweepertest.Logs }
 
 // Logger returns a JSON logger writing to l.
 func (l *Log) Logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil)) }
@@ -44,9 +27,7 @@ func (l *Log) Logger() *slog.Logger { return slog.New(slog.NewJSONHandler(l, nil
 // decoded.
 func (l *Log) Lines(t testing.TB, msg string) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	text := l.buf.String()
-	l.mu.Unlock()
+	text := l.String()
 	var lines []map[string]any
 	for _, s := range strings.Split(text, "\n") {
 		if s == "" {
