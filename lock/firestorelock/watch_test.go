@@ -119,6 +119,13 @@ func (s *listens) dialOptions() []grpc.DialOption {
 		}
 		ls := &listenStream{ClientStream: cs, s: s, cancel: cancel}
 		s.mu.Lock()
+		// Checked again under the lock breakAll takes: a stream that was
+		// opening when breakAll ran is refused too, never let through.
+		if c := codes.Code(s.refuse.Load()); c != codes.OK {
+			s.mu.Unlock()
+			cancel()
+			return nil, status.Error(c, "test: the listen stream is refused")
+		}
 		s.live[ls] = struct{}{}
 		s.mu.Unlock()
 		s.open.Add(1)
