@@ -173,9 +173,9 @@ func (f *flakyStore) Claim(ctx context.Context, key, fp string, ttl time.Duratio
 	return f.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (f *flakyStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (f *flakyStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	if f.fail.Load() {
-		return false, errOutage
+		return time.Time{}, false, errOutage
 	}
 	return f.Store.Extend(ctx, key, fence, ttl)
 }

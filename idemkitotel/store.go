@@ -142,11 +142,11 @@ func (s *measuredStore) Claim(ctx context.Context, key, fp string, ttl time.Dura
 }
 
 // Extend calls the store's Extend, counted as ok or refused.
-func (s *measuredStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (s *measuredStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	start := time.Now()
-	ok, err := s.next.Extend(ctx, key, fence, ttl)
+	until, ok, err := s.next.Extend(ctx, key, fence, ttl)
 	s.record(ctx, opExtend, okResult(ok), err, start)
-	return ok, err
+	return until, ok, err
 }
 
 // Complete calls the store's Complete, counted as ok or refused.

@@ -273,26 +273,27 @@ func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration)
 	}, true, nil
 }
 
-func (s *composed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (s *composed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := store.ValidateTTL(op, ttl); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	h, done, err := s.take(ctx, op, claimKey{key, fence})
 	if h == nil || err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	defer done()
-	ok, err := s.keep(ctx, claimKey{key, fence}, h, ttl)
-	if ok {
-		s.mu.Lock()
-		h.ttl = ttl
-		s.mu.Unlock()
+	ok, err := s.keep(ctx, claimKey{key, fence}, h, ttl, false)
+	if !ok {
+		return time.Time{}, false, err
 	}
-	return ok, err
+	s.mu.Lock()
+	h.ttl = ttl
+	s.mu.Unlock()
+	return h.lease.ExpiresAt, true, nil
 }
 
 func (s *composed) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
@@ -307,7 +308,7 @@ func (s *composed) Complete(ctx context.Context, rec store.Record, ttl time.Dura
 	}
 	defer done()
 	// Hold the lock through the write.
-	if ok, err := s.keep(ctx, ck, h, h.ttl); !ok || err != nil {
+	if ok, err := s.keep(ctx, ck, h, h.ttl, true); !ok || err != nil {
 		return false, err
 	}
 	stored, err := s.records.Put(ctx, rec, ttl)
@@ -335,11 +336,8 @@ func (s *composed) Release(ctx context.Context, key string, fence idemkit.Fence)
 	if err != nil {
 		return false, err
 	}
-	// A lease that ran out with nobody taking the lock since is still the
-	// claim's: the key is free already.
-	ok := out.OK || out.Reason == lock.ReasonExpired
 	s.end(ck, h)
-	return ok, nil
+	return out.OK, nil
 }
 
 func (s *composed) Get(ctx context.Context, key string) (store.Record, bool, error) {
@@ -411,10 +409,10 @@ func (s *composed) take(ctx context.Context, op string, ck claimKey) (*held, fun
 }
 
 // keep makes the lock the claim's for ttl from now: it extends the lease,
-// or, if the lease ran out and the lock still records it (nobody took the
-// lock since), takes the lock again. Once the lock is gone or someone
+// or, with retake, if the lease ran out and the lock still records it
+// (nobody took the lock since), takes the lock again. Once the lock is gone or someone
 // else's, the claim is over. The caller holds h.sem.
-func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Duration) (bool, error) {
+func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Duration, retake bool) (bool, error) {
 	out, err := extendLease(ctx, s.locker, h.lease, ttl)
 	if err != nil {
 		return false, err
@@ -427,6 +425,9 @@ func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Dura
 	if out.Reason != lock.ReasonExpired {
 		s.end(ck, h)
 		return false, nil
+	}
+	if !retake {
+		return false, nil // kept: the claim still completes while nobody took the key
 	}
 	lease, acquired, err := s.locker.Acquire(ctx, h.lockKey, ttl)
 	if err != nil {

@@ -39,7 +39,7 @@ func TestComposeFullWhileExtending(t *testing.T) {
 				return
 			default:
 			}
-			if ok, err := s.Extend(ctx, "held", held.Fence, time.Minute); err != nil || !ok {
+			if _, ok, err := s.Extend(ctx, "held", held.Fence, time.Minute); err != nil || !ok {
 				t.Errorf("Extend = %v, %v", ok, err)
 				return
 			}

@@ -968,7 +968,7 @@ func (l *lease) renew() {
 	l.vmu.Unlock()
 	sent := time.Now()
 	ectx := newOpContext(l.fn.parent, sent, min(l.g.cfg.opTimeout, ttl/3), true)
-	ok, err := l.g.store.Extend(ectx, l.key, l.fence, ttl)
+	_, ok, err := l.g.store.Extend(ectx, l.key, l.fence, ttl)
 	ectx.release()
 	switch {
 	case err == nil && ok:

@@ -95,9 +95,9 @@ func TestRenewalRacingCompletion(t *testing.T) {
 // elsewhere.
 type stalledExtends struct{ store.Store }
 
-func (s stalledExtends) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (s stalledExtends) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	<-ctx.Done()
-	return false, idemkit.NewError(idemkit.CodeNetworkTimeout, "extend", "injected stall", ctx.Err())
+	return time.Time{}, false, idemkit.NewError(idemkit.CodeNetworkTimeout, "extend", "injected stall", ctx.Err())
 }
 
 // TestLeaseLostBeforeAnotherHolderRuns: guard A's extensions stall, so its
@@ -231,12 +231,12 @@ type countingExtends struct {
 	extends atomic.Int32
 }
 
-func (s *countingExtends) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
-	ok, err := s.Store.Extend(ctx, key, fence, ttl)
+func (s *countingExtends) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
+	until, ok, err := s.Store.Extend(ctx, key, fence, ttl)
 	if ok && err == nil {
 		s.extends.Add(1)
 	}
-	return ok, err
+	return until, ok, err
 }
 
 // TestConcurrentCallsAllRenewed: calls under way on one guard at once share

@@ -344,10 +344,10 @@ func (f *faultyStore) Complete(ctx context.Context, r store.Record, ttl time.Dur
 	return f.Store.Complete(ctx, r, ttl)
 }
 
-func (f *faultyStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (f *faultyStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	f.extends.Add(1)
 	if f.extendErr != nil {
-		return false, f.extendErr
+		return time.Time{}, false, f.extendErr
 	}
 	return f.Store.Extend(ctx, key, fence, ttl)
 }

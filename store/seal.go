@@ -364,7 +364,7 @@ func (s *sealed) restore(ctx context.Context, c Record, fp string, env envelope,
 // failed.
 const sealReleaseTimeout = 5 * time.Second
 
-func (s *sealed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (s *sealed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	return s.next.Extend(ctx, key, fence, ttl)
 }
 

@@ -192,7 +192,7 @@ func TestSealRoundTrip(t *testing.T) {
 
 	// Extend, Release and Delete pass through.
 	h, _, _ := s.Claim(ctx, "held", sealFP, time.Minute)
-	if ok, err := s.Extend(ctx, "held", h.Fence, time.Minute); !ok || err != nil {
+	if _, ok, err := s.Extend(ctx, "held", h.Fence, time.Minute); !ok || err != nil {
 		t.Fatalf("Extend: %v, %v", ok, err)
 	}
 	if ok, err := s.Release(ctx, "held", h.Fence); !ok || err != nil {

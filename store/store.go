@@ -85,18 +85,21 @@ type Record struct {
 // record is live while now < ExpiresAt.
 //
 // Fences: a new claim's fence is greater than any fence the key's record
-// ever carried, including records that were released, deleted or expired.
-// Stores keep no counter for this: a new claim's fence is
-// max(previous fence + 1, the backend's clock in Unix milliseconds), where
-// the previous fence is the one the key's record (or what is left of it)
-// carries, 0 when there is none. A record is never removed from the backend
-// before the backend's clock has passed its fence read as Unix
-// milliseconds, so that a later claim's clock-derived fence is always
-// greater: a released claim or a deleted record leaves a tombstone (its
-// fence only, invisible to Get, claimable at once) until then. Nor is a
-// record removed before its ExpiresAt, or, for a claim, [ClaimRetention]
-// past it. Every record, claim, outcome or tombstone, has an expiry on the
-// backend: nothing is kept forever.
+// ever carried, including records that were released, deleted or expired,
+// and whatever the backend's clock does. Stores keep no counter for this:
+// a new claim's fence is max(previous fence + 1, the backend's clock in
+// Unix milliseconds), where the previous fence is the one the key's record
+// (or what is left of it) carries, 0 when there is none. A record is never
+// removed from the backend before the backend's clock has passed its fence
+// read as Unix milliseconds plus the store's largest clock step (each
+// engine's WithMaxClockStep; default one minute), so that a later claim's
+// clock-derived fence is always greater, even after the clock stepped back
+// by up to that much or a failover landed on a node whose clock is behind
+// by up to that much: a released claim or a deleted record leaves a
+// tombstone (its fence only, invisible to Get, claimable at once) until
+// then. Nor is a record removed before its ExpiresAt, or, for a claim,
+// [ClaimRetention] past it. Every record, claim, outcome or tombstone, has
+// an expiry on the backend: nothing is kept forever.
 type Store interface {
 	// Claim makes one attempt, in one round trip, to claim key for a
 	// request whose fingerprint is fp, with a lease of ttl.
@@ -125,12 +128,12 @@ type Store interface {
 	// records are read only while live.
 	Claim(ctx context.Context, key, fp string, ttl time.Duration) (rec Record, claimed bool, err error)
 
-	// Extend sets the lease of the claim (key, fence) to now + ttl, only
-	// while the record still carries that claim: ok = false, and nothing
-	// written, once another claim, an outcome or nothing is there. A claim
-	// whose lease ran out can still be extended as long as nobody claimed
-	// the key since.
-	Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (ok bool, err error)
+	// Extend sets the lease of the live claim (key, fence) to now + ttl
+	// and returns that expiry, by the backend's clock, as Get would read
+	// it: ok = false, and nothing written, once its lease ran out or
+	// another claim, an outcome or nothing is there. A claim whose lease
+	// ran out is free for anyone to claim, so it cannot be taken back.
+	Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (expiresAt time.Time, ok bool, err error)
 
 	// Complete writes the outcome rec (State StateCompleted with its
 	// Response, or StateNotReplayable) under rec.Key for ttl and ends the
@@ -145,9 +148,9 @@ type Store interface {
 	// completed one's ([Seal] puts its envelope there).
 	Complete(ctx context.Context, rec Record, ttl time.Duration) (ok bool, err error)
 
-	// Release removes the claim (key, fence), storing nothing, only while
-	// the record still carries it; ok reports whether it did. The key can
-	// be claimed again at once.
+	// Release removes the live claim (key, fence), storing nothing, only
+	// while the record still carries it and its lease has not run out;
+	// ok reports whether it did. The key can be claimed again at once.
 	Release(ctx context.Context, key string, fence idemkit.Fence) (ok bool, err error)
 
 	// Get returns the live record under key (a live claim or an outcome),

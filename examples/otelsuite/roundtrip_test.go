@@ -28,7 +28,7 @@ func (c *countingStore) Claim(ctx context.Context, key, fp string, ttl time.Dura
 	return c.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (c *countingStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (c *countingStore) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	c.n.Add(1)
 	return c.Store.Extend(ctx, key, fence, ttl)
 }

@@ -44,7 +44,7 @@ func TestKeepUntil(t *testing.T) {
 		{"a released claim: past its fence", store.Record{Fence: clockFence, ExpiresAt: now}, now.Add(time.Millisecond)},
 		{"a fence ahead of the expiry: past the fence", store.Record{State: store.StateCompleted, Fence: clockFence + 5000, ExpiresAt: now.Add(time.Second)}, now.Add(5001 * time.Millisecond)},
 	} {
-		if got := leased.KeepUntil(c.rec); !got.Equal(c.want) {
+		if got := leased.KeepUntil(c.rec, 0); !got.Equal(c.want) {
 			t.Errorf("%s: KeepUntil = %v; want %v", c.name, got, c.want)
 		}
 	}

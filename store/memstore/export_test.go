@@ -9,7 +9,7 @@ func Immortal(s *Store) []string {
 	horizon := s.now().AddDate(10, 0, 0)
 	var keys []string
 	for k, e := range s.entries {
-		if until := e.keepUntil(); until.IsZero() || until.After(horizon) {
+		if until := e.keepUntil(s.maxStep); until.IsZero() || until.After(horizon) {
 			keys = append(keys, k)
 		}
 	}

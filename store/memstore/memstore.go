@@ -59,6 +59,7 @@ func WithMaxBytes(n int) Option { return func(s *Store) { s.maxBytes = n } }
 // The zero value is not usable; call [New].
 type Store struct {
 	now         func() time.Time
+	maxStep     time.Duration
 	maxResponse int
 	maxEntries  int
 	maxBytes    int
@@ -101,10 +102,11 @@ func sizeOf(rec *store.Record) int {
 	return entryOverhead + len(rec.Key) + len(rec.Fingerprint) + len(rec.Response)
 }
 
-// keepUntil is when the entry may be removed.
-func (e *entry) keepUntil() time.Time {
-	until := leased.KeepUntil(e.rec)
-	if f := time.UnixMilli(int64(e.fence) + 1); f.After(until) {
+// keepUntil is when the entry may be removed, with step the store's
+// largest clock step.
+func (e *entry) keepUntil(step time.Duration) time.Time {
+	until := leased.KeepUntil(e.rec, step)
+	if f := leased.FenceFloor(e.fence, step); f.After(until) {
 		return f
 	}
 	return until
@@ -187,29 +189,30 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 }
 
 // Extend implements [store.Store].
-func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := store.ValidateTTL(op, ttl); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return false, closedErr(op)
+		return time.Time{}, false, closedErr(op)
 	}
+	now := s.now()
 	e := s.entries[key]
-	if e == nil || !e.holds(fence) {
-		return false, nil
+	if e == nil || !e.holds(fence) || !e.live(now) {
+		return time.Time{}, false, nil
 	}
-	e.rec.ExpiresAt = s.now().Add(ttl)
+	e.rec.ExpiresAt = now.Add(ttl)
 	s.changed(e) // a shorter TTL than the claim's brings the entry's removal forward
-	return true, nil
+	return e.rec.ExpiresAt, true, nil
 }
 
 // Complete implements [store.Store].
@@ -258,11 +261,12 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	if s.closed {
 		return false, closedErr(op)
 	}
+	now := s.now()
 	e := s.entries[key]
-	if e == nil || !e.holds(fence) {
+	if e == nil || !e.holds(fence) || !e.live(now) {
 		return false, nil
 	}
-	s.clear(e, s.now())
+	s.clear(e, now)
 	s.notify(key)
 	return true, nil
 }
@@ -465,7 +469,7 @@ func (s *Store) sweep(now time.Time) {
 	}
 	s.removable = false
 	for k, e := range s.entries {
-		until := e.keepUntil()
+		until := e.keepUntil(s.maxStep)
 		switch {
 		case !now.Before(until):
 			delete(s.entries, k)

@@ -176,7 +176,7 @@ func TestSweepAfterShorterExtension(t *testing.T) {
 	if err != nil || !claimed {
 		t.Fatalf("Claim = %v, %v", claimed, err)
 	}
-	if ok, err := s.Extend(ctx, "k0", rec.Fence, time.Second); !ok || err != nil {
+	if _, ok, err := s.Extend(ctx, "k0", rec.Fence, time.Second); !ok || err != nil {
 		t.Fatalf("Extend = %v, %v", ok, err)
 	}
 	clock.Advance(time.Second + store.ClaimRetention)

@@ -35,7 +35,7 @@ func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 			defer stop()
 			other, stopOther := s.Watch(ctx, "other")
 			defer stopOther()
-			if ok, err := s.Extend(ctx, "k", claim.Fence, time.Minute); !ok || err != nil {
+			if _, ok, err := s.Extend(ctx, "k", claim.Fence, time.Minute); !ok || err != nil {
 				t.Fatal(ok, err)
 			}
 			if fired(ch) {

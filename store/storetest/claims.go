@@ -30,8 +30,8 @@ var storeCases = []struct {
 	{"OutcomeExpiryBoundary", testOutcomeExpiry},
 	{"StaleHoldersAreRefused", testStaleHolders},
 	{"RunOutClaimStillCompletes", testRunOutCompletes},
-	{"RunOutClaimStillExtends", testRunOutExtends},
-	{"RunOutClaimStillReleases", testRunOutReleases},
+	{"RunOutClaimIsNotExtended", testRunOutExtends},
+	{"RunOutClaimIsNotReleased", testRunOutReleases},
 	{"ExtendMovesTheLease", testExtend},
 	{"ReleaseFreesTheKey", testRelease},
 	{"WrongFencesChangeNothing", testWrongFences},
@@ -415,23 +415,23 @@ func testRunOutCompletes(t *testing.T, e *Env) {
 	wantOutcome(t, "Claim after a late Complete", rep, out, longTTL)
 }
 
+// A claim whose lease ran out is free for anyone: it can no longer be
+// extended (that would take back a key others may already have judged
+// free) or released, though it still completes while nobody claimed since.
 func testRunOutExtends(t *testing.T, e *Env) {
 	k := key(t, "k")
 	ttl := shortTTL(e)
 	c := mustClaim(t, e, k, ttl)
 	pass(e, ttl)
-	if !extend(t, e, k, c.Fence, longTTL) {
-		t.Fatal("a claim whose lease ran out, with nobody claiming since, could not be extended")
-	}
-	if dup, claimed := claim(t, e, k, otherFP, longTTL); claimed {
-		t.Fatalf("the key was claimed again after the late Extend (fence %v)", dup.Fence)
+	if extend(t, e, k, c.Fence, longTTL) {
+		t.Fatal("a claim whose lease ran out was extended")
 	}
 	out := outcome(c, "late")
 	if !complete(t, e, out, longTTL) {
-		t.Fatal("the extended claim could not complete")
+		t.Fatal("a run-out claim whose Extend was refused, with nobody claiming since, could not complete")
 	}
 	got, _ := get(t, e, k)
-	wantOutcome(t, "after a late Extend and Complete", got, out, longTTL)
+	wantOutcome(t, "after a refused Extend and a late Complete", got, out, longTTL)
 }
 
 func testRunOutReleases(t *testing.T, e *Env) {
@@ -439,18 +439,15 @@ func testRunOutReleases(t *testing.T, e *Env) {
 	ttl := shortTTL(e)
 	c := mustClaim(t, e, k, ttl)
 	pass(e, ttl)
-	if !release(t, e, k, c.Fence) {
-		t.Fatal("a claim whose lease ran out, with nobody claiming since, could not be released")
-	}
 	if release(t, e, k, c.Fence) {
-		t.Fatal("a second Release of a run-out claim succeeded")
-	}
-	if complete(t, e, outcome(c, "x"), longTTL) {
-		t.Fatal("a released run-out claim could still complete")
+		t.Fatal("a claim whose lease ran out was released")
 	}
 	next, claimed := claim(t, e, k, otherFP, longTTL)
 	if !claimed || next.Fence <= c.Fence {
-		t.Fatalf("after Release the key was not claimable with a greater fence: %+v, %v", next, claimed)
+		t.Fatalf("the run-out claim was not taken over with a greater fence: %+v, %v", next, claimed)
+	}
+	if complete(t, e, outcome(c, "x"), longTTL) {
+		t.Fatal("the taken-over claim could still complete")
 	}
 }
 
@@ -458,13 +455,17 @@ func testExtend(t *testing.T, e *Env) {
 	k := key(t, "k")
 	ttl := shortTTL(e)
 	c := mustClaim(t, e, k, ttl)
-	if !extend(t, e, k, c.Fence, longTTL) {
-		t.Fatal("the holder's Extend was refused")
+	until, ok, err := e.Store.Extend(t.Context(), k, c.Fence, longTTL)
+	if err != nil || !ok {
+		t.Fatalf("the holder's Extend was refused: %v, %v", ok, err)
 	}
 	if !e.OpaqueClaims {
 		got, _ := get(t, e, k)
 		if got.Fence != c.Fence || !got.ExpiresAt.After(c.ExpiresAt.Add(longTTL/2)) {
 			t.Fatalf("after Extend the claim is %+v; want fence %v and a lease of about %v", got, c.Fence, longTTL)
+		}
+		if !got.ExpiresAt.Equal(until) {
+			t.Fatalf("Extend returned the expiry %v; Get reads %v", until, got.ExpiresAt)
 		}
 		c.ExpiresAt = got.ExpiresAt
 	}
@@ -695,7 +696,7 @@ func testConcurrentFenced(t *testing.T, e *Env) {
 			case i == n:
 				// The holder's own renewal, racing its completion: it may
 				// land or not, but never undo the completion.
-				_, err = e.Store.Extend(t.Context(), k, c.Fence, longTTL)
+				_, _, err = e.Store.Extend(t.Context(), k, c.Fence, longTTL)
 				errs[i] = err
 				return
 			case i%2 == 0:
@@ -930,10 +931,10 @@ func testClaimInvalid(t *testing.T, e *Env) {
 		} {
 			_, _, err := e.Store.Claim(ctx, c.key, fp, c.ttl)
 			want("Claim("+c.name+")", err)
-			_, err = e.Store.Extend(ctx, c.key, 1, c.ttl)
+			_, _, err = e.Store.Extend(ctx, c.key, 1, c.ttl)
 			want("Extend("+c.name+")", err)
 		}
-		_, err := e.Store.Extend(ctx, k, 0, time.Minute)
+		_, _, err := e.Store.Extend(ctx, k, 0, time.Minute)
 		want("Extend(zero fence)", err)
 		for _, c := range []struct {
 			name string
@@ -992,7 +993,7 @@ func testClaimEndedContext(t *testing.T, e *Env) {
 		wantCode(t, "Claim", err, x.code)
 		_, _, err = e.Store.Get(x.ctx, held)
 		wantCode(t, "Get", err, x.code)
-		_, err = e.Store.Extend(x.ctx, held, c.Fence, 2*longTTL)
+		_, _, err = e.Store.Extend(x.ctx, held, c.Fence, 2*longTTL)
 		wantCode(t, "Extend", err, x.code)
 		_, err = e.Store.Complete(x.ctx, outcome(c, "x"), longTTL)
 		wantCode(t, "Complete", err, x.code)
@@ -1021,7 +1022,7 @@ func testClaimBroken(t *testing.T, e *Env) {
 	wantUnavailable(t, "Claim of a free key", err, "secret-key")
 	_, _, err = e.Store.Get(ctx, k)
 	wantUnavailable(t, "Get", err, "secret-key")
-	_, err = e.Store.Extend(ctx, k, c.Fence, longTTL)
+	_, _, err = e.Store.Extend(ctx, k, c.Fence, longTTL)
 	wantUnavailable(t, "Extend", err, "secret-key")
 	_, err = e.Store.Complete(ctx, outcome(c, "x"), longTTL)
 	wantUnavailable(t, "Complete", err, "secret-key")
@@ -1052,7 +1053,7 @@ func testStalled(t *testing.T, e *Env) {
 		}},
 		{"Get", func(ctx context.Context) error { _, _, err := e.Store.Get(ctx, claims[0].Key); return err }},
 		{"Extend", func(ctx context.Context) error {
-			_, err := e.Store.Extend(ctx, claims[0].Key, claims[0].Fence, longTTL)
+			_, _, err := e.Store.Extend(ctx, claims[0].Key, claims[0].Fence, longTTL)
 			return err
 		}},
 		{"Complete", func(ctx context.Context) error {

@@ -246,7 +246,7 @@ func complete(t *testing.T, e *Env, rec store.Record, ttl time.Duration) bool {
 
 func extend(t *testing.T, e *Env, k string, f idemkit.Fence, ttl time.Duration) bool {
 	t.Helper()
-	ok, err := e.Store.Extend(t.Context(), k, f, ttl)
+	_, ok, err := e.Store.Extend(t.Context(), k, f, ttl)
 	if err != nil {
 		t.Fatalf("Extend: unexpected error: %v", err)
 	}

@@ -67,15 +67,15 @@ func (g *gated) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	return g.Store.Claim(ctx, key, fp, ttl)
 }
 
-func (g *gated) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (g *gated) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	if err := store.ValidateFenced("extend", key, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := store.ValidateTTL("extend", ttl); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := g.pass(ctx, "extend"); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	return g.Store.Extend(ctx, key, fence, ttl)
 }
