@@ -116,10 +116,10 @@
 //
 //	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 //		return func(c echo.Context) error {
-//			ctx, watch := middleware.WatchOutcome(c.Request().Context())
+//			ctx, outcome := middleware.WatchOutcome(c.Request().Context())
 //			c.SetRequest(c.Request().WithContext(ctx))
 //			err := next(c)
-//			if e, ok := watch.Outcome(); ok {
+//			if e, ok := outcome(); ok {
 //				slog.InfoContext(ctx, "request", "route", c.Path(), "idempotency", e.Kind.String())
 //			}
 //			return err

@@ -110,21 +110,20 @@ func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 	if cfg.errorHandler {
 		httpOpts = append(httpOpts, nethttp.WithProblemWriter(returnProblem))
 	}
-	core, err := nethttp.NewCore(guard, httpOpts...)
+	mw, err := nethttp.New(guard, httpOpts...)
 	if err != nil {
 		return nil, err
 	}
-	returnErrors := cfg.errorHandler
 	skip := cfg.skipper
 	if skip == nil {
 		skip = echomw.DefaultSkipper
 	}
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runChain(w, r, next) }))
 		return func(c echo.Context) error {
 			if skip(c) {
-				// Reported as passed through, under echo's route (a
-				// WithOperation of the HTTP options names only the
-				// requests the core sees).
+				// Reported as passed through under echo's route: a
+				// WithOperation names only the requests nethttp sees.
 				op := ""
 				if c.Path() != "" {
 					op = c.Request().Method + " " + c.Path()
@@ -132,77 +131,68 @@ func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 				guard.Bypass(c.Request().Context(), middleware.EventPassedThrough, nil, middleware.Operation(op))
 				return next(c)
 			}
-			return serve(core, c, next, returnErrors)
+			return serve(h, c)
 		}
 	}, nil
 }
 
-// serve runs one request through the core. The rest of the echo chain is
-// the core's next: it runs at most once per key, inside the guard. With
-// returnErrors (WithErrorHandler), a refusal is returned.
-func serve(core *nethttp.Core, c echo.Context, next echo.HandlerFunc, returnErrors bool) error {
-	res, outerR := c.Response(), c.Request()
-	var st *state
-	var val any = c // what the request's context holds: c, or st with returnErrors
-	if returnErrors {
-		st = &state{c: c, outer: res}
-		val = st
-	}
-	r := outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, val))
-	defer c.SetRequest(outerR)
-	var passErr error
-	core.Serve(res, r, func(w http.ResponseWriter, r *http.Request) {
-		c.SetRequest(r)
-		if rw, ok := w.(*echo.Response); ok && rw == res {
-			// Passed through unguarded (method, no key, fail-open):
-			// echo's own writer and error flow.
-			passErr = next(c)
-			return
-		}
-		inner := echo.NewResponse(w, c.Echo())
-		inner.Status = res.Status
-		c.SetResponse(inner)
-		defer c.SetResponse(res)
-		if err := next(c); err != nil {
-			// Rendered into the capture, so the record holds what the
-			// client got; it is not returned, so it is rendered once.
-			c.Error(err)
-		}
-	})
-	if st != nil && st.refusal != nil {
-		return st.refusal
-	}
-	return passErr
-}
-
-// state is what the middleware keeps of one request under
-// WithErrorHandler, in its context.
+// state is one request the middleware serves, in its context.
 type state struct {
 	c       echo.Context
 	outer   *echo.Response // the response the middleware was given
 	refusal error          // a refusal to return
+	passErr error          // the chain's error, when it ran unguarded
 }
 
-// contextOf returns the echo.Context of a request the middleware serves,
-// and its state under WithErrorHandler.
-func contextOf(r *http.Request) (echo.Context, *state) {
-	switch v := r.Context().Value(contextKey{}).(type) {
-	case echo.Context:
-		return v, nil
-	case *state:
-		return v.c, v
+// serve runs one request through the nethttp middleware h, whose next
+// handler (runChain) runs the rest of the echo chain at most once per key.
+// A refusal kept by returnProblem (WithErrorHandler) is returned.
+func serve(h http.Handler, c echo.Context) error {
+	outerR := c.Request()
+	st := &state{c: c, outer: c.Response()}
+	defer c.SetRequest(outerR)
+	h.ServeHTTP(st.outer, outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, st)))
+	if st.refusal != nil {
+		return st.refusal
 	}
-	return nil, nil
+	return st.passErr
+}
+
+// runChain runs the rest of the echo chain for the nethttp middleware.
+func runChain(w http.ResponseWriter, r *http.Request, next echo.HandlerFunc) {
+	st := contextOf(r)
+	c := st.c
+	c.SetRequest(r)
+	if rw, ok := w.(*echo.Response); ok && rw == st.outer {
+		// Passed through unguarded: echo's own writer and error flow.
+		st.passErr = next(c)
+		return
+	}
+	inner := echo.NewResponse(w, c.Echo())
+	inner.Status = st.outer.Status
+	c.SetResponse(inner)
+	defer c.SetResponse(st.outer)
+	if err := next(c); err != nil {
+		// Rendered into the capture, so the record holds what the client
+		// got; not returned, so it is rendered once.
+		c.Error(err)
+	}
+}
+
+// contextOf returns the state of a request the middleware serves, or nil.
+func contextOf(r *http.Request) *state {
+	st, _ := r.Context().Value(contextKey{}).(*state)
+	return st
 }
 
 // operation names a request's operation by the route echo matched: "POST
 // /orders/:id", or "" when it is unknown.
 func operation(r *http.Request) string {
-	c, _ := contextOf(r)
-	if c == nil || c.Path() == "" {
+	st := contextOf(r)
+	if st == nil || st.c.Path() == "" {
 		return ""
 	}
-	return r.Method + " " + c.Path()
+	return r.Method + " " + st.c.Path()
 }
 
 // returnProblem is the problem writer of WithErrorHandler: a refusal, to
@@ -210,11 +200,7 @@ func operation(r *http.Request) string {
 // to return; the 500 of a panic, written inside the guard, is rendered
 // there by echo's error handler, on a response over the capture.
 func returnProblem(w http.ResponseWriter, r *http.Request, p nethttp.Problem) {
-	_, st := contextOf(r)
-	if st == nil {
-		nethttp.WriteProblem(w, r, p) // not reached: the core writes for requests serve gave it
-		return
-	}
+	st := contextOf(r)
 	if rw, ok := w.(*echo.Response); ok && rw == st.outer {
 		st.refusal = problemError(p)
 		return
@@ -239,6 +225,8 @@ type contextKey struct{}
 // parameters). Like the echo.Context itself (echo reuses it for another
 // request), it is valid only while the request is being served.
 func ContextOf(r *http.Request) echo.Context {
-	c, _ := contextOf(r)
-	return c
+	if st := contextOf(r); st != nil {
+		return st.c
+	}
+	return nil
 }

@@ -109,10 +109,10 @@
 // returns:
 //
 //	r.Use(func(c *gin.Context) {
-//		ctx, watch := middleware.WatchOutcome(c.Request.Context())
+//		ctx, outcome := middleware.WatchOutcome(c.Request.Context())
 //		c.Request = c.Request.WithContext(ctx)
 //		c.Next()
-//		if e, ok := watch.Outcome(); ok {
+//		if e, ok := outcome(); ok {
 //			slog.InfoContext(ctx, "request", "route", c.FullPath(), "idempotency", e.Kind.String())
 //		}
 //	}, idem)

@@ -104,7 +104,7 @@ func (c *client) retryable(err error, attempt int) (time.Duration, bool) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
 	case codes.Aborted:
-		if ei := ErrorInfoOf(err); ei == nil || ei.GetReason() != ReasonInProgress || ei.GetDomain() != c.cfg.domain {
+		if ei := ErrorInfoOf(err); ei == nil || ei.GetReason() != reasonInProgress || ei.GetDomain() != c.cfg.domain {
 			return 0, false // an Aborted of the application's own
 		}
 	default:

@@ -284,7 +284,7 @@ func TestOptionsAppliedToTheRightInterceptor(t *testing.T) {
 	}{{"shop.example", 2}, {"idemkit.dev", 1}} {
 		ci := clientInterceptor(t, grpcinterceptor.WithErrorDomain("shop.example"), grpcinterceptor.WithMaxAttempts(2),
 			grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}))
-		busy, _ := status.New(codes.Aborted, "busy").WithDetails(&errdetails.ErrorInfo{Reason: grpcinterceptor.ReasonInProgress, Domain: c.domain})
+		busy, _ := status.New(codes.Aborted, "busy").WithDetails(&errdetails.ErrorInfo{Reason: "IDEMPOTENCY_KEY_IN_PROGRESS", Domain: c.domain})
 		calls := 0
 		_ = ci(t.Context(), unaryCall, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
 			calls++

@@ -123,9 +123,9 @@
 // this one reads the outcome of its call from the context:
 //
 //	func accessLog(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-//		ctx, watch := middleware.WatchOutcome(ctx)
+//		ctx, outcome := middleware.WatchOutcome(ctx)
 //		resp, err := handler(ctx, req)
-//		if e, ok := watch.Outcome(); ok {
+//		if e, ok := outcome(); ok {
 //			slog.InfoContext(ctx, "call", "method", info.FullMethod, "idempotency", e.Kind.String())
 //		}
 //		return resp, err

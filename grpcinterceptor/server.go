@@ -167,16 +167,16 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 				return handler(ctx, req)
 			}
 			if field != nil {
-				return nil, s.reject(ctx, op, ReasonKeyMissing,
+				return nil, s.reject(ctx, op, reasonKeyMissing,
 					"set "+string(field.Name())+" or send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.fieldMeta)
 			}
-			return nil, s.reject(ctx, op, ReasonKeyMissing, "send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.keyMeta)
+			return nil, s.reject(ctx, op, reasonKeyMissing, "send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.keyMeta)
 		}
 		k, err := parseKey(values, s.cfg.maxKeyLen)
 		if err != nil {
 			var ke *keyError
 			errors.As(err, &ke)
-			return nil, s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key: "+ke.reason, s.keyMeta)
+			return nil, s.reject(ctx, op, reasonKeyMalformed, "malformed idempotency key: "+ke.reason, s.keyMeta)
 		}
 		key = k
 	}
@@ -208,19 +208,20 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	out, err := s.guard.Execute(ctx, key, fp, func(ctx context.Context) (middleware.Result, error) {
 		var res middleware.Result
 		resp, res, held, handlerErr = s.run(ctx, req, info, handler)
-		if begun, _ := middleware.TransactionBegun(ctx); begun && res.Verdict == middleware.RecordNotReplayable && s.oversized(resp) {
+		if begun, _ := middleware.TransactionBegun(ctx); begun && res.NotReplayable && s.oversized(resp) {
 			// A commit cannot record it, and a transaction's outcome is
 			// what a retry must find: rolled back instead (see
-			// ReasonResponseTooLarge).
+			// reasonResponseTooLarge).
 			tooLarge = true
-			return middleware.Result{Verdict: middleware.Forget}, nil
+			middleware.DoNotRecord(ctx)
+			return middleware.Result{}, nil
 		}
 		return res, nil
 	}, opts...)
 	if tooLarge && err == nil {
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the handler's response is larger than the response limit, so its transaction was rolled back",
 			slog.String("method", info.FullMethod), slog.Int("limit", s.cfg.maxResponse))
-		return nil, s.refusal(codes.Internal, ReasonResponseTooLarge, fmt.Sprintf(
+		return nil, s.refusal(codes.Internal, reasonResponseTooLarge, fmt.Sprintf(
 			"the response exceeds %d bytes, the most a call's database transaction can record; the transaction was rolled back, so nothing of the call was kept", s.cfg.maxResponse), 0, nil)
 	}
 	if held != nil && err == nil {
@@ -276,7 +277,8 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 // nil) or the status, with the metadata the handler set.
 func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *status.Status, store bool) middleware.Result {
 	if !store {
-		return middleware.Result{Verdict: middleware.Forget}
+		middleware.DoNotRecord(ctx)
+		return middleware.Result{}
 	}
 	rec := stored{status: st != nil}
 	rec.header, rec.trailer = cs.recorded()
@@ -292,7 +294,7 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 		if !ok {
 			// Another codec's message (or none): it ran, and cannot be
 			// replayed.
-			return middleware.Result{Verdict: middleware.RecordNotReplayable}
+			return middleware.Result{NotReplayable: true}
 		}
 		rec.messageName = m.ProtoReflect().Descriptor().FullName()
 		if _, err := s.cfg.types.FindMessageByName(rec.messageName); err != nil {
@@ -300,11 +302,11 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 			// record that is unreadable until it expires.
 			s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the response type is not in the message types; recorded as not replayable",
 				slog.String("type", string(rec.messageName)))
-			return middleware.Result{Verdict: middleware.RecordNotReplayable}
+			return middleware.Result{NotReplayable: true}
 		}
 		size := prefixSize(rec) + proto.Size(m)
 		if size > s.cfg.maxResponse {
-			return middleware.Result{Verdict: middleware.RecordNotReplayable} // not encoded: it would not be kept
+			return middleware.Result{NotReplayable: true} // not encoded: it would not be kept
 		}
 		// Size just measured the unchanged message: its cached size serves
 		// the encoding, into a buffer of the size it will have.
@@ -312,7 +314,7 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 		b, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, m)
 	}
 	if err != nil || len(b) > s.cfg.maxResponse {
-		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		return middleware.Result{NotReplayable: true}
 	}
 	return middleware.Result{Value: b}
 }
@@ -330,7 +332,7 @@ func (s *server) replay(ctx context.Context, value []byte) (any, error) {
 	a, err := s.rebuild(value)
 	if err != nil {
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be rebuilt", slog.String("error", err.Error()))
-		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
+		return nil, s.refusal(codes.Unavailable, reasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer cannot be rebuilt by this server", s.cfg.retryDelay, nil)
 	}
 	header := a.header
@@ -411,9 +413,9 @@ func (s *server) rejectField(ctx context.Context, op middleware.CallOption, err 
 	var ke *keyError
 	errors.As(err, &ke)
 	field := string(s.cfg.keyField)
-	return s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key in "+field+": "+ke.reason, s.fieldMeta,
+	return s.reject(ctx, op, reasonKeyMalformed, "malformed idempotency key in "+field+": "+ke.reason, s.fieldMeta,
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
-			Field: field, Description: "malformed idempotency key: " + ke.reason, Reason: ReasonKeyMalformed,
+			Field: field, Description: "malformed idempotency key: " + ke.reason, Reason: reasonKeyMalformed,
 		}}})
 }
 
@@ -424,36 +426,36 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 	case errors.Is(err, middleware.ErrInvalidKey):
 		// The key was checked, so only its length with the scope and
 		// namespace is left: the guard reported the call rejected.
-		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMalformed,
+		return nil, s.refusal(codes.InvalidArgument, reasonKeyMalformed,
 			"malformed idempotency key: the key is too long for its scope; use a shorter key", 0, keyMeta)
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
-		return nil, s.refusal(codes.FailedPrecondition, ReasonCredentialsMismatch,
+		return nil, s.refusal(codes.FailedPrecondition, reasonCredentialsMismatch,
 			"this idempotency key was used by a call with other credentials; use a new key for a new request", 0, nil)
 	case errors.Is(err, middleware.ErrMismatch):
-		return nil, s.refusal(codes.FailedPrecondition, ReasonKeyReused,
+		return nil, s.refusal(codes.FailedPrecondition, reasonKeyReused,
 			"this idempotency key was used with a different request; use a new key for a new request", 0, nil)
 	case errors.Is(err, middleware.ErrInProgress):
-		return nil, s.refusal(codes.Aborted, ReasonInProgress,
+		return nil, s.refusal(codes.Aborted, reasonInProgress,
 			"the first call with this idempotency key has not finished; retry later with the same key and request", s.cfg.retryDelay, nil)
 	case errors.Is(err, middleware.ErrNotReplayable):
-		return nil, s.refusal(codes.FailedPrecondition, ReasonNotReplayable,
+		return nil, s.refusal(codes.FailedPrecondition, reasonNotReplayable,
 			"the call with this idempotency key was executed, but its answer could not be kept for replay "+
 				"(larger than the capture limit, or not a protobuf message this server can rebuild); it will not be executed again", 0, nil)
 	case errors.Is(err, store.ErrUnsealable):
 		// The call ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
-		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
+		return nil, s.refusal(codes.Unavailable, reasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer is unreadable; it will not be executed again", s.cfg.retryDelay, nil)
 	case errors.Is(err, store.ErrWorkConflict):
-		return nil, s.refusal(codes.Aborted, ReasonTransactionConflict,
+		return nil, s.refusal(codes.Aborted, reasonTransactionConflict,
 			"the call's database transaction conflicted with a concurrent one and was rolled back, so nothing of it was kept; retry with the same key and request", s.cfg.retryDelay, nil)
 	case errors.Is(err, store.ErrWorkFailed):
-		return nil, s.refusal(codes.Internal, ReasonTransactionFailed,
+		return nil, s.refusal(codes.Internal, reasonTransactionFailed,
 			"the call's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0, nil)
 	case errors.Is(err, middleware.ErrUnavailable) && idemkit.CodeOf(err).Permanent():
 		// Retrying cannot help; the guard logged why.
-		return nil, s.refusal(codes.Internal, ReasonMisconfigured,
+		return nil, s.refusal(codes.Internal, reasonMisconfigured,
 			"the idempotency backend refuses this service until its setup is fixed, so the call was not executed", 0, nil)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
@@ -461,10 +463,10 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 		if !transient {
 			msg = "the idempotency backend failed, so the call was not executed; retry later with the same key"
 		}
-		return nil, s.refusal(codes.Unavailable, ReasonUnavailable, msg, s.cfg.retryDelay, nil)
+		return nil, s.refusal(codes.Unavailable, reasonUnavailable, msg, s.cfg.retryDelay, nil)
 	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: unexpected guard error", slog.String("error", err.Error()))
-	return nil, s.refusal(codes.Unavailable, ReasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
+	return nil, s.refusal(codes.Unavailable, reasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
 }

@@ -25,22 +25,14 @@ const bindingMark = ";c="
 // 32 base64url characters.
 const bindingBytes = 24
 
-// Credentials binds the call's record to the caller's credentials: values
-// are the raw credentials (an Authorization header, a session cookie, a
-// token), compared as an ordered list. A record written by a call with
-// other credentials (other values, or none at all), and a record written
-// without credentials while this call has some, is never replayed to this
-// call and never runs fn again: the call fails with
-// [ErrCredentialsMismatch], before the payloads are compared, so a caller
-// with other credentials learns nothing about the recorded request. The
-// same holds while the other caller's request still runs.
-//
-// The guard never stores the values: the record keeps the first 24 bytes
-// of an HMAC-SHA-256 over the record key and the values (each behind its
-// length as 4 bytes big-endian), keyed by the guard's secret (see
-// [WithSecret]). A call without this option is not bound and is compared
-// by its payload alone; a call without values (Credentials()) is bound to
-// having none.
+// Credentials binds the call's record to the caller's raw credentials
+// (compared as an ordered list): a record written with other credentials,
+// or none, is never replayed to this call nor runs fn again; the call
+// fails with [ErrCredentialsMismatch] before the payloads are compared.
+// The record keeps only 24 bytes of an HMAC-SHA-256 over the record key
+// and the values, keyed by the guard's secret ([WithSecret]).
+// Credentials() binds the call to having none; without the option a call
+// is not bound.
 func Credentials(values ...string) CallOption { return CallOption{set: setCredentials, list: values} }
 
 func setCredentials(c *callConfig, o CallOption) { c.credentials, c.bound = o.list, true }

@@ -20,19 +20,16 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Core is the HTTP behaviour of the middleware, independent of the router:
-// key parsing, scoping, body limits, fingerprinting, capture, replay and
-// problem answers. The gin and echo adapters are built on it.
-type Core struct {
+// core is the HTTP behaviour of the middleware: key parsing, scoping, body
+// limits, fingerprinting, capture, replay and problem answers.
+type core struct {
 	guard *middleware.Guard
 	cfg   config
 	keep  func(name string) bool // keepHeader, made once
 }
 
-// NewCore validates the options and returns the HTTP core for guard, for
-// adapters of other routers. Applications use [New].
-func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
-	bad := func(detail string) (*Core, error) {
+func newCore(guard *middleware.Guard, opts ...Option) (*core, error) {
+	bad := func(detail string) (*core, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
 	}
 	if why, ok := validGuard(guard); !ok {
@@ -69,36 +66,32 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 	if cfg.problemWriter == nil {
 		cfg.problemWriter = WriteProblem
 	}
-	c := &Core{guard: guard, cfg: cfg}
+	c := &core{guard: guard, cfg: cfg}
 	c.keep = c.keepHeader
 	return c, nil
 }
 
 // New validates the options and returns net/http middleware that makes the
-// handlers it wraps idempotent with guard. An invalid or nil option, or a
-// guard not made by middleware.New (nil or zero), is an error here
-// (InvalidArgument); nothing panics on the request path.
+// handlers it wraps idempotent with guard. A bad or nil option, or a guard
+// not made by middleware.New, is an InvalidArgument error here.
+//
+// The middleware hands unguarded requests to the next handler unchanged
+// (the very writer and request it got); guarded ones reach it at most once
+// per key, with a capturing writer and a new request whose body was read.
 func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
-	c, err := NewCore(guard, opts...)
+	c, err := newCore(guard, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			c.Serve(w, r, next.ServeHTTP)
+			c.serve(w, r, next.ServeHTTP)
 		})
 	}, nil
 }
 
-// Serve handles one request: it passes unguarded requests to next
-// unchanged (the very w and r it was given; when the key source read the
-// body to find no key, r's body restored), and runs guarded ones through
-// the guard, calling next at most once per key with a capturing writer and
-// a new request whose body has been read (and restored). Adapters call it
-// with their framework's writer and a next that resumes the framework's
-// chain; they tell the two cases apart by comparing the request next gets
-// with r.
-func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
+// serve handles one request (see [New]).
+func (c *core) serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
 	op := middleware.Operation(c.operation(r))
 	if !c.cfg.methods[r.Method] {
 		c.guard.Bypass(r.Context(), middleware.EventPassedThrough, nil, op)
@@ -120,12 +113,12 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 	if err != nil {
 		var ke *keyError
 		errors.As(err, &ke)
-		c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMalformed, ke.reason)
+		c.reject(w, r, op, http.StatusBadRequest, problemKeyMalformed, ke.reason)
 		return
 	}
 	if key == "" {
 		if c.cfg.required {
-			c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMissing, "send "+c.cfg.key.where+" with a unique key, such as a UUID")
+			c.reject(w, r, op, http.StatusBadRequest, problemKeyMissing, "send "+c.cfg.key.where+" with a unique key, such as a UUID")
 			return
 		}
 		if read {
@@ -184,7 +177,7 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 			rec.drop()
 			c.cfg.logger.ErrorContext(r.Context(), "nethttp: the handler's response outgrew the response limit while it was held until its transaction's commit; the transaction was rolled back",
 				slog.Int("limit", c.cfg.maxResponse))
-			c.writeProblem(w, r, http.StatusInternalServerError, ProblemResponseTooLarge,
+			c.writeProblem(w, r, http.StatusInternalServerError, problemResponseTooLarge,
 				fmt.Sprintf("the response exceeds %d bytes, the most that is held until the request's database transaction commits; the transaction was rolled back, so nothing of the request was kept", c.cfg.maxResponse), 0)
 			return
 		case err == nil:
@@ -211,13 +204,13 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 
 // reject answers a request refused before it reached the guard, and
 // reports it.
-func (c *Core) reject(w http.ResponseWriter, r *http.Request, op middleware.CallOption, status int, problem, detail string) {
+func (c *core) reject(w http.ResponseWriter, r *http.Request, op middleware.CallOption, status int, problem, detail string) {
 	c.guard.Bypass(r.Context(), middleware.EventRejected, errors.New("nethttp: "+problem+": "+detail), op)
 	c.writeProblem(w, r, status, problem, detail, 0)
 }
 
 // operation names the request's operation for hooks and telemetry.
-func (c *Core) operation(r *http.Request) string {
+func (c *core) operation(r *http.Request) string {
 	if c.cfg.operation != nil {
 		return c.cfg.operation(r)
 	}
@@ -248,9 +241,9 @@ func patternOperation(r *http.Request) string {
 // read through the limit, never trusted to have that length, because a middleware in front of this one
 // may have replaced r.Body (a decompressing one, say) and left
 // ContentLength describing the old body.
-func (c *Core) readBody(w http.ResponseWriter, r *http.Request, op middleware.CallOption) ([]byte, bool) {
+func (c *core) readBody(w http.ResponseWriter, r *http.Request, op middleware.CallOption) ([]byte, bool) {
 	if r.ContentLength > c.cfg.maxBody {
-		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, problemBodyTooLarge,
 			fmt.Sprintf("the body has %d bytes; at most %d are accepted", r.ContentLength, c.cfg.maxBody))
 		return nil, false
 	}
@@ -262,19 +255,19 @@ func (c *Core) readBody(w http.ResponseWriter, r *http.Request, op middleware.Ca
 	var maxBytes *http.MaxBytesError
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, problemBodyTooLarge,
 			fmt.Sprintf("the body exceeds %d bytes", c.cfg.maxBody))
 		return nil, false
 	case errors.As(err, &maxBytes):
 		// An http.MaxBytesReader in front of the middleware stopped it.
-		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, problemBodyTooLarge,
 			fmt.Sprintf("the body exceeds %d bytes", maxBytes.Limit))
 		return nil, false
 	case err != nil:
 		// The client went away or sent a broken body (a bad gzip stream
 		// behind a decompressing middleware, a torn chunked encoding):
 		// nothing ran.
-		c.reject(w, r, op, http.StatusBadRequest, ProblemBodyUnreadable, "the request body could not be read")
+		c.reject(w, r, op, http.StatusBadRequest, problemBodyUnreadable, "the request body could not be read")
 		return nil, false
 	}
 	return body, true
@@ -322,7 +315,7 @@ func (b *bufferedBody) again() (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(b.body)), nil
 }
 
-func (c *Core) route(r *http.Request) string {
+func (c *core) route(r *http.Request) string {
 	if c.cfg.route != nil {
 		return c.cfg.route(r)
 	}
@@ -357,7 +350,7 @@ func sentPath(u *url.URL) string {
 // response sets *aborted, for the caller to re-panic once the record is
 // written; one that began nothing re-panics at once, and nothing is
 // recorded (a retry runs it again).
-func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool, captured **capture) (res middleware.Result) {
+func (c *core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool, captured **capture) (res middleware.Result) {
 	cw, rec := newCapture(w, c.keep, c.cfg.maxResponse)
 	if _, can := middleware.TransactionBegun(ctx); can {
 		// The store can commit the work's writes with its outcome: a
@@ -381,12 +374,12 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 				panic(p) // aborted before answering anything: nothing is recorded
 			}
 			*aborted = true
-			res = middleware.Result{Verdict: middleware.RecordNotReplayable}
+			res = middleware.Result{NotReplayable: true}
 			return
 		}
 		c.cfg.logger.ErrorContext(ctx, "nethttp: the handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		if !rec.wrote {
-			c.writeProblem(cw, req, http.StatusInternalServerError, ProblemInternal, "", 0)
+			c.writeProblem(cw, req, http.StatusInternalServerError, problemInternal, "", 0)
 		}
 		res = c.verdict(rec, c.cfg.policy.Panic, ctx)
 	}()
@@ -395,7 +388,7 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		if ctx.Err() != nil {
 			// The client went away and the handler answered nothing:
 			// assume it gave up, and let a retry run it.
-			return middleware.Result{Verdict: middleware.Forget}
+			return forget(ctx)
 		}
 		rec.WriteHeader(http.StatusOK)
 	}
@@ -403,37 +396,44 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 }
 
 // verdict decides what the guard records for a finished response.
-func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.Result {
+func (c *core) verdict(rec *capture, store bool, ctx context.Context) middleware.Result {
 	switch {
 	case rec.heldOver:
 		// Held past the limit: the rest of it is lost, so the work must
 		// not commit (see Write).
-		return middleware.Result{Verdict: middleware.Forget}
+		return forget(ctx)
 	case rec.hijacked:
-		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		return middleware.Result{NotReplayable: true}
 	case rec.marked && rec.began != nil && rec.began():
 		// Answered outside the capture, with writes that can still be
 		// undone: rolled back rather than recorded (see MarkNotReplayable).
-		return middleware.Result{Verdict: middleware.Forget}
+		return forget(ctx)
 	case !store:
-		return middleware.Result{Verdict: middleware.Forget}
+		return forget(ctx)
 	case !rec.replayable():
-		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		return middleware.Result{NotReplayable: true}
 	}
 	return middleware.Result{Value: rec.record()}
+}
+
+// forget is the result of a response that is not recorded: the claim is
+// released and a retry runs the handler again.
+func forget(ctx context.Context) middleware.Result {
+	middleware.DoNotRecord(ctx)
+	return middleware.Result{}
 }
 
 // keepHeader reports whether a response header is recorded and replayed:
 // the allow-listed ones (never a credential, see neverReplayed), and
 // always Content-Encoding and Vary, which describe the recorded bytes
 // themselves, and Cache-Control, which says who may keep them.
-func (c *Core) keepHeader(name string) bool {
+func (c *core) keepHeader(name string) bool {
 	return c.cfg.replayHeaders[name] || name == "Content-Encoding" || name == "Vary" || name == "Cache-Control"
 }
 
 // replay writes a recorded response, unless it is content-coded in a way
 // the retry does not accept.
-func (c *Core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
+func (c *core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
 	h := w.Header()
 	status, body, err := decodeInto(value, func(name string, values []string) {
 		if c.keepHeader(name) {
@@ -447,12 +447,12 @@ func (c *Core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
 	if err != nil {
 		undo()
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
 		return
 	}
 	if coding, ok := acceptsEncoding(r.Header.Values("Accept-Encoding"), h.Values("Content-Encoding")); !ok {
 		undo()
-		c.writeProblem(w, r, http.StatusConflict, ProblemNotReplayable,
+		c.writeProblem(w, r, http.StatusConflict, problemNotReplayable,
 			"the request with this key was executed, but its recorded response is encoded with "+strconv.Quote(coding)+
 				", which this request's Accept-Encoding does not accept; retry with the first request's Accept-Encoding. It will not be executed again", 0)
 		return
@@ -480,40 +480,40 @@ func exposeHeader(h http.Header, name string) {
 }
 
 // refuse answers a request the guard did not run.
-func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
+func (c *core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, middleware.ErrInvalidKey):
 		// The key, with its namespace and scope, is too long for a
 		// record key.
-		c.writeProblem(w, r, http.StatusBadRequest, ProblemKeyMalformed, "the key is too long for its scope; use a shorter key", 0)
+		c.writeProblem(w, r, http.StatusBadRequest, problemKeyMalformed, "the key is too long for its scope; use a shorter key", 0)
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
-		c.writeProblem(w, r, http.StatusUnprocessableEntity, ProblemCredentialsMismatch,
+		c.writeProblem(w, r, http.StatusUnprocessableEntity, problemCredentialsMismatch,
 			"this key was used by a request with other credentials; use a new key for a new request", 0)
 	case errors.Is(err, middleware.ErrMismatch):
-		c.writeProblem(w, r, http.StatusUnprocessableEntity, ProblemKeyReused,
+		c.writeProblem(w, r, http.StatusUnprocessableEntity, problemKeyReused,
 			"this key was used with a different request (method, route, query or body); use a new key for a new request", 0)
 	case errors.Is(err, middleware.ErrInProgress):
-		c.writeProblem(w, r, http.StatusConflict, ProblemInProgress,
+		c.writeProblem(w, r, http.StatusConflict, problemInProgress,
 			"the first request with this key has not finished; retry later with the same key and request", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrNotReplayable):
-		c.writeProblem(w, r, http.StatusConflict, ProblemNotReplayable,
+		c.writeProblem(w, r, http.StatusConflict, problemNotReplayable,
 			"the request with this key was executed, but its response could not be kept for replay (it was streamed, hijacked, aborted, "+
 				"larger than the capture limit, or written outside the middleware); it will not be executed again", 0)
 	case errors.Is(err, store.ErrWorkConflict):
-		c.writeProblem(w, r, http.StatusConflict, ProblemTransactionConflict,
+		c.writeProblem(w, r, http.StatusConflict, problemTransactionConflict,
 			"the request's database transaction conflicted with a concurrent one and was rolled back, so nothing of it was kept; retry with the same key and request", c.cfg.retryAfter)
 	case errors.Is(err, store.ErrWorkFailed):
-		c.writeProblem(w, r, http.StatusInternalServerError, ProblemTransactionFailed,
+		c.writeProblem(w, r, http.StatusInternalServerError, problemTransactionFailed,
 			"the request's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0)
 	case errors.Is(err, store.ErrUnsealable):
 		// The request ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response cannot be opened", slog.String("error", err.Error()))
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable,
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable,
 			"the request with this key was executed, but its recorded response is unreadable; it will not be executed again", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrUnavailable) && idemkit.CodeOf(err).Permanent():
 		// Retrying cannot help; the guard logged why.
-		c.writeProblem(w, r, http.StatusInternalServerError, ProblemMisconfigured,
+		c.writeProblem(w, r, http.StatusInternalServerError, problemMisconfigured,
 			"the idempotency backend refuses this service until its setup is fixed, so the request was not executed", 0)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
@@ -521,12 +521,12 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		if !transient {
 			detail = "the idempotency backend failed, so the request was not executed; retry later with the same key"
 		}
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, detail, c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable, detail, c.cfg.retryAfter)
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
 	default:
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: unexpected guard error", slog.String("error", err.Error()))
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "", c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable, "", c.cfg.retryAfter)
 	}
 }
 

@@ -14,7 +14,7 @@ import (
 // Each header's lines are joined by a line feed (which no field value
 // holds), and an absent header or certificate counts as empty; a request
 // with none of them is bound to having no credentials at all.
-func (c *Core) credentials(r *http.Request) middleware.CallOption {
+func (c *core) credentials(r *http.Request) middleware.CallOption {
 	h := r.Header
 	auth, cookie := h["Authorization"], h["Cookie"]
 	var cert string
