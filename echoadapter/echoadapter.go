@@ -22,56 +22,23 @@ type config struct {
 	errorHandler bool
 }
 
-// WithSkipper sets a function that skips the middleware for a request: it
-// goes on to the next handler unguarded. Default: echo's DefaultSkipper
-// (nothing skipped); nil restores it.
+// WithSkipper sets a function that skips the middleware for a request,
+// which goes on unguarded. Default: echo's DefaultSkipper; nil restores it.
 func WithSkipper(skip echomw.Skipper) Option { return func(c *config) { c.skipper = skip } }
 
-// WithHTTPOptions sets options of the HTTP core (see [nethttp.Option]);
-// repeated calls add up. Default: none, that is nethttp's defaults: POST
-// and PATCH guarded, the key optional, a 1 MiB body limit, 2xx–4xx
-// recorded and 5xx forgotten, one scope for the whole service, the path
-// as sent (escapes kept) as the route; and the operation that hooks and telemetry see is
-// echo's: the method and the route echo matched, "POST /orders/:id"
-// (c.Path()), unless nethttp.WithOperation says otherwise.
+// WithHTTPOptions sets nethttp's options, with nethttp's defaults except
+// the operation (echo's route); repeated calls add up.
 func WithHTTPOptions(opts ...nethttp.Option) Option {
 	return func(c *config) { c.http = append(c.http, opts...) }
 }
 
-// WithErrorHandler, when true, makes the middleware return its refusals
-// (400, 409, 413, 422, 503) as errors, so that echo's HTTPErrorHandler
-// renders them in the application's own error format, and middleware in
-// front sees them as it sees a handler's error. Each is an *echo.HTTPError
-// with the problem's status, whose Internal error is a [*ProblemError]
-// holding the [nethttp.Problem] (errors.As finds both); its Message is the
-// problem as RFC 9457 JSON, so echo's default error handler answers
-// with the status and the problem's fields. Cache-Control: no-store and,
-// for 409 in progress and 503, Retry-After are set on the response before
-// the error is returned. The 500 of a handler that panicked is rendered
-// the same way, through the error handler, inside the guard (so the
-// record, if the store policy keeps it, holds what the client got). It
-// replaces any [nethttp.WithProblemWriter]. Default: false (the middleware
-// writes RFC 9457 application/problem+json answers itself, or through
-// nethttp.WithProblemWriter).
+// WithErrorHandler, when true, returns the middleware's refusals as
+// errors for echo's HTTPErrorHandler to render, as it renders a handler's:
+// an *echo.HTTPError with the problem's status, whose Internal is the
+// nethttp.Problem and whose Message marshals to the RFC 9457 problem. A
+// panic's 500 is rendered the same way, inside the guard. It replaces
+// nethttp.WithProblemWriter. Default: false.
 func WithErrorHandler(on bool) Option { return func(c *config) { c.errorHandler = on } }
-
-// ProblemError is a refusal of the middleware, returned to echo's error
-// handling under [WithErrorHandler] as the Internal error of an
-// *echo.HTTPError.
-type ProblemError struct {
-	Problem nethttp.Problem
-}
-
-// Error returns the problem's title and detail.
-func (e *ProblemError) Error() string {
-	if e.Problem.Detail == "" {
-		return "idempotency: " + e.Problem.Title
-	}
-	return "idempotency: " + e.Problem.Title + ": " + e.Problem.Detail
-}
-
-// StatusCode returns the problem's HTTP status.
-func (e *ProblemError) StatusCode() int { return e.Problem.Status }
 
 // problemMessage is a problem as the Message of an *echo.HTTPError: it
 // marshals to RFC 9457 JSON.
@@ -89,13 +56,12 @@ func (m problemMessage) MarshalJSON() ([]byte, error) {
 
 // problemError returns p as the error the middleware returns to echo.
 func problemError(p nethttp.Problem) error {
-	return &echo.HTTPError{Code: p.Status, Message: problemMessage(p), Internal: &ProblemError{Problem: p}}
+	return &echo.HTTPError{Code: p.Status, Message: problemMessage(p), Internal: p}
 }
 
 // New validates the options and returns echo middleware that makes the
-// handlers after it idempotent with guard. An invalid or nil option, or a
-// guard not made by middleware.New (nil or zero), is an error here
-// (InvalidArgument); nothing panics on the request path.
+// handlers after it idempotent with guard. A bad or nil option, or a guard
+// not made by middleware.New, is an InvalidArgument error here.
 func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 	var cfg config
 	for _, o := range opts {
@@ -104,8 +70,6 @@ func New(guard *middleware.Guard, opts ...Option) (echo.MiddlewareFunc, error) {
 		}
 		o(&cfg)
 	}
-	// echo's route is the default operation; the user's options come
-	// after it, and the error handler's problem writer after them.
 	httpOpts := append([]nethttp.Option{nethttp.WithOperation(operation)}, cfg.http...)
 	if cfg.errorHandler {
 		httpOpts = append(httpOpts, nethttp.WithProblemWriter(returnProblem))
@@ -216,14 +180,9 @@ func returnProblem(w http.ResponseWriter, r *http.Request, p nethttp.Problem) {
 type contextKey struct{}
 
 // ContextOf returns the echo.Context of a request the middleware serves,
-// or nil for a request it did not see. It is meant for the nethttp hooks,
-// which receive the *http.Request: [nethttp.WithScope],
-// [nethttp.WithRoute], [nethttp.WithOperation], [nethttp.WithKey] (with
-// [nethttp.FuncKey]), [nethttp.WithProblemWriter] and
-// [nethttp.WithFingerprint] can read what echo
-// holds (values an authentication middleware stored with c.Set, path
-// parameters). Like the echo.Context itself (echo reuses it for another
-// request), it is valid only while the request is being served.
+// or nil for one it did not see, for the nethttp hooks, which get the
+// *http.Request. Like the echo.Context, it is valid only while the request
+// is served.
 func ContextOf(r *http.Request) echo.Context {
 	if st := contextOf(r); st != nil {
 		return st.c

@@ -438,7 +438,7 @@ func TestOutcomeWatchedByEchoMiddleware(t *testing.T) {
 
 // TestErrorHandlerRendersRefusals: with WithErrorHandler(true), refusals
 // are returned as errors: the middleware in front sees them (an
-// *echo.HTTPError with the status, wrapping an *echoadapter.ProblemError),
+// *echo.HTTPError with the status, wrapping the nethttp.Problem),
 // echo's default error handler answers with the status and the problem's
 // fields, and a custom one can write the application's own format; the
 // 500 of a panic is rendered by the error handler inside the guard, so a
@@ -448,7 +448,7 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 		status     int
 		kind       string
 		retry      string
-		sameStatus bool // the ProblemError's status is the HTTPError's
+		sameStatus bool // the Problem's status is the HTTPError's
 	}
 	for _, custom := range []bool{false, true} {
 		t.Run(fmt.Sprint("custom=", custom), func(t *testing.T) {
@@ -457,25 +457,25 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 			e := newEcho()
 			if custom {
 				e.HTTPErrorHandler = func(err error, c echo.Context) {
-					var pe *echoadapter.ProblemError
-					if !errors.As(err, &pe) {
+					var p nethttp.Problem
+					if !errors.As(err, &p) {
 						e.DefaultHTTPErrorHandler(err, c)
 						return
 					}
-					_ = c.JSON(pe.StatusCode(), map[string]any{"error": map[string]string{"code": pe.Problem.Kind, "message": pe.Problem.Detail}})
+					_ = c.JSON(p.Status, map[string]any{"error": map[string]string{"code": p.Kind, "message": p.Detail}})
 				}
 			}
 			e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 				return func(c echo.Context) error {
 					err := next(c)
 					var he *echo.HTTPError
-					var pe *echoadapter.ProblemError
+					var p nethttp.Problem
 					s := seen{retry: c.Response().Header().Get("Retry-After")}
 					if errors.As(err, &he) {
 						s.status = he.Code
 					}
-					if errors.As(err, &pe) {
-						s.kind, s.sameStatus = pe.Problem.Kind, pe.StatusCode() == s.status
+					if errors.As(err, &p) {
+						s.kind, s.sameStatus = p.Kind, p.Status == s.status
 					}
 					front <- s
 					return err

@@ -61,9 +61,9 @@ const rawInline = 16 << 10
 //     hashed as its text with surrounding white space trimmed;
 //   - the body: for a JSON media type (application/json or any type with a
 //     "+json" suffix, such as application/merge-patch+json) its
-//     [CanonicalJSON] form, so member order, white space and escapes do not
-//     matter; otherwise, or when the body is not JSON that CanonicalJSON
-//     accepts, its raw bytes. The two cases are tagged apart, so raw bytes
+//     canonical form (docs/http.md), so member order, white space and
+//     escapes do not matter; otherwise, or when the body is not JSON the
+//     canonical form accepts, its raw bytes. The two cases are tagged apart, so raw bytes
 //     never collide with a canonical form. A nil and an empty body match.
 //
 // The hash input, for anyone reproducing it: every string is preceded by

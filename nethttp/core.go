@@ -217,10 +217,9 @@ func (c *core) operation(r *http.Request) string {
 	return patternOperation(r)
 }
 
-// patternOperation returns the ServeMux pattern that matched r (Go 1.22
-// patterns), behind r's method when the pattern has none: "POST
-// /orders/{id}". It is "" when r went through no ServeMux before the
-// middleware (a middleware around the whole mux runs before it matches).
+// patternOperation returns the ServeMux pattern that matched r, behind r's
+// method when the pattern has none: "POST /orders/{id}"; "" before any
+// ServeMux matched.
 func patternOperation(r *http.Request) string {
 	p := r.Pattern
 	if p == "" {
@@ -232,15 +231,10 @@ func patternOperation(r *http.Request) string {
 	return r.Method + " " + p
 }
 
-// readBody reads the request body within the limit and restores it for the
-// handler. It answers 413 (or 400 for an unreadable body) and reports false
-// when the request cannot go on.
-//
-// r.ContentLength is only a hint: a Content-Length over the limit is
-// refused at once, and the length sizes the buffer, but the body is always
-// read through the limit, never trusted to have that length, because a middleware in front of this one
-// may have replaced r.Body (a decompressing one, say) and left
-// ContentLength describing the old body.
+// readBody reads the request body within the limit, or answers 413 (400
+// for an unreadable body) and reports false. r.ContentLength only sizes
+// the buffer: a decompressing middleware in front may have replaced r.Body
+// and left ContentLength describing the old one.
 func (c *core) readBody(w http.ResponseWriter, r *http.Request, op middleware.CallOption) ([]byte, bool) {
 	if r.ContentLength > c.cfg.maxBody {
 		c.reject(w, r, op, http.StatusRequestEntityTooLarge, problemBodyTooLarge,
@@ -273,9 +267,7 @@ func (c *core) readBody(w http.ResponseWriter, r *http.Request, op middleware.Ca
 	return body, true
 }
 
-// restoreBody makes body, read from r's body, r's body again, for a
-// request that passes through after its body was read (nothing to do when
-// r had none).
+// restoreBody gives a request that passes through the body read from it.
 func restoreBody(r *http.Request, body []byte) {
 	if body == nil {
 		return
@@ -283,8 +275,7 @@ func restoreBody(r *http.Request, body []byte) {
 	useBody(r, new(bufferedBody), body)
 }
 
-// useBody makes b, unused, r's body: a fresh reader over body (and
-// GetBody, for handlers that replay it).
+// useBody makes b, unused, a reader over body and r's body (and GetBody).
 func useBody(r *http.Request, b *bufferedBody, body []byte) {
 	b.body = body
 	b.r.Reset(body)
@@ -293,21 +284,16 @@ func useBody(r *http.Request, b *bufferedBody, body []byte) {
 	r.GetBody = b.again
 }
 
-// bufferedBody is a request body that was read ahead, in one allocation:
-// a reader over its bytes that closes, as io.NopCloser(bytes.NewReader(body))
-// would be (it reads, writes to a writer and closes; nothing more).
+// bufferedBody is io.NopCloser(bytes.NewReader(body)) in one allocation.
 type bufferedBody struct {
 	r    bytes.Reader
 	body []byte
 }
 
-// Read implements io.Reader.
 func (b *bufferedBody) Read(p []byte) (int, error) { return b.r.Read(p) }
 
-// WriteTo implements io.WriterTo.
 func (b *bufferedBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
 
-// Close implements io.Closer; it does nothing.
 func (*bufferedBody) Close() error { return nil }
 
 // again returns a fresh reader over the same bytes, for GetBody.
@@ -322,20 +308,11 @@ func (c *core) route(r *http.Request) string {
 	return sentPath(r.URL)
 }
 
-// sentPath returns u's path as the client sent it, escapes kept: the
-// route that goes into the fingerprint by default, for every adapter.
-// ServeMux, echo and gin (with UseRawPath) route on the escaped path, so
-// "/transfer/a%2Fb/c" (from "a/b" to "c") and "/transfer/a/b%2Fc" (from
-// "a" to "b/c") are different requests, though u.Path is "/transfer/a/b/c"
-// for both.
-//
-// That is u.RawPath whenever it is set and spells u.Path (the server sets
-// it to the path it received when that is not Path's default escaping),
-// even where u.EscapedPath would not use it, for characters that
-// url.URL escapes but a client may send as they are ("{", "|"): echo and
-// gin route on RawPath then too. Otherwise, and when a middleware in front
-// rewrote Path without RawPath, it is Path escaped (u.EscapedPath), which
-// is what the client sent when RawPath is empty.
+// sentPath returns u's path as the client sent it, escapes kept (see
+// WithRoute): u.RawPath whenever it spells u.Path, even where
+// u.EscapedPath would not use it ("{", "|": echo and gin route on RawPath
+// then too); else u.EscapedPath, also when a middleware in front rewrote
+// Path without RawPath.
 func sentPath(u *url.URL) string {
 	if u.RawPath != "" {
 		if p, err := url.PathUnescape(u.RawPath); err == nil && p == u.Path {
@@ -346,10 +323,9 @@ func sentPath(u *url.URL) string {
 }
 
 // run calls the handler with a capturing writer and returns what to record.
-// A handler that panics with http.ErrAbortHandler after it began its
-// response sets *aborted, for the caller to re-panic once the record is
-// written; one that began nothing re-panics at once, and nothing is
-// recorded (a retry runs it again).
+// A panic with http.ErrAbortHandler after the response began sets
+// *aborted, for the caller to re-panic once the record is written; before
+// it, it re-panics at once and nothing is recorded.
 func (c *core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool, captured **capture) (res middleware.Result) {
 	cw, rec := newCapture(w, c.keep, c.cfg.maxResponse)
 	if _, can := middleware.TransactionBegun(ctx); can {
@@ -423,10 +399,9 @@ func forget(ctx context.Context) middleware.Result {
 	return middleware.Result{}
 }
 
-// keepHeader reports whether a response header is recorded and replayed:
-// the allow-listed ones (never a credential, see neverReplayed), and
-// always Content-Encoding and Vary, which describe the recorded bytes
-// themselves, and Cache-Control, which says who may keep them.
+// keepHeader reports whether a response header is recorded and replayed
+// (see WithReplayHeaders): Content-Encoding and Vary describe the recorded
+// bytes, Cache-Control says who may keep them.
 func (c *core) keepHeader(name string) bool {
 	return c.cfg.replayHeaders[name] || name == "Content-Encoding" || name == "Vary" || name == "Cache-Control"
 }
@@ -539,15 +514,10 @@ func validHeaderName(s string) bool {
 	return s != ""
 }
 
-// acceptsEncoding reports whether a request whose Accept-Encoding field
-// lines are accept takes a response whose Content-Encoding field lines are
-// encodings; if not, it returns the first content coding refused. The
-// identity coding (no Content-Encoding) is always accepted. A coding is
-// accepted when the request lists it (x-gzip and x-compress spell gzip and
-// compress) or "*" with a q-value above 0; a request without
-// Accept-Encoding accepts no coding, so a compressed response is never
-// sent to a client that did not ask for compression (RFC 9110 lets a
-// server do so, but not every client copes).
+// acceptsEncoding reports whether the Accept-Encoding lines accept takes
+// the Content-Encoding lines encodings, or returns the first coding
+// refused. Identity always passes; no Accept-Encoding accepts no coding
+// (RFC 9110 lets a server send one anyway, but not every client copes).
 func acceptsEncoding(accept, encodings []string) (string, bool) {
 	for _, line := range encodings {
 		for coding := range strings.SplitSeq(line, ",") {
@@ -601,9 +571,8 @@ func normalCoding(s string) string {
 	return s
 }
 
-// qualityAbove0 reports whether an Accept-Encoding item's parameters give
-// it a weight above 0: no q parameter means 1; an unparsable one does not
-// count as acceptance.
+// qualityAbove0 reports whether an Accept-Encoding item's q is above 0
+// (absent: 1; unparsable: no).
 func qualityAbove0(params string) bool {
 	for p := range strings.SplitSeq(params, ";") {
 		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")

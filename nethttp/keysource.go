@@ -15,10 +15,10 @@ import (
 // zero KeySource is invalid.
 type KeySource struct {
 	kind  keyKind
-	name  string  // the header (canonical), query parameter or JSON field
+	name  string                                             // the header (canonical), query parameter or JSON field
 	fn    func(r *http.Request, body []byte) (string, error) // keyFunc
-	body  bool    // the body is read before the key is looked for
-	where string  // what to send, for the detail of a missing key
+	body  bool                                               // the body is read before the key is looked for
+	where string                                             // what to send, for the detail of a missing key
 }
 
 type keyKind uint8

@@ -51,12 +51,21 @@ var problemTitles = map[string]string{
 // whose transaction did not commit. [WriteProblem] writes it as RFC 9457
 // problem details; [WithProblemWriter] in the application's format.
 type Problem struct {
-	Status int    // the HTTP status: 400, 409, 413, 422, 500 or 503
-	Kind   string // one of the Problem* constants, such as [problemKeyReused]: stable, for clients to match on
-	Type   string // the type URI: the base of [WithProblemTypeBase] followed by Kind
-	Title  string // a short summary of the kind, the same for every occurrence
-	Detail string // what happened to this request, and what to do about it; may be empty
+	Status     int           // the HTTP status: 400, 409, 413, 422, 500 or 503
+	Kind       string        // stable, for clients to match on: "idempotency-key-reused", … (docs/http.md)
+	Type       string        // the type URI: the base of [WithProblemTypeBase] followed by Kind
+	Title      string        // a short summary of the kind, the same for every occurrence
+	Detail     string        // what happened to this request, and what to do about it; may be empty
 	RetryAfter time.Duration // when positive, sent as Retry-After in whole seconds, rounded up
+}
+
+// Error returns the problem's title and detail: echoadapter returns a
+// Problem as an error.
+func (p Problem) Error() string {
+	if p.Detail == "" {
+		return "idempotency: " + p.Title
+	}
+	return "idempotency: " + p.Title + ": " + p.Detail
 }
 
 // WriteProblem writes p as an RFC 9457 application/problem+json answer
