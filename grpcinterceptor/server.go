@@ -38,13 +38,9 @@ type server struct {
 }
 
 // New validates the options and returns a unary server interceptor that
-// makes the methods it guards idempotent with guard: the first call with a
-// key runs the handler, at most once across every server that shares the
-// guard's backend, and every retry with the same key and request gets the
-// recorded answer back. See the package documentation for the statuses it
-// answers. Use it with grpc.ChainUnaryInterceptor or grpc.UnaryInterceptor.
-// An invalid or nil option, or a guard not made by middleware.New (nil or
-// zero), is an InvalidArgument [idemkit.Error]; nothing panics on a call.
+// makes the methods it guards idempotent with guard (docs/grpc.md has its
+// answers). A bad or nil option, or a guard not made by middleware.New,
+// is an InvalidArgument error.
 func New(guard *middleware.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	s, err := newServer(guard, opts...)
 	if err != nil {
@@ -61,8 +57,6 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 	case guard == nil:
 		return bad("a guard is required; make one with middleware.New")
 	case reflect.ValueOf(guard).Elem().IsZero():
-		// New always sets the store and the defaults: only a Guard that
-		// New did not make is all zero.
 		return bad("the guard is a zero middleware.Guard; make it with middleware.New")
 	}
 	cfg := defaults(false)
@@ -127,9 +121,7 @@ func setOf(names []string) map[string]bool {
 	return m
 }
 
-// guarded reports whether calls to fullMethod go through the guard:
-// excluded methods never do, included ones always, the rest as the
-// selector says.
+// guarded reports whether calls to fullMethod go through the guard.
 func (s *server) guarded(fullMethod string) bool {
 	switch {
 	case s.exclude[fullMethod]:
@@ -359,7 +351,6 @@ type answer struct {
 	header, trailer metadata.MD
 }
 
-// rebuild decodes a record into the answer it holds.
 // decodeStatus decodes the recorded status of a failed call: an OK one
 // was never recorded, so it is errCorrupt.
 func decodeStatus(payload []byte) (*status.Status, error) {
@@ -373,6 +364,7 @@ func decodeStatus(payload []byte) (*status.Status, error) {
 	return status.FromProto(sp), nil
 }
 
+// rebuild decodes a record into the answer it holds.
 func (s *server) rebuild(value []byte) (answer, error) {
 	rec, err := decode(value)
 	if err != nil {
