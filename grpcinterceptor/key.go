@@ -13,11 +13,7 @@ import (
 
 // Key errors; a *keyError matches one of them and middleware.ErrInvalidKey.
 var (
-	// errKeyMissing: the call has no idempotency key where one is
-	// required.
-	errKeyMissing = errors.New("grpcinterceptor: idempotency key missing")
-	// errKeyMalformed: the key metadata is empty, too long, repeated, or
-	// has characters a key cannot have.
+	errKeyMissing   = errors.New("grpcinterceptor: idempotency key missing")
 	errKeyMalformed = errors.New("grpcinterceptor: idempotency key malformed")
 )
 
@@ -30,8 +26,6 @@ type keyError struct {
 
 func (e *keyError) Error() string { return e.err.Error() + ": " + e.reason }
 
-// Unwrap returns errKeyMissing or errKeyMalformed, and
-// middleware.ErrInvalidKey.
 func (e *keyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
 
 func malformed(format string, args ...any) error {

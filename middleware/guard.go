@@ -465,20 +465,13 @@ func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error)
 	return g.store.Claim(op, key, fp, g.cfg.leaseTTL)
 }
 
-// reclaim is the claim of a waiting duplicate, woken (or polling) to claim
-// again. The waiters of one key in this process share it: the first sends
-// its claim, and those that claim the same key with the same fingerprint
-// while it is on its way take its answer (a replay, or a claim still
-// running) instead of sending their own, so that a notification that wakes
-// hundreds of duplicates costs the backend one claim per process, not one
-// per duplicate. A claim the first one won is its own: the others claim for
-// themselves (and find it running), as they do when its claim failed.
-//
-// A waiter takes the answer of a claim sent no earlier than since, when
-// its watch was in place: an answer read before that could predate an
-// outcome the watch will never report (it was written before the watch),
-// and the waiter would sleep until its next poll. A claim sent after the
-// watch sees every outcome the watch does not.
+// reclaim is the claim of a waiting duplicate. The waiters of one key and
+// fingerprint in this process share it, so that a notification that wakes
+// hundreds of duplicates costs one claim per process: those that come
+// while one is on its way take its answer, unless it won the claim (a
+// claim is its maker's). A waiter takes only the answer of a claim sent no
+// earlier than since, when its watch was in place: an earlier answer could
+// predate an outcome the watch will never report.
 func (g *Guard) reclaim(op *opContext, key, fp string, since time.Time) (store.Record, bool, error) {
 	fk := flightKey{key: key, fp: fp}
 	g.flightsMu.Lock()
@@ -533,9 +526,8 @@ type flight struct {
 	err     error
 }
 
-// waiter is a duplicate's wait for the claim it found: woken by the
-// store's notification when the store is a [store.Watcher], and polling
-// with back-off as well (a notification may be lost).
+// waiter is a duplicate's wait: woken by a [store.Watcher]'s notification,
+// and polling with back-off too (a notification may be lost).
 type waiter struct {
 	ch       <-chan struct{} // the current watch's (nil: it never fires)
 	stopFn   func()
@@ -621,23 +613,15 @@ func (g *Guard) abandon(ctx context.Context, key string, fence idemkit.Fence, c 
 	g.release(ctx, key, fence, c)
 }
 
-// commit writes *rec in fn's transaction and commits both, while l keeps
+// commit writes *rec in fn's transaction and commits both while l keeps
 // the lease extended, and returns nil once both landed. Work whose lease
-// was lost before it returned (fn's ctx ended with idemkit.ErrLeaseLost) is
-// not committed, even when nobody claimed the key since and the fence
-// would still pass: it is rolled back and the claim released, as fn's ctx
-// told it. The transaction cannot be retried: a commit refused because
-// the record no longer carries the claim (it was taken over) rolled fn's
-// writes back, and one whose answer was lost either landed or did not.
-// The latter is settled by a release of the claim: it takes effect only
-// while the record is still this claim's, which it is not once the commit
-// landed (the commit holds the record's row until it ends), and a release
-// that did not take effect is followed by a read. An error means fn's
-// writes are not there (or, when the backend cannot be reached to tell,
-// may not be): the caller must not report the work done; a retry runs it
-// again, or replays the outcome if it landed after all. An error matching
+// was lost before it returned is rolled back, even if the fence would
+// still pass, as fn's ctx told it. A commit cannot be retried: one whose
+// answer was lost is settled by a release (it takes effect only if the
+// commit did not land) and then a read. An error means fn's writes are not
+// there (or, when the backend cannot tell, may not be); one matching
 // store.ErrWorkFailed or store.ErrWorkConflict is the transaction's own
-// failure, certain to have left nothing (see workFailed).
+// failure (see workFailed).
 func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease) error {
 	if cause := l.fn.leaseLost(); cause != nil {
 		// The loss was reported when fn's ctx ended (EventLeaseLost).
@@ -699,12 +683,9 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 	}
 }
 
-// workFailed ends a claim whose work's transaction failed at its commit
-// (err matches store.ErrWorkFailed or store.ErrWorkConflict): the backend
-// rolled it back, so nothing of the work is there, and the claim, still
-// this one's, is released for a retry to run the work again. The failure
-// is the work's, not the backend's: it is logged with its cause and
-// returned as it is, as an error fn returned would be.
+// workFailed ends a claim whose work's transaction failed at its commit:
+// the backend rolled it back, so the claim, still this one's, is released
+// for a retry, and the failure is logged and returned as fn's own.
 func (g *Guard) workFailed(ctx context.Context, rec *store.Record, c *call, l *lease, err error) error {
 	l.stop() // no renewal after the release
 	rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
@@ -733,9 +714,9 @@ func (g *Guard) release(ctx context.Context, key string, fence idemkit.Fence, c 
 }
 
 // complete writes *rec, retrying failures with back-off for up to the
-// record write timeout, while l keeps the lease extended. It reports
-// whether the outcome landed, and if not, why. A response too large for
-// the store turns *rec into a not-replayable record.
+// record write timeout while l keeps the lease extended, and reports
+// whether it landed, and if not, why. A response too large for the store
+// turns *rec into a not-replayable record.
 func (g *Guard) complete(ctx context.Context, rec *store.Record, c *call, l *lease) (bool, error) {
 	ttl := g.cfg.recordTTL
 	if c.recordTTLSet {
@@ -970,15 +951,11 @@ func (l *lease) stop() {
 	l.fn.end(context.Canceled, false)
 }
 
-// fnContext is fn's ctx. It ends when the caller's ctx does, when the
-// lease is lost (cause idemkit.ErrLeaseLost) and when the call is over (cause
-// context.Canceled), exactly as a context.WithCancelCause of the caller's
-// ctx cancelled at those moments would, but it creates that context only
-// when something needs it: the first Done (a handler that waits on its ctx
-// or derives one from it) or the lease's loss. Until then Err and Value
-// answer from the caller's ctx and the state kept here, so a handler that
-// never waits on its ctx costs no context and no registration with the
-// caller's.
+// fnContext is fn's ctx: it ends when the caller's does, when the lease is
+// lost (cause idemkit.ErrLeaseLost) and when the call is over, exactly as
+// a context.WithCancelCause of the caller's would, but creates that
+// context only when something waits on Done or the lease is lost, so a
+// handler that never waits on its ctx costs no context.
 type fnContext struct {
 	parent context.Context
 	call   *call                        // answers CallInfoFrom, DoNotRecord and TransactionBegun
@@ -1159,10 +1136,9 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 	return Outcome{Replayed: true, Value: rec.Response, Fence: rec.Fence, CreatedAt: rec.CreatedAt}, nil
 }
 
-// refusal compares rec, a record of the call's key, with the call: the
-// credentials first, so that a caller with other credentials learns
-// nothing about the recorded request, then the fingerprint. It returns the
-// error that refuses the call (and ends it), or nil.
+// refusal compares rec with the call, credentials first (a caller with
+// other credentials learns nothing of the request), and returns the error
+// that ends the call, or nil.
 func (c *call) refusal(rec store.Record, fp fingerprint.Fingerprint) error {
 	stored, binding := splitStored(rec.Fingerprint)
 	if binding != c.binding {
@@ -1177,10 +1153,9 @@ func (c *call) refusal(rec store.Record, fp fingerprint.Fingerprint) error {
 	return nil
 }
 
-// compareStored compares a stored fingerprint (in its string form) with
-// fp, like fingerprint.Fingerprint.Compare, without allocating in the
-// common case of equal algorithms. An empty stored fingerprint (a claim
-// whose request is unknown) is never a mismatch.
+// compareStored is fingerprint.Fingerprint.Compare of a stored string
+// form, without allocating when the algorithms are equal. An empty stored
+// fingerprint (a claim whose request is unknown) is never a mismatch.
 func compareStored(stored string, fp fingerprint.Fingerprint) (same, comparable bool) {
 	if stored == "" {
 		return false, false
