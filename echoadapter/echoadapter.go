@@ -165,6 +165,10 @@ func operation(r *http.Request) string {
 // there by echo's error handler, on a response over the capture.
 func returnProblem(w http.ResponseWriter, r *http.Request, p nethttp.Problem) {
 	st := contextOf(r)
+	if st == nil { // not reached: serve puts it in every request
+		nethttp.WriteProblem(w, r, p)
+		return
+	}
 	if rw, ok := w.(*echo.Response); ok && rw == st.outer {
 		st.refusal = problemError(p)
 		return
@@ -176,7 +180,7 @@ func returnProblem(w http.ResponseWriter, r *http.Request, p nethttp.Problem) {
 	c.Error(problemError(p))
 }
 
-// contextKey keys the echo.Context in the request's context.
+// contextKey keys the request's state in its context.
 type contextKey struct{}
 
 // ContextOf returns the echo.Context of a request the middleware serves,

@@ -93,7 +93,7 @@ func operation(r *http.Request) string {
 	return r.Method + " " + p
 }
 
-// contextKey keys the *gin.Context in the request's context.
+// contextKey keys the request's state in its context.
 type contextKey struct{}
 
 // ContextOf returns the *gin.Context of a request the middleware serves,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"unicode"
@@ -176,56 +177,19 @@ func parseQuery(raw, name string) ([]string, error) {
 			continue
 		}
 		k, v, _ := strings.Cut(part, "=")
-		k, err := queryUnescape(k)
+		k, err := url.QueryUnescape(k)
 		if err != nil {
 			continue // not a parameter the middleware can name
 		}
 		if k != name {
 			continue
 		}
-		if v, err = queryUnescape(v); err != nil {
+		if v, err = url.QueryUnescape(v); err != nil {
 			return nil, malformed("the query parameter %s is not validly percent-encoded", strconv.Quote(name))
 		}
 		values = append(values, v)
 	}
 	return values, nil
-}
-
-// queryUnescape decodes a form-urlencoded query component.
-func queryUnescape(s string) (string, error) {
-	if !strings.ContainsAny(s, "%+") {
-		return s, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '+':
-			b.WriteByte(' ')
-		case '%':
-			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
-				return "", errors.New("bad percent-encoding")
-			}
-			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
-			i += 2
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String(), nil
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c >= 'a':
-		return c - 'a' + 10
-	case c >= 'A':
-		return c - 'A' + 10
-	}
-	return c - '0'
 }
 
 // jsonKey implements JSONKey. U+FFFD is refused because an escaped lone
