@@ -322,10 +322,11 @@ func WithLogger(l *slog.Logger) Option {
 	return serverOnly("WithLogger", func(c *config) { c.logger = l })
 }
 
-// WithKeyFunc sets how a fresh key is made for a call without one. Client
-// only. Default: a random (version 4) UUID from crypto/rand.
-func WithKeyFunc(newKey func() string) Option {
-	return clientOnly("WithKeyFunc", func(c *config) { c.newKey = newKey })
+// WithNewKey sets how a fresh key is made for a call without one, as
+// nethttp.Transport.NewKey does. Client only. Default: a random (version
+// 4) UUID from crypto/rand.
+func WithNewKey(newKey func() string) Option {
+	return clientOnly("WithNewKey", func(c *config) { c.newKey = newKey })
 }
 
 // WithMaxAttempts bounds the client's attempts per call, all with the same
