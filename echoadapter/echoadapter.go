@@ -44,7 +44,6 @@ func WithErrorHandler(on bool) Option { return func(c *config) { c.errorHandler 
 // marshals to RFC 9457 JSON.
 type problemMessage nethttp.Problem
 
-// MarshalJSON implements json.Marshaler.
 func (m problemMessage) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Type   string `json:"type"`

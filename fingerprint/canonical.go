@@ -92,7 +92,6 @@ type member struct {
 	off        int // input offset of the name, for errors
 }
 
-// key returns the decoded name of m.
 func (c *canon) key(m *member) []byte {
 	if m.name < 0 {
 		return c.keys[^m.name:m.nameEnd]

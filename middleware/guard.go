@@ -1022,10 +1022,8 @@ func (c *fnContext) leaseLost() error {
 	return nil
 }
 
-// Deadline implements context.Context.
 func (c *fnContext) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
-// Done implements context.Context.
 func (c *fnContext) Done() <-chan struct{} {
 	if in := c.inner.Load(); in != nil {
 		return in.ctx.Done()
@@ -1044,7 +1042,6 @@ func (c *fnContext) Done() <-chan struct{} {
 	return c.create().ctx.Done()
 }
 
-// Err implements context.Context.
 func (c *fnContext) Err() error {
 	if in := c.inner.Load(); in != nil {
 		return in.ctx.Err()
@@ -1055,7 +1052,6 @@ func (c *fnContext) Err() error {
 	return c.parent.Err()
 }
 
-// Value implements context.Context.
 func (c *fnContext) Value(key any) any {
 	if key == (callKey{}) {
 		return c.call

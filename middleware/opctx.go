@@ -82,13 +82,10 @@ var cancelled = func() context.Context {
 // answers from.
 var released = &timedContext{ctx: cancelled, cancel: func() {}}
 
-// Deadline implements context.Context.
 func (c *opContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
-// Done implements context.Context.
 func (c *opContext) Done() <-chan struct{} { return c.timedCtx().Done() }
 
-// Err implements context.Context.
 func (c *opContext) Err() error {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Err()

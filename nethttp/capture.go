@@ -128,7 +128,6 @@ func newCapture(w http.ResponseWriter, keep func(name string) bool, limit int) (
 	return c, c
 }
 
-// Header returns the real writer's header map.
 func (c *capture) Header() http.Header { return c.w.Header() }
 
 // The room for the body the record is first given: bodyRoom, or the
@@ -247,7 +246,6 @@ func (c *capture) replayable() bool {
 // writes. The response must have been written.
 func (c *capture) record() []byte { return c.rec }
 
-// body returns the recorded body.
 func (c *capture) body() []byte {
 	if c.rec == nil {
 		return nil
