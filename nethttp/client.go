@@ -65,10 +65,12 @@ type KeyError struct {
 	Err error  // the last attempt's error, or the context's
 }
 
+// Error names the key and the last error.
 func (e *KeyError) Error() string {
 	return "nethttp: request with idempotency key " + strconv.Quote(e.Key) + ": " + e.Err.Error()
 }
 
+// Unwrap returns the last error.
 func (e *KeyError) Unwrap() error { return e.Err }
 
 // SetKey gives req a fresh key unless it has one, and returns req's key,
