@@ -305,7 +305,7 @@ func TestStreamedIsNotReplayable(t *testing.T) {
 	if first.Status != http.StatusOK || first.Body != "data: 0\n\ndata: 1\n\ndata: 2\n\n" {
 		t.Fatalf("stream: %d %q", first.Status, first.Body)
 	}
-	httpsuite.WantProblem(t, httpsuite.Post(t, url+"/stream", "s", `{}`), http.StatusConflict, nethttp.ProblemNotReplayable)
+	httpsuite.WantProblem(t, httpsuite.Post(t, url+"/stream", "s", `{}`), http.StatusConflict, "response-not-replayable")
 	if runs.Load() != 1 {
 		t.Fatalf("ran %d times", runs.Load())
 	}
@@ -361,7 +361,7 @@ func TestGzipInsideTheGuard(t *testing.T) {
 		t.Fatalf("replay: %d %q replayed=%v Vary %q; want the first answer", second.Status, second.Body, second.Replayed(), second.Header.Get("Vary"))
 	}
 	identity := httpsuite.Post(t, url+"/orders", "gz-1", `{}`, "Accept-Encoding", "identity")
-	httpsuite.WantProblem(t, identity, http.StatusConflict, nethttp.ProblemNotReplayable)
+	httpsuite.WantProblem(t, identity, http.StatusConflict, "response-not-replayable")
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the handler ran %d times", n)
 	}
@@ -403,10 +403,10 @@ func TestOutcomeWatchedByEchoMiddleware(t *testing.T) {
 	e := newEcho()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			ctx, watch := middleware.WatchOutcome(c.Request().Context())
+			ctx, outcome := middleware.WatchOutcome(c.Request().Context())
 			c.SetRequest(c.Request().WithContext(ctx))
 			err := next(c)
-			ev, _ := watch.Outcome()
+			ev, _ := outcome()
 			outcomes <- ev
 			return err
 		}
@@ -438,7 +438,7 @@ func TestOutcomeWatchedByEchoMiddleware(t *testing.T) {
 
 // TestErrorHandlerRendersRefusals: with WithErrorHandler(true), refusals
 // are returned as errors: the middleware in front sees them (an
-// *echo.HTTPError with the status, wrapping an *echoadapter.ProblemError),
+// *echo.HTTPError with the status, wrapping the nethttp.Problem),
 // echo's default error handler answers with the status and the problem's
 // fields, and a custom one can write the application's own format; the
 // 500 of a panic is rendered by the error handler inside the guard, so a
@@ -448,7 +448,7 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 		status     int
 		kind       string
 		retry      string
-		sameStatus bool // the ProblemError's status is the HTTPError's
+		sameStatus bool // the Problem's status is the HTTPError's
 	}
 	for _, custom := range []bool{false, true} {
 		t.Run(fmt.Sprint("custom=", custom), func(t *testing.T) {
@@ -457,25 +457,25 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 			e := newEcho()
 			if custom {
 				e.HTTPErrorHandler = func(err error, c echo.Context) {
-					var pe *echoadapter.ProblemError
-					if !errors.As(err, &pe) {
+					var p nethttp.Problem
+					if !errors.As(err, &p) {
 						e.DefaultHTTPErrorHandler(err, c)
 						return
 					}
-					_ = c.JSON(pe.StatusCode(), map[string]any{"error": map[string]string{"code": pe.Problem.Kind, "message": pe.Problem.Detail}})
+					_ = c.JSON(p.Status, map[string]any{"error": map[string]string{"code": p.Kind, "message": p.Detail}})
 				}
 			}
 			e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
 				return func(c echo.Context) error {
 					err := next(c)
 					var he *echo.HTTPError
-					var pe *echoadapter.ProblemError
+					var p nethttp.Problem
 					s := seen{retry: c.Response().Header().Get("Retry-After")}
 					if errors.As(err, &he) {
 						s.status = he.Code
 					}
-					if errors.As(err, &pe) {
-						s.kind, s.sameStatus = pe.Problem.Kind, pe.StatusCode() == s.status
+					if errors.As(err, &p) {
+						s.kind, s.sameStatus = p.Kind, p.Status == s.status
 					}
 					front <- s
 					return err
@@ -515,12 +515,12 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 					t.Fatalf("%s: %q; want the problem's fields", name, got.Body)
 				}
 			}
-			check("no key", httpsuite.Post(t, url+"/orders", "", `{}`), http.StatusBadRequest, nethttp.ProblemKeyMissing, "")
+			check("no key", httpsuite.Post(t, url+"/orders", "", `{}`), http.StatusBadRequest, "idempotency-key-missing", "")
 			httpsuite.Post(t, url+"/orders", "k", `{"a":1}`)
 			if s := <-front; s.status != 0 {
 				t.Fatalf("an execution reached the middleware in front as an error: %+v", s)
 			}
-			check("mismatch", httpsuite.Post(t, url+"/orders", "k", `{"a":2}`), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused, "")
+			check("mismatch", httpsuite.Post(t, url+"/orders", "k", `{"a":2}`), http.StatusUnprocessableEntity, "idempotency-key-reused", "")
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -531,7 +531,7 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 					t.Fatal("the slow request did not start")
 				}
 			}
-			check("in progress", httpsuite.Post(t, url+"/orders?sleep=1", "slow", `{}`), http.StatusConflict, nethttp.ProblemInProgress, "2")
+			check("in progress", httpsuite.Post(t, url+"/orders?sleep=1", "slow", `{}`), http.StatusConflict, "idempotency-key-in-progress", "2")
 			<-done
 			<-front
 
@@ -540,7 +540,7 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 			<-front
 			again := httpsuite.Post(t, url+"/orders?panic=1", "p", `{}`)
 			<-front
-			if first.Status != http.StatusInternalServerError || !again.Replayed() || again.Body != first.Body || !strings.Contains(first.Body, nethttp.ProblemInternal) {
+			if first.Status != http.StatusInternalServerError || !again.Replayed() || again.Body != first.Body || !strings.Contains(first.Body, "internal-error") {
 				t.Fatalf("panic: %d %q, then %d %q replayed=%v", first.Status, first.Body, again.Status, again.Body, again.Replayed())
 			}
 			if runs.Load() != 3 {

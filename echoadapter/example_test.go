@@ -74,9 +74,9 @@ func ExampleWithErrorHandler() {
 	}
 	e := echo.New()
 	e.HTTPErrorHandler = func(err error, c echo.Context) {
-		var pe *echoadapter.ProblemError
-		if errors.As(err, &pe) {
-			_ = c.JSON(pe.StatusCode(), map[string]string{"code": pe.Problem.Kind})
+		var p nethttp.Problem
+		if errors.As(err, &p) {
+			_ = c.JSON(p.Status, map[string]string{"code": p.Kind})
 			return
 		}
 		e.DefaultHTTPErrorHandler(err, c)

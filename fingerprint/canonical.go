@@ -11,84 +11,24 @@ import (
 	"unicode/utf8"
 )
 
-// maxDepth is the deepest nesting of arrays and objects [CanonicalJSON]
-// accepts; deeper input is refused with a [*SyntaxError].
+// maxDepth is the deepest nesting of arrays and objects accepted.
 const maxDepth = 1000
 
-// ErrInvalidJSON is matched (with errors.Is) by every error [CanonicalJSON]
-// returns for input it refuses.
-var ErrInvalidJSON = errors.New("fingerprint: invalid JSON")
+// errInvalidJSON is matched by every refusal of the canonicaliser.
+var errInvalidJSON = errors.New("fingerprint: invalid JSON")
 
-// SyntaxError describes input that [CanonicalJSON] refuses: malformed JSON,
-// invalid UTF-8, a lone surrogate escape, a duplicate member name, a number
-// whose exponent in scientific notation exceeds 1000000000 in magnitude or
-// nesting deeper than 1000 levels. It unwraps to [ErrInvalidJSON]. Its
-// message never quotes the input beyond a single byte.
-type SyntaxError struct {
+// syntaxError is input the canonicaliser refuses. Its message never quotes
+// the input beyond a single byte.
+type syntaxError struct {
 	Offset int64  // byte offset in the input at which the problem was found
 	Msg    string // what is wrong
 }
 
-// Error returns "fingerprint: invalid JSON at offset N: <Msg>".
-func (e *SyntaxError) Error() string {
+func (e *syntaxError) Error() string {
 	return fmt.Sprintf("fingerprint: invalid JSON at offset %d: %s", e.Offset, e.Msg)
 }
 
-// Unwrap returns [ErrInvalidJSON].
-func (e *SyntaxError) Unwrap() error { return ErrInvalidJSON }
-
-// CanonicalJSON returns the canonical form of the JSON text data: that of
-// RFC 8785 (JSON Canonicalization Scheme, JCS) for everything but numbers,
-// which keep their exact decimal value instead of being rounded to a
-// double, and members whose names a Go handler matches to one field, which
-// keep their order:
-//
-//   - no insignificant whitespace;
-//   - object members sorted by their names compared as UTF-16 code units,
-//     except that members whose names encoding/json matches to struct
-//     fields alike (equal under its case folding, as bytes.EqualFold
-//     compares them: "amount" and "Amount") keep their input order, on the
-//     places the sort gives them: a Go handler reads the last of them, so
-//     their order is part of what the object says (see the package
-//     documentation);
-//   - strings with only '"', '\\' and U+0000 to U+001F escaped (\b, \t, \n,
-//     \f and \r in their short forms, the rest as \u00xx in lowercase hex)
-//     and everything else, '/', U+2028 and U+2029 included, as literal UTF-8;
-//   - true, false and null as such;
-//   - numbers by their exact decimal value, whatever their number of digits:
-//     two literals have the same form exactly when they denote the same
-//     number, so 1e2, 100, 100.0 and 10000e-2 are all 100, while
-//     100.000000000000001 stays apart from 100 and 12345678901234567891 from
-//     12345678901234567890. Zero is 0 (-0, 0.0 and 0e5 included). An integer
-//     is written out in full unless it ends in more than 20 zeros, so integer
-//     literals keep their digits; a non-integer of magnitude at least 10^-6
-//     is written in plain decimal, with all its significant digits and no
-//     trailing zero (19.99, 0.000001); any other number in exponent form:
-//     one digit, the others after a point if there are any, 'e', the
-//     exponent's sign and digits (1e+21, 1.5e-7, 1e+400). A number's form is
-//     at most 21 bytes longer than its literal, however large its exponent.
-//
-// CanonicalJSON refuses, with a [*SyntaxError] matching [ErrInvalidJSON],
-// anything but one JSON value (RFC 8259) surrounded by optional whitespace:
-// trailing data, invalid UTF-8 anywhere, lone surrogate escapes such as
-// "\ud800", duplicate member names in one object (compared after
-// unescaping), nonzero numbers whose exponent in scientific notation
-// exceeds 1000000000 in magnitude (1e1000000001, 0.01e-999999999) and
-// nesting deeper than 1000 levels. The result is a new slice; data is not
-// modified. It is safe for concurrent use.
-func CanonicalJSON(data []byte) ([]byte, error) {
-	st := getState()
-	out, err := st.c.appendCanonical(st.buf[:0], data)
-	st.buf = out[:0]
-	if err != nil {
-		putState(st)
-		return nil, err
-	}
-	res := make([]byte, len(out))
-	copy(res, out)
-	putState(st)
-	return res, nil
-}
+func (e *syntaxError) Unwrap() error { return errInvalidJSON }
 
 // canon is the canonicaliser: a recursive-descent parser over the input that
 // writes the canonical form as it goes, objects first in input order.
@@ -152,7 +92,6 @@ type member struct {
 	off        int // input offset of the name, for errors
 }
 
-// key returns the decoded name of m.
 func (c *canon) key(m *member) []byte {
 	if m.name < 0 {
 		return c.keys[^m.name:m.nameEnd]
@@ -237,7 +176,7 @@ func (c *canon) document() error {
 }
 
 func (c *canon) fail(off int, msg string) error {
-	return &SyntaxError{Offset: int64(off), Msg: msg}
+	return &syntaxError{Offset: int64(off), Msg: msg}
 }
 
 func (c *canon) unexpected(what string) error {

@@ -389,3 +389,41 @@ func checkCanonical(t *testing.T, in, want string) {
 		t.Errorf("not idempotent: %s -> %s, %v", got, again, err)
 	}
 }
+
+// TestCanonicalJSONForms checks canonical forms and refusals, as the
+// package's examples once showed them.
+func TestCanonicalJSONForms(t *testing.T) {
+	out, err := fingerprint.CanonicalJSON([]byte(`{
+		"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+		"string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+		"literals": [null, true, false]
+	}`))
+	if want := `{"literals":[null,true,false],"numbers":[333333333.33333329,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}`; err != nil || string(out) != want {
+		t.Errorf("got %s, %v; want %s", out, err, want)
+	}
+	// Numbers compare by their exact decimal value, never through a
+	// double; large ids keep their digits; a huge exponent stays in
+	// exponent form.
+	for in, want := range map[string]string{
+		`[100, 1e2, 100.0, 1.00e+2, 10000e-2]`:                                 `[100,100,100,100,100]`,
+		`[100.000000000000001, 19.990000000000000001, 19.99]`:                  `[100.000000000000001,19.990000000000000001,19.99]`,
+		`[12345678901234567890, 1.2345678901234567891e19, 9007199254740993.0]`: `[12345678901234567890,12345678901234567891,9007199254740993]`,
+		`[-0, 0.0, 0e5, 1e400, 0.0000001, 1e999999999]`:                        `[0,0,0,1e+400,1e-7,1e+999999999]`,
+	} {
+		if out, err := fingerprint.CanonicalJSON([]byte(in)); err != nil || string(out) != want {
+			t.Errorf("%s: got %s, %v; want %s", in, out, err, want)
+		}
+	}
+	for in, want := range map[string]string{
+		`{"id":1,"id":2}`: "fingerprint: invalid JSON at offset 8: duplicate object member name",
+		`"\ud800"`:        "fingerprint: invalid JSON at offset 1: lone high surrogate escape",
+		`1e1000000001`:    "fingerprint: invalid JSON at offset 0: number out of range (in scientific notation its exponent exceeds 1000000000 in magnitude)",
+		`{"a":1} x`:       "fingerprint: invalid JSON at offset 8: trailing data after the JSON value",
+	} {
+		_, err := fingerprint.CanonicalJSON([]byte(in))
+		var se *fingerprint.SyntaxError
+		if !errors.Is(err, fingerprint.ErrInvalidJSON) || !errors.As(err, &se) || se.Offset < 0 || err.Error() != want {
+			t.Errorf("%s: got %v; want %s", in, err, want)
+		}
+	}
+}

@@ -67,54 +67,6 @@ func ExampleValue() {
 	// fingerprint: encoding value: json: unsupported type: chan int
 }
 
-func ExampleCanonicalJSON() {
-	out, err := fingerprint.CanonicalJSON([]byte(`{
-		"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
-		"string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
-		"literals": [null, true, false]
-	}`))
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(string(out))
-	// Output:
-	// {"literals":[null,true,false],"numbers":[333333333.33333329,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}
-}
-
-// Numbers compare by their exact decimal value, never through a double:
-// every spelling of a value has one canonical form, and two values however
-// close keep two. Large ids keep their digits; a huge exponent stays in
-// exponent form.
-func ExampleCanonicalJSON_exactNumbers() {
-	for _, in := range []string{
-		`[100, 1e2, 100.0, 1.00e+2, 10000e-2]`,
-		`[100.000000000000001, 19.990000000000000001, 19.99]`,
-		`[12345678901234567890, 1.2345678901234567891e19, 9007199254740993.0]`,
-		`[-0, 0.0, 0e5, 1e400, 0.0000001, 1e999999999]`,
-	} {
-		out, _ := fingerprint.CanonicalJSON([]byte(in))
-		fmt.Println(string(out))
-	}
-	// Output:
-	// [100,100,100,100,100]
-	// [100.000000000000001,19.990000000000000001,19.99]
-	// [12345678901234567890,12345678901234567891,9007199254740993]
-	// [0,0,0,1e+400,1e-7,1e+999999999]
-}
-
-func ExampleCanonicalJSON_errors() {
-	for _, in := range []string{`{"id":1,"id":2}`, `"\ud800"`, `1e1000000001`, `{"a":1} x`} {
-		_, err := fingerprint.CanonicalJSON([]byte(in))
-		var se *fingerprint.SyntaxError
-		fmt.Println(errors.Is(err, fingerprint.ErrInvalidJSON), errors.As(err, &se) && se.Offset >= 0, err)
-	}
-	// Output:
-	// true true fingerprint: invalid JSON at offset 8: duplicate object member name
-	// true true fingerprint: invalid JSON at offset 1: lone high surrogate escape
-	// true true fingerprint: invalid JSON at offset 0: number out of range (in scientific notation its exponent exceeds 1000000000 in magnitude)
-	// true true fingerprint: invalid JSON at offset 8: trailing data after the JSON value
-}
-
 // A fingerprint prints as "<alg>:<hex>" and parses back.
 func ExampleParse() {
 	f := fingerprint.New("proto-v1", sha256.Sum256([]byte("payload")))

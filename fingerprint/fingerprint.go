@@ -8,12 +8,9 @@ import (
 )
 
 // Algorithm names of the fingerprints this package computes. Any change to
-// what they hash takes a new name, so that fingerprints stored under the old
-// one are not comparable rather than mismatches: "-v2" compares numbers by
-// their exact decimal value, where "http-v1" and "json-v1" rounded numbers
-// with a fraction or an exponent to a double. Other packages (a protobuf
-// fingerprint in the gRPC interceptor, say) choose names of their own with
-// [New]; a name is 1 to 32 characters of [a-z0-9.-].
+// what they hash takes a new name, so that stored fingerprints become
+// incomparable rather than mismatches ("-v2" replaced "-v1", which rounded
+// numbers to a double).
 const (
 	algHTTP = "http-v2" // [HTTP]
 	algJSON = "json-v2" // [Value] and [JSON]
@@ -26,22 +23,17 @@ const maxAlgLen = 32
 // [Fingerprint.UnmarshalText] and [Fingerprint.MarshalText].
 var ErrInvalidFingerprint = errors.New("fingerprint: invalid fingerprint")
 
-// Fingerprint identifies what a request asks for: the name of the algorithm
-// that computed it and a SHA-256 digest. Two fingerprints can only be
-// compared when their algorithms agree; see [Fingerprint.Compare].
-//
-// The zero value carries no algorithm and means "no fingerprint". A
-// Fingerprint is a small comparable value, safe to copy and to use as a map
-// key.
+// Fingerprint identifies what a request asks for: an algorithm name and a
+// SHA-256 digest. The zero value means "no fingerprint". It is comparable,
+// safe to copy and to use as a map key.
 type Fingerprint struct {
 	alg string
 	sum [32]byte
 }
 
-// New returns the fingerprint with algorithm alg and digest sum. It does not
-// validate alg: a name outside 1 to 32 characters of [a-z0-9.-]
-// yields a Fingerprint whose String does not [Parse] and whose MarshalText
-// fails. An empty alg yields the zero Fingerprint, whatever sum holds.
+// New returns the fingerprint with algorithm alg (1 to 32 characters of
+// [a-z0-9.-], not validated here: another does not [Parse]) and digest
+// sum; an empty alg yields the zero Fingerprint.
 func New(alg string, sum [32]byte) Fingerprint {
 	if alg == "" {
 		return Fingerprint{}
@@ -75,15 +67,11 @@ func (f Fingerprint) appendText(b []byte) []byte {
 	return hex.AppendEncode(b, f.sum[:])
 }
 
-// Compare reports whether f and g are known to be fingerprints of the same
-// request. comparable is false when either is zero, or when their
-// algorithms are versions of one family ("http-v1" and "http-v2": the
-// name without a final "-v" and digits): a changed version (after an
-// upgrade, say) must never look like a different request, so callers
-// treat an incomparable pair as matching. Algorithms of different
-// families ("http-v2" and "grpc-v1") fingerprint different kinds of
-// request: they are comparable and never the same. same is true only when
-// comparable is true and the digests are equal.
+// Compare reports whether f and g are known to fingerprint the same
+// request. comparable is false when either is zero or their algorithms are
+// versions of one family ("http-v1", "http-v2"): callers treat such a pair
+// as matching, so an upgrade never looks like another request. Different
+// families ("http-v2", "grpc-v1") are comparable and never the same.
 func (f Fingerprint) Compare(g Fingerprint) (same, comparable bool) {
 	if f.IsZero() || g.IsZero() {
 		return false, false
@@ -106,10 +94,8 @@ func family(alg string) string {
 	return alg
 }
 
-// Parse is the inverse of [Fingerprint.String]: it accepts an algorithm name
-// of 1 to 32 characters of [a-z0-9.-], a colon and exactly 64
-// lowercase hex digits. Anything else, the empty string included, is refused
-// with an error matching [ErrInvalidFingerprint].
+// Parse is the inverse of [Fingerprint.String]; anything else, "" included,
+// is an error matching [ErrInvalidFingerprint].
 func Parse(s string) (Fingerprint, error) {
 	alg, hexSum, ok := strings.Cut(s, ":")
 	if !ok {

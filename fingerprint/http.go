@@ -10,9 +10,8 @@ import (
 	"unicode/utf8"
 )
 
-// HTTPRequest is what [HTTP] fingerprints: the parts of a request that say
-// what it asks for. Headers other than Content-Type are deliberately left
-// out (they vary between faithful retries: dates, tracing, auth renewal).
+// HTTPRequest is what [HTTP] fingerprints. Headers other than Content-Type
+// are left out: they vary between faithful retries.
 type HTTPRequest struct {
 	Method      string // e.g. "POST"; compared exactly, as HTTP methods are case-sensitive
 	Route       string // the request's path as sent, escapes kept (not a route pattern, which many requests share); compared exactly
@@ -40,43 +39,27 @@ const maxQueryParams = 10000
 // larger bodies are streamed into the hash.
 const rawInline = 16 << 10
 
-// HTTP returns the "http-v2" fingerprint of req. It covers, each part
+// HTTP returns the "http-v2" fingerprint of req, each part
 // length-prefixed into one SHA-256 input:
 //
 //   - the method and the route, exactly as given;
-//   - the query, parsed as [net/url.ParseQuery] parses it and sorted by
-//     parameter name, so the order of different parameters does not matter
-//     ("a=1&b=2" matches "b=2&a=1") while the order of a repeated
-//     parameter's values does ("a=1&a=2" differs from "a=2&a=1", as many
-//     servers read repeated values as an ordered list). Escapes are decoded
-//     ("a=%41" matches "a=A"; "+" is a space) and empty pairs ignored; an
-//     empty query matches no query. A query ParseQuery refuses (a bad
-//     escape, a ';' separator, more than its default limit of 10000
-//     parameters) is hashed as its raw text;
-//   - the content type, parsed as [mime.ParseMediaType] parses it: the media
-//     type and parameter names lowercased, parameters sorted by name, the
-//     charset value lowercased. "Application/JSON" matches
-//     "application/json", but "application/json; charset=utf-8" does not: a
-//     parameter present is a difference. A value ParseMediaType refuses is
-//     hashed as its text with surrounding white space trimmed;
-//   - the body: for a JSON media type (application/json or any type with a
-//     "+json" suffix, such as application/merge-patch+json) its
-//     [CanonicalJSON] form, so member order, white space and escapes do not
-//     matter; otherwise, or when the body is not JSON that CanonicalJSON
-//     accepts, its raw bytes. The two cases are tagged apart, so raw bytes
-//     never collide with a canonical form. A nil and an empty body match.
+//   - the query as [net/url.ParseQuery] reads it, sorted stably by name:
+//     the order of different parameters does not matter, that of a
+//     repeated parameter's values does; an empty query matches none, and
+//     one ParseQuery refuses is hashed as its raw text;
+//   - the content type as [mime.ParseMediaType] reads it (type, parameter
+//     names and charset lowercased, parameters sorted): a parameter
+//     present is a difference; one it refuses is hashed trimmed;
+//   - the body: for application/json or a "+json" type, its canonical form
+//     (docs/http.md); otherwise, or when that refuses it, its raw bytes,
+//     tagged apart. A nil and an empty body match.
 //
-// The hash input, for anyone reproducing it: every string is preceded by
-// its length as 8 big-endian bytes, every count is 8 big-endian bytes.
-// "http-v2", the method, the route; then 'Q', the number of query pairs and
-// each pair's name and value (sorted stably by name), or 'q' and the raw
-// query; then 'M', the media type, the number of parameters and each one's
-// name and value (sorted by name), or 'm' and the trimmed raw value; then
-// 'J' and the canonical body, or 'R' and the raw body. This layout is fixed
-// for "http-v2": a change needs a new algorithm name.
-//
-// HTTP never fails and does not modify req.Body. It is safe for concurrent
-// use.
+// The input: every string behind its length, every count, as 8 big-endian
+// bytes; "http-v2", the method, the route; 'Q', the pair count and each
+// name and value, or 'q' and the raw query; 'M', the media type, the
+// parameter count and each name and value, or 'm' and the trimmed value;
+// 'J' and the canonical body, or 'R' and the raw body. It is fixed for
+// "http-v2". HTTP never fails and does not modify req.Body.
 func HTTP(req HTTPRequest) Fingerprint {
 	st := getState()
 	b := appendField(st.buf[:0], algHTTP)

@@ -29,7 +29,7 @@ import "strconv"
 // integer literal, however many digits it has, unless it ends in more.
 const maxPlainZeros = 20
 
-// maxExponent bounds the exponent of the numbers [CanonicalJSON] accepts:
+// maxExponent bounds the exponent of the numbers the canonical form accepts:
 // written as d.ddd × 10^X, a nonzero number must have |X| <= maxExponent.
 // The bound keeps exponents to ten digits; it does not bound the output,
 // which exponent form keeps in proportion to the input whatever X is.

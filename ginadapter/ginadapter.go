@@ -11,67 +11,72 @@ import (
 )
 
 // New validates the options and returns gin middleware that makes the
-// handlers after it idempotent with guard. The options are nethttp's (see
-// [nethttp.Option]) with the same defaults: POST and PATCH guarded, the
-// key optional, a 1 MiB body limit, 2xx–4xx recorded and 5xx forgotten,
-// one scope for the whole service, the path as sent (escapes kept) as the
-// route; but the
-// operation that hooks and telemetry see is gin's: the method and the
-// route gin matched, "POST /orders/:id" (c.FullPath(); "" for a request no
-// route matched), unless [nethttp.WithOperation] says otherwise.
-//
-// An invalid or nil option, or a guard not made by middleware.New (nil or
-// zero), is an error here; nothing panics on the request path.
+// handlers after it idempotent with guard. The options and defaults are
+// nethttp's, except that the operation hooks see is the route gin matched
+// ("POST /orders/:id"). A bad or nil option, or a guard not made by
+// middleware.New, is an error here.
 func New(guard *middleware.Guard, opts ...nethttp.Option) (gin.HandlerFunc, error) {
 	opts = append([]nethttp.Option{nethttp.WithOperation(operation)}, opts...)
-	core, err := nethttp.NewCore(guard, opts...)
+	mw, err := nethttp.New(guard, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return func(c *gin.Context) { serve(core, c) }, nil
+	h := mw(http.HandlerFunc(runChain))
+	return func(c *gin.Context) { serve(h, c) }, nil
 }
 
-// serve runs one request through the core. The rest of the gin chain
-// (c.Next) is the core's next: it runs at most once per key, inside the
-// guard, with a gin.ResponseWriter over the core's capturing writer.
-func serve(core *nethttp.Core, c *gin.Context) {
-	outerW, outerR := c.Writer, c.Request
-	r := outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, c))
+// request is one request the middleware serves, in its context.
+type request struct {
+	c         *gin.Context
+	r         *http.Request      // as handed to the nethttp middleware
+	outerW    gin.ResponseWriter // gin's writer
+	completed bool               // the rest of the chain ran
+}
+
+// serve runs one request through the nethttp middleware h, whose next
+// handler (runChain) runs the rest of the gin chain at most once per key.
+func serve(h http.Handler, c *gin.Context) {
+	outerR := c.Request
+	st := &request{c: c, outerW: c.Writer}
+	st.r = outerR.WithContext(context.WithValue(outerR.Context(), contextKey{}, st))
 	defer func() { c.Request = outerR }()
-	completed := false
-	core.Serve(outerW, r, func(w http.ResponseWriter, inner *http.Request) {
-		c.Request = inner
-		if inner == r {
-			// Passed through unguarded (method, no key, fail-open):
-			// gin's own writer.
-			c.Next()
-			completed = true
-			return
-		}
-		gw := newResponseWriter(w, outerW)
-		c.Writer = gw
-		defer func() { c.Writer = outerW }()
-		errs := len(c.Errors)
-		c.Next()
-		if !gw.Written() && len(c.Errors) > errs {
-			// The chain wrote nothing and left errors (c.Error): gin's
-			// central error handling has a middleware in front render
-			// them once we return, outside the capture. What the client
-			// gets is not what the capture holds, so it is never
-			// replayed; the status chosen, if any, goes to gin's writer
-			// unsent, for that middleware to keep or change.
-			nethttp.MarkNotReplayable(w)
-			gw.stage()
-		} else {
-			gw.commit()
-		}
-		completed = true
-	})
-	if !completed {
+	h.ServeHTTP(st.outerW, st.r)
+	if !st.completed {
 		// A replay or a problem answered the request, or the chain
-		// panicked (answered 500 by the core): nothing after us may run.
+		// panicked: nothing after us may run.
 		c.Abort()
 	}
+}
+
+// runChain is the nethttp middleware's next handler: the rest of the gin
+// chain, with a gin.ResponseWriter over the capturing writer.
+func runChain(w http.ResponseWriter, inner *http.Request) {
+	st := inner.Context().Value(contextKey{}).(*request)
+	c := st.c
+	c.Request = inner
+	if inner == st.r {
+		// Passed through unguarded: gin's own writer.
+		c.Next()
+		st.completed = true
+		return
+	}
+	gw := newResponseWriter(w, st.outerW)
+	c.Writer = gw
+	defer func() { c.Writer = st.outerW }()
+	errs := len(c.Errors)
+	c.Next()
+	if !gw.Written() && len(c.Errors) > errs {
+		// The chain wrote nothing and left errors for gin's central error
+		// handling, which renders them outside the capture once we
+		// return: what the client gets is not what the capture holds, so
+		// it is never replayed. The status chosen goes to gin's writer
+		// unsent, for that middleware to keep or change.
+		nethttp.MarkNotReplayable(w)
+		gw.stage()
+	} else {
+		gw.commit()
+	}
+	st.completed = true
 }
 
 // operation names a request's operation by the route gin matched: "POST
@@ -88,23 +93,20 @@ func operation(r *http.Request) string {
 	return r.Method + " " + p
 }
 
-// contextKey keys the *gin.Context in the request's context.
+// contextKey keys the request's state in its context.
 type contextKey struct{}
 
 // ContextOf returns the *gin.Context of a request the middleware serves,
-// or nil for a request it did not see. It is meant for the nethttp hooks,
-// which receive the *http.Request: [nethttp.WithScope],
-// [nethttp.WithRoute], [nethttp.WithOperation], [nethttp.WithKey] (with
-// [nethttp.FuncKey]), [nethttp.WithProblemWriter] and
-// [nethttp.WithFingerprint] can read what gin
-// holds (values an authentication middleware stored with c.Set, path
-// parameters). Like the gin.Context itself, it is valid only while the
-// request is being served.
+// or nil for one it did not see, for the nethttp hooks, which get the
+// *http.Request (a scope from a value set with c.Set, a path parameter).
+// Like the gin.Context, it is valid only while the request is served.
 //
 //	nethttp.WithScope(func(r *http.Request) string {
 //		return ginadapter.ContextOf(r).GetString("tenant")
 //	})
 func ContextOf(r *http.Request) *gin.Context {
-	c, _ := r.Context().Value(contextKey{}).(*gin.Context)
-	return c
+	if st, ok := r.Context().Value(contextKey{}).(*request); ok {
+		return st.c
+	}
+	return nil
 }

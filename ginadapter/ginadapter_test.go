@@ -171,7 +171,7 @@ func TestErrorsRenderedInFrontAreNotReplayed(t *testing.T) {
 		if first.Status != http.StatusConflict || first.Body != want {
 			t.Fatalf("%s, first: %d %q; want the error middleware's 409 %s", path, first.Status, first.Body, want)
 		}
-		httpsuite.WantProblem(t, httpsuite.Post(t, url+path, path, `{}`), http.StatusConflict, nethttp.ProblemNotReplayable)
+		httpsuite.WantProblem(t, httpsuite.Post(t, url+path, path, `{}`), http.StatusConflict, "response-not-replayable")
 	}
 	if n := runs.Load(); n != 2 {
 		t.Fatalf("the handlers ran %d times; want once each", n)
@@ -308,7 +308,7 @@ func TestStreamedAndHijackedAreNotReplayable(t *testing.T) {
 		if first.Status != http.StatusOK || first.Body != want {
 			t.Fatalf("%s: %d %q; want 200 %q", path, first.Status, first.Body, want)
 		}
-		httpsuite.WantProblem(t, httpsuite.Post(t, url+path, path, `{}`), http.StatusConflict, nethttp.ProblemNotReplayable)
+		httpsuite.WantProblem(t, httpsuite.Post(t, url+path, path, `{}`), http.StatusConflict, "response-not-replayable")
 	}
 	if runs.Load() != 3 {
 		t.Fatalf("ran %d times; want 3", runs.Load())
@@ -403,10 +403,10 @@ func TestOutcomeWatchedByGinMiddleware(t *testing.T) {
 	outcomes := make(chan middleware.Event, 8)
 	r := gin.New()
 	r.Use(func(c *gin.Context) {
-		ctx, watch := middleware.WatchOutcome(c.Request.Context())
+		ctx, outcome := middleware.WatchOutcome(c.Request.Context())
 		c.Request = c.Request.WithContext(ctx)
 		c.Next()
-		e, _ := watch.Outcome()
+		e, _ := outcome()
 		outcomes <- e
 	}, newIdem(t, httpsuite.NewGuard(t), nethttp.WithKeyRequired(true)))
 	r.POST("/orders/:id", func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"order": c.Param("id")}) })

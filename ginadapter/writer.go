@@ -18,13 +18,11 @@ var (
 	errNoHijack         = errors.New("ginadapter: the response writer does not support hijacking")
 )
 
-// responseWriter is the gin.ResponseWriter the guarded chain writes to. It
-// behaves as gin's own writer does (the status is kept until the first
-// byte, a flush or WriteHeaderNow sends it) over the core's capturing
-// writer, which passes everything on to gin's writer of the request. So
-// the capture sees the status and headers at the moment gin would send
-// them, and gin's writer keeps its status, size and written state right
-// for the middleware before this one.
+// responseWriter is the gin.ResponseWriter the guarded chain writes to: it
+// behaves as gin's own (the status kept until the first byte, a flush or
+// WriteHeaderNow) over the capturing writer, which passes everything on to
+// gin's writer, so the capture sees the status when gin would send it and
+// gin's writer stays right for the middleware before this one.
 type responseWriter struct {
 	w       http.ResponseWriter // the capture
 	outer   gin.ResponseWriter  // gin's writer of the request
@@ -43,7 +41,6 @@ func newResponseWriter(capture http.ResponseWriter, outer gin.ResponseWriter) *r
 	return &responseWriter{w: capture, outer: outer, status: status, initial: status, size: noWritten, pending: status != http.StatusOK}
 }
 
-// Header returns the response's header map.
 func (w *responseWriter) Header() http.Header { return w.w.Header() }
 
 // WriteHeader keeps code until the header is sent; after that it is
@@ -127,14 +124,10 @@ func (w *responseWriter) Pusher() http.Pusher { return w.outer.Pusher() }
 // Unwrap returns the capturing writer, for http.ResponseController.
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.w }
 
-// commit sends a status the chain chose but did not send (c.Status(204)
-// without a body, or the 404 of an unmatched route), as gin's engine does
-// after the chain, so that the record has it and the client gets exactly
-// what a replay will send. For an unmatched route whose status the chain
-// left alone, that is gin's own answer, "404 page not found" (or "405
-// method not allowed") as text/plain. A chain that chose nothing and wrote
-// nothing is left to the core: a 200 with an empty body, or, if the client
-// is gone, nothing recorded.
+// commit sends a status the chain chose but did not send (c.Status(204),
+// an unmatched route's 404 with gin's own text body), as gin's engine does
+// after the chain, so the record holds what the client gets. A chain that
+// chose and wrote nothing is left to nethttp (200, empty).
 func (w *responseWriter) commit() {
 	if !w.pending || w.Written() {
 		return

@@ -20,17 +20,12 @@ type client struct {
 	cfg config
 }
 
-// NewClientInterceptor validates the options and returns the client side
-// of idempotency, a unary client interceptor for
-// grpc.WithChainUnaryInterceptor: it gives every call to a selected method
-// that lacks a key a fresh one, and keeps it for every attempt of that
-// call — its own retries and those of grpc-go's retry policy alike (the
-// key is in the outgoing metadata, or with [WithKeyField] in the request's
-// key field, before the first attempt, so every attempt carries it).
-// Because every attempt carries the same key, a retry can never run the
-// call twice on a server guarded by [New]'s interceptor.
-// A bad or nil option is an InvalidArgument [idemkit.Error]; nothing panics on a
-// call.
+// NewClientInterceptor validates the options and returns the client side:
+// a unary client interceptor that gives every call to a selected method
+// without a key a fresh one before the first attempt, so that its own
+// retries and grpc-go's all carry it, and no retry can run the call twice
+// on a server guarded by [New]. A bad or nil option is an InvalidArgument
+// error.
 func NewClientInterceptor(opts ...Option) (grpc.UnaryClientInterceptor, error) {
 	cfg := defaults(true)
 	cfg.apply(opts)
@@ -104,7 +99,7 @@ func (c *client) retryable(err error, attempt int) (time.Duration, bool) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.ResourceExhausted:
 	case codes.Aborted:
-		if ei := ErrorInfoOf(err); ei == nil || ei.GetReason() != ReasonInProgress || ei.GetDomain() != c.cfg.domain {
+		if ei := ErrorInfoOf(err); ei == nil || ei.GetReason() != reasonInProgress || ei.GetDomain() != c.cfg.domain {
 			return 0, false // an Aborted of the application's own
 		}
 	default:
@@ -120,9 +115,8 @@ func (c *client) retryable(err error, attempt int) (time.Duration, bool) {
 	return wait, true
 }
 
-// Replayed reports whether header, the header metadata of a call (from
-// grpc.Header), marks its answer as a replay of a recorded one: the server
-// interceptor sets "idempotent-replayed: true" on replays.
+// Replayed reports whether header (from grpc.Header) marks the answer as a
+// replay of a recorded one.
 func Replayed(header metadata.MD) bool {
 	v := header.Get(replayedMetadataKey)
 	return len(v) == 1 && v[0] == "true"

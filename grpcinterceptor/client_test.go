@@ -195,7 +195,7 @@ func TestClientStopsRetrying(t *testing.T) {
 func TestClientOptionsValidated(t *testing.T) {
 	for i, opts := range [][]grpcinterceptor.Option{
 		{grpcinterceptor.WithMetadataKey("grpc-x")},
-		{grpcinterceptor.WithKeyFunc(nil)},
+		{grpcinterceptor.WithNewKey(nil)},
 		{grpcinterceptor.WithMaxAttempts(0)},
 		{grpcinterceptor.WithBackoff(idemkit.Backoff{Base: 0, Max: time.Second})},
 		{grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Second, Max: time.Millisecond})},
@@ -235,7 +235,7 @@ func TestConstructorsRefuseNilOptionsAndZeroGuard(t *testing.T) {
 func TestOptionsAppliedToTheRightInterceptor(t *testing.T) {
 	g := newBackend().guard(t)
 	for _, o := range []grpcinterceptor.Option{
-		grpcinterceptor.WithKeyFunc(func() string { return "k" }),
+		grpcinterceptor.WithNewKey(func() string { return "k" }),
 		grpcinterceptor.WithMaxAttempts(2),
 		grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: time.Second}),
 	} {
@@ -284,7 +284,7 @@ func TestOptionsAppliedToTheRightInterceptor(t *testing.T) {
 	}{{"shop.example", 2}, {"idemkit.dev", 1}} {
 		ci := clientInterceptor(t, grpcinterceptor.WithErrorDomain("shop.example"), grpcinterceptor.WithMaxAttempts(2),
 			grpcinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 10 * time.Millisecond}))
-		busy, _ := status.New(codes.Aborted, "busy").WithDetails(&errdetails.ErrorInfo{Reason: grpcinterceptor.ReasonInProgress, Domain: c.domain})
+		busy, _ := status.New(codes.Aborted, "busy").WithDetails(&errdetails.ErrorInfo{Reason: "IDEMPOTENCY_KEY_IN_PROGRESS", Domain: c.domain})
 		calls := 0
 		_ = ci(t.Context(), unaryCall, nil, nil, nil, func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
 			calls++
@@ -296,8 +296,8 @@ func TestOptionsAppliedToTheRightInterceptor(t *testing.T) {
 	}
 }
 
-func TestClientKeyFunc(t *testing.T) {
-	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithKeyFunc(func() string { return "fixed" }),
+func TestClientNewKey(t *testing.T) {
+	ci, err := grpcinterceptor.NewClientInterceptor(grpcinterceptor.WithNewKey(func() string { return "fixed" }),
 		grpcinterceptor.WithMetadataKey("X-Key"))
 	if err != nil {
 		t.Fatal(err)

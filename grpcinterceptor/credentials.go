@@ -13,14 +13,11 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// credentials binds a call without a scope hook to what identifies its
-// caller, in a fixed order: its "authorization" metadata, the client
-// certificate its TLS connection presented (the leaf's DER bytes, whose
-// key the handshake proved the client holds), and the metadata named by
-// WithCredentialMetadata. Each key's values are joined by a line feed
-// (which no text metadata value holds), and absent metadata or an absent
-// certificate counts as empty; a call with none of them is bound to
-// having no credentials at all.
+// credentials binds a call without a scope hook to its "authorization"
+// metadata, the leaf client certificate its TLS connection presented and
+// the metadata WithCredentialMetadata names, in that order; values are
+// joined by a line feed, which text metadata never holds, and absent ones
+// count as empty.
 func (s *server) credentials(ctx context.Context) middleware.CallOption {
 	// Only the keys bound are read: FromIncomingContext would copy all of
 	// the call's metadata.
@@ -63,10 +60,8 @@ func peerCertificate(ctx context.Context) string {
 	return string(info.State.PeerCertificates[0].Raw)
 }
 
-// validateCredentials checks the metadata WithCredentialMetadata names,
-// and returns why it is wrong; it drops the keys bound anyway (and
-// repeated ones), and keeps every one of them out of the recorded
-// metadata.
+// validateCredentials returns why the WithCredentialMetadata keys are
+// wrong; it drops duplicates and keeps them all out of the record.
 func (c *config) validateCredentials() (string, bool) {
 	if !c.credentialMDSet {
 		return "", true

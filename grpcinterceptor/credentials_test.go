@@ -49,7 +49,7 @@ func TestCredentialsBound(t *testing.T) {
 	refused := func(ctx context.Context, what string, req *testgrpc.SimpleRequest) {
 		t.Helper()
 		a := unary(ctx, c, req)
-		checkRefusal(t, a.err, codes.FailedPrecondition, grpcinterceptor.ReasonCredentialsMismatch, false)
+		checkRefusal(t, a.err, codes.FailedPrecondition, "IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH", false)
 		if a.resp != nil || a.replayed() || len(a.header.Get("x-execution")) != 0 {
 			t.Fatalf("%s: %v, header %v; Alice's answer leaked", what, a.resp, a.header)
 		}
@@ -178,7 +178,7 @@ func TestUnsealableRecordNeverFailsOpen(t *testing.T) {
 		t.Fatal(a.err)
 	}
 	a := unary(ctx, reader, &testgrpc.SimpleRequest{})
-	checkRefusal(t, a.err, codes.Unavailable, grpcinterceptor.ReasonRecordUnreadable, true)
+	checkRefusal(t, a.err, codes.Unavailable, "IDEMPOTENCY_RECORD_UNREADABLE", true)
 	if strings.Contains(a.err.Error(), "reached") || !strings.Contains(a.err.Error(), "unreadable") {
 		t.Fatalf("%v; want the recorded answer unreadable", a.err)
 	}

@@ -158,9 +158,9 @@ func ExampleNew_watchOutcome() {
 		panic(err)
 	}
 	accessLog := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, watch := middleware.WatchOutcome(ctx)
+		ctx, outcome := middleware.WatchOutcome(ctx)
 		resp, err := handler(ctx, req)
-		if e, ok := watch.Outcome(); ok {
+		if e, ok := outcome(); ok {
 			fmt.Println(e.Operation, e.Kind, status.Code(err))
 		}
 		return resp, err

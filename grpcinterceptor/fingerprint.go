@@ -19,14 +19,9 @@ var fpBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxPooledBuffer = 256 << 10
 
-// protoFingerprint returns the fingerprint ("grpc-v1") of a call to fullMethod
-// with request req: the SHA-256 of the method's name (length-prefixed) and
-// the request's deterministic protobuf encoding
-// (proto.MarshalOptions{Deterministic: true}: map entries sorted). Equal
-// messages of one schema give equal fingerprints within a program; unknown
-// fields are kept, so a request carrying fields this server does not know
-// still matches its faithful retries. A req that is not a protobuf message
-// is an error.
+// protoFingerprint returns the "grpc-v1" fingerprint of a call (see
+// WithFingerprint): unknown fields are kept, so a request with fields this
+// server does not know still matches its faithful retries.
 func protoFingerprint(fullMethod string, req any) (fingerprint.Fingerprint, error) {
 	m, ok := req.(proto.Message)
 	if !ok {

@@ -11,15 +11,9 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// Key errors. A *keyError matches one of them with errors.Is, and
-// middleware.ErrInvalidKey too, as the key errors of every idemkit adapter
-// do.
+// Key errors; a *keyError matches one of them and middleware.ErrInvalidKey.
 var (
-	// errKeyMissing: the call has no idempotency key where one is
-	// required.
-	errKeyMissing = errors.New("grpcinterceptor: idempotency key missing")
-	// errKeyMalformed: the key metadata is empty, too long, repeated, or
-	// has characters a key cannot have.
+	errKeyMissing   = errors.New("grpcinterceptor: idempotency key missing")
 	errKeyMalformed = errors.New("grpcinterceptor: idempotency key malformed")
 )
 
@@ -32,26 +26,16 @@ type keyError struct {
 
 func (e *keyError) Error() string { return e.err.Error() + ": " + e.reason }
 
-// Unwrap returns errKeyMissing or errKeyMalformed, and
-// middleware.ErrInvalidKey.
 func (e *keyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
 
 func malformed(format string, args ...any) error {
 	return &keyError{reason: fmt.Sprintf(format, args...), err: errKeyMalformed}
 }
 
-// parseKey checks the values of the key metadata entry (all of them, as
-// metadata.MD holds them) and returns the key.
-//
-// A key is exactly one value of 1 to maxLen (maxLen <= 0: no limit)
-// visible ASCII characters (0x21 to 0x7e) other than ','. The key is taken
-// literally and is case-sensitive: unlike the HTTP header, gRPC metadata
-// has no quoted form, so quotes are part of the key.
-//
-// Refused with a *keyError matching errKeyMalformed: an empty value, a
-// value that is too long, a space, a control or non-ASCII character, a
-// comma (a list, as a proxy that joins repeated values would make it), and
-// more than one value. No value at all is errKeyMissing.
+// parseKey returns the key of the metadata values: exactly one value of 1
+// to maxLen (<= 0: no limit) visible ASCII characters other than ',' (a
+// list, as a joining proxy makes it), taken literally: metadata has no
+// quoted form. A refusal is a *keyError.
 func parseKey(values []string, maxLen int) (string, error) {
 	switch len(values) {
 	case 0:
@@ -89,11 +73,9 @@ func describe(c byte) string {
 	return strconv.QuoteRune(rune(c))
 }
 
-// keyFieldOf returns req's message and its key field (see WithKeyField): a
-// singular string field named name. fd is nil when name is empty, req is
-// not a protobuf message, or its message has no such field: then the field
-// is not a key source for req's method. A nil message (a typed nil
-// pointer) has none either: nothing can be read from it or set in it.
+// keyFieldOf returns req's message and its key field, a singular string
+// field named name; fd is nil when there is none (or req is a typed nil),
+// and the field is then not a key source for req's method.
 func keyFieldOf(name protoreflect.Name, req any) (m protoreflect.Message, fd protoreflect.FieldDescriptor) {
 	if name == "" {
 		return nil, nil

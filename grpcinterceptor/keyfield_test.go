@@ -58,7 +58,7 @@ func TestKeyField(t *testing.T) {
 	// The request_id is part of the request: another item under it is a
 	// reused key.
 	other := call(t.Context(), conn, createOrder, schema.request(createOrder, "req-1", "pen"))
-	checkRefusal(t, other.err, codes.FailedPrecondition, grpcinterceptor.ReasonKeyReused, false)
+	checkRefusal(t, other.err, codes.FailedPrecondition, "IDEMPOTENCY_KEY_REUSED", false)
 	if n := svc.executions.Load(); n != 1 {
 		t.Fatalf("executions = %d, want 1", n)
 	}
@@ -113,7 +113,7 @@ func TestKeyFieldMalformed(t *testing.T) {
 			// A valid metadata key does not rescue it: the field is read
 			// first.
 			a := call(withKey(t.Context(), "fine"), conn, createOrder, schema.request(createOrder, id, "book"))
-			checkRefusal(t, a.err, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed, false)
+			checkRefusal(t, a.err, codes.InvalidArgument, "IDEMPOTENCY_KEY_MALFORMED", false)
 			if md := grpcinterceptor.ErrorInfoOf(a.err).GetMetadata(); md["key_field"] != "request_id" || md["metadata_key"] != keyMD {
 				t.Fatalf("ErrorInfo metadata = %v", md)
 			}
@@ -123,7 +123,7 @@ func TestKeyFieldMalformed(t *testing.T) {
 					violations = br.GetFieldViolations()
 				}
 			}
-			if len(violations) != 1 || violations[0].GetField() != "request_id" || violations[0].GetReason() != grpcinterceptor.ReasonKeyMalformed {
+			if len(violations) != 1 || violations[0].GetField() != "request_id" || violations[0].GetReason() != "IDEMPOTENCY_KEY_MALFORMED" {
 				t.Fatalf("BadRequest violations = %v", violations)
 			}
 			if msg := status.Convert(a.err).Message(); !strings.Contains(msg, "request_id") || strings.Contains(msg, id) {
@@ -161,7 +161,7 @@ func TestKeyFieldNotAKeySource(t *testing.T) {
 	} {
 		req := schema.request(c.method, c.id, "book")
 		a := call(t.Context(), conn, c.method, req)
-		checkRefusal(t, a.err, codes.InvalidArgument, grpcinterceptor.ReasonKeyMissing, false)
+		checkRefusal(t, a.err, codes.InvalidArgument, "IDEMPOTENCY_KEY_MISSING", false)
 		if md := grpcinterceptor.ErrorInfoOf(a.err).GetMetadata(); md["key_field"] != "" || md["metadata_key"] != keyMD {
 			t.Fatalf("%s: ErrorInfo metadata = %v; want the metadata key only", c.method, md)
 		}
@@ -176,7 +176,7 @@ func TestKeyFieldNotAKeySource(t *testing.T) {
 		}
 	}
 	a := call(t.Context(), conn, createOrder, schema.request(createOrder, "", "book"))
-	checkRefusal(t, a.err, codes.InvalidArgument, grpcinterceptor.ReasonKeyMissing, false)
+	checkRefusal(t, a.err, codes.InvalidArgument, "IDEMPOTENCY_KEY_MISSING", false)
 	if md := grpcinterceptor.ErrorInfoOf(a.err).GetMetadata(); md["key_field"] != "request_id" {
 		t.Fatalf("ErrorInfo metadata = %v; want key_field request_id", md)
 	}

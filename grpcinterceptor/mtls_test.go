@@ -49,7 +49,7 @@ func TestCredentialsBindClientCertificate(t *testing.T) {
 	refused := func(what string, c testgrpc.TestServiceClient) {
 		t.Helper()
 		a := unary(ctx, c, req)
-		checkRefusal(t, a.err, codes.FailedPrecondition, grpcinterceptor.ReasonCredentialsMismatch, false)
+		checkRefusal(t, a.err, codes.FailedPrecondition, "IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH", false)
 		if a.resp != nil || a.replayed() || len(a.header.Get("x-execution")) != 0 {
 			t.Fatalf("%s: %v, header %v; Alice's answer leaked", what, a.resp, a.header)
 		}
@@ -102,7 +102,7 @@ func TestCredentialMetadataBound(t *testing.T) {
 	}
 	for _, bob := range []string{"bob-api-key", ""} {
 		a := call(bob)
-		checkRefusal(t, a.err, codes.FailedPrecondition, grpcinterceptor.ReasonCredentialsMismatch, false)
+		checkRefusal(t, a.err, codes.FailedPrecondition, "IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH", false)
 	}
 	rec, ok, err := b.store.Get(t.Context(), recordKey("k"))
 	if err != nil || !ok || strings.Contains(string(rec.Response), "alice-api-key") || strings.Contains(rec.Fingerprint, "alice") {

@@ -101,9 +101,9 @@ type observer struct {
 func (o *observer) outer(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	w := watched{id: o.next.Add(1), method: info.FullMethod, observed: len(metadata.ValueFromIncomingContext(ctx, observedMD)) > 0}
 	ctx = context.WithValue(ctx, callIDKey, w.id)
-	ctx, watch := middleware.WatchOutcome(ctx)
+	ctx, outcome := middleware.WatchOutcome(ctx)
 	resp, err := handler(ctx, req)
-	w.outcome, w.ok = watch.Outcome()
+	w.outcome, w.ok = outcome()
 	o.mu.Lock()
 	o.calls = append(o.calls, w)
 	o.mu.Unlock()

@@ -5,8 +5,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// RecordedCall is a call as the interceptor records it (see
-// [DecodeRecorded]).
+// RecordedCall is a call as the interceptor records it.
 type RecordedCall struct {
 	// Header and Trailer are the metadata the handler set, which replays
 	// restore.
@@ -22,13 +21,9 @@ type RecordedCall struct {
 	Message []byte
 }
 
-// DecodeRecorded decodes the response the interceptor records for a
-// completed call, as an operator's tool reads it from the record
-// (middleware.Guard.Inspect with withResponse, the "response" of
-// nethttp.NewAdmin's record, idemkit inspect -raw): the status of a failed
-// call, or the name and encoding of its response message, and the
-// metadata a replay restores. Bytes the interceptor did not record (another
-// adapter's, a sealed envelope) are an error. Message aliases b.
+// DecodeRecorded decodes what the interceptor records for a completed call
+// (middleware.Guard.Inspect's response), for operators' tools. Another
+// adapter's bytes, or a sealed envelope, are an error. Message aliases b.
 func DecodeRecorded(b []byte) (RecordedCall, error) {
 	s, err := decode(b)
 	if err != nil {

@@ -10,11 +10,6 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 )
 
-// Selector decides which methods are guarded (server) or get a key
-// (client), by full method name ("/package.Service/Method", as in
-// grpc.UnaryServerInfo.FullMethod and the client interceptor's method).
-type Selector func(fullMethod string) bool
-
 // descriptorResolver finds descriptors by full name.
 // *protoregistry.Files implements it.
 type descriptorResolver interface {
@@ -23,16 +18,10 @@ type descriptorResolver interface {
 
 var _ descriptorResolver = (*protoregistry.Files)(nil)
 
-// defaultSelector returns the default [Selector]: every method except those
-// whose proto options declare them safe to repeat, with idempotency_level
-// IDEMPOTENT or NO_SIDE_EFFECTS, and those of gRPC's own services, which
-// read state and are safe to repeat: grpc.health.v1.* (whose Check a load
-// balancer or Kubernetes probe calls without a key), grpc.reflection.* and
-// grpc.channelz.*. It looks each method up in files
-// (protoregistry.GlobalFiles when files is nil) once and remembers the
-// answer. A method it cannot find is selected. The server's WithInclude
-// still guards a method it leaves out.
-func defaultSelector(files descriptorResolver) Selector {
+// defaultSelector is the default of WithSelector; it looks each method up
+// in files (protoregistry.GlobalFiles when nil) once. A method it cannot
+// find is selected.
+func defaultSelector(files descriptorResolver) func(string) bool {
 	if files == nil {
 		files = protoregistry.GlobalFiles
 	}
@@ -47,9 +36,9 @@ func defaultSelector(files descriptorResolver) Selector {
 	}
 }
 
-// SelectMethods returns a [Selector] that selects exactly the methods
-// named, by full method name ("/package.Service/Method").
-func SelectMethods(fullMethods ...string) Selector {
+// SelectMethods returns a selector for [WithSelector] that selects exactly
+// the methods named ("/package.Service/Method").
+func SelectMethods(fullMethods ...string) func(fullMethod string) bool {
 	set := make(map[string]bool, len(fullMethods))
 	for _, m := range fullMethods {
 		set[m] = true
@@ -57,10 +46,8 @@ func SelectMethods(fullMethods ...string) Selector {
 	return func(fullMethod string) bool { return set[fullMethod] }
 }
 
-// declaredIdempotent reports whether the method named by fullMethod
-// ("/package.Service/Method") is declared with the method option
-// idempotency_level = IDEMPOTENT or NO_SIDE_EFFECTS in files
-// (protoregistry.GlobalFiles when nil). An unknown method is not.
+// declaredIdempotent reports whether fullMethod is declared
+// idempotency_level IDEMPOTENT or NO_SIDE_EFFECTS in files.
 func declaredIdempotent(files descriptorResolver, fullMethod string) bool {
 	if files == nil {
 		files = protoregistry.GlobalFiles
@@ -84,9 +71,8 @@ func declaredIdempotent(files descriptorResolver, fullMethod string) bool {
 	return false
 }
 
-// idempotencyLevel reads the method's idempotency_level option, from the
-// generated options type or, for options held another way (a dynamic
-// message), by field number.
+// idempotencyLevel reads the method's idempotency_level option, by field
+// number for options held as a dynamic message.
 func idempotencyLevel(md protoreflect.MethodDescriptor) descriptorpb.MethodOptions_IdempotencyLevel {
 	switch o := md.Options().(type) {
 	case *descriptorpb.MethodOptions:
@@ -115,8 +101,8 @@ func methodName(fullMethod string) (protoreflect.FullName, bool) {
 	return name, name.IsValid()
 }
 
-// infrastructure reports whether fullMethod belongs to one of gRPC's own
-// services: health checking, server reflection or channelz.
+// infrastructure reports whether fullMethod belongs to gRPC's health,
+// reflection or channelz services, which a probe calls without a key.
 func infrastructure(fullMethod string) bool {
 	return strings.HasPrefix(fullMethod, "/grpc.health.v1.") ||
 		strings.HasPrefix(fullMethod, "/grpc.reflection.") ||

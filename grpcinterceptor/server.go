@@ -38,13 +38,9 @@ type server struct {
 }
 
 // New validates the options and returns a unary server interceptor that
-// makes the methods it guards idempotent with guard: the first call with a
-// key runs the handler, at most once across every server that shares the
-// guard's backend, and every retry with the same key and request gets the
-// recorded answer back. See the package documentation for the statuses it
-// answers. Use it with grpc.ChainUnaryInterceptor or grpc.UnaryInterceptor.
-// An invalid or nil option, or a guard not made by middleware.New (nil or
-// zero), is an InvalidArgument [idemkit.Error]; nothing panics on a call.
+// makes the methods it guards idempotent with guard (docs/grpc.md has its
+// answers). A bad or nil option, or a guard not made by middleware.New,
+// is an InvalidArgument error.
 func New(guard *middleware.Guard, opts ...Option) (grpc.UnaryServerInterceptor, error) {
 	s, err := newServer(guard, opts...)
 	if err != nil {
@@ -61,8 +57,6 @@ func newServer(guard *middleware.Guard, opts ...Option) (*server, error) {
 	case guard == nil:
 		return bad("a guard is required; make one with middleware.New")
 	case reflect.ValueOf(guard).Elem().IsZero():
-		// New always sets the store and the defaults: only a Guard that
-		// New did not make is all zero.
 		return bad("the guard is a zero middleware.Guard; make it with middleware.New")
 	}
 	cfg := defaults(false)
@@ -127,9 +121,7 @@ func setOf(names []string) map[string]bool {
 	return m
 }
 
-// guarded reports whether calls to fullMethod go through the guard:
-// excluded methods never do, included ones always, the rest as the
-// selector says.
+// guarded reports whether calls to fullMethod go through the guard.
 func (s *server) guarded(fullMethod string) bool {
 	switch {
 	case s.exclude[fullMethod]:
@@ -167,16 +159,16 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 				return handler(ctx, req)
 			}
 			if field != nil {
-				return nil, s.reject(ctx, op, ReasonKeyMissing,
+				return nil, s.reject(ctx, op, reasonKeyMissing,
 					"set "+string(field.Name())+" or send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.fieldMeta)
 			}
-			return nil, s.reject(ctx, op, ReasonKeyMissing, "send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.keyMeta)
+			return nil, s.reject(ctx, op, reasonKeyMissing, "send the metadata "+s.cfg.key+" with a unique key, such as a UUID", s.keyMeta)
 		}
 		k, err := parseKey(values, s.cfg.maxKeyLen)
 		if err != nil {
 			var ke *keyError
 			errors.As(err, &ke)
-			return nil, s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key: "+ke.reason, s.keyMeta)
+			return nil, s.reject(ctx, op, reasonKeyMalformed, "malformed idempotency key: "+ke.reason, s.keyMeta)
 		}
 		key = k
 	}
@@ -208,19 +200,20 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	out, err := s.guard.Execute(ctx, key, fp, func(ctx context.Context) (middleware.Result, error) {
 		var res middleware.Result
 		resp, res, held, handlerErr = s.run(ctx, req, info, handler)
-		if begun, _ := middleware.TransactionBegun(ctx); begun && res.Verdict == middleware.RecordNotReplayable && s.oversized(resp) {
+		if begun, _ := middleware.TransactionBegun(ctx); begun && res.NotReplayable && s.oversized(resp) {
 			// A commit cannot record it, and a transaction's outcome is
 			// what a retry must find: rolled back instead (see
-			// ReasonResponseTooLarge).
+			// reasonResponseTooLarge).
 			tooLarge = true
-			return middleware.Result{Verdict: middleware.Forget}, nil
+			middleware.DoNotRecord(ctx)
+			return middleware.Result{}, nil
 		}
 		return res, nil
 	}, opts...)
 	if tooLarge && err == nil {
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the handler's response is larger than the response limit, so its transaction was rolled back",
 			slog.String("method", info.FullMethod), slog.Int("limit", s.cfg.maxResponse))
-		return nil, s.refusal(codes.Internal, ReasonResponseTooLarge, fmt.Sprintf(
+		return nil, s.refusal(codes.Internal, reasonResponseTooLarge, fmt.Sprintf(
 			"the response exceeds %d bytes, the most a call's database transaction can record; the transaction was rolled back, so nothing of the call was kept", s.cfg.maxResponse), 0, nil)
 	}
 	if held != nil && err == nil {
@@ -276,7 +269,8 @@ func (s *server) run(ctx context.Context, req any, info *grpc.UnaryServerInfo, h
 // nil) or the status, with the metadata the handler set.
 func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *status.Status, store bool) middleware.Result {
 	if !store {
-		return middleware.Result{Verdict: middleware.Forget}
+		middleware.DoNotRecord(ctx)
+		return middleware.Result{}
 	}
 	rec := stored{status: st != nil}
 	rec.header, rec.trailer = cs.recorded()
@@ -292,7 +286,7 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 		if !ok {
 			// Another codec's message (or none): it ran, and cannot be
 			// replayed.
-			return middleware.Result{Verdict: middleware.RecordNotReplayable}
+			return middleware.Result{NotReplayable: true}
 		}
 		rec.messageName = m.ProtoReflect().Descriptor().FullName()
 		if _, err := s.cfg.types.FindMessageByName(rec.messageName); err != nil {
@@ -300,11 +294,11 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 			// record that is unreadable until it expires.
 			s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: the response type is not in the message types; recorded as not replayable",
 				slog.String("type", string(rec.messageName)))
-			return middleware.Result{Verdict: middleware.RecordNotReplayable}
+			return middleware.Result{NotReplayable: true}
 		}
 		size := prefixSize(rec) + proto.Size(m)
 		if size > s.cfg.maxResponse {
-			return middleware.Result{Verdict: middleware.RecordNotReplayable} // not encoded: it would not be kept
+			return middleware.Result{NotReplayable: true} // not encoded: it would not be kept
 		}
 		// Size just measured the unchanged message: its cached size serves
 		// the encoding, into a buffer of the size it will have.
@@ -312,7 +306,7 @@ func (s *server) verdict(ctx context.Context, cs metadataCapture, resp any, st *
 		b, err = proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, m)
 	}
 	if err != nil || len(b) > s.cfg.maxResponse {
-		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		return middleware.Result{NotReplayable: true}
 	}
 	return middleware.Result{Value: b}
 }
@@ -330,7 +324,7 @@ func (s *server) replay(ctx context.Context, value []byte) (any, error) {
 	a, err := s.rebuild(value)
 	if err != nil {
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be rebuilt", slog.String("error", err.Error()))
-		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
+		return nil, s.refusal(codes.Unavailable, reasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer cannot be rebuilt by this server", s.cfg.retryDelay, nil)
 	}
 	header := a.header
@@ -357,7 +351,6 @@ type answer struct {
 	header, trailer metadata.MD
 }
 
-// rebuild decodes a record into the answer it holds.
 // decodeStatus decodes the recorded status of a failed call: an OK one
 // was never recorded, so it is errCorrupt.
 func decodeStatus(payload []byte) (*status.Status, error) {
@@ -371,6 +364,7 @@ func decodeStatus(payload []byte) (*status.Status, error) {
 	return status.FromProto(sp), nil
 }
 
+// rebuild decodes a record into the answer it holds.
 func (s *server) rebuild(value []byte) (answer, error) {
 	rec, err := decode(value)
 	if err != nil {
@@ -411,9 +405,9 @@ func (s *server) rejectField(ctx context.Context, op middleware.CallOption, err 
 	var ke *keyError
 	errors.As(err, &ke)
 	field := string(s.cfg.keyField)
-	return s.reject(ctx, op, ReasonKeyMalformed, "malformed idempotency key in "+field+": "+ke.reason, s.fieldMeta,
+	return s.reject(ctx, op, reasonKeyMalformed, "malformed idempotency key in "+field+": "+ke.reason, s.fieldMeta,
 		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{
-			Field: field, Description: "malformed idempotency key: " + ke.reason, Reason: ReasonKeyMalformed,
+			Field: field, Description: "malformed idempotency key: " + ke.reason, Reason: reasonKeyMalformed,
 		}}})
 }
 
@@ -424,36 +418,36 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 	case errors.Is(err, middleware.ErrInvalidKey):
 		// The key was checked, so only its length with the scope and
 		// namespace is left: the guard reported the call rejected.
-		return nil, s.refusal(codes.InvalidArgument, ReasonKeyMalformed,
+		return nil, s.refusal(codes.InvalidArgument, reasonKeyMalformed,
 			"malformed idempotency key: the key is too long for its scope; use a shorter key", 0, keyMeta)
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
-		return nil, s.refusal(codes.FailedPrecondition, ReasonCredentialsMismatch,
+		return nil, s.refusal(codes.FailedPrecondition, reasonCredentialsMismatch,
 			"this idempotency key was used by a call with other credentials; use a new key for a new request", 0, nil)
 	case errors.Is(err, middleware.ErrMismatch):
-		return nil, s.refusal(codes.FailedPrecondition, ReasonKeyReused,
+		return nil, s.refusal(codes.FailedPrecondition, reasonKeyReused,
 			"this idempotency key was used with a different request; use a new key for a new request", 0, nil)
 	case errors.Is(err, middleware.ErrInProgress):
-		return nil, s.refusal(codes.Aborted, ReasonInProgress,
+		return nil, s.refusal(codes.Aborted, reasonInProgress,
 			"the first call with this idempotency key has not finished; retry later with the same key and request", s.cfg.retryDelay, nil)
 	case errors.Is(err, middleware.ErrNotReplayable):
-		return nil, s.refusal(codes.FailedPrecondition, ReasonNotReplayable,
+		return nil, s.refusal(codes.FailedPrecondition, reasonNotReplayable,
 			"the call with this idempotency key was executed, but its answer could not be kept for replay "+
 				"(larger than the capture limit, or not a protobuf message this server can rebuild); it will not be executed again", 0, nil)
 	case errors.Is(err, store.ErrUnsealable):
 		// The call ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.
 		s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
-		return nil, s.refusal(codes.Unavailable, ReasonRecordUnreadable,
+		return nil, s.refusal(codes.Unavailable, reasonRecordUnreadable,
 			"the call with this idempotency key ran, but its recorded answer is unreadable; it will not be executed again", s.cfg.retryDelay, nil)
 	case errors.Is(err, store.ErrWorkConflict):
-		return nil, s.refusal(codes.Aborted, ReasonTransactionConflict,
+		return nil, s.refusal(codes.Aborted, reasonTransactionConflict,
 			"the call's database transaction conflicted with a concurrent one and was rolled back, so nothing of it was kept; retry with the same key and request", s.cfg.retryDelay, nil)
 	case errors.Is(err, store.ErrWorkFailed):
-		return nil, s.refusal(codes.Internal, ReasonTransactionFailed,
+		return nil, s.refusal(codes.Internal, reasonTransactionFailed,
 			"the call's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0, nil)
 	case errors.Is(err, middleware.ErrUnavailable) && idemkit.CodeOf(err).Permanent():
 		// Retrying cannot help; the guard logged why.
-		return nil, s.refusal(codes.Internal, ReasonMisconfigured,
+		return nil, s.refusal(codes.Internal, reasonMisconfigured,
 			"the idempotency backend refuses this service until its setup is fixed, so the call was not executed", 0, nil)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
@@ -461,10 +455,10 @@ func (s *server) refuse(ctx context.Context, keyMeta map[string]string, err erro
 		if !transient {
 			msg = "the idempotency backend failed, so the call was not executed; retry later with the same key"
 		}
-		return nil, s.refusal(codes.Unavailable, ReasonUnavailable, msg, s.cfg.retryDelay, nil)
+		return nil, s.refusal(codes.Unavailable, reasonUnavailable, msg, s.cfg.retryDelay, nil)
 	case ctx.Err() != nil:
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	s.cfg.logger.ErrorContext(ctx, "grpcinterceptor: unexpected guard error", slog.String("error", err.Error()))
-	return nil, s.refusal(codes.Unavailable, ReasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
+	return nil, s.refusal(codes.Unavailable, reasonUnavailable, "the idempotency backend failed", s.cfg.retryDelay, nil)
 }

@@ -175,11 +175,11 @@ func TestRefusals(t *testing.T) {
 		code   codes.Code
 		reason string
 	}{
-		{"empty", []string{""}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
-		{"too long", []string{long}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
-		{"two values", []string{"a", "b"}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
-		{"space", []string{"a b"}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
-		{"a list", []string{"a,b"}, codes.InvalidArgument, grpcinterceptor.ReasonKeyMalformed},
+		{"empty", []string{""}, codes.InvalidArgument, "IDEMPOTENCY_KEY_MALFORMED"},
+		{"too long", []string{long}, codes.InvalidArgument, "IDEMPOTENCY_KEY_MALFORMED"},
+		{"two values", []string{"a", "b"}, codes.InvalidArgument, "IDEMPOTENCY_KEY_MALFORMED"},
+		{"space", []string{"a b"}, codes.InvalidArgument, "IDEMPOTENCY_KEY_MALFORMED"},
+		{"a list", []string{"a,b"}, codes.InvalidArgument, "IDEMPOTENCY_KEY_MALFORMED"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			svc := newService()
@@ -244,7 +244,7 @@ func TestKeyRequired(t *testing.T) {
 	svc := newService()
 	c := dial(t, serve(t, b.guard(t), svc, grpcinterceptor.WithKeyRequired(true)))
 	a := unary(t.Context(), c, &testgrpc.SimpleRequest{})
-	checkRefusal(t, a.err, codes.InvalidArgument, grpcinterceptor.ReasonKeyMissing, false)
+	checkRefusal(t, a.err, codes.InvalidArgument, "IDEMPOTENCY_KEY_MISSING", false)
 	if ei := grpcinterceptor.ErrorInfoOf(a.err); ei.GetMetadata()["metadata_key"] != keyMD {
 		t.Fatalf("ErrorInfo metadata = %v", ei.GetMetadata())
 	}
@@ -289,7 +289,7 @@ func TestMismatch(t *testing.T) {
 				}
 				return
 			}
-			checkRefusal(t, err, codes.FailedPrecondition, grpcinterceptor.ReasonKeyReused, false)
+			checkRefusal(t, err, codes.FailedPrecondition, "IDEMPOTENCY_KEY_REUSED", false)
 			if n := svc.executions.Load(); n != 1 {
 				t.Fatalf("executions = %d, want 1", n)
 			}
@@ -330,7 +330,7 @@ func TestInProgress(t *testing.T) {
 	waitFor(t, svc.started, "the first execution")
 
 	a := unary(ctx, c, req)
-	checkRefusal(t, a.err, codes.Aborted, grpcinterceptor.ReasonInProgress, true)
+	checkRefusal(t, a.err, codes.Aborted, "IDEMPOTENCY_KEY_IN_PROGRESS", true)
 	if d, _ := grpcinterceptor.RetryDelayOf(a.err); d != time.Second {
 		t.Fatalf("RetryInfo delay = %v", d)
 	}
@@ -353,7 +353,7 @@ func TestBackendOutage(t *testing.T) {
 		client := dial(t, serve(t, b.guard(t), svc, grpcinterceptor.WithRetryDelay(3*time.Second)))
 		b.store.fail.Store(true)
 		a := unary(withKey(t.Context(), "k"), client, &testgrpc.SimpleRequest{})
-		checkRefusal(t, a.err, codes.Unavailable, grpcinterceptor.ReasonUnavailable, true)
+		checkRefusal(t, a.err, codes.Unavailable, "IDEMPOTENCY_UNAVAILABLE", true)
 		if d, _ := grpcinterceptor.RetryDelayOf(a.err); d != 3*time.Second {
 			t.Fatalf("RetryInfo delay = %v", d)
 		}
@@ -407,7 +407,7 @@ func TestNotReplayable(t *testing.T) {
 		t.Fatalf("the first call: %v", first.err)
 	}
 	a := unary(ctx, c, req)
-	checkRefusal(t, a.err, codes.FailedPrecondition, grpcinterceptor.ReasonNotReplayable, false)
+	checkRefusal(t, a.err, codes.FailedPrecondition, "IDEMPOTENCY_NOT_REPLAYABLE", false)
 	if n := svc.executions.Load(); n != 1 {
 		t.Fatalf("executions = %d, want 1", n)
 	}
@@ -425,7 +425,7 @@ func TestUnreadableRecord(t *testing.T) {
 		t.Fatal(a.err)
 	}
 	a := unary(ctx, reader, &testgrpc.SimpleRequest{})
-	checkRefusal(t, a.err, codes.Unavailable, grpcinterceptor.ReasonRecordUnreadable, true)
+	checkRefusal(t, a.err, codes.Unavailable, "IDEMPOTENCY_RECORD_UNREADABLE", true)
 	if n := svc.executions.Load(); n != 1 {
 		t.Fatalf("executions = %d, want 1", n)
 	}
@@ -810,7 +810,7 @@ func TestUnknownResponseTypeIsNotReplayable(t *testing.T) {
 		t.Fatal(a.err)
 	}
 	a := unary(ctx, c, &testgrpc.SimpleRequest{})
-	checkRefusal(t, a.err, codes.FailedPrecondition, grpcinterceptor.ReasonNotReplayable, false)
+	checkRefusal(t, a.err, codes.FailedPrecondition, "IDEMPOTENCY_NOT_REPLAYABLE", false)
 	if msg := status.Convert(a.err).Message(); strings.Contains(msg, "too large") {
 		t.Fatalf("the refusal blames the size: %q", msg)
 	}

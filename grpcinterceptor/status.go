@@ -12,72 +12,25 @@ import (
 )
 
 // Reasons: the google.rpc.ErrorInfo reason of each status the interceptor
-// answers itself, in the domain set by [WithErrorDomain] (default
-// "idemkit.dev"). They are stable: clients may match on them. The
-// ErrorInfo of the key statuses carries the metadata key the server reads
-// under "metadata_key" and, for a method whose request has the key field
-// ([WithKeyField]), the field's name under "key_field".
+// answers itself, stable for clients to match on; docs/grpc.md says when
+// each is sent.
 const (
-	// ReasonKeyMissing: InvalidArgument; the method is guarded, the key is
-	// required and the call has none (neither in the metadata nor in the
-	// request's key field, see [WithKeyField]).
-	ReasonKeyMissing = "IDEMPOTENCY_KEY_MISSING"
-	// ReasonKeyMalformed: InvalidArgument; the key is empty, too long
-	// (alone, or with its scope: see middleware.Scope), sent more than
-	// once or has characters a key cannot have. A key from the request's
-	// key field ([WithKeyField]) comes with a google.rpc.BadRequest naming
-	// the field too.
-	ReasonKeyMalformed = "IDEMPOTENCY_KEY_MALFORMED"
-	// ReasonKeyReused: FailedPrecondition; the key was used for a call
-	// with another request. Retrying cannot help: use a new key.
-	ReasonKeyReused = "IDEMPOTENCY_KEY_REUSED"
-	// ReasonCredentialsMismatch: FailedPrecondition; no scope hook is set
-	// and the key was used by a call with other authorization metadata
-	// (or with none, or this call has none). The recorded answer is never
-	// sent to this call, and the handler does not run. Use a new key.
-	ReasonCredentialsMismatch = "IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH"
-	// ReasonInProgress: Aborted with RetryInfo; the first call with the
-	// key is still running. Retry later with the same key and request.
-	ReasonInProgress = "IDEMPOTENCY_KEY_IN_PROGRESS"
-	// ReasonNotReplayable: FailedPrecondition; the call with this key ran,
-	// but its response was too large to keep. It will never run again
-	// under this key.
-	ReasonNotReplayable = "IDEMPOTENCY_NOT_REPLAYABLE"
-	// ReasonUnavailable: Unavailable with RetryInfo; the idempotency
-	// backend cannot be reached, so the call was not run. Retry later with
-	// the same key.
-	ReasonUnavailable = "IDEMPOTENCY_UNAVAILABLE"
-	// ReasonMisconfigured: Internal, without RetryInfo; the idempotency
-	// backend refuses the service until an operator fixes its setup (a
-	// missing table, refused credentials or permissions), so the call was
-	// not run. Retrying cannot help; the server's log says what is wrong.
-	ReasonMisconfigured = "IDEMPOTENCY_MISCONFIGURED"
-	// ReasonRecordUnreadable: Unavailable with RetryInfo; the call ran
-	// before, but its record cannot be read or rebuilt here (its message
-	// type is not linked into this server, its response was sealed with a
-	// key this server lacks, or the record is damaged). It is not run
-	// again, even with WithFailOpen.
-	ReasonRecordUnreadable = "IDEMPOTENCY_RECORD_UNREADABLE"
-	// ReasonTransactionFailed: Internal; the handler's own transaction
-	// (pgstore.Tx) failed at its commit (a statement it let fail, a
-	// deferred constraint) and was rolled back: nothing of the call was
-	// kept, and a retry runs the handler again.
-	ReasonTransactionFailed = "IDEMPOTENCY_TRANSACTION_FAILED"
-	// ReasonTransactionConflict: Aborted with RetryInfo; the handler's own
-	// transaction lost a conflict with a concurrent one (a serialization
-	// failure, a deadlock) and was rolled back. Retry with the same key
-	// and request: the handler runs again.
-	ReasonTransactionConflict = "IDEMPOTENCY_TRANSACTION_CONFLICT"
-	// ReasonResponseTooLarge: Internal; the handler began its transaction
-	// and returned a response larger than [WithMaxResponseBytes], which a
-	// commit cannot record: the transaction was rolled back, as it is for
-	// an HTTP response too large to hold until the commit.
-	ReasonResponseTooLarge = "IDEMPOTENCY_RESPONSE_TOO_LARGE"
+	reasonKeyMissing          = "IDEMPOTENCY_KEY_MISSING"
+	reasonKeyMalformed        = "IDEMPOTENCY_KEY_MALFORMED"
+	reasonKeyReused           = "IDEMPOTENCY_KEY_REUSED"
+	reasonCredentialsMismatch = "IDEMPOTENCY_KEY_CREDENTIALS_MISMATCH"
+	reasonInProgress          = "IDEMPOTENCY_KEY_IN_PROGRESS"
+	reasonNotReplayable       = "IDEMPOTENCY_NOT_REPLAYABLE"
+	reasonUnavailable         = "IDEMPOTENCY_UNAVAILABLE"
+	reasonMisconfigured       = "IDEMPOTENCY_MISCONFIGURED"
+	reasonRecordUnreadable    = "IDEMPOTENCY_RECORD_UNREADABLE"
+	reasonTransactionFailed   = "IDEMPOTENCY_TRANSACTION_FAILED"
+	reasonTransactionConflict = "IDEMPOTENCY_TRANSACTION_CONFLICT"
+	reasonResponseTooLarge    = "IDEMPOTENCY_RESPONSE_TOO_LARGE"
 )
 
-// ErrorInfo metadata entries of the key statuses: the metadata key the
-// interceptor reads, and the request field it reads the key from (see
-// WithKeyField; only for a method whose request has that field).
+// ErrorInfo metadata entries of the key statuses: the metadata key read,
+// and the request field read (for a method whose request has it).
 const (
 	errorInfoMetadataKey = "metadata_key"
 	errorInfoFieldKey    = "key_field"

@@ -19,10 +19,8 @@ type metadataCapture interface {
 	recorded() (header, trailer metadata.MD)
 }
 
-// metadataReader is the part of grpc-go's own server stream
-// (*transport.ServerStream, in an internal package, so reached by its
-// method set) that reports the header and trailer metadata set on it so
-// far.
+// metadataReader is the method set of grpc-go's own server stream (in an
+// internal package) that reports the metadata set on it so far.
 type metadataReader interface {
 	grpc.ServerTransportStream
 	Header() (metadata.MD, error)
@@ -30,19 +28,12 @@ type metadataReader interface {
 }
 
 // newMetadataCapture prepares the recording of what the handler sets on
-// real, and returns the context the handler runs with. When the real
-// stream reports its metadata (grpc-go's does), it stays in the context:
-// grpc.SetSendCompressor and grpc.ClientSupportedCompressors, which need
-// grpc-go's own stream, keep working, and what the handler set is read
-// back afterwards. Otherwise the handler gets a [captureStream] in front of
-// it.
-//
-// When the work can begin a transaction that commits with its outcome
-// (middleware.TransactionBegun), what the handler sets once it began one
-// (the transactional mode) is held instead of passed on: held, nil when
-// it cannot, sends it once the commit landed (see [heldStream]). Until
-// the work begins it, the handler's calls go to the real stream as
-// outside the transactional mode.
+// real and returns the handler's context. grpc-go's stream, which reports
+// its metadata, stays in the context (so grpc.SetSendCompressor keeps
+// working) and is read back afterwards; any other gets a [captureStream]
+// in front. When the work can begin a transaction that commits with its
+// outcome, what the handler sets once it began one is held (held is nil
+// when it cannot; see [heldStream]).
 func newMetadataCapture(ctx context.Context, keep func(string) bool) (context.Context, metadataCapture, *heldStream) {
 	stream := grpc.ServerTransportStreamFromContext(ctx)
 	var held *heldStream
@@ -68,10 +59,8 @@ func newMetadataCapture(ctx context.Context, keep func(string) bool) (context.Co
 }
 
 // streamDiff records what was added to a stream's metadata since it was
-// made: the stream's header and trailer then, against theirs at the end.
-// The transport merges repeated calls by appending values, so what was
-// added is, per key, the values past those there before. In the
-// transactional mode, what was held (not yet on the stream) comes after.
+// made (the transport appends the values of repeated calls), and then
+// what was held.
 type streamDiff struct {
 	stream          metadataReader
 	keep            func(key string) bool
@@ -108,12 +97,9 @@ func added(before, now metadata.MD, keep func(string) bool) metadata.MD {
 	return out
 }
 
-// captureStream is the grpc.ServerTransportStream a guarded handler sees
-// when the real stream cannot report its metadata: it passes SetHeader,
-// SendHeader and SetTrailer on to the real stream at once (in the
-// transactional mode, once the work began its transaction, to held
-// instead) and records the metadata of the calls that succeeded, for
-// replay. Method comes from the real stream too.
+// captureStream is the grpc.ServerTransportStream a handler sees when the
+// real stream cannot report its metadata: it passes the calls on (to held
+// in the transactional mode) and records those that succeeded.
 type captureStream struct {
 	grpc.ServerTransportStream // the real stream
 	keep                       func(key string) bool
@@ -131,7 +117,6 @@ var (
 	_ metadataCapture            = (*streamDiff)(nil)
 )
 
-// SetHeader passes md on and records it.
 func (c *captureStream) SetHeader(md metadata.MD) error {
 	if err := c.next().SetHeader(md); err != nil {
 		return err
@@ -140,7 +125,6 @@ func (c *captureStream) SetHeader(md metadata.MD) error {
 	return nil
 }
 
-// SendHeader passes md on and records it with the header.
 func (c *captureStream) SendHeader(md metadata.MD) error {
 	if err := c.next().SendHeader(md); err != nil {
 		return err
@@ -149,7 +133,6 @@ func (c *captureStream) SendHeader(md metadata.MD) error {
 	return nil
 }
 
-// SetTrailer passes md on and records it.
 func (c *captureStream) SetTrailer(md metadata.MD) error {
 	if err := c.next().SetTrailer(md); err != nil {
 		return err
@@ -175,9 +158,8 @@ func (c *captureStream) record(dst *metadata.MD, md metadata.MD) {
 	*dst = appendKept(*dst, md, c.keep)
 }
 
-// appendKept merges md into dst (made when nil), as the transport merges
-// repeated calls, leaving out what a replay must not repeat, and returns
-// it.
+// appendKept merges md into dst (made when nil), leaving out what a replay
+// must not repeat, and returns it.
 func appendKept(dst, md metadata.MD, keep func(string) bool) metadata.MD {
 	for k, vs := range md {
 		k = strings.ToLower(k)
@@ -199,14 +181,10 @@ func (c *captureStream) recorded() (header, trailer metadata.MD) {
 	return c.header, c.trailer
 }
 
-// heldStream holds back the metadata a guarded handler sets once its work
-// began a transaction that commits with its outcome (the transactional
-// mode), as nethttp holds a response written then: none of it reaches the
-// real stream before the guard returns. When the commit landed, the
-// interceptor sends it ([heldStream.send]) ahead of the answer; when it
-// failed, it is dropped, and the client gets none of it, only the
-// interceptor's Unavailable. A SendHeader is held too, and sent first
-// once committed. Method comes from the real stream.
+// heldStream holds back the metadata a handler sets once its work began a
+// transaction that commits with its outcome, as nethttp holds a response:
+// the interceptor sends it ([heldStream.send]) once the commit landed, and
+// drops it when it failed.
 type heldStream struct {
 	grpc.ServerTransportStream             // the real stream
 	began                      func() bool // whether the work began its transaction
@@ -220,7 +198,6 @@ type heldStream struct {
 // after the header went out.
 var errHeaderSent = status.Error(codes.Internal, "grpcinterceptor: the header was already sent")
 
-// SetHeader holds md with the header.
 func (h *heldStream) SetHeader(md metadata.MD) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -231,7 +208,6 @@ func (h *heldStream) SetHeader(md metadata.MD) error {
 	return nil
 }
 
-// SendHeader holds md with the header, to be sent before the answer.
 func (h *heldStream) SendHeader(md metadata.MD) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -242,7 +218,6 @@ func (h *heldStream) SendHeader(md metadata.MD) error {
 	return nil
 }
 
-// SetTrailer holds md with the trailer.
 func (h *heldStream) SetTrailer(md metadata.MD) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -257,11 +232,10 @@ func (h *heldStream) held() (header, trailer metadata.MD) {
 	return h.header, h.trailer
 }
 
-// send passes the held metadata on to the real stream, once the work's
-// transaction committed: the header (sent at once if the handler sent
-// it), then the trailer. An error here means the transport went away, or
-// the header went out before the work began its transaction: the answer
-// that follows fails, or goes out, as it would have.
+// send passes the held metadata on to the real stream once the work's
+// transaction committed: the header (sent if the handler sent it), then
+// the trailer. An error means the transport went away: the answer that
+// follows fails as it would have.
 func (h *heldStream) send() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -277,11 +251,10 @@ func (h *heldStream) send() {
 	h.header, h.trailer, h.sent = nil, nil, false
 }
 
-// heldContext is the handler's context in the transactional mode when
-// grpc-go's own stream is in it: it answers that stream until the work
-// began its transaction (so grpc.SetSendCompressor and
-// grpc.ClientSupportedCompressors work until then), and held from then on,
-// so that grpc.SetHeader, grpc.SendHeader and grpc.SetTrailer reach it.
+// heldContext is the handler's context in the transactional mode with
+// grpc-go's stream in it: it answers that stream until the work began its
+// transaction (so grpc.SetSendCompressor works until then), and held from
+// then on.
 type heldContext struct {
 	context.Context
 	held *heldStream
@@ -315,9 +288,8 @@ func credentialKey(k string) bool {
 	return false
 }
 
-// withoutCredentials removes the credential keys from md, a recorded
-// block about to be replayed (records written before credentials were
-// left out of them may hold some).
+// withoutCredentials removes the credential keys from a recorded block
+// about to be replayed (older records may hold some).
 func withoutCredentials(md metadata.MD) {
 	for k := range md {
 		if credentialKey(k) {

@@ -129,7 +129,7 @@ func TestTransactionalMetadataHeldUntilCommit(t *testing.T) {
 			s.refuse.Store(true)
 			a := unary(withKey(t.Context(), "refused"), c, &testgrpc.SimpleRequest{})
 			s.refuse.Store(false)
-			checkRefusal(t, a.err, codes.Unavailable, grpcinterceptor.ReasonUnavailable, true)
+			checkRefusal(t, a.err, codes.Unavailable, "IDEMPOTENCY_UNAVAILABLE", true)
 			if len(a.header.Get("x-h")) != 0 || len(a.trailer.Get("x-t")) != 0 {
 				t.Fatalf("a refused commit: header x-h %v, trailer x-t %v; want none of the handler's", a.header.Get("x-h"), a.trailer.Get("x-t"))
 			}
@@ -159,7 +159,7 @@ func TestTransactionalMetadataBeforeTheTransaction(t *testing.T) {
 			c := dial(t, serve(t, txGuard(t, s), &txMetadataService{sendHeader: sendHeader, before: true}))
 			s.refuse.Store(true)
 			a := unary(withKey(t.Context(), "k"), c, &testgrpc.SimpleRequest{})
-			checkRefusal(t, a.err, codes.Unavailable, grpcinterceptor.ReasonUnavailable, true)
+			checkRefusal(t, a.err, codes.Unavailable, "IDEMPOTENCY_UNAVAILABLE", true)
 			if !slices.Equal(a.header.Get("x-h"), []string{"1"}) || !slices.Equal(a.trailer.Get("x-t"), []string{"1"}) {
 				t.Fatalf("header x-h %v, trailer x-t %v; want the handler's 1 and 1, set before the transaction", a.header.Get("x-h"), a.trailer.Get("x-t"))
 			}
@@ -273,8 +273,8 @@ func TestTransactionalCommitFailuresAnswered(t *testing.T) {
 		reason    string
 		retryInfo bool
 	}{
-		{store.ErrWorkFailed, codes.Internal, grpcinterceptor.ReasonTransactionFailed, false},
-		{store.ErrWorkConflict, codes.Aborted, grpcinterceptor.ReasonTransactionConflict, true},
+		{store.ErrWorkFailed, codes.Internal, "IDEMPOTENCY_TRANSACTION_FAILED", false},
+		{store.ErrWorkConflict, codes.Aborted, "IDEMPOTENCY_TRANSACTION_CONFLICT", true},
 	} {
 		t.Run(c.reason, func(t *testing.T) {
 			s := &txStore{Store: memstore.New()}
@@ -324,7 +324,7 @@ func TestTransactionalResponseOverLimit(t *testing.T) {
 	ctx := withKey(t.Context(), "big")
 	for i := range 2 {
 		a := unary(ctx, conn, &testgrpc.SimpleRequest{ResponseSize: 4 * limit})
-		checkRefusal(t, a.err, codes.Internal, grpcinterceptor.ReasonResponseTooLarge, false)
+		checkRefusal(t, a.err, codes.Internal, "IDEMPOTENCY_RESPONSE_TOO_LARGE", false)
 		if n := svc.executions.Load(); n != int64(i+1) {
 			t.Fatalf("call %d: %d executions; want %d (nothing kept)", i, n, i+1)
 		}

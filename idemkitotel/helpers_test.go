@@ -203,8 +203,8 @@ func (s snapshot) checkAttributes(t *testing.T) {
 		"idemkit.backend.operation": true, "idemkit.backend.result": true, "error.type": true,
 	}
 	for _, sm := range s.rm.ScopeMetrics {
-		if sm.Scope.Name != idemkitotel.ScopeName {
-			t.Errorf("instrumentation scope %q, want %q", sm.Scope.Name, idemkitotel.ScopeName)
+		if sm.Scope.Name != "github.com/idemkit/idemkit/idemkitotel" {
+			t.Errorf("instrumentation scope %q, want %q", sm.Scope.Name, "github.com/idemkit/idemkit/idemkitotel")
 		}
 		for _, m := range sm.Metrics {
 			for _, p := range s.points(m.Name) {

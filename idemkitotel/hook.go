@@ -16,9 +16,9 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// ScopeName is the instrumentation scope of the tracer and the meter the
-// hook uses.
-const ScopeName = "github.com/idemkit/idemkit/idemkitotel"
+// scopeName is the instrumentation scope of the hook's tracer and meter
+// (the package doc names it).
+const scopeName = "github.com/idemkit/idemkit/idemkitotel"
 
 // The attribute keys the hook sets. Metrics carry only the low-cardinality
 // ones (operation, outcome, and the backend's operation, result and error
@@ -48,21 +48,17 @@ type config struct {
 }
 
 // WithTracerProvider sets the provider of the hook's tracer. Default:
-// otel.GetTracerProvider() (the global provider, as set when New runs:
-// a global set later is followed too, through the global's delegation).
-// A nil provider restores the default.
+// otel.GetTracerProvider() (a global set later is followed too); nil
+// restores it.
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
 
 // WithMeterProvider sets the provider of the hook's meter. Default:
-// otel.GetMeterProvider() (the global provider, followed the same way). A
-// nil provider restores the default.
+// otel.GetMeterProvider(); nil restores it.
 func WithMeterProvider(mp metric.MeterProvider) Option { return func(c *config) { c.mp = mp } }
 
 // Hook is a [middleware.Hook] that turns the guard's events into
-// OpenTelemetry spans and metrics (see the package documentation for every
-// span attribute and instrument). Give it to the guard with
-// middleware.WithHook, and wrap the guard's store with [Hook.Store] to
-// measure the backend's operations too. It is safe for concurrent use.
+// OpenTelemetry spans and metrics; wrap the guard's store with
+// [Hook.Store] to measure the backend too. It is safe for concurrent use.
 type Hook struct {
 	tracer trace.Tracer
 
@@ -116,8 +112,8 @@ func New(opts ...Option) (*Hook, error) {
 	if cfg.mp == nil {
 		cfg.mp = otel.GetMeterProvider()
 	}
-	h := &Hook{tracer: cfg.tp.Tracer(ScopeName)}
-	m := cfg.mp.Meter(ScopeName)
+	h := &Hook{tracer: cfg.tp.Tracer(scopeName)}
+	m := cfg.mp.Meter(scopeName)
 	var errs [7]error
 	h.callDuration, errs[0] = m.Float64Histogram("idemkit.call.duration", metric.WithUnit("s"),
 		metric.WithDescription("Duration of guarded calls, by operation and outcome; its count is the number of calls."),

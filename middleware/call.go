@@ -9,37 +9,31 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// Scope puts the call's key in the namespace of a tenant or principal:
-// the record key is "<namespace>:<scope>:<key>" (the scope with '%' and
-// ':' percent-encoded, so no two (scope, key) pairs share a record). The
-// same key under two scopes names two calls. The work reads it back with
-// [CallInfoFrom]; hooks get it hashed. Default: the empty scope.
+// Scope puts the call's key in the namespace of a tenant or principal: the
+// record key is "<namespace>:<scope>:<key>" (the scope with '%' and ':'
+// percent-encoded). Default: the empty scope.
 func Scope(scope string) CallOption { return CallOption{set: setScope, text: scope} }
 
 func setScope(c *callConfig, o CallOption) { c.scope = o.text }
 
-// Operation names what the call does, for hooks, telemetry and the work
-// ([CallInfoFrom]): a route pattern ("POST /orders"), gin's FullPath(),
-// echo's Path(), a gRPC full method, a queue's name. It must have few
-// distinct values (it becomes a metric attribute): never a raw path with
-// ids in it. It is not part of the record key nor of the fingerprint.
-// Default: "".
+// Operation names what the call does, for hooks, telemetry and the work: a
+// route pattern ("POST /orders"), a gRPC full method, a queue's name. It
+// becomes a metric attribute, so it must have few distinct values. It is
+// part of neither the record key nor the fingerprint. Default: "".
 func Operation(name string) CallOption { return CallOption{set: setOperation, text: name} }
 
 func setOperation(c *callConfig, o CallOption) { c.operation = o.text }
 
-// RecordTTL overrides the guard's record TTL for this call's outcome (see
-// [WithRecordTTL]); it must be at least 1 ms.
+// RecordTTL overrides [WithRecordTTL] for this call; at least 1 ms.
 func RecordTTL(d time.Duration) CallOption { return CallOption{set: setRecordTTL, d: d} }
 
 func setRecordTTL(c *callConfig, o CallOption) { c.recordTTL, c.recordTTLSet = o.d, true }
 
-// FailOpen lets the call run fn unguarded when the backend cannot be
-// reached for its claim (idemkit.Code.Transient: unreachable, timed out,
-// refusing for load): nothing is claimed nor recorded, a duplicate may
-// run too, and the outcome is [EventFailedOpen]. Other failures, and a
-// record that exists but cannot be read (store.ErrUnsealable: its request
-// ran), still give [ErrUnavailable]. Default: fail closed.
+// FailOpen lets the call run fn unguarded, recording nothing, when its
+// claim fails transiently (idemkit.Code.Transient); the outcome is
+// [EventFailedOpen]. Other failures, and a record that cannot be read
+// (store.ErrUnsealable), still give [ErrUnavailable]. Default: fail
+// closed.
 func FailOpen() CallOption { return CallOption{set: setFailOpen} }
 
 func setFailOpen(c *callConfig, _ CallOption) { c.failOpen = true }
@@ -60,18 +54,14 @@ type CallInfo struct {
 	Operation string        // see [Operation]
 	Scope     string        // see [Scope]
 	Key       string        // the idempotency key, as the caller gave it
-	Fence     idemkit.Fence // the fence of the claim the work runs under: pass it to fenced writes, or derive downstream keys from it; zero when the call failed open (see FailOpen), which has no claim
+	Fence     idemkit.Fence // the claim's fence, for fenced writes downstream; zero when the call failed open
 }
 
 // callKey keys the running call in fn's ctx.
 type callKey struct{}
 
-// CallInfoFrom returns the key, scope, operation and fence of the guarded
-// call whose work ctx belongs to (fn's ctx, or one derived from it), and
-// false outside one. A fence orders the claims of one key: a later claim
-// always has a greater fence, so a downstream system that keeps the
-// greatest fence it saw can refuse the writes of a holder whose claim was
-// taken over.
+// CallInfoFrom returns the guarded call that fn's ctx (or one derived from
+// it) belongs to, and false outside one.
 func CallInfoFrom(ctx context.Context) (CallInfo, bool) {
 	c, ok := ctx.Value(callKey{}).(*call)
 	if !ok {
@@ -80,11 +70,10 @@ func CallInfoFrom(ctx context.Context) (CallInfo, bool) {
 	return CallInfo{Operation: c.operation, Scope: c.scope, Key: c.key, Fence: c.fence}, true
 }
 
-// DoNotRecord asks the guard not to record the outcome of the call whose
-// work ctx belongs to: once fn returns, the claim is released and nothing
-// is stored, so a retry runs the work again (as the Forget verdict does).
-// It is for responses that must not stick, such as a wrong one-time
-// password. It reports false outside a guarded call.
+// DoNotRecord asks the guard not to record the outcome of the call that
+// fn's ctx belongs to: once fn returns, the claim is released and nothing
+// is stored, so a retry runs the work again (a wrong one-time password, an
+// HTTP 5xx). It reports false outside a guarded call.
 func DoNotRecord(ctx context.Context) bool {
 	c, ok := ctx.Value(callKey{}).(*call)
 	if ok {
@@ -93,17 +82,12 @@ func DoNotRecord(ctx context.Context) bool {
 	return ok
 }
 
-// TransactionBegun reports whether the work of the guarded call that ctx
-// belongs to (fn's ctx, or one derived from it) has begun a transaction
-// that commits with its outcome (pgstore.Tx), and, in can, whether it can
-// begin one: can is false outside a guarded call and on a store that gives
-// the call no such transaction (see store.Transactor).
-//
-// It is for adapters that send part of their answer while the work runs
-// (an HTTP status and headers, gRPC metadata): what the work gives them
-// once begun is true is held until [Guard.Execute] returns, and sent only
-// if it returns no error, the commit having landed. An error means the
-// work's writes were rolled back: nothing held may reach the client.
+// TransactionBegun reports whether the work that fn's ctx belongs to has
+// begun a transaction that commits with its outcome (pgstore.Tx), and
+// whether it can ([store.Transactor]). An adapter that sends part of its
+// answer while the work runs holds what comes after begin until
+// [Guard.Execute] returns without error: an error means the work's writes
+// were rolled back.
 func TransactionBegun(ctx context.Context) (begun, can bool) {
 	c, ok := ctx.Value(callKey{}).(*call)
 	if !ok || c.work == nil {
@@ -112,53 +96,46 @@ func TransactionBegun(ctx context.Context) (begun, can bool) {
 	return c.work.Begun(), true
 }
 
-// OutcomeWatch receives the outcome of the guarded calls made with a
+// outcomeWatch receives the outcome of the guarded calls made with a
 // context from [WatchOutcome].
-type OutcomeWatch struct {
+type outcomeWatch struct {
 	last atomic.Pointer[Event]
 }
 
 type watchKey struct{}
 
-// WatchOutcome returns a copy of ctx that makes the outcome of a guarded
-// call made with it (or a context derived from it) readable afterwards,
-// by code that runs outside the guard: an access log or a metrics
-// middleware in front of the idempotency middleware (HTTP), an outer
-// interceptor (gRPC). Adapters report requests they let through or
-// refused too (see [Guard.Bypass]), so every request that reaches them has
-// an outcome.
+// WatchOutcome returns a copy of ctx, and a function that returns the
+// outcome of the last guarded call made with it (false if none was made
+// yet), for code outside the guard: an access log or metrics middleware in
+// front of an adapter. Adapters report requests they pass through or
+// refuse too ([Guard.Bypass]).
 //
-//	ctx, watch := middleware.WatchOutcome(r.Context())
+//	ctx, outcome := middleware.WatchOutcome(r.Context())
 //	next.ServeHTTP(w, r.WithContext(ctx))
-//	if e, ok := watch.Outcome(); ok {
+//	if e, ok := outcome(); ok {
 //		slog.InfoContext(ctx, "request", "idempotency", e.Kind.String())
 //	}
-func WatchOutcome(ctx context.Context) (context.Context, *OutcomeWatch) {
-	w := new(OutcomeWatch)
-	return context.WithValue(ctx, watchKey{}, w), w
+func WatchOutcome(ctx context.Context) (context.Context, func() (Event, bool)) {
+	w := new(outcomeWatch)
+	return context.WithValue(ctx, watchKey{}, w), w.outcome
 }
 
-// Outcome returns the outcome of the last guarded call made with the
-// watched context, and false if none was made (yet).
-func (w *OutcomeWatch) Outcome() (Event, bool) {
+func (w *outcomeWatch) outcome() (Event, bool) {
 	if e := w.last.Load(); e != nil {
 		return *e, true
 	}
 	return Event{}, false
 }
 
-// Bypass reports a request that an adapter did not hand to the guard, so
-// that hooks and outcome watchers see every request: kind is
-// [EventPassedThrough] (a method that is not guarded, a request without a
-// key when none is required) or [EventRejected] (a missing or malformed
-// key, an unusable body; err says why). Only [Operation] and [Scope] of
-// opts are used. Other kinds are ignored. Adapters call it; it costs
-// nothing without a hook or a watch.
+// Bypass reports a request an adapter did not hand to the guard, so that
+// hooks and outcome watchers see every request: kind is
+// [EventPassedThrough] or [EventRejected] (others are ignored); only
+// [Operation] and [Scope] of opts are used.
 func (g *Guard) Bypass(ctx context.Context, kind EventKind, err error, opts ...CallOption) {
 	if kind != EventPassedThrough && kind != EventRejected {
 		return
 	}
-	w, _ := ctx.Value(watchKey{}).(*OutcomeWatch)
+	w, _ := ctx.Value(watchKey{}).(*outcomeWatch)
 	if len(g.cfg.hooks) == 0 && w == nil {
 		return
 	}
@@ -177,7 +154,7 @@ func (g *Guard) Bypass(ctx context.Context, kind EventKind, err error, opts ...C
 
 // outcome hands the outcome e of a call made with ctx to w (the ctx's
 // watch, if any) and to the hooks.
-func (g *Guard) outcome(ctx context.Context, w *OutcomeWatch, e Event) {
+func (g *Guard) outcome(ctx context.Context, w *outcomeWatch, e Event) {
 	if w != nil {
 		w.last.Store(&e)
 	}

@@ -148,12 +148,12 @@ func TestCallInfoFrom(t *testing.T) {
 	}
 	infos.check(t, "Execute", middleware.CallInfo{Operation: "POST /orders", Scope: "tenant:7", Key: "order-1", Fence: out.Fence})
 
-	ctx, watch := middleware.WatchOutcome(t.Context())
+	ctx, outcome := middleware.WatchOutcome(t.Context())
 	_, _, err = middleware.Do(ctx, g, "msg-1", message{Customer: "c1"}, func(ctx context.Context) (int, error) {
 		infos = readCallInfo(ctx)
 		return 1, nil
 	}, middleware.Scope("queue"), middleware.Operation("charges"))
-	e, ok := watch.Outcome()
+	e, ok := outcome()
 	if err != nil || !ok || e.Kind != middleware.EventExecuted || e.Fence == 0 {
 		t.Fatalf("Do: %v, outcome %+v (%v)", err, e, ok)
 	}
@@ -263,8 +263,8 @@ func TestDoNotRecord(t *testing.T) {
 // with it, none before; Bypass sets it too.
 func TestWatchOutcome(t *testing.T) {
 	g := newGuard(t, memstore.New())
-	ctx, watch := middleware.WatchOutcome(t.Context())
-	if e, ok := watch.Outcome(); ok {
+	ctx, outcome := middleware.WatchOutcome(t.Context())
+	if e, ok := outcome(); ok {
 		t.Fatalf("an outcome %+v before any call", e)
 	}
 	var runs atomic.Int32
@@ -272,7 +272,7 @@ func TestWatchOutcome(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, ok := watch.Outcome()
+	e, ok := outcome()
 	if !ok || e.Kind != middleware.EventExecuted || !e.Recorded || e.Size != 4 || e.Fence != out.Fence || e.KeyHash == "" {
 		t.Fatalf("after an execution: %+v (%v)", e, ok)
 	}
@@ -282,35 +282,35 @@ func TestWatchOutcome(t *testing.T) {
 	if _, err := g.Execute(dctx, "k", fpA, value(&runs, "x")); err != nil {
 		t.Fatal(err)
 	}
-	if e, _ := watch.Outcome(); e.Kind != middleware.EventReplayed || e.Fence != out.Fence || e.Size != 4 {
+	if e, _ := outcome(); e.Kind != middleware.EventReplayed || e.Fence != out.Fence || e.Size != 4 {
 		t.Fatalf("after a replay: %+v; want the replay", e)
 	}
 	_, err = g.Execute(ctx, "k", fpB, value(&runs, "x"))
-	if e, _ := watch.Outcome(); e.Kind != middleware.EventMismatch || !errors.Is(e.Err, middleware.ErrMismatch) || e.Err != err {
+	if e, _ := outcome(); e.Kind != middleware.EventMismatch || !errors.Is(e.Err, middleware.ErrMismatch) || e.Err != err {
 		t.Fatalf("after a mismatch: %+v; want the mismatch with the call's error", e)
 	}
 	_, err = g.Execute(ctx, "", fpA, value(&runs, "x"))
-	if e, _ := watch.Outcome(); e.Kind != middleware.EventRejected || e.Err != err || !errors.Is(err, middleware.ErrInvalidKey) {
+	if e, _ := outcome(); e.Kind != middleware.EventRejected || e.Err != err || !errors.Is(err, middleware.ErrInvalidKey) {
 		t.Fatalf("after an empty key: %+v; want rejected", e)
 	}
 
 	// Another watch is not told.
-	ctx2, watch2 := middleware.WatchOutcome(t.Context())
+	ctx2, outcome2 := middleware.WatchOutcome(t.Context())
 	g.Bypass(ctx2, middleware.EventPassedThrough, nil, middleware.Operation("GET /orders"), middleware.Scope("s"))
-	e, ok = watch2.Outcome()
+	e, ok = outcome2()
 	if !ok || e.Kind != middleware.EventPassedThrough || e.Operation != "GET /orders" || e.ScopeHash == "" || e.KeyHash != "" || e.Err != nil {
 		t.Fatalf("after Bypass: %+v (%v)", e, ok)
 	}
-	if e, _ := watch.Outcome(); e.Kind != middleware.EventRejected {
+	if e, _ := outcome(); e.Kind != middleware.EventRejected {
 		t.Fatalf("the first watch changed to %v by a call on another ctx", e.Kind)
 	}
 	bad := errors.New("malformed key")
 	g.Bypass(ctx2, middleware.EventRejected, bad)
-	if e, _ := watch2.Outcome(); e.Kind != middleware.EventRejected || e.Err != bad || e.Operation != "" || e.ScopeHash != "" {
+	if e, _ := outcome2(); e.Kind != middleware.EventRejected || e.Err != bad || e.Operation != "" || e.ScopeHash != "" {
 		t.Fatalf("after a rejection: %+v", e)
 	}
 	g.Bypass(ctx2, middleware.EventExecuted, nil)
-	if e, _ := watch2.Outcome(); e.Kind != middleware.EventRejected {
+	if e, _ := outcome2(); e.Kind != middleware.EventRejected {
 		t.Fatalf("Bypass with kind executed changed the outcome to %v; want it ignored", e.Kind)
 	}
 	if runs.Load() != 1 {

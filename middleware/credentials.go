@@ -12,9 +12,7 @@ import (
 	"github.com/idemkit/idemkit/fingerprint"
 )
 
-// bindingLabel keys the hashes of bound credentials when the guard has no
-// secret (see [WithSecret]); with a secret, the key is the HMAC-SHA-256 of
-// this label under the secret.
+// bindingLabel keys the hashes of bound credentials without a secret.
 const bindingLabel = "idemkit credential binding v1"
 
 // bindingMark separates a stored fingerprint from the binding of the
@@ -25,30 +23,20 @@ const bindingMark = ";c="
 // 32 base64url characters.
 const bindingBytes = 24
 
-// Credentials binds the call's record to the caller's credentials: values
-// are the raw credentials (an Authorization header, a session cookie, a
-// token), compared as an ordered list. A record written by a call with
-// other credentials (other values, or none at all), and a record written
-// without credentials while this call has some, is never replayed to this
-// call and never runs fn again: the call fails with
-// [ErrCredentialsMismatch], before the payloads are compared, so a caller
-// with other credentials learns nothing about the recorded request. The
-// same holds while the other caller's request still runs.
-//
-// The guard never stores the values: the record keeps the first 24 bytes
-// of an HMAC-SHA-256 over the record key and the values (each behind its
-// length as 4 bytes big-endian), keyed by the guard's secret (see
-// [WithSecret]). A call without this option is not bound and is compared
-// by its payload alone; a call without values (Credentials()) is bound to
-// having none.
+// Credentials binds the call's record to the caller's raw credentials
+// (compared as an ordered list): a record written with other credentials,
+// or none, is never replayed to this call nor runs fn again; the call
+// fails with [ErrCredentialsMismatch] before the payloads are compared.
+// The record keeps only 24 bytes of an HMAC-SHA-256 over the record key
+// and the values, keyed by the guard's secret ([WithSecret]).
+// Credentials() binds the call to having none; without the option a call
+// is not bound.
 func Credentials(values ...string) CallOption { return CallOption{set: setCredentials, list: values} }
 
 func setCredentials(c *callConfig, o CallOption) { c.credentials, c.bound = o.list, true }
 
-// bindingKey returns the key of the credential hashes: the label itself
-// without a secret, else the HMAC-SHA-256 of the label under the secret,
-// so that these hashes never share a key with the hashes of keys in
-// events.
+// bindingKey returns the key of the credential hashes: the label, or its
+// HMAC under the secret, so they never share a key with event hashes.
 func bindingKey(secret []byte) []byte {
 	if secret == nil {
 		return []byte(bindingLabel)
@@ -58,19 +46,16 @@ func bindingKey(secret []byte) []byte {
 	return m.Sum(nil)
 }
 
-// binder computes credential bindings: an HMAC keyed once, reset for each
-// use, and a buffer for its message. The guard keeps them in a pool, so a
-// bound call allocates nothing for its binding.
+// binder computes credential bindings with an HMAC keyed once; the guard
+// pools them, so a bound call allocates nothing for its binding.
 type binder struct {
 	mac hash.Hash
 	msg []byte
 	sum [sha256.Size]byte
 }
 
-// appendBinding appends to b the binding of credentials values for the
-// record key recordKey: the mark and the truncated HMAC in base64url.
-// A call without values (no credentials at all) has nothing to hide: its
-// binding is the fixed noCredentials, computed without a hash.
+// appendBinding appends the binding of values for recordKey: the mark and
+// the truncated HMAC in base64url (a fixed mark for no values).
 func (g *Guard) appendBinding(b []byte, recordKey string, values []string) []byte {
 	if len(values) == 0 {
 		return append(append(b, bindingMark...), noCredentials...)
@@ -94,9 +79,8 @@ func (g *Guard) appendBinding(b []byte, recordKey string, values []string) []byt
 	return b
 }
 
-// noCredentials is the binding of a call bound to no credentials: as long
-// as a hash's, and of a character ('.') that base64url never writes, so it
-// equals no hash.
+// noCredentials is the binding of no credentials: a hash's length, of a
+// character base64url never writes.
 const noCredentials = "................................"
 
 // maxPooledMessage bounds the message buffer a pooled binder keeps.

@@ -8,24 +8,12 @@ import (
 	"github.com/idemkit/idemkit/fingerprint"
 )
 
-// Do runs fn at most once for key, like [Guard.Execute], for any Go
-// function: queue consumers, cron jobs, outbound calls. input is what the
-// work is about (a message, a request struct); its canonical JSON is the
-// fingerprint (see [WithValueFingerprint]), so the same key with a
-// different input is refused with [ErrMismatch]. A nil input fingerprints nothing: any call with the key
-// matches.
-//
-// fn's value is stored as JSON and decoded into a fresh T on replay, so T
-// must round-trip through encoding/json. An error from fn (or a panic) is
-// not stored: a retry runs fn again. A value that cannot be encoded is
-// recorded as executed-not-replayable: fn never runs again under the key,
-// and retries get [ErrNotReplayable].
-//
-// opts are those of [Guard.Execute] ([Scope], [Operation], [RecordTTL],
-// [FailOpen], [WaitBudget], [Credentials]). replayed reports whether the
-// value came from the record. With an error, value is always T's zero
-// value, even when fn returned one: fn's error, a commit of its
-// transaction that did not land, a record that cannot be decoded.
+// Do is [Guard.Execute] for any Go function (queue consumers, cron jobs):
+// input's canonical JSON is the fingerprint ([WithValueFingerprint]; a nil
+// input matches any call with the key), and fn's value is stored as JSON,
+// so T must round-trip through encoding/json. A value that cannot be
+// encoded is recorded not replayable. replayed reports whether the value
+// came from the record; with an error, value is T's zero value.
 func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx context.Context) (T, error), opts ...CallOption) (value T, replayed bool, err error) {
 	var fp fingerprint.Fingerprint
 	if input != nil {
@@ -43,15 +31,14 @@ func Do[T any](ctx context.Context, g *Guard, key string, input any, fn func(ctx
 		value = v
 		b, err := json.Marshal(v)
 		if err != nil {
-			return Result{Verdict: RecordNotReplayable}, nil
+			return Result{NotReplayable: true}, nil
 		}
 		return Result{Value: b}, nil
 	}, opts...)
 	var zero T
 	switch {
 	case err != nil:
-		// fn's value is not returned with an error: a commit that did not
-		// land (pgstore.Tx) undid what it describes.
+		// A commit that did not land undid what fn's value describes.
 		return zero, false, err
 	case !out.Replayed:
 		return value, false, nil

@@ -153,10 +153,10 @@ func ExampleWatchOutcome() {
 	}
 	accessLog := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx, watch := middleware.WatchOutcome(r.Context())
+			ctx, outcome := middleware.WatchOutcome(r.Context())
 			next.ServeHTTP(w, r.WithContext(ctx))
 			kind := "none"
-			if e, ok := watch.Outcome(); ok {
+			if e, ok := outcome(); ok {
 				kind = e.Kind.String()
 			}
 			fmt.Println(r.Method, r.URL.Path, "idempotency:", kind)

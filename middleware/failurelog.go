@@ -18,12 +18,10 @@ const defaultFailureLogInterval = time.Minute
 // starts over (a cause is then logged at once again).
 const maxFailureCauses = 64
 
-// failureLog writes the guard's backend failures to its logger: the first
-// occurrence of each cause at once, later ones as one line per interval
-// that counts them. A cause is what the backend's coded error says (its
-// code and detail, never a key), so that one outage is one line, not one
-// per request, while a second, different failure is not hidden behind the
-// first.
+// failureLog logs the guard's backend failures (see
+// WithFailureLogInterval). A cause is the coded error's code and detail,
+// never a key, so one outage is one line, and a second cause is not hidden
+// behind the first.
 type failureLog struct {
 	logger *slog.Logger
 	every  time.Duration

@@ -58,28 +58,24 @@ type config struct {
 // WithRecordTTL sets how long an outcome is kept for replay. Default: 24 h.
 func WithRecordTTL(d time.Duration) Option { return func(c *config) { c.recordTTL = d } }
 
-// WithLeaseTTL sets the lease of the claim held while fn runs; it is
-// extended every third of it, so it bounds how long a crashed node blocks
-// its key. Default: 10 s.
+// WithLeaseTTL sets the lease of the claim held while fn runs, extended
+// every third of it: it bounds how long a crashed node blocks its key.
+// Default: 10 s.
 func WithLeaseTTL(d time.Duration) Option { return func(c *config) { c.leaseTTL = d } }
 
-// WithBackoff sets the back-off between a duplicate's claims while it waits
-// and between retries of a failed completion. Default: 25 ms doubling up to
-// 250 ms, with jitter (idemkit.Backoff{Base: 25 * time.Millisecond, Max: 250 *
-// time.Millisecond}).
+// WithBackoff sets the back-off between a waiting duplicate's claims and
+// between retries of a failed completion. Default: idemkit.Backoff{Base:
+// 25 ms, Max: 250 ms}.
 func WithBackoff(b idemkit.Backoff) Option { return func(c *config) { c.backoff = b } }
 
 // WithWaitBudget sets how long a duplicate waits for the first request to
-// finish (and then replays its response) before it is told "in progress".
-// It is the real bound of the wait: the duplicate claims again until the
-// budget is spent, and once more at its end. Zero means one attempt:
-// duplicates are refused at once. Default: 2 s.
+// finish before it is told "in progress": the real bound, not a retry
+// count. Zero refuses duplicates at once. Default: 2 s.
 func WithWaitBudget(d time.Duration) Option { return func(c *config) { c.waitBudget = d } }
 
-// WithRecordWriteTimeout bounds how long the guard keeps retrying a failed
-// completion after fn ran, while it keeps extending the lease. When it runs
-// out, the outcome is reported not recorded and the claim is left to run
-// out. Default: 30 s.
+// WithRecordWriteTimeout bounds how long a failed completion is retried
+// (while the lease is extended); then the outcome is reported not
+// recorded and the claim left to run out. Default: 30 s.
 func WithRecordWriteTimeout(d time.Duration) Option {
 	return func(c *config) { c.recordWriteTimeout = d }
 }
@@ -88,36 +84,27 @@ func WithRecordWriteTimeout(d time.Duration) Option {
 // is an [ErrUnavailable] within it, never a hang. Default: 5 s.
 func WithOpTimeout(d time.Duration) Option { return func(c *config) { c.opTimeout = d } }
 
-// WithNamespace sets the prefix of the guard's record keys
-// ("<namespace>:<scope>:<key>"; see [Scope]), so that guards with different namespaces never
-// share a record on one backend: 1 to 64 bytes without ':'. Default:
-// "idempotency".
+// WithNamespace sets the prefix of the record keys
+// ("<namespace>:<scope>:<key>"): guards with different namespaces never
+// share a record. 1 to 64 bytes without ':'. Default: "idempotency".
 func WithNamespace(ns string) Option { return func(c *config) { c.namespace = ns } }
 
-// WithLogger sets the logger of the guard: backend failures (why the
-// backend cannot serve: unreachable, a missing table, a permission
-// refused; rate-limited, see [WithFailureLogInterval]), the cause of a
-// work's transaction that failed at its commit (see store.ErrWorkFailed),
-// and failures that have no caller to return to (an outcome that could not
-// be recorded, a failed release). It is called with the call's ctx (the
-// …Context methods), so a handler that reads trace ids from it can put
-// them on the line. To log nothing, give slog.New(slog.DiscardHandler).
-// Default: slog.Default().
+// WithLogger sets the logger for why the backend cannot serve
+// (rate-limited, see [WithFailureLogInterval]), a work's transaction that
+// failed at its commit, and failures with no caller to return to (an
+// unrecorded outcome, a failed release); it gets the call's ctx. Default:
+// slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithFailureLogInterval sets how often a backend failure is logged: the
-// first occurrence of each cause (the backend's error code and detail) is
-// logged at once, and later ones at most once per interval, on a line
-// that says how many more occurred since the cause's last line
-// ("repeated"). Zero logs every occurrence. Default: 1 min.
+// WithFailureLogInterval sets how often a backend failure is logged: each
+// cause at once, then at most once per interval with a count. Zero logs
+// every one. Default: 1 min.
 func WithFailureLogInterval(d time.Duration) Option {
 	return func(c *config) { c.failureLogInterval = d }
 }
 
-// WithHook adds a hook that observes every call (see [Hook]); hooks
-// given in several options are called in order (their starts too, each
-// getting the ctx the one before returned). A nil hook is ignored.
-// Default: none.
+// WithHook adds a hook that observes every call (see [Hook]); hooks are
+// called in the order given. A nil hook is ignored. Default: none.
 func WithHook(h Hook) Option {
 	return func(c *config) {
 		if h != nil {
@@ -126,34 +113,18 @@ func WithHook(h Hook) Option {
 	}
 }
 
-// WithSecret sets a secret shared by every node of the service: it keys
-// the hashes of bound credentials (see [Credentials]) and of the keys in
-// events and logs. It must hold at least 16 bytes, preferably 32 random
-// ones; it is copied. Every node must be given the same secret, or a
-// retry that reaches another node is refused as a credentials mismatch.
-//
-// Event.KeyHash and Event.ScopeHash are what
-// idemkit.NewHMACHasher(secret).Hash(key) gives, on every node.
-//
-// Default: none. Keys and scopes in events are then hashed with
-// HMAC-SHA-256 keyed by the fixed label "idemkit event hash v1": the same
-// on every node (one key's events can be followed across a fleet), but a
-// guessable key (an order number) can be found by hashing guesses; with a
-// secret, only those who hold it can. Bound
-// credentials are hashed with HMAC-SHA-256 keyed by the fixed label
-// "idemkit credential binding v1", with the record key mixed in: they
-// still agree across nodes, and no raw credential is stored, but someone
-// who can read the backend can test guesses of low-entropy credentials
-// (Basic credentials, short API keys) against a record. With a secret, the
-// key is the HMAC-SHA-256 of that label under the secret, and a record
-// reveals nothing to those who do not hold it.
+// WithSecret sets a secret, at least 16 bytes, that every node shares: it
+// keys the hashes of bound credentials ([Credentials]) and of keys and
+// scopes in events (idemkit.NewHMACHasher(secret).Hash(key)). Nodes with
+// different secrets refuse each other's retries as credentials mismatches.
+// Default: none: fixed labels instead (see docs/guard.md for what that
+// exposes).
 func WithSecret(secret []byte) Option {
 	return func(c *config) { c.secret, c.secretSet = append([]byte(nil), secret...), true }
 }
 
 // WithValueFingerprint sets how [Do] fingerprints its input. Default:
-// fingerprint.Value (the SHA-256 of the input's canonical JSON). Adapters
-// fingerprint their requests themselves and pass the result to Execute.
+// fingerprint.Value.
 func WithValueFingerprint(f func(input any) (fingerprint.Fingerprint, error)) Option {
 	return func(c *config) { c.valueFingerprint = f }
 }
@@ -171,10 +142,9 @@ type Guard struct {
 	flights   map[flightKey]*flight // the reclaims on their way (reclaim)
 }
 
-// New returns a guard that keeps claims and outcomes in s. It validates its
-// options and returns an error (InvalidArgument) for a bad or nil one;
-// nothing panics on the request path. A Guard is made only by New: the
-// adapters refuse a zero Guard.
+// New returns a guard that keeps claims and outcomes in s, or an
+// InvalidArgument error for a bad or nil option. The adapters refuse a
+// Guard not made by New.
 func New(s store.Store, opts ...Option) (*Guard, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a store is required", nil)
@@ -229,27 +199,13 @@ func New(s store.Store, opts ...Option) (*Guard, error) {
 	return g, nil
 }
 
-// Verdict is what fn asks the guard to do with its result.
-type Verdict uint8
-
-const (
-	// Record stores the result as completed: retries replay it.
-	Record Verdict = iota
-	// Forget stores nothing and releases the claim: a retry runs fn again.
-	// For outcomes that provably changed nothing or that must not stick
-	// (by default an HTTP 5xx).
-	Forget
-	// RecordNotReplayable stores that fn ran without its result (too large,
-	// streamed, hijacked): retries are told so and fn never runs again
-	// under this key.
-	RecordNotReplayable
-)
-
-// Result is what fn returns: its response, encoded by the caller, and what
-// to do with it.
+// Result is what fn returns: its response, encoded by the caller. To
+// store nothing (a retry runs fn again), fn calls [DoNotRecord].
 type Result struct {
-	Value   []byte
-	Verdict Verdict
+	Value []byte
+	// NotReplayable records that fn ran without its response (too large,
+	// streamed, hijacked): retries get [ErrNotReplayable], never a rerun.
+	NotReplayable bool
 }
 
 // Func is the work the guard runs at most once per key. Its ctx is
@@ -264,9 +220,9 @@ type Outcome struct {
 	Replayed bool
 	// Value is fn's response (executed) or the stored one (replayed).
 	Value []byte
-	// Recorded, for an execution, reports whether the outcome was stored.
-	// False after a Forget verdict, or when another claim replaced this
-	// one or the store kept failing (see [EventNotRecorded]).
+	// Recorded, for an execution, reports whether the outcome was stored:
+	// false after [DoNotRecord], or when it could not be (see
+	// [EventNotRecorded]).
 	Recorded bool
 	// Fence is the fence of the claim fn ran under, or of the claim that
 	// wrote the replayed record.
@@ -275,10 +231,8 @@ type Outcome struct {
 	CreatedAt time.Time
 }
 
-// CallOption adjusts one call to Execute or Do. Options are values made
-// by the functions that return them (Scope, Operation, WaitBudget,
-// RecordTTL, FailOpen, Credentials); passing them allocates nothing. The
-// zero CallOption does nothing.
+// CallOption adjusts one call to Execute or Do; passing one allocates
+// nothing. The zero CallOption does nothing.
 type CallOption struct {
 	set  func(*callConfig, CallOption) // a function without captures: the data is in the option
 	text string
@@ -305,66 +259,29 @@ func setWaitBudget(c *callConfig, o CallOption) { c.waitBudget = max(o.d, 0) }
 
 // Execute runs fn at most once for key, across every guard that shares this
 // guard's backend, and answers every later call with the same key and
-// fingerprint with fn's recorded response.
+// fingerprint with fn's recorded response. It claims the key (one round
+// trip): a recorded outcome replays, or is refused ([ErrCredentialsMismatch],
+// [ErrMismatch], [ErrNotReplayable]); a live claim of the same request is
+// waited for up to the wait budget ([ErrInProgress]). Otherwise fn runs
+// while the lease is extended (its ctx ends with cause idemkit.ErrLeaseLost
+// if the lease is lost), and its outcome is completed on a detached
+// context, fenced by the claim (see [store.Store]) and retried up to the
+// record write timeout. fn's error, panic or [DoNotRecord] releases the
+// claim and stores nothing; the error (or panic) goes on.
 //
-// The algorithm, on a backend whose records carry their own lease:
-//  1. Claim the key (one round trip). An outcome is there: a record bound
-//     to other credentials than the call's ([Credentials]) gives
-//     [ErrCredentialsMismatch]; then the same fingerprint replays it;
-//     another gives [ErrMismatch]; an executed-not-replayable record gives
-//     [ErrNotReplayable]. A live claim of a request with other credentials,
-//     or another fingerprint, is refused the same way at once; with the
-//     same credentials and fingerprint the call waits (claiming again with
-//     back-off) up to the wait budget, then gives [ErrInProgress].
-//  2. Run fn under the new claim, extending its lease every third of the
-//     lease TTL. If the backend says the claim was taken over, or the
-//     lease runs out by this process's clock (reckoned from when the claim
-//     or the last extension was sent) before an extension lands, fn's ctx
-//     ends with idemkit.ErrLeaseLost.
-//  3. Complete the claim with fn's outcome (one round trip), on a context
-//     detached from ctx: a client that went away does not lose the record.
-//     The backend writes it only while the record still carries this
-//     claim's fence, even after the lease ran out if nobody claimed the key
-//     since. A failed completion is retried with back-off, while the lease
-//     is extended, for up to the record write timeout; a retry refused
-//     because an earlier attempt landed (its answer lost) is told apart by
-//     a read. After the write timeout, or once another claim exists, the
-//     outcome is reported not recorded and the claim is left to run out.
+// A fingerprint of another version of the same algorithm ("http-v1",
+// "http-v2") replays; one of another family ("http", "grpc") is a
+// mismatch.
 //
-// fn's error, panic or a Forget verdict releases the claim and stores
-// nothing; the error (or panic) goes on to the caller.
+// On a [store.Transactor], fn may begin a transaction with its ctx: the
+// outcome then commits with fn's writes. A commit that does not land
+// returns an [*UnavailableError] and no value; a transaction that failed
+// by itself (store.ErrWorkFailed, store.ErrWorkConflict) is fn's failure:
+// the claim is released and that error returned.
 //
-// On a store that is a [store.Transactor] (pgstore), fn may begin a
-// transaction (pgstore.Tx) with the context it is given: the outcome is
-// then written in that transaction and committed with fn's writes, and
-// an error, panic, Forget verdict or [DoNotRecord] rolls it back before
-// the claim is released. So does a lease lost before fn returned (fn's
-// ctx ended with idemkit.ErrLeaseLost), even when nobody claimed the key
-// since: unlike a completion without a transaction, which lands then,
-// the call fails as it does when the claim was taken over. A commit that
-// does not land (the lease was lost or the claim taken over while fn
-// ran; the backend failed) returns an [*UnavailableError] with no value
-// (wrapping idemkit.ErrLeaseLost when the lease was lost): fn's writes are
-// not there, and a retry runs fn again (or replays an outcome that
-// landed after all). A transaction that failed by itself at its commit
-// (store.ErrWorkFailed, store.ErrWorkConflict: rolled back, certainly) is
-// fn's failure, not the backend's: the claim is released, the cause
-// logged, and that error returned with no value, as an error of fn's
-// would be. A replay costs one round trip, a first execution
-// two. The fingerprint's algorithm is part of it: a record written under another version of the same algorithm (say
-// "http-v1" and "http-v2") is never a mismatch, so records written before
-// an upgrade still replay; one written under another algorithm family
-// ("http" and "grpc": an HTTP and a gRPC request sharing a key) is.
-//
-// Every backend call runs under the op timeout. Backend failures give
-// [ErrUnavailable] ([*UnavailableError]); the guard never runs fn when it
-// cannot tell whether fn already ran (unless the call asks to fail open:
-// [FailOpen]).
-//
-// The key lives in the call's scope ([Scope]); fn reads them back, with
-// the claim's fence, through [CallInfoFrom], and can ask that its outcome
-// not be recorded ([DoNotRecord]). Hooks ([WithHook]) see the call start
-// and end, and a context from [WatchOutcome] receives its outcome.
+// Backend failures give [ErrUnavailable]: the guard never runs fn when it
+// cannot tell whether fn already ran, unless the call asks to [FailOpen].
+// docs/guard.md walks through the algorithm.
 func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerprint, fn Func, opts ...CallOption) (Outcome, error) {
 	c := g.newCall(ctx, key, opts)
 	recordKey, err := c.validate()
@@ -433,7 +350,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		left := deadline.Sub(time.Now())
 		if left <= 0 {
 			c.waited = time.Now().Sub(c.start)
-			e := &InProgressError{Attempts: c.attempts, Waited: c.waited}
+			e := &inProgressError{Attempts: c.attempts, Waited: c.waited}
 			c.end(Event{Kind: EventInProgress, Fence: rec.Fence, Err: e})
 			return Outcome{}, e
 		}
@@ -473,7 +390,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		return Outcome{Value: res.Value, Fence: fence}, err
 	}
 	out := Outcome{Value: res.Value, Fence: fence}
-	if res.Verdict == Forget || c.noRecord.Load() {
+	if c.noRecord.Load() {
 		l.stop()
 		g.abandon(ctx, recordKey, fence, c)
 		c.end(Event{Kind: EventExecuted, Fence: fence})
@@ -482,7 +399,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 
 	// 3. The outcome.
 	rec := store.Record{Key: recordKey, Fingerprint: fps, State: store.StateCompleted, Response: res.Value, Fence: fence}
-	if res.Verdict == RecordNotReplayable {
+	if res.NotReplayable {
 		rec.State, rec.Response = store.StateNotReplayable, nil
 	}
 	if c.work != nil && c.work.Begun() {
@@ -548,20 +465,13 @@ func (g *Guard) claim(op *opContext, key, fp string) (store.Record, bool, error)
 	return g.store.Claim(op, key, fp, g.cfg.leaseTTL)
 }
 
-// reclaim is the claim of a waiting duplicate, woken (or polling) to claim
-// again. The waiters of one key in this process share it: the first sends
-// its claim, and those that claim the same key with the same fingerprint
-// while it is on its way take its answer (a replay, or a claim still
-// running) instead of sending their own, so that a notification that wakes
-// hundreds of duplicates costs the backend one claim per process, not one
-// per duplicate. A claim the first one won is its own: the others claim for
-// themselves (and find it running), as they do when its claim failed.
-//
-// A waiter takes the answer of a claim sent no earlier than since, when
-// its watch was in place: an answer read before that could predate an
-// outcome the watch will never report (it was written before the watch),
-// and the waiter would sleep until its next poll. A claim sent after the
-// watch sees every outcome the watch does not.
+// reclaim is the claim of a waiting duplicate. The waiters of one key and
+// fingerprint in this process share it, so that a notification that wakes
+// hundreds of duplicates costs one claim per process: those that come
+// while one is on its way take its answer, unless it won the claim (a
+// claim is its maker's). A waiter takes only the answer of a claim sent no
+// earlier than since, when its watch was in place: an earlier answer could
+// predate an outcome the watch will never report.
 func (g *Guard) reclaim(op *opContext, key, fp string, since time.Time) (store.Record, bool, error) {
 	fk := flightKey{key: key, fp: fp}
 	g.flightsMu.Lock()
@@ -616,9 +526,8 @@ type flight struct {
 	err     error
 }
 
-// waiter is a duplicate's wait for the claim it found: woken by the
-// store's notification when the store is a [store.Watcher], and polling
-// with back-off as well (a notification may be lost).
+// waiter is a duplicate's wait: woken by a [store.Watcher]'s notification,
+// and polling with back-off too (a notification may be lost).
 type waiter struct {
 	ch       <-chan struct{} // the current watch's (nil: it never fires)
 	stopFn   func()
@@ -704,23 +613,15 @@ func (g *Guard) abandon(ctx context.Context, key string, fence idemkit.Fence, c 
 	g.release(ctx, key, fence, c)
 }
 
-// commit writes *rec in fn's transaction and commits both, while l keeps
+// commit writes *rec in fn's transaction and commits both while l keeps
 // the lease extended, and returns nil once both landed. Work whose lease
-// was lost before it returned (fn's ctx ended with idemkit.ErrLeaseLost) is
-// not committed, even when nobody claimed the key since and the fence
-// would still pass: it is rolled back and the claim released, as fn's ctx
-// told it. The transaction cannot be retried: a commit refused because
-// the record no longer carries the claim (it was taken over) rolled fn's
-// writes back, and one whose answer was lost either landed or did not.
-// The latter is settled by a release of the claim: it takes effect only
-// while the record is still this claim's, which it is not once the commit
-// landed (the commit holds the record's row until it ends), and a release
-// that did not take effect is followed by a read. An error means fn's
-// writes are not there (or, when the backend cannot be reached to tell,
-// may not be): the caller must not report the work done; a retry runs it
-// again, or replays the outcome if it landed after all. An error matching
+// was lost before it returned is rolled back, even if the fence would
+// still pass, as fn's ctx told it. A commit cannot be retried: one whose
+// answer was lost is settled by a release (it takes effect only if the
+// commit did not land) and then a read. An error means fn's writes are not
+// there (or, when the backend cannot tell, may not be); one matching
 // store.ErrWorkFailed or store.ErrWorkConflict is the transaction's own
-// failure, certain to have left nothing (see workFailed).
+// failure (see workFailed).
 func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease) error {
 	if cause := l.fn.leaseLost(); cause != nil {
 		// The loss was reported when fn's ctx ended (EventLeaseLost).
@@ -782,12 +683,9 @@ func (g *Guard) commit(ctx context.Context, rec *store.Record, c *call, l *lease
 	}
 }
 
-// workFailed ends a claim whose work's transaction failed at its commit
-// (err matches store.ErrWorkFailed or store.ErrWorkConflict): the backend
-// rolled it back, so nothing of the work is there, and the claim, still
-// this one's, is released for a retry to run the work again. The failure
-// is the work's, not the backend's: it is logged with its cause and
-// returned as it is, as an error fn returned would be.
+// workFailed ends a claim whose work's transaction failed at its commit:
+// the backend rolled it back, so the claim, still this one's, is released
+// for a retry, and the failure is logged and returned as fn's own.
 func (g *Guard) workFailed(ctx context.Context, rec *store.Record, c *call, l *lease, err error) error {
 	l.stop() // no renewal after the release
 	rctx := newOpContext(ctx, time.Now(), g.cfg.opTimeout, true)
@@ -816,9 +714,9 @@ func (g *Guard) release(ctx context.Context, key string, fence idemkit.Fence, c 
 }
 
 // complete writes *rec, retrying failures with back-off for up to the
-// record write timeout, while l keeps the lease extended. It reports
-// whether the outcome landed, and if not, why. A response too large for
-// the store turns *rec into a not-replayable record.
+// record write timeout while l keeps the lease extended, and reports
+// whether it landed, and if not, why. A response too large for the store
+// turns *rec into a not-replayable record.
 func (g *Guard) complete(ctx context.Context, rec *store.Record, c *call, l *lease) (bool, error) {
 	ttl := g.cfg.recordTTL
 	if c.recordTTLSet {
@@ -1053,15 +951,11 @@ func (l *lease) stop() {
 	l.fn.end(context.Canceled, false)
 }
 
-// fnContext is fn's ctx. It ends when the caller's ctx does, when the
-// lease is lost (cause idemkit.ErrLeaseLost) and when the call is over (cause
-// context.Canceled), exactly as a context.WithCancelCause of the caller's
-// ctx cancelled at those moments would, but it creates that context only
-// when something needs it: the first Done (a handler that waits on its ctx
-// or derives one from it) or the lease's loss. Until then Err and Value
-// answer from the caller's ctx and the state kept here, so a handler that
-// never waits on its ctx costs no context and no registration with the
-// caller's.
+// fnContext is fn's ctx: it ends when the caller's does, when the lease is
+// lost (cause idemkit.ErrLeaseLost) and when the call is over, exactly as
+// a context.WithCancelCause of the caller's would, but creates that
+// context only when something waits on Done or the lease is lost, so a
+// handler that never waits on its ctx costs no context.
 type fnContext struct {
 	parent context.Context
 	call   *call                        // answers CallInfoFrom, DoNotRecord and TransactionBegun
@@ -1128,10 +1022,8 @@ func (c *fnContext) leaseLost() error {
 	return nil
 }
 
-// Deadline implements context.Context.
 func (c *fnContext) Deadline() (time.Time, bool) { return c.parent.Deadline() }
 
-// Done implements context.Context.
 func (c *fnContext) Done() <-chan struct{} {
 	if in := c.inner.Load(); in != nil {
 		return in.ctx.Done()
@@ -1150,7 +1042,6 @@ func (c *fnContext) Done() <-chan struct{} {
 	return c.create().ctx.Done()
 }
 
-// Err implements context.Context.
 func (c *fnContext) Err() error {
 	if in := c.inner.Load(); in != nil {
 		return in.ctx.Err()
@@ -1161,7 +1052,6 @@ func (c *fnContext) Err() error {
 	return c.parent.Err()
 }
 
-// Value implements context.Context.
 func (c *fnContext) Value(key any) any {
 	if key == (callKey{}) {
 		return c.call
@@ -1234,7 +1124,7 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 		return Outcome{}, err
 	}
 	if rec.State == store.StateNotReplayable {
-		e := &NotReplayableError{CreatedAt: rec.CreatedAt, Fence: rec.Fence}
+		e := &notReplayableError{CreatedAt: rec.CreatedAt, Fence: rec.Fence}
 		c.end(Event{Kind: EventNotReplayable, Fence: rec.Fence, Err: e})
 		return Outcome{}, e
 	}
@@ -1242,10 +1132,9 @@ func (c *call) answer(rec store.Record, fp fingerprint.Fingerprint) (Outcome, er
 	return Outcome{Replayed: true, Value: rec.Response, Fence: rec.Fence, CreatedAt: rec.CreatedAt}, nil
 }
 
-// refusal compares rec, a record of the call's key, with the call: the
-// credentials first, so that a caller with other credentials learns
-// nothing about the recorded request, then the fingerprint. It returns the
-// error that refuses the call (and ends it), or nil.
+// refusal compares rec with the call, credentials first (a caller with
+// other credentials learns nothing of the request), and returns the error
+// that ends the call, or nil.
 func (c *call) refusal(rec store.Record, fp fingerprint.Fingerprint) error {
 	stored, binding := splitStored(rec.Fingerprint)
 	if binding != c.binding {
@@ -1253,17 +1142,16 @@ func (c *call) refusal(rec store.Record, fp fingerprint.Fingerprint) error {
 		return ErrCredentialsMismatch
 	}
 	if same, comparable := compareStored(stored, fp); comparable && !same {
-		e := &MismatchError{Stored: stored, Got: fp.String()}
+		e := &mismatchError{Stored: stored, Got: fp.String()}
 		c.end(Event{Kind: EventMismatch, Fence: rec.Fence, Err: e})
 		return e
 	}
 	return nil
 }
 
-// compareStored compares a stored fingerprint (in its string form) with
-// fp, like fingerprint.Fingerprint.Compare, without allocating in the
-// common case of equal algorithms. An empty stored fingerprint (a claim
-// whose request is unknown) is never a mismatch.
+// compareStored is fingerprint.Fingerprint.Compare of a stored string
+// form, without allocating when the algorithms are equal. An empty stored
+// fingerprint (a claim whose request is unknown) is never a mismatch.
 func compareStored(stored string, fp fingerprint.Fingerprint) (same, comparable bool) {
 	if stored == "" {
 		return false, false
@@ -1327,7 +1215,7 @@ func (c *call) emit(e Event) {
 // end reports the call's outcome e to the hooks and to the watch of its
 // ctx, if any.
 func (c *call) end(e Event) {
-	w, _ := c.ctx.Value(watchKey{}).(*OutcomeWatch)
+	w, _ := c.ctx.Value(watchKey{}).(*outcomeWatch)
 	if len(c.g.cfg.hooks) == 0 && w == nil {
 		return
 	}

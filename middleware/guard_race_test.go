@@ -163,17 +163,20 @@ func TestNoGoroutineOutlivesTheCall(t *testing.T) {
 	g := newGuard(t, s, middleware.WithLeaseTTL(ttl))
 	stalled := newGuard(t, stalledExtends{s}, middleware.WithLeaseTTL(ttl))
 	before := runtime.NumGoroutine()
-	slow := func(r middleware.Result, err error) middleware.Func {
+	slow := func(r middleware.Result, err error, forget bool) middleware.Func {
 		return func(ctx context.Context) (middleware.Result, error) {
 			time.Sleep(ttl)
+			if forget {
+				middleware.DoNotRecord(ctx)
+			}
 			return r, err
 		}
 	}
 	for i := range 5 {
 		key := func(name string) string { return fmt.Sprint(name, i) }
-		_, _ = g.Execute(t.Context(), key("ok"), fpA, slow(middleware.Result{Value: []byte("v")}, nil))
-		_, _ = g.Execute(t.Context(), key("err"), fpA, slow(middleware.Result{}, errors.New("boom")))
-		_, _ = g.Execute(t.Context(), key("forget"), fpA, slow(middleware.Result{Verdict: middleware.Forget}, nil))
+		_, _ = g.Execute(t.Context(), key("ok"), fpA, slow(middleware.Result{Value: []byte("v")}, nil, false))
+		_, _ = g.Execute(t.Context(), key("err"), fpA, slow(middleware.Result{}, errors.New("boom"), false))
+		_, _ = g.Execute(t.Context(), key("forget"), fpA, slow(middleware.Result{}, nil, true))
 		func() {
 			defer func() { _ = recover() }()
 			_, _ = g.Execute(t.Context(), key("panic"), fpA, func(context.Context) (middleware.Result, error) {

@@ -171,17 +171,18 @@ func TestPanicReleasesClaim(t *testing.T) {
 	}
 }
 
-func TestForgetVerdict(t *testing.T) {
+func TestDoNotRecordLetsARetryRunAgain(t *testing.T) {
 	g := newGuard(t, memstore.New())
 	var runs atomic.Int32
-	fn := func(context.Context) (middleware.Result, error) {
+	fn := func(ctx context.Context) (middleware.Result, error) {
 		runs.Add(1)
-		return middleware.Result{Value: []byte("503"), Verdict: middleware.Forget}, nil
+		middleware.DoNotRecord(ctx)
+		return middleware.Result{Value: []byte("503")}, nil
 	}
 	for range 2 {
 		out, err := g.Execute(t.Context(), "k", fpA, fn)
 		if err != nil || out.Replayed || out.Recorded || string(out.Value) != "503" {
-			t.Fatalf("Forget: %+v, %v", out, err)
+			t.Fatalf("DoNotRecord: %+v, %v", out, err)
 		}
 	}
 	if runs.Load() != 2 {
@@ -194,7 +195,7 @@ func TestNotReplayableNeverRunsAgain(t *testing.T) {
 	var runs atomic.Int32
 	out, err := g.Execute(t.Context(), "k", fpA, func(context.Context) (middleware.Result, error) {
 		runs.Add(1)
-		return middleware.Result{Value: []byte("streamed"), Verdict: middleware.RecordNotReplayable}, nil
+		return middleware.Result{Value: []byte("streamed"), NotReplayable: true}, nil
 	})
 	if err != nil || !out.Recorded || string(out.Value) != "streamed" {
 		t.Fatalf("first: %+v, %v", out, err)

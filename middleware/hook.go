@@ -10,79 +10,58 @@ import (
 // EventKind names what happened to one guarded call.
 type EventKind uint8
 
-// The events. A call made through [Guard.Execute] or [Do] starts with
-// EventStart (given to [Hook.IdempotencyStart]), may report what happens
-// while it runs (EventWaiting, EventLeaseLost, EventBackendError), and ends
-// with exactly one outcome: EventExecuted, EventNotRecorded,
-// EventReplayed, EventMismatch, EventCredentialsMismatch,
-// EventInProgress, EventNotReplayable, EventUnavailable, EventCanceled
-// or EventFailedOpen. A call refused before it starts (an invalid key or
-// option) has one event: its outcome, EventRejected. A request an adapter did not hand to the guard
-// ([Guard.Bypass]) has one event: its outcome, EventPassedThrough or
-// EventRejected.
+// The events. A call starts with EventStart (given to
+// [Hook.IdempotencyStart]), may report EventWaiting, EventLeaseLost and
+// EventBackendError, and ends with exactly one outcome
+// ([EventKind.Outcome]). A call refused before it starts, and a request an
+// adapter did not hand to the guard ([Guard.Bypass]), have only their
+// outcome.
 const (
-	// EventStart: the call starts; Operation, KeyHash and ScopeHash are
-	// set.
+	// EventStart: the call starts.
 	EventStart EventKind = iota + 1
 
-	// EventWaiting: another request holds the key's claim, with the same
-	// credentials and request: this call waits for its outcome (once per
-	// call, at the first busy answer).
+	// EventWaiting: a duplicate of a running request starts waiting.
 	EventWaiting
-	// EventLeaseLost: the claim's lease was lost while fn ran or before its
-	// outcome was recorded: another claim replaced it, or it ran out while
-	// the backend could not be reached.
+	// EventLeaseLost: the claim's lease was lost before its outcome was
+	// recorded.
 	EventLeaseLost
 	// EventBackendError: a backend call failed and the guard carries on
-	// (an extension, a release, a completion it retries); Err says how.
+	// (an extension, a release, a retried completion).
 	EventBackendError
 
-	// EventExecuted (outcome): fn ran in this call. Recorded tells whether
-	// its outcome was stored (false after a Forget verdict, DoNotRecord or
-	// an error of fn, which is Err).
+	// EventExecuted (outcome): fn ran in this call; Recorded tells whether
+	// its outcome was stored; Err is fn's error.
 	EventExecuted
 	// EventNotRecorded (outcome): fn ran but its outcome could not be
-	// recorded (the key was claimed by another request, or the store kept
-	// failing until the write budget ran out). The claim is left to run
-	// out, so retries are told "in progress" until then.
+	// recorded; the claim is left to run out.
 	EventNotRecorded
-	// EventReplayed (outcome): a recorded response was returned; fn did not
-	// run.
+	// EventReplayed (outcome): a recorded response was returned.
 	EventReplayed
 	// EventMismatch (outcome): the key was reused with a different
 	// request.
 	EventMismatch
 	// EventCredentialsMismatch (outcome): the key's record was written by
-	// a call with other credentials (see [Credentials]); Err is
-	// [ErrCredentialsMismatch]. It is not a Mismatch, because it means
-	// something else: another caller reusing a key it saw (or guessed), or
-	// a client whose credentials changed between its retries, where a
-	// Mismatch is a client reusing its own key for another request.
+	// a call with other credentials ([Credentials]): another caller, or a
+	// client whose credentials changed between retries.
 	EventCredentialsMismatch
-	// EventInProgress (outcome): another request held its claim on the key
-	// past the wait budget.
+	// EventInProgress (outcome): another request held the key past the
+	// wait budget.
 	EventInProgress
-	// EventNotReplayable (outcome): the key's request ran before but its
-	// response cannot be replayed; this call was refused.
+	// EventNotReplayable (outcome): the key's request ran; its response
+	// cannot be replayed.
 	EventNotReplayable
-	// EventUnavailable (outcome): the backend failed, so the guard could
-	// not tell whether fn already ran and did not run it; Err says how.
+	// EventUnavailable (outcome): the backend failed; fn did not run.
 	EventUnavailable
-	// EventCanceled (outcome): the caller's ctx ended before the call had
-	// another outcome (the client went away while its claim was being made
-	// or while it waited); Err is the ctx's error.
+	// EventCanceled (outcome): the caller's ctx ended first.
 	EventCanceled
-	// EventFailedOpen (outcome): the backend could not be reached and the
-	// call asked to fail open ([FailOpen]): fn ran unguarded, nothing was
-	// recorded; Err is the backend's failure.
+	// EventFailedOpen (outcome): the backend could not be reached and fn
+	// ran unguarded ([FailOpen]).
 	EventFailedOpen
 	// EventPassedThrough (outcome, from an adapter): the request was not
-	// guarded (its method is not guarded, or it has no key and none is
-	// required); Err is nil.
+	// guarded.
 	EventPassedThrough
-	// EventRejected (outcome, from an adapter): the request was refused
-	// before it reached the guard (a missing or malformed key, a body over
-	// the limit or unreadable); Err says why.
+	// EventRejected (outcome): the key, an option or (from an adapter) the
+	// request was refused before the guard ran; Err says why.
 	EventRejected
 )
 
@@ -93,8 +72,8 @@ var eventNames = [...]string{
 	EventUnavailable: "unavailable", EventCanceled: "canceled", EventFailedOpen: "failed-open", EventPassedThrough: "passed-through", EventRejected: "rejected",
 }
 
-// String returns the event's name, such as "replayed": lower case words
-// joined by '-', fit for a metric attribute.
+// String returns the event's name, such as "replayed", fit for a metric
+// attribute.
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && eventNames[k] != "" {
 		return eventNames[k]
@@ -102,21 +81,15 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
-// Outcome reports whether k ends a call (executed, not-recorded, replayed,
-// mismatch, credentials-mismatch, in-progress, not-replayable,
-// unavailable, canceled, failed-open, passed-through, rejected).
+// Outcome reports whether k ends a call.
 func (k EventKind) Outcome() bool { return k >= EventExecuted && k <= EventRejected }
 
 // Event describes one thing that happened to a guarded call. Keys and
-// scopes are never given raw: KeyHash and ScopeHash are keyed hashes (see
-// [WithSecret]), so events can go to logs and telemetry.
+// scopes are given only as keyed hashes ([WithSecret]).
 type Event struct {
-	Kind EventKind
-	// Operation names what the call does, as its adapter says (see
-	// [Operation]): the route pattern, gin's FullPath(), echo's Path(), the
-	// gRPC full method; "" when unknown.
-	Operation string
-	KeyHash   string        // the key, hashed (HMAC-SHA-256; see WithSecret); "" when the request had none
+	Kind      EventKind
+	Operation string        // see [Operation]
+	KeyHash   string        // the key, hashed; "" when the request had none
 	ScopeHash string        // the scope, hashed the same way; "" when the call has no scope or an empty one
 	Fence     idemkit.Fence // the fence of the claim fn ran under, or of the one that wrote the replayed record
 	Recorded  bool          // EventExecuted: whether the outcome was stored
@@ -128,17 +101,10 @@ type Event struct {
 	Err       error         // the error, for failures and fn errors
 }
 
-// Hook observes guarded calls, as a tracer does: IdempotencyStart when a
-// call starts, IdempotencyEvent for what happens while it runs and, last,
-// for its outcome (Event.Kind.Outcome()). Both get the call's context: the
-// caller's for IdempotencyStart, then the one IdempotencyStart returned,
-// which the call goes on with (fn's ctx derives from it), so a hook can
-// start a span there, under the request's, and end it with the outcome.
-//
-// Hooks run synchronously on the request's path (a renewal's backend error
-// on the renewal's goroutine); a panic in one is recovered and ignored.
-// Requests an adapter did not hand to the guard get IdempotencyEvent only,
-// with their outcome (see [Guard.Bypass]).
+// Hook observes guarded calls, as a tracer does: IdempotencyStart gets the
+// caller's ctx and returns the one the call (and fn) goes on with, so a hook
+// can open a span there; IdempotencyEvent gets every later event, last the
+// outcome. Hooks run synchronously; a panic in one is recovered.
 type Hook interface {
 	IdempotencyStart(ctx context.Context, e Event) context.Context
 	IdempotencyEvent(ctx context.Context, e Event)

@@ -107,13 +107,29 @@ func (env *outcomeEnv) guard(s store.Store, opts ...middleware.Option) *middlewa
 
 // fn is the observed call's work: it records what it read from its ctx,
 // runs for a millisecond at least, and answers v.
-func (env *outcomeEnv) fn(v string, verdict middleware.Verdict, err error) middleware.Func {
+// verdict is what a test's work asks the guard to do with its result.
+type verdict int
+
+const (
+	doRecord        verdict = iota
+	doForget                // DoNotRecord
+	doNotReplayable         // Result.NotReplayable
+)
+
+func (v verdict) result(ctx context.Context, value string) middleware.Result {
+	if v == doForget {
+		middleware.DoNotRecord(ctx)
+	}
+	return middleware.Result{Value: []byte(value), NotReplayable: v == doNotReplayable}
+}
+
+func (env *outcomeEnv) fn(v string, verdict verdict, err error) middleware.Func {
 	return func(ctx context.Context) (middleware.Result, error) {
 		env.work.Add(1)
 		env.info, _ = middleware.CallInfoFrom(ctx)
 		env.span, _ = ctx.Value(spanKey{env.tr.name}).(int)
 		time.Sleep(time.Millisecond)
-		return middleware.Result{Value: []byte(v), Verdict: verdict}, err
+		return verdict.result(ctx, v), err
 	}
 }
 
@@ -124,10 +140,10 @@ func (env *outcomeEnv) call(g *middleware.Guard, fp fingerprint.Fingerprint, fn 
 }
 
 // prepare executes key "k" through an unobserved guard on s.
-func (env *outcomeEnv) prepare(s store.Store, v string, verdict middleware.Verdict, opts ...middleware.CallOption) middleware.Outcome {
+func (env *outcomeEnv) prepare(s store.Store, v string, verdict verdict, opts ...middleware.CallOption) middleware.Outcome {
 	env.t.Helper()
-	out, err := newGuard(env.t, s).Execute(context.Background(), "k", fpA, func(context.Context) (middleware.Result, error) {
-		return middleware.Result{Value: []byte(v), Verdict: verdict}, nil
+	out, err := newGuard(env.t, s).Execute(context.Background(), "k", fpA, func(ctx context.Context) (middleware.Result, error) {
+		return verdict.result(ctx, v), nil
 	}, append(append([]middleware.CallOption(nil), env.opts...), opts...)...)
 	if err != nil || !out.Recorded {
 		env.t.Fatalf("preparing the key: %+v, %v", out, err)
@@ -181,7 +197,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 		{
 			name: "executed and recorded", want: middleware.EventExecuted, ran: true,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
-				return env.call(env.guard(memstore.New()), fpA, env.fn("created", middleware.Record, nil))
+				return env.call(env.guard(memstore.New()), fpA, env.fn("created", doRecord, nil))
 			},
 			check: func(t *testing.T, e middleware.Event, out middleware.Outcome, err error) {
 				if err != nil || !out.Recorded || !e.Recorded || e.Size != len("created") || e.Fence != out.Fence || e.Fence == 0 || e.Err != nil || e.Attempts != 1 {
@@ -192,7 +208,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 		{
 			name: "executed through Do", want: middleware.EventExecuted, ran: true,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
-				work := env.fn("ch_1", middleware.Record, nil)
+				work := env.fn("ch_1", doRecord, nil)
 				v, replayed, err := middleware.Do(env.ctx, env.guard(memstore.New()), "k", message{Customer: "c1"}, func(ctx context.Context) (string, error) {
 					res, err := work(ctx)
 					return string(res.Value), err
@@ -229,9 +245,9 @@ func TestOneOutcomePerCall(t *testing.T) {
 			},
 		},
 		{
-			name: "executed, Forget verdict", want: middleware.EventExecuted, ran: true,
+			name: "executed, DoNotRecord", want: middleware.EventExecuted, ran: true,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
-				return env.call(env.guard(memstore.New()), fpA, env.fn("503", middleware.Forget, nil))
+				return env.call(env.guard(memstore.New()), fpA, env.fn("503", doForget, nil))
 			},
 			check: func(t *testing.T, e middleware.Event, out middleware.Outcome, err error) {
 				if err != nil || out.Recorded || e.Recorded || e.Fence != out.Fence || e.Err != nil {
@@ -242,7 +258,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 		{
 			name: "executed, the work failed", want: middleware.EventExecuted, ran: true,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
-				return env.call(env.guard(memstore.New()), fpA, env.fn("", middleware.Record, boom))
+				return env.call(env.guard(memstore.New()), fpA, env.fn("", doRecord, boom))
 			},
 			check: func(t *testing.T, e middleware.Event, out middleware.Outcome, err error) {
 				if !errors.Is(err, boom) || e.Err != boom || e.Recorded || e.Fence != out.Fence {
@@ -256,7 +272,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				s := memstore.New()
 				g := env.guard(s)
-				work := env.fn("late", middleware.Record, nil)
+				work := env.fn("late", doRecord, nil)
 				return env.call(g, fpA, func(ctx context.Context) (middleware.Result, error) {
 					info, _ := middleware.CallInfoFrom(ctx)
 					if ok, err := newGuard(env.t, s).Forget(context.Background(), info.Scope, info.Key, middleware.Force()); !ok || err != nil {
@@ -275,8 +291,8 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "replayed", want: middleware.EventReplayed,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				s := memstore.New()
-				first := env.prepare(s, "stored", middleware.Record)
-				out, err := env.call(env.guard(s), fpA, env.fn("again", middleware.Record, nil))
+				first := env.prepare(s, "stored", doRecord)
+				out, err := env.call(env.guard(s), fpA, env.fn("again", doRecord, nil))
 				if out.Fence != first.Fence {
 					env.t.Fatalf("replayed fence %v; want %v", out.Fence, first.Fence)
 				}
@@ -292,8 +308,8 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "mismatch", want: middleware.EventMismatch,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				s := memstore.New()
-				env.prepare(s, "stored", middleware.Record)
-				return env.call(env.guard(s), fpB, env.fn("other", middleware.Record, nil))
+				env.prepare(s, "stored", doRecord)
+				return env.call(env.guard(s), fpB, env.fn("other", doRecord, nil))
 			},
 			check: func(t *testing.T, e middleware.Event, _ middleware.Outcome, err error) {
 				var me *middleware.MismatchError
@@ -306,8 +322,8 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "credentials mismatch", want: middleware.EventCredentialsMismatch,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				s := memstore.New()
-				env.prepare(s, "alice's", middleware.Record, middleware.Credentials("Bearer alice"))
-				return env.call(env.guard(s), fpA, env.fn("bob's", middleware.Record, nil), middleware.Credentials("Bearer bob"))
+				env.prepare(s, "alice's", doRecord, middleware.Credentials("Bearer alice"))
+				return env.call(env.guard(s), fpA, env.fn("bob's", doRecord, nil), middleware.Credentials("Bearer bob"))
 			},
 			check: func(t *testing.T, e middleware.Event, _ middleware.Outcome, err error) {
 				if err != middleware.ErrCredentialsMismatch || e.Err != err || e.Size != 0 {
@@ -321,7 +337,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 				s := memstore.New()
 				finish := env.hold(s)
 				defer finish()
-				return env.call(env.guard(s), fpA, env.fn("dup", middleware.Record, nil), middleware.WaitBudget(0))
+				return env.call(env.guard(s), fpA, env.fn("dup", doRecord, nil), middleware.WaitBudget(0))
 			},
 			check: func(t *testing.T, e middleware.Event, _ middleware.Outcome, err error) {
 				var ie *middleware.InProgressError
@@ -334,8 +350,8 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "not replayable", want: middleware.EventNotReplayable,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				s := memstore.New()
-				first := env.prepare(s, "streamed", middleware.RecordNotReplayable)
-				_, err := env.call(env.guard(s), fpA, env.fn("again", middleware.Record, nil))
+				first := env.prepare(s, "streamed", doNotReplayable)
+				_, err := env.call(env.guard(s), fpA, env.fn("again", doRecord, nil))
 				var ne *middleware.NotReplayableError
 				if !errors.As(err, &ne) || ne.Fence != first.Fence {
 					env.t.Fatalf("%v; want a NotReplayableError of fence %v", err, first.Fence)
@@ -351,7 +367,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 		{
 			name: "unavailable", want: middleware.EventUnavailable,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
-				return env.call(env.guard(claimFailing(transient)), fpA, env.fn("v", middleware.Record, nil))
+				return env.call(env.guard(claimFailing(transient)), fpA, env.fn("v", doRecord, nil))
 			},
 			check: wantUnavailable(transient),
 		},
@@ -359,7 +375,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "unavailable: fail open, but the failure is not transient", want: middleware.EventUnavailable,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				internal := idemkit.NewError(idemkit.CodeInternal, "claim", "injected: malformed reply", nil)
-				return env.call(env.guard(claimFailing(internal)), fpA, env.fn("v", middleware.Record, nil), middleware.FailOpen())
+				return env.call(env.guard(claimFailing(internal)), fpA, env.fn("v", doRecord, nil), middleware.FailOpen())
 			},
 			check: func(t *testing.T, e middleware.Event, out middleware.Outcome, err error) {
 				wantUnavailable(idemkit.ErrInternal)(t, e, out, err)
@@ -369,7 +385,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "unavailable: fail open, but the record cannot be opened (transient code)", want: middleware.EventUnavailable,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				unsealable := idemkit.NewError(idemkit.CodeServiceUnavailable, "claim", "injected", store.ErrUnsealable)
-				return env.call(env.guard(claimFailing(unsealable)), fpA, env.fn("v", middleware.Record, nil), middleware.FailOpen())
+				return env.call(env.guard(claimFailing(unsealable)), fpA, env.fn("v", doRecord, nil), middleware.FailOpen())
 			},
 			check: wantUnavailable(store.ErrUnsealable),
 		},
@@ -377,8 +393,8 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "unavailable: fail open, but the record is sealed under a retired key", want: middleware.EventUnavailable,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				s := memstore.New()
-				env.prepare(sealed(env.t, s, sealKey), "secret", middleware.Record)
-				return env.call(env.guard(sealed(env.t, s, retired)), fpA, env.fn("v", middleware.Record, nil), middleware.FailOpen())
+				env.prepare(sealed(env.t, s, sealKey), "secret", doRecord)
+				return env.call(env.guard(sealed(env.t, s, retired)), fpA, env.fn("v", doRecord, nil), middleware.FailOpen())
 			},
 			check: wantUnavailable(store.ErrUnsealable),
 		},
@@ -398,7 +414,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 						cancel()
 					}
 				}))
-				return env.call(env.guard(s, leave), fpA, env.fn("dup", middleware.Record, nil), middleware.WaitBudget(time.Hour))
+				return env.call(env.guard(s, leave), fpA, env.fn("dup", doRecord, nil), middleware.WaitBudget(time.Hour))
 			},
 			check: func(t *testing.T, e middleware.Event, _ middleware.Outcome, err error) {
 				if !errors.Is(err, context.Canceled) || e.Err != err || e.Attempts < 1 {
@@ -412,7 +428,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 				ctx, cancel := context.WithCancel(env.ctx)
 				cancel()
 				env.ctx = ctx
-				return env.call(env.guard(memstore.New()), fpA, env.fn("v", middleware.Record, nil), middleware.FailOpen())
+				return env.call(env.guard(memstore.New()), fpA, env.fn("v", doRecord, nil), middleware.FailOpen())
 			},
 			check: func(t *testing.T, e middleware.Event, _ middleware.Outcome, err error) {
 				if !errors.Is(err, context.Canceled) || idemkit.CodeOf(err) != idemkit.CodeAborted || e.Err != err {
@@ -424,7 +440,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 			name: "failed open", want: middleware.EventFailedOpen, ran: true,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
 				fs := claimFailing(transient).(*faultyStore)
-				out, err := env.call(env.guard(fs), fpA, env.fn("unguarded", middleware.Record, nil), middleware.FailOpen())
+				out, err := env.call(env.guard(fs), fpA, env.fn("unguarded", doRecord, nil), middleware.FailOpen())
 				if fs.completes.Load() != 0 || fs.releases.Load() != 0 {
 					env.t.Fatalf("%d completes and %d releases; want nothing written", fs.completes.Load(), fs.releases.Load())
 				}
@@ -443,7 +459,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 		{
 			name: "rejected: empty key", want: middleware.EventRejected,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
-				return env.guard(memstore.New()).Execute(env.ctx, "", fpA, env.fn("v", middleware.Record, nil), env.opts...)
+				return env.guard(memstore.New()).Execute(env.ctx, "", fpA, env.fn("v", doRecord, nil), env.opts...)
 			},
 			check: func(t *testing.T, e middleware.Event, _ middleware.Outcome, err error) {
 				if !errors.Is(err, middleware.ErrInvalidKey) || e.Err != err {
@@ -454,7 +470,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 		{
 			name: "rejected: invalid record TTL", want: middleware.EventRejected,
 			run: func(env *outcomeEnv) (middleware.Outcome, error) {
-				return env.call(env.guard(memstore.New()), fpA, env.fn("v", middleware.Record, nil), middleware.RecordTTL(-time.Minute))
+				return env.call(env.guard(memstore.New()), fpA, env.fn("v", doRecord, nil), middleware.RecordTTL(-time.Minute))
 			},
 			check: func(t *testing.T, e middleware.Event, _ middleware.Outcome, err error) {
 				if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument || e.Err != err {
@@ -466,7 +482,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 	hasher := idemkit.NewHMACHasher(hookSecret)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ctx, watch := middleware.WatchOutcome(context.WithValue(t.Context(), spanKey{"caller"}, 1))
+			ctx, outcome := middleware.WatchOutcome(context.WithValue(t.Context(), spanKey{"caller"}, 1))
 			env := &outcomeEnv{t: t, tr: &tracer{name: "t"}, ctx: ctx,
 				opts: []middleware.CallOption{middleware.Operation("POST /payments"), middleware.Scope("tenant:1")}}
 			out, err := c.run(env)
@@ -545,7 +561,7 @@ func TestOneOutcomePerCall(t *testing.T) {
 			}
 
 			// The watched ctx saw the same outcome.
-			w, ok := watch.Outcome()
+			w, ok := outcome()
 			if !ok || w.Kind != e.Kind || w.Fence != e.Fence || w.Err != e.Err || w.Recorded != e.Recorded || w.Size != e.Size || w.KeyHash != e.KeyHash {
 				t.Fatalf("the watched outcome %+v (%v); want %+v", w, ok, e)
 			}
@@ -709,9 +725,9 @@ func TestPanickingHookIsContained(t *testing.T) {
 	if len(tr.start) != 2 || len(list) != 2 || list[0].Kind != middleware.EventExecuted || list[1].Kind != middleware.EventReplayed || seen[0] != 1 || seen[1] != 2 {
 		t.Fatalf("the hook after the panicking ones saw %d starts, events %v with spans %v", len(tr.start), list, seen)
 	}
-	ctx, watch := middleware.WatchOutcome(t.Context())
+	ctx, outcome := middleware.WatchOutcome(t.Context())
 	g.Bypass(ctx, middleware.EventPassedThrough, nil)
-	if e, ok := watch.Outcome(); !ok || e.Kind != middleware.EventPassedThrough || tr.count(middleware.EventPassedThrough) != 1 {
+	if e, ok := outcome(); !ok || e.Kind != middleware.EventPassedThrough || tr.count(middleware.EventPassedThrough) != 1 {
 		t.Fatalf("Bypass with a panicking hook: %+v, %v", e, ok)
 	}
 }

@@ -12,8 +12,7 @@ import (
 )
 
 // Inspection is what an operator sees of one key's record (see
-// [Guard.Inspect]). It never holds the request's payload nor its
-// credentials: only their hashes are stored.
+// [Guard.Inspect]); payloads and credentials are stored only as hashes.
 type Inspection struct {
 	RecordKey string        // the key in the backend: "<namespace>:<scope>:<key>"
 	Scope     string        // the record's scope (see Scope), as the guarded call gave it
@@ -29,12 +28,9 @@ type Inspection struct {
 	Response  []byte        // the recorded response, only when asked for (and not sealed beyond this guard's reach)
 }
 
-// Inspect reads the record of key in scope (see [Scope]; "" for none)
-// without changing it, and reports false when there is none: for an
-// operator looking at one key (a client's complaint, a key stuck "in
-// progress" or "not replayable"). The response is left out unless
-// withResponse is true: it may hold personal data. It costs one round
-// trip.
+// Inspect reads the record of key in scope in one round trip, without
+// changing it, and reports false when there is none. The response, which
+// may hold personal data, is left out unless withResponse.
 func (g *Guard) Inspect(ctx context.Context, scope, key string, withResponse bool) (Inspection, bool, error) {
 	recordKey, err := g.recordKey(scope, key)
 	if err != nil {
@@ -59,42 +55,23 @@ func inspection(recordKey, scope, key string, in store.Inspection) Inspection {
 
 // ListQuery says which records [Guard.List] lists.
 type ListQuery struct {
-	// Scope is the scope whose records are listed (see [Scope]; "" for
-	// none), unless AllScopes is set.
-	Scope string
-	// AllScopes lists the records of every scope of the guard's namespace;
-	// KeyPrefix must then be "".
-	AllScopes bool
-	// KeyPrefix lists only the keys that start with it.
-	KeyPrefix string
-	// After is the cursor of the previous page (Listing.Next); "" for the
-	// first page.
-	After string
-	// Limit is the most records of the page: 1 to store.MaxListLimit; 0
-	// means 100.
-	Limit int
+	Scope     string // the scope listed, unless AllScopes
+	AllScopes bool   // every scope of the guard's namespace; KeyPrefix must be ""
+	KeyPrefix string // only the keys that start with it
+	After     string // the previous page's Listing.Next; "" for the first page
+	Limit     int    // 1 to store.MaxListLimit; 0 means 100
 }
 
 // Listing is one page of [Guard.List].
 type Listing struct {
-	// Records are the page's records, without their responses (see
-	// [Guard.Inspect] for one record's).
-	Records []Inspection
+	Records []Inspection // without their responses
 	// Next continues the listing as ListQuery.After; "" once nothing is
-	// left. A page may hold fewer than Limit records, even none, while Next
-	// is not "". It is printable ASCII.
+	// left. A page may hold fewer than Limit records, even none.
 	Next string
 }
 
-// List lists the live records (running claims and outcomes) of the guard's
-// namespace in one scope, or in all of them, optionally only the keys with
-// a prefix, a page at a time, for an operator looking for keys (a tenant's
-// keys stuck "in progress", the keys of one client): see [store.Lister]
-// for what the backends list and in what order. The guard's store must be
-// or wrap (through store.Seal) a [store.Lister], as every store of this
-// repository is. A page costs the backend a bounded amount of work: for
-// most backends one round trip; Redis scans a bounded part of its keyspace
-// at a time.
+// List lists the live records of one scope, or of all, a bounded page at a
+// time; the store must be or wrap a [store.Lister].
 func (g *Guard) List(ctx context.Context, q ListQuery) (Listing, error) {
 	if g.store == nil {
 		_, err := g.recordKey("", "k")
@@ -104,7 +81,7 @@ func (g *Guard) List(ctx context.Context, q ListQuery) (Listing, error) {
 		return Listing{}, idemkit.NewError(idemkit.CodeInvalidArgument, "list", "AllScopes lists every key of every scope: leave Scope and KeyPrefix empty", nil)
 	}
 	if q.Limit == 0 {
-		q.Limit = DefaultListLimit
+		q.Limit = 100
 	}
 	prefix := g.cfg.namespace + ":"
 	if !q.AllScopes {
@@ -127,10 +104,6 @@ func (g *Guard) List(ctx context.Context, q ListQuery) (Listing, error) {
 	return l, nil
 }
 
-// DefaultListLimit is the page size of [Guard.List] when ListQuery.Limit
-// is 0.
-const DefaultListLimit = 100
-
 // splitRecordKey returns the scope and key of one of the guard's record
 // keys, the inverse of recordKey.
 func (g *Guard) splitRecordKey(recordKey string) (scope, key string, ok bool) {
@@ -149,44 +122,25 @@ func (g *Guard) splitRecordKey(recordKey string) (scope, key string, ok bool) {
 	return scope, key, true
 }
 
-// ForgetOption adjusts one call to [Guard.Forget]; [Force] makes the one
-// there is. The zero ForgetOption does nothing.
+// ForgetOption adjusts one call to [Guard.Forget]. The zero ForgetOption
+// does nothing.
 type ForgetOption struct{ force bool }
 
-// Force makes [Guard.Forget] delete the key's record even when it is a
-// live claim, whose holder may still be running its work: that work then
-// cannot record its outcome (its next lease renewal finds the claim gone
-// and ends its ctx with idemkit.ErrLeaseLost), and a retry runs the work a
-// second time, possibly while the first still runs. It is for a holder
-// known to be gone that an operator cannot wait out (the claim frees its
-// key when its lease runs out anyway). Without it a live claim is refused.
+// Force makes [Guard.Forget] delete a live claim too: its holder, if it
+// still runs, loses its lease, and a retry may run the work a second time
+// meanwhile. It is for a holder known to be gone.
 func Force() ForgetOption { return ForgetOption{force: true} }
 
 // Forget deletes the record of key in scope and reports whether there was
-// one: the next request with the key runs the work again. It is the way
-// out of the guard's safest answers: a key recorded as not replayable
-// (refused until the record expires), one whose sealed response can no
-// longer be opened, a completed one whose work must run again.
+// one: the next request with the key runs the work again. It is the way out
+// of a key recorded not replayable, or whose sealed response no longer
+// opens. A live claim is refused with a [*LiveClaimError] unless [Force].
 //
-// By default a live claim is not deleted: its holder may be running the
-// work, renewing its lease, and deleting the claim would let a retry run
-// the work a second time while the first still runs. Forget then deletes
-// nothing and returns a [*LiveClaimError] (matching [ErrInProgress]) with
-// the lease's expiry. A holder that crashed, or gave up recording its
-// outcome, frees the key when its lease runs out (within the lease TTL of
-// the guard that holds it, 10 s by default); [Force] deletes the claim at
-// once.
-//
-// Without Force, Forget reads the record (one round trip) and deletes only
-// an outcome (a second one). A key without a live record is reported
-// false without a delete, so a claim made after the read is never
-// deleted; a new claim cannot appear under a live outcome either. What
-// remains is an outcome that ends during the round trip between the read
-// and the delete (it reaches its expiry, or another Forget deletes it)
-// while a new request claims the key in that same interval: the delete
-// then removes that new claim, as Force would. Closing it needs a delete
-// conditional on the record's fence, which [store.Store] does not have.
-// With Force, Forget deletes whatever is there, in one round trip.
+// Without Force it reads the record, then deletes only an outcome (two
+// round trips); an outcome that expires between the two while a new
+// request claims the key leaves that new claim deleted, as Force would
+// (closing that needs a delete conditional on the fence, which
+// [store.Store] lacks). With Force it deletes in one round trip.
 func (g *Guard) Forget(ctx context.Context, scope, key string, opts ...ForgetOption) (bool, error) {
 	recordKey, err := g.recordKey(scope, key)
 	if err != nil {

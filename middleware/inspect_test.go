@@ -77,7 +77,7 @@ func TestInspect(t *testing.T) {
 
 	// Not replayable.
 	out, err = g.Execute(ctx, "streamed", fpA, func(context.Context) (middleware.Result, error) {
-		return middleware.Result{Value: []byte("a stream"), Verdict: middleware.RecordNotReplayable}, nil
+		return middleware.Result{Value: []byte("a stream"), NotReplayable: true}, nil
 	}, middleware.Credentials())
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestForget(t *testing.T) {
 	// Not replayable: refused until forgotten.
 	notReplayable := func(context.Context) (middleware.Result, error) {
 		runs.Add(1)
-		return middleware.Result{Verdict: middleware.RecordNotReplayable}, nil
+		return middleware.Result{NotReplayable: true}, nil
 	}
 	if _, err := g.Execute(ctx, "nr", fpA, notReplayable); err != nil {
 		t.Fatal(err)

@@ -7,20 +7,13 @@ import (
 )
 
 // opContext bounds one backend call by the op timeout without arming a
-// timer until something waits on Done. A backend that only checks Err (the
-// in-process memstore) pays nothing for the deadline; a network client,
-// which waits on Done or derives contexts, gets an ordinary deadline
-// context (created on first use), and from then on every method answers
-// from it, so the pair behaves exactly as context.WithDeadline would.
-//
-// Before the deadline context exists, Err is judged from the parent and the
-// clock, Value from the parent. A detached opContext ignores its parent's
-// cancellation and deadline, as one made from context.WithoutCancel(parent)
-// would, and keeps its values.
-//
-// An opContext is used for one backend call: the guard embeds one in the
-// state of a call for its first claim and one for its first completion, so
-// the common path allocates none; it must not be copied once in use.
+// timer until something waits on Done: a backend that only checks Err
+// (memstore) pays nothing for the deadline; one that waits gets an
+// ordinary deadline context, created on first use, that answers from then
+// on. A detached opContext ignores its parent's cancellation and deadline,
+// as context.WithoutCancel would. The guard embeds one in a call for its
+// first claim and one for its first completion; it must not be copied
+// once in use.
 type opContext struct {
 	parent   context.Context
 	deadline time.Time
@@ -54,8 +47,7 @@ func (c *opContext) init(parent context.Context, now time.Time, d time.Duration,
 	}
 }
 
-// timedCtx returns the deadline context, creating it on first use. Of two
-// created at once, one is kept and the other cancelled.
+// timedCtx returns the deadline context, creating it on first use.
 func (c *opContext) timedCtx() context.Context {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx
@@ -71,8 +63,7 @@ func (c *opContext) timedCtx() context.Context {
 	return c.timed.Load().ctx
 }
 
-// release ends the context: a deadline context that exists is cancelled;
-// otherwise none is created, and a late Done or Err sees a cancelled one.
+// release ends the context; a late Done or Err then sees it cancelled.
 func (c *opContext) release() {
 	if c.timed.CompareAndSwap(nil, released) {
 		return
@@ -91,13 +82,10 @@ var cancelled = func() context.Context {
 // answers from.
 var released = &timedContext{ctx: cancelled, cancel: func() {}}
 
-// Deadline implements context.Context.
 func (c *opContext) Deadline() (time.Time, bool) { return c.deadline, true }
 
-// Done implements context.Context.
 func (c *opContext) Done() <-chan struct{} { return c.timedCtx().Done() }
 
-// Err implements context.Context.
 func (c *opContext) Err() error {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Err()
@@ -113,9 +101,8 @@ func (c *opContext) Err() error {
 	return nil
 }
 
-// Value implements context.Context. Once the deadline context exists it
-// answers, so that context.Cause and contexts derived from this one see it
-// as they would a context.WithDeadline.
+// Value implements context.Context, answering from the deadline context
+// once it exists, so that context.Cause sees it.
 func (c *opContext) Value(key any) any {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Value(key)

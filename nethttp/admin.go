@@ -14,25 +14,22 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Problem types of the handler [NewAdmin] returns, besides
-// [ProblemUnavailable] (503: the backend failed) and [ProblemInProgress]
-// (409: a DELETE without force=1 of a key whose claim is live). Like the
-// middleware's, they are the last part of each problem's "type" URI and
-// stable.
+// Problem types of [NewAdmin]'s answers, besides [problemUnavailable] and
+// [problemInProgress] (docs/operations.md lists them).
 const (
-	ProblemAdminQueryInvalid = "admin-query-invalid"          // 400: the key is missing, empty, repeated or too long, or the query is malformed
-	ProblemRecordNotFound    = "idempotency-record-not-found" // 404: the key has no live record
-	ProblemMethodNotAllowed  = "method-not-allowed"           // 405: not GET, HEAD or DELETE (or DELETE on a read-only handler)
-	ProblemResponseForbidden = "admin-response-forbidden"     // 403: response=1 on a handler that does not show responses
+	problemAdminQueryInvalid = "admin-query-invalid"          // 400
+	problemRecordNotFound    = "idempotency-record-not-found" // 404
+	problemMethodNotAllowed  = "method-not-allowed"           // 405
+	problemResponseForbidden = "admin-response-forbidden"     // 403
 )
 
 var adminProblemTitles = map[string]string{
-	ProblemAdminQueryInvalid: "The query is invalid",
-	ProblemRecordNotFound:    "The key has no record",
-	ProblemMethodNotAllowed:  "Method not allowed",
-	ProblemResponseForbidden: "Recorded responses are not shown here",
-	ProblemInProgress:        "A request holds the key",
-	ProblemUnavailable:       "Idempotency service is unavailable",
+	problemAdminQueryInvalid: "The query is invalid",
+	problemRecordNotFound:    "The key has no record",
+	problemMethodNotAllowed:  "Method not allowed",
+	problemResponseForbidden: "Recorded responses are not shown here",
+	problemInProgress:        "A request holds the key",
+	problemUnavailable:       "Idempotency service is unavailable",
 }
 
 // AdminOption configures [NewAdmin].
@@ -44,17 +41,14 @@ type adminConfig struct {
 	problemBase string
 }
 
-// WithAdminReadOnly makes the handler refuse DELETE (405), for a mount
-// that may look at records but not forget them (a support team's).
-// Default: false (DELETE forgets).
+// WithAdminReadOnly makes the handler refuse DELETE (405). Default: false.
 func WithAdminReadOnly(readOnly bool) AdminOption {
 	return func(c *adminConfig) { c.readOnly = readOnly }
 }
 
 // WithAdminResponses sets whether GET shows a recorded response when asked
-// with response=1; when false such a request is refused with 403
-// admin-response-forbidden, for a mount whose users must not see the
-// responses (they may hold personal data). Default: true.
+// with response=1 (else 403): responses may hold personal data. Default:
+// true.
 func WithAdminResponses(allow bool) AdminOption {
 	return func(c *adminConfig) { c.responses = allow }
 }
@@ -65,81 +59,18 @@ func WithAdminProblemTypeBase(base string) AdminOption {
 	return func(c *adminConfig) { c.problemBase = base }
 }
 
-// NewAdmin returns an http.Handler for operators: it inspects and forgets
-// one idempotency key of guard's records, through [middleware.Guard.Inspect]
-// and [middleware.Guard.Forget].
+// NewAdmin returns an http.Handler for operators that inspects (GET
+// ?key=K&scope=S[&response=1]) and forgets (DELETE ?key=K&scope=S[&force=1])
+// one key's record through [middleware.Guard.Inspect] and
+// [middleware.Guard.Forget]; docs/operations.md describes its answers.
 //
-// IT HAS NO AUTHENTICATION NOR AUTHORIZATION OF ITS OWN. Whoever reaches it
-// can read the record of any key, the recorded response included (which
-// may hold personal data, unless [WithAdminResponses] is false), and
-// forget any record, so that the next request with that key runs its
-// handler again. Mount it only behind your own authentication and
-// authorization (an operators' role), preferably on an internal listener;
-// never expose it as it is.
+// IT HAS NO AUTHENTICATION NOR AUTHORIZATION OF ITS OWN: whoever reaches
+// it can read any record, response included, and forget it. Mount it only
+// behind your own, preferably on an internal listener.
 //
 //	admin, err := nethttp.NewAdmin(guard)
 //	...
 //	internal.Handle("/admin/idempotency", requireOperator(admin))
-//
-// The key and its scope travel in the query, percent-encoded (so any key
-// works, "/" included; url.Values.Encode does it), and the handler ignores
-// the path, so it can be mounted under any prefix:
-//
-//	GET    ?key=K&scope=S             200 the record, as JSON (below); 404 idempotency-record-not-found
-//	GET    ?key=K&scope=S&response=1  the same, with the recorded response
-//	HEAD   (as GET)                   the status alone
-//	DELETE ?key=K&scope=S             200 {"deleted":true}, or {"deleted":false} when there was no record;
-//	                                  409 idempotency-key-in-progress when the key's claim is live
-//	DELETE ?key=K&scope=S&force=1     the same, deleting a live claim too
-//
-// The scope is the one the guarded request had: the value of the
-// middleware's [WithScope] hook, "" (or absent) without one. The key is the
-// key itself, without the quotes of the header's string form. A missing,
-// empty, repeated or too long key, a repeated or unknown parameter (a typo
-// must not forget the key of another scope; response is GET's, force
-// DELETE's, each "1" or "0") or an unparsable query is a
-// 400 admin-query-invalid; another method a 405 with Allow; a failing
-// backend a 503 idempotency-unavailable. Errors are
-// application/problem+json; every answer carries Cache-Control: no-store.
-//
-// The record:
-//
-//	{
-//	  "record_key": "idempotency:tenant-1:order-42",  the key in the backend
-//	  "state":      "completed",       claimed (running), completed or not-replayable
-//	  "algorithm":  "http-v2",         the fingerprint's algorithm
-//	  "bound":      true,              bound to the credentials of the request that made it
-//	  "fence":      1767225600000,     the claim's fence
-//	  "created":    "2026-01-01T00:00:00Z",     when the claim or the outcome was written
-//	  "expires":    "2026-01-02T00:00:00Z",     a claim: its lease's end; an outcome: when it is forgotten
-//	  "size":       214,               bytes the response takes in the backend (sealed: its envelope)
-//	  "sealed":     false,             the response is sealed (see store.Seal)
-//	  "response":   "AQDJ...",         with response=1 only: the recorded bytes, base64 (standard, padded)
-//	  "response_error": "..."          with response=1, when the response cannot be shown: sealed with
-//	                                   a key the guard lacks, or sealed on a guard without seal keys
-//	}
-//
-// The response is the encoding the guarded adapter stored (for this
-// package's middleware: status, replayed headers and body, which
-// [DecodeResponse] decodes), opened when the guard seals with a key that
-// opens it.
-//
-// DELETE forgets an outcome, completed or not replayable, so that the next
-// request with the key runs again. It refuses a live claim (see
-// [middleware.Guard.Forget]), whose holder may still be running the
-// handler and renewing its lease: deleting it would let a retry run the
-// handler a second time while the first still runs. The refusal is a 409
-// idempotency-key-in-progress problem whose detail gives the lease's end
-// and whose "expires" member holds it (RFC 3339, as the record's): a
-// holder that is gone frees the key then. force=1 deletes the claim
-// anyway, for a holder known to be gone: its handler, if it still runs,
-// cannot record its outcome.
-//
-// Each GET costs one backend round trip (two when a response asked for
-// cannot be opened), each DELETE two (one with force=1, or when there is
-// no record or a live claim), each bounded by the guard's op timeout.
-//
-// A nil guard or an invalid option is an error here (InvalidArgument).
 func NewAdmin(guard *middleware.Guard, opts ...AdminOption) (http.Handler, error) {
 	bad := func(detail string) (http.Handler, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
@@ -200,7 +131,7 @@ func (a *admin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.forget(w, r)
 	default:
 		w.Header().Set("Allow", a.allow)
-		a.problem(w, http.StatusMethodNotAllowed, ProblemMethodNotAllowed, "use "+a.allow)
+		a.problem(w, http.StatusMethodNotAllowed, problemMethodNotAllowed, "use "+a.allow)
 	}
 }
 
@@ -210,7 +141,7 @@ func (a *admin) inspect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if q.response && !a.cfg.responses {
-		a.problem(w, http.StatusForbidden, ProblemResponseForbidden, "this handler does not show recorded responses")
+		a.problem(w, http.StatusForbidden, problemResponseForbidden, "this handler does not show recorded responses")
 		return
 	}
 	in, found, err := a.guard.Inspect(r.Context(), q.scope, q.key, q.response)
@@ -226,7 +157,7 @@ func (a *admin) inspect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found {
-		a.problem(w, http.StatusNotFound, ProblemRecordNotFound, "the key has no live record in this scope (never used, expired, released or forgotten)")
+		a.problem(w, http.StatusNotFound, problemRecordNotFound, "the key has no live record in this scope (never used, expired, released or forgotten)")
 		return
 	}
 	rec := adminRecord{
@@ -275,7 +206,7 @@ func (a *admin) forget(w http.ResponseWriter, r *http.Request) {
 // query reads the request's query, or answers 400 and reports false.
 func (a *admin) query(w http.ResponseWriter, r *http.Request, inspect bool) (adminQuery, bool) {
 	bad := func(detail string) (adminQuery, bool) {
-		a.problem(w, http.StatusBadRequest, ProblemAdminQueryInvalid, detail)
+		a.problem(w, http.StatusBadRequest, problemAdminQueryInvalid, detail)
 		return adminQuery{}, false
 	}
 	values, err := url.ParseQuery(r.URL.RawQuery)
@@ -314,10 +245,10 @@ func (a *admin) query(w http.ResponseWriter, r *http.Request, inspect bool) (adm
 func (a *admin) fail(w http.ResponseWriter, err error) {
 	if errors.Is(err, middleware.ErrInvalidKey) {
 		// The guard's messages never repeat the key.
-		a.problem(w, http.StatusBadRequest, ProblemAdminQueryInvalid, strings.TrimPrefix(err.Error(), middleware.ErrInvalidKey.Error()+": "))
+		a.problem(w, http.StatusBadRequest, problemAdminQueryInvalid, strings.TrimPrefix(err.Error(), middleware.ErrInvalidKey.Error()+": "))
 		return
 	}
-	a.problem(w, http.StatusServiceUnavailable, ProblemUnavailable, err.Error())
+	a.problem(w, http.StatusServiceUnavailable, problemUnavailable, err.Error())
 }
 
 // json writes v as a 200 application/json answer.
@@ -336,8 +267,8 @@ func (a *admin) json(w http.ResponseWriter, v any) {
 func (a *admin) liveClaim(w http.ResponseWriter, live *middleware.LiveClaimError) {
 	expires := live.ExpiresAt.UTC()
 	p := Problem{
-		Status: http.StatusConflict, Kind: ProblemInProgress, Type: a.cfg.problemBase + ProblemInProgress,
-		Title: adminProblemTitles[ProblemInProgress],
+		Status: http.StatusConflict, Kind: problemInProgress, Type: a.cfg.problemBase + problemInProgress,
+		Title: adminProblemTitles[problemInProgress],
 		Detail: "the key is claimed by a request that may still be running its handler; the claim's lease runs out at " +
 			expires.Format(time.RFC3339Nano) + " unless its holder renews it: a holder that is gone frees the key then. " +
 			"force=1 forgets it anyway: if its handler still runs, its outcome is not recorded and a retry runs the handler a second time",

@@ -235,7 +235,7 @@ func TestAdminInspect(t *testing.T) {
 	if r := a.call(t, http.MethodHead, url.Values{"key": {key}}); r.status != http.StatusOK || len(r.body) != 0 {
 		t.Fatalf("HEAD: %d %q; want 200 without a body", r.status, r.body)
 	}
-	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"orders/43"}}), http.StatusNotFound, nethttp.ProblemRecordNotFound)
+	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"orders/43"}}), http.StatusNotFound, "idempotency-record-not-found")
 }
 
 // TestAdminScope: a key recorded under a tenant's scope (one with ':'
@@ -252,8 +252,8 @@ func TestAdminScope(t *testing.T) {
 	if m["record_key"] != "idempotency:acme%3Aeu%251:k" || m["bound"] != false {
 		t.Fatalf("record %v; want the escaped scope, not bound", m)
 	}
-	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}}), http.StatusNotFound, nethttp.ProblemRecordNotFound)
-	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}, "scope": {"acme"}}), http.StatusNotFound, nethttp.ProblemRecordNotFound)
+	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}}), http.StatusNotFound, "idempotency-record-not-found")
+	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}, "scope": {"acme"}}), http.StatusNotFound, "idempotency-record-not-found")
 	if a.forget(t, "", "k") || a.forget(t, "acme", "k") {
 		t.Fatal("a key forgotten in another scope")
 	}
@@ -274,7 +274,7 @@ func TestAdminForget(t *testing.T) {
 	if !a.forget(t, "", "k") {
 		t.Fatal("DELETE of a recorded key: deleted false")
 	}
-	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}}), http.StatusNotFound, nethttp.ProblemRecordNotFound)
+	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}}), http.StatusNotFound, "idempotency-record-not-found")
 	if a.forget(t, "", "k") {
 		t.Fatal("DELETE of a forgotten key: deleted true")
 	}
@@ -291,7 +291,7 @@ func TestAdminForgetNotReplayable(t *testing.T) {
 		t.Fatalf("POST: %d %s", r.status, r.body)
 	}
 	r := a.order(t, "k", "X-Stream: 1")
-	wantAdminProblem(t, r, http.StatusConflict, nethttp.ProblemNotReplayable)
+	wantAdminProblem(t, r, http.StatusConflict, "response-not-replayable")
 	m := a.inspect(t, "", "k", true)
 	if m["state"] != "not-replayable" || m["size"] != float64(0) || m["response"] != "" {
 		t.Fatalf("record %v; want not-replayable without a response", m)
@@ -339,7 +339,7 @@ func TestAdminForgetRunningClaim(t *testing.T) {
 
 	for _, q := range []url.Values{{"key": {"k"}}, {"key": {"k"}, "force": {"0"}}} {
 		r := a.call(t, http.MethodDelete, q)
-		wantAdminProblem(t, r, http.StatusConflict, nethttp.ProblemInProgress)
+		wantAdminProblem(t, r, http.StatusConflict, "idempotency-key-in-progress")
 		var p struct {
 			Detail  string `json:"detail"`
 			Expires string `json:"expires"`
@@ -362,7 +362,7 @@ func TestAdminForgetRunningClaim(t *testing.T) {
 	if r := <-first; r.status != http.StatusCreated || string(r.body) != `{"order":1}` {
 		t.Fatalf("the forgotten claim's answer: %d %s", r.status, r.body)
 	}
-	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}}), http.StatusNotFound, nethttp.ProblemRecordNotFound)
+	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}}), http.StatusNotFound, "idempotency-record-not-found")
 	if r := a.order(t, "k"); string(r.body) != `{"order":2}` {
 		t.Fatalf("retry: %d %s; want a second execution", r.status, r.body)
 	}
@@ -435,11 +435,11 @@ func TestAdminBadRequests(t *testing.T) {
 		{http.MethodGet, "key=k&force=1"},
 	} {
 		r := adminSend(t, c.method, a.admin+"?"+c.query, "")
-		wantAdminProblem(t, r, http.StatusBadRequest, nethttp.ProblemAdminQueryInvalid)
+		wantAdminProblem(t, r, http.StatusBadRequest, "admin-query-invalid")
 	}
 	for _, m := range []string{http.MethodPost, http.MethodPut, http.MethodPatch} {
 		r := adminSend(t, m, a.admin+"?key=k", "")
-		wantAdminProblem(t, r, http.StatusMethodNotAllowed, nethttp.ProblemMethodNotAllowed)
+		wantAdminProblem(t, r, http.StatusMethodNotAllowed, "method-not-allowed")
 		if r.header.Get("Allow") != "GET, HEAD, DELETE" {
 			t.Errorf("%s: Allow %q", m, r.header.Get("Allow"))
 		}
@@ -457,11 +457,11 @@ func TestAdminOptions(t *testing.T) {
 	a := newAdminApp(t, g, nil, nethttp.WithAdminReadOnly(true), nethttp.WithAdminResponses(false))
 	a.order(t, "k")
 	r := a.call(t, http.MethodDelete, url.Values{"key": {"k"}})
-	wantAdminProblem(t, r, http.StatusMethodNotAllowed, nethttp.ProblemMethodNotAllowed)
+	wantAdminProblem(t, r, http.StatusMethodNotAllowed, "method-not-allowed")
 	if r.header.Get("Allow") != "GET, HEAD" {
 		t.Fatalf("Allow %q", r.header.Get("Allow"))
 	}
-	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}, "response": {"1"}}), http.StatusForbidden, nethttp.ProblemResponseForbidden)
+	wantAdminProblem(t, a.call(t, http.MethodGet, url.Values{"key": {"k"}, "response": {"1"}}), http.StatusForbidden, "admin-response-forbidden")
 	if m := a.inspect(t, "", "k", false); m["state"] != "completed" {
 		t.Fatalf("record %v", m)
 	}

@@ -10,22 +10,11 @@ import (
 // errBodyTooLarge is what readLimited returns for a body over its limit.
 var errBodyTooLarge = errors.New("nethttp: request body too large")
 
-// readLimited reads r to its end and returns what it read. With limit > 0
-// it asks r for at most limit+1 bytes in all (enough to tell that a body is
-// too long, never the rest of an oversized or endless stream) and refuses a
-// body longer than limit bytes with errBodyTooLarge. limit <= 0 means no
-// limit. A nil r reads as an empty body. A chunked request body is just a
-// reader here: its length need not be known in advance.
-//
-// size is the length the body is expected to have (a request's
-// Content-Length; negative if unknown), used only to size the buffer so
-// that a truthful length costs one allocation. The body is still read to
-// its end and held to limit whatever its real length, so a wrong hint (a
-// middleware that swapped the body and left Content-Length as it was)
-// changes nothing but the allocations.
-//
-// Other read errors are returned wrapped, with no data: errors.Is and
-// errors.As reach them (a [net/http.MaxBytesError], for one).
+// readLimited reads r to its end; with limit > 0 it asks for at most
+// limit+1 bytes and refuses a longer body with errBodyTooLarge. size (a
+// Content-Length, negative if unknown) only sizes the buffer: a wrong
+// hint changes nothing but the allocations. Other read errors are
+// returned wrapped, with no data. A nil r reads as empty.
 func readLimited(r io.Reader, limit, size int64) ([]byte, error) {
 	if r == nil {
 		return []byte{}, nil

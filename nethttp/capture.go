@@ -128,7 +128,6 @@ func newCapture(w http.ResponseWriter, keep func(name string) bool, limit int) (
 	return c, c
 }
 
-// Header returns the real writer's header map.
 func (c *capture) Header() http.Header { return c.w.Header() }
 
 // The room for the body the record is first given: bodyRoom, or the
@@ -247,7 +246,6 @@ func (c *capture) replayable() bool {
 // writes. The response must have been written.
 func (c *capture) record() []byte { return c.rec }
 
-// body returns the recorded body.
 func (c *capture) body() []byte {
 	if c.rec == nil {
 		return nil
@@ -287,23 +285,13 @@ func (p pusher) Push(target string, opts *http.PushOptions) error {
 	return p.c.w.(http.Pusher).Push(target, opts)
 }
 
-// MarkNotReplayable declares that the response being written to w is not
-// what the client gets, or must never be sent again, so it is not replayed:
-// the request is recorded as executed-not-replayable (if the store policy
-// records its status at all), and a retry gets 409 response-not-replayable
-// without running the handler again. w is the writer the middleware gave
-// the handler, or one that wraps it and implements Unwrap; for any other
-// writer (a request the middleware does not guard) it does nothing.
-//
-// Adapters call it when their framework answers outside the middleware,
-// such as a gin middleware in front of the guard that renders c.Errors
-// after the chain returns.
-//
-// When the handler's writes commit with the outcome (pgstore.Tx) and it
-// began its transaction, the request is not recorded at all: the
-// transaction is rolled back and the claim released, so what the client
-// was told and what the database holds cannot disagree, and a retry runs
-// the handler again.
+// MarkNotReplayable declares that the response written to w (the writer
+// the middleware gave the handler, or one that unwraps to it) is not what
+// the client gets, or must never be sent again: it is recorded
+// executed-not-replayable, and a retry gets 409 response-not-replayable.
+// When the handler began a transaction that commits with the outcome, that
+// transaction is rolled back instead and nothing is recorded. On any other
+// writer it does nothing.
 func MarkNotReplayable(w http.ResponseWriter) {
 	if c := captureOf(w); c != nil {
 		c.marked = true

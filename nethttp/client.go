@@ -16,27 +16,16 @@ import (
 
 // Transport is the client side of idempotency: an http.RoundTripper that
 // gives every POST and PATCH without an Idempotency-Key a fresh one, and
-// retries it with that same key when retrying is safe — after a connection
-// error, on 409 with Retry-After (the first request with the key is still
-// running), 429 and 503, and, with AttemptTimeout, after an attempt that
-// got no answer in time — with capped exponential back-off and jitter,
-// honouring the request's context and any Retry-After the server sends.
-// Because every attempt carries the same key, a retry can never run the
-// request twice on an idempotent server.
+// retries it with that same key after a connection error, on 409 with
+// Retry-After, 429 and 503, and, with AttemptTimeout, after an attempt
+// without an answer in time; with capped exponential back-off and jitter,
+// honouring the request's context and Retry-After. A request whose body
+// cannot be sent again (no GetBody) is sent once.
 //
-// A request whose body cannot be replayed (no GetBody) is sent once and not
-// retried. Requests of other methods, and requests that already carry a
-// key, are retried the same way only if their method is listed in Methods.
-//
-// The caller's deadline (Client.Timeout, the request's context) bounds
-// every attempt and all of them. When it ends the call, or the attempts
-// fail, the outcome on the server is unknown: retry with the same key,
-// never a new one. The error carries the key ([KeyError]); with
-// Client.Timeout, whose error does not, hold the key from the start with
-// [Transport.SetKey].
-//
-// The zero value is usable: it sends through http.DefaultTransport with the
-// defaults below.
+// When the caller's deadline ends the call, or the attempts fail, the
+// outcome on the server is unknown: retry with the same key, which the
+// error carries ([KeyError]) or [Transport.SetKey] gave beforehand.
+// docs/http.md explains. The zero value is usable.
 type Transport struct {
 	// Base sends each attempt. Default: http.DefaultTransport.
 	Base http.RoundTripper
@@ -49,32 +38,16 @@ type Transport struct {
 	// Default: 4.
 	MaxAttempts int
 	// AttemptTimeout bounds how long an attempt waits for its answer's
-	// headers: past it, the attempt is abandoned and sent again with the
-	// same key and the same body (from GetBody). On a server that honours
-	// the key, the new attempt of one that was merely slow waits there as
-	// a duplicate of the first (or gets 409 with Retry-After and tries
-	// again) and receives its recorded answer; the handler runs once. One
-	// lost on a dead connection or a stalled server is sent again in
-	// time.
-	//
-	// An attempt that could not be retried — the last one, the only one
-	// of a request whose body cannot be sent again — is not cut short:
-	// cutting it would only turn a late answer into an error. The caller's
-	// deadline bounds it, as it bounds every attempt: no attempt outlives
-	// it, whatever AttemptTimeout says.
-	//
-	// Default: 0 (or less): no limit; every attempt waits as long as the
-	// caller lets it. A long handler is then never cut short, and a server
-	// that ignores the key never gets a request twice because it was
-	// slow. Set it, below the caller's deadline, for servers that honour
-	// the key.
+	// headers; past it the attempt is sent again with the same key and
+	// body, and on a server that honours the key the new attempt waits as
+	// a duplicate and gets the recorded answer. The last attempt is never
+	// cut short, and the caller's deadline bounds every attempt. Default:
+	// 0, no limit: a long handler is never cut short, and a server that
+	// ignores the key never gets a request twice for being slow.
 	AttemptTimeout time.Duration
-	// Backoff is the back-off between attempts (see [idemkit.Backoff]:
-	// the n-th delay is drawn from [d/2, d] for d = Base·2^(n−1), capped
-	// by Max). Backoff.Max also caps a server's Retry-After: a longer one
-	// ends the retries and returns that answer. A zero Base means 100 ms,
-	// a zero Max 5 s, and a Max below Base counts as Base. Default: 100 ms
-	// doubling up to 5 s.
+	// Backoff is the back-off between attempts; Max also caps a server's
+	// Retry-After (a longer one ends the retries). A zero Base means
+	// 100 ms, a zero Max 5 s. Default: 100 ms doubling up to 5 s.
 	Backoff idemkit.Backoff
 	// NewKey makes a key for a request without one. Default: a random UUID
 	// (version 4), unquoted, as most servers and Stripe's SDKs send it.
@@ -83,36 +56,25 @@ type Transport struct {
 
 var _ http.RoundTripper = (*Transport)(nil)
 
-// KeyError is the error of a request sent with an idempotency key whose
-// attempts did not bring an answer: the caller's deadline or cancellation
-// ended them, or the last one failed (a connection error, a body that could
-// not be read again). The request may or may not have run on the server, so
-// retry it with Key, never with a new key: on an idempotent server the
-// retry gets the first execution's answer, or waits for it, instead of
-// running the request again.
-//
-// It wraps the last error, so errors.Is(err, context.DeadlineExceeded)
-// still holds, and the error of http.Client.Do unwraps to it with
-// errors.As — except when Client.Timeout ended the call: http.Client then
-// returns an error of its own that carries only text. Hold the key from the
-// start with [Transport.SetKey] to have it in every case.
+// KeyError is the error of a request sent with a key whose attempts
+// brought no answer: it may or may not have run, so retry it with Key,
+// never a new key. It wraps the last error. http.Client's own error after
+// Client.Timeout does not carry it: use [Transport.SetKey] for that case.
 type KeyError struct {
 	Key string // the key header's value, as sent
 	Err error  // the last attempt's error, or the context's
 }
 
+// Error names the key and the last error.
 func (e *KeyError) Error() string {
 	return "nethttp: request with idempotency key " + strconv.Quote(e.Key) + ": " + e.Err.Error()
 }
 
+// Unwrap returns the last error.
 func (e *KeyError) Unwrap() error { return e.Err }
 
-// SetKey gives req a fresh key in t's Header, made by t's NewKey, unless
-// req already has one, and returns req's key. Calling it before sending
-// leaves the key with the caller: whatever becomes of the call, including
-// an error after Client.Timeout that carries no [KeyError], a retry of req
-// with this key is answered from the first execution by an idempotent
-// server, never run a second time. The Transport keeps a key it finds.
+// SetKey gives req a fresh key unless it has one, and returns req's key,
+// so the caller holds the key whatever becomes of the call.
 func (t *Transport) SetKey(req *http.Request) string {
 	header := t.header()
 	if key := req.Header.Get(header); key != "" {

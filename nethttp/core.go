@@ -20,19 +20,16 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Core is the HTTP behaviour of the middleware, independent of the router:
-// key parsing, scoping, body limits, fingerprinting, capture, replay and
-// problem answers. The gin and echo adapters are built on it.
-type Core struct {
+// core is the HTTP behaviour of the middleware: key parsing, scoping, body
+// limits, fingerprinting, capture, replay and problem answers.
+type core struct {
 	guard *middleware.Guard
 	cfg   config
 	keep  func(name string) bool // keepHeader, made once
 }
 
-// NewCore validates the options and returns the HTTP core for guard, for
-// adapters of other routers. Applications use [New].
-func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
-	bad := func(detail string) (*Core, error) {
+func newCore(guard *middleware.Guard, opts ...Option) (*core, error) {
+	bad := func(detail string) (*core, error) {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "nethttp", detail, nil)
 	}
 	if why, ok := validGuard(guard); !ok {
@@ -69,36 +66,32 @@ func NewCore(guard *middleware.Guard, opts ...Option) (*Core, error) {
 	if cfg.problemWriter == nil {
 		cfg.problemWriter = WriteProblem
 	}
-	c := &Core{guard: guard, cfg: cfg}
+	c := &core{guard: guard, cfg: cfg}
 	c.keep = c.keepHeader
 	return c, nil
 }
 
 // New validates the options and returns net/http middleware that makes the
-// handlers it wraps idempotent with guard. An invalid or nil option, or a
-// guard not made by middleware.New (nil or zero), is an error here
-// (InvalidArgument); nothing panics on the request path.
+// handlers it wraps idempotent with guard. A bad or nil option, or a guard
+// not made by middleware.New, is an InvalidArgument error here.
+//
+// The middleware hands unguarded requests to the next handler unchanged
+// (the very writer and request it got); guarded ones reach it at most once
+// per key, with a capturing writer and a new request whose body was read.
 func New(guard *middleware.Guard, opts ...Option) (func(http.Handler) http.Handler, error) {
-	c, err := NewCore(guard, opts...)
+	c, err := newCore(guard, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			c.Serve(w, r, next.ServeHTTP)
+			c.serve(w, r, next.ServeHTTP)
 		})
 	}, nil
 }
 
-// Serve handles one request: it passes unguarded requests to next
-// unchanged (the very w and r it was given; when the key source read the
-// body to find no key, r's body restored), and runs guarded ones through
-// the guard, calling next at most once per key with a capturing writer and
-// a new request whose body has been read (and restored). Adapters call it
-// with their framework's writer and a next that resumes the framework's
-// chain; they tell the two cases apart by comparing the request next gets
-// with r.
-func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
+// serve handles one request (see [New]).
+func (c *core) serve(w http.ResponseWriter, r *http.Request, next func(http.ResponseWriter, *http.Request)) {
 	op := middleware.Operation(c.operation(r))
 	if !c.cfg.methods[r.Method] {
 		c.guard.Bypass(r.Context(), middleware.EventPassedThrough, nil, op)
@@ -120,12 +113,12 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 	if err != nil {
 		var ke *keyError
 		errors.As(err, &ke)
-		c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMalformed, ke.reason)
+		c.reject(w, r, op, http.StatusBadRequest, problemKeyMalformed, ke.reason)
 		return
 	}
 	if key == "" {
 		if c.cfg.required {
-			c.reject(w, r, op, http.StatusBadRequest, ProblemKeyMissing, "send "+c.cfg.key.where+" with a unique key, such as a UUID")
+			c.reject(w, r, op, http.StatusBadRequest, problemKeyMissing, "send "+c.cfg.key.where+" with a unique key, such as a UUID")
 			return
 		}
 		if read {
@@ -184,7 +177,7 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 			rec.drop()
 			c.cfg.logger.ErrorContext(r.Context(), "nethttp: the handler's response outgrew the response limit while it was held until its transaction's commit; the transaction was rolled back",
 				slog.Int("limit", c.cfg.maxResponse))
-			c.writeProblem(w, r, http.StatusInternalServerError, ProblemResponseTooLarge,
+			c.writeProblem(w, r, http.StatusInternalServerError, problemResponseTooLarge,
 				fmt.Sprintf("the response exceeds %d bytes, the most that is held until the request's database transaction commits; the transaction was rolled back, so nothing of the request was kept", c.cfg.maxResponse), 0)
 			return
 		case err == nil:
@@ -211,23 +204,22 @@ func (c *Core) Serve(w http.ResponseWriter, r *http.Request, next func(http.Resp
 
 // reject answers a request refused before it reached the guard, and
 // reports it.
-func (c *Core) reject(w http.ResponseWriter, r *http.Request, op middleware.CallOption, status int, problem, detail string) {
+func (c *core) reject(w http.ResponseWriter, r *http.Request, op middleware.CallOption, status int, problem, detail string) {
 	c.guard.Bypass(r.Context(), middleware.EventRejected, errors.New("nethttp: "+problem+": "+detail), op)
 	c.writeProblem(w, r, status, problem, detail, 0)
 }
 
 // operation names the request's operation for hooks and telemetry.
-func (c *Core) operation(r *http.Request) string {
+func (c *core) operation(r *http.Request) string {
 	if c.cfg.operation != nil {
 		return c.cfg.operation(r)
 	}
 	return patternOperation(r)
 }
 
-// patternOperation returns the ServeMux pattern that matched r (Go 1.22
-// patterns), behind r's method when the pattern has none: "POST
-// /orders/{id}". It is "" when r went through no ServeMux before the
-// middleware (a middleware around the whole mux runs before it matches).
+// patternOperation returns the ServeMux pattern that matched r, behind r's
+// method when the pattern has none: "POST /orders/{id}"; "" before any
+// ServeMux matched.
 func patternOperation(r *http.Request) string {
 	p := r.Pattern
 	if p == "" {
@@ -239,18 +231,13 @@ func patternOperation(r *http.Request) string {
 	return r.Method + " " + p
 }
 
-// readBody reads the request body within the limit and restores it for the
-// handler. It answers 413 (or 400 for an unreadable body) and reports false
-// when the request cannot go on.
-//
-// r.ContentLength is only a hint: a Content-Length over the limit is
-// refused at once, and the length sizes the buffer, but the body is always
-// read through the limit, never trusted to have that length, because a middleware in front of this one
-// may have replaced r.Body (a decompressing one, say) and left
-// ContentLength describing the old body.
-func (c *Core) readBody(w http.ResponseWriter, r *http.Request, op middleware.CallOption) ([]byte, bool) {
+// readBody reads the request body within the limit, or answers 413 (400
+// for an unreadable body) and reports false. r.ContentLength only sizes
+// the buffer: a decompressing middleware in front may have replaced r.Body
+// and left ContentLength describing the old one.
+func (c *core) readBody(w http.ResponseWriter, r *http.Request, op middleware.CallOption) ([]byte, bool) {
 	if r.ContentLength > c.cfg.maxBody {
-		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, problemBodyTooLarge,
 			fmt.Sprintf("the body has %d bytes; at most %d are accepted", r.ContentLength, c.cfg.maxBody))
 		return nil, false
 	}
@@ -262,27 +249,25 @@ func (c *Core) readBody(w http.ResponseWriter, r *http.Request, op middleware.Ca
 	var maxBytes *http.MaxBytesError
 	switch {
 	case errors.Is(err, errBodyTooLarge):
-		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, problemBodyTooLarge,
 			fmt.Sprintf("the body exceeds %d bytes", c.cfg.maxBody))
 		return nil, false
 	case errors.As(err, &maxBytes):
 		// An http.MaxBytesReader in front of the middleware stopped it.
-		c.reject(w, r, op, http.StatusRequestEntityTooLarge, ProblemBodyTooLarge,
+		c.reject(w, r, op, http.StatusRequestEntityTooLarge, problemBodyTooLarge,
 			fmt.Sprintf("the body exceeds %d bytes", maxBytes.Limit))
 		return nil, false
 	case err != nil:
 		// The client went away or sent a broken body (a bad gzip stream
 		// behind a decompressing middleware, a torn chunked encoding):
 		// nothing ran.
-		c.reject(w, r, op, http.StatusBadRequest, ProblemBodyUnreadable, "the request body could not be read")
+		c.reject(w, r, op, http.StatusBadRequest, problemBodyUnreadable, "the request body could not be read")
 		return nil, false
 	}
 	return body, true
 }
 
-// restoreBody makes body, read from r's body, r's body again, for a
-// request that passes through after its body was read (nothing to do when
-// r had none).
+// restoreBody gives a request that passes through the body read from it.
 func restoreBody(r *http.Request, body []byte) {
 	if body == nil {
 		return
@@ -290,8 +275,7 @@ func restoreBody(r *http.Request, body []byte) {
 	useBody(r, new(bufferedBody), body)
 }
 
-// useBody makes b, unused, r's body: a fresh reader over body (and
-// GetBody, for handlers that replay it).
+// useBody makes b, unused, a reader over body and r's body (and GetBody).
 func useBody(r *http.Request, b *bufferedBody, body []byte) {
 	b.body = body
 	b.r.Reset(body)
@@ -300,21 +284,16 @@ func useBody(r *http.Request, b *bufferedBody, body []byte) {
 	r.GetBody = b.again
 }
 
-// bufferedBody is a request body that was read ahead, in one allocation:
-// a reader over its bytes that closes, as io.NopCloser(bytes.NewReader(body))
-// would be (it reads, writes to a writer and closes; nothing more).
+// bufferedBody is io.NopCloser(bytes.NewReader(body)) in one allocation.
 type bufferedBody struct {
 	r    bytes.Reader
 	body []byte
 }
 
-// Read implements io.Reader.
 func (b *bufferedBody) Read(p []byte) (int, error) { return b.r.Read(p) }
 
-// WriteTo implements io.WriterTo.
 func (b *bufferedBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
 
-// Close implements io.Closer; it does nothing.
 func (*bufferedBody) Close() error { return nil }
 
 // again returns a fresh reader over the same bytes, for GetBody.
@@ -322,27 +301,18 @@ func (b *bufferedBody) again() (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(b.body)), nil
 }
 
-func (c *Core) route(r *http.Request) string {
+func (c *core) route(r *http.Request) string {
 	if c.cfg.route != nil {
 		return c.cfg.route(r)
 	}
 	return sentPath(r.URL)
 }
 
-// sentPath returns u's path as the client sent it, escapes kept: the
-// route that goes into the fingerprint by default, for every adapter.
-// ServeMux, echo and gin (with UseRawPath) route on the escaped path, so
-// "/transfer/a%2Fb/c" (from "a/b" to "c") and "/transfer/a/b%2Fc" (from
-// "a" to "b/c") are different requests, though u.Path is "/transfer/a/b/c"
-// for both.
-//
-// That is u.RawPath whenever it is set and spells u.Path (the server sets
-// it to the path it received when that is not Path's default escaping),
-// even where u.EscapedPath would not use it, for characters that
-// url.URL escapes but a client may send as they are ("{", "|"): echo and
-// gin route on RawPath then too. Otherwise, and when a middleware in front
-// rewrote Path without RawPath, it is Path escaped (u.EscapedPath), which
-// is what the client sent when RawPath is empty.
+// sentPath returns u's path as the client sent it, escapes kept (see
+// WithRoute): u.RawPath whenever it spells u.Path, even where
+// u.EscapedPath would not use it ("{", "|": echo and gin route on RawPath
+// then too); else u.EscapedPath, also when a middleware in front rewrote
+// Path without RawPath.
 func sentPath(u *url.URL) string {
 	if u.RawPath != "" {
 		if p, err := url.PathUnescape(u.RawPath); err == nil && p == u.Path {
@@ -353,11 +323,10 @@ func sentPath(u *url.URL) string {
 }
 
 // run calls the handler with a capturing writer and returns what to record.
-// A handler that panics with http.ErrAbortHandler after it began its
-// response sets *aborted, for the caller to re-panic once the record is
-// written; one that began nothing re-panics at once, and nothing is
-// recorded (a retry runs it again).
-func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool, captured **capture) (res middleware.Result) {
+// A panic with http.ErrAbortHandler after the response began sets
+// *aborted, for the caller to re-panic once the record is written; before
+// it, it re-panics at once and nothing is recorded.
+func (c *core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, body []byte, next func(http.ResponseWriter, *http.Request), aborted *bool, captured **capture) (res middleware.Result) {
 	cw, rec := newCapture(w, c.keep, c.cfg.maxResponse)
 	if _, can := middleware.TransactionBegun(ctx); can {
 		// The store can commit the work's writes with its outcome: a
@@ -381,12 +350,12 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 				panic(p) // aborted before answering anything: nothing is recorded
 			}
 			*aborted = true
-			res = middleware.Result{Verdict: middleware.RecordNotReplayable}
+			res = middleware.Result{NotReplayable: true}
 			return
 		}
 		c.cfg.logger.ErrorContext(ctx, "nethttp: the handler panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		if !rec.wrote {
-			c.writeProblem(cw, req, http.StatusInternalServerError, ProblemInternal, "", 0)
+			c.writeProblem(cw, req, http.StatusInternalServerError, problemInternal, "", 0)
 		}
 		res = c.verdict(rec, c.cfg.policy.Panic, ctx)
 	}()
@@ -395,7 +364,7 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 		if ctx.Err() != nil {
 			// The client went away and the handler answered nothing:
 			// assume it gave up, and let a retry run it.
-			return middleware.Result{Verdict: middleware.Forget}
+			return forget(ctx)
 		}
 		rec.WriteHeader(http.StatusOK)
 	}
@@ -403,37 +372,43 @@ func (c *Core) run(ctx context.Context, w http.ResponseWriter, r *http.Request, 
 }
 
 // verdict decides what the guard records for a finished response.
-func (c *Core) verdict(rec *capture, store bool, _ context.Context) middleware.Result {
+func (c *core) verdict(rec *capture, store bool, ctx context.Context) middleware.Result {
 	switch {
 	case rec.heldOver:
 		// Held past the limit: the rest of it is lost, so the work must
 		// not commit (see Write).
-		return middleware.Result{Verdict: middleware.Forget}
+		return forget(ctx)
 	case rec.hijacked:
-		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		return middleware.Result{NotReplayable: true}
 	case rec.marked && rec.began != nil && rec.began():
 		// Answered outside the capture, with writes that can still be
 		// undone: rolled back rather than recorded (see MarkNotReplayable).
-		return middleware.Result{Verdict: middleware.Forget}
+		return forget(ctx)
 	case !store:
-		return middleware.Result{Verdict: middleware.Forget}
+		return forget(ctx)
 	case !rec.replayable():
-		return middleware.Result{Verdict: middleware.RecordNotReplayable}
+		return middleware.Result{NotReplayable: true}
 	}
 	return middleware.Result{Value: rec.record()}
 }
 
-// keepHeader reports whether a response header is recorded and replayed:
-// the allow-listed ones (never a credential, see neverReplayed), and
-// always Content-Encoding and Vary, which describe the recorded bytes
-// themselves, and Cache-Control, which says who may keep them.
-func (c *Core) keepHeader(name string) bool {
+// forget is the result of a response that is not recorded: the claim is
+// released and a retry runs the handler again.
+func forget(ctx context.Context) middleware.Result {
+	middleware.DoNotRecord(ctx)
+	return middleware.Result{}
+}
+
+// keepHeader reports whether a response header is recorded and replayed
+// (see WithReplayHeaders): Content-Encoding and Vary describe the recorded
+// bytes, Cache-Control says who may keep them.
+func (c *core) keepHeader(name string) bool {
 	return c.cfg.replayHeaders[name] || name == "Content-Encoding" || name == "Vary" || name == "Cache-Control"
 }
 
 // replay writes a recorded response, unless it is content-coded in a way
 // the retry does not accept.
-func (c *Core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
+func (c *core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
 	h := w.Header()
 	status, body, err := decodeInto(value, func(name string, values []string) {
 		if c.keepHeader(name) {
@@ -447,12 +422,12 @@ func (c *Core) replay(w http.ResponseWriter, r *http.Request, value []byte) {
 	if err != nil {
 		undo()
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response could not be decoded", slog.String("error", err.Error()))
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable, "the recorded response is unreadable", c.cfg.retryAfter)
 		return
 	}
 	if coding, ok := acceptsEncoding(r.Header.Values("Accept-Encoding"), h.Values("Content-Encoding")); !ok {
 		undo()
-		c.writeProblem(w, r, http.StatusConflict, ProblemNotReplayable,
+		c.writeProblem(w, r, http.StatusConflict, problemNotReplayable,
 			"the request with this key was executed, but its recorded response is encoded with "+strconv.Quote(coding)+
 				", which this request's Accept-Encoding does not accept; retry with the first request's Accept-Encoding. It will not be executed again", 0)
 		return
@@ -480,40 +455,40 @@ func exposeHeader(h http.Header, name string) {
 }
 
 // refuse answers a request the guard did not run.
-func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
+func (c *core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, middleware.ErrInvalidKey):
 		// The key, with its namespace and scope, is too long for a
 		// record key.
-		c.writeProblem(w, r, http.StatusBadRequest, ProblemKeyMalformed, "the key is too long for its scope; use a shorter key", 0)
+		c.writeProblem(w, r, http.StatusBadRequest, problemKeyMalformed, "the key is too long for its scope; use a shorter key", 0)
 	case errors.Is(err, middleware.ErrCredentialsMismatch):
-		c.writeProblem(w, r, http.StatusUnprocessableEntity, ProblemCredentialsMismatch,
+		c.writeProblem(w, r, http.StatusUnprocessableEntity, problemCredentialsMismatch,
 			"this key was used by a request with other credentials; use a new key for a new request", 0)
 	case errors.Is(err, middleware.ErrMismatch):
-		c.writeProblem(w, r, http.StatusUnprocessableEntity, ProblemKeyReused,
+		c.writeProblem(w, r, http.StatusUnprocessableEntity, problemKeyReused,
 			"this key was used with a different request (method, route, query or body); use a new key for a new request", 0)
 	case errors.Is(err, middleware.ErrInProgress):
-		c.writeProblem(w, r, http.StatusConflict, ProblemInProgress,
+		c.writeProblem(w, r, http.StatusConflict, problemInProgress,
 			"the first request with this key has not finished; retry later with the same key and request", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrNotReplayable):
-		c.writeProblem(w, r, http.StatusConflict, ProblemNotReplayable,
+		c.writeProblem(w, r, http.StatusConflict, problemNotReplayable,
 			"the request with this key was executed, but its response could not be kept for replay (it was streamed, hijacked, aborted, "+
 				"larger than the capture limit, or written outside the middleware); it will not be executed again", 0)
 	case errors.Is(err, store.ErrWorkConflict):
-		c.writeProblem(w, r, http.StatusConflict, ProblemTransactionConflict,
+		c.writeProblem(w, r, http.StatusConflict, problemTransactionConflict,
 			"the request's database transaction conflicted with a concurrent one and was rolled back, so nothing of it was kept; retry with the same key and request", c.cfg.retryAfter)
 	case errors.Is(err, store.ErrWorkFailed):
-		c.writeProblem(w, r, http.StatusInternalServerError, ProblemTransactionFailed,
+		c.writeProblem(w, r, http.StatusInternalServerError, problemTransactionFailed,
 			"the request's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0)
 	case errors.Is(err, store.ErrUnsealable):
 		// The request ran, and its record is there but cannot be opened:
 		// running it again is never right, fail-open or not.
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: a recorded response cannot be opened", slog.String("error", err.Error()))
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable,
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable,
 			"the request with this key was executed, but its recorded response is unreadable; it will not be executed again", c.cfg.retryAfter)
 	case errors.Is(err, middleware.ErrUnavailable) && idemkit.CodeOf(err).Permanent():
 		// Retrying cannot help; the guard logged why.
-		c.writeProblem(w, r, http.StatusInternalServerError, ProblemMisconfigured,
+		c.writeProblem(w, r, http.StatusInternalServerError, problemMisconfigured,
 			"the idempotency backend refuses this service until its setup is fixed, so the request was not executed", 0)
 	case errors.Is(err, middleware.ErrUnavailable):
 		transient := idemkit.CodeOf(err).Transient()
@@ -521,12 +496,12 @@ func (c *Core) refuse(w http.ResponseWriter, r *http.Request, err error) {
 		if !transient {
 			detail = "the idempotency backend failed, so the request was not executed; retry later with the same key"
 		}
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, detail, c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable, detail, c.cfg.retryAfter)
 	case r.Context().Err() != nil:
 		// The client is gone; there is nobody to answer.
 	default:
 		c.cfg.logger.ErrorContext(r.Context(), "nethttp: unexpected guard error", slog.String("error", err.Error()))
-		c.writeProblem(w, r, http.StatusServiceUnavailable, ProblemUnavailable, "", c.cfg.retryAfter)
+		c.writeProblem(w, r, http.StatusServiceUnavailable, problemUnavailable, "", c.cfg.retryAfter)
 	}
 }
 
@@ -539,15 +514,10 @@ func validHeaderName(s string) bool {
 	return s != ""
 }
 
-// acceptsEncoding reports whether a request whose Accept-Encoding field
-// lines are accept takes a response whose Content-Encoding field lines are
-// encodings; if not, it returns the first content coding refused. The
-// identity coding (no Content-Encoding) is always accepted. A coding is
-// accepted when the request lists it (x-gzip and x-compress spell gzip and
-// compress) or "*" with a q-value above 0; a request without
-// Accept-Encoding accepts no coding, so a compressed response is never
-// sent to a client that did not ask for compression (RFC 9110 lets a
-// server do so, but not every client copes).
+// acceptsEncoding reports whether the Accept-Encoding lines accept takes
+// the Content-Encoding lines encodings, or returns the first coding
+// refused. Identity always passes; no Accept-Encoding accepts no coding
+// (RFC 9110 lets a server send one anyway, but not every client copes).
 func acceptsEncoding(accept, encodings []string) (string, bool) {
 	for _, line := range encodings {
 		for coding := range strings.SplitSeq(line, ",") {
@@ -601,9 +571,8 @@ func normalCoding(s string) string {
 	return s
 }
 
-// qualityAbove0 reports whether an Accept-Encoding item's parameters give
-// it a weight above 0: no q parameter means 1; an unparsable one does not
-// count as acceptance.
+// qualityAbove0 reports whether an Accept-Encoding item's q is above 0
+// (absent: 1; unparsable: no).
 func qualityAbove0(params string) bool {
 	for p := range strings.SplitSeq(params, ";") {
 		k, v, _ := strings.Cut(strings.TrimSpace(p), "=")

@@ -7,14 +7,12 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// credentials binds a request without a scope hook to what identifies its
-// caller, in a fixed order: its Authorization and Cookie header lines,
-// the client certificate its TLS connection presented (the leaf's DER
-// bytes), and the lines of each header named by WithCredentialHeaders.
-// Each header's lines are joined by a line feed (which no field value
-// holds), and an absent header or certificate counts as empty; a request
-// with none of them is bound to having no credentials at all.
-func (c *Core) credentials(r *http.Request) middleware.CallOption {
+// credentials binds a request without a scope hook to its Authorization
+// and Cookie lines, the leaf client certificate of its TLS connection and
+// the headers WithCredentialHeaders names, in that order; lines are joined
+// by a line feed, which no field value holds, and absent ones count as
+// empty.
+func (c *core) credentials(r *http.Request) middleware.CallOption {
 	h := r.Header
 	auth, cookie := h["Authorization"], h["Cookie"]
 	var cert string

@@ -26,9 +26,8 @@ const encodingVersion = 1
 // make it allocate without limit.
 const maxHeaderEntries = 1 << 12
 
-// encodeResponse encodes r for the record store: a version byte, the status,
-// the headers (sorted by name, values in order) and the body. A guarded
-// response is encoded as it is written (see capture), with appendHead.
+// encodeResponse encodes r for the record: a version byte, the status, the
+// headers (sorted by name, values in order) and the body.
 func encodeResponse(r response) []byte {
 	return append(appendHead(nil, r.Status, r.Header, nil, len(r.Body)), r.Body...)
 }
@@ -37,10 +36,8 @@ func encodeResponse(r response) []byte {
 // allocating.
 const maxStackNames = 16
 
-// appendHead appends to b what precedes the body in encodeResponse's
-// encoding: the version byte, the status and the headers of h that keep
-// selects (all of them if keep is nil), sorted by name, values in order.
-// It makes room for room more bytes (the body) in what it returns.
+// appendHead appends encodeResponse's encoding up to the body, with the
+// headers keep selects (all if nil), and room more bytes of capacity.
 func appendHead(b []byte, status int, h http.Header, keep func(name string) bool, room int) []byte {
 	var stack [maxStackNames]string
 	names := stack[:0]
@@ -82,9 +79,7 @@ func uvarintLen(n int) int {
 }
 
 // decodeInto decodes what encodeResponse produced (any other input is an
-// error, never a panic), handing each header to set, and
-// returns the status and the body (which aliases b). Well-known header
-// names are interned, so they cost no allocation.
+// error, never a panic), handing each header to set; the body aliases b.
 func decodeInto(b []byte, set func(name string, values []string)) (int, []byte, error) {
 	if len(b) < 3 || b[0] != encodingVersion {
 		return 0, nil, errCorrupt

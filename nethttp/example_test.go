@@ -229,9 +229,9 @@ func Example_accessLog() {
 
 	accessLog := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx, watch := middleware.WatchOutcome(r.Context())
+			ctx, outcome := middleware.WatchOutcome(r.Context())
 			next.ServeHTTP(w, r.WithContext(ctx))
-			if e, ok := watch.Outcome(); ok {
+			if e, ok := outcome(); ok {
 				fmt.Printf("%s %s idempotency=%s operation=%q\n", r.Method, r.URL.Path, e.Kind, e.Operation)
 			}
 		})

@@ -8,15 +8,9 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-// Key-header errors. A *keyError matches one of them with errors.Is, and
-// middleware.ErrInvalidKey too, as the key errors of every idemkit adapter
-// do.
+// Key errors; a *keyError matches one of them and middleware.ErrInvalidKey.
 var (
-	// errKeyMissing: the request has no idempotency key where one is
-	// required.
-	errKeyMissing = errors.New("nethttp: idempotency key missing")
-	// errKeyMalformed: the key header is empty, too long, repeated, a
-	// list, or has characters a key cannot have.
+	errKeyMissing   = errors.New("nethttp: idempotency key missing")
 	errKeyMalformed = errors.New("nethttp: idempotency key malformed")
 )
 
@@ -29,29 +23,18 @@ type keyError struct {
 
 func (e *keyError) Error() string { return e.err.Error() + ": " + e.reason }
 
-// Unwrap returns errKeyMissing or errKeyMalformed, and
-// middleware.ErrInvalidKey.
 func (e *keyError) Unwrap() []error { return []error{e.err, middleware.ErrInvalidKey} }
 
 func malformed(format string, args ...any) error {
 	return &keyError{reason: fmt.Sprintf(format, args...), err: errKeyMalformed}
 }
 
-// parseKey parses the values of an Idempotency-Key header field (all of its
-// field lines, as http.Header.Values returns them).
-//
-// The value is an RFC 8941 (RFC 9651) structured-field Item whose bare item
-// is a String: `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, optionally with
-// parameters, which are validated and ignored. Unless strict is set, a bare
-// value without quotes is accepted too and spells the same key (most
-// clients, Stripe's SDKs among them, send bare UUIDs); a bare value is one or
-// more visible ASCII characters other than `"`, `,`, `;` and `\`.
-//
-// Refused with a *keyError matching errKeyMalformed: no value or an empty
-// key, a key longer than maxLen characters (maxLen <= 0: no limit), control
-// or non-ASCII characters, a list (a comma after the item), and more than
-// one field line. No values at all is errKeyMissing. Keys are
-// case-sensitive and returned unescaped.
+// parseKey parses the field lines of a key header: one RFC 8941 String
+// item (parameters validated and ignored) or, unless strict, a bare value
+// of visible ASCII other than `"`, `,`, `;` and `\`, which spells the same
+// key (Stripe's SDKs send bare UUIDs). A list, several lines, control or
+// non-ASCII characters and a key over maxLen (<= 0: no limit) are
+// refused with a *keyError; no line at all is errKeyMissing.
 func parseKey(values []string, strict bool, maxLen int) (string, error) {
 	switch len(values) {
 	case 0:

@@ -5,37 +5,21 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 )
 
-// KeyFunc returns the idempotency key of a request, or "" when the request
-// has none (it then passes through, or is refused with 400
-// idempotency-key-missing under [WithKeyRequired]). body is the request's
-// body, read within the limit of [WithMaxBodyBytes], for a function given
-// to [FuncKey] with readsBody (nil when the request has no body);
-// otherwise it is nil, and the function must not read r.Body either (the
-// middleware reads it later). An error refuses
-// the request with 400 idempotency-key-malformed, with the error's message
-// as the problem's detail: it should say what is wrong, and never repeat
-// the key.
-//
-// A key a KeyFunc returns is checked like every other: at most the
-// [WithMaxKeyLength] characters, valid UTF-8, no control characters.
-type KeyFunc func(r *http.Request, body []byte) (key string, err error)
-
-// KeySource says where the middleware finds a request's idempotency key:
-// in a header ([HeaderKey], the default), a query parameter ([QueryKey]),
-// a field of a JSON body ([JSONKey]) or wherever a function of yours looks
-// ([FuncKey]). Give it to [WithKey]. The zero KeySource is invalid.
+// KeySource says where [WithKey] finds a request's idempotency key. The
+// zero KeySource is invalid.
 type KeySource struct {
 	kind  keyKind
-	name  string  // the header (canonical), query parameter or JSON field
-	fn    KeyFunc // keyFunc
-	body  bool    // the body is read before the key is looked for
-	where string  // what to send, for the detail of a missing key
+	name  string                                             // the header (canonical), query parameter or JSON field
+	fn    func(r *http.Request, body []byte) (string, error) // keyFunc
+	body  bool                                               // the body is read before the key is looked for
+	where string                                             // what to send, for the detail of a missing key
 }
 
 type keyKind uint8
@@ -49,46 +33,34 @@ const (
 )
 
 // HeaderKey takes the key from the header name: an RFC 8941 string
-// ("abc") or, unless [WithStrictKeys] is set, a bare token (abc), which
-// spells the same key; parameters after the string are validated and
-// ignored. A header repeated on several lines, or holding a list, is
-// malformed. This is the default, as HeaderKey("Idempotency-Key").
+// ("abc") or, unless [WithStrictKeys], a bare token spelling the same key.
+// A repeated header line or a list is malformed.
 func HeaderKey(name string) KeySource {
 	name = http.CanonicalHeaderKey(name)
 	return KeySource{kind: keyHeader, name: name, where: "an " + name + " header"}
 }
 
-// QueryKey takes the key from the query parameter name, as it is after
-// percent-decoding. A parameter given twice, or given with an empty value,
-// is malformed. The body is not read to find it.
-//
-// The query is part of the fingerprint: a retry must send the same query,
-// key included, and so it does. Keys in URLs end up in access logs and
-// browser histories; prefer a header where clients can send one.
+// QueryKey takes the key from the query parameter name, percent-decoded.
+// A parameter given twice or empty is malformed. Keys in URLs end up in
+// access logs: prefer a header where clients can send one.
 func QueryKey(name string) KeySource {
 	return KeySource{kind: keyQuery, name: name, where: "the query parameter " + strconv.Quote(name)}
 }
 
-// JSONKey takes the key from the string field of the request body's
-// top-level JSON object (matched exactly, after unescaping: case counts).
-// A body that is not a JSON object, or has no such field, or has it null,
-// has no key; a field that is not a string, an empty string, a string
-// with U+FFFD (the replacement character, or an escape of a lone
-// surrogate) or a field given twice is malformed.
-//
-// The body is read (within [WithMaxBodyBytes]) before the key is looked
-// for, so a body over the limit is a 413 even on a request without a key;
-// a request without a key passes through with its body restored.
+// JSONKey takes the key from the string field of the body's top-level
+// JSON object (case counts). A body without it, or with it null, has no
+// key; a non-string, empty, repeated field or one holding U+FFFD is
+// malformed. The body is read first (a 413 even without a key) and given
+// back to a request without a key.
 func JSONKey(field string) KeySource {
 	return KeySource{kind: keyJSON, name: field, body: true, where: "the JSON body field " + strconv.Quote(field)}
 }
 
-// FuncKey takes the key from f (see [KeyFunc]). With readsBody, the body
-// is read (within [WithMaxBodyBytes]) before f is called and given to it,
-// and a request without a key passes through with its body restored;
-// without, f gets a nil body and must not read r.Body. [New] refuses a nil
-// f.
-func FuncKey(f KeyFunc, readsBody bool) KeySource {
+// FuncKey takes the key from f: "" for none; an error is a 400
+// idempotency-key-malformed whose detail is its message (never repeat the
+// key in it). With readsBody, f gets the body, read first within
+// [WithMaxBodyBytes]; without, f gets nil and must not read r.Body.
+func FuncKey(f func(r *http.Request, body []byte) (key string, err error), readsBody bool) KeySource {
 	return KeySource{kind: keyFunc, fn: f, body: readsBody, where: "an idempotency key"}
 }
 
@@ -107,9 +79,8 @@ func (s KeySource) valid() (string, bool) {
 	return "the key source is not set (use HeaderKey, QueryKey, JSONKey or FuncKey)", false
 }
 
-// find returns r's key: "" when it has none. body is r's body when the
-// source reads it. strict and maxLen are WithStrictKeys and
-// WithMaxKeyLength. A refusal is a *keyError matching errKeyMalformed.
+// find returns r's key, "" when it has none; a refusal is a *keyError
+// matching errKeyMalformed.
 func (s KeySource) find(r *http.Request, body []byte, strict bool, maxLen int) (string, error) {
 	var key string
 	var err error
@@ -142,9 +113,7 @@ func (s KeySource) find(r *http.Request, body []byte, strict bool, maxLen int) (
 	return key, nil
 }
 
-// validateKey is the check every key passes, whatever its source: at most
-// maxLen characters (maxLen <= 0: no limit), valid UTF-8, no control
-// characters.
+// validateKey is the check every key passes (maxLen <= 0: no limit).
 func validateKey(key string, maxLen int) error {
 	ascii := true
 	for i := 0; i < len(key); i++ {
@@ -175,8 +144,7 @@ func validateKey(key string, maxLen int) error {
 	return nil
 }
 
-// queryKey returns the value of the query parameter name: "" when it is
-// absent.
+// queryKey returns the query parameter name, "" when absent.
 func queryKey(r *http.Request, name string) (string, error) {
 	if r.URL == nil || r.URL.RawQuery == "" {
 		return "", nil
@@ -198,9 +166,8 @@ func queryKey(r *http.Request, name string) (string, error) {
 	return values[0], nil
 }
 
-// parseQuery returns the values of the query parameter name in raw. A
-// part that cannot be decoded is malformed if it could be the parameter:
-// a key must never be lost to an encoding error.
+// parseQuery returns the values of the query parameter name in raw; a
+// value that cannot be decoded is malformed, never lost.
 func parseQuery(raw, name string) ([]string, error) {
 	var values []string
 	for raw != "" {
@@ -210,14 +177,14 @@ func parseQuery(raw, name string) ([]string, error) {
 			continue
 		}
 		k, v, _ := strings.Cut(part, "=")
-		k, err := queryUnescape(k)
+		k, err := url.QueryUnescape(k)
 		if err != nil {
 			continue // not a parameter the middleware can name
 		}
 		if k != name {
 			continue
 		}
-		if v, err = queryUnescape(v); err != nil {
+		if v, err = url.QueryUnescape(v); err != nil {
 			return nil, malformed("the query parameter %s is not validly percent-encoded", strconv.Quote(name))
 		}
 		values = append(values, v)
@@ -225,49 +192,8 @@ func parseQuery(raw, name string) ([]string, error) {
 	return values, nil
 }
 
-// queryUnescape decodes a query component as application/x-www-form-
-// urlencoded: '+' is a space, %XX a byte.
-func queryUnescape(s string) (string, error) {
-	if !strings.ContainsAny(s, "%+") {
-		return s, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '+':
-			b.WriteByte(' ')
-		case '%':
-			if i+2 >= len(s) || !isHex(s[i+1]) || !isHex(s[i+2]) {
-				return "", errors.New("bad percent-encoding")
-			}
-			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
-			i += 2
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String(), nil
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-func unhex(c byte) byte {
-	switch {
-	case c >= 'a':
-		return c - 'a' + 10
-	case c >= 'A':
-		return c - 'A' + 10
-	}
-	return c - '0'
-}
-
-// jsonKey returns the string value of field in the top-level JSON object
-// body: "" when body is not a JSON object, or has no such field, or has it
-// null. A value that is not a string, an empty string, one holding U+FFFD
-// (which is what an escaped lone surrogate decodes to, so two different
-// bodies could spell it) and a field given twice are malformed.
+// jsonKey implements JSONKey. U+FFFD is refused because an escaped lone
+// surrogate decodes to it, so two different bodies could spell one key.
 func jsonKey(body []byte, field string) (string, error) {
 	body = bytes.TrimLeft(body, " \t\r\n")
 	if len(body) == 0 || body[0] != '{' || !bytes.Contains(body, []byte(`"`)) || !json.Valid(body) {

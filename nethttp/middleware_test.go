@@ -107,15 +107,9 @@ func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
 	if mw, err := nethttp.New(nil); err == nil || mw != nil {
 		t.Fatal("a nil guard was accepted")
 	}
-	if _, err := nethttp.NewCore(nil); err == nil {
-		t.Fatal("NewCore accepted a nil guard")
-	}
 	for _, o := range httpsuite.InvalidOptions() {
 		if mw, err := nethttp.New(g, o); err == nil || mw != nil {
 			t.Fatal("an invalid option was accepted")
-		}
-		if _, err := nethttp.NewCore(g, o); err == nil {
-			t.Fatal("NewCore accepted an invalid option")
 		}
 	}
 }
@@ -126,10 +120,6 @@ func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
 		if (mw == nil) != (err != nil) {
 			t.Fatalf("New gave middleware %v with error %v", mw != nil, err)
 		}
-		return err
-	})
-	httpsuite.CheckMisconfigurationsRefused(t, func(g *middleware.Guard, opts ...nethttp.Option) error {
-		_, err := nethttp.NewCore(g, opts...)
 		return err
 	})
 }
@@ -182,10 +172,10 @@ func TestUnreadableBody(t *testing.T) {
 		status int
 		kind   string
 	}{
-		{"torn", func(http.ResponseWriter) io.ReadCloser { return failingBody{} }, http.StatusBadRequest, nethttp.ProblemBodyUnreadable},
+		{"torn", func(http.ResponseWriter) io.ReadCloser { return failingBody{} }, http.StatusBadRequest, "request-body-unreadable"},
 		{"MaxBytesReader", func(w http.ResponseWriter) io.ReadCloser {
 			return http.MaxBytesReader(w, io.NopCloser(strings.NewReader(strings.Repeat("x", 100))), 10)
-		}, http.StatusRequestEntityTooLarge, nethttp.ProblemBodyTooLarge},
+		}, http.StatusRequestEntityTooLarge, "request-body-too-large"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
@@ -228,7 +218,7 @@ func TestMarkNotReplayable(t *testing.T) {
 		if first := httpsuite.Post(t, url, "k", "{}"); first.Status != http.StatusCreated || first.Body != "a one-time secret" {
 			t.Fatalf("wrapped %v: first answer %d %q", wrap, first.Status, first.Body)
 		}
-		httpsuite.WantProblem(t, httpsuite.Post(t, url, "k", "{}"), http.StatusConflict, nethttp.ProblemNotReplayable)
+		httpsuite.WantProblem(t, httpsuite.Post(t, url, "k", "{}"), http.StatusConflict, "response-not-replayable")
 		if n := runs.Load(); n != 1 {
 			t.Fatalf("wrapped %v: the handler ran %d times", wrap, n)
 		}

@@ -277,7 +277,7 @@ func TestForgetNotReplayable(t *testing.T) {
 	eachBackend(t, func(t *testing.T, e env) {
 		g := e.guard(t)
 		var runs atomic.Int32
-		work := counted(&runs, middleware.Result{Verdict: middleware.RecordNotReplayable})
+		work := counted(&runs, middleware.Result{NotReplayable: true})
 		if _, err := g.Execute(t.Context(), "k", order, work); err != nil {
 			t.Fatal(err)
 		}
@@ -460,8 +460,8 @@ func TestBackendDown(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Content-Type") != "application/problem+json" ||
-			!strings.Contains(string(body), `"type":"urn:idemkit:problem:`+nethttp.ProblemUnavailable+`"`) {
-			t.Fatalf("%s with Redis down: %d %s; want 503 %s", method, resp.StatusCode, body, nethttp.ProblemUnavailable)
+			!strings.Contains(string(body), `"type":"urn:idemkit:problem:`+"idempotency-unavailable"+`"`) {
+			t.Fatalf("%s with Redis down: %d %s; want 503 %s", method, resp.StatusCode, body, "idempotency-unavailable")
 		}
 	}
 	for _, cmd := range []string{"inspect", "forget"} {

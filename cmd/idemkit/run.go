@@ -149,7 +149,7 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 	if name == "list" {
 		fs.BoolVar(&c.allScopes, "all-scopes", false, "list the records of every scope of the namespace")
 		fs.StringVar(&c.keyPrefix, "key-prefix", "", "list only the keys that start with this `prefix` (in -scope)")
-		fs.IntVar(&c.limit, "limit", middleware.DefaultListLimit, fmt.Sprintf("the most `records` to list (1 to %d)", store.MaxListLimit))
+		fs.IntVar(&c.limit, "limit", 100, fmt.Sprintf("the most `records` to list (1 to %d)", store.MaxListLimit))
 		fs.StringVar(&c.after, "after", "", "continue a listing after this `cursor`, which the previous list printed")
 	}
 	if name == "forget" {

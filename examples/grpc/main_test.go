@@ -101,7 +101,7 @@ func checkCluster(t *testing.T, addrs []string) {
 					t.Errorf("round %d, duplicate %d: %v replayed=%v; want a replay of %v", round, i, a.resp, grpcinterceptor.Replayed(a.header), want)
 				}
 				replays++
-			case status.Code(a.err) == codes.Aborted && grpcinterceptor.ErrorInfoOf(a.err).GetReason() == grpcinterceptor.ReasonInProgress:
+			case status.Code(a.err) == codes.Aborted && grpcinterceptor.ErrorInfoOf(a.err).GetReason() == "IDEMPOTENCY_KEY_IN_PROGRESS":
 				inProgress++
 			default:
 				t.Errorf("round %d, duplicate %d (to %s): %v; want the first execution, its replay or Aborted in progress",
@@ -175,7 +175,7 @@ func checkDemo(t *testing.T, addr string) {
 	// (sent without the client interceptor) is refused.
 	plain := testgrpc.NewTestServiceClient(mustConn(t, addr))
 	if _, err := plain.UnaryCall(t.Context(), &testgrpc.SimpleRequest{}); status.Code(err) != codes.InvalidArgument ||
-		grpcinterceptor.ErrorInfoOf(err).GetReason() != grpcinterceptor.ReasonKeyMissing {
+		grpcinterceptor.ErrorInfoOf(err).GetReason() != "IDEMPOTENCY_KEY_MISSING" {
 		t.Fatalf("without a key: %v", err)
 	}
 	// A business error is recorded and replayed; a transient one is not.

@@ -55,8 +55,8 @@ func TestMisconfiguredBackendIsInternal(t *testing.T) {
 	for i := range 10 {
 		ctx := metadata.AppendToOutgoingContext(t.Context(), "idempotency-key", fmt.Sprint("key-", i), "authorization", "Bearer alice-1")
 		_, err := client.UnaryCall(ctx, &testgrpc.SimpleRequest{})
-		if status.Code(err) != codes.Internal || grpcinterceptor.ErrorInfoOf(err).GetReason() != grpcinterceptor.ReasonMisconfigured || hasRetryInfo(err) {
-			t.Fatalf("call %d: %v; want Internal %s without RetryInfo", i, err, grpcinterceptor.ReasonMisconfigured)
+		if status.Code(err) != codes.Internal || grpcinterceptor.ErrorInfoOf(err).GetReason() != "IDEMPOTENCY_MISCONFIGURED" || hasRetryInfo(err) {
+			t.Fatalf("call %d: %v; want Internal %s without RetryInfo", i, err, "IDEMPOTENCY_MISCONFIGURED")
 		}
 	}
 	lines := log.Lines(t, guardtest.BackendFailureMessage)

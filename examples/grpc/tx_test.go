@@ -210,8 +210,8 @@ func TestTxGRPCTooLargeRolledBack(t *testing.T) {
 	svc.big.Store(true)
 	call := txServe(t, svc, grpcinterceptor.WithMaxResponseBytes(txBigPayload/2))
 	a := call("big")
-	if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonResponseTooLarge || a.resp != nil {
-		t.Fatalf("a response too large to record: %v, %v; want Internal %s and no response", a.resp, a.err, grpcinterceptor.ReasonResponseTooLarge)
+	if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != "IDEMPOTENCY_RESPONSE_TOO_LARGE" || a.resp != nil {
+		t.Fatalf("a response too large to record: %v, %v; want Internal %s and no response", a.resp, a.err, "IDEMPOTENCY_RESPONSE_TOO_LARGE")
 	}
 	if n := b.Rows(t, "big"); n != 0 || b.Runs.Load() != 1 {
 		t.Fatalf("rows of big: %d, runs %d; want 0 and 1", n, b.Runs.Load())
@@ -236,8 +236,8 @@ func TestTxGRPCCommitFails(t *testing.T) {
 	b.Break.Store(true)
 	a := call("broken")
 	b.Break.Store(false)
-	if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonTransactionFailed || a.resp != nil {
-		t.Fatalf("a transaction that cannot commit: %v, %v; want Internal %s and no response", a.resp, a.err, grpcinterceptor.ReasonTransactionFailed)
+	if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != "IDEMPOTENCY_TRANSACTION_FAILED" || a.resp != nil {
+		t.Fatalf("a transaction that cannot commit: %v, %v; want Internal %s and no response", a.resp, a.err, "IDEMPOTENCY_TRANSACTION_FAILED")
 	}
 	if n := b.Rows(t, "broken"); n != 0 {
 		t.Fatalf("rows after the failed commit: %d; want none", n)
@@ -306,8 +306,8 @@ func TestTxGRPCCommitFailsSendsNoHandlerMetadata(t *testing.T) {
 			b.Break.Store(true)
 			a := call("broken")
 			b.Break.Store(false)
-			if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != grpcinterceptor.ReasonTransactionFailed || a.resp != nil {
-				t.Fatalf("a transaction that cannot commit: %v, %v; want Internal %s and no response", a.resp, a.err, grpcinterceptor.ReasonTransactionFailed)
+			if status.Code(a.err) != codes.Internal || grpcinterceptor.ErrorInfoOf(a.err).GetReason() != "IDEMPOTENCY_TRANSACTION_FAILED" || a.resp != nil {
+				t.Fatalf("a transaction that cannot commit: %v, %v; want Internal %s and no response", a.resp, a.err, "IDEMPOTENCY_TRANSACTION_FAILED")
 			}
 			if h, tr := handlerMetadata(a); len(h) != 0 || len(tr) != 0 {
 				t.Fatalf("a transaction that cannot commit: the handler's header %v and trailer %v reached the client; want none", h, tr)

@@ -192,7 +192,7 @@ func SealedTampering(t *testing.T, newStore func(t *testing.T) store.Store, tamp
 			fn := func(context.Context) (middleware.Result, error) {
 				runs.Add(1)
 				if c.notReplayable {
-					return middleware.Result{Value: []byte(sealedResponse), Verdict: middleware.RecordNotReplayable}, nil
+					return middleware.Result{Value: []byte(sealedResponse), NotReplayable: true}, nil
 				}
 				return middleware.Result{Value: []byte(sealedResponse)}, nil
 			}

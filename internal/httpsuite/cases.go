@@ -89,7 +89,7 @@ func testNoKeyOptionalPassesThrough(t *testing.T, s *suite) {
 
 func testNoKeyRequired(t *testing.T, s *suite) {
 	srv := s.serve(t, nil, nethttp.WithKeyRequired(true))
-	problem(t, srv.do(t, request{body: "{}"}), http.StatusBadRequest, nethttp.ProblemKeyMissing)
+	problem(t, srv.do(t, request{body: "{}"}), http.StatusBadRequest, "idempotency-key-missing")
 	wantExecutions(t, srv, 0)
 }
 
@@ -105,7 +105,7 @@ func testMalformedKeys(t *testing.T, s *suite) {
 		"non-ascii":           {"caf\xc3\xa9"},
 		"bare with semicolon": {"a;b"},
 	} {
-		p := problem(t, srv.do(t, request{key: key, body: "{}"}), http.StatusBadRequest, nethttp.ProblemKeyMalformed)
+		p := problem(t, srv.do(t, request{key: key, body: "{}"}), http.StatusBadRequest, "idempotency-key-malformed")
 		if p.Detail == "" {
 			t.Fatalf("%s: the problem does not say what is wrong", name)
 		}
@@ -147,7 +147,7 @@ func testQuotedAndBareSpellTheSameKey(t *testing.T, s *suite) {
 	wantExecutions(t, srv, 2)
 
 	strict := s.serve(t, nil, nethttp.WithStrictKeys(true))
-	problem(t, strict.do(t, request{key: []string{"bare"}}), http.StatusBadRequest, nethttp.ProblemKeyMalformed)
+	problem(t, strict.do(t, request{key: []string{"bare"}}), http.StatusBadRequest, "idempotency-key-malformed")
 	if r := strict.do(t, request{key: []string{`"quoted"`}}); r.status != http.StatusCreated {
 		t.Fatalf("strict, quoted: %d", r.status)
 	}
@@ -217,7 +217,7 @@ func testMismatch(t *testing.T, s *suite) {
 		r := base
 		change(&r)
 		t.Log(name)
-		problem(t, srv.do(t, r), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+		problem(t, srv.do(t, r), http.StatusUnprocessableEntity, "idempotency-key-reused")
 	}
 	wantExecutions(t, srv, 1)
 }
@@ -249,7 +249,7 @@ func testNumbersCompareByExactValue(t *testing.T, s *suite) {
 		}
 		for _, body := range c.other {
 			t.Log(body, "after", c.stored)
-			problem(t, srv.do(t, request{key: key, body: body, ctype: "application/json"}), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+			problem(t, srv.do(t, request{key: key, body: body, ctype: "application/json"}), http.StatusUnprocessableEntity, "idempotency-key-reused")
 		}
 	}
 	wantExecutions(t, srv, 2)
@@ -262,7 +262,7 @@ func testInProgress(t *testing.T, s *suite) {
 	go func() { done <- srv.do(t, slow) }()
 	waitExecutions(t, srv, 1)
 	r := srv.do(t, slow)
-	problem(t, r, http.StatusConflict, nethttp.ProblemInProgress)
+	problem(t, r, http.StatusConflict, "idempotency-key-in-progress")
 	if r.header.Get("Retry-After") != "3" {
 		t.Fatalf("Retry-After %q; want 3", r.header.Get("Retry-After"))
 	}
@@ -279,7 +279,7 @@ func testInProgress(t *testing.T, s *suite) {
 	go func() { done <- w.do(t, request{key: []string{"k"}, path: "/orders?sleep=2s", body: "{}"}) }()
 	waitExecutions(t, w, 1)
 	start := time.Now()
-	problem(t, w.do(t, request{key: []string{"k"}, path: "/orders?sleep=2s", body: "{}"}), http.StatusConflict, nethttp.ProblemInProgress)
+	problem(t, w.do(t, request{key: []string{"k"}, path: "/orders?sleep=2s", body: "{}"}), http.StatusConflict, "idempotency-key-in-progress")
 	if waited := time.Since(start); waited < 100*time.Millisecond {
 		t.Fatalf("the duplicate was refused after %v, before its wait budget", waited)
 	}
@@ -345,7 +345,7 @@ func testNotReplayable(t *testing.T, s *suite) {
 		if first.status != http.StatusCreated || len(first.body) < 20 {
 			t.Fatalf("%s: the first response was not delivered whole: %d %q", path, first.status, first.body)
 		}
-		problem(t, srv.do(t, req), http.StatusConflict, nethttp.ProblemNotReplayable)
+		problem(t, srv.do(t, req), http.StatusConflict, "response-not-replayable")
 	}
 	wantExecutions(t, srv, 2)
 }
@@ -370,7 +370,7 @@ func testStreamingArrivesIncrementally(t *testing.T, s *suite) {
 	if string(rest) != "chunk 2 of order 1\n" {
 		t.Fatalf("second chunk %q", rest)
 	}
-	problem(t, srv.do(t, request{key: []string{"stream"}, path: "/orders?stream=1", body: "{}"}), http.StatusConflict, nethttp.ProblemNotReplayable)
+	problem(t, srv.do(t, request{key: []string{"stream"}, path: "/orders?stream=1", body: "{}"}), http.StatusConflict, "response-not-replayable")
 	wantExecutions(t, srv, 1)
 }
 
@@ -378,7 +378,7 @@ func testBackendUnavailable(t *testing.T, s *suite) {
 	srv := s.serve(t, nil, nethttp.WithRetryAfter(5*time.Second))
 	srv.backends.Break()
 	r := srv.do(t, request{key: []string{"k"}, body: "{}"})
-	problem(t, r, http.StatusServiceUnavailable, nethttp.ProblemUnavailable)
+	problem(t, r, http.StatusServiceUnavailable, "idempotency-unavailable")
 	if r.header.Get("Retry-After") != "5" {
 		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
 	}
@@ -394,7 +394,7 @@ func testBackendUnavailable(t *testing.T, s *suite) {
 
 func testBodyTooLarge(t *testing.T, s *suite) {
 	srv := s.serve(t, nil, nethttp.WithMaxBodyBytes(100))
-	problem(t, srv.do(t, request{key: []string{"k"}, body: strings.Repeat("x", 101)}), http.StatusRequestEntityTooLarge, nethttp.ProblemBodyTooLarge)
+	problem(t, srv.do(t, request{key: []string{"k"}, body: strings.Repeat("x", 101)}), http.StatusRequestEntityTooLarge, "request-body-too-large")
 	// Chunked (no Content-Length): refused while streaming.
 	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.url+"/orders", io.MultiReader(strings.NewReader(strings.Repeat("y", 60)), strings.NewReader(strings.Repeat("y", 60))))
 	req.Header.Set("Idempotency-Key", "k2")
@@ -440,7 +440,7 @@ func testServerErrorsAndPanics(t *testing.T, s *suite) {
 	}
 	wantExecutions(t, srv, 2)
 	for range 2 {
-		problem(t, srv.do(t, request{key: []string{"panic"}, path: "/orders?panic=1", body: "{}"}), http.StatusInternalServerError, nethttp.ProblemInternal)
+		problem(t, srv.do(t, request{key: []string{"panic"}, path: "/orders?panic=1", body: "{}"}), http.StatusInternalServerError, "internal-error")
 	}
 	wantExecutions(t, srv, 4)
 	// 4xx are stored by default.
@@ -547,7 +547,7 @@ func testCompressedResponseReplaysWithItsEncoding(t *testing.T, s *suite) {
 	}
 	for _, accept := range []string{"identity", "br", "gzip;q=0", "gzip;q=0.000, *", "*;q=0", "gzip;q=oops"} {
 		req.header["Accept-Encoding"] = accept
-		problem(t, srv.do(t, req), http.StatusConflict, nethttp.ProblemNotReplayable)
+		problem(t, srv.do(t, req), http.StatusConflict, "response-not-replayable")
 	}
 	// No Accept-Encoding at all accepts no coding either.
 	raw, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.url+"/orders?gzip=1", strings.NewReader(`{"a":1}`))
@@ -558,7 +558,7 @@ func testCompressedResponseReplaysWithItsEncoding(t *testing.T, s *suite) {
 	plain := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 	t.Cleanup(plain.CloseIdleConnections)
 	got := send(t, plain, raw)
-	problem(t, response{status: got.Status, header: got.Header, body: got.Body}, http.StatusConflict, nethttp.ProblemNotReplayable)
+	problem(t, response{status: got.Status, header: got.Header, body: got.Body}, http.StatusConflict, "response-not-replayable")
 	wantExecutions(t, srv, 1)
 }
 
@@ -584,7 +584,7 @@ func testAbortedResponseIsNotReplayable(t *testing.T, s *suite) {
 	srv := s.serve(t, nil)
 	late := request{key: []string{"late"}, path: "/orders?abort=late", body: "{}"}
 	srv.tryDo(t, late) // the connection is cut: the answer may be an error
-	problem(t, srv.do(t, late), http.StatusConflict, nethttp.ProblemNotReplayable)
+	problem(t, srv.do(t, late), http.StatusConflict, "response-not-replayable")
 	wantExecutions(t, srv, 1)
 
 	// net/http's client may resend a request with an Idempotency-Key on a

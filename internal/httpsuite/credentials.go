@@ -36,7 +36,7 @@ func checkCredentialsBound(t *testing.T, s *suite, name, alice, bob string, opts
 		r := req
 		r.header = header
 		got := srv.do(t, r)
-		problem(t, got, http.StatusUnprocessableEntity, nethttp.ProblemCredentialsMismatch)
+		problem(t, got, http.StatusUnprocessableEntity, "idempotency-key-credentials-mismatch")
 		if got.replayed() || strings.Contains(got.body, "order") || strings.Contains(got.body, "amount") {
 			t.Fatalf("%s: %d %q; the first request's response leaked", what, got.status, got.body)
 		}
@@ -50,7 +50,7 @@ func checkCredentialsBound(t *testing.T, s *suite, name, alice, bob string, opts
 	other := req
 	other.body, other.header = `{"amount":1}`, map[string]string{name: bob}
 	got := srv.do(t, other)
-	problem(t, got, http.StatusUnprocessableEntity, nethttp.ProblemCredentialsMismatch)
+	problem(t, got, http.StatusUnprocessableEntity, "idempotency-key-credentials-mismatch")
 	refused("no credentials", nil)
 	if again := srv.do(t, req); !again.replayed() || again.body != a.body {
 		t.Fatalf("Alice's retry: %d %q; want her response replayed", again.status, again.body)
@@ -63,7 +63,7 @@ func checkCredentialsBound(t *testing.T, s *suite, name, alice, bob string, opts
 		t.Fatalf("anonymous: %d", r.status)
 	}
 	anon.header = as
-	problem(t, srv.do(t, anon), http.StatusUnprocessableEntity, nethttp.ProblemCredentialsMismatch)
+	problem(t, srv.do(t, anon), http.StatusUnprocessableEntity, "idempotency-key-credentials-mismatch")
 	wantExecutions(t, srv, 2)
 }
 
@@ -120,7 +120,7 @@ func testCredentialsBindClientCertificate(t *testing.T, s *suite) {
 	refused := func(what string, srv *server) {
 		t.Helper()
 		got := srv.do(t, req)
-		problem(t, got, http.StatusUnprocessableEntity, nethttp.ProblemCredentialsMismatch)
+		problem(t, got, http.StatusUnprocessableEntity, "idempotency-key-credentials-mismatch")
 		if got.replayed() || strings.Contains(got.body, "order") {
 			t.Fatalf("%s: %d %q; Alice's response leaked", what, got.status, got.body)
 		}
@@ -223,7 +223,7 @@ func testUnreadableRecordNeverFailsOpen(t *testing.T, s *suite) {
 		t.Fatalf("first: %d", r.status)
 	}
 	r := reader.do(t, req)
-	p := problem(t, r, http.StatusServiceUnavailable, nethttp.ProblemUnavailable)
+	p := problem(t, r, http.StatusServiceUnavailable, "idempotency-unavailable")
 	if !strings.Contains(p.Detail, "unreadable") || strings.Contains(p.Detail, "reached") || strings.Contains(r.body, "order") {
 		t.Fatalf("detail %q; want the recorded response unreadable", p.Detail)
 	}

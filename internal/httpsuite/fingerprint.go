@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"testing"
-
-	"github.com/idemkit/idemkit/nethttp"
 )
 
 // Checks of what tells two requests apart, through a route of the
@@ -37,7 +35,7 @@ func CheckEscapedSlashes(t *testing.T, baseURL string, executions func() int32) 
 	first := Post(t, baseURL+"/transfer/a%2Fb/c", "k", `{}`, "Content-Type", "application/json")
 	wantTransfer(t, first, "a/b", "c")
 	got := Post(t, baseURL+"/transfer/a/b%2Fc", "k", `{}`, "Content-Type", "application/json")
-	WantProblem(t, got, http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+	WantProblem(t, got, http.StatusUnprocessableEntity, "idempotency-key-reused")
 	if got := Post(t, baseURL+"/transfer/a%2Fb/c", "k", `{}`, "Content-Type", "application/json"); !got.Replayed() || got.Body != first.Body {
 		t.Fatalf("the same escaped path again: %d %s replayed=%v; want a replay of %s", got.Status, got.Body, got.Replayed(), first.Body)
 	}
@@ -59,7 +57,7 @@ func CheckEscapedSlashesBesideRawCharacters(t *testing.T, baseURL string) {
 	first := rawPost(t, baseURL, "/transfer/a%2Fb/{c}", "raw")
 	wantTransfer(t, first, "a/b", "{c}")
 	got := rawPost(t, baseURL, "/transfer/a/b%2F{c}", "raw")
-	WantProblem(t, got, http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+	WantProblem(t, got, http.StatusUnprocessableEntity, "idempotency-key-reused")
 	if got := rawPost(t, baseURL, "/transfer/a%2Fb/{c}", "raw"); !got.Replayed() || got.Body != first.Body {
 		t.Fatalf("the same path again: %d %s replayed=%v; want a replay of %s", got.Status, got.Body, got.Replayed(), first.Body)
 	}
@@ -135,7 +133,7 @@ func CheckCaseVariantMembers(t *testing.T, baseURL string, executions func() int
 	}
 	first := pay("case", thousand)
 	wantPaid(first, thousand, 1000)
-	WantProblem(t, pay("case", one), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+	WantProblem(t, pay("case", one), http.StatusUnprocessableEntity, "idempotency-key-reused")
 	if got := pay("case", thousand); !got.Replayed() || got.Body != first.Body {
 		t.Fatalf("the same body again: %d %s replayed=%v; want a replay", got.Status, got.Body, got.Replayed())
 	}

@@ -293,7 +293,7 @@ func CheckRequestDecompressedInFront(t *testing.T, baseURL string) {
 		t.Fatalf("the same content compressed otherwise: %d replayed=%v; want a replay", again.Status, again.Replayed())
 	}
 	broken := gzipBytes(t, `{"other":"`+strings.Repeat("y", 2000)+`"}`, gzip.BestSpeed)
-	WantProblem(t, post("broken", broken[:len(broken)/2]), http.StatusBadRequest, nethttp.ProblemBodyUnreadable)
+	WantProblem(t, post("broken", broken[:len(broken)/2]), http.StatusBadRequest, "request-body-unreadable")
 }
 
 // gzipBytes compresses s at level.

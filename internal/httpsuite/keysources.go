@@ -48,7 +48,7 @@ func testQueryKey(t *testing.T, s *suite) {
 		"1020 bytes": "idempotency_key=" + strings.Repeat("%F0%9F%98%80", 255),
 	} {
 		t.Log(name)
-		p := problem(t, srv.do(t, request{path: "/orders?" + query, body: "{}"}), http.StatusBadRequest, nethttp.ProblemKeyMalformed)
+		p := problem(t, srv.do(t, request{path: "/orders?" + query, body: "{}"}), http.StatusBadRequest, "idempotency-key-malformed")
 		if p.Detail == "" {
 			t.Fatalf("%s: the problem does not say what is wrong", name)
 		}
@@ -66,7 +66,7 @@ func testJSONKey(t *testing.T, s *suite) {
 	if first.status != http.StatusCreated || !again.replayed() || again.body != first.body {
 		t.Fatalf("first %d, retry %d replayed=%v", first.status, again.status, again.replayed())
 	}
-	problem(t, srv.do(t, request{body: `{"idempotency_key":"j-1","amount":2}`, ctype: "application/json"}), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+	problem(t, srv.do(t, request{body: `{"idempotency_key":"j-1","amount":2}`, ctype: "application/json"}), http.StatusUnprocessableEntity, "idempotency-key-reused")
 	info := decodeCallInfo(t, srv.do(t, request{path: "/orders?callinfo=1", body: `{"idempotency_key":"caf\u00e9 \"1\""}`, ctype: "application/json"}))
 	if info.Key != `café "1"` {
 		t.Fatalf("the handler read the key %q", info.Key)
@@ -85,7 +85,7 @@ func testJSONKey(t *testing.T, s *suite) {
 	wantExecutions(t, srv, 12)
 	// The body is read before the key is known: too large is a 413, key
 	// or not.
-	problem(t, srv.do(t, request{body: `{"pad":"` + strings.Repeat("x", 300) + `"}`}), http.StatusRequestEntityTooLarge, nethttp.ProblemBodyTooLarge)
+	problem(t, srv.do(t, request{body: `{"pad":"` + strings.Repeat("x", 300) + `"}`}), http.StatusRequestEntityTooLarge, "request-body-too-large")
 	for name, body := range map[string]string{
 		"a number":       `{"idempotency_key":12}`,
 		"an object":      `{"idempotency_key":{"k":"v"}}`,
@@ -97,12 +97,12 @@ func testJSONKey(t *testing.T, s *suite) {
 		"256 characters": `{"idempotency_key":"` + strings.Repeat("k", 256) + `"}`,
 	} {
 		t.Log(name)
-		problem(t, srv.do(t, request{body: body, ctype: "application/json"}), http.StatusBadRequest, nethttp.ProblemKeyMalformed)
+		problem(t, srv.do(t, request{body: body, ctype: "application/json"}), http.StatusBadRequest, "idempotency-key-malformed")
 	}
 	wantExecutions(t, srv, 12)
 
 	required := s.serve(t, nil, nethttp.WithKey(nethttp.JSONKey("idempotency_key")), nethttp.WithKeyRequired(true))
-	p := problem(t, required.do(t, request{key: []string{"h"}, body: `{"amount":1}`}), http.StatusBadRequest, nethttp.ProblemKeyMissing)
+	p := problem(t, required.do(t, request{key: []string{"h"}, body: `{"amount":1}`}), http.StatusBadRequest, "idempotency-key-missing")
 	if !strings.Contains(p.Detail, `"idempotency_key"`) {
 		t.Fatalf("the problem %q does not name the field to send", p.Detail)
 	}
@@ -136,11 +136,11 @@ func testFuncKey(t *testing.T, s *suite) {
 			t.Fatalf("no key: %d replayed=%v %q; want it passed through with its body", r.status, r.replayed(), r.body)
 		}
 	}
-	p := problem(t, srv.do(t, request{body: "!ord:x"}), http.StatusBadRequest, nethttp.ProblemKeyMalformed)
+	p := problem(t, srv.do(t, request{body: "!ord:x"}), http.StatusBadRequest, "idempotency-key-malformed")
 	if p.Detail != "a reference must not start with '!'" {
 		t.Fatalf("the problem's detail %q; want the function's error", p.Detail)
 	}
-	problem(t, srv.do(t, request{body: "a\x00b:x"}), http.StatusBadRequest, nethttp.ProblemKeyMalformed)
+	problem(t, srv.do(t, request{body: "a\x00b:x"}), http.StatusBadRequest, "idempotency-key-malformed")
 	wantExecutions(t, srv, 3)
 
 	// Not from the body: the function gets none, and a request without a

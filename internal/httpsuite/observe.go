@@ -57,10 +57,10 @@ func (o *observer) record(ctx context.Context, e middleware.Event) {
 func (o *observer) front(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
-		ctx, watch := middleware.WatchOutcome(context.WithValue(r.Context(), requestIDKey{}, id))
+		ctx, outcome := middleware.WatchOutcome(context.WithValue(r.Context(), requestIDKey{}, id))
 		next.ServeHTTP(w, r.WithContext(ctx))
 		var seen *middleware.Event
-		if e, ok := watch.Outcome(); ok {
+		if e, ok := outcome(); ok {
 			seen = &e
 		}
 		o.mu.Lock()

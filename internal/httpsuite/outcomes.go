@@ -133,11 +133,11 @@ func testOutcomesReachHooksAndWatchers(t *testing.T, s *suite) {
 	}
 	other := base
 	other.body = `{"a":2}`
-	problem(t, o.send(t, srv, "mismatch", other), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused)
+	problem(t, o.send(t, srv, "mismatch", other), http.StatusUnprocessableEntity, "idempotency-key-reused")
 	o.want(t, "mismatch", middleware.EventMismatch, op)
 	bob := base
 	bob.header = map[string]string{"Authorization": "Bearer bob"}
-	problem(t, o.send(t, srv, "credentials", bob), http.StatusUnprocessableEntity, nethttp.ProblemCredentialsMismatch)
+	problem(t, o.send(t, srv, "credentials", bob), http.StatusUnprocessableEntity, "idempotency-key-credentials-mismatch")
 	o.want(t, "credentials", middleware.EventCredentialsMismatch, op)
 
 	stream := request{key: []string{"stream"}, path: "/orders?stream=1", body: "{}"}
@@ -145,7 +145,7 @@ func testOutcomesReachHooksAndWatchers(t *testing.T, s *suite) {
 	if e := o.want(t, "streamed", middleware.EventExecuted, op); !e.Recorded {
 		t.Fatal("streamed: not recorded")
 	}
-	problem(t, o.send(t, srv, "not-replayable", stream), http.StatusConflict, nethttp.ProblemNotReplayable)
+	problem(t, o.send(t, srv, "not-replayable", stream), http.StatusConflict, "response-not-replayable")
 	o.want(t, "not-replayable", middleware.EventNotReplayable, op)
 
 	if r := o.send(t, srv, "server-error", request{key: []string{"5xx"}, path: "/orders?status=503", body: "{}"}); r.status != http.StatusServiceUnavailable {
@@ -159,7 +159,7 @@ func testOutcomesReachHooksAndWatchers(t *testing.T, s *suite) {
 	o.want(t, "get", middleware.EventPassedThrough, "GET "+strings.TrimPrefix(op, "POST "))
 	o.send(t, srv, "no-key", request{body: "{}"})
 	o.want(t, "no-key", middleware.EventPassedThrough, op)
-	problem(t, o.send(t, srv, "malformed", request{key: []string{`"a", "b"`}, body: "{}"}), http.StatusBadRequest, nethttp.ProblemKeyMalformed)
+	problem(t, o.send(t, srv, "malformed", request{key: []string{`"a", "b"`}, body: "{}"}), http.StatusBadRequest, "idempotency-key-malformed")
 	if e := o.want(t, "malformed", middleware.EventRejected, op); e.Err == nil {
 		t.Fatal("rejected without a reason")
 	}
@@ -201,14 +201,14 @@ func testOutcomesReachHooksAndWatchers(t *testing.T, s *suite) {
 		o.send(t, nowait, "running", request{key: []string{"busy"}, path: "/orders?sleep=300ms", body: "{}"})
 	}()
 	waitExecutions(t, srv, 7)
-	problem(t, o.send(t, nowait, "in-progress", request{key: []string{"busy"}, path: "/orders?sleep=300ms", body: "{}"}), http.StatusConflict, nethttp.ProblemInProgress)
+	problem(t, o.send(t, nowait, "in-progress", request{key: []string{"busy"}, path: "/orders?sleep=300ms", body: "{}"}), http.StatusConflict, "idempotency-key-in-progress")
 	o.want(t, "in-progress", middleware.EventInProgress, op)
 	<-done
 
 	// The backend fails: unavailable, or failed open.
 	down := s.observed(t, o, nil)
 	down.backends.Break()
-	problem(t, o.send(t, down, "unavailable", base), http.StatusServiceUnavailable, nethttp.ProblemUnavailable)
+	problem(t, o.send(t, down, "unavailable", base), http.StatusServiceUnavailable, "idempotency-unavailable")
 	if e := o.want(t, "unavailable", middleware.EventUnavailable, op); e.Err == nil {
 		t.Fatal("unavailable without a reason")
 	}

@@ -66,37 +66,37 @@ func wantEnvelope(t *testing.T, r response, status int, kind, retryAfter string)
 func testProblemWriter(t *testing.T, s *suite) {
 	srv := s.serve(t, nil, nethttp.WithProblemWriter(writeEnvelope), nethttp.WithKeyRequired(true),
 		nethttp.WithMaxBodyBytes(100), nethttp.WithWaitForResult(false), nethttp.WithRetryAfter(3*time.Second))
-	if e := wantEnvelope(t, srv.do(t, request{body: "{}"}), http.StatusBadRequest, nethttp.ProblemKeyMissing, ""); !strings.Contains(e.Error.Message, "Idempotency-Key") {
+	if e := wantEnvelope(t, srv.do(t, request{body: "{}"}), http.StatusBadRequest, "idempotency-key-missing", ""); !strings.Contains(e.Error.Message, "Idempotency-Key") {
 		t.Fatalf("missing key: %q does not say what to send", e.Error.Message)
 	}
-	wantEnvelope(t, srv.do(t, request{key: []string{`"a", "b"`}, body: "{}"}), http.StatusBadRequest, nethttp.ProblemKeyMalformed, "")
-	wantEnvelope(t, srv.do(t, request{key: []string{"big"}, body: strings.Repeat("x", 101)}), http.StatusRequestEntityTooLarge, nethttp.ProblemBodyTooLarge, "")
+	wantEnvelope(t, srv.do(t, request{key: []string{`"a", "b"`}, body: "{}"}), http.StatusBadRequest, "idempotency-key-malformed", "")
+	wantEnvelope(t, srv.do(t, request{key: []string{"big"}, body: strings.Repeat("x", 101)}), http.StatusRequestEntityTooLarge, "request-body-too-large", "")
 	srv.do(t, request{key: []string{"k"}, body: `{"a":1}`})
-	wantEnvelope(t, srv.do(t, request{key: []string{"k"}, body: `{"a":2}`}), http.StatusUnprocessableEntity, nethttp.ProblemKeyReused, "")
+	wantEnvelope(t, srv.do(t, request{key: []string{"k"}, body: `{"a":2}`}), http.StatusUnprocessableEntity, "idempotency-key-reused", "")
 	wantEnvelope(t, srv.do(t, request{key: []string{"k"}, body: `{"a":1}`, header: map[string]string{"Authorization": "Bearer bob"}}),
-		http.StatusUnprocessableEntity, nethttp.ProblemCredentialsMismatch, "")
+		http.StatusUnprocessableEntity, "idempotency-key-credentials-mismatch", "")
 
 	stream := request{key: []string{"stream"}, path: "/orders?stream=1", body: "{}"}
 	srv.do(t, stream)
-	wantEnvelope(t, srv.do(t, stream), http.StatusConflict, nethttp.ProblemNotReplayable, "")
+	wantEnvelope(t, srv.do(t, stream), http.StatusConflict, "response-not-replayable", "")
 
 	slow := request{key: []string{"slow"}, path: "/orders?sleep=300ms", body: "{}"}
 	done := make(chan response, 1)
 	go func() { done <- srv.do(t, slow) }()
 	waitExecutions(t, srv, 3)
-	if e := wantEnvelope(t, srv.do(t, slow), http.StatusConflict, nethttp.ProblemInProgress, "3"); e.Error.RetryAfter != 3 {
+	if e := wantEnvelope(t, srv.do(t, slow), http.StatusConflict, "idempotency-key-in-progress", "3"); e.Error.RetryAfter != 3 {
 		t.Fatalf("in progress: the writer got Retry-After %vs; want 3s", e.Error.RetryAfter)
 	}
 	<-done
 
 	// A panic's 500 is written inside the guard, through the writer too.
 	for range 2 {
-		wantEnvelope(t, srv.do(t, request{key: []string{"panic"}, path: "/orders?panic=1", body: "{}"}), http.StatusInternalServerError, nethttp.ProblemInternal, "")
+		wantEnvelope(t, srv.do(t, request{key: []string{"panic"}, path: "/orders?panic=1", body: "{}"}), http.StatusInternalServerError, "internal-error", "")
 	}
 	wantExecutions(t, srv, 5)
 
 	down := s.serve(t, []middleware.Option{}, nethttp.WithProblemWriter(writeEnvelope), nethttp.WithRetryAfter(2*time.Second))
 	down.backends.Break()
-	wantEnvelope(t, down.do(t, request{key: []string{"k"}, body: "{}"}), http.StatusServiceUnavailable, nethttp.ProblemUnavailable, "2")
+	wantEnvelope(t, down.do(t, request{key: []string{"k"}, body: "{}"}), http.StatusServiceUnavailable, "idempotency-unavailable", "2")
 	wantExecutions(t, down, 0)
 }

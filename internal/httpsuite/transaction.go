@@ -81,8 +81,8 @@ func testTransactionFailuresAnswered(t *testing.T, s *suite) {
 		status  int
 		problem string
 	}{
-		{idemkit.NewError(idemkit.CodeInternal, "commit", "aborted", store.ErrWorkFailed), http.StatusInternalServerError, nethttp.ProblemTransactionFailed},
-		{idemkit.NewError(idemkit.CodeServiceUnavailable, "commit", "serialization failure", store.ErrWorkConflict), http.StatusConflict, nethttp.ProblemTransactionConflict},
+		{idemkit.NewError(idemkit.CodeInternal, "commit", "aborted", store.ErrWorkFailed), http.StatusInternalServerError, "transaction-failed"},
+		{idemkit.NewError(idemkit.CodeServiceUnavailable, "commit", "serialization failure", store.ErrWorkConflict), http.StatusConflict, "transaction-conflict"},
 	} {
 		srv, tx := s.serveTx(t, nethttp.WithRetryAfter(3*time.Second))
 		req := request{path: "/orders?tx=1", key: []string{"k"}, body: "{}"}
@@ -114,7 +114,7 @@ func testHeldResponseOverLimitRolledBack(t *testing.T, s *suite) {
 	req := request{path: "/orders?tx=1&bytes=4096", key: []string{"k"}, body: "{}"}
 	for i := range 2 {
 		r := srv.do(t, req)
-		problem(t, r, http.StatusInternalServerError, nethttp.ProblemResponseTooLarge)
+		problem(t, r, http.StatusInternalServerError, "transaction-response-too-large")
 		if strings.Contains(r.body, "xxxx") || r.header.Get("Location") != "" {
 			t.Fatalf("the handler's answer went out: %v %q", r.header, r.body)
 		}

@@ -78,8 +78,8 @@ func TestFullStoreOverHTTP(t *testing.T) {
 		Type   string `json:"type"`
 		Status int    `json:"status"`
 	}
-	if err := json.Unmarshal([]byte(a.body), &p); err != nil || p.Status != http.StatusServiceUnavailable || !strings.HasSuffix(p.Type, nethttp.ProblemUnavailable) {
-		t.Fatalf("problem %q (%v); want type %s, status 503", a.body, err, nethttp.ProblemUnavailable)
+	if err := json.Unmarshal([]byte(a.body), &p); err != nil || p.Status != http.StatusServiceUnavailable || !strings.HasSuffix(p.Type, "idempotency-unavailable") {
+		t.Fatalf("problem %q (%v); want type %s, status 503", a.body, err, "idempotency-unavailable")
 	}
 	if n := runs.Load(); n != maxEntries {
 		t.Fatalf("the handler ran %d times; want %d (never for the refused key)", n, maxEntries)

@@ -11,7 +11,6 @@ import (
 	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/nethttp"
 )
 
 // loggingGuard returns a guard on s that logs to log, with a failure log
@@ -47,7 +46,7 @@ func TestDroppedTableUnderRunningService(t *testing.T) {
 		t.Fatal(err)
 	}
 	guardtest.CheckOutage(t, url, &log, guardtest.Outage{
-		Requests: 20, Status: http.StatusInternalServerError, Kind: nethttp.ProblemMisconfigured,
+		Requests: 20, Status: http.StatusInternalServerError, Kind: "idempotency-misconfigured",
 		Code: "Misconfigured", Words: []string{"run pgstore.SetupSchema", "42P01"},
 	})
 }
@@ -72,7 +71,7 @@ func TestNoPrivilegeUnderRunningService(t *testing.T) {
 	var log guardtest.Log
 	url := guardtest.Serve(t, loggingGuard(t, s, &log))
 	guardtest.CheckOutage(t, url, &log, guardtest.Outage{
-		Requests: 20, Status: http.StatusInternalServerError, Kind: nethttp.ProblemMisconfigured,
+		Requests: 20, Status: http.StatusInternalServerError, Kind: "idempotency-misconfigured",
 		Code: "AuthFailed", Words: []string{"grant the store's role SELECT, INSERT, UPDATE and DELETE", "42501"},
 	})
 }

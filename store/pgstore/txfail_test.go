@@ -156,9 +156,9 @@ func TestTxFailuresAnsweredAsWhatTheyAre(t *testing.T) {
 		sqlstate   string
 		level      string
 	}{
-		{"aborted", "f1", http.StatusInternalServerError, nethttp.ProblemTransactionFailed, false, "25P02", "ERROR"},
-		{"deferred", "f2", http.StatusInternalServerError, nethttp.ProblemTransactionFailed, false, "23503", "ERROR"},
-		{"skew", "f3", http.StatusConflict, nethttp.ProblemTransactionConflict, true, "40001", "WARN"},
+		{"aborted", "f1", http.StatusInternalServerError, "transaction-failed", false, "25P02", "ERROR"},
+		{"deferred", "f2", http.StatusInternalServerError, "transaction-failed", false, "23503", "ERROR"},
+		{"skew", "f3", http.StatusConflict, "transaction-conflict", true, "40001", "WARN"},
 	} {
 		mode.Store(c.mode)
 		before := runs.Load()
@@ -411,8 +411,8 @@ func TestTxResponseOverLimitRolledBack(t *testing.T) {
 		}
 	}, nhOpts...)
 	resp, body := post("big")
-	if resp.StatusCode != http.StatusInternalServerError || !strings.HasSuffix(problemType(body), nethttp.ProblemResponseTooLarge) {
-		t.Fatalf("an oversized held response: %d %q; want 500 %s", resp.StatusCode, body, nethttp.ProblemResponseTooLarge)
+	if resp.StatusCode != http.StatusInternalServerError || !strings.HasSuffix(problemType(body), "transaction-response-too-large") {
+		t.Fatalf("an oversized held response: %d %q; want 500 %s", resp.StatusCode, body, "transaction-response-too-large")
 	}
 	if accepted.Load() > limit || refused.Load() != 1 {
 		t.Fatalf("the handler's writes: %d bytes accepted, %d refused; want at most %d accepted, then a refusal", accepted.Load(), refused.Load(), limit)
@@ -458,8 +458,8 @@ func TestTxRepeatableReadPastARenewalSaysSo(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 	})
 	resp, body := post("rr")
-	if resp.StatusCode != http.StatusInternalServerError || !strings.HasSuffix(problemType(body), nethttp.ProblemTransactionFailed) {
-		t.Fatalf("%d %q; want 500 %s", resp.StatusCode, body, nethttp.ProblemTransactionFailed)
+	if resp.StatusCode != http.StatusInternalServerError || !strings.HasSuffix(problemType(body), "transaction-failed") {
+		t.Fatalf("%d %q; want 500 %s", resp.StatusCode, body, "transaction-failed")
 	}
 	if l := logs.String(); !strings.Contains(l, "WithLeaseTTL") || !strings.Contains(l, "REPEATABLE READ") {
 		t.Fatalf("the guard's log does not name the cause: %q", l)

@@ -124,14 +124,15 @@ func TestNoKeyWithoutExpiryThroughGuard(t *testing.T) {
 			failed := errors.New("fn failed")
 			var completed int
 			for i := range 1000 {
-				fn := func(context.Context) (middleware.Result, error) {
+				fn := func(ctx context.Context) (middleware.Result, error) {
 					switch i % 4 {
 					case 1:
 						return middleware.Result{}, failed
 					case 2:
-						return middleware.Result{Value: []byte("5xx"), Verdict: middleware.Forget}, nil
+						middleware.DoNotRecord(ctx)
+						return middleware.Result{Value: []byte("5xx")}, nil
 					case 3:
-						return middleware.Result{Verdict: middleware.RecordNotReplayable}, nil
+						return middleware.Result{NotReplayable: true}, nil
 					}
 					return middleware.Result{Value: []byte("ok")}, nil
 				}

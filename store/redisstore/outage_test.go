@@ -11,7 +11,6 @@ import (
 	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -60,7 +59,7 @@ func TestKilledServerUnderRunningService(t *testing.T) {
 	}
 	srv.Stop(t)
 	guardtest.CheckOutage(t, url, &log, guardtest.Outage{
-		Requests: 20, Status: http.StatusServiceUnavailable, Kind: nethttp.ProblemUnavailable,
+		Requests: 20, Status: http.StatusServiceUnavailable, Kind: "idempotency-unavailable",
 		Code: "ServiceUnavailable", Words: []string{"Redis"},
 	})
 }
@@ -74,7 +73,7 @@ func TestNoPermUnderRunningService(t *testing.T) {
 	var log guardtest.Log
 	url := guardtest.Serve(t, loggingGuard(t, noPermStore(t, srv), &log))
 	guardtest.CheckOutage(t, url, &log, guardtest.Outage{
-		Requests: 20, Status: http.StatusInternalServerError, Kind: nethttp.ProblemMisconfigured,
+		Requests: 20, Status: http.StatusInternalServerError, Kind: "idempotency-misconfigured",
 		Code: "AuthFailed", Words: []string{"NOPERM", "EVALSHA"},
 	})
 }

@@ -485,10 +485,10 @@ func duplicates(t *testing.T, holder *middleware.Guard, dups []*middleware.Guard
 	for i := range n {
 		go func() {
 			var w time.Duration
-			ctx, watch := middleware.WatchOutcome(t.Context())
+			ctx, outcome := middleware.WatchOutcome(t.Context())
 			out, err := dups[i%len(dups)].Execute(ctx, k, fp, answer(&runs, "again"))
 			at := time.Now()
-			if e, ok := watch.Outcome(); ok {
+			if e, ok := outcome(); ok {
 				w = e.Waited
 			}
 			if err == nil && (!out.Replayed || string(out.Value) != "receipt") {
@@ -636,9 +636,9 @@ func TestWatchWakesOnConnectionLoss(t *testing.T) {
 			}
 			done := make(chan result, 1)
 			go func() {
-				ctx, watch := middleware.WatchOutcome(t.Context())
+				ctx, outcome := middleware.WatchOutcome(t.Context())
 				out, err := g.Execute(ctx, "order-2", fp, answer(&runs, "again"))
-				e, _ := watch.Outcome()
+				e, _ := outcome()
 				done <- result{out, e.Waited, err}
 			}()
 			eventually(t, "the duplicate watching", func() bool { return waiting.Load() == 1 && subscribers(t, admin, s, guardKey("order-2")) == 1 })

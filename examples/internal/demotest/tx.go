@@ -14,7 +14,6 @@ import (
 
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
-	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/pgstore"
 )
 
@@ -216,8 +215,8 @@ func checkTxHTTPStreamed(t *testing.T, url string, b *TxBackend) {
 	if first.Err != nil || first.Status != http.StatusCreated || first.Replayed || first.Header.Get("Location") == "" || first.Body == "" {
 		t.Fatalf("a streamed response: %+v; want the handler's 201 with its Location and body", first)
 	}
-	if a := TxPost(ctx, url, "streamed"); a.Err != nil || a.Status != http.StatusConflict || !strings.Contains(a.Body, nethttp.ProblemNotReplayable) {
-		t.Fatalf("its retry: %+v; want 409 %s", a, nethttp.ProblemNotReplayable)
+	if a := TxPost(ctx, url, "streamed"); a.Err != nil || a.Status != http.StatusConflict || !strings.Contains(a.Body, "response-not-replayable") {
+		t.Fatalf("its retry: %+v; want 409 %s", a, "response-not-replayable")
 	}
 	if n := b.Rows(t, "streamed"); n != 1 || b.Runs.Load() != 1 {
 		t.Fatalf("rows of the streamed key: %d, runs %d; want 1 and 1", n, b.Runs.Load())
@@ -235,8 +234,8 @@ func checkTxHTTPCommitFails(t *testing.T, url string, b *TxBackend) {
 	a := TxPost(ctx, url, "broken")
 	b.Break.Store(false)
 	if a.Err != nil || a.Status != http.StatusInternalServerError || a.Header.Get("Location") != "" ||
-		a.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(a.Body, nethttp.ProblemTransactionFailed) {
-		t.Fatalf("a transaction that cannot commit: %+v; want a 500 %s without the handler's answer", a, nethttp.ProblemTransactionFailed)
+		a.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(a.Body, "transaction-failed") {
+		t.Fatalf("a transaction that cannot commit: %+v; want a 500 %s without the handler's answer", a, "transaction-failed")
 	}
 	if n := b.Rows(t, "broken"); n != 0 {
 		t.Fatalf("rows after the failed commit: %d; want none", n)
@@ -260,8 +259,8 @@ func checkTxHTTPHeldOverLimit(t *testing.T, url string, b *TxBackend) {
 	a := TxPost(ctx, url, "big")
 	b.Pad.Store(0)
 	if a.Err != nil || a.Status != http.StatusInternalServerError || a.Header.Get("Location") != "" ||
-		!strings.Contains(a.Body, nethttp.ProblemResponseTooLarge) {
-		t.Fatalf("a response over the limit: %d %v %.200q %v; want a 500 %s without the handler's answer", a.Status, a.Header, a.Body, a.Err, nethttp.ProblemResponseTooLarge)
+		!strings.Contains(a.Body, "transaction-response-too-large") {
+		t.Fatalf("a response over the limit: %d %v %.200q %v; want a 500 %s without the handler's answer", a.Status, a.Header, a.Body, a.Err, "transaction-response-too-large")
 	}
 	if n := b.Rows(t, "big"); n != 0 {
 		t.Fatalf("rows after the rolled-back response: %d; want none", n)
