@@ -92,6 +92,9 @@ const clockFileEnv = "IDEMKIT_CLOCK_OFFSET_FILE"
 var clockShim = sync.OnceValues(func() (string, error) {
 	cc, err := exec.LookPath("cc")
 	if err != nil {
+		cc, err = exec.LookPath("gcc")
+	}
+	if err != nil {
 		return "", errors.New("testenv: a server with a shifted clock needs a C compiler (cc) to build its LD_PRELOAD shim: " +
 			"install Debian's gcc and libc6-dev packages (scripts/deps.sh does)")
 	}
