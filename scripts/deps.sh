@@ -4,7 +4,8 @@
 #
 #   make, gcc, libc6-dev     the targets; the race detector needs cgo (and
 #                            the C library's headers, which gcc only
-#                            recommends)
+#                            recommends), and internal/testenv builds the
+#                            shim that shifts a test server's clock
 #   redis-server             the tests start Redis and a Redis Cluster
 #   postgresql               the tests run initdb and postgres
 #   openjdk-17-jre-headless  Java, for the Firestore emulator

@@ -147,7 +147,7 @@ func startFirestore() (*FirestoreEmulator, error) {
 		host := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		args := []string{"-cp", jar, "com.google.cloud.datastore.emulator.firestore.CloudFirestore",
 			"start", "--host=127.0.0.1", "--port=" + strconv.Itoa(port)}
-		p, err := start("firestore-emulator", java, args, filepath.Join(dir, "emulator.log"), nil)
+		p, err := start("firestore-emulator", java, args, filepath.Join(dir, "emulator.log"), nil, nil)
 		if err != nil {
 			return nil, err
 		}

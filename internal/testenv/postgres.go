@@ -22,12 +22,13 @@ const postgresMissing = "PostgreSQL (initdb and postgres) was not found on PATH 
 type PostgresServer struct {
 	URL string // postgres://idemkit@127.0.0.1:<port>/postgres?sslmode=disable
 
-	mu   sync.Mutex
-	dir  string
-	port int
-	bin  string
-	cred *syscall.Credential
-	proc *process
+	mu    sync.Mutex
+	dir   string
+	port  int
+	bin   string
+	cred  *syscall.Credential
+	clock *Clock
+	proc  *process
 }
 
 // Postgres returns the package's shared PostgreSQL server: initdb into a
@@ -41,7 +42,7 @@ func Postgres(t testing.TB) *PostgresServer {
 		if url := os.Getenv("IDEMKIT_POSTGRES_URL"); url != "" {
 			return &PostgresServer{URL: url}, nil
 		}
-		return startPostgres("postgres")
+		return startPostgres("postgres", nil)
 	})
 }
 
@@ -49,7 +50,15 @@ func Postgres(t testing.TB) *PostgresServer {
 // the test ends, for tests that restart it.
 func NewPostgres(t testing.TB) *PostgresServer {
 	t.Helper()
-	p, err := startPostgres("postgres-" + Name(t))
+	return NewPostgresWithClock(t, nil)
+}
+
+// NewPostgresWithClock is [NewPostgres] with the server (and every backend
+// it forks) on clock's wall clock, also across Restart (nil: the real
+// clock).
+func NewPostgresWithClock(t testing.TB, clock *Clock) *PostgresServer {
+	t.Helper()
+	p, err := startPostgres("postgres-"+Name(t), clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +66,7 @@ func NewPostgres(t testing.TB) *PostgresServer {
 	return p
 }
 
-func startPostgres(name string) (*PostgresServer, error) {
+func startPostgres(name string, clock *Clock) (*PostgresServer, error) {
 	dirs := postgresBinDirs()
 	initdb, err1 := lookPath("initdb", dirs...)
 	postgres, err2 := lookPath("postgres", dirs...)
@@ -92,7 +101,7 @@ func startPostgres(name string) (*PostgresServer, error) {
 		}
 		p := &PostgresServer{
 			URL: fmt.Sprintf("postgres://idemkit@127.0.0.1:%d/postgres?sslmode=disable", port),
-			dir: dir, port: port, bin: postgres, cred: cred,
+			dir: dir, port: port, bin: postgres, cred: cred, clock: clock,
 		}
 		if lastErr = p.launch(name); lastErr == nil {
 			return p, nil
@@ -110,7 +119,7 @@ func (p *PostgresServer) launch(name string) error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400", "-c", "fsync=off",
 		"-c", "full_page_writes=off", "-c", "shared_buffers=64MB",
 	}
-	proc, err := start(name, p.bin, args, logPath, p.cred)
+	proc, err := start(name, p.bin, args, logPath, p.cred, p.clock)
 	if err != nil {
 		return err
 	}
@@ -126,6 +135,9 @@ func (p *PostgresServer) launch(name string) error {
 		}
 		return errors.New("not ready yet")
 	})
+	if err == nil {
+		err = proc.ready()
+	}
 	if err != nil {
 		proc.stop(syscall.SIGKILL)
 		return err

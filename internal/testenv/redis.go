@@ -23,11 +23,12 @@ const redisMissing = "redis-server was not found on PATH: install Debian's redis
 type RedisServer struct {
 	Addr string // host:port
 
-	mu   sync.Mutex
-	dir  string
-	port int
-	args []string
-	proc *process
+	mu    sync.Mutex
+	dir   string
+	port  int
+	args  []string
+	clock *Clock
+	proc  *process
 }
 
 var (
@@ -63,7 +64,7 @@ func Redis(t testing.TB) *RedisServer {
 		if addr := os.Getenv("IDEMKIT_REDIS_ADDR"); addr != "" {
 			return &RedisServer{Addr: addr}, nil
 		}
-		return startRedis("redis", nil)
+		return startRedis("redis", nil, nil)
 	})
 }
 
@@ -75,7 +76,14 @@ func Redis(t testing.TB) *RedisServer {
 // them ("--appendfsync", "everysec").
 func NewRedis(t testing.TB, extra ...string) *RedisServer {
 	t.Helper()
-	s, err := startRedis("redis-"+Name(t), extra)
+	return NewRedisWithClock(t, nil, extra...)
+}
+
+// NewRedisWithClock is [NewRedis] with the server on clock's wall clock,
+// also across Stop and Start (nil: the real clock).
+func NewRedisWithClock(t testing.TB, clock *Clock, extra ...string) *RedisServer {
+	t.Helper()
+	s, err := startRedis("redis-"+Name(t), extra, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +91,7 @@ func NewRedis(t testing.TB, extra ...string) *RedisServer {
 	return s
 }
 
-func startRedis(name string, extra []string) (*RedisServer, error) {
+func startRedis(name string, extra []string, clock *Clock) (*RedisServer, error) {
 	if _, err := redisBinaryOnce(); err != nil {
 		return nil, errors.New(redisMissing)
 	}
@@ -91,7 +99,7 @@ func startRedis(name string, extra []string) (*RedisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return launchOnFreePort(name, dir, func(port int) ([]string, error) {
+	return launchOnFreePort(name, dir, clock, func(port int) ([]string, error) {
 		return append([]string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--appendonly", "yes", "--appendfsync", "always", "--save", "",
@@ -101,9 +109,10 @@ func startRedis(name string, extra []string) (*RedisServer, error) {
 }
 
 // launchOnFreePort starts redis-server (or a Sentinel) in dir on a free
-// loopback port, with the arguments args makes for that port, and trying
-// another port when the one probed was taken before the server bound it.
-func launchOnFreePort(name, dir string, args func(port int) ([]string, error)) (*RedisServer, error) {
+// loopback port, on clock (nil: the real one), with the arguments args
+// makes for that port, and trying another port when the one probed was
+// taken before the server bound it.
+func launchOnFreePort(name, dir string, clock *Clock, args func(port int) ([]string, error)) (*RedisServer, error) {
 	var lastErr error
 	for range 3 {
 		port, err := freePort()
@@ -114,7 +123,7 @@ func launchOnFreePort(name, dir string, args func(port int) ([]string, error)) (
 		if err != nil {
 			return nil, err
 		}
-		s := &RedisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port, args: a}
+		s := &RedisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, port: port, args: a, clock: clock}
 		if lastErr = s.launch(name); lastErr == nil {
 			return s, nil
 		}
@@ -128,11 +137,15 @@ func (s *RedisServer) launch(name string) error {
 	if err != nil {
 		return errors.New(redisMissing)
 	}
-	p, err := start(name, bin, s.args, filepath.Join(s.dir, "redis.log"), nil)
+	p, err := start(name, bin, s.args, filepath.Join(s.dir, "redis.log"), nil, s.clock)
 	if err != nil {
 		return err
 	}
-	if err := waitFor(p, name, func() error { return expect(s.Addr, "PONG", "PING") }); err != nil {
+	err = waitFor(p, name, func() error { return expect(s.Addr, "PONG", "PING") })
+	if err == nil {
+		err = p.ready()
+	}
+	if err != nil {
 		p.stop(syscall.SIGKILL)
 		return err
 	}
@@ -218,7 +231,7 @@ func startCluster() (*Cluster, error) {
 	for i := range nodes {
 		n, err := startRedis(fmt.Sprintf("redis-cluster-%d", i), []string{
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000",
-		})
+		}, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -161,10 +161,10 @@ func (g *group) newDir(prefix string) (string, error) {
 }
 
 // startNode starts a redis-server (or Sentinel) in a directory of its own on
-// a free loopback port; args makes its arguments for a port and the
-// directory. It logs to redis.log in that directory at level notice, since
+// a free loopback port, on clock (nil: the real one); args makes its
+// arguments for a port and the directory. It logs to redis.log in that directory at level notice, since
 // replication and failover events are what a failed wait needs to show.
-func (g *group) startNode(name, prefix string, args func(port int, dir string) ([]string, error)) (*RedisServer, error) {
+func (g *group) startNode(name, prefix string, clock *Clock, args func(port int, dir string) ([]string, error)) (*RedisServer, error) {
 	if _, err := redisBinaryOnce(); err != nil {
 		return nil, errors.New(redisMissing)
 	}
@@ -172,7 +172,7 @@ func (g *group) startNode(name, prefix string, args func(port int, dir string) (
 	if err != nil {
 		return nil, err
 	}
-	s, err := launchOnFreePort(name, dir, func(port int) ([]string, error) { return args(port, dir) })
+	s, err := launchOnFreePort(name, dir, clock, func(port int) ([]string, error) { return args(port, dir) })
 	if err == nil {
 		g.add(s)
 	}
@@ -223,8 +223,12 @@ type Sentinel struct {
 // 3000 and parallel-syncs 1. It returns once the replica is online and
 // every Sentinel knows the master, the replica and the two other Sentinels.
 // Every process is killed and its directory removed when the test ends.
-func NewSentinel(t testing.TB) *Sentinel {
+func NewSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	t.Helper()
+	var cfg sentinelConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	s := &Sentinel{MasterName: "idemkit-" + Name(t)[2:]}
 	if len(s.MasterName) > 40 {
 		s.MasterName = s.MasterName[:40]
@@ -232,10 +236,12 @@ func NewSentinel(t testing.TB) *Sentinel {
 	t.Cleanup(s.g.close)
 	for i := range 2 {
 		var extra []string
+		var clock *Clock
 		if i == 1 {
 			extra = []string{"--replicaof", "127.0.0.1", strconv.Itoa(s.data[0].port)}
+			clock = cfg.replicaClock
 		}
-		n, err := s.g.startNode(fmt.Sprintf("redis-sentinel-data-%d", i), "idemkit-redis-data-", func(port int, dir string) ([]string, error) {
+		n, err := s.g.startNode(fmt.Sprintf("redis-sentinel-data-%d", i), "idemkit-redis-data-", clock, func(port int, dir string) ([]string, error) {
 			return append(dataArgs(port, dir), extra...), nil
 		})
 		if err != nil {
@@ -249,7 +255,7 @@ func NewSentinel(t testing.TB) *Sentinel {
 		return hasOnlineReplicas(master.Addr, 1)
 	})
 	for i := range 3 {
-		n, err := s.g.startNode(fmt.Sprintf("redis-sentinel-%d", i), "idemkit-redis-sentinel-", func(port int, dir string) ([]string, error) {
+		n, err := s.g.startNode(fmt.Sprintf("redis-sentinel-%d", i), "idemkit-redis-sentinel-", nil, func(port int, dir string) ([]string, error) {
 			conf := filepath.Join(dir, "sentinel.conf")
 			text := strings.Join([]string{
 				"port " + strconv.Itoa(port),
@@ -281,6 +287,20 @@ func NewSentinel(t testing.TB) *Sentinel {
 	}
 	s.awaitSettled(t, master.Addr)
 	return s
+}
+
+// SentinelOption is an option of [NewSentinel].
+type SentinelOption func(*sentinelConfig)
+
+type sentinelConfig struct {
+	replicaClock *Clock
+}
+
+// ReplicaClock runs the replica (DataAddrs[1]) on clock's wall clock, also
+// across its restarts, so that a failover can promote a replica whose
+// clock is behind its master's. Default: the real clock.
+func ReplicaClock(clock *Clock) SentinelOption {
+	return func(c *sentinelConfig) { c.replicaClock = clock }
 }
 
 // tune shortens a Sentinel's periods (SENTINEL DEBUG, Redis 7.0 and
@@ -478,7 +498,7 @@ func newReplicatedCluster(t testing.TB, useCLI bool) *ReplicatedCluster {
 	c := &ReplicatedCluster{}
 	t.Cleanup(c.g.close)
 	for i := range 6 {
-		n, err := c.g.startNode(fmt.Sprintf("redis-repl-cluster-%d", i), "idemkit-redis-cluster-", func(port int, dir string) ([]string, error) {
+		n, err := c.g.startNode(fmt.Sprintf("redis-repl-cluster-%d", i), "idemkit-redis-cluster-", nil, func(port int, dir string) ([]string, error) {
 			bus, err := freePort()
 			if err != nil {
 				return nil, err

@@ -4,7 +4,10 @@
 // directory and is stopped when the test binary ends (call [Main] from
 // TestMain), or when its test ends for the dedicated servers of fault tests
 // ([NewRedis], [NewPostgres], [NewFirestore]), which can also be frozen
-// with SIGSTOP (Stall) to test a server that stops answering.
+// with SIGSTOP (Stall) to test a server that stops answering. Dedicated
+// servers and a Sentinel group's replica can run on a [Clock] of the test's
+// own ([NewRedisWithClock], [NewPostgresWithClock], [ReplicaClock]), which
+// moves their wall clock while they run (an LD_PRELOAD shim built with cc).
 //
 // Binaries are found on PATH and, for PostgreSQL, in Debian's
 // /usr/lib/postgresql/<version>/bin; the emulator's jar in the Cloud SDK's
@@ -109,15 +112,25 @@ func Name(t testing.TB) string {
 
 // process is one server process.
 type process struct {
-	name string
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-	log  string        // its log file
+	name  string
+	cmd   *exec.Cmd
+	done  chan struct{} // closed when the process has exited
+	log   string        // its log file
+	clock *Clock        // its wall clock, nil for the real one
+}
+
+// ready checks, once the process answers, that it runs on its clock.
+func (p *process) ready() error {
+	if p.clock == nil {
+		return nil
+	}
+	return checkShim(p.cmd.Process.Pid)
 }
 
 // start runs bin with args as a server process whose output goes to
-// logPath. The process dies with the test binary (Pdeathsig).
-func start(name, bin string, args []string, logPath string, cred *syscall.Credential) (*process, error) {
+// logPath, on clock's wall clock when clock is not nil. The process dies
+// with the test binary (Pdeathsig).
+func start(name, bin string, args []string, logPath string, cred *syscall.Credential, clock *Clock) (*process, error) {
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -125,11 +138,14 @@ func start(name, bin string, args []string, logPath string, cred *syscall.Creden
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true, Credential: cred}
+	if clock != nil {
+		cmd.Env = append(os.Environ(), clock.env()...)
+	}
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
 		return nil, fmt.Errorf("testenv: start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{}), log: logPath, clock: clock}
 	go func() {
 		_ = cmd.Wait()
 		logFile.Close()

@@ -38,6 +38,7 @@ var storeCases = []struct {
 	{"FencesGrowAcrossRecordExpiry", testFencesAcrossExpiry},
 	{"FencesGrowAcrossDelete", testFencesAcrossDelete},
 	{"FencesGrowAcrossReleases", testFencesAcrossReleases},
+	{clockCase, testClockSteps},
 	{"ConcurrentClaimsOnFreeKey", testConcurrentClaimsFree},
 	{"ConcurrentClaimsOnRunOutClaim", testConcurrentClaimsRunOut},
 	{"ConcurrentFencedWritesOnlyTheHolderLands", testConcurrentFenced},

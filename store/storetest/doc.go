@@ -16,5 +16,8 @@
 // injected clock when the store allows one (Env.Advance); otherwise they
 // sleep with TTLs scaled by Env.Margin. Optional capabilities of the Env
 // (stalling the server, counting round trips, listing what the backend holds
-// without an expiry) turn on the cases that need them.
+// without an expiry, moving the backend's clock) turn on the cases that need
+// them. [RunClock] runs the clock case alone (fences keep growing when the
+// backend's clock steps back between a record's end and the next claim),
+// for a test that starts a server for it.
 package storetest

@@ -66,6 +66,19 @@ type Env struct {
 	// Leave it false for a store that keeps its claims in its records: the
 	// suite then checks those fields.
 	OpaqueClaims bool
+
+	// ShiftClock moves the backend's clock by d from where it is (d < 0:
+	// back), at once and for every connection, as a clock step or a
+	// failover to a node whose clock is behind does; the suite moves it
+	// back when the case ends. Optional, but every durable engine's test
+	// sets it, on a server of the Env's own (see [RunClock]): the suite then
+	// checks that fences keep growing when the clock steps back.
+	ShiftClock func(t *testing.T, d time.Duration)
+
+	// Sweep removes what the store's sweeper would remove now, for a store
+	// that keeps ended records until a sweep. Optional: the clock case runs
+	// it just before the clock steps back, where a sweeper removes most.
+	Sweep func(ctx context.Context) error
 }
 
 // RoundTripLimits are the most round trips each operation may cost. A zero
@@ -96,23 +109,29 @@ type Factory func(t *testing.T) *Env
 // fences that only grow (across expiry, deletion and release), races on one
 // key, large responses, keys of any bytes, argument validation before I/O,
 // ended contexts, transport failures and, when the Env allows, stalled
-// servers, round trips per operation and state without an expiry. Each case
-// runs in parallel on its own Env.
+// servers, round trips per operation, state without an expiry and steps
+// back of the backend's clock. Each case runs in parallel on its own Env.
 func Run(t *testing.T, f Factory) {
 	t.Helper()
 	for _, c := range storeCases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			e := f(t)
-			if e == nil || e.Store == nil || e.Break == nil {
-				t.Fatal("storetest: the factory returned an Env without Store or Break")
-			}
-			if e.Margin <= 0 {
-				e.Margin = 50 * time.Millisecond
-			}
-			c.run(t, e)
-		})
+		runCase(t, f, c.name, c.run)
 	}
+}
+
+// runCase runs one case, in parallel, on an Env of its own.
+func runCase(t *testing.T, f Factory, name string, run func(t *testing.T, e *Env)) {
+	t.Helper()
+	t.Run(name, func(t *testing.T) {
+		t.Parallel()
+		e := f(t)
+		if e == nil || e.Store == nil || e.Break == nil {
+			t.Fatal("storetest: the factory returned an Env without Store or Break")
+		}
+		if e.Margin <= 0 {
+			e.Margin = 50 * time.Millisecond
+		}
+		run(t, e)
+	})
 }
 
 // longTTL is a lease or record TTL no case outlives.
