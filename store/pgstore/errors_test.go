@@ -227,7 +227,7 @@ func TestValidationBeforeIO(t *testing.T) {
 	ctx := t.Context()
 	over := store.Record{Key: "k", State: store.StateCompleted, Fence: 1 << 62}
 	for name, err := range map[string]error{
-		"extend above FenceMax":   func() error { _, err := s.Extend(ctx, "k", 1<<62, time.Minute); return err }(),
+		"extend above FenceMax":   func() error { _, _, err := s.Extend(ctx, "k", 1<<62, time.Minute); return err }(),
 		"release above FenceMax":  func() error { _, err := s.Release(ctx, "k", 1<<62); return err }(),
 		"complete above FenceMax": func() error { _, err := s.Complete(ctx, over, time.Minute); return err }(),
 		"put above FenceMax":      func() error { _, err := s.Put(ctx, over, time.Minute); return err }(),

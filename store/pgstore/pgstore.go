@@ -51,6 +51,7 @@ type config struct {
 	maxResponse int
 	logger      *slog.Logger
 	sweepBatch  int
+	maxStep     time.Duration // the largest clock step fences survive
 
 	txIso pgx.TxIsoLevel // of the work's transactions (Tx)
 
@@ -76,6 +77,14 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // WithLogger sets the logger for sweeper failures. Log lines never contain
 // a record key. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithMaxClockStep sets the largest step back of the server's clock (or
+// of a failover's clock against the old primary's) that fences survive: no
+// row goes before clock_timestamp() has passed its fence, read as Unix
+// milliseconds, plus d (the fence rule of [store.Store]). Releases and
+// deletions leave a tombstone until then. Give every store on a table the
+// same value. At least 0. Default: one minute.
+func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.maxStep = d } }
 
 // WithSweepBatch sets how many rows one DELETE of [Store.Sweep] removes at
 // most, at least 1. Default: 1000.
@@ -118,11 +127,12 @@ const (
 	maxResponseLimit        = 1<<30 - 1 // the largest bytea value
 	defaultSweepBatch       = 1000
 	defaultListenIdle       = time.Minute
+	defaultMaxClockStep     = time.Minute
 )
 
 func newConfig(opts []Option) (config, error) {
 	c := config{tableName: defaultTable, maxResponse: defaultMaxResponseBytes, sweepBatch: defaultSweepBatch, listenIdle: defaultListenIdle,
-		txIso: pgx.ReadCommitted}
+		txIso: pgx.ReadCommitted, maxStep: defaultMaxClockStep}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -138,6 +148,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", maxResponseLimit))
 	case c.sweepBatch < 1:
 		return bad("the sweep batch must be at least 1")
+	case c.maxStep < 0:
+		return bad("the largest clock step (WithMaxClockStep) must be 0 or more")
 	case c.txIso != pgx.ReadCommitted && c.txIso != pgx.RepeatableRead && c.txIso != pgx.Serializable:
 		return bad("the isolation level of the work's transactions must be pgx.ReadCommitted, pgx.RepeatableRead or pgx.Serializable")
 	}
@@ -180,7 +192,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	_, inTx := db.(pgx.Tx)
-	s := &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}
+	s := &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, cfg.maxStep, !inTx)}
 	connect := cfg.listenConn
 	if pool, ok := db.(*pgxpool.Pool); ok && !cfg.listenSet {
 		connect = hijack(pool)
@@ -329,34 +341,35 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	}
 }
 
-// Extend implements [store.Store]: one UPDATE guarded by the fence and the
-// claimed state.
-func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+// Extend implements [store.Store]: one UPDATE guarded by the fence, the
+// claimed state and the lease, returning the expiry it wrote.
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := store.ValidateTTL(op, ttl); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := checkFence(op, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	sk := storedKey(key)
+	var until time.Time
 	if w, ok := s.held.Load(workID{sk, int64(fence)}); ok && s.renewer != nil {
 		// The work's own transaction holds a connection: the renewal must
 		// not wait for another behind it (see renewer).
-		done, err := s.renewer.extend(ctx, s.q.extend, sk, int64(fence), ttl.Microseconds())
+		done, err := s.renewer.extend(ctx, &until, s.q.extend, sk, int64(fence), ttl.Microseconds())
 		if done {
 			w.(*work).renewed.Store(true)
 		}
-		return done, s.starvedPool(ctx, err)
+		return until, done, s.starvedPool(ctx, err)
 	}
-	done, err := s.fenced(ctx, op, true, s.q.extend, sk, int64(fence), ttl.Microseconds())
-	return done, s.starvedPool(ctx, err)
+	done, err := s.fenced(ctx, op, true, &until, s.q.extend, sk, int64(fence), ttl.Microseconds())
+	return until, done, s.starvedPool(ctx, err)
 }
 
 // Complete implements [store.Store]: one UPDATE guarded by the fence and
@@ -382,7 +395,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if response == nil {
 		response = []byte{}
 	}
-	done, err := s.fenced(ctx, op, true, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
+	done, err := s.fenced(ctx, op, true, nil, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
 		response, []byte(rec.Fingerprint), ttl.Microseconds())
 	return done, s.starvedPool(ctx, err)
 }
@@ -422,17 +435,32 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	return done && err == nil, err
 }
 
-// fenced runs a statement that returns one row when it took effect.
-func (s *Store) fenced(ctx context.Context, op string, repeatable bool, sql string, args ...any) (bool, error) {
+// fenced runs a statement that returns one row, of one column scanned
+// into dest (nil: a boolean), when it took effect.
+func (s *Store) fenced(ctx context.Context, op string, repeatable bool, dest any, sql string, args ...any) (bool, error) {
 	var done bool
 	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
-		err := s.db.QueryRow(ctx, sql, args...).Scan(&done)
-		if errors.Is(err, pgx.ErrNoRows) {
-			done, err = false, nil
-		}
+		var err error
+		done, err = scanOne(s.db.QueryRow(ctx, sql, args...), dest)
 		return repeatable, err
 	})
 	return done && err == nil, err
+}
+
+// scanOne scans row's one column into dest (nil: a boolean) and reports
+// whether there was a row (and, for a boolean, whether it was true).
+func scanOne(row pgx.Row, dest any) (bool, error) {
+	var b bool
+	if dest == nil {
+		dest = &b
+	} else {
+		b = true
+	}
+	err := row.Scan(dest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return b && err == nil, err
 }
 
 // Get implements [store.Store] and [store.Records]: one read; a record is
@@ -464,6 +492,57 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	return rec, err == nil, err
 }
 
+// FindClaim returns the live claim whose fingerprint is fp, a lock id (22
+// characters of A-Z, a-z, 0-9, - and _), for the lock library
+// ([github.com/idemkit/idemkit/lock]): one read, by a partial index that
+// holds only the rows whose fingerprint is a lock id. Any other fp finds
+// nothing, without I/O.
+func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
+	const op = "find-claim"
+	if !isLockID(fp) {
+		return store.Record{}, false, nil
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	var (
+		r     row
+		sk    string
+		found bool
+	)
+	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+		err := s.db.QueryRow(ctx, s.q.findClaim, []byte(fp)).Scan(append([]any{&sk}, r.dest()...)...)
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		return true, err
+	})
+	if err != nil || !found {
+		return store.Record{}, false, err
+	}
+	key, ok := recordKey(sk)
+	if !ok {
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a stored key is neither verbatim nor \\x and hex", nil)
+	}
+	rec, err := r.record(op, key)
+	return rec, err == nil, err
+}
+
+// isLockID reports whether fp matches the lock-id index's predicate.
+func isLockID(fp string) bool {
+	if len(fp) != 22 {
+		return false
+	}
+	for i := 0; i < len(fp); i++ {
+		c := fp[i]
+		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // Delete implements [store.Store] and [store.Records]: one UPDATE that
 // turns the live record into a tombstone (its fence kept, nothing
 // visible), whatever its state.
@@ -477,7 +556,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	}
 	// Not repeatable: a delete that committed before the connection was
 	// lost would be reported as finding nothing.
-	return s.fenced(ctx, op, false, s.q.delete, storedKey(key))
+	return s.fenced(ctx, op, false, nil, s.q.delete, storedKey(key))
 }
 
 // Put implements [store.Records]: one upsert that writes the outcome rec
@@ -503,7 +582,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	}
 	// Repeatable: writing the same record twice leaves what writing it
 	// once does, and reports it written.
-	return s.fenced(ctx, op, true, s.q.put, storedKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
+	return s.fenced(ctx, op, true, nil, s.q.put, storedKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
 		response, int64(rec.Fence), ttl.Microseconds())
 }
 

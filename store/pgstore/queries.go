@@ -3,6 +3,7 @@ package pgstore
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idemkit/store"
 )
@@ -16,7 +17,7 @@ const (
 
 // queries holds the store's SQL, built once with its table name.
 type queries struct {
-	claim, extend, complete, release, releaseAgain, get, delete, put, sweep, list string
+	claim, extend, complete, release, releaseAgain, get, delete, put, sweep, list, findClaim string
 	// watched marks the key's live claim as waited for (see [Store.Watch]).
 	watched string
 }
@@ -79,7 +80,7 @@ ins AS (
 ),
 race AS (
 	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
-	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t, {{tombKeep n.ms}}
+	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t, {{runOutKeep n.ms}}
 	FROM n WHERE NOT EXISTS (SELECT FROM cur) AND NOT EXISTS (SELECT FROM ins)
 	ON CONFLICT (key) DO UPDATE SET state = r.state
 	WHERE r.state <> 0 AND r.expires_at > EXCLUDED.created_at
@@ -126,7 +127,7 @@ WHERE x.state <> 0 AND x.expires_at > n.t`
 // Each reads the marked flag from a subquery that locks the row (FOR NO
 // KEY UPDATE, the lock the UPDATE takes anyway) and so sees its newest
 // version: a mark committed after the statement's snapshot is not missed.
-func buildQueries(t tableName, async bool) queries {
+func buildQueries(t tableName, step time.Duration, async bool) queries {
 	asyncCol := ""
 	if async {
 		// A FROM item's column that turns synchronous_commit off for the
@@ -136,10 +137,11 @@ func buildQueries(t tableName, async bool) queries {
 	q := queries{
 		claim: claimSQL,
 
+		// Only a live claim: one whose lease ran out is anyone's to take.
 		extend: `UPDATE {{t}} AS r SET expires_at = n.t + {{ttl3}}, keep_until = {{claimKeep r.fence}}
 FROM (SELECT clock_timestamp() AS t) AS n
-WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1
-RETURNING true`,
+WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1 AND r.expires_at > n.t
+RETURNING r.expires_at`,
 
 		// The holder's claim, or (a repeat of this very completion whose
 		// answer was lost) the same outcome under the same fence.
@@ -153,17 +155,25 @@ RETURNING {{notify}}`,
 		release: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
 FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
-WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1
+WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1 AND r.expires_at > n.t
 RETURNING {{notify}}`,
 
+		// After a lost connection: this claim's tombstone says that the
+		// try before released it.
 		releaseAgain: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
 	keep_until = greatest(r.keep_until, {{tombKeep r.fence}})
 FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
-WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state IN (0, 1)
+WHERE r.key = $1::text AND r.fence = $2::bigint AND (r.state = 0 OR (r.state = 1 AND r.expires_at > n.t))
 RETURNING {{notify}}`,
 
 		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
 FROM {{t}} WHERE key = $1::text AND state <> 0 AND expires_at > clock_timestamp()`,
+
+		// By the partial index on lock ids (see schema.go).
+		findClaim: `SELECT key, fingerprint, state, response, fence, created_at, expires_at
+FROM {{t}} WHERE fingerprint = $1::bytea AND ` + lockIDRows + `
+	AND state = 1 AND expires_at > clock_timestamp()
+LIMIT 1`,
 
 		// The live rows whose stored key is in one of two ranges (see
 		// Store.List): $1 to $2, the verbatim keys ($1 NULL for none, $2
@@ -226,8 +236,10 @@ WHERE r.key IN (
 ) AND r.keep_until <= n.t`,
 	}
 	retention := fmt.Sprintf("interval '%d microseconds'", store.ClaimRetention.Microseconds())
+	// The fence rule (see store.Store): past the fence read as Unix
+	// milliseconds plus the largest clock step.
 	fenceTime := func(f string) string {
-		return "(timestamptz 'epoch' + (" + f + " + 1) * interval '1 millisecond')"
+		return fmt.Sprintf("(timestamptz 'epoch' + (%s + 1) * interval '1 millisecond' + interval '%d microseconds')", f, step.Microseconds())
 	}
 	ttl := func(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 	was := func(cond string) string {
@@ -250,13 +262,13 @@ WHERE r.key IN (
 		// An outcome: kept until it expires, and past its fence.
 		"{{outcomeKeep ttl6 r.fence}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("r.fence")+")",
 		"{{outcomeKeep ttl6 $5::bigint}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("$5::bigint")+")",
-		// A tombstone: kept past its fence, and ClaimRetention past now, so
-		// that a claim statement in flight never misses a removed fence.
-		"{{tombKeep n.ms}}", "greatest(n.t + "+retention+", "+fenceTime("n.ms")+")",
-		"{{tombKeep r.fence}}", "greatest(n.t + "+retention+", "+fenceTime("r.fence")+")",
+		// A claim proposed already run out (race): as a claim.
+		"{{runOutKeep n.ms}}", "greatest(n.t + "+retention+", "+fenceTime("n.ms")+")",
+		// A tombstone: past its fence only.
+		"{{tombKeep r.fence}}", "greatest(n.t, "+fenceTime("r.fence")+")",
 		"{{fenceTime r.fence}}", fenceTime("r.fence"),
 	)
-	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched, &q.list} {
+	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched, &q.list, &q.findClaim} {
 		*s = r.Replace(*s)
 	}
 	return q

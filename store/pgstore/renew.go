@@ -99,7 +99,7 @@ func (r *renewer) warm() {
 
 // extend runs the extend statement on the renewer's connection, opening it
 // when needed; retried as the store retries its statements (see retry).
-func (r *renewer) extend(ctx context.Context, sql string, args ...any) (bool, error) {
+func (r *renewer) extend(ctx context.Context, until *time.Time, sql string, args ...any) (bool, error) {
 	const op = "extend"
 	select {
 	case r.sem <- struct{}{}:
@@ -116,10 +116,8 @@ func (r *renewer) extend(ctx context.Context, sql string, args ...any) (bool, er
 			}
 			r.conn = c
 		}
-		err := r.conn.QueryRow(ctx, sql, args...).Scan(&done)
-		if errors.Is(err, pgx.ErrNoRows) {
-			done, err = false, nil
-		}
+		var err error
+		done, err = scanOne(r.conn.QueryRow(ctx, sql, args...), until)
 		if err != nil && r.conn.IsClosed() {
 			r.conn = nil // pgx closed it (a lost connection, an ended ctx): open another
 		}

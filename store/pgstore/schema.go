@@ -53,18 +53,29 @@ CREATE TABLE IF NOT EXISTS {{records}} (
     -- A claim: when its lease runs out; an outcome: when it is forgotten.
     expires_at  timestamptz NOT NULL,
     -- When Sweep may delete the row: past expires_at (a claim: one minute
-    -- past it), and past the fence read as Unix milliseconds.
+    -- past it), and past the fence read as Unix milliseconds plus the
+    -- largest clock step (pgstore.WithMaxClockStep).
     keep_until  timestamptz NOT NULL
 );
 -- Sweep: the rows past keep_until, oldest first, without a scan of the table.
 CREATE INDEX IF NOT EXISTS {{records_keep_until}} ON {{records}} (keep_until);
+-- FindClaim: the rows whose fingerprint is a lock id (22 base64url
+-- characters), by fingerprint. A guard's fingerprint never is one, so its
+-- writes add no entry here.
+CREATE INDEX IF NOT EXISTS {{records_lock_id}} ON {{records}} (fingerprint)
+    WHERE ` + lockIDRows + `;
 `
+
+// lockIDRows is the predicate of the partial index on lock ids. FindClaim
+// repeats it word for word, so that the planner proves the index usable.
+const lockIDRows = `octet_length(fingerprint) = 22 AND encode(fingerprint, 'escape') ~ '^[A-Za-z0-9_-]{22}$'`
 
 // renderDDL fills ddl with the name t.
 func renderDDL(t tableName) string {
 	return strings.NewReplacer(
 		"{{records}}", t.sanitize(),
 		"{{records_keep_until}}", t.derived("_keep_until_idx"),
+		"{{records_lock_id}}", t.derived("_lock_id_idx"),
 	).Replace(ddl)
 }
 

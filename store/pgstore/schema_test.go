@@ -48,7 +48,7 @@ func TestQueriesRendered(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, async := range []bool{false, true} {
-		q := buildQueries(tn, async)
+		q := buildQueries(tn, time.Minute, async)
 		for i, s := range []string{q.claim, q.extend, q.complete, q.release, q.releaseAgain, q.get, q.delete, q.put, q.sweep} {
 			if strings.Contains(s, "{{") || !strings.Contains(s, `"s"."records"`) {
 				t.Fatalf("statement %d is not rendered:\n%s", i, s)
@@ -116,7 +116,7 @@ func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
 	if a != b {
 		t.Fatalf("schema.sql and SetupSchema disagree:\nschema.sql:\n%s\nSetupSchema:\n%s", a, b)
 	}
-	for _, want := range []string{"idemkit_records_keep_until_idx", "idemkit_records.key text NO C", "idemkit_records.keep_until timestamp with time zone NO", "idemkit_records.response bytea NO"} {
+	for _, want := range []string{"idemkit_records_keep_until_idx", "idemkit_records_lock_id_idx", "idemkit_records.key text NO C", "idemkit_records.keep_until timestamp with time zone NO", "idemkit_records.response bytea NO"} {
 		if !strings.Contains(a, want) {
 			t.Fatalf("the catalog lacks %q:\n%s", want, a)
 		}
@@ -190,7 +190,7 @@ func TestInvalidOptions(t *testing.T) {
 			t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
 		}
 	}
-	for _, opts := range [][]Option{{WithMaxResponseBytes(0)}, {WithMaxResponseBytes(maxResponseLimit + 1)}, {WithSweepBatch(0)}} {
+	for _, opts := range [][]Option{{WithMaxResponseBytes(0)}, {WithMaxResponseBytes(maxResponseLimit + 1)}, {WithSweepBatch(0)}, {WithMaxClockStep(-time.Millisecond)}} {
 		if _, err := New(closed, opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("New with a bad limit: %v; want InvalidArgument", err)
 		}
@@ -202,7 +202,7 @@ func TestInvalidOptions(t *testing.T) {
 		t.Fatalf("SetupSchema(nil): %v", err)
 	}
 	for _, name := range []string{"records", "S.R_1", strings.Repeat("t", maxTableLen)} {
-		if _, err := New(closed, WithTable(name), WithMaxResponseBytes(maxResponseLimit)); err != nil {
+		if _, err := New(closed, WithTable(name), WithMaxResponseBytes(maxResponseLimit), WithMaxClockStep(0)); err != nil {
 			t.Fatalf("New with table %q: %v", name, err)
 		}
 	}

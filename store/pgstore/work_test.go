@@ -251,8 +251,8 @@ func TestTxRolledBackWithoutOutcome(t *testing.T) {
 // lease runs out, and another node may take the key over.
 type noRenewals struct{ *Store }
 
-func (noRenewals) Extend(context.Context, string, idemkit.Fence, time.Duration) (bool, error) {
-	return false, errors.New("the database cannot be reached")
+func (noRenewals) Extend(context.Context, string, idemkit.Fence, time.Duration) (time.Time, bool, error) {
+	return time.Time{}, false, errors.New("the database cannot be reached")
 }
 
 // takeoverGuards returns the guards of a takeover, with leases of 300 ms:
