@@ -342,11 +342,19 @@ func (l *listener) receive(r *listenRun, conn *pgx.Conn) error {
 		if n == nil || n.Channel != l.channel {
 			continue
 		}
-		l.mu.Lock()
-		if w := l.watches[n.Payload]; w != nil {
-			l.fire(n.Payload, w)
-		}
-		l.mu.Unlock()
+		l.wake(n.Payload)
+	}
+}
+
+// wake fires the watch of the stored key sk, if any.
+func (l *listener) wake(sk string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.watches[sk]; w != nil {
+		l.fire(sk, w)
 	}
 }
 

@@ -395,8 +395,10 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if response == nil {
 		response = []byte{}
 	}
-	done, err := s.fenced(ctx, op, true, nil, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
+	sk := storedKey(rec.Key)
+	done, err := s.fenced(ctx, op, true, nil, s.q.complete, sk, int64(rec.Fence), int16(rec.State),
 		response, []byte(rec.Fingerprint), ttl.Microseconds())
+	s.ended(sk, done)
 	return done, s.starvedPool(ctx, err)
 }
 
@@ -432,7 +434,16 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 		}
 		return true, err
 	})
+	s.ended(sk, done && err == nil)
 	return done && err == nil, err
+}
+
+// ended wakes the watches of the stored key sk in this process at once
+// when a claim on it ended here (done), before its notification arrives.
+func (s *Store) ended(sk string, done bool) {
+	if done {
+		s.lis.wake(sk)
+	}
 }
 
 // fenced runs a statement that returns one row, of one column scanned
@@ -556,7 +567,10 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	}
 	// Not repeatable: a delete that committed before the connection was
 	// lost would be reported as finding nothing.
-	return s.fenced(ctx, op, false, nil, s.q.delete, storedKey(key))
+	sk := storedKey(key)
+	done, err := s.fenced(ctx, op, false, nil, s.q.delete, sk)
+	s.ended(sk, done)
+	return done, err
 }
 
 // Put implements [store.Records]: one upsert that writes the outcome rec

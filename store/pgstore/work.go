@@ -209,6 +209,7 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	if err := w.tx.Commit(ctx); err != nil {
 		return false, w.failed(ctx, op, err, true)
 	}
+	w.s.ended(w.id.key, true)
 	return true, nil
 }
 
