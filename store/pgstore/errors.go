@@ -167,27 +167,10 @@ func classifySQLState(code string) (idemkit.Code, string) {
 }
 
 // mapError turns an error from pgx into a [*idemkit.Error] for op that
-// unwraps to both its code's sentinel and err; nil stays nil and a
-// *idemkit.Error is returned unchanged. When ctx has ended, the error is
-// Aborted (cancelled) or NetworkTimeout (deadline) whatever pgx made of the
-// interruption, and unwraps to ctx's error as well. Otherwise the code comes
-// from the error's type and SQLSTATE, never from its message text:
-//
-//	context.Canceled / DeadlineExceeded in err            Aborted / NetworkTimeout
-//	40001 serialization_failure, 40P01 deadlock_detected  ServiceUnavailable
-//	class 08, 57P01..57P05 (connection lost, shutdown)    ServiceUnavailable
-//	25006 read_only_sql_transaction (a standby)           ServiceUnavailable
-//	57014 query_canceled, 55P03 lock_not_available        NetworkTimeout
-//	class 53 insufficient_resources                       RateLimited
-//	class 28, 42501 insufficient_privilege                AuthFailed (42501: grant the table)
-//	42P01, 3F000, 42703 (missing table, schema, column)   Misconfigured (run SetupSchema)
-//	54000 program_limit_exceeded                          InvalidArgument
-//	any other SQLSTATE                                    Internal
-//	a closed pool, connect and network errors, io.EOF     ServiceUnavailable
-//	pgconn timeouts, net.Error with Timeout()             NetworkTimeout
-//	anything else                                         Internal
-//
-// The detail never holds a key or a statement's arguments.
+// unwraps to both its code's sentinel and err (nil stays nil, an
+// *idemkit.Error is kept). An ended ctx gives Aborted or NetworkTimeout
+// whatever pgx made of it; otherwise [classify] decides. The detail never
+// holds a key or a statement's arguments.
 func mapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil

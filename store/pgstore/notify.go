@@ -28,28 +28,16 @@ var never = make(chan struct{})
 
 func noop() {}
 
-// Watch implements [store.Watcher]: the channel closes when the claim on
-// key ends (Complete, Release or Delete, by any process on the same
-// table) or, its lease run out, is taken over by a new claim, with
-// PostgreSQL's LISTEN/NOTIFY.
-//
-// The store listens on one connection of its own, shared by all its
-// watches (see [WithListenConn]): started by the first Watch, kept while
-// watches need it and for a minute after the last one ended, then closed
-// (the next Watch opens it again). The watches of a key in the process
-// share one Go channel. Watch returns once LISTEN is active and the key's
-// claim is marked as waited for (one UPDATE of the claim's row, with an
-// asynchronous commit, by the process's first watch of the claim; the
-// statements that end a claim notify only a marked one). When the claim has
-// already ended, the channel is closed at once.
-//
-// Should LISTEN not be active before ctx ends, or the connection be lost
-// later, the watch stays in place and is woken, spuriously, when the store
-// listens again (notifications may have been lost meanwhile); waiting
-// duplicates poll until then. The connection is opened again with
-// back-off. A store that does not listen (no connection to listen on, a
-// store on a pgx.Tx, or an invalid key) returns a channel that never
-// closes.
+// Watch implements [store.Watcher] with LISTEN/NOTIFY: the channel closes
+// when the claim on key ends (Complete, Release or Delete, by any process
+// on the table) or, run out, is taken over. All watches share one
+// listening connection ([WithListenConn]), and those of a key one channel.
+// It returns once LISTEN is active and the claim is marked as waited for
+// (one UPDATE, by the process's first watch of the claim: only marked
+// claims notify); a claim already ended closes the channel at once. A
+// watch set up while the connection is down is woken, spuriously, once it
+// listens again. A store that cannot listen (no connection, a pgx.Tx)
+// returns a channel that never closes.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if s.lis == nil || store.ValidateKey(key) != nil {
 		return never, noop

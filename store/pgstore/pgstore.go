@@ -19,14 +19,10 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// DB is what the store needs of a PostgreSQL client, and no more: methods
-// that *pgxpool.Pool, *pgx.Conn and pgx.Tx all have.
-//
-// A *pgxpool.Pool is the usual choice. A *pgx.Conn is one connection and
-// not safe for concurrent use: a store built on one must not be used from
-// several goroutines at once (nor with a sweeper running). On a pgx.Tx
-// every operation is part of that transaction and takes effect when it
-// commits.
+// DB is what the store needs of a PostgreSQL client: methods that
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx all have. A *pgx.Conn must not be
+// used from several goroutines at once; on a pgx.Tx every operation takes
+// effect when that transaction commits.
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -90,35 +86,23 @@ func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.maxSt
 // most, at least 1. Default: 1000.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
-// WithListenConn sets how the store opens the connection it listens on for
-// notifications ([Store.Watch]): connect must return a new connection of
-// its own, used for nothing else, which the store closes when it stops
-// listening. It is called on the first Watch, and again (with back-off:
-// 50 ms to 5 s) after the connection was lost; a call that fails or does
-// not return within 10 s is retried the same way. nil turns listening off:
-// Watch returns a channel that never closes, and waiting duplicates poll,
-// as they must behind a proxy that pools connections per transaction
-// (where LISTEN does not last beyond its statement).
-//
-// Default: on a *pgxpool.Pool, a connection taken out of the pool (Acquire,
-// then Hijack: the pool no longer counts it and may open another in its
-// place, so the server sees at most MaxConns + 1 connections of the pool);
-// on any other [DB], none.
+// WithListenConn sets how the store opens the connection it listens on
+// ([Store.Watch]): a new connection used for nothing else, which the store
+// closes when it stops listening; called on the first Watch and again,
+// with back-off (50 ms to 5 s, 10 s per try), after a loss. nil turns
+// listening off (waiters poll), as behind a proxy that pools connections
+// per transaction. Default: on a *pgxpool.Pool, a connection taken out of
+// the pool (Acquire, then Hijack); on any other [DB], none.
 func WithListenConn(connect func(ctx context.Context) (*pgx.Conn, error)) Option {
 	return func(c *config) { c.listenSet, c.listenConn = true, connect }
 }
 
 // WithTxIsolation sets the isolation level of the transactions [Tx]
-// begins for guarded work: pgx.ReadCommitted, pgx.RepeatableRead or
-// pgx.Serializable. It is set on each BEGIN, whatever the server's or the
-// session's default_transaction_isolation says. Above read committed a
-// transaction may fail with a serialization failure, which the guard
-// answers as a conflict the client may retry (see the package
-// documentation, Exactly-once effects); and its work must end before the
-// guard renews the claim's lease (every third of the guard's lease TTL):
-// a renewal changes the record's row after the transaction's snapshot, so
-// the transaction could no longer complete it, and it fails for good,
-// saying so. Default: pgx.ReadCommitted.
+// begins, on each BEGIN: pgx.ReadCommitted, pgx.RepeatableRead or
+// pgx.Serializable. Above read committed, a serialization failure is a
+// conflict the client may retry, and the work must end before the guard's
+// first renewal of its lease (a third of the lease TTL), which changes the
+// record's row after the transaction's snapshot. Default: pgx.ReadCommitted.
 func WithTxIsolation(level pgx.TxIsoLevel) Option { return func(c *config) { c.txIso = level } }
 
 // Defaults and bounds of the options, as their documentation states them.
@@ -280,41 +264,55 @@ func (r *row) record(op, key string) (store.Record, error) {
 // such try means that another claim won a race and then ended at once.
 const maxClaimTries = 4
 
-// Claim implements [store.Store]: one statement, so one round trip (see
-// the package documentation). A claim that finds the key busy or completed
-// writes nothing and takes no lock. Should the key's row change under the
-// statement in a way it cannot read (a racing claim that won and ended
-// within it), the statement runs again, at most four times in all.
+// ready returns the first failed check, or checks ctx: what every
+// operation does before any I/O.
+func ready(ctx context.Context, op string, checks ...error) error {
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return idemkit.CheckContext(ctx, op)
+}
+
+// checkOutcome refuses an outcome no row can hold.
+func (s *Store) checkOutcome(op string, rec store.Record) error {
+	if err := checkFence(op, rec.Fence); err != nil {
+		return err
+	}
+	if len(rec.Response) > s.cfg.maxResponse {
+		return store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+	}
+	return nil
+}
+
+// response is rec's response for a NOT NULL bytea column.
+func response(rec store.Record) []byte {
+	if rec.Response == nil {
+		return []byte{}
+	}
+	return rec.Response
+}
+
+// Claim implements [store.Store] in one statement ([claimSQL]); a refused
+// claim writes nothing and locks nothing. Should the key's row change
+// under it in a way it cannot read (a racing claim that won and ended
+// within it), it runs again, four times at most.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
-		return store.Record{}, false, err
-	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
-		return store.Record{}, false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := ready(ctx, op, store.ValidateKey(key), store.ValidateTTL(op, ttl)); err != nil {
 		return store.Record{}, false, err
 	}
 	sk, fpb, micros := storedKey(key), []byte(fp), ttl.Microseconds()
 	for try := 1; ; try++ {
 		var (
-			r              row
-			claimed, found bool
+			r       row
+			claimed bool
 		)
-		err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
-			err := s.db.QueryRow(ctx, s.q.claim, sk, fpb, micros).Scan(append([]any{&claimed}, r.dest()...)...)
-			found = err == nil
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = nil
-			}
-			// Repeated after a lost connection (a pooled connection that
-			// died while idle, most often): should the lost try have
-			// committed, the next one finds that claim and answers busy
-			// until its lease runs out. That delays the request; it never
-			// runs it twice.
-			return true, err
-		})
+		// Repeated after a lost connection too: should the lost try have
+		// committed, the next finds its claim and answers busy until the
+		// lease runs out, a delay, never a second execution.
+		found, err := s.read(ctx, op, s.q.claim, []any{sk, fpb, micros}, append([]any{&claimed}, r.dest()...)...)
 		if err != nil {
 			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
@@ -345,16 +343,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // claimed state and the lease, returning the expiry it wrote.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return time.Time{}, false, err
-	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
-		return time.Time{}, false, err
-	}
-	if err := checkFence(op, fence); err != nil {
-		return time.Time{}, false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := ready(ctx, op, store.ValidateFenced(op, key, fence), store.ValidateTTL(op, ttl), checkFence(op, fence)); err != nil {
 		return time.Time{}, false, err
 	}
 	sk := storedKey(key)
@@ -374,49 +363,26 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 
 // Complete implements [store.Store]: one UPDATE guarded by the fence and
 // the claimed state, with a durable commit. A repeat of a completion that
-// landed (the same outcome under the same fence, whose answer was lost with
-// its connection) is reported as done: a completion that landed is never
-// reported lost.
+// landed (its answer lost with its connection) is reported done.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := ready(ctx, op, store.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
-	}
-	if err := checkFence(op, rec.Fence); err != nil {
-		return false, err
-	}
-	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
 	}
 	sk := storedKey(rec.Key)
 	done, err := s.fenced(ctx, op, true, nil, s.q.complete, sk, int64(rec.Fence), int16(rec.State),
-		response, []byte(rec.Fingerprint), ttl.Microseconds())
+		response(rec), []byte(rec.Fingerprint), ttl.Microseconds())
 	s.ended(sk, done)
 	return done, s.starvedPool(ctx, err)
 }
 
-// Release implements [store.Store]: one UPDATE, guarded by the fence and
-// the claimed state, that leaves a tombstone (the fence, nothing visible)
-// until the sweeper removes it. It commits asynchronously (a release lost
-// in a server crash only lets its claim run out), in the same round trip.
-// Repeated after a lost connection, it reports done when it finds the
-// claim's tombstone.
+// Release implements [store.Store]: one UPDATE guarded by the fence, the
+// claimed state and the lease, that leaves a tombstone, with an
+// asynchronous commit. Repeated after a lost connection, it reports done
+// when it finds the claim's tombstone.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
-	}
-	if err := checkFence(op, fence); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := ready(ctx, op, store.ValidateFenced(op, key, fence), checkFence(op, fence)); err != nil {
 		return false, err
 	}
 	sk := storedKey(key)
@@ -424,14 +390,10 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	err := retry(ctx, op, s.inTx, func(ctx context.Context, try int) (bool, error) {
 		sql := s.q.release
 		if try > 0 {
-			// After a lost connection the try before may have released
-			// the claim: a tombstone with its fence says it is gone.
 			sql = s.q.releaseAgain
 		}
-		err := s.db.QueryRow(ctx, sql, sk, int64(fence)).Scan(&done)
-		if errors.Is(err, pgx.ErrNoRows) {
-			done, err = false, nil
-		}
+		var err error
+		done, err = scanOne(s.db.QueryRow(ctx, sql, sk, int64(fence)), nil)
 		return true, err
 	})
 	s.ended(sk, done && err == nil)
@@ -444,6 +406,19 @@ func (s *Store) ended(sk string, done bool) {
 	if done {
 		s.lis.wake(sk)
 	}
+}
+
+// read runs a repeatable statement of one row or none, scanned into dest.
+func (s *Store) read(ctx context.Context, op, sql string, args []any, dest ...any) (found bool, err error) {
+	err = retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+		err := s.db.QueryRow(ctx, sql, args...).Scan(dest...)
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		return true, err
+	})
+	return found && err == nil, err
 }
 
 // fenced runs a statement that returns one row, of one column scanned
@@ -474,28 +449,14 @@ func scanOne(row pgx.Row, dest any) (bool, error) {
 	return b && err == nil, err
 }
 
-// Get implements [store.Store] and [store.Records]: one read; a record is
-// visible while clock_timestamp() < expires_at.
+// Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := ready(ctx, op, store.ValidateKey(key)); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return store.Record{}, false, err
-	}
-	var (
-		r     row
-		found bool
-	)
-	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
-		err := s.db.QueryRow(ctx, s.q.get, storedKey(key)).Scan(r.dest()...)
-		found = err == nil
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-		return true, err
-	})
+	var r row
+	found, err := s.read(ctx, op, s.q.get, []any{storedKey(key)}, r.dest()...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
@@ -505,9 +466,9 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 
 // FindClaim returns the live claim whose fingerprint is fp, a lock id (22
 // characters of A-Z, a-z, 0-9, - and _), for the lock library
-// ([github.com/idemkit/idemkit/lock]): one read, by a partial index that
-// holds only the rows whose fingerprint is a lock id. Any other fp finds
-// nothing, without I/O.
+// ([github.com/idemkit/idemkit/lock]): one read, by a partial index of the
+// rows whose fingerprint is a lock id, which the guard's writes never
+// touch. Any other fp finds nothing, without I/O.
 func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
 	const op = "find-claim"
 	if !isLockID(fp) {
@@ -517,18 +478,10 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 		return store.Record{}, false, err
 	}
 	var (
-		r     row
-		sk    string
-		found bool
+		r  row
+		sk string
 	)
-	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
-		err := s.db.QueryRow(ctx, s.q.findClaim, []byte(fp)).Scan(append([]any{&sk}, r.dest()...)...)
-		found = err == nil
-		if errors.Is(err, pgx.ErrNoRows) {
-			err = nil
-		}
-		return true, err
-	})
+	found, err := s.read(ctx, op, s.q.findClaim, []any{[]byte(fp)}, append([]any{&sk}, r.dest()...)...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
@@ -555,49 +508,30 @@ func isLockID(fp string) bool {
 }
 
 // Delete implements [store.Store] and [store.Records]: one UPDATE that
-// turns the live record into a tombstone (its fence kept, nothing
-// visible), whatever its state.
+// turns the live record, whatever its state, into a tombstone. Not
+// repeated after a lost connection: a delete that committed would then be
+// reported as finding nothing.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := ready(ctx, op, store.ValidateKey(key)); err != nil {
 		return false, err
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	// Not repeatable: a delete that committed before the connection was
-	// lost would be reported as finding nothing.
 	sk := storedKey(key)
 	done, err := s.fenced(ctx, op, false, nil, s.q.delete, sk)
 	s.ended(sk, done)
 	return done, err
 }
 
-// Put implements [store.Records]: one upsert that writes the outcome rec
-// unless the live record under its key carries a higher fence, with a
-// durable commit.
+// Put implements [store.Records]: one upsert, durable, that writes the
+// outcome rec unless the live record under its key carries a higher fence
+// (repeatable: twice leaves what once does).
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := validatePut(rec, ttl); err != nil {
+	if err := ready(ctx, op, validatePut(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
-	if err := checkFence(op, rec.Fence); err != nil {
-		return false, err
-	}
-	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
-	}
-	// Repeatable: writing the same record twice leaves what writing it
-	// once does, and reports it written.
 	return s.fenced(ctx, op, true, nil, s.q.put, storedKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
-		response, int64(rec.Fence), ttl.Microseconds())
+		response(rec), int64(rec.Fence), ttl.Microseconds())
 }
 
 // validatePut checks a Put's arguments: a valid key, an outcome state and a

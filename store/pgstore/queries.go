@@ -112,21 +112,14 @@ SELECT false, x.fingerprint, x.state, x.response, x.fence, x.created_at, x.expir
 FROM (SELECT * FROM race UNION ALL SELECT * FROM lost) AS x, n
 WHERE x.state <> 0 AND x.expires_at > n.t`
 
-// buildQueries renders the store's SQL for table t. async makes releases,
-// sweeps and watch marks commit asynchronously (not inside a caller's
-// transaction, whose commit it would change).
+// buildQueries renders the store's SQL for table t and the largest clock
+// step. async makes releases, sweeps and watch marks commit asynchronously
+// (never inside a caller's transaction, whose commit it would change).
 //
-// Complete, Release and Delete notify the table's channel (see
-// [tableName.channel]) with the stored key as the payload, in the same
-// statement, when the claim they end was marked as waited for (by a
-// [Store.Watch] anywhere); PostgreSQL delivers the notification when the
-// statement's transaction commits. A claim nobody waits for sends nothing:
-// a transaction that notifies holds a lock shared by the whole server from
-// its commit's start to its end (WAL flush included), so notifying every
-// completion would serialise the durable commits of all first executions.
-// Each reads the marked flag from a subquery that locks the row (FOR NO
-// KEY UPDATE, the lock the UPDATE takes anyway) and so sees its newest
-// version: a mark committed after the statement's snapshot is not missed.
+// Complete, Release and Delete notify only a claim marked as waited for
+// (a notifying commit holds a server-wide lock until its WAL flush). They
+// read the mark under the row lock the UPDATE takes anyway (FOR NO KEY
+// UPDATE), so a mark committed after their snapshot is not missed.
 func buildQueries(t tableName, step time.Duration, async bool) queries {
 	asyncCol := ""
 	if async {

@@ -15,16 +15,10 @@ import (
 )
 
 // renewer renews the leases of claims whose work holds a transaction
-// ([Tx]) on one connection of its own, outside the pool: the work's
-// transaction holds a connection of the pool for as long as the work runs,
-// and with as many such works as the pool has connections, a renewal that
-// waited for one would wait until a work ended, while the lease it should
-// keep runs out (and the works fail for want of renewals, the database
-// being healthy). The connection is opened when a work begins its
-// transaction and none is open (with the pool's or the connection's
-// configuration, so the server sees one more), again by a renewal that
-// finds it lost, and closed a minute after the last work that held a
-// transaction ended.
+// ([Tx]) on one connection of its own, outside the pool: with as many such
+// works as the pool has connections, a renewal that waited for one would
+// wait until a lease ran out. The connection is opened when a first work
+// begins its transaction and closed a minute after the last one ended.
 type renewer struct {
 	config *pgx.ConnConfig
 

@@ -15,27 +15,34 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 )
 
-// TestSchemaSQLMatchesSetupSchema checks that the shipped schema.sql is the
-// DDL SetupSchema runs for the default name, below a header of comments
-// that names the advisory lock SetupSchema holds.
-func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
+// TestSchemaSQLRendered checks that SetupSchema's DDL is schema.sql
+// itself for the default name and carries another name everywhere, that
+// schema.sql names the advisory lock SetupSchema holds, and that its
+// partial index has the predicate FindClaim repeats.
+func TestSchemaSQLRendered(t *testing.T) {
 	t.Parallel()
 	cfg, err := newConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddl := renderDDL(cfg.table)
-	header, ok := strings.CutSuffix(SchemaSQL(), ddl)
-	if !ok {
-		t.Fatalf("schema.sql is not the DDL of SetupSchema with the default name; want it to end with:\n%s", ddl)
+	if renderDDL(cfg.table) != SchemaSQL() {
+		t.Fatal("the DDL for the default name is not schema.sql")
 	}
-	for _, line := range strings.Split(strings.TrimSpace(header), "\n") {
-		if !strings.HasPrefix(line, "--") {
-			t.Fatalf("schema.sql has a line that is not a comment before the DDL: %q", line)
+	other, err := parseTableName("s.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl := renderDDL(other)
+	for _, want := range []string{`EXISTS "s"."t" (`, `EXISTS "t_keep_until_idx" ON "s"."t"`, `EXISTS "t_lock_id_idx" ON "s"."t"`} {
+		if !strings.Contains(ddl, want) {
+			t.Fatalf("the DDL for s.t lacks %s:\n%s", want, ddl)
 		}
 	}
-	if !strings.Contains(header, fmt.Sprint(schemaLockID)) {
-		t.Fatal("the header of schema.sql does not name the advisory lock SetupSchema holds")
+	if strings.Contains(ddl, `"`+defaultTable) {
+		t.Fatalf("the DDL for s.t still names %s:\n%s", defaultTable, ddl)
+	}
+	if !strings.Contains(SchemaSQL(), fmt.Sprint(schemaLockID)) || !strings.Contains(SchemaSQL(), "WHERE "+lockIDRows+";") {
+		t.Fatal("schema.sql does not name the advisory lock SetupSchema holds, or its lock-id index has another predicate than FindClaim's")
 	}
 }
 

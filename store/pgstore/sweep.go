@@ -8,19 +8,14 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Sweep deletes the rows past their keep_until (by the server's clock):
-// outcomes past their expiry, claims a minute ([store.ClaimRetention]) past
-// their lease, tombstones of released claims and deleted records a minute
-// after they were left; none before the server's clock has passed its
-// fence. It runs in batches of at most the sweep batch ([WithSweepBatch])
-// rows, each one statement in its own short transaction with an
-// asynchronous commit (a lost sweep is only repeated), until a batch comes
-// up short. Rows locked by a concurrent operation are skipped. It returns
-// how many rows it deleted, also when it fails part way.
-//
-// Claims also take over, in place, any row that is no longer live, so a
-// key that is used again never waits for a sweep; Sweep is what keeps keys
-// that are never used again from piling up.
+// Sweep deletes the rows past their keep_until by the server's clock: the
+// time [store.Store]'s fence rule lets them go, with the store's largest
+// clock step ([WithMaxClockStep]). It runs in batches ([WithSweepBatch]),
+// each one statement with an asynchronous commit (a lost sweep is only
+// repeated), skipping locked rows, until a batch comes up short, and
+// returns how many rows it deleted, also when it fails part way. Claims
+// take dead rows over in place; Sweep removes those of keys never used
+// again.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	total := 0

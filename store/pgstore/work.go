@@ -36,45 +36,19 @@ type beginner interface {
 }
 
 // Tx returns the transaction of the guarded work whose context is ctx,
-// beginning it (on a connection of the store's pool, held until the work's
-// end) on the first call; later calls return the same transaction.
-//
-// The guard commits it together with the work's outcome: the record is
-// completed in the transaction, under the claim's fence, and then the
-// transaction commits, so the work's writes and its record land together
-// or not at all. A crash before the commit leaves neither (the retry runs
-// the work again, on a database without its writes); once the commit is
-// in, the retry replays. If the claim was taken over while the work ran
-// (its lease ran out and another request claimed the key), the record no
-// longer carries the claim: the transaction is rolled back and the call
-// fails (middleware.UnavailableError, wrapping idemkit.ErrLeaseLost), so the
-// work's writes are never there twice. A lease lost before the work
-// returned (its ctx ended with idemkit.ErrLeaseLost: the renewals failed
-// until it ran out) fails the call the same way and releases the claim,
-// even when nobody claimed the key meanwhile. An error, a panic, a
-// verdict that stores nothing (an HTTP 5xx, say) or
-// middleware.DoNotRecord roll it back, and the claim is released.
-//
-// What it cannot cover: effects outside this database (e-mails, calls to
-// other services) happen when the work makes them, committed or not; give
-// them the claim's fence (middleware.CallInfoFrom) or write them to an
-// outbox table in this transaction. The work's tables must be in the same
-// database as the records.
-//
-// The returned transaction refuses Commit and Rollback ([ErrGuardCommits]);
-// savepoints (its Begin) work as usual. Its isolation level is
-// [WithTxIsolation]'s (read committed by default). A transaction that
-// fails by itself (a statement the work let fail leaves it aborted; a
-// deferred constraint refuses it at COMMIT; a serialization failure) fails
-// the call with an error matching store.ErrWorkFailed or
-// store.ErrWorkConflict, and its claim is released. Its row
-// locks are held until the guard ends it: after a takeover, the taker's
-// insert of a value a unique constraint holds, which the first holder
-// inserted, blocks until the first holder's transaction ends (rolled
-// back), then goes on (see the package docs).
-// ErrNoTransaction is returned when ctx is not guarded work on such a
-// store; a failure to begin is a coded error (Unavailable when the server
-// cannot be reached).
+// begun on the first call (on a pool connection held until the work ends).
+// The guard completes the record in it, under the claim's fence, and
+// commits both at once: the work's writes and its record land together or
+// not at all. A claim taken over or a lease lost before the work returned
+// rolls it back (the call fails with idemkit.ErrLeaseLost); so do an
+// error, a panic, an outcome that is not stored and
+// middleware.DoNotRecord, and the claim is released. A transaction that
+// fails by itself fails the call with store.ErrWorkFailed or
+// store.ErrWorkConflict. Effects outside this database are not covered.
+// The transaction refuses Commit and Rollback ([ErrGuardCommits]);
+// savepoints work. Its isolation is [WithTxIsolation]'s. Outside such work
+// it returns [ErrNoTransaction]. The repository's docs/backends.md
+// (Exactly-once effects) tells the whole contract.
 func Tx(ctx context.Context) (pgx.Tx, error) {
 	w, ok := ctx.Value(workKey{}).(*work)
 	if !ok {
@@ -179,11 +153,8 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	if err := store.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
-	if err := checkFence(op, rec.Fence); err != nil {
+	if err := w.s.checkOutcome(op, rec); err != nil {
 		return false, err
-	}
-	if len(rec.Response) > w.s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), w.s.cfg.maxResponse)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -191,13 +162,9 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "no transaction under way", nil)
 	}
 	w.end()
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
-	}
 	var done bool
 	err := w.tx.QueryRow(ctx, w.s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
-		response, []byte(rec.Fingerprint), ttl.Microseconds()).Scan(&done)
+		response(rec), []byte(rec.Fingerprint), ttl.Microseconds()).Scan(&done)
 	if errors.Is(err, pgx.ErrNoRows) {
 		w.rollback(ctx)
 		return false, nil
