@@ -19,10 +19,9 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// DB is what the store needs of a PostgreSQL client: methods that
-// *pgxpool.Pool, *pgx.Conn and pgx.Tx all have. A *pgx.Conn must not be
-// used from several goroutines at once; on a pgx.Tx every operation takes
-// effect when that transaction commits.
+// DB is what the store needs of a PostgreSQL client: a *pgxpool.Pool, a
+// *pgx.Conn (never used by two goroutines at once) or a pgx.Tx (whose
+// commit carries every operation).
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -56,18 +55,15 @@ type config struct {
 	listenIdle time.Duration                                // how long the listener outlives its last watch
 }
 
-// WithTable sets the record table: "table" or "schema.table", each part a
-// letter or underscore followed by letters, digits and underscores (the
-// table part at most 48 bytes, the schema 63). Names are always quoted, so
-// their case is kept. Default: "idemkit_records".
+// WithTable sets the record table: "table" or "schema.table", each part
+// matching [A-Za-z_][A-Za-z0-9_]* (the table at most 48 bytes, the schema
+// 63), always quoted. Default: "idemkit_records".
 func WithTable(name string) Option { return func(c *config) { c.tableName = name } }
 
-// WithMaxResponseBytes sets the largest response Complete and Put accept;
-// a larger one is refused with an error matching [store.ErrTooLarge] before
-// any I/O (the guard then records the execution as not replayable). 1 to
-// 1,073,741,823 bytes (the largest bytea value). Default: 8 MiB,
-// large enough for any response worth replaying, small enough that a replay
-// does not move a huge value through the database.
+// WithMaxResponseBytes sets the largest response Complete and Put accept,
+// 1 to 1,073,741,823 bytes (a bytea's limit); a larger one fails with
+// [store.ErrTooLarge] before any I/O. Default: 8 MiB, enough for any
+// response worth replaying.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithLogger sets the logger for sweeper failures. Log lines never contain
@@ -75,11 +71,10 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithMaxClockStep sets the largest step back of the server's clock (or
-// of a failover's clock against the old primary's) that fences survive: no
-// row goes before clock_timestamp() has passed its fence, read as Unix
-// milliseconds, plus d (the fence rule of [store.Store]). Releases and
-// deletions leave a tombstone until then. Give every store on a table the
-// same value. At least 0. Default: one minute.
+// of a failover's against the old primary's) that fences survive: the
+// step of [store.Store]'s fence rule, for which rows and tombstones are
+// kept. Give every store on a table the same. At least 0. Default: one
+// minute.
 func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.maxStep = d } }
 
 // WithSweepBatch sets how many rows one DELETE of [Store.Sweep] removes at
@@ -87,22 +82,18 @@ func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.maxSt
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
 // WithListenConn sets how the store opens the connection it listens on
-// ([Store.Watch]): a new connection used for nothing else, which the store
-// closes when it stops listening; called on the first Watch and again,
-// with back-off (50 ms to 5 s, 10 s per try), after a loss. nil turns
-// listening off (waiters poll), as behind a proxy that pools connections
-// per transaction. Default: on a *pgxpool.Pool, a connection taken out of
-// the pool (Acquire, then Hijack); on any other [DB], none.
+// ([Store.Watch]), one of its own that it closes when it stops listening.
+// nil turns listening off (waiters poll), as behind a proxy that pools
+// connections per transaction. Default: on a *pgxpool.Pool, a connection
+// taken out of the pool (Acquire, then Hijack); on any other [DB], none.
 func WithListenConn(connect func(ctx context.Context) (*pgx.Conn, error)) Option {
 	return func(c *config) { c.listenSet, c.listenConn = true, connect }
 }
 
 // WithTxIsolation sets the isolation level of the transactions [Tx]
-// begins, on each BEGIN: pgx.ReadCommitted, pgx.RepeatableRead or
-// pgx.Serializable. Above read committed, a serialization failure is a
-// conflict the client may retry, and the work must end before the guard's
-// first renewal of its lease (a third of the lease TTL), which changes the
-// record's row after the transaction's snapshot. Default: pgx.ReadCommitted.
+// begins: pgx.ReadCommitted, pgx.RepeatableRead or pgx.Serializable (then
+// work must end before the guard first renews its lease, which changes the
+// record's row after the snapshot). Default: pgx.ReadCommitted.
 func WithTxIsolation(level pgx.TxIsoLevel) Option { return func(c *config) { c.txIso = level } }
 
 // Defaults and bounds of the options, as their documentation states them.
@@ -143,18 +134,17 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// Store is a [store.Store] (records that carry their own lease), a
-// [store.Watcher] (waiting duplicates woken by LISTEN/NOTIFY, see
-// [Store.Watch]) and a [store.Records] (plain fenced records, for
-// [github.com/idemkit/idemkit/middleware.Compose]) on PostgreSQL, one row per record key. Its methods are
-// safe for concurrent use when its [DB] is (a pool is; a *pgx.Conn or a
-// pgx.Tx is not).
+// Store is the PostgreSQL engine: a [store.Store], [store.Watcher],
+// [store.Records] and [store.Lister], with [Store.FindClaim] for the lock
+// library, one row per record key. It is safe for concurrent use when its
+// [DB] is (a pool is; a *pgx.Conn or a pgx.Tx is not).
 type Store struct {
-	db   DB
-	inTx bool // db is a caller's transaction: no retries, no asynchronous commits
-	cfg  config
-	q    queries
-	lis  *listener // nil: the store does not listen (Watch never fires)
+	db     DB
+	inTx   bool // db is a caller's transaction: no retries, no asynchronous commits
+	cfg    config
+	q      queries
+	lis    *listener // nil: the store does not listen (Watch never fires)
+	shared sharing   // claims of one key in flight together
 
 	// The claims whose work holds a transaction (see Tx), by workID, and
 	// the connection that renews their leases (nil: the DB renews them).
@@ -163,10 +153,9 @@ type Store struct {
 	starved atomic.Bool // a starved pool was logged
 }
 
-// New returns a store on db, with the table named by opts, which must exist
-// (see [SetupSchema]). It validates the options (InvalidArgument) and sends
-// nothing to the server (the notification listener starts on the first
-// [Store.Watch]).
+// New returns a store on db and the table named by opts, which must exist
+// ([SetupSchema]). It validates the options (InvalidArgument) and sends
+// nothing to the server.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a database client is required", nil)
@@ -193,12 +182,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// storedKey returns the key column's value for a record key (any bytes):
-// the key itself when it is printable ASCII (0x20 to 0x7E) and does not
-// start with `\x`; otherwise `\x` followed by the lowercase hex of its
-// bytes (PostgreSQL's own notation for bytes). Every encoded key starts
-// with `\x` and no verbatim one does, so no two keys share a row; ASCII is
-// stored alike in every server encoding.
+// storedKey returns the key column's value: the key itself when it is
+// printable ASCII not starting with `\x` (alike in every server encoding),
+// else `\x` and the hex of its bytes, which no verbatim key equals.
 func storedKey(key string) string {
 	if verbatim(key) {
 		return key
@@ -240,8 +226,7 @@ func (r *row) dest() []any {
 	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
 }
 
-// record turns the row into the record under key, checking what the
-// database returned.
+// record checks the row and turns it into the record under key.
 func (r *row) record(op, key string) (store.Record, error) {
 	st := store.State(r.state)
 	if r.state < 0 || !st.Valid() || r.fence < 0 {
@@ -259,9 +244,8 @@ func (r *row) record(op, key string) (store.Record, error) {
 	return rec, nil
 }
 
-// maxClaimTries bounds the claims run again because the key's row changed
-// under the statement in a way it could not read (see [claimSQL]): each
-// such try means that another claim won a race and then ended at once.
+// maxClaimTries bounds the tries of a claim whose row changed under it
+// unreadably (see [claimSQL]): a racing claim won and ended at once.
 const maxClaimTries = 4
 
 // ready returns the first failed check, or checks ctx: what every
@@ -295,15 +279,24 @@ func response(rec store.Record) []byte {
 }
 
 // Claim implements [store.Store] in one statement ([claimSQL]); a refused
-// claim writes nothing and locks nothing. Should the key's row change
-// under it in a way it cannot read (a racing claim that won and ended
-// within it), it runs again, four times at most.
+// claim writes nothing and locks nothing. Claims of one key that run at
+// once in this process share a statement (see sharing), except in a
+// caller's transaction.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := ready(ctx, op, store.ValidateKey(key), store.ValidateTTL(op, ttl)); err != nil {
 		return store.Record{}, false, err
 	}
-	sk, fpb, micros := storedKey(key), []byte(fp), ttl.Microseconds()
+	sk := storedKey(key)
+	if s.inTx {
+		return s.claim(ctx, key, sk, fp, ttl)
+	}
+	return s.shared.claim(ctx, sk, func() (store.Record, bool, error) { return s.claim(ctx, key, sk, fp, ttl) })
+}
+
+func (s *Store) claim(ctx context.Context, key, sk, fp string, ttl time.Duration) (store.Record, bool, error) {
+	const op = "claim"
+	fpb, micros := []byte(fp), ttl.Microseconds()
 	for try := 1; ; try++ {
 		var (
 			r       row
@@ -361,9 +354,8 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	return until, done, s.starvedPool(ctx, err)
 }
 
-// Complete implements [store.Store]: one UPDATE guarded by the fence and
-// the claimed state, with a durable commit. A repeat of a completion that
-// landed (its answer lost with its connection) is reported done.
+// Complete implements [store.Store]: one UPDATE, durable; a repeat of one
+// that landed (its answer lost) is reported done.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
 	if err := ready(ctx, op, store.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
@@ -376,10 +368,9 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	return done, s.starvedPool(ctx, err)
 }
 
-// Release implements [store.Store]: one UPDATE guarded by the fence, the
-// claimed state and the lease, that leaves a tombstone, with an
-// asynchronous commit. Repeated after a lost connection, it reports done
-// when it finds the claim's tombstone.
+// Release implements [store.Store]: one UPDATE, committed asynchronously,
+// that leaves a tombstone; after a lost connection, the claim's tombstone
+// says it was done.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := ready(ctx, op, store.ValidateFenced(op, key, fence), checkFence(op, fence)); err != nil {
@@ -465,10 +456,9 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 }
 
 // FindClaim returns the live claim whose fingerprint is fp, a lock id (22
-// characters of A-Z, a-z, 0-9, - and _), for the lock library
-// ([github.com/idemkit/idemkit/lock]): one read, by a partial index of the
-// rows whose fingerprint is a lock id, which the guard's writes never
-// touch. Any other fp finds nothing, without I/O.
+// characters of A-Z, a-z, 0-9, - and _), for the lock library: one read by
+// a partial index that only lock ids enter (the guard's writes never do).
+// Any other fp finds nothing, without I/O.
 func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
 	const op = "find-claim"
 	if !isLockID(fp) {
@@ -508,9 +498,8 @@ func isLockID(fp string) bool {
 }
 
 // Delete implements [store.Store] and [store.Records]: one UPDATE that
-// turns the live record, whatever its state, into a tombstone. Not
-// repeated after a lost connection: a delete that committed would then be
-// reported as finding nothing.
+// leaves a tombstone; not repeated after a lost connection (it would find
+// nothing).
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := ready(ctx, op, store.ValidateKey(key)); err != nil {
@@ -522,9 +511,8 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	return done, err
 }
 
-// Put implements [store.Records]: one upsert, durable, that writes the
-// outcome rec unless the live record under its key carries a higher fence
-// (repeatable: twice leaves what once does).
+// Put implements [store.Records]: one durable upsert (repeatable: twice
+// leaves what once does).
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
 	if err := ready(ctx, op, validatePut(rec, ttl), s.checkOutcome(op, rec)); err != nil {
@@ -534,9 +522,8 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		response(rec), int64(rec.Fence), ttl.Microseconds())
 }
 
-// validatePut checks a Put's arguments: a valid key, an outcome state and a
-// TTL of at least one millisecond. The fence may be zero (an unfenced
-// writer).
+// validatePut checks a Put's arguments; the fence may be zero (an
+// unfenced writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
 	if err := store.ValidateKey(rec.Key); err != nil {
 		return err

@@ -22,46 +22,28 @@ type queries struct {
 	watched string
 }
 
-// claimSQL is the one statement of a claim. Its parameters: $1 the stored
-// key, $2 the fingerprint, $3 the lease in microseconds. It answers one row
-// (claimed, fingerprint, state, response, fence, created_at, expires_at),
-// or, when the key's row changed under it in a way it cannot read in the
-// same statement, none (the caller then runs it again). A new claim's row
-// carries, in place of its own fingerprint ($2, which the caller has) and
-// response (empty), those of the row it took over, so that a take-over of
-// a row still holding a response reports it (store.Record.Replaced) in the
-// same round trip; a watch mark (see watched) is no response.
+// claimSQL is a claim's one statement ($1 the stored key, $2 the
+// fingerprint, $3 the lease in microseconds). It answers one row (claimed,
+// fingerprint, state, response, fence, created_at, expires_at), or none
+// when the row changed under it unreadably (the caller runs it again). A
+// new claim's row carries the fingerprint and response of the row it took
+// over (store.Record.Replaced), in the same round trip.
 //
-//   - n: the server's clock, read once, and its Unix milliseconds.
-//   - cur: the key's row as the statement's snapshot sees it.
-//   - ins: no row: insert the claim. A concurrent claim that inserted the
-//     row first makes it do nothing (ON CONFLICT DO NOTHING waits for that
-//     transaction to end).
-//   - race: ins lost that race, so the winner's row exists but is not in
-//     the snapshot: only ON CONFLICT DO UPDATE can read it. A no-op update
-//     returns it when it is live (the loser's answer: busy); it proposes a
-//     claim that has already run out, so that it never leaves a live claim
-//     behind should the row have vanished meanwhile.
-//   - upd: the row is a tombstone, a claim whose lease ran out or an outcome
-//     past its expiry: take it over, with a fence above its fence. It
-//     answers with the fingerprint and response cur read (the row as the
-//     statement's snapshot saw it: should a racing claim have taken the
-//     row over and ended since, the older row's). The WHERE
-//     is checked again on the newest version of the row when a concurrent
-//     transaction changed it (READ COMMITTED), so of racing take-overs one
-//     wins and the others update nothing. Taking over a claim that was
-//     marked as waited for (see [Store.Watch]) notifies, like the end of a
-//     claim, so that its waiters watch the new claim (its claimed column,
-//     always true, carries the pg_notify call).
-//   - lost: the row looked claimable but upd lost such a race: FOR SHARE
-//     waits for and reads the newest version (the winner's claim) to answer
-//     busy. (FOR KEY SHARE would not do: it may lock the old version of a
-//     row whose update changed no key column, and return it.)
+//   - n: the clock, read once; cur: the row in the snapshot; ins: no row:
+//     insert (ON CONFLICT DO NOTHING waits for a racing inserter).
+//   - race: ins lost that race; only ON CONFLICT DO UPDATE reads the
+//     winner's row, outside the snapshot. Its no-op update returns the row
+//     when live (busy), and proposes an already run-out claim, so that it
+//     never leaves a live one behind should the row have vanished.
+//   - upd: take a dead row over, fence above its fence. READ COMMITTED
+//     checks the WHERE again on the newest version, so of racing take-overs
+//     one wins. Taking over a claim marked as waited for notifies, so that
+//     its waiters watch the new claim.
+//   - lost: upd lost such a race: FOR SHARE waits for and reads the
+//     winner's claim (FOR KEY SHARE could return the old version).
 //
-// A key that is live in the snapshot (busy or completed) is answered from
-// cur: ins and race insert nothing, upd's WHERE is false on the only
-// version it sees, lost reads nothing. The statement then writes nothing,
-// locks nothing and takes no transaction id.
+// A key live in the snapshot is answered from cur: the statement then
+// writes nothing, locks nothing and takes no transaction id.
 const claimSQL = `WITH n AS (
 	SELECT c.t, greatest(floor(extract(epoch FROM c.t) * 1000)::bigint, 1) AS ms
 	FROM (SELECT clock_timestamp() AS t) AS c
@@ -168,12 +150,10 @@ FROM {{t}} WHERE fingerprint = $1::bytea AND ` + lockIDRows + `
 	AND state = 1 AND expires_at > clock_timestamp()
 LIMIT 1`,
 
-		// The live rows whose stored key is in one of two ranges (see
-		// Store.List): $1 to $2, the verbatim keys ($1 NULL for none, $2
-		// NULL for no upper bound), and $3 to $4, the hex-encoded ones;
-		// after the stored key $5, in key order, at most $6. One row of
-		// arrays, so that the store needs nothing but QueryRow of its
-		// client.
+		// The live rows of two key ranges (see Store.List): $1 to $2 the
+		// verbatim keys ($1 NULL: none; $2 NULL: unbounded), $3 to $4 the
+		// hex ones; after $5, at most $6. One row of arrays: the store
+		// needs nothing but QueryRow.
 		list: `SELECT array_agg(key ORDER BY key), array_agg(fingerprint ORDER BY key), array_agg(state ORDER BY key),
 	array_agg(response ORDER BY key), array_agg(fence ORDER BY key), array_agg(created_at ORDER BY key),
 	array_agg(expires_at ORDER BY key)
@@ -190,11 +170,9 @@ FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.state <> 0}}
 WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
 RETURNING {{notify}}`,
 
-		// Marks the key's claim as waited for, unless it is already:
-		// true when the claim is marked (now or before), false when the
-		// key holds no claim. The mark is the one byte \x01 in the
-		// response column, which a claim does not use otherwise; a new
-		// claim starts unmarked.
+		// Marks the key's claim as waited for (the byte \x01 in its
+		// unused response column): true when it is marked, now or
+		// before; false when the key holds no claim.
 		watched: `WITH m AS (
 	UPDATE {{t}} AS r SET response = '\x01'::bytea
 	FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n

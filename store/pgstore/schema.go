@@ -12,18 +12,15 @@ import (
 // defaultTable is the record table unless [WithTable] names another.
 const defaultTable = "idemkit_records"
 
-// schemaLockID is the key of the transaction-scoped advisory lock
-// (pg_advisory_xact_lock) that [SetupSchema] holds while it runs its DDL,
-// so that processes starting together do not race on CREATE TABLE IF NOT
-// EXISTS: the big-endian int64 of the ASCII bytes "idemkit!".
+// schemaLockID is the advisory lock [SetupSchema] holds, so that processes
+// starting together do not race on CREATE ... IF NOT EXISTS: "idemkit!".
 const schemaLockID int64 = 0x6964656d6b697421
 
 //go:embed schema.sql
 var schemaSQL string
 
-// SchemaSQL returns the DDL that [SetupSchema] runs with the default table
-// name, as shipped in this package's schema.sql, for migration tools. It is
-// idempotent (IF NOT EXISTS throughout).
+// SchemaSQL returns schema.sql, the idempotent DDL [SetupSchema] runs for
+// the default table name, for migration tools.
 func SchemaSQL() string { return schemaSQL }
 
 // lockIDRows is the predicate of the partial index on lock ids, as
@@ -40,13 +37,11 @@ func renderDDL(t tableName) string {
 	).Replace(schemaSQL)
 }
 
-// SetupSchema creates the record table and its indexes if they do not
-// exist, with the table name set by opts ([WithTable]; other options are
-// ignored). It is idempotent and safe to run from several processes at
-// once: one statement batch, one implicit transaction that first takes
-// pg_advisory_xact_lock(7594306392281412641). On a pgx.Tx the DDL takes
-// effect when that transaction commits. An invalid name is refused with
-// InvalidArgument before any SQL is sent.
+// SetupSchema runs schema.sql for the table named by opts ([WithTable]),
+// creating what does not exist, in one transaction that first takes
+// pg_advisory_xact_lock(7594306392281412641): idempotent, and safe from
+// several processes at once. An invalid name is InvalidArgument before
+// any SQL.
 func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
 	const op = "setup-schema"
 	cfg, err := newConfig(opts)

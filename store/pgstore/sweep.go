@@ -8,14 +8,12 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Sweep deletes the rows past their keep_until by the server's clock: the
-// time [store.Store]'s fence rule lets them go, with the store's largest
-// clock step ([WithMaxClockStep]). It runs in batches ([WithSweepBatch]),
-// each one statement with an asynchronous commit (a lost sweep is only
-// repeated), skipping locked rows, until a batch comes up short, and
-// returns how many rows it deleted, also when it fails part way. Claims
-// take dead rows over in place; Sweep removes those of keys never used
-// again.
+// Sweep deletes the rows past their keep_until by the server's clock (the
+// fence rule of [store.Store], with [WithMaxClockStep]), in batches
+// ([WithSweepBatch]) of one statement with an asynchronous commit each,
+// skipping locked rows, until a batch comes up short. It returns how many
+// rows it deleted, also when it fails part way. Claims take dead rows over
+// in place; Sweep removes those of keys never used again.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	total := 0
@@ -39,15 +37,11 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// StartSweeper runs [Store.Sweep] every interval (a non-positive one means
-// one minute) in a goroutine of its own until ctx ends or stop is called;
-// stop waits for a sweep in progress and may be called more than once. Each
-// sweep is bounded by the interval. Failures are logged (at warn level,
-// without keys) and the sweeper carries on.
-//
-// Do not start one on a store built on a *pgx.Conn that other goroutines
-// use: a connection serves one statement at a time. One sweeper per
-// database is enough; more are harmless.
+// StartSweeper runs [Store.Sweep] every interval (non-positive: a minute),
+// each sweep bounded by it, in a goroutine of its own until ctx ends or
+// stop (which waits for a sweep in progress) is called. Failures are
+// logged without keys. One sweeper per database is enough; more are
+// harmless; none on a *pgx.Conn that other goroutines use.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
 	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
 }

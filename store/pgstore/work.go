@@ -18,15 +18,12 @@ import (
 
 var _ store.Transactor = (*Store)(nil)
 
-// ErrNoTransaction is what [Tx] returns for a context that is not the
-// context of guarded work on a [Store] that can begin transactions: work
-// not run by the guard, a guard on another store, or a store whose [DB] is
-// itself a transaction or cannot begin one.
+// ErrNoTransaction is what [Tx] returns outside work guarded by a [Store]
+// that can begin transactions (on a pool or a connection).
 var ErrNoTransaction = errors.New("pgstore: no transaction: the context is not that of work guarded by a pgstore.Store over a pool or a connection")
 
-// ErrGuardCommits is what the transaction [Tx] returns answers to Commit
-// and Rollback: the guard ends it, with the outcome (return normally) or
-// without (return an error, or panic).
+// ErrGuardCommits is the answer of [Tx]'s transaction to Commit and
+// Rollback: the guard ends it (return from the work instead).
 var ErrGuardCommits = errors.New("pgstore: the guard commits or rolls back this transaction: return from the work instead")
 
 // beginner is what a [DB] needs to begin transactions: *pgxpool.Pool and
@@ -36,19 +33,15 @@ type beginner interface {
 }
 
 // Tx returns the transaction of the guarded work whose context is ctx,
-// begun on the first call (on a pool connection held until the work ends).
+// begun on the first call on a pool connection held until the work ends.
 // The guard completes the record in it, under the claim's fence, and
-// commits both at once: the work's writes and its record land together or
-// not at all. A claim taken over or a lease lost before the work returned
-// rolls it back (the call fails with idemkit.ErrLeaseLost); so do an
-// error, a panic, an outcome that is not stored and
-// middleware.DoNotRecord, and the claim is released. A transaction that
-// fails by itself fails the call with store.ErrWorkFailed or
-// store.ErrWorkConflict. Effects outside this database are not covered.
-// The transaction refuses Commit and Rollback ([ErrGuardCommits]);
-// savepoints work. Its isolation is [WithTxIsolation]'s. Outside such work
-// it returns [ErrNoTransaction]. The repository's docs/backends.md
-// (Exactly-once effects) tells the whole contract.
+// commits both at once. A claim taken over or a lease lost before the work
+// returned rolls it back (idemkit.ErrLeaseLost), as do an error, a panic,
+// an outcome not stored and middleware.DoNotRecord, releasing the claim; a
+// transaction that fails by itself fails the call with
+// store.ErrWorkFailed or store.ErrWorkConflict. Commit and Rollback answer
+// [ErrGuardCommits]; savepoints work. Outside guarded work: [ErrNoTransaction].
+// docs/backends.md (Exactly-once effects) tells the whole contract.
 func Tx(ctx context.Context) (pgx.Tx, error) {
 	w, ok := ctx.Value(workKey{}).(*work)
 	if !ok {
@@ -105,11 +98,8 @@ func (w *work) begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	if w.s.cfg.txIso != pgx.ReadCommitted {
-		// Mark the claim as waited for before the transaction's snapshot
-		// (see Store.Watch): a waiting duplicate's mark would be a change
-		// of the record's row after it, which the completion could then
-		// not write (a serialization failure). Marked, the claim's row is
-		// only read by duplicates.
+		// Marked before the snapshot, the row is only read by waiters: a
+		// waiter's mark after it would fail the completion (40001).
 		if _, err := w.s.mark(ctx, w.id.key); err != nil {
 			return nil, w.s.starvedPool(ctx, err)
 		}
@@ -144,10 +134,9 @@ func (w *work) Begun() bool {
 	return w.tx != nil
 }
 
-// Commit implements [store.Work]: the completion's UPDATE (guarded by the
-// fence and the claimed state) in the transaction, then its commit, which
-// is durable. No row updated: the claim is no longer this one's, and the
-// transaction is rolled back.
+// Commit implements [store.Work]: the completion's UPDATE in the
+// transaction, then a durable commit; a claim no longer this one's rolls
+// it back.
 func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "commit"
 	if err := store.ValidateComplete(rec, ttl); err != nil {
@@ -180,11 +169,9 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	return true, nil
 }
 
-// failed maps the error of the completion's statement in the transaction
-// (atCommit false) or of its COMMIT. A failure of the transaction itself
-// (the server answered, and rolled it back) wraps [store.ErrWorkFailed] or
-// [store.ErrWorkConflict] with a detail that names its cause; anything
-// else is the backend's (see [mapError]).
+// failed maps the error of the completion (atCommit false) or of COMMIT:
+// the transaction's own failure wraps [store.ErrWorkFailed] or
+// [store.ErrWorkConflict], naming its cause; anything else is mapError's.
 func (w *work) failed(ctx context.Context, op string, err error, atCommit bool) error {
 	if ctx.Err() != nil {
 		return mapError(ctx, op, err)
