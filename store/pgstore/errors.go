@@ -142,6 +142,8 @@ func classifySQLState(code string) (idemkit.Code, string) {
 		return idemkit.CodeAuthFailed, deniedHint
 	case "42P01", "3F000", "42703":
 		return idemkit.CodeMisconfigured, undefinedHint
+	case "23514": // the only check of the table: the fence's
+		return idemkit.CodeInternal, "fence overflow: the key's next fence would exceed idemkit.FenceMax"
 	case "54000":
 		return idemkit.CodeInvalidArgument, "a value exceeds a server limit (program_limit_exceeded)"
 	}

@@ -52,6 +52,7 @@ func TestMapError(t *testing.T) {
 		{pg("3F000"), idemkit.CodeMisconfigured},
 		{pg("42703"), idemkit.CodeMisconfigured},
 		{pg("54000"), idemkit.CodeInvalidArgument},
+		{pg("23514"), idemkit.CodeInternal},
 		{pg("23505"), idemkit.CodeInternal},
 		{pg("XX000"), idemkit.CodeInternal},
 		{fmt.Errorf("wrapped: %w", pg("53300")), idemkit.CodeRateLimited},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // DB is what the store needs of a PostgreSQL client: a *pgxpool.Pool, a
@@ -461,7 +462,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // Any other fp finds nothing, without I/O.
 func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
 	const op = "find-claim"
-	if !isLockID(fp) {
+	if !engine.LockID(fp) {
 		return store.Record{}, false, nil
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -481,20 +482,6 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 	}
 	rec, err := r.record(op, key)
 	return rec, err == nil, err
-}
-
-// isLockID reports whether fp matches the lock-id index's predicate.
-func isLockID(fp string) bool {
-	if len(fp) != 22 {
-		return false
-	}
-	for i := 0; i < len(fp); i++ {
-		c := fp[i]
-		if !('A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // Delete implements [store.Store] and [store.Records]: one UPDATE that

@@ -20,8 +20,9 @@ CREATE TABLE IF NOT EXISTS "idemkit_records" (
     -- The encoded response when completed. Empty otherwise, except that a
     -- claim a duplicate waits for holds \x01 (its end then notifies).
     response    bytea       NOT NULL,
-    -- The claim's fence: above every fence the key carried before.
-    fence       bigint      NOT NULL,
+    -- The claim's fence: above every fence the key carried before. The
+    -- check refuses, atomically, the claim that would pass idemkit.FenceMax.
+    fence       bigint      NOT NULL CHECK (fence <= 900000000000000),
     -- When the claim was made or the outcome written.
     created_at  timestamptz NOT NULL,
     -- A claim: when its lease runs out; an outcome: when it is forgotten.

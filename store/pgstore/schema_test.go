@@ -18,7 +18,8 @@ import (
 // TestSchemaSQLRendered checks that SetupSchema's DDL is schema.sql
 // itself for the default name and carries another name everywhere, that
 // schema.sql names the advisory lock SetupSchema holds, and that its
-// partial index has the predicate FindClaim repeats.
+// partial index has the predicate FindClaim repeats, and that the fence
+// is bounded by idemkit.FenceMax.
 func TestSchemaSQLRendered(t *testing.T) {
 	t.Parallel()
 	cfg, err := newConfig(nil)
@@ -43,6 +44,9 @@ func TestSchemaSQLRendered(t *testing.T) {
 	}
 	if !strings.Contains(SchemaSQL(), fmt.Sprint(schemaLockID)) || !strings.Contains(SchemaSQL(), "WHERE "+lockIDRows+";") {
 		t.Fatal("schema.sql does not name the advisory lock SetupSchema holds, or its lock-id index has another predicate than FindClaim's")
+	}
+	if !strings.Contains(SchemaSQL(), fmt.Sprintf("CHECK (fence <= %d)", idemkit.FenceMax)) {
+		t.Fatal("schema.sql does not bound the fence by idemkit.FenceMax")
 	}
 }
 
