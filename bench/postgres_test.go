@@ -10,12 +10,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock/pglock"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store/pgstore"
 )
 
-// postgresScenarios runs acquire+release cycles of pglock side by side with
-// a pg_try_advisory_lock / pg_advisory_unlock cycle, at 1 and 16
-// connections, on distinct keys.
+// postgresScenarios runs acquire+release cycles of the lock library over
+// pgstore side by side with a pg_try_advisory_lock / pg_advisory_unlock
+// cycle, at 1 and 16 connections, on distinct keys.
 func postgresScenarios(t *testing.T, d time.Duration) []Result {
 	srv := testenv.NewPostgres(t)
 	ctx := t.Context()
@@ -36,11 +37,15 @@ func postgresScenarios(t *testing.T, d time.Duration) []Result {
 	for _, conns := range []int{1, 16} {
 		pool := newPool(int32(conns))
 		name := testenv.Name(t)
-		opts := []pglock.Option{pglock.WithTable(name + "_locks")}
-		if err := pglock.SetupSchema(ctx, pool, opts...); err != nil {
+		opt := pgstore.WithTable(name + "_locks")
+		if err := pgstore.SetupSchema(ctx, pool, opt); err != nil {
 			t.Fatal(err)
 		}
-		locker, err := pglock.New(pool, opts...)
+		s, err := pgstore.New(pool, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locker, err := lock.New(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +57,7 @@ func postgresScenarios(t *testing.T, d time.Duration) []Result {
 			_, err = locker.ReleaseKey(ctx, lease.Key, lease.ID)
 			return err
 		})
-		r.Group, r.Subject, r.Mode = "PostgreSQL locks: acquire + release", "idemkit pglock (row lock, fence)", "distinct keys"
+		r.Group, r.Subject, r.Mode = "PostgreSQL locks: acquire + release", "idemkit lock over pgstore (row lock, fence)", "distinct keys"
 		results = append(results, r)
 
 		r = Run(ctx, conns, d, func(ctx context.Context, w, i int) error {

@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -154,9 +155,10 @@ func TestRefusedClaimWritesNoWAL(t *testing.T) {
 	}
 }
 
-// raceClaims races n claims of key over one pool and returns them, failing
-// unless exactly one claimed and every other returned its claim.
-func raceClaims(t *testing.T, s *Store, key string, n int) (winner store.Record) {
+// raceClaims races n claims of key, claim i on stores[i%len(stores)], and
+// returns the winner, failing unless exactly one claimed and every other
+// returned its claim.
+func raceClaims(t *testing.T, stores []*Store, key string, n int) (winner store.Record) {
 	t.Helper()
 	recs := make([]store.Record, n)
 	won := make([]bool, n)
@@ -168,7 +170,7 @@ func raceClaims(t *testing.T, s *Store, key string, n int) (winner store.Record)
 		go func() {
 			defer wg.Done()
 			<-start
-			recs[i], won[i], errs[i] = s.Claim(t.Context(), key, fmt.Sprint("fp-", i), time.Hour)
+			recs[i], won[i], errs[i] = stores[i%len(stores)].Claim(t.Context(), key, fmt.Sprint("fp-", i), time.Hour)
 		}()
 	}
 	close(start)
@@ -196,9 +198,10 @@ func raceClaims(t *testing.T, s *Store, key string, n int) (winner store.Record)
 	return recs[w]
 }
 
-// TestRacingClaimsOneStatementEach races 16 claims, on 16 connections, of a
-// free key, of a key whose claim ran out, of a released key and of an
-// expired outcome, and checks that one wins, the others answer with the
+// TestRacingClaimsOneStatementEach races 16 claims, through 16 stores (so
+// that none share a statement) on 16 connections, of a free key, of a key
+// whose claim ran out, of a released key and of an expired outcome, and
+// checks that one wins, the others answer with the
 // winner's claim, and that every claim, winner or loser, was one statement:
 // the losers read the winner's row within their statement (ON CONFLICT DO
 // UPDATE for a row inserted after their snapshot, FOR SHARE for one
@@ -209,12 +212,17 @@ func TestRacingClaimsOneStatementEach(t *testing.T) {
 	admin := newPool(t, srv.URL, 2)
 	opt := table(t, admin)
 	var st statements
-	s, err := New(newPool(t, srv.URL, 16, traced(&st)), opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := t.Context()
+	pool := newPool(t, srv.URL, 16, traced(&st))
 	const n, rounds = 16, 10
+	stores := make([]*Store, n) // each its own, so that no two claims share a statement
+	for i := range stores {
+		var err error
+		if stores[i], err = New(pool, opt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := stores[0]
+	ctx := t.Context()
 	for round := range rounds {
 		keys := map[string]func(k string) idemkit.Fence{
 			"free": func(string) idemkit.Fence { return 0 },
@@ -253,7 +261,7 @@ func TestRacingClaimsOneStatementEach(t *testing.T) {
 			k := fmt.Sprintf("%s-%d", kind, round)
 			prev := prepare(k)
 			before := st.count()
-			w := raceClaims(t, s, k, n)
+			w := raceClaims(t, stores, k, n)
 			if got := st.count() - before; got != n {
 				t.Fatalf("%s: %d racing claims ran %d statements; want one each", kind, n, got)
 			}
@@ -339,5 +347,84 @@ func TestStoredKeys(t *testing.T) {
 		if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+tableOf(s)+" WHERE key = $1", c.stored).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("rows stored under %q: %d, %v", c.stored, n, err)
 		}
+	}
+}
+
+// TestClaimsOfOneKeyShareAStatement holds a first claim of a key in flight
+// (it waits for another transaction's uncommitted insert of the key's row),
+// lets 15 more claims of the key join, one of them with a ctx it then
+// cancels, and checks that the 14 left were answered by one more
+// statement: busy, with the committed claim; the cancelled one Aborted.
+func TestClaimsOfOneKeyShareAStatement(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opt := table(t, admin)
+	var st statements
+	s, err := New(newPool(t, srv.URL, 16, traced(&st)), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	const fence = 123
+	if _, err := tx.Exec(ctx, `INSERT INTO `+tableOf(s)+` (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
+		VALUES ('k', 'held', 1, '', $1, clock_timestamp(), clock_timestamp() + interval '1 hour', clock_timestamp() + interval '2 hours')`, fence); err != nil {
+		t.Fatal(err)
+	}
+	// members returns the claims of k that joined the next statement, and
+	// whether one is in flight.
+	members := func() (int, bool) {
+		s.shared.mu.Lock()
+		defer s.shared.mu.Unlock()
+		k := s.shared.keys["k"]
+		if k == nil || k.pending == nil {
+			return 0, k != nil && k.inflight != nil
+		}
+		return k.pending.members, k.inflight != nil
+	}
+	const n = 16
+	type answer struct {
+		rec     store.Record
+		claimed bool
+		err     error
+	}
+	answers := make(chan answer, n)
+	claim := func(ctx context.Context, i int) {
+		rec, claimed, err := s.Claim(ctx, "k", fmt.Sprint("fp-", i), time.Hour)
+		answers <- answer{rec, claimed, err}
+	}
+	before := st.count()
+	go claim(ctx, 0)
+	for _, inflight := members(); !inflight; _, inflight = members() {
+		time.Sleep(time.Millisecond)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	go claim(cancelled, n-1)
+	for i := 1; i < n-1; i++ {
+		go claim(ctx, i)
+	}
+	for m, _ := members(); m < n-1; m, _ = members() {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if a := <-answers; idemkit.CodeOf(a.err) != idemkit.CodeAborted {
+		t.Fatalf("the cancelled claim answered %+v, %v, %v; want Aborted", a.rec, a.claimed, a.err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for range n - 1 {
+		a := <-answers
+		if a.err != nil || a.claimed || a.rec.Fence != fence || a.rec.Fingerprint != "held" {
+			t.Fatalf("a claim answered %+v, %v, %v; want busy with the committed claim", a.rec, a.claimed, a.err)
+		}
+	}
+	if got := st.count() - before; got != 2 {
+		t.Fatalf("%d claims of one key ran %d statements; want 2 (the one in flight, and one shared by the rest)", n-1, got)
 	}
 }

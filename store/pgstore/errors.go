@@ -17,28 +17,20 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// maxRetries is how many times a statement is tried again after a
-// serialization failure, a deadlock, or a connection loss that provably left
-// nothing behind (or, for a repeatable try, any connection loss).
+// maxRetries is how many times [retry] tries a statement again.
 const maxRetries = 3
 
 // retryBase is the first back-off between tries; it doubles each time, with
 // jitter.
 const retryBase = 2 * time.Millisecond
 
-// retry runs one statement of the operation op: it calls f(ctx, try) until f
-// succeeds, fails with an error not worth a retry, or has been tried four
-// times, with a jittered back-off from 2 ms that doubles each time and ends
-// with ctx. It returns nil or the last error mapped by [mapError].
-//
-// try counts from 0. f reports with its error whether its try is
-// repeatable: whether running it again, after a connection loss that may
-// have come after the statement committed, leaves the same state and
-// answer. Serialization failures (40001), deadlocks (40P01) and failures pgx
-// guarantees happened before anything was sent are retried whatever f
-// reports; a lost connection only when the try is repeatable; a closed pool
-// or connection, never. In a caller's transaction (inTx) any failure aborts
-// the transaction, so f is tried once.
+// retry runs one statement of op: f(ctx, try), try from 0, up to four
+// times with a jittered back-off from 2 ms, doubling, until ctx ends; it
+// returns nil or the last error mapped by [mapError]. Serialization
+// failures, deadlocks and failures before anything was sent are retried;
+// a lost connection only when f reports its try repeatable (running it
+// again after a commit leaves the same state and answer); nothing in a
+// caller's transaction (inTx), which any failure aborts.
 func retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context, try int) (repeatable bool, err error)) error {
 	delay := retryBase
 	for try := 0; ; try++ {
@@ -83,11 +75,9 @@ func retryable(err error, repeatable bool) bool {
 	return repeatable && transport(err)
 }
 
-// connectionLost reports whether a SQLSTATE says the session is gone: class
-// 08 (connection exception) and the shutdown and termination codes of class
-// 57 (57P01 admin_shutdown, which pg_terminate_backend sends, 57P02
-// crash_shutdown, 57P03 cannot_connect_now, 57P04 database_dropped, 57P05
-// idle_session_timeout).
+// connectionLost reports whether a SQLSTATE says the session is gone:
+// class 08, and 57P01 to 57P05 (pg_terminate_backend, shutdowns, a dropped
+// database, idle_session_timeout).
 func connectionLost(code string) bool {
 	return strings.HasPrefix(code, "08") || (strings.HasPrefix(code, "57P") && code != "57P00")
 }
@@ -112,8 +102,8 @@ const undefinedHint = "the record table is missing or has another layout: run pg
 const deniedHint = "permission denied on the record table: grant the store's role SELECT, INSERT, UPDATE and DELETE on it (and USAGE on its schema)"
 
 // classify returns the code and a detail for a native error (never nil),
-// by type and SQLSTATE, never by message text (the table is in
-// [mapError]'s documentation).
+// by type and SQLSTATE, never by message text (docs/backends.md has the
+// table).
 func classify(err error) (idemkit.Code, string) {
 	switch {
 	case errors.Is(err, context.Canceled):
@@ -152,6 +142,8 @@ func classifySQLState(code string) (idemkit.Code, string) {
 		return idemkit.CodeAuthFailed, deniedHint
 	case "42P01", "3F000", "42703":
 		return idemkit.CodeMisconfigured, undefinedHint
+	case "23514": // the only check of the table: the fence's
+		return idemkit.CodeInternal, "fence overflow: the key's next fence would exceed idemkit.FenceMax"
 	case "54000":
 		return idemkit.CodeInvalidArgument, "a value exceeds a server limit (program_limit_exceeded)"
 	}
@@ -167,27 +159,8 @@ func classifySQLState(code string) (idemkit.Code, string) {
 }
 
 // mapError turns an error from pgx into a [*idemkit.Error] for op that
-// unwraps to both its code's sentinel and err; nil stays nil and a
-// *idemkit.Error is returned unchanged. When ctx has ended, the error is
-// Aborted (cancelled) or NetworkTimeout (deadline) whatever pgx made of the
-// interruption, and unwraps to ctx's error as well. Otherwise the code comes
-// from the error's type and SQLSTATE, never from its message text:
-//
-//	context.Canceled / DeadlineExceeded in err            Aborted / NetworkTimeout
-//	40001 serialization_failure, 40P01 deadlock_detected  ServiceUnavailable
-//	class 08, 57P01..57P05 (connection lost, shutdown)    ServiceUnavailable
-//	25006 read_only_sql_transaction (a standby)           ServiceUnavailable
-//	57014 query_canceled, 55P03 lock_not_available        NetworkTimeout
-//	class 53 insufficient_resources                       RateLimited
-//	class 28, 42501 insufficient_privilege                AuthFailed (42501: grant the table)
-//	42P01, 3F000, 42703 (missing table, schema, column)   Misconfigured (run SetupSchema)
-//	54000 program_limit_exceeded                          InvalidArgument
-//	any other SQLSTATE                                    Internal
-//	a closed pool, connect and network errors, io.EOF     ServiceUnavailable
-//	pgconn timeouts, net.Error with Timeout()             NetworkTimeout
-//	anything else                                         Internal
-//
-// The detail never holds a key or a statement's arguments.
+// unwraps to its code's sentinel and err: for an ended ctx Aborted or
+// NetworkTimeout, else as [classify] says; never with a key in it.
 func mapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil

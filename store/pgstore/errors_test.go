@@ -52,6 +52,7 @@ func TestMapError(t *testing.T) {
 		{pg("3F000"), idemkit.CodeMisconfigured},
 		{pg("42703"), idemkit.CodeMisconfigured},
 		{pg("54000"), idemkit.CodeInvalidArgument},
+		{pg("23514"), idemkit.CodeInternal},
 		{pg("23505"), idemkit.CodeInternal},
 		{pg("XX000"), idemkit.CodeInternal},
 		{fmt.Errorf("wrapped: %w", pg("53300")), idemkit.CodeRateLimited},
@@ -227,7 +228,7 @@ func TestValidationBeforeIO(t *testing.T) {
 	ctx := t.Context()
 	over := store.Record{Key: "k", State: store.StateCompleted, Fence: 1 << 62}
 	for name, err := range map[string]error{
-		"extend above FenceMax":   func() error { _, err := s.Extend(ctx, "k", 1<<62, time.Minute); return err }(),
+		"extend above FenceMax":   func() error { _, _, err := s.Extend(ctx, "k", 1<<62, time.Minute); return err }(),
 		"release above FenceMax":  func() error { _, err := s.Release(ctx, "k", 1<<62); return err }(),
 		"complete above FenceMax": func() error { _, err := s.Complete(ctx, over, time.Minute); return err }(),
 		"put above FenceMax":      func() error { _, err := s.Put(ctx, over, time.Minute); return err }(),

@@ -13,12 +13,10 @@ import (
 
 var _ store.Lister = (*Store)(nil)
 
-// List implements [store.Lister]: one query, a range scan of the table's
-// primary key, in the order of the stored keys (bytewise: the keys stored
-// in hex, which start with `\x`, sort where a backslash does), after the
-// stored key the cursor names (its unpadded base64url). Every record is
-// listed, whatever its key: a key stored in hex is matched by the hex of
-// the prefix.
+// List implements [store.Lister]: one query, range scans of the primary
+// key for the verbatim keys and for the hex ones (matched by the hex of
+// the prefix), in stored-key order (bytewise), after the stored key the
+// cursor holds in unpadded base64url.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
 	if err := store.ValidateList(limit); err != nil {
@@ -33,9 +31,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 	}
 	var lo, hi *string // the verbatim keys' range
 	if verbatim(prefix) {
-		// A prefix of printable ASCII: the verbatim keys that start with
-		// it (the query leaves out those starting with \x, which are
-		// never verbatim).
+		// The verbatim keys that start with the prefix.
 		lo = &prefix
 		if prefix != "" {
 			up := successor(prefix)

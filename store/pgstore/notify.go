@@ -28,28 +28,11 @@ var never = make(chan struct{})
 
 func noop() {}
 
-// Watch implements [store.Watcher]: the channel closes when the claim on
-// key ends (Complete, Release or Delete, by any process on the same
-// table) or, its lease run out, is taken over by a new claim, with
-// PostgreSQL's LISTEN/NOTIFY.
-//
-// The store listens on one connection of its own, shared by all its
-// watches (see [WithListenConn]): started by the first Watch, kept while
-// watches need it and for a minute after the last one ended, then closed
-// (the next Watch opens it again). The watches of a key in the process
-// share one Go channel. Watch returns once LISTEN is active and the key's
-// claim is marked as waited for (one UPDATE of the claim's row, with an
-// asynchronous commit, by the process's first watch of the claim; the
-// statements that end a claim notify only a marked one). When the claim has
-// already ended, the channel is closed at once.
-//
-// Should LISTEN not be active before ctx ends, or the connection be lost
-// later, the watch stays in place and is woken, spuriously, when the store
-// listens again (notifications may have been lost meanwhile); waiting
-// duplicates poll until then. The connection is opened again with
-// back-off. A store that does not listen (no connection to listen on, a
-// store on a pgx.Tx, or an invalid key) returns a channel that never
-// closes.
+// Watch implements [store.Watcher] with LISTEN/NOTIFY on one connection
+// ([WithListenConn]). It returns once LISTEN is active and the claim is
+// marked as waited for (one UPDATE by the process's first watch of it:
+// only marked claims notify). A store that cannot listen (no connection,
+// a pgx.Tx) returns a channel that never closes.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if s.lis == nil || store.ValidateKey(key) != nil {
 		return never, noop
@@ -57,9 +40,8 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	return s.lis.watch(ctx, storedKey(key), s.mark)
 }
 
-// mark marks the live claim on the stored key sk as waited for, so that
-// the statement ending it notifies, and reports whether the key holds a
-// claim (marked now or before).
+// mark marks the claim on the stored key sk as waited for, and reports
+// whether there is one.
 func (s *Store) mark(ctx context.Context, sk string) (bool, error) {
 	const op = "watch"
 	var claimed bool
@@ -125,9 +107,8 @@ func newListener(channel string, connect func(ctx context.Context) (*pgx.Conn, e
 	}
 }
 
-// watch registers a watch of the stored key sk, once the listener is
-// listening (or ctx ended), and marks the key's claim with mark unless a
-// watch of this process did.
+// watch registers a watch of the stored key sk once the listener listens
+// (or ctx ended), and marks its claim unless a watch here did.
 func (l *listener) watch(ctx context.Context, sk string, mark func(ctx context.Context, sk string) (bool, error)) (<-chan struct{}, func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -248,9 +229,8 @@ func (l *listener) idleStop() {
 	l.run, l.connecting = nil, false
 }
 
-// loop is a run: it connects and listens, hands notifications to the
-// watches, and connects again, with back-off, after a failure, until the
-// run is stopped.
+// loop is a run: connect, listen, hand notifications to the watches, and
+// again with back-off after a failure, until the run is stopped.
 func (l *listener) loop(r *listenRun) {
 	failures := 0
 	for {
@@ -266,9 +246,7 @@ func (l *listener) loop(r *listenRun) {
 		l.connecting = false
 		close(l.settled)
 		if err == nil {
-			// Notifications may have been lost while nothing listened:
-			// every watch made before (a lost connection's, or one whose
-			// setup gave up waiting) checks its key again.
+			// Notifications may have been lost while nothing listened.
 			l.wakeAll()
 		}
 		l.mu.Unlock()
@@ -342,11 +320,19 @@ func (l *listener) receive(r *listenRun, conn *pgx.Conn) error {
 		if n == nil || n.Channel != l.channel {
 			continue
 		}
-		l.mu.Lock()
-		if w := l.watches[n.Payload]; w != nil {
-			l.fire(n.Payload, w)
-		}
-		l.mu.Unlock()
+		l.wake(n.Payload)
+	}
+}
+
+// wake fires the watch of the stored key sk, if any.
+func (l *listener) wake(sk string) {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w := l.watches[sk]; w != nil {
+		l.fire(sk, w)
 	}
 }
 

@@ -17,16 +17,12 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
-// DB is what the store needs of a PostgreSQL client, and no more: methods
-// that *pgxpool.Pool, *pgx.Conn and pgx.Tx all have.
-//
-// A *pgxpool.Pool is the usual choice. A *pgx.Conn is one connection and
-// not safe for concurrent use: a store built on one must not be used from
-// several goroutines at once (nor with a sweeper running). On a pgx.Tx
-// every operation is part of that transaction and takes effect when it
-// commits.
+// DB is what the store needs of a PostgreSQL client: a *pgxpool.Pool, a
+// *pgx.Conn (never used by two goroutines at once) or a pgx.Tx (whose
+// commit carries every operation).
 type DB interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -51,6 +47,7 @@ type config struct {
 	maxResponse int
 	logger      *slog.Logger
 	sweepBatch  int
+	maxStep     time.Duration // the largest clock step fences survive
 
 	txIso pgx.TxIsoLevel // of the work's transactions (Tx)
 
@@ -59,57 +56,45 @@ type config struct {
 	listenIdle time.Duration                                // how long the listener outlives its last watch
 }
 
-// WithTable sets the record table: "table" or "schema.table", each part a
-// letter or underscore followed by letters, digits and underscores (the
-// table part at most 48 bytes, the schema 63). Names are always quoted, so
-// their case is kept. Default: "idemkit_records".
+// WithTable sets the record table: "table" or "schema.table", each part
+// matching [A-Za-z_][A-Za-z0-9_]* (the table at most 48 bytes, the schema
+// 63), always quoted. Default: "idemkit_records".
 func WithTable(name string) Option { return func(c *config) { c.tableName = name } }
 
-// WithMaxResponseBytes sets the largest response Complete and Put accept;
-// a larger one is refused with an error matching [store.ErrTooLarge] before
-// any I/O (the guard then records the execution as not replayable). 1 to
-// 1,073,741,823 bytes (the largest bytea value). Default: 8 MiB,
-// large enough for any response worth replaying, small enough that a replay
-// does not move a huge value through the database.
+// WithMaxResponseBytes sets the largest response Complete and Put accept,
+// 1 to 1,073,741,823 bytes (a bytea's limit); a larger one fails with
+// [store.ErrTooLarge] before any I/O. Default: 8 MiB, enough for any
+// response worth replaying.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
 // WithLogger sets the logger for sweeper failures. Log lines never contain
 // a record key. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
+// WithMaxClockStep sets the largest step back of the server's clock (or
+// of a failover's against the old primary's) that fences survive: the
+// step of [store.Store]'s fence rule, for which rows and tombstones are
+// kept. Give every store on a table the same. At least 0. Default: one
+// minute.
+func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.maxStep = d } }
+
 // WithSweepBatch sets how many rows one DELETE of [Store.Sweep] removes at
 // most, at least 1. Default: 1000.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
-// WithListenConn sets how the store opens the connection it listens on for
-// notifications ([Store.Watch]): connect must return a new connection of
-// its own, used for nothing else, which the store closes when it stops
-// listening. It is called on the first Watch, and again (with back-off:
-// 50 ms to 5 s) after the connection was lost; a call that fails or does
-// not return within 10 s is retried the same way. nil turns listening off:
-// Watch returns a channel that never closes, and waiting duplicates poll,
-// as they must behind a proxy that pools connections per transaction
-// (where LISTEN does not last beyond its statement).
-//
-// Default: on a *pgxpool.Pool, a connection taken out of the pool (Acquire,
-// then Hijack: the pool no longer counts it and may open another in its
-// place, so the server sees at most MaxConns + 1 connections of the pool);
-// on any other [DB], none.
+// WithListenConn sets how the store opens the connection it listens on
+// ([Store.Watch]), one of its own that it closes when it stops listening.
+// nil turns listening off (waiters poll), as behind a proxy that pools
+// connections per transaction. Default: on a *pgxpool.Pool, a connection
+// taken out of the pool (Acquire, then Hijack); on any other [DB], none.
 func WithListenConn(connect func(ctx context.Context) (*pgx.Conn, error)) Option {
 	return func(c *config) { c.listenSet, c.listenConn = true, connect }
 }
 
 // WithTxIsolation sets the isolation level of the transactions [Tx]
-// begins for guarded work: pgx.ReadCommitted, pgx.RepeatableRead or
-// pgx.Serializable. It is set on each BEGIN, whatever the server's or the
-// session's default_transaction_isolation says. Above read committed a
-// transaction may fail with a serialization failure, which the guard
-// answers as a conflict the client may retry (see the package
-// documentation, Exactly-once effects); and its work must end before the
-// guard renews the claim's lease (every third of the guard's lease TTL):
-// a renewal changes the record's row after the transaction's snapshot, so
-// the transaction could no longer complete it, and it fails for good,
-// saying so. Default: pgx.ReadCommitted.
+// begins: pgx.ReadCommitted, pgx.RepeatableRead or pgx.Serializable (then
+// work must end before the guard first renews its lease, which changes the
+// record's row after the snapshot). Default: pgx.ReadCommitted.
 func WithTxIsolation(level pgx.TxIsoLevel) Option { return func(c *config) { c.txIso = level } }
 
 // Defaults and bounds of the options, as their documentation states them.
@@ -118,11 +103,12 @@ const (
 	maxResponseLimit        = 1<<30 - 1 // the largest bytea value
 	defaultSweepBatch       = 1000
 	defaultListenIdle       = time.Minute
+	defaultMaxClockStep     = time.Minute
 )
 
 func newConfig(opts []Option) (config, error) {
 	c := config{tableName: defaultTable, maxResponse: defaultMaxResponseBytes, sweepBatch: defaultSweepBatch, listenIdle: defaultListenIdle,
-		txIso: pgx.ReadCommitted}
+		txIso: pgx.ReadCommitted, maxStep: defaultMaxClockStep}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -138,6 +124,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad(fmt.Sprintf("the maximum response size must be 1 to %d bytes", maxResponseLimit))
 	case c.sweepBatch < 1:
 		return bad("the sweep batch must be at least 1")
+	case c.maxStep < 0:
+		return bad("the largest clock step (WithMaxClockStep) must be 0 or more")
 	case c.txIso != pgx.ReadCommitted && c.txIso != pgx.RepeatableRead && c.txIso != pgx.Serializable:
 		return bad("the isolation level of the work's transactions must be pgx.ReadCommitted, pgx.RepeatableRead or pgx.Serializable")
 	}
@@ -147,18 +135,17 @@ func newConfig(opts []Option) (config, error) {
 	return c, nil
 }
 
-// Store is a [store.Store] (records that carry their own lease), a
-// [store.Watcher] (waiting duplicates woken by LISTEN/NOTIFY, see
-// [Store.Watch]) and a [store.Records] (plain fenced records, for
-// [github.com/idemkit/idemkit/middleware.Compose]) on PostgreSQL, one row per record key. Its methods are
-// safe for concurrent use when its [DB] is (a pool is; a *pgx.Conn or a
-// pgx.Tx is not).
+// Store is the PostgreSQL engine: a [store.Store], [store.Watcher],
+// [store.Records] and [store.Lister], with [Store.FindClaim] for the lock
+// library, one row per record key. It is safe for concurrent use when its
+// [DB] is (a pool is; a *pgx.Conn or a pgx.Tx is not).
 type Store struct {
-	db   DB
-	inTx bool // db is a caller's transaction: no retries, no asynchronous commits
-	cfg  config
-	q    queries
-	lis  *listener // nil: the store does not listen (Watch never fires)
+	db     DB
+	inTx   bool // db is a caller's transaction: no retries, no asynchronous commits
+	cfg    config
+	q      queries
+	lis    *listener // nil: the store does not listen (Watch never fires)
+	shared sharing   // claims of one key in flight together
 
 	// The claims whose work holds a transaction (see Tx), by workID, and
 	// the connection that renews their leases (nil: the DB renews them).
@@ -167,10 +154,9 @@ type Store struct {
 	starved atomic.Bool // a starved pool was logged
 }
 
-// New returns a store on db, with the table named by opts, which must exist
-// (see [SetupSchema]). It validates the options (InvalidArgument) and sends
-// nothing to the server (the notification listener starts on the first
-// [Store.Watch]).
+// New returns a store on db and the table named by opts, which must exist
+// ([SetupSchema]). It validates the options (InvalidArgument) and sends
+// nothing to the server.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a database client is required", nil)
@@ -180,7 +166,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	_, inTx := db.(pgx.Tx)
-	s := &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, !inTx)}
+	s := &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, cfg.maxStep, !inTx)}
 	connect := cfg.listenConn
 	if pool, ok := db.(*pgxpool.Pool); ok && !cfg.listenSet {
 		connect = hijack(pool)
@@ -197,12 +183,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// storedKey returns the key column's value for a record key (any bytes):
-// the key itself when it is printable ASCII (0x20 to 0x7E) and does not
-// start with `\x`; otherwise `\x` followed by the lowercase hex of its
-// bytes (PostgreSQL's own notation for bytes). Every encoded key starts
-// with `\x` and no verbatim one does, so no two keys share a row; ASCII is
-// stored alike in every server encoding.
+// storedKey returns the key column's value: the key itself when it is
+// printable ASCII not starting with `\x` (alike in every server encoding),
+// else `\x` and the hex of its bytes, which no verbatim key equals.
 func storedKey(key string) string {
 	if verbatim(key) {
 		return key
@@ -244,8 +227,7 @@ func (r *row) dest() []any {
 	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
 }
 
-// record turns the row into the record under key, checking what the
-// database returned.
+// record checks the row and turns it into the record under key.
 func (r *row) record(op, key string) (store.Record, error) {
 	st := store.State(r.state)
 	if r.state < 0 || !st.Valid() || r.fence < 0 {
@@ -263,46 +245,68 @@ func (r *row) record(op, key string) (store.Record, error) {
 	return rec, nil
 }
 
-// maxClaimTries bounds the claims run again because the key's row changed
-// under the statement in a way it could not read (see [claimSQL]): each
-// such try means that another claim won a race and then ended at once.
+// maxClaimTries bounds the tries of a claim whose row changed under it
+// unreadably (see [claimSQL]): a racing claim won and ended at once.
 const maxClaimTries = 4
 
-// Claim implements [store.Store]: one statement, so one round trip (see
-// the package documentation). A claim that finds the key busy or completed
-// writes nothing and takes no lock. Should the key's row change under the
-// statement in a way it cannot read (a racing claim that won and ended
-// within it), the statement runs again, at most four times in all.
+// ready returns the first failed check, or checks ctx: what every
+// operation does before any I/O.
+func ready(ctx context.Context, op string, checks ...error) error {
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return idemkit.CheckContext(ctx, op)
+}
+
+// checkOutcome refuses an outcome no row can hold.
+func (s *Store) checkOutcome(op string, rec store.Record) error {
+	if err := checkFence(op, rec.Fence); err != nil {
+		return err
+	}
+	if len(rec.Response) > s.cfg.maxResponse {
+		return store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+	}
+	return nil
+}
+
+// response is rec's response for a NOT NULL bytea column.
+func response(rec store.Record) []byte {
+	if rec.Response == nil {
+		return []byte{}
+	}
+	return rec.Response
+}
+
+// Claim implements [store.Store] in one statement ([claimSQL]); a refused
+// claim writes nothing and locks nothing. Claims of one key that run at
+// once in this process share a statement (see sharing), except in a
+// caller's transaction.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
+	if err := ready(ctx, op, store.ValidateKey(key), store.ValidateTTL(op, ttl)); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
-		return store.Record{}, false, err
+	sk := storedKey(key)
+	if s.inTx {
+		return s.claim(ctx, key, sk, fp, ttl)
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return store.Record{}, false, err
-	}
-	sk, fpb, micros := storedKey(key), []byte(fp), ttl.Microseconds()
+	return s.shared.claim(ctx, sk, func() (store.Record, bool, error) { return s.claim(ctx, key, sk, fp, ttl) })
+}
+
+func (s *Store) claim(ctx context.Context, key, sk, fp string, ttl time.Duration) (store.Record, bool, error) {
+	const op = "claim"
+	fpb, micros := []byte(fp), ttl.Microseconds()
 	for try := 1; ; try++ {
 		var (
-			r              row
-			claimed, found bool
+			r       row
+			claimed bool
 		)
-		err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
-			err := s.db.QueryRow(ctx, s.q.claim, sk, fpb, micros).Scan(append([]any{&claimed}, r.dest()...)...)
-			found = err == nil
-			if errors.Is(err, pgx.ErrNoRows) {
-				err = nil
-			}
-			// Repeated after a lost connection (a pooled connection that
-			// died while idle, most often): should the lost try have
-			// committed, the next one finds that claim and answers busy
-			// until its lease runs out. That delays the request; it never
-			// runs it twice.
-			return true, err
-		})
+		// Repeated after a lost connection too: should the lost try have
+		// committed, the next finds its claim and answers busy until the
+		// lease runs out, a delay, never a second execution.
+		found, err := s.read(ctx, op, s.q.claim, []any{sk, fpb, micros}, append([]any{&claimed}, r.dest()...)...)
 		if err != nil {
 			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
@@ -329,79 +333,48 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	}
 }
 
-// Extend implements [store.Store]: one UPDATE guarded by the fence and the
-// claimed state.
-func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+// Extend implements [store.Store]: one UPDATE guarded by the fence, the
+// claimed state and the lease, returning the expiry it wrote.
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
-	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
-		return false, err
-	}
-	if err := checkFence(op, fence); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
+	if err := ready(ctx, op, store.ValidateFenced(op, key, fence), store.ValidateTTL(op, ttl), checkFence(op, fence)); err != nil {
+		return time.Time{}, false, err
 	}
 	sk := storedKey(key)
+	var until time.Time
 	if w, ok := s.held.Load(workID{sk, int64(fence)}); ok && s.renewer != nil {
 		// The work's own transaction holds a connection: the renewal must
 		// not wait for another behind it (see renewer).
-		done, err := s.renewer.extend(ctx, s.q.extend, sk, int64(fence), ttl.Microseconds())
+		done, err := s.renewer.extend(ctx, &until, s.q.extend, sk, int64(fence), ttl.Microseconds())
 		if done {
 			w.(*work).renewed.Store(true)
 		}
-		return done, s.starvedPool(ctx, err)
+		return until, done, s.starvedPool(ctx, err)
 	}
-	done, err := s.fenced(ctx, op, true, s.q.extend, sk, int64(fence), ttl.Microseconds())
-	return done, s.starvedPool(ctx, err)
+	done, err := s.fenced(ctx, op, true, &until, s.q.extend, sk, int64(fence), ttl.Microseconds())
+	return until, done, s.starvedPool(ctx, err)
 }
 
-// Complete implements [store.Store]: one UPDATE guarded by the fence and
-// the claimed state, with a durable commit. A repeat of a completion that
-// landed (the same outcome under the same fence, whose answer was lost with
-// its connection) is reported as done: a completion that landed is never
-// reported lost.
+// Complete implements [store.Store]: one UPDATE, durable; a repeat of one
+// that landed (its answer lost) is reported done.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := ready(ctx, op, store.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
-	if err := checkFence(op, rec.Fence); err != nil {
-		return false, err
-	}
-	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
-	}
-	done, err := s.fenced(ctx, op, true, s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
-		response, []byte(rec.Fingerprint), ttl.Microseconds())
+	sk := storedKey(rec.Key)
+	done, err := s.fenced(ctx, op, true, nil, s.q.complete, sk, int64(rec.Fence), int16(rec.State),
+		response(rec), []byte(rec.Fingerprint), ttl.Microseconds())
+	s.ended(sk, done)
 	return done, s.starvedPool(ctx, err)
 }
 
-// Release implements [store.Store]: one UPDATE, guarded by the fence and
-// the claimed state, that leaves a tombstone (the fence, nothing visible)
-// until the sweeper removes it. It commits asynchronously (a release lost
-// in a server crash only lets its claim run out), in the same round trip.
-// Repeated after a lost connection, it reports done when it finds the
-// claim's tombstone.
+// Release implements [store.Store]: one UPDATE, committed asynchronously,
+// that leaves a tombstone; after a lost connection, the claim's tombstone
+// says it was done.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
-	}
-	if err := checkFence(op, fence); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := ready(ctx, op, store.ValidateFenced(op, key, fence), checkFence(op, fence)); err != nil {
 		return false, err
 	}
 	sk := storedKey(key)
@@ -409,54 +382,73 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	err := retry(ctx, op, s.inTx, func(ctx context.Context, try int) (bool, error) {
 		sql := s.q.release
 		if try > 0 {
-			// After a lost connection the try before may have released
-			// the claim: a tombstone with its fence says it is gone.
 			sql = s.q.releaseAgain
 		}
-		err := s.db.QueryRow(ctx, sql, sk, int64(fence)).Scan(&done)
-		if errors.Is(err, pgx.ErrNoRows) {
-			done, err = false, nil
-		}
+		var err error
+		done, err = scanOne(s.db.QueryRow(ctx, sql, sk, int64(fence)), nil)
 		return true, err
 	})
+	s.ended(sk, done && err == nil)
 	return done && err == nil, err
 }
 
-// fenced runs a statement that returns one row when it took effect.
-func (s *Store) fenced(ctx context.Context, op string, repeatable bool, sql string, args ...any) (bool, error) {
-	var done bool
-	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
-		err := s.db.QueryRow(ctx, sql, args...).Scan(&done)
-		if errors.Is(err, pgx.ErrNoRows) {
-			done, err = false, nil
-		}
-		return repeatable, err
-	})
-	return done && err == nil, err
+// ended wakes the watches of the stored key sk in this process at once
+// when a claim on it ended here (done), before its notification arrives.
+func (s *Store) ended(sk string, done bool) {
+	if done {
+		s.lis.wake(sk)
+	}
 }
 
-// Get implements [store.Store] and [store.Records]: one read; a record is
-// visible while clock_timestamp() < expires_at.
-func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
-	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
-		return store.Record{}, false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return store.Record{}, false, err
-	}
-	var (
-		r     row
-		found bool
-	)
-	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
-		err := s.db.QueryRow(ctx, s.q.get, storedKey(key)).Scan(r.dest()...)
+// read runs a repeatable statement of one row or none, scanned into dest.
+func (s *Store) read(ctx context.Context, op, sql string, args []any, dest ...any) (found bool, err error) {
+	err = retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+		err := s.db.QueryRow(ctx, sql, args...).Scan(dest...)
 		found = err == nil
 		if errors.Is(err, pgx.ErrNoRows) {
 			err = nil
 		}
 		return true, err
 	})
+	return found && err == nil, err
+}
+
+// fenced runs a statement that returns one row, of one column scanned
+// into dest (nil: a boolean), when it took effect.
+func (s *Store) fenced(ctx context.Context, op string, repeatable bool, dest any, sql string, args ...any) (bool, error) {
+	var done bool
+	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+		var err error
+		done, err = scanOne(s.db.QueryRow(ctx, sql, args...), dest)
+		return repeatable, err
+	})
+	return done && err == nil, err
+}
+
+// scanOne scans row's one column into dest (nil: a boolean) and reports
+// whether there was a row (and, for a boolean, whether it was true).
+func scanOne(row pgx.Row, dest any) (bool, error) {
+	var b bool
+	if dest == nil {
+		dest = &b
+	} else {
+		b = true
+	}
+	err := row.Scan(dest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return b && err == nil, err
+}
+
+// Get implements [store.Store] and [store.Records]: one read.
+func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
+	const op = "get"
+	if err := ready(ctx, op, store.ValidateKey(key)); err != nil {
+		return store.Record{}, false, err
+	}
+	var r row
+	found, err := s.read(ctx, op, s.q.get, []any{storedKey(key)}, r.dest()...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
@@ -464,52 +456,61 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	return rec, err == nil, err
 }
 
+// FindClaim returns the live claim whose fingerprint is fp, a lock id (22
+// characters of A-Z, a-z, 0-9, - and _), for the lock library: one read by
+// a partial index that only lock ids enter (the guard's writes never do).
+// Any other fp finds nothing, without I/O.
+func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
+	const op = "find-claim"
+	if !engine.LockID(fp) {
+		return store.Record{}, false, nil
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	var (
+		r  row
+		sk string
+	)
+	found, err := s.read(ctx, op, s.q.findClaim, []any{[]byte(fp)}, append([]any{&sk}, r.dest()...)...)
+	if err != nil || !found {
+		return store.Record{}, false, err
+	}
+	key, ok := recordKey(sk)
+	if !ok {
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a stored key is neither verbatim nor \\x and hex", nil)
+	}
+	rec, err := r.record(op, key)
+	return rec, err == nil, err
+}
+
 // Delete implements [store.Store] and [store.Records]: one UPDATE that
-// turns the live record into a tombstone (its fence kept, nothing
-// visible), whatever its state.
+// leaves a tombstone; not repeated after a lost connection (it would find
+// nothing).
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := ready(ctx, op, store.ValidateKey(key)); err != nil {
 		return false, err
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	// Not repeatable: a delete that committed before the connection was
-	// lost would be reported as finding nothing.
-	return s.fenced(ctx, op, false, s.q.delete, storedKey(key))
+	sk := storedKey(key)
+	done, err := s.fenced(ctx, op, false, nil, s.q.delete, sk)
+	s.ended(sk, done)
+	return done, err
 }
 
-// Put implements [store.Records]: one upsert that writes the outcome rec
-// unless the live record under its key carries a higher fence, with a
-// durable commit.
+// Put implements [store.Records]: one durable upsert (repeatable: twice
+// leaves what once does).
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := validatePut(rec, ttl); err != nil {
+	if err := ready(ctx, op, validatePut(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
-	if err := checkFence(op, rec.Fence); err != nil {
-		return false, err
-	}
-	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
-	}
-	// Repeatable: writing the same record twice leaves what writing it
-	// once does, and reports it written.
-	return s.fenced(ctx, op, true, s.q.put, storedKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
-		response, int64(rec.Fence), ttl.Microseconds())
+	return s.fenced(ctx, op, true, nil, s.q.put, storedKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),
+		response(rec), int64(rec.Fence), ttl.Microseconds())
 }
 
-// validatePut checks a Put's arguments: a valid key, an outcome state and a
-// TTL of at least one millisecond. The fence may be zero (an unfenced
-// writer).
+// validatePut checks a Put's arguments; the fence may be zero (an
+// unfenced writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
 	if err := store.ValidateKey(rec.Key); err != nil {
 		return err

@@ -3,6 +3,7 @@ package pgstore
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/idemkit/idemkit/store"
 )
@@ -16,51 +17,33 @@ const (
 
 // queries holds the store's SQL, built once with its table name.
 type queries struct {
-	claim, extend, complete, release, releaseAgain, get, delete, put, sweep, list string
+	claim, extend, complete, release, releaseAgain, get, delete, put, sweep, list, findClaim string
 	// watched marks the key's live claim as waited for (see [Store.Watch]).
 	watched string
 }
 
-// claimSQL is the one statement of a claim. Its parameters: $1 the stored
-// key, $2 the fingerprint, $3 the lease in microseconds. It answers one row
-// (claimed, fingerprint, state, response, fence, created_at, expires_at),
-// or, when the key's row changed under it in a way it cannot read in the
-// same statement, none (the caller then runs it again). A new claim's row
-// carries, in place of its own fingerprint ($2, which the caller has) and
-// response (empty), those of the row it took over, so that a take-over of
-// a row still holding a response reports it (store.Record.Replaced) in the
-// same round trip; a watch mark (see watched) is no response.
+// claimSQL is a claim's one statement ($1 the stored key, $2 the
+// fingerprint, $3 the lease in microseconds). It answers one row (claimed,
+// fingerprint, state, response, fence, created_at, expires_at), or none
+// when the row changed under it unreadably (the caller runs it again). A
+// new claim's row carries the fingerprint and response of the row it took
+// over (store.Record.Replaced), in the same round trip.
 //
-//   - n: the server's clock, read once, and its Unix milliseconds.
-//   - cur: the key's row as the statement's snapshot sees it.
-//   - ins: no row: insert the claim. A concurrent claim that inserted the
-//     row first makes it do nothing (ON CONFLICT DO NOTHING waits for that
-//     transaction to end).
-//   - race: ins lost that race, so the winner's row exists but is not in
-//     the snapshot: only ON CONFLICT DO UPDATE can read it. A no-op update
-//     returns it when it is live (the loser's answer: busy); it proposes a
-//     claim that has already run out, so that it never leaves a live claim
-//     behind should the row have vanished meanwhile.
-//   - upd: the row is a tombstone, a claim whose lease ran out or an outcome
-//     past its expiry: take it over, with a fence above its fence. It
-//     answers with the fingerprint and response cur read (the row as the
-//     statement's snapshot saw it: should a racing claim have taken the
-//     row over and ended since, the older row's). The WHERE
-//     is checked again on the newest version of the row when a concurrent
-//     transaction changed it (READ COMMITTED), so of racing take-overs one
-//     wins and the others update nothing. Taking over a claim that was
-//     marked as waited for (see [Store.Watch]) notifies, like the end of a
-//     claim, so that its waiters watch the new claim (its claimed column,
-//     always true, carries the pg_notify call).
-//   - lost: the row looked claimable but upd lost such a race: FOR SHARE
-//     waits for and reads the newest version (the winner's claim) to answer
-//     busy. (FOR KEY SHARE would not do: it may lock the old version of a
-//     row whose update changed no key column, and return it.)
+//   - n: the clock, read once; cur: the row in the snapshot; ins: no row:
+//     insert (ON CONFLICT DO NOTHING waits for a racing inserter).
+//   - race: ins lost that race; only ON CONFLICT DO UPDATE reads the
+//     winner's row, outside the snapshot. Its no-op update returns the row
+//     when live (busy), and proposes an already run-out claim, so that it
+//     never leaves a live one behind should the row have vanished.
+//   - upd: take a dead row over, fence above its fence. READ COMMITTED
+//     checks the WHERE again on the newest version, so of racing take-overs
+//     one wins. Taking over a claim marked as waited for notifies, so that
+//     its waiters watch the new claim.
+//   - lost: upd lost such a race: FOR SHARE waits for and reads the
+//     winner's claim (FOR KEY SHARE could return the old version).
 //
-// A key that is live in the snapshot (busy or completed) is answered from
-// cur: ins and race insert nothing, upd's WHERE is false on the only
-// version it sees, lost reads nothing. The statement then writes nothing,
-// locks nothing and takes no transaction id.
+// A key live in the snapshot is answered from cur: the statement then
+// writes nothing, locks nothing and takes no transaction id.
 const claimSQL = `WITH n AS (
 	SELECT c.t, greatest(floor(extract(epoch FROM c.t) * 1000)::bigint, 1) AS ms
 	FROM (SELECT clock_timestamp() AS t) AS c
@@ -79,7 +62,7 @@ ins AS (
 ),
 race AS (
 	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
-	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t, {{tombKeep n.ms}}
+	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t, {{runOutKeep n.ms}}
 	FROM n WHERE NOT EXISTS (SELECT FROM cur) AND NOT EXISTS (SELECT FROM ins)
 	ON CONFLICT (key) DO UPDATE SET state = r.state
 	WHERE r.state <> 0 AND r.expires_at > EXCLUDED.created_at
@@ -111,22 +94,15 @@ SELECT false, x.fingerprint, x.state, x.response, x.fence, x.created_at, x.expir
 FROM (SELECT * FROM race UNION ALL SELECT * FROM lost) AS x, n
 WHERE x.state <> 0 AND x.expires_at > n.t`
 
-// buildQueries renders the store's SQL for table t. async makes releases,
-// sweeps and watch marks commit asynchronously (not inside a caller's
-// transaction, whose commit it would change).
+// buildQueries renders the store's SQL for table t and the largest clock
+// step. async makes releases, sweeps and watch marks commit asynchronously
+// (never inside a caller's transaction, whose commit it would change).
 //
-// Complete, Release and Delete notify the table's channel (see
-// [tableName.channel]) with the stored key as the payload, in the same
-// statement, when the claim they end was marked as waited for (by a
-// [Store.Watch] anywhere); PostgreSQL delivers the notification when the
-// statement's transaction commits. A claim nobody waits for sends nothing:
-// a transaction that notifies holds a lock shared by the whole server from
-// its commit's start to its end (WAL flush included), so notifying every
-// completion would serialise the durable commits of all first executions.
-// Each reads the marked flag from a subquery that locks the row (FOR NO
-// KEY UPDATE, the lock the UPDATE takes anyway) and so sees its newest
-// version: a mark committed after the statement's snapshot is not missed.
-func buildQueries(t tableName, async bool) queries {
+// Complete, Release and Delete notify only a claim marked as waited for
+// (a notifying commit holds a server-wide lock until its WAL flush). They
+// read the mark under the row lock the UPDATE takes anyway (FOR NO KEY
+// UPDATE), so a mark committed after their snapshot is not missed.
+func buildQueries(t tableName, step time.Duration, async bool) queries {
 	asyncCol := ""
 	if async {
 		// A FROM item's column that turns synchronous_commit off for the
@@ -136,10 +112,11 @@ func buildQueries(t tableName, async bool) queries {
 	q := queries{
 		claim: claimSQL,
 
+		// Only a live claim: one whose lease ran out is anyone's to take.
 		extend: `UPDATE {{t}} AS r SET expires_at = n.t + {{ttl3}}, keep_until = {{claimKeep r.fence}}
 FROM (SELECT clock_timestamp() AS t) AS n
-WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1
-RETURNING true`,
+WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1 AND r.expires_at > n.t
+RETURNING r.expires_at`,
 
 		// The holder's claim, or (a repeat of this very completion whose
 		// answer was lost) the same outcome under the same fence.
@@ -153,24 +130,30 @@ RETURNING {{notify}}`,
 		release: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
 FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
-WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1
+WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1 AND r.expires_at > n.t
 RETURNING {{notify}}`,
 
+		// After a lost connection: this claim's tombstone says that the
+		// try before released it.
 		releaseAgain: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
 	keep_until = greatest(r.keep_until, {{tombKeep r.fence}})
 FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
-WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state IN (0, 1)
+WHERE r.key = $1::text AND r.fence = $2::bigint AND (r.state = 0 OR (r.state = 1 AND r.expires_at > n.t))
 RETURNING {{notify}}`,
 
 		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
 FROM {{t}} WHERE key = $1::text AND state <> 0 AND expires_at > clock_timestamp()`,
 
-		// The live rows whose stored key is in one of two ranges (see
-		// Store.List): $1 to $2, the verbatim keys ($1 NULL for none, $2
-		// NULL for no upper bound), and $3 to $4, the hex-encoded ones;
-		// after the stored key $5, in key order, at most $6. One row of
-		// arrays, so that the store needs nothing but QueryRow of its
-		// client.
+		// By the partial index on lock ids (see schema.go).
+		findClaim: `SELECT key, fingerprint, state, response, fence, created_at, expires_at
+FROM {{t}} WHERE fingerprint = $1::bytea AND ` + lockIDRows + `
+	AND state = 1 AND expires_at > clock_timestamp()
+LIMIT 1`,
+
+		// The live rows of two key ranges (see Store.List): $1 to $2 the
+		// verbatim keys ($1 NULL: none; $2 NULL: unbounded), $3 to $4 the
+		// hex ones; after $5, at most $6. One row of arrays: the store
+		// needs nothing but QueryRow.
 		list: `SELECT array_agg(key ORDER BY key), array_agg(fingerprint ORDER BY key), array_agg(state ORDER BY key),
 	array_agg(response ORDER BY key), array_agg(fence ORDER BY key), array_agg(created_at ORDER BY key),
 	array_agg(expires_at ORDER BY key)
@@ -187,11 +170,9 @@ FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.state <> 0}}
 WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
 RETURNING {{notify}}`,
 
-		// Marks the key's claim as waited for, unless it is already:
-		// true when the claim is marked (now or before), false when the
-		// key holds no claim. The mark is the one byte \x01 in the
-		// response column, which a claim does not use otherwise; a new
-		// claim starts unmarked.
+		// Marks the key's claim as waited for (the byte \x01 in its
+		// unused response column): true when it is marked, now or
+		// before; false when the key holds no claim.
 		watched: `WITH m AS (
 	UPDATE {{t}} AS r SET response = '\x01'::bytea
 	FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
@@ -226,8 +207,10 @@ WHERE r.key IN (
 ) AND r.keep_until <= n.t`,
 	}
 	retention := fmt.Sprintf("interval '%d microseconds'", store.ClaimRetention.Microseconds())
+	// The fence rule (see store.Store): past the fence read as Unix
+	// milliseconds plus the largest clock step.
 	fenceTime := func(f string) string {
-		return "(timestamptz 'epoch' + (" + f + " + 1) * interval '1 millisecond')"
+		return fmt.Sprintf("(timestamptz 'epoch' + (%s + 1) * interval '1 millisecond' + interval '%d microseconds')", f, step.Microseconds())
 	}
 	ttl := func(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
 	was := func(cond string) string {
@@ -250,13 +233,13 @@ WHERE r.key IN (
 		// An outcome: kept until it expires, and past its fence.
 		"{{outcomeKeep ttl6 r.fence}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("r.fence")+")",
 		"{{outcomeKeep ttl6 $5::bigint}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("$5::bigint")+")",
-		// A tombstone: kept past its fence, and ClaimRetention past now, so
-		// that a claim statement in flight never misses a removed fence.
-		"{{tombKeep n.ms}}", "greatest(n.t + "+retention+", "+fenceTime("n.ms")+")",
-		"{{tombKeep r.fence}}", "greatest(n.t + "+retention+", "+fenceTime("r.fence")+")",
+		// A claim proposed already run out (race): as a claim.
+		"{{runOutKeep n.ms}}", "greatest(n.t + "+retention+", "+fenceTime("n.ms")+")",
+		// A tombstone: past its fence only.
+		"{{tombKeep r.fence}}", "greatest(n.t, "+fenceTime("r.fence")+")",
 		"{{fenceTime r.fence}}", fenceTime("r.fence"),
 	)
-	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched, &q.list} {
+	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched, &q.list, &q.findClaim} {
 		*s = r.Replace(*s)
 	}
 	return q

@@ -15,16 +15,8 @@ import (
 )
 
 // renewer renews the leases of claims whose work holds a transaction
-// ([Tx]) on one connection of its own, outside the pool: the work's
-// transaction holds a connection of the pool for as long as the work runs,
-// and with as many such works as the pool has connections, a renewal that
-// waited for one would wait until a work ended, while the lease it should
-// keep runs out (and the works fail for want of renewals, the database
-// being healthy). The connection is opened when a work begins its
-// transaction and none is open (with the pool's or the connection's
-// configuration, so the server sees one more), again by a renewal that
-// finds it lost, and closed a minute after the last work that held a
-// transaction ended.
+// ([Tx]) on a connection outside the pool, which such works may fill: a
+// renewal that waited for one of its connections could outwait the lease.
 type renewer struct {
 	config *pgx.ConnConfig
 
@@ -40,11 +32,9 @@ type renewer struct {
 // that held a transaction.
 const renewIdle = time.Minute
 
-// hold counts a work's transaction in (+1) or out (-1). The first one in
-// opens the connection, off the request path, so that the first renewal (a
-// third of a lease later) does not spend its time connecting; the last
-// one out closes it a minute later, unless another came meanwhile. Safe on
-// a nil renewer.
+// hold counts a work's transaction in (+1) or out (-1): the first in
+// opens the connection, off the request path; the last out closes it a
+// minute later. Safe on a nil renewer.
 func (r *renewer) hold(n int) {
 	if r == nil {
 		return
@@ -99,7 +89,7 @@ func (r *renewer) warm() {
 
 // extend runs the extend statement on the renewer's connection, opening it
 // when needed; retried as the store retries its statements (see retry).
-func (r *renewer) extend(ctx context.Context, sql string, args ...any) (bool, error) {
+func (r *renewer) extend(ctx context.Context, until *time.Time, sql string, args ...any) (bool, error) {
 	const op = "extend"
 	select {
 	case r.sem <- struct{}{}:
@@ -116,10 +106,8 @@ func (r *renewer) extend(ctx context.Context, sql string, args ...any) (bool, er
 			}
 			r.conn = c
 		}
-		err := r.conn.QueryRow(ctx, sql, args...).Scan(&done)
-		if errors.Is(err, pgx.ErrNoRows) {
-			done, err = false, nil
-		}
+		var err error
+		done, err = scanOne(r.conn.QueryRow(ctx, sql, args...), until)
 		if err != nil && r.conn.IsClosed() {
 			r.conn = nil // pgx closed it (a lost connection, an ended ctx): open another
 		}
@@ -128,11 +116,9 @@ func (r *renewer) extend(ctx context.Context, sql string, args ...any) (bool, er
 	return done && err == nil, err
 }
 
-// starvedPool names a pool that had no connection to give: when err is a
-// timeout while every connection of the store's pool is
-// in use, it returns err with a detail that says so and names the setting
-// to raise, and logs it the first time. Anything else is returned as it
-// is.
+// starvedPool returns a timeout while every connection of the store's pool
+// is in use with a detail that says so and names the setting to raise,
+// logged the first time; anything else as it is.
 func (s *Store) starvedPool(ctx context.Context, err error) error {
 	pool, ok := s.db.(*pgxpool.Pool)
 	if err == nil || !ok {

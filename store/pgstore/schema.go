@@ -12,70 +12,36 @@ import (
 // defaultTable is the record table unless [WithTable] names another.
 const defaultTable = "idemkit_records"
 
-// schemaLockID is the key of the transaction-scoped advisory lock
-// (pg_advisory_xact_lock) that [SetupSchema] holds while it runs its DDL,
-// so that processes starting together do not race on CREATE TABLE IF NOT
-// EXISTS: the big-endian int64 of the ASCII bytes "idemkit!", the key
-// pglock's setup holds too.
+// schemaLockID is the advisory lock [SetupSchema] holds, so that processes
+// starting together do not race on CREATE ... IF NOT EXISTS: "idemkit!".
 const schemaLockID int64 = 0x6964656d6b697421
 
 //go:embed schema.sql
 var schemaSQL string
 
-// SchemaSQL returns the DDL that [SetupSchema] runs with the default table
-// name, as shipped in this package's schema.sql, for migration tools. It is
-// idempotent (IF NOT EXISTS throughout).
+// SchemaSQL returns schema.sql, the idempotent DDL [SetupSchema] runs for
+// the default table name, for migration tools.
 func SchemaSQL() string { return schemaSQL }
 
-// ddl is the schema with placeholders for the quoted names. schema.sql is
-// this text rendered with the default name, below a comment header; a test
-// keeps the two in step.
-const ddl = `-- Records: one row per record key, holding a claim while its request runs,
--- then the request's outcome. Time is the server's clock_timestamp(). A row
--- past its keep_until is deleted by Sweep (or taken over in place by a new
--- claim before that).
-CREATE TABLE IF NOT EXISTS {{records}} (
-    -- The record key itself when it is printable ASCII (0x20..0x7E) not
-    -- starting with \x; otherwise \x followed by the hex of its bytes.
-    key         text COLLATE "C" PRIMARY KEY,
-    -- The request's fingerprint, as the caller gave it.
-    fingerprint bytea       NOT NULL,
-    -- 1 claimed, 2 completed, 3 executed but not replayable; 0 a tombstone
-    -- (a released claim or a deleted record, kept only for its fence).
-    state       smallint    NOT NULL,
-    -- The encoded response when completed. Empty otherwise, except that a
-    -- claim a duplicate waits for holds \x01 (its end then notifies).
-    response    bytea       NOT NULL,
-    -- The claim's fence: above every fence the key carried before.
-    fence       bigint      NOT NULL,
-    -- When the claim was made or the outcome written.
-    created_at  timestamptz NOT NULL,
-    -- A claim: when its lease runs out; an outcome: when it is forgotten.
-    expires_at  timestamptz NOT NULL,
-    -- When Sweep may delete the row: past expires_at (a claim: one minute
-    -- past it), and past the fence read as Unix milliseconds.
-    keep_until  timestamptz NOT NULL
-);
--- Sweep: the rows past keep_until, oldest first, without a scan of the table.
-CREATE INDEX IF NOT EXISTS {{records_keep_until}} ON {{records}} (keep_until);
-`
+// lockIDRows is the predicate of the partial index on lock ids, as
+// schema.sql spells it. FindClaim repeats it word for word, so that the
+// planner proves the index usable.
+const lockIDRows = `octet_length(fingerprint) = 22 AND encode(fingerprint, 'escape') ~ '^[A-Za-z0-9_-]{22}$'`
 
-// renderDDL fills ddl with the name t.
+// renderDDL returns schema.sql with the names of table t.
 func renderDDL(t tableName) string {
 	return strings.NewReplacer(
-		"{{records}}", t.sanitize(),
-		"{{records_keep_until}}", t.derived("_keep_until_idx"),
-	).Replace(ddl)
+		`"`+defaultTable+`"`, t.sanitize(),
+		`"`+defaultTable+`_keep_until_idx"`, t.derived("_keep_until_idx"),
+		`"`+defaultTable+`_lock_id_idx"`, t.derived("_lock_id_idx"),
+	).Replace(schemaSQL)
 }
 
-// SetupSchema creates the record table and its index if they do not exist,
-// with the table name set by opts ([WithTable]; other options are
-// ignored). It is idempotent and safe to run concurrently from several
-// processes: it sends the DDL in one statement batch, one implicit
-// transaction that first takes a transaction-scoped advisory lock
-// (pg_advisory_xact_lock(7594306392281412641)). On a pgx.Tx the DDL takes
-// effect when that transaction commits. An invalid name is refused with
-// InvalidArgument before any SQL is sent.
+// SetupSchema runs schema.sql for the table named by opts ([WithTable]),
+// creating what does not exist, in one transaction that first takes
+// pg_advisory_xact_lock(7594306392281412641): idempotent, and safe from
+// several processes at once. An invalid name is InvalidArgument before
+// any SQL.
 func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
 	const op = "setup-schema"
 	cfg, err := newConfig(opts)

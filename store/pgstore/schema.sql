@@ -20,15 +20,22 @@ CREATE TABLE IF NOT EXISTS "idemkit_records" (
     -- The encoded response when completed. Empty otherwise, except that a
     -- claim a duplicate waits for holds \x01 (its end then notifies).
     response    bytea       NOT NULL,
-    -- The claim's fence: above every fence the key carried before.
-    fence       bigint      NOT NULL,
+    -- The claim's fence: above every fence the key carried before. The
+    -- check refuses, atomically, the claim that would pass idemkit.FenceMax.
+    fence       bigint      NOT NULL CHECK (fence <= 900000000000000),
     -- When the claim was made or the outcome written.
     created_at  timestamptz NOT NULL,
     -- A claim: when its lease runs out; an outcome: when it is forgotten.
     expires_at  timestamptz NOT NULL,
     -- When Sweep may delete the row: past expires_at (a claim: one minute
-    -- past it), and past the fence read as Unix milliseconds.
+    -- past it), and past the fence read as Unix milliseconds plus the
+    -- largest clock step (pgstore.WithMaxClockStep).
     keep_until  timestamptz NOT NULL
 );
 -- Sweep: the rows past keep_until, oldest first, without a scan of the table.
 CREATE INDEX IF NOT EXISTS "idemkit_records_keep_until_idx" ON "idemkit_records" (keep_until);
+-- FindClaim: the rows whose fingerprint is a lock id (22 base64url
+-- characters), by fingerprint. A guard's fingerprint never is one, so its
+-- writes add no entry here.
+CREATE INDEX IF NOT EXISTS "idemkit_records_lock_id_idx" ON "idemkit_records" (fingerprint)
+    WHERE octet_length(fingerprint) = 22 AND encode(fingerprint, 'escape') ~ '^[A-Za-z0-9_-]{22}$';

@@ -15,27 +15,38 @@ import (
 	"github.com/idemkit/idemkit/internal/testenv"
 )
 
-// TestSchemaSQLMatchesSetupSchema checks that the shipped schema.sql is the
-// DDL SetupSchema runs for the default name, below a header of comments
-// that names the advisory lock SetupSchema holds.
-func TestSchemaSQLMatchesSetupSchema(t *testing.T) {
+// TestSchemaSQLRendered checks that SetupSchema's DDL is schema.sql
+// itself for the default name and carries another name everywhere, that
+// schema.sql names the advisory lock SetupSchema holds, and that its
+// partial index has the predicate FindClaim repeats, and that the fence
+// is bounded by idemkit.FenceMax.
+func TestSchemaSQLRendered(t *testing.T) {
 	t.Parallel()
 	cfg, err := newConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ddl := renderDDL(cfg.table)
-	header, ok := strings.CutSuffix(SchemaSQL(), ddl)
-	if !ok {
-		t.Fatalf("schema.sql is not the DDL of SetupSchema with the default name; want it to end with:\n%s", ddl)
+	if renderDDL(cfg.table) != SchemaSQL() {
+		t.Fatal("the DDL for the default name is not schema.sql")
 	}
-	for _, line := range strings.Split(strings.TrimSpace(header), "\n") {
-		if !strings.HasPrefix(line, "--") {
-			t.Fatalf("schema.sql has a line that is not a comment before the DDL: %q", line)
+	other, err := parseTableName("s.t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ddl := renderDDL(other)
+	for _, want := range []string{`EXISTS "s"."t" (`, `EXISTS "t_keep_until_idx" ON "s"."t"`, `EXISTS "t_lock_id_idx" ON "s"."t"`} {
+		if !strings.Contains(ddl, want) {
+			t.Fatalf("the DDL for s.t lacks %s:\n%s", want, ddl)
 		}
 	}
-	if !strings.Contains(header, fmt.Sprint(schemaLockID)) {
-		t.Fatal("the header of schema.sql does not name the advisory lock SetupSchema holds")
+	if strings.Contains(ddl, `"`+defaultTable) {
+		t.Fatalf("the DDL for s.t still names %s:\n%s", defaultTable, ddl)
+	}
+	if !strings.Contains(SchemaSQL(), fmt.Sprint(schemaLockID)) || !strings.Contains(SchemaSQL(), "WHERE "+lockIDRows+";") {
+		t.Fatal("schema.sql does not name the advisory lock SetupSchema holds, or its lock-id index has another predicate than FindClaim's")
+	}
+	if !strings.Contains(SchemaSQL(), fmt.Sprintf("CHECK (fence <= %d)", idemkit.FenceMax)) {
+		t.Fatal("schema.sql does not bound the fence by idemkit.FenceMax")
 	}
 }
 
@@ -48,7 +59,7 @@ func TestQueriesRendered(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, async := range []bool{false, true} {
-		q := buildQueries(tn, async)
+		q := buildQueries(tn, time.Minute, async)
 		for i, s := range []string{q.claim, q.extend, q.complete, q.release, q.releaseAgain, q.get, q.delete, q.put, q.sweep} {
 			if strings.Contains(s, "{{") || !strings.Contains(s, `"s"."records"`) {
 				t.Fatalf("statement %d is not rendered:\n%s", i, s)
@@ -116,7 +127,7 @@ func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
 	if a != b {
 		t.Fatalf("schema.sql and SetupSchema disagree:\nschema.sql:\n%s\nSetupSchema:\n%s", a, b)
 	}
-	for _, want := range []string{"idemkit_records_keep_until_idx", "idemkit_records.key text NO C", "idemkit_records.keep_until timestamp with time zone NO", "idemkit_records.response bytea NO"} {
+	for _, want := range []string{"idemkit_records_keep_until_idx", "idemkit_records_lock_id_idx", "idemkit_records.key text NO C", "idemkit_records.keep_until timestamp with time zone NO", "idemkit_records.response bytea NO"} {
 		if !strings.Contains(a, want) {
 			t.Fatalf("the catalog lacks %q:\n%s", want, a)
 		}
@@ -190,7 +201,7 @@ func TestInvalidOptions(t *testing.T) {
 			t.Fatalf("SetupSchema with table %q: %v; want InvalidArgument", name, err)
 		}
 	}
-	for _, opts := range [][]Option{{WithMaxResponseBytes(0)}, {WithMaxResponseBytes(maxResponseLimit + 1)}, {WithSweepBatch(0)}} {
+	for _, opts := range [][]Option{{WithMaxResponseBytes(0)}, {WithMaxResponseBytes(maxResponseLimit + 1)}, {WithSweepBatch(0)}, {WithMaxClockStep(-time.Millisecond)}} {
 		if _, err := New(closed, opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("New with a bad limit: %v; want InvalidArgument", err)
 		}
@@ -202,7 +213,7 @@ func TestInvalidOptions(t *testing.T) {
 		t.Fatalf("SetupSchema(nil): %v", err)
 	}
 	for _, name := range []string{"records", "S.R_1", strings.Repeat("t", maxTableLen)} {
-		if _, err := New(closed, WithTable(name), WithMaxResponseBytes(maxResponseLimit)); err != nil {
+		if _, err := New(closed, WithTable(name), WithMaxResponseBytes(maxResponseLimit), WithMaxClockStep(0)); err != nil {
 			t.Fatalf("New with table %q: %v", name, err)
 		}
 	}

@@ -8,19 +8,12 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Sweep deletes the rows past their keep_until (by the server's clock):
-// outcomes past their expiry, claims a minute ([store.ClaimRetention]) past
-// their lease, tombstones of released claims and deleted records a minute
-// after they were left; none before the server's clock has passed its
-// fence. It runs in batches of at most the sweep batch ([WithSweepBatch])
-// rows, each one statement in its own short transaction with an
-// asynchronous commit (a lost sweep is only repeated), until a batch comes
-// up short. Rows locked by a concurrent operation are skipped. It returns
-// how many rows it deleted, also when it fails part way.
-//
-// Claims also take over, in place, any row that is no longer live, so a
-// key that is used again never waits for a sweep; Sweep is what keeps keys
-// that are never used again from piling up.
+// Sweep deletes the rows past their keep_until by the server's clock (the
+// fence rule of [store.Store], with [WithMaxClockStep]), in batches
+// ([WithSweepBatch]) of one statement with an asynchronous commit each,
+// skipping locked rows, until a batch comes up short. It returns how many
+// rows it deleted, also when it fails part way. Claims take dead rows over
+// in place; Sweep removes those of keys never used again.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	total := 0
@@ -44,15 +37,11 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// StartSweeper runs [Store.Sweep] every interval (a non-positive one means
-// one minute) in a goroutine of its own until ctx ends or stop is called;
-// stop waits for a sweep in progress and may be called more than once. Each
-// sweep is bounded by the interval. Failures are logged (at warn level,
-// without keys) and the sweeper carries on.
-//
-// Do not start one on a store built on a *pgx.Conn that other goroutines
-// use: a connection serves one statement at a time. One sweeper per
-// database is enough; more are harmless.
+// StartSweeper runs [Store.Sweep] every interval (non-positive: a minute),
+// each sweep bounded by it, in a goroutine of its own until ctx ends or
+// stop (which waits for a sweep in progress) is called. Failures are
+// logged without keys. One sweeper per database is enough; more are
+// harmless; none on a *pgx.Conn that other goroutines use.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
 	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
 }

@@ -14,19 +14,66 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// TestKeepUntil checks every row's keep_until against leased.KeepUntil,
-// for each kind of row: a claim, an extended claim, an outcome, a
-// not-replayable outcome, a put record, and the tombstones of a release
-// and a delete (kept past their fence and a minute past the moment they
-// were left).
+// TestKeepUntil checks every row's keep_until against
+// leased.KeepUntil(row, the store's largest clock step), for each kind of
+// row (a claim, an extended claim, an outcome, a not-replayable outcome, a
+// put record, and the tombstones of a release and a delete), with the
+// default step, none, and a step longer than the leases.
 func TestKeepUntil(t *testing.T) {
 	t.Parallel()
 	srv := testenv.Postgres(t)
 	admin := newPool(t, srv.URL, 2)
-	s, err := New(admin, table(t, admin))
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name string
+		opts []Option
+		step time.Duration
+	}{
+		{"default", nil, leased.DefaultMaxClockStep},
+		{"none", []Option{WithMaxClockStep(0)}, 0},
+		{"longer than the leases", []Option{WithMaxClockStep(5 * time.Hour)}, 5 * time.Hour},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := New(admin, append(c.opts, table(t, admin))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			writeEveryKindOfRow(t, s)
+			rows, err := admin.Query(t.Context(), `SELECT key, state, fence, expires_at, keep_until FROM `+tableOf(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			seen := 0
+			for rows.Next() {
+				var (
+					key           string
+					state         int16
+					fence         int64
+					expires, keep time.Time
+				)
+				if err := rows.Scan(&key, &state, &fence, &expires, &keep); err != nil {
+					t.Fatal(err)
+				}
+				seen++
+				want := leased.KeepUntil(store.Record{State: store.State(state), Fence: idemkit.Fence(fence), ExpiresAt: expires}, c.step)
+				if !keep.Equal(want) {
+					t.Errorf("%s (state %d): kept until %v; want leased.KeepUntil = %v", key, state, keep, want)
+				}
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if seen != 7 {
+				t.Fatalf("%d rows; want 7", seen)
+			}
+		})
 	}
+}
+
+// writeEveryKindOfRow leaves in s's table a claim, an extended claim, two
+// outcomes, a put record and the tombstones of a release and a delete.
+func writeEveryKindOfRow(t *testing.T, s *Store) {
+	t.Helper()
 	ctx := t.Context()
 	claim := func(k string, ttl time.Duration) store.Record {
 		t.Helper()
@@ -38,7 +85,7 @@ func TestKeepUntil(t *testing.T) {
 	}
 	claim("claim", time.Hour)
 	c := claim("extended", time.Minute)
-	if ok, err := s.Extend(ctx, "extended", c.Fence, 2*time.Hour); err != nil || !ok {
+	if _, ok, err := s.Extend(ctx, "extended", c.Fence, 2*time.Hour); err != nil || !ok {
 		t.Fatalf("Extend: %v, %v", ok, err)
 	}
 	for k, st := range map[string]store.State{"completed": store.StateCompleted, "not-replayable": store.StateNotReplayable} {
@@ -59,42 +106,46 @@ func TestKeepUntil(t *testing.T) {
 	if ok, err := s.Delete(ctx, "deleted"); err != nil || !ok {
 		t.Fatalf("Delete: %v, %v", ok, err)
 	}
+}
 
-	rows, err := admin.Query(ctx, `SELECT key, state, fence, expires_at, keep_until, clock_timestamp() FROM `+tableOf(s))
+// TestSweepKeepsTombstonesForTheClockStep checks that the tombstones of a
+// release and a delete stay, through sweeps, until the server's clock has
+// passed their fence plus the largest clock step, and go with the next
+// sweep after that.
+func TestSweepKeepsTombstonesForTheClockStep(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	const step = 2 * time.Second
+	s, err := New(admin, table(t, admin), WithMaxClockStep(step))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
-	seen := 0
-	for rows.Next() {
-		var (
-			key                   string
-			state                 int16
-			fence                 int64
-			expires, keep, dbTime time.Time
-		)
-		if err := rows.Scan(&key, &state, &fence, &expires, &keep, &dbTime); err != nil {
-			t.Fatal(err)
+	ctx := t.Context()
+	var fences []idemkit.Fence
+	for _, k := range []string{"released", "deleted"} {
+		c, claimed, err := s.Claim(ctx, k, fp, time.Hour)
+		if err != nil || !claimed {
+			t.Fatalf("Claim: %v, %v", claimed, err)
 		}
-		seen++
-		fenceTime := time.UnixMilli(fence + 1)
-		switch state {
-		case stateTombstone:
-			if keep.Before(fenceTime) || keep.Before(dbTime.Add(store.ClaimRetention-time.Minute/2)) || keep.After(dbTime.Add(store.ClaimRetention)) {
-				t.Errorf("%s: a tombstone kept until %v (fence %d, now %v); want past its fence and about a minute from now", key, keep, fence, dbTime)
-			}
-		default:
-			want := leased.KeepUntil(store.Record{State: store.State(state), Fence: idemkit.Fence(fence), ExpiresAt: expires})
-			if !keep.Equal(want) {
-				t.Errorf("%s (state %d): kept until %v; want leased.KeepUntil = %v", key, state, keep, want)
-			}
-		}
+		fences = append(fences, c.Fence)
 	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+	if ok, err := s.Release(ctx, "released", fences[0]); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
 	}
-	if seen != 7 {
-		t.Fatalf("%d rows; want 7", seen)
+	if ok, err := s.Delete(ctx, "deleted"); err != nil || !ok {
+		t.Fatalf("Delete: %v, %v", ok, err)
+	}
+	if n, err := s.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("Sweep within the clock step = %d, %v; want the two tombstones kept", n, err)
+	}
+	var left int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM `+tableOf(s)+` WHERE state = 0`).Scan(&left); err != nil || left != 2 {
+		t.Fatalf("%d tombstones, %v; want 2", left, err)
+	}
+	time.Sleep(time.UnixMilli(int64(max(fences[0], fences[1])) + 1).Add(step + margin).Sub(time.Now()))
+	if n, err := s.Sweep(ctx); err != nil || n != 2 {
+		t.Fatalf("Sweep past the clock step = %d, %v; want the two tombstones gone", n, err)
 	}
 }
 

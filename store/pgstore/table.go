@@ -16,24 +16,20 @@ import (
 // letters, digits and underscores.
 var identPart = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// Identifier limits. PostgreSQL truncates identifiers to 63 bytes; a table
-// part is shorter so that the index name derived from it (the table name
-// plus "_keep_until_idx") fits too.
+// Identifier limits: PostgreSQL's 63 bytes, less "_keep_until_idx" for
+// the table, so that its index names fit too.
 const (
 	maxSchemaLen = 63
 	maxTableLen  = 48
 )
 
-// tableName is a validated table name, optionally schema-qualified. Every
-// name it renders is quoted, so no table name can inject SQL and its case
-// is kept.
+// tableName is a validated table name, optionally schema-qualified,
+// always rendered quoted.
 type tableName struct {
 	schema, table string
 }
 
-// parseTableName validates name: "table" or "schema.table", each part a
-// letter or underscore followed by letters, digits and underscores, the
-// table part at most 48 bytes and the schema at most 63.
+// parseTableName validates name as [WithTable] documents it.
 func parseTableName(name string) (tableName, error) {
 	bad := func(detail string) (tableName, error) {
 		return tableName{}, idemkit.NewError(idemkit.CodeInvalidArgument, "new", fmt.Sprintf("record table %q: %s", name, detail), nil)
@@ -63,9 +59,8 @@ func (n tableName) sanitize() string {
 	return pgx.Identifier{n.schema, n.table}.Sanitize()
 }
 
-// derived returns the quoted name of an index of the table: the table part
-// plus suffix, unqualified, as CREATE INDEX takes it (the index lives in
-// the table's schema).
+// derived returns the quoted, unqualified name of an index of the table:
+// the table part plus suffix.
 func (n tableName) derived(suffix string) string {
 	return pgx.Identifier{n.table + suffix}.Sanitize()
 }
@@ -74,11 +69,9 @@ func (n tableName) derived(suffix string) string {
 // takes (NAMEDATALEN - 1).
 const maxChannelLen = 63
 
-// channel returns the name of the table's notification channel:
-// "idemkit:" followed by the table name as configured ("table" or
-// "schema.table"); when that exceeds 63 bytes, the name's first 38 bytes,
-// "~" and 16 hex digits of its SHA-256, 63 bytes in all. It holds only
-// letters, digits and "_.:~", and is quoted wherever it appears in SQL.
+// channel returns the table's notification channel: "idemkit:" and the
+// name as configured; past 63 bytes, the first 38 bytes of the name, "~"
+// and 16 hex digits of its SHA-256.
 func (n tableName) channel() string {
 	name := n.table
 	if n.schema != "" {

@@ -689,3 +689,42 @@ func TestWatchTakenOverClaim(t *testing.T) {
 	}
 	wake(t, ch2, "the watch of the new claim")
 }
+
+// TestWatchWokenByOwnEnds checks that a Complete, Release or Delete through
+// the store wakes its own process's watches of the key when it returns,
+// without waiting for the notification: the claim's waited-for mark is
+// cleared behind the store's back, so no notification is sent at all.
+func TestWatchWokenByOwnEnds(t *testing.T) {
+	t.Parallel()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	s, err := New(newPool(t, srv.URL, 2), table(t, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for what, end := range map[string]func(store.Record) (bool, error){
+		"complete": func(c store.Record) (bool, error) {
+			c.State, c.Response = store.StateCompleted, []byte("r")
+			return s.Complete(ctx, c, time.Hour)
+		},
+		"release": func(c store.Record) (bool, error) { return s.Release(ctx, c.Key, c.Fence) },
+		"delete":  func(c store.Record) (bool, error) { return s.Delete(ctx, c.Key) },
+	} {
+		c, claimed, err := s.Claim(ctx, what, fp, time.Hour)
+		if err != nil || !claimed {
+			t.Fatalf("Claim: %v, %v", claimed, err)
+		}
+		ch, stop := s.Watch(ctx, what)
+		defer stop()
+		if _, err := admin.Exec(ctx, `UPDATE `+tableOf(s)+` SET response = '' WHERE key = $1`, what); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := end(c); err != nil || !ok {
+			t.Fatalf("%s: %v, %v", what, ok, err)
+		}
+		if !fired(ch) {
+			t.Fatalf("the store's own %s did not wake its watch of the key when it returned", what)
+		}
+	}
+}

@@ -18,15 +18,12 @@ import (
 
 var _ store.Transactor = (*Store)(nil)
 
-// ErrNoTransaction is what [Tx] returns for a context that is not the
-// context of guarded work on a [Store] that can begin transactions: work
-// not run by the guard, a guard on another store, or a store whose [DB] is
-// itself a transaction or cannot begin one.
+// ErrNoTransaction is what [Tx] returns outside work guarded by a [Store]
+// that can begin transactions (on a pool or a connection).
 var ErrNoTransaction = errors.New("pgstore: no transaction: the context is not that of work guarded by a pgstore.Store over a pool or a connection")
 
-// ErrGuardCommits is what the transaction [Tx] returns answers to Commit
-// and Rollback: the guard ends it, with the outcome (return normally) or
-// without (return an error, or panic).
+// ErrGuardCommits is the answer of [Tx]'s transaction to Commit and
+// Rollback: the guard ends it (return from the work instead).
 var ErrGuardCommits = errors.New("pgstore: the guard commits or rolls back this transaction: return from the work instead")
 
 // beginner is what a [DB] needs to begin transactions: *pgxpool.Pool and
@@ -36,45 +33,15 @@ type beginner interface {
 }
 
 // Tx returns the transaction of the guarded work whose context is ctx,
-// beginning it (on a connection of the store's pool, held until the work's
-// end) on the first call; later calls return the same transaction.
-//
-// The guard commits it together with the work's outcome: the record is
-// completed in the transaction, under the claim's fence, and then the
-// transaction commits, so the work's writes and its record land together
-// or not at all. A crash before the commit leaves neither (the retry runs
-// the work again, on a database without its writes); once the commit is
-// in, the retry replays. If the claim was taken over while the work ran
-// (its lease ran out and another request claimed the key), the record no
-// longer carries the claim: the transaction is rolled back and the call
-// fails (middleware.UnavailableError, wrapping idemkit.ErrLeaseLost), so the
-// work's writes are never there twice. A lease lost before the work
-// returned (its ctx ended with idemkit.ErrLeaseLost: the renewals failed
-// until it ran out) fails the call the same way and releases the claim,
-// even when nobody claimed the key meanwhile. An error, a panic, a
-// verdict that stores nothing (an HTTP 5xx, say) or
-// middleware.DoNotRecord roll it back, and the claim is released.
-//
-// What it cannot cover: effects outside this database (e-mails, calls to
-// other services) happen when the work makes them, committed or not; give
-// them the claim's fence (middleware.CallInfoFrom) or write them to an
-// outbox table in this transaction. The work's tables must be in the same
-// database as the records.
-//
-// The returned transaction refuses Commit and Rollback ([ErrGuardCommits]);
-// savepoints (its Begin) work as usual. Its isolation level is
-// [WithTxIsolation]'s (read committed by default). A transaction that
-// fails by itself (a statement the work let fail leaves it aborted; a
-// deferred constraint refuses it at COMMIT; a serialization failure) fails
-// the call with an error matching store.ErrWorkFailed or
-// store.ErrWorkConflict, and its claim is released. Its row
-// locks are held until the guard ends it: after a takeover, the taker's
-// insert of a value a unique constraint holds, which the first holder
-// inserted, blocks until the first holder's transaction ends (rolled
-// back), then goes on (see the package docs).
-// ErrNoTransaction is returned when ctx is not guarded work on such a
-// store; a failure to begin is a coded error (Unavailable when the server
-// cannot be reached).
+// begun on the first call on a pool connection held until the work ends.
+// The guard completes the record in it, under the claim's fence, and
+// commits both at once. A claim taken over or a lease lost before the work
+// returned rolls it back (idemkit.ErrLeaseLost), as do an error, a panic,
+// an outcome not stored and middleware.DoNotRecord, releasing the claim; a
+// transaction that fails by itself fails the call with
+// store.ErrWorkFailed or store.ErrWorkConflict. Commit and Rollback answer
+// [ErrGuardCommits]; savepoints work. Outside guarded work: [ErrNoTransaction].
+// docs/backends.md (Exactly-once effects) tells the whole contract.
 func Tx(ctx context.Context) (pgx.Tx, error) {
 	w, ok := ctx.Value(workKey{}).(*work)
 	if !ok {
@@ -131,11 +98,8 @@ func (w *work) begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, err
 	}
 	if w.s.cfg.txIso != pgx.ReadCommitted {
-		// Mark the claim as waited for before the transaction's snapshot
-		// (see Store.Watch): a waiting duplicate's mark would be a change
-		// of the record's row after it, which the completion could then
-		// not write (a serialization failure). Marked, the claim's row is
-		// only read by duplicates.
+		// Marked before the snapshot, the row is only read by waiters: a
+		// waiter's mark after it would fail the completion (40001).
 		if _, err := w.s.mark(ctx, w.id.key); err != nil {
 			return nil, w.s.starvedPool(ctx, err)
 		}
@@ -170,20 +134,16 @@ func (w *work) Begun() bool {
 	return w.tx != nil
 }
 
-// Commit implements [store.Work]: the completion's UPDATE (guarded by the
-// fence and the claimed state) in the transaction, then its commit, which
-// is durable. No row updated: the claim is no longer this one's, and the
-// transaction is rolled back.
+// Commit implements [store.Work]: the completion's UPDATE in the
+// transaction, then a durable commit; a claim no longer this one's rolls
+// it back.
 func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "commit"
 	if err := store.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
-	if err := checkFence(op, rec.Fence); err != nil {
+	if err := w.s.checkOutcome(op, rec); err != nil {
 		return false, err
-	}
-	if len(rec.Response) > w.s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), w.s.cfg.maxResponse)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -191,13 +151,9 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "no transaction under way", nil)
 	}
 	w.end()
-	response := rec.Response
-	if response == nil {
-		response = []byte{}
-	}
 	var done bool
 	err := w.tx.QueryRow(ctx, w.s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
-		response, []byte(rec.Fingerprint), ttl.Microseconds()).Scan(&done)
+		response(rec), []byte(rec.Fingerprint), ttl.Microseconds()).Scan(&done)
 	if errors.Is(err, pgx.ErrNoRows) {
 		w.rollback(ctx)
 		return false, nil
@@ -209,14 +165,13 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	if err := w.tx.Commit(ctx); err != nil {
 		return false, w.failed(ctx, op, err, true)
 	}
+	w.s.ended(w.id.key, true)
 	return true, nil
 }
 
-// failed maps the error of the completion's statement in the transaction
-// (atCommit false) or of its COMMIT. A failure of the transaction itself
-// (the server answered, and rolled it back) wraps [store.ErrWorkFailed] or
-// [store.ErrWorkConflict] with a detail that names its cause; anything
-// else is the backend's (see [mapError]).
+// failed maps the error of the completion (atCommit false) or of COMMIT:
+// the transaction's own failure wraps [store.ErrWorkFailed] or
+// [store.ErrWorkConflict], naming its cause; anything else is mapError's.
 func (w *work) failed(ctx context.Context, op string, err error, atCommit bool) error {
 	if ctx.Err() != nil {
 		return mapError(ctx, op, err)
