@@ -23,9 +23,10 @@ var (
 
 // Defaults and bounds of the options, as their documentation states them.
 const (
-	defaultCollection = "idemkit_records"
-	defaultSweepBatch = 100
-	maxSweepBatch     = 500
+	defaultCollection   = "idemkit_records"
+	defaultSweepBatch   = 100
+	maxSweepBatch       = 500
+	defaultMaxClockStep = time.Minute
 )
 
 // maxAttempts is how many conditional writes one operation tries when the
@@ -65,8 +66,9 @@ type config struct {
 	logger      *slog.Logger
 	maxResponse int
 	sweepBatch  int
-	docLimit    int // the largest document, by the store's count; tests raise it
-	listeners   int // the most snapshot listeners at once
+	docLimit    int           // the largest document, by the store's count; tests raise it
+	listeners   int           // the most snapshot listeners at once
+	step        time.Duration // the largest clock step fences survive
 }
 
 // WithCollection sets the collection of the record documents: 1 to 100
@@ -103,11 +105,18 @@ func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } 
 // Default: 50.
 func WithMaxListeners(n int) Option { return func(c *config) { c.listeners = n } }
 
+// WithMaxClockStep sets the largest step back of Firestore's clock (or of a
+// failover's) that fences survive: no document is removed before
+// Firestore's clock has passed its fence, read as Unix milliseconds, plus
+// d (the rule in [store.Store]), so a release or delete leaves a tombstone
+// that long. 0 or more. Default: one minute.
+func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
+
 func newConfig(opts []Option) (config, error) {
 	c := config{
 		collection: defaultCollection, maxResponse: maxDocumentBytes,
 		sweepBatch: defaultSweepBatch, docLimit: maxDocumentBytes - documentMargin,
-		listeners: defaultMaxListeners,
+		listeners: defaultMaxListeners, step: defaultMaxClockStep,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -125,6 +134,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad(fmt.Sprintf("the sweep batch must be 1 to %d", maxSweepBatch))
 	case c.listeners < 0:
 		return bad("the maximum number of listeners must not be negative")
+	case c.step < 0:
+		return bad("the largest clock step must not be negative (0 trusts Firestore's clock never to step back)")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -189,11 +200,16 @@ func (s *Store) ref(key string) *firestore.DocumentRef { return s.records.Doc(do
 // read reads the record document of key: one BatchGetDocuments, outside
 // any transaction (it takes no document lock).
 func (s *Store) read(ctx context.Context, op, key string, ref *firestore.DocumentRef) (*doc, error) {
+	sent := time.Now()
 	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{ref})
 	if err != nil {
 		return nil, mapError(ctx, op, err)
 	}
-	return decode(op, key, snaps[0])
+	d, err := decode(op, key, snaps[0])
+	if err == nil {
+		d.readLocally = sent
+	}
+	return d, err
 }
 
 // write commits c to the document d was read from, on the condition that
@@ -207,28 +223,18 @@ func write(ctx context.Context, ref *firestore.DocumentRef, d *doc, c *contents)
 }
 
 // tombstone is what a release or delete leaves of the record of key with
-// fence: the fence alone, until Firestore's clock has passed it.
-func tombstone(key string, fence idemkit.Fence, writeID string) *contents {
-	return &contents{key: key, state: released, fence: fence, expireAt: fenceEnd(fence), writeID: writeID}
+// fence: the fence alone, until Firestore's clock has passed its floor.
+func (s *Store) tombstone(key string, fence idemkit.Fence, writeID string) *contents {
+	return &contents{key: key, state: released, fence: fence, expireAt: fenceFloor(fence, s.cfg.step), writeID: writeID}
 }
 
-// Claim implements [store.Store]. It reads the record document (one RPC);
-// an outcome or a live claim, judged by the read time Firestore reports,
-// is the answer, and nothing is written. Otherwise one commit writes the
-// new claim, conditioned on the document being as read: a Create when
-// there was none, else an update conditioned on its update time (taking
-// over a run-out claim, an expired outcome or a tombstone). The claim's
-// fence is max(the fence read + 1, the read time in Unix ms); its
-// CreatedAt is the commit time (the document's update time) and its
-// ExpiresAt the commit time + ttl. Taking over a document that still held
-// a response, it reports that response and its fingerprint
-// ([store.Record].Replaced).
-//
-// A contender that loses the commit fails fast (AlreadyExists or
-// FailedPrecondition, no document locks), reads again and answers with
-// what it finds: the winner's live claim (busy). The same read settles a
-// commit whose answer was lost: the claim is this call's when the document
-// carries its write id.
+// Claim implements [store.Store]: one read, judged by its read time; then,
+// for a free key, one write-only commit conditioned on the document being
+// as read (a Create, or an update conditioned on its update time when it
+// takes over a run-out claim, an expired outcome or a tombstone). A
+// contender that loses fails fast (no document locks), reads again and
+// answers with the winner's claim; the same read settles a commit whose
+// answer was lost (its write id).
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := store.ValidateKey(key); err != nil {
@@ -257,7 +263,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		}
 		if d.live() {
 			if d.wrote(ids, isClaimed) {
-				s.claims.put(key, d.fence, d.createdAt, d.updateTime) // a commit whose answer was lost
+				s.claims.put(key, d.fence, d.known()) // a commit whose answer was lost
 				rec := d.record()
 				rec.Replaced = replaced[slices.Index(ids, d.writeID)]
 				return rec, true, nil
@@ -276,20 +282,21 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		}
 		c := &contents{
 			key: key, fp: fp, state: store.StateClaimed, fence: fence, ttl: ttl,
-			expireAt: lifetimeEnd(d.now(), ttl, fence, true), writeID: newWriteID(),
+			expireAt: lifetimeEnd(d.now(), ttl, fence, true, s.cfg.step), writeID: newWriteID(),
 		}
 		var r *store.Record
 		if d.exists && len(d.response) > 0 {
 			r = &store.Record{Fingerprint: d.fp, Response: d.response}
 		}
 		ids, replaced = append(ids, c.writeID), append(replaced, r)
+		sent := time.Now()
 		wr, err := write(ctx, ref, d, c)
 		if err == nil {
-			s.claims.put(key, fence, wr.UpdateTime, wr.UpdateTime)
+			k := known{createdAt: wr.UpdateTime, updateTime: wr.UpdateTime, expiresAt: wr.UpdateTime.Add(micros(ttl)), at: wr.UpdateTime, sent: sent}
+			s.claims.put(key, fence, k)
 			return store.Record{
 				Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
-				CreatedAt: wr.UpdateTime, ExpiresAt: wr.UpdateTime.Add(micros(ttl)),
-				Replaced: r,
+				CreatedAt: k.createdAt, ExpiresAt: k.expiresAt, Replaced: r,
 			}, true, nil
 		}
 		if ctx.Err() != nil {
@@ -302,47 +309,48 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 func isClaimed(s store.State) bool  { return s == store.StateClaimed }
 func isReleased(s store.State) bool { return s == released }
 
-// Extend implements [store.Store]. For a claim this store made, it is one
-// commit conditioned on the update time of the store's last write to the
-// claim; otherwise (or when that write is no longer the last) a read and a
-// commit conditioned on the update time read, only while the document
-// still carries the claim. The new lease runs from the commit time.
-func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+// Extend implements [store.Store]; see [Store.writeClaim] for its RPCs.
+// The new lease runs from the commit time. An extension that commits once
+// the lease ran out (a write sent just before) is void: the document then
+// records the expiry it extended (heldUntil) and every reader judges the
+// claim run out at that instant, so Extend answers false.
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := store.ValidateTTL(op, ttl); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
-	return s.writeClaim(ctx, key, fence, claimWrite{
-		op: op,
-		update: func(now, createdAt time.Time) []firestore.Update {
-			return extension(ttl, createdAt, lifetimeEnd(now, ttl, fence, true), newWriteID())
+	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
+		op: op, live: true,
+		update: func(k known) []firestore.Update {
+			return extension(ttl, k.createdAt, k.expiresAt, lifetimeEnd(k.now(), ttl, fence, true, s.cfg.step), newWriteID())
 		},
 		// An extension whose answer was lost is written again: harmless.
 		commitErr: func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) },
-		keep:      true,
 	})
+	if err != nil || !ok {
+		return time.Time{}, false, err
+	}
+	was.updateTime = at
+	if !at.Before(was.expiresAt) {
+		s.claims.put(key, fence, was) // void: the claim still runs out when it did
+		return time.Time{}, false, nil
+	}
+	was.expiresAt, was.at, was.sent = at.Add(micros(ttl)), at, time.Now()
+	s.claims.put(key, fence, was)
+	return was.expiresAt, true, nil
 }
 
-// Complete implements [store.Store]. For a claim this store made, it is
-// one commit: the whole outcome record, conditioned on the update time of
-// the store's last write to the claim, so it lands only while the document
-// is exactly as this claim left it. Otherwise (the store does not know the
-// claim, or the document changed: an extension by another instance, a
-// commit whose answer was lost) it reads the document and, only while it
-// still carries the claim, writes the outcome conditioned on the update
-// time read. A read also settles a failed commit: the outcome landed when
-// the document carries one of this call's write ids. createdAt and the
-// record's lifetime start at the commit time.
-//
-// A response whose record document would not fit (see "Size" in the
-// package documentation) is refused with [store.ErrTooLarge] before any
-// write.
+// Complete implements [store.Store]; see [Store.writeClaim] for its RPCs
+// (one commit of the whole outcome for a claim this store made). createdAt
+// and the record's lifetime start at the commit time. A response whose
+// record document would not fit ("Size" in docs/backends.md) is refused
+// with [store.ErrTooLarge] before any write.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
 	if err := store.ValidateComplete(rec, ttl); err != nil {
@@ -355,12 +363,12 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		return false, err
 	}
 	var ids []string // the write ids of this call's commits
-	return s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
+	_, _, ok, err := s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
 		op: op,
-		update: func(now, _ time.Time) []firestore.Update {
+		update: func(k known) []firestore.Update {
 			c := &contents{
 				key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
-				expireAt: lifetimeEnd(now, ttl, rec.Fence, false), writeID: newWriteID(),
+				expireAt: lifetimeEnd(k.now(), ttl, rec.Fence, false, s.cfg.step), writeID: newWriteID(),
 			}
 			ids = append(ids, c.writeID)
 			return c.fields()
@@ -368,6 +376,8 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		landed:    func(d *doc) bool { return d.wrote(ids, store.State.Done) },
 		commitErr: func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) },
 	})
+	s.claims.drop(rec.Key, rec.Fence)
+	return ok, err
 }
 
 // checkOutcome refuses, before any I/O, an outcome record whose fence or
@@ -383,16 +393,12 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 }
 
 // outcomeError maps the error of an outcome's write that a read has shown
-// not to have landed. Firestore refuses a document over its size limit
-// with InvalidArgument. The store's own exact count refuses such a record
-// before any I/O, but should a Firestore release count differently, an
-// InvalidArgument answer to the write of a large document (over half the
-// limit: nothing else in a record this store writes can be invalid) is
-// reported as [store.ErrTooLarge], so the guard records the execution as
-// not replayable. Any other error maps as [mapCommitError] maps it. The
-// read comes first because the retry of a write that did land is refused
-// too, and taking that for ErrTooLarge would overwrite a completed record
-// as not replayable.
+// not to have landed. Should a Firestore release count sizes differently
+// from [documentSize], it refuses a large document with InvalidArgument:
+// that is [store.ErrTooLarge] (so the guard records the execution as not
+// replayable) when the document is over half the limit, since nothing else
+// in a record can be invalid. Any other error maps as [mapCommitError]
+// maps it.
 func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, err error) error {
 	size := documentSize(s.cfg.collection, rec.Key, rec.Fingerprint, len(rec.Response))
 	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil && size > maxDocumentBytes/2 {
@@ -402,10 +408,10 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 }
 
 // Release implements [store.Store]: it leaves a tombstone (the fence
-// alone, invisible and claimable, expiring when Firestore's clock passes
-// the fence), only while the document still carries the claim. For a claim
-// this store made it is one commit conditioned on the update time of its
-// last write; otherwise a read and a conditioned commit.
+// alone, invisible and claimable, kept until Firestore's clock passes the
+// fence's floor); see [Store.writeClaim] for its RPCs. A tombstone that
+// commits once the lease ran out (a write sent just before) stands, but
+// Release answers false: the key was free to claim either way.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
@@ -415,93 +421,94 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 		return false, err
 	}
 	var ids []string // the write ids of this call's commits
-	return s.writeClaim(ctx, key, fence, claimWrite{
-		op: op,
-		update: func(time.Time, time.Time) []firestore.Update {
-			c := tombstone(key, fence, newWriteID())
+	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
+		op: op, live: true,
+		update: func(known) []firestore.Update {
+			c := s.tombstone(key, fence, newWriteID())
 			ids = append(ids, c.writeID)
 			return c.fields()
 		},
 		landed:    func(d *doc) bool { return d.wrote(ids, isReleased) },
 		commitErr: func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) },
 	})
+	s.claims.drop(key, fence)
+	return ok && at.Before(was.expiresAt), err
 }
 
 // claimWrite is one write to a claim: an extension, an outcome or a
 // tombstone.
 type claimWrite struct {
 	op string
-	// update returns what to write, from the Firestore time the write
-	// starts at and the claim's creation time.
-	update func(now, createdAt time.Time) []firestore.Update
+	// live: only while the claim's lease has not run out (Extend, Release);
+	// otherwise also once it has, while nobody claimed since (Complete).
+	live bool
+	// update returns what to write over the claim as k describes it.
+	update func(k known) []firestore.Update
 	// landed reports whether a document read shows one of this call's
 	// writes (a commit whose answer was lost); nil when writing again is
 	// harmless.
 	landed func(d *doc) bool
 	// commitErr maps a failed commit that was not lost to contention.
 	commitErr func(ctx context.Context, err error) error
-	// keep: after the write the store still knows the claim, at the new
-	// update time (an extension); otherwise it forgets it.
-	keep bool
 }
 
-// writeClaim makes w to the claim (key, fence). For a claim this store made
-// it is one commit conditioned on the update time of the store's last write
-// to it; otherwise (or when that write is no longer the last) a read and a
-// commit conditioned on the update time read, only while the document still
-// carries the claim: ok = false once it does not. A read also settles a
-// failed commit (w.landed). Contention is retried up to maxAttempts.
-func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence, w claimWrite) (bool, error) {
+// writeClaim makes w to the claim (key, fence) and returns the commit time
+// of the write that landed and the claim as it was before it. For a claim
+// this store made (and, for w.live, whose lease the local monotonic clock
+// does not show run out) it is one commit conditioned on the update time
+// of the store's last write to it; otherwise, or when that write is no
+// longer the last, a read (judged by its read time) and a commit
+// conditioned on the update time read: ok = false, nothing written, once
+// the document no longer carries the claim (or, for w.live, its lease ran
+// out). The read also settles a failed commit (w.landed). Contention is
+// retried up to maxAttempts.
+func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence, w claimWrite) (at time.Time, was known, ok bool, err error) {
 	ref := s.ref(key)
-	wrote := func(createdAt time.Time, wr *firestore.WriteResult) (bool, error) {
-		if w.keep {
-			s.claims.put(key, fence, createdAt, wr.UpdateTime)
-		} else {
-			s.claims.drop(key, fence)
-		}
-		return true, nil
-	}
 	var lastErr error // the error of the last commit
-	if k, ok := s.claims.get(key, fence); ok {
-		wr, err := ref.Update(ctx, w.update(k.now(), k.createdAt), firestore.LastUpdateTime(k.updateTime))
+	if k, ok := s.claims.get(key, fence); ok && (!w.live || k.now().Before(k.expiresAt)) {
+		was = k
+		wr, err := ref.Update(ctx, w.update(k), firestore.LastUpdateTime(k.updateTime))
 		if err == nil {
-			return wrote(k.createdAt, wr)
+			return wr.UpdateTime, k, true, nil
 		}
 		if ctx.Err() != nil {
-			return false, mapError(ctx, w.op, err)
+			return at, was, false, mapError(ctx, w.op, err)
 		}
 		lastErr = err
 	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.read(ctx, w.op, key, ref)
 		if err != nil {
-			return false, err
+			return at, was, false, err
 		}
 		if w.landed != nil && w.landed(d) {
-			s.claims.drop(key, fence)
-			return true, nil // a commit whose answer was lost
+			return d.updateTime, was, true, nil // a commit whose answer was lost
 		}
 		if !d.holds(fence) {
 			s.claims.drop(key, fence)
-			return false, nil
+			return at, was, false, nil
+		}
+		if w.live && !d.live() {
+			return at, was, false, nil
 		}
 		if lastErr != nil && !contended(lastErr) {
-			return false, w.commitErr(ctx, lastErr)
+			return at, was, false, w.commitErr(ctx, lastErr)
 		}
 		if attempt == maxAttempts {
-			return false, contention(w.op)
+			return at, was, false, contention(w.op)
 		}
-		wr, err := ref.Update(ctx, w.update(d.now(), d.createdAt), firestore.LastUpdateTime(d.updateTime))
+		was = d.known()
+		wr, err := ref.Update(ctx, w.update(was), firestore.LastUpdateTime(d.updateTime))
 		if err == nil {
-			return wrote(d.createdAt, wr)
+			return wr.UpdateTime, was, true, nil
 		}
 		if ctx.Err() != nil {
-			return false, mapError(ctx, w.op, err)
+			return at, was, false, mapError(ctx, w.op, err)
 		}
 		lastErr = err
 		if contended(err) {
 			if err := pause(ctx, w.op, attempt+1); err != nil {
-				return false, err
+				return at, was, false, err
 			}
 		}
 	}
@@ -561,7 +568,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		if attempt == maxAttempts {
 			return false, contention(op)
 		}
-		c := tombstone(key, d.fence, newWriteID())
+		c := s.tombstone(key, d.fence, newWriteID())
 		ids = append(ids, c.writeID)
 		_, err = ref.Update(ctx, c.fields(), firestore.LastUpdateTime(d.updateTime))
 		if err == nil {
@@ -628,7 +635,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		}
 		c := &contents{
 			key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
-			expireAt: lifetimeEnd(d.now(), ttl, rec.Fence, false), writeID: newWriteID(),
+			expireAt: lifetimeEnd(d.now(), ttl, rec.Fence, false, s.cfg.step), writeID: newWriteID(),
 		}
 		ids = append(ids, c.writeID)
 		if _, err = write(ctx, ref, d, c); err == nil {

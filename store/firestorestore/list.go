@@ -119,3 +119,43 @@ func successor(p string, text bool) (string, bool) {
 	}
 	return "", false
 }
+
+// maxFound bounds the documents FindClaim reads: a lock id is random, so
+// more than one document carries it only if one id claimed several keys.
+const maxFound = 8
+
+// FindClaim returns the live claim whose fingerprint is fp, a lock id (22
+// characters of the base64url alphabet), or ok = false: one query on the
+// lockId field, for the lock library's release, extension and lookup of a
+// lease by its id ([github.com/idemkit/idemkit/lock]). Only claims whose
+// fingerprint is a lock id carry that field (so its automatic single-field
+// index costs the guard's records nothing); for any other fp FindClaim
+// finds nothing, without I/O. A claim is live while the query's read time
+// is before its expiry.
+func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
+	const op = "find"
+	if !isLockID(fp) {
+		return store.Record{}, false, nil
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	snaps, err := s.records.Where(fieldLockID, "==", fp).Limit(maxFound).Documents(ctx).GetAll()
+	if err != nil {
+		return store.Record{}, false, mapError(ctx, op, err)
+	}
+	for _, snap := range snaps {
+		k, ok := fromText(snap.Data()[fieldKey])
+		if !ok {
+			return store.Record{}, false, malformed(op, "the key field is missing or not text")
+		}
+		d, err := decode(op, k, snap)
+		if err != nil {
+			return store.Record{}, false, err
+		}
+		if d.live() && d.state == store.StateClaimed && d.fp == fp {
+			return d.record(), true, nil
+		}
+	}
+	return store.Record{}, false, nil
+}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"math"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -24,6 +25,8 @@ const (
 	fieldTTL         = "ttlMicros"   // the lifetime from the document's update time, in microseconds (an integer)
 	fieldWriteID     = "writeId"     // a random id of the write that last changed the document
 	fieldExpireAt    = "expireAt"    // when the document may be deleted (by Firestore's clock): the TTL-policy field, which Sweep queries
+	fieldHeldUntil   = "heldUntil"   // only on an extended claim: the expiry the extension moved; an extension committed at or after it is void
+	fieldLockID      = "lockId"      // only on a claim whose fingerprint is a lock id: the fingerprint again, the field FindClaim queries
 )
 
 // released is the state of a tombstone: a released or deleted record that
@@ -55,16 +58,25 @@ type doc struct {
 	response    []byte
 	fence       idemkit.Fence
 	createdAt   time.Time
+	heldUntil   time.Time // see fieldHeldUntil; zero when absent
 	ttl         time.Duration
 	writeID     string
 	updateTime  time.Time // the document's update time: its last write's commit time, and the precondition of the next write
 	readTime    time.Time // Firestore's clock when it was read
-	readLocally time.Time // the local (monotonic) clock when the read answered
+	readLocally time.Time // the local (monotonic) clock when the read was sent
 }
 
 // expiresAt is when the record's lease or lifetime runs out: its
-// lifetime after the commit time of the document's last write.
-func (d *doc) expiresAt() time.Time { return d.updateTime.Add(d.ttl) }
+// lifetime after the commit time of the document's last write, unless that
+// write was an extension committed once the lease it extended had run out:
+// such an extension is void, so that a blind one that lands late cannot
+// take back a claim others may already judge free.
+func (d *doc) expiresAt() time.Time {
+	if !d.heldUntil.IsZero() && !d.updateTime.Before(d.heldUntil) {
+		return d.heldUntil
+	}
+	return d.updateTime.Add(d.ttl)
+}
 
 // live reports whether the document holds a visible record at its read
 // time: a claim or an outcome whose lifetime has not run out.
@@ -105,15 +117,15 @@ func (d *doc) record() store.Record {
 }
 
 // now estimates Firestore's clock now from the document's read time and
-// the local monotonic clock: never later than Firestore's clock.
+// the local monotonic clock since the read was sent: never earlier than
+// Firestore's clock.
 func (d *doc) now() time.Time { return d.readTime.Add(time.Since(d.readLocally)) }
 
-// keepUntil returns when the record document snap may be removed: not
-// before its record expires (a claim: [store.ClaimRetention] after its
-// lease), nor before Firestore's clock has passed its fence read as Unix
-// milliseconds (see [store.Store]). ok is false when the fields it needs
-// are missing.
-func keepUntil(snap *firestore.DocumentSnapshot) (until time.Time, ok bool) {
+// keepUntil returns when the record document snap may be removed
+// ([keepRecord]). An extension is judged by its own lease even when void,
+// which only keeps it longer. ok is false when the fields it needs are
+// missing.
+func keepUntil(snap *firestore.DocumentSnapshot, step time.Duration) (until time.Time, ok bool) {
 	m := snap.Data()
 	state, ok1 := m[fieldState].(int64)
 	fence, ok2 := m[fieldFence].(int64)
@@ -121,11 +133,20 @@ func keepUntil(snap *firestore.DocumentSnapshot) (until time.Time, ok bool) {
 	if !ok1 || !ok2 || !ok3 || state < 0 || state > int64(store.StateNotReplayable) || fence < 0 || ttl < 0 || ttl > maxTTLMicros {
 		return time.Time{}, false
 	}
-	until = snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond)
-	if store.State(state) == store.StateClaimed {
+	rec := store.Record{State: store.State(state), Fence: idemkit.Fence(fence), ExpiresAt: snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond)}
+	return keepRecord(rec, step), true
+}
+
+// keepRecord is the store's rule ([store.Store]) for when rec may go,
+// given the largest clock step step: not before its expiry
+// ([store.ClaimRetention] past it for a claim), nor before its fence's
+// floor.
+func keepRecord(rec store.Record, step time.Duration) time.Time {
+	until := rec.ExpiresAt
+	if rec.State == store.StateClaimed {
 		until = until.Add(store.ClaimRetention)
 	}
-	return later(until, time.UnixMilli(fence+1)), true
+	return later(until, fenceFloor(rec.Fence, step))
 }
 
 // maxTTLMicros is the longest lifetime a time.Duration holds.
@@ -178,6 +199,11 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	default:
 		return nil, malformed(op, "the createdAt field is not a timestamp")
 	}
+	if v, ok := m[fieldHeldUntil]; ok {
+		if d.heldUntil, ok = v.(time.Time); !ok {
+			return nil, malformed(op, "the heldUntil field is not a timestamp")
+		}
+	}
 	ttl, ok := m[fieldTTL].(int64)
 	if !ok || ttl < 0 || ttl > maxTTLMicros {
 		return nil, malformed(op, "the ttlMicros field is missing or not a non-negative integer")
@@ -208,8 +234,7 @@ type contents struct {
 	writeID  string
 }
 
-// updates returns the field updates of c. It removes createdAt: the
-// record was created by this very write, at the document's update time.
+// updates returns the fields of c.
 func (c *contents) updates() []firestore.Update {
 	response := c.response
 	if response == nil {
@@ -225,6 +250,9 @@ func (c *contents) updates() []firestore.Update {
 		{Path: fieldExpireAt, Value: c.expireAt},
 		{Path: fieldWriteID, Value: c.writeID},
 	}
+	if c.state == store.StateClaimed && isLockID(c.fp) {
+		u = append(u, firestore.Update{Path: fieldLockID, Value: c.fp})
+	}
 	return u
 }
 
@@ -238,51 +266,78 @@ func (c *contents) data() map[string]any {
 }
 
 // fields returns the field updates of c for an update of an existing
-// document: every field, and createdAt removed.
+// document: every field of c, and the fields only some records carry
+// removed unless c sets them.
 func (c *contents) fields() []firestore.Update {
-	return append(c.updates(), firestore.Update{Path: fieldCreatedAt, Value: firestore.Delete})
+	u := c.updates()
+	for _, f := range [...]string{fieldCreatedAt, fieldHeldUntil, fieldLockID} {
+		if !slices.ContainsFunc(u, func(u firestore.Update) bool { return u.Path == f }) {
+			u = append(u, firestore.Update{Path: f, Value: firestore.Delete})
+		}
+	}
+	return u
 }
 
-// extension returns the field updates that set a claim's lease to ttl from
-// the commit time, keeping the time the claim was made, created.
-func extension(ttl time.Duration, created, expireAt time.Time, writeID string) []firestore.Update {
+// extension returns the field updates that set the lease of a claim made
+// at created and running out at until to ttl from the commit time.
+func extension(ttl time.Duration, created, until, expireAt time.Time, writeID string) []firestore.Update {
 	return []firestore.Update{
 		{Path: fieldCreatedAt, Value: created},
+		{Path: fieldHeldUntil, Value: until},
 		{Path: fieldTTL, Value: int64(micros(ttl) / time.Microsecond)},
 		{Path: fieldExpireAt, Value: expireAt},
 		{Path: fieldWriteID, Value: writeID},
 	}
 }
 
+// isLockID reports whether fp has the form of a lock id: 22 characters of
+// the base64url alphabet. Only such claims carry fieldLockID, so the
+// index FindClaim uses costs the guard's own records nothing.
+func isLockID(fp string) bool {
+	if len(fp) != 22 {
+		return false
+	}
+	for i := 0; i < len(fp); i++ {
+		c := fp[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
 // lifetimeEnd returns the expireAt of a claim or outcome of fence whose
 // lifetime ttl starts at its commit, which comes after now (an estimate of
-// Firestore's clock that is never later than it): past now + ttl (+
-// [store.ClaimRetention] for a claim) by [expireSlack], and past the fence.
-// So the document is kept at least until its record may go ([keepUntil]),
-// give or take the time a write takes to reach Firestore, which the slack
-// covers.
-func lifetimeEnd(now time.Time, ttl time.Duration, fence idemkit.Fence, claim bool) time.Time {
+// Firestore's clock): past now + ttl (+ [store.ClaimRetention] for a
+// claim) by [expireSlack], which covers the time a write takes to land,
+// and past the fence's floor. So the document is kept at least until
+// [keepUntil].
+func lifetimeEnd(now time.Time, ttl time.Duration, fence idemkit.Fence, claim bool, step time.Duration) time.Time {
 	end := now.Add(micros(ttl) + expireSlack)
 	if claim {
 		end = end.Add(store.ClaimRetention)
 	}
-	end = later(end, fenceEnd(fence))
-	if end.After(maxTimestamp) {
-		return maxTimestamp
-	}
-	return end
+	return clampTime(later(end, fenceFloor(fence, step)))
 }
 
 // maxTimestamp is the latest time a Firestore timestamp holds, and
-// maxFence the largest fence whose [fenceEnd] it holds.
+// maxFence the largest fence a record document holds.
 var maxTimestamp = time.UnixMilli(maxFence + 1).UTC()
 
 const maxFence = 253_402_300_799_998 // 9999-12-31T23:59:59.998Z in Unix milliseconds
 
-// fenceEnd is when Firestore's clock has passed fence read as Unix
-// milliseconds: the expireAt of a tombstone.
-func fenceEnd(fence idemkit.Fence) time.Time {
-	return time.UnixMilli(int64(min(fence, maxFence)) + 1).UTC()
+// fenceFloor is when Firestore's clock has passed fence read as Unix
+// milliseconds plus the largest clock step: the expireAt of a tombstone
+// (see [store.Store]).
+func fenceFloor(fence idemkit.Fence, step time.Duration) time.Time {
+	return clampTime(time.UnixMilli(int64(min(fence, maxFence)) + 1).Add(step))
+}
+
+func clampTime(t time.Time) time.Time {
+	if t.After(maxTimestamp) {
+		return maxTimestamp
+	}
+	return t.UTC()
 }
 
 func later(a, b time.Time) time.Time {

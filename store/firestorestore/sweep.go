@@ -50,7 +50,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 				more = false // the rest of the order expires later still
 				break
 			}
-			if until, ok := keepUntil(snap); ok && !snap.ReadTime.Before(until) {
+			if until, ok := keepUntil(snap, s.cfg.step); ok && !snap.ReadTime.Before(until) {
 				gone = append(gone, snap)
 			}
 		}

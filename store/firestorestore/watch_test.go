@@ -239,7 +239,7 @@ func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 			if end != "lease runs out" {
 				// An extension is a snapshot that changes nothing.
 				before := firestorestore.Listeners(s).Applied
-				if ok, err := other.Extend(ctx, key, claim.Fence, lease); !ok || err != nil {
+				if _, ok, err := other.Extend(ctx, key, claim.Fence, lease); !ok || err != nil {
 					t.Fatal(ok, err)
 				}
 				await(t, "the extension's snapshot", func() bool { return firestorestore.Listeners(s).Applied > before })
