@@ -1,5 +1,7 @@
 package firestorestore
 
+import "time"
+
 // DocID is the document id of a record key, for tests that look at the
 // documents themselves.
 func DocID(key string) string { return docID(key) }
@@ -58,3 +60,8 @@ func (l Listening) Waiting() (total, fewest int) {
 	}
 	return total, fewest
 }
+
+// SetListenerLinger sets how long the listeners of s outlive their last
+// watch (default 5 s), so that tests that wait for listeners to end need
+// not wait that long.
+func SetListenerLinger(s *Store, d time.Duration) { s.cfg.linger = d }

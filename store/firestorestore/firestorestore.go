@@ -68,6 +68,7 @@ type config struct {
 	sweepBatch  int
 	docLimit    int           // the largest document, by the store's count; tests raise it
 	listeners   int           // the most snapshot listeners at once
+	linger      time.Duration // how long a listener outlives its last watch; tests shorten it
 	step        time.Duration // the largest clock step fences survive
 }
 
@@ -116,7 +117,7 @@ func newConfig(opts []Option) (config, error) {
 	c := config{
 		collection: defaultCollection, maxResponse: maxDocumentBytes,
 		sweepBatch: defaultSweepBatch, docLimit: maxDocumentBytes - documentMargin,
-		listeners: defaultMaxListeners, step: defaultMaxClockStep,
+		listeners: defaultMaxListeners, linger: defaultLinger, step: defaultMaxClockStep,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -208,8 +209,15 @@ func (s *Store) read(ctx context.Context, op, key string, ref *firestore.Documen
 	d, err := decode(op, key, snaps[0])
 	if err == nil {
 		d.readLocally = sent
+		s.listeners.news(d)
 	}
 	return d, err
+}
+
+// wrote tells the key's listener, if it has one, what a write of this
+// store committed at the time at left in the document.
+func (s *Store) wrote(key string, at time.Time, state store.State, fence idemkit.Fence, ttl time.Duration) {
+	s.listeners.news(&doc{exists: true, key: key, state: state, fence: fence, ttl: micros(ttl), updateTime: at, readTime: at})
 }
 
 // write commits c to the document d was read from, on the condition that
@@ -294,6 +302,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		if err == nil {
 			k := known{createdAt: wr.UpdateTime, updateTime: wr.UpdateTime, expiresAt: wr.UpdateTime.Add(micros(ttl)), at: wr.UpdateTime, sent: sent}
 			s.claims.put(key, fence, k)
+			s.wrote(key, k.updateTime, store.StateClaimed, fence, ttl)
 			return store.Record{
 				Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
 				CreatedAt: k.createdAt, ExpiresAt: k.expiresAt, Replaced: r,
@@ -343,6 +352,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	}
 	was.expiresAt, was.at, was.sent = at.Add(micros(ttl)), at, time.Now()
 	s.claims.put(key, fence, was)
+	s.wrote(key, at, store.StateClaimed, fence, ttl)
 	return was.expiresAt, true, nil
 }
 
@@ -363,7 +373,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		return false, err
 	}
 	var ids []string // the write ids of this call's commits
-	_, _, ok, err := s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
+	at, _, ok, err := s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
 		op: op,
 		update: func(k known) []firestore.Update {
 			c := &contents{
@@ -377,6 +387,9 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		commitErr: func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) },
 	})
 	s.claims.drop(rec.Key, rec.Fence)
+	if ok {
+		s.wrote(rec.Key, at, rec.State, rec.Fence, ttl)
+	}
 	return ok, err
 }
 
@@ -432,6 +445,9 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 		commitErr: func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) },
 	})
 	s.claims.drop(key, fence)
+	if ok {
+		s.wrote(key, at, released, fence, 0)
+	}
 	return ok && at.Before(was.expiresAt), err
 }
 
@@ -570,9 +586,10 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		}
 		c := s.tombstone(key, d.fence, newWriteID())
 		ids = append(ids, c.writeID)
-		_, err = ref.Update(ctx, c.fields(), firestore.LastUpdateTime(d.updateTime))
+		wr, err := ref.Update(ctx, c.fields(), firestore.LastUpdateTime(d.updateTime))
 		if err == nil {
 			s.claims.drop(key, d.fence)
+			s.wrote(key, wr.UpdateTime, released, d.fence, 0)
 			return true, nil
 		}
 		if ctx.Err() != nil {

@@ -157,7 +157,7 @@ const maxTTLMicros = math.MaxInt64 / int64(time.Microsecond)
 // the document holds that very key, so a document copied or edited by hand
 // under another id is reported rather than trusted.
 func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
-	d := &doc{readTime: snap.ReadTime, readLocally: time.Now()}
+	d := &doc{key: key, readTime: snap.ReadTime}
 	if !snap.Exists() {
 		return d, nil
 	}

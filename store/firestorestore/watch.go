@@ -13,13 +13,18 @@ import (
 
 var _ store.Watcher = (*Store)(nil)
 
-// defaultMaxListeners is documented on WithMaxListeners.
-const defaultMaxListeners = 50
-
-// runOutMargin is added to the time left of a claim's lease before a
-// listener wakes its watches for the lease's end, so that Firestore's
-// clock has passed it by then.
-const runOutMargin = time.Millisecond
+const (
+	// defaultMaxListeners is documented on WithMaxListeners.
+	defaultMaxListeners = 50
+	// runOutMargin is added to the time left of a claim's lease before a
+	// listener wakes its watches for the lease's end, so that Firestore's
+	// clock has passed it by then.
+	runOutMargin = time.Millisecond
+	// defaultLinger is how long a listener outlives its last watch, so
+	// that waiters who stop watching to claim (a lock's, under contention)
+	// and watch again when they lose keep one listener.
+	defaultLinger = 5 * time.Second
+)
 
 // never is the channel of a watch that could not be set up: it never
 // closes, and the caller polls.
@@ -47,29 +52,30 @@ type listener struct {
 	ended  bool          // no longer in the map: stopped, or failed
 	n      int           // watches not yet stopped
 	ch     chan struct{} // closed to wake the current watches, then replaced
-	fence  idemkit.Fence // the live claim the last snapshot showed; 0 for none
-	seq    int           // snapshots applied: a run-out timer armed before the last is stale
+	at     time.Time     // Firestore's time of the latest news applied
+	fence  idemkit.Fence // the live claim that news showed; 0 for none
+	seq    int           // news applied: a run-out timer armed before the last is stale
 	timer  *time.Timer   // wakes the watches when the claim's lease runs out
+	idle   *time.Timer   // stops the listener once it has lingered without watches
 }
 
 // Watch implements [store.Watcher] with a Firestore snapshot listener on
-// the key's record document: one per watched key, shared by every watch
-// of the key in this process, started by the key's first watch and
-// stopped when its last watch stops. Watch returns once the listener has
-// delivered its first snapshot, so the watch is in place. The watches
-// close when a snapshot shows that the claim the listener last saw is no
-// longer there: an outcome (completed or not replayable), a tombstone
-// (released or deleted), no document, or a claim with another fence; and
-// when that claim's lease runs out without an extension (by Firestore's
-// time as the snapshot read it), since the record is then claimable. An
-// extension changes nothing. When the listener fails, its watches are
-// woken once (their callers read the record again and watch anew, which
-// starts a new listener) and it ends.
+// the key's record document, shared by every watch of the key in this
+// process; a key's first watch starts it and returns once its first
+// snapshot is in. The watches close when the live claim last seen ends
+// (an outcome, a release or delete, another claim) or its lease runs out
+// by Firestore's time (an extension changes nothing), and at once when
+// the latest news shows no live claim, so a caller that does not read the
+// record again after watching misses nothing. News is the listener's
+// snapshots and this store's own reads and writes of the document, in the
+// order of their Firestore times: a release through this store wakes its
+// watches as it returns. A listener that fails for good wakes its
+// watches once and ends; one without watches lingers five seconds.
 //
 // A watch that cannot be set up returns a channel that never closes (the
 // caller polls): ctx ended before the first snapshot came, the listener
-// failed before it, the key is invalid, or the store already runs as many
-// listeners as [WithMaxListeners] allows.
+// failed before it, the key is invalid, or [WithMaxListeners] listeners
+// with watches run already.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if store.ValidateKey(key) != nil || ctx.Err() != nil {
 		return never, func() {}
@@ -78,16 +84,20 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	ls.mu.Lock()
 	l := ls.m[key]
 	if l == nil {
-		if len(ls.m) >= s.cfg.listeners {
+		if !ls.room(s.cfg.listeners) {
 			ls.mu.Unlock()
 			return never, func() {}
 		}
 		l = s.listen(key)
 	}
 	l.n++
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
 	ch := l.ch
 	ls.mu.Unlock()
-	stop := sync.OnceFunc(func() { ls.unwatch(l) })
+	stop := sync.OnceFunc(func() { ls.unwatch(l, s.cfg.linger) })
 	select {
 	case <-l.ready:
 	case <-ctx.Done():
@@ -95,6 +105,11 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	select {
 	case <-l.ready:
 		if l.ok {
+			ls.mu.Lock()
+			defer ls.mu.Unlock()
+			if l.fence == 0 && ch == l.ch {
+				l.wake() // no live claim to wait for
+			}
 			return ch, stop
 		}
 	default:
@@ -103,11 +118,26 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	return never, func() {}
 }
 
+// room reports whether a listener can start within limit, stopping one
+// that lingers without watches if it must. The caller holds ls.mu.
+func (ls *listeners) room(limit int) bool {
+	if len(ls.m) < limit {
+		return true
+	}
+	for _, l := range ls.m {
+		if l.n == 0 {
+			ls.end(l)
+			return true
+		}
+	}
+	return false
+}
+
 // listen starts the listener of key. The caller holds s.listeners.mu.
 func (s *Store) listen(key string) *listener {
 	ls := &s.listeners
 	// The listener outlives the watch that starts it: its context is its
-	// own, ended when its last watch stops.
+	// own, ended when it stops.
 	lctx, cancel := context.WithCancel(context.Background())
 	l := &listener{key: key, cancel: cancel, ready: make(chan struct{}), ch: make(chan struct{})}
 	if ls.m == nil {
@@ -116,8 +146,7 @@ func (s *Store) listen(key string) *listener {
 	ls.m[key] = l
 	ls.running++
 	ls.started++
-	it := s.ref(key).Snapshots(lctx)
-	go ls.run(l, it)
+	go ls.run(l, s.ref(key).Snapshots(lctx))
 	return l
 }
 
@@ -130,11 +159,10 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 		snap, err := it.Next()
 		ls.mu.Lock()
 		if err != nil {
-			// Stopped (its context ended), or failed: the client retries
-			// what is transient itself, resuming where it was, so this is
-			// for good. Wake the watches once, spuriously: a change may have
-			// been missed. Their callers read the record again and watch
-			// anew, which starts a new listener.
+			// Stopped, or failed: the client retries what is transient
+			// itself, resuming where it was, so this is for good. Wake the
+			// watches once: a change may have been missed. Their callers
+			// read the record again and watch anew, on a new listener.
 			ls.end(l)
 			l.wake()
 			ls.running--
@@ -144,7 +172,14 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 			}
 			return
 		}
-		ls.apply(l, snap)
+		ls.applied++
+		// A document this store did not write is no claim to wait for (the
+		// callers' next read reports it).
+		d, err := decode("watch", l.key, snap)
+		if err != nil {
+			d = &doc{readTime: snap.ReadTime}
+		}
+		ls.learn(l, d)
 		if first {
 			first, l.ok = false, true
 			close(l.ready)
@@ -153,30 +188,40 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 	}
 }
 
-// apply takes in a snapshot of l's document. The caller holds ls.mu.
-func (ls *listeners) apply(l *listener, snap *firestore.DocumentSnapshot) {
-	ls.applied++
+// news passes what one of the store's own reads or writes showed of key's
+// document to its listener, if it has one. A write passes the document as
+// it left it, with its commit time as readTime.
+func (ls *listeners) news(d *doc) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l := ls.m[d.key]; l != nil && l.ok {
+		ls.learn(l, d)
+	}
+}
+
+// learn applies news of l's document, unless l knows a later state. The
+// caller holds ls.mu.
+func (ls *listeners) learn(l *listener, d *doc) {
+	if l.ended || d.readTime.IsZero() || (l.ok && !d.readTime.After(l.at)) {
+		return
+	}
+	l.at = d.readTime
 	l.seq++
 	if l.timer != nil {
 		l.timer.Stop()
 		l.timer = nil
 	}
-	var fence idemkit.Fence // the live claim the snapshot shows; 0 for none
-	var left time.Duration
-	// A document this store did not write is no claim to wait for (the
-	// callers' next read reports it).
-	if d, err := decode("watch", l.key, snap); err == nil && d.exists && d.state == store.StateClaimed && !d.readTime.IsZero() {
-		if left = d.expiresAt().Sub(d.readTime); left > 0 {
-			fence = d.fence
-		}
+	var fence idemkit.Fence // the live claim the news shows; 0 for none
+	if d.live() && d.state == store.StateClaimed {
+		fence = d.fence
 	}
 	if l.fence != 0 && fence != l.fence {
 		l.wake() // the claim the watches wait for has ended
 	}
 	l.fence = fence
-	if fence != 0 && !l.ended {
+	if fence != 0 {
 		seq := l.seq
-		l.timer = time.AfterFunc(left+runOutMargin, func() {
+		l.timer = time.AfterFunc(d.expiresAt().Sub(d.readTime)+runOutMargin, func() {
 			ls.mu.Lock()
 			defer ls.mu.Unlock()
 			if l.seq == seq && l.fence == fence {
@@ -196,14 +241,26 @@ func (l *listener) wake() {
 	l.ch = make(chan struct{})
 }
 
-// unwatch ends one watch of l, and the listener with its last watch.
-func (ls *listeners) unwatch(l *listener) {
+// unwatch ends one watch of l; with its last watch the listener lingers,
+// then stops.
+func (ls *listeners) unwatch(l *listener, linger time.Duration) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l.n--
-	if l.n == 0 {
-		ls.end(l)
+	if l.n > 0 || l.ended {
+		return
 	}
+	if linger <= 0 {
+		ls.end(l)
+		return
+	}
+	l.idle = time.AfterFunc(linger, func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if l.n == 0 {
+			ls.end(l)
+		}
+	})
 }
 
 // end takes l out of the map and stops it (its goroutine ends soon
@@ -217,8 +274,10 @@ func (ls *listeners) end(l *listener) {
 		delete(ls.m, l.key)
 	}
 	l.cancel()
-	if l.timer != nil {
-		l.timer.Stop()
-		l.timer = nil
+	for _, t := range []*time.Timer{l.timer, l.idle} {
+		if t != nil {
+			t.Stop()
+		}
 	}
+	l.timer, l.idle = nil, nil
 }

@@ -281,16 +281,24 @@ func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 	}
 }
 
-// TestWatchesShareOneListener: a thousand watches of one key share one
-// listener (one Listen stream); a thousand over 20 keys, one listener a
-// key. A listener stops with its last watch.
+// TestWatchesShareOneListener: a thousand watches of one claimed key
+// share one listener (one Listen stream); a thousand over 20 keys, one
+// listener a key. A listener stops with its last watch (here without
+// lingering).
 func TestWatchesShareOneListener(t *testing.T) {
 	t.Parallel()
 	ls := &listens{}
 	c := client(t, testenv.FirestoreProject(t), ls.dialOption())
 	s := newStore(t, c)
+	firestorestore.SetListenerLinger(s, 0)
 	ctx := t.Context()
+	claimed := newStore(t, c)
 	watchAll := func(keys []string, n int) []func() {
+		for _, k := range keys {
+			if _, ok, err := claimed.Claim(ctx, k, "fp", time.Hour); err != nil || !ok {
+				t.Fatalf("Claim: %v, %v", ok, err)
+			}
+		}
 		stops := make([]func(), n)
 		var wg sync.WaitGroup
 		for i := range n {
@@ -369,6 +377,7 @@ func TestWatchBounds(t *testing.T) {
 		e := testenv.NewFirestore(t)
 		ls := &listens{}
 		s := newStore(t, dial(t, e.Host, testenv.FirestoreProject(t), ls.dialOption()))
+		firestorestore.SetListenerLinger(s, 0)
 		// A first listener, on a running emulator, which may take its time
 		// to answer first.
 		_, stop := s.Watch(t.Context(), "warm")
@@ -501,6 +510,7 @@ func TestThousandWaitingDuplicates(t *testing.T) {
 	ls := &listens{}
 	p := testenv.FirestoreProject(t)
 	s := newStore(t, client(t, p, ls.dialOption()), firestorestore.WithLogger(discard()))
+	firestorestore.SetListenerLinger(s, 0)
 	g, err := middleware.New(s, middleware.WithBackoff(slowPolls), middleware.WithWaitBudget(2*time.Minute),
 		middleware.WithOpTimeout(time.Minute), middleware.WithLogger(discard()))
 	if err != nil {
@@ -588,6 +598,7 @@ func TestLostNotification(t *testing.T) {
 	p := testenv.FirestoreProject(t)
 	ls := &listens{}
 	s := newStore(t, client(t, p, ls.dialOption()), firestorestore.WithLogger(discard()))
+	firestorestore.SetListenerLinger(s, 0)
 	fastPolls, err := middleware.New(s, middleware.WithBackoff(idemkit.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}),
 		middleware.WithWaitBudget(time.Minute), middleware.WithLogger(discard()))
 	if err != nil {
@@ -674,5 +685,72 @@ func TestLostNotification(t *testing.T) {
 			}
 			awaitEnded(t, s, ls)
 		})
+	}
+}
+
+// TestWatchNews: a watch fires at once when its key holds no live claim
+// (nothing, an outcome, a tombstone), so a caller that does not read again
+// after watching (a lock waiter) misses no release made before the watch
+// was in place; a release through the store wakes its watches as it
+// returns, before (here: without) the listener's snapshot; and a
+// listener outlives its last watch for a while, so a waiter that watches
+// again shares it.
+func TestWatchNews(t *testing.T) {
+	t.Parallel()
+	ls := &listens{}
+	c := client(t, testenv.FirestoreProject(t), ls.dialOption())
+	s := newStore(t, c)
+	ctx := t.Context()
+	out, _, err := s.Claim(ctx, "completed", "fp", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.State, out.Response = store.StateCompleted, []byte("r")
+	if ok, err := s.Complete(ctx, out, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	rel, _, err := s.Claim(ctx, "released", "fp", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Release(ctx, "released", rel.Fence); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	for _, k := range []string{"absent", "completed", "released"} {
+		ch, stop := s.Watch(ctx, k)
+		if !fired(ch) {
+			t.Errorf("the watch of a key without a live claim (%s) did not fire at once", k)
+		}
+		stop()
+	}
+
+	claim, _, err := s.Claim(ctx, "held", "fp", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop := s.Watch(ctx, "held")
+	defer stop()
+	if fired(ch) {
+		t.Fatal("the watch of a claimed key fired before any change")
+	}
+	unmute := ls.mute()
+	defer unmute()
+	if ok, err := s.Release(ctx, "held", claim.Fence); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	if !fired(ch) {
+		t.Fatal("a release through the store did not wake its watch as it returned")
+	}
+	unmute()
+
+	if _, _, err := s.Claim(ctx, "held", "fp", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	started := firestorestore.Listeners(s).Started
+	stop()
+	again, stopAgain := s.Watch(ctx, "held")
+	defer stopAgain()
+	if got := firestorestore.Listeners(s); got.Started != started || fired(again) {
+		t.Fatalf("a watch again after the last one stopped: %+v (%d started before), fired %v; want it on the lingering listener, waiting for the new claim", got, started, fired(again))
 	}
 }
