@@ -7,7 +7,6 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// maxKnownClaims bounds the claims a store remembers (see [claims]).
 const maxKnownClaims = 1 << 14
 
 // claimID names a claim: its key and fence.
@@ -25,8 +24,8 @@ type known struct {
 	sent       time.Time // ... and the local monotonic time when it sent that request
 }
 
-// now bounds Firestore's clock from above: Firestore's time at or after the
-// request was sent, plus the local time since. (Clock rates agree.)
+// now bounds Firestore's clock from above: its time after the request was
+// sent, plus the local time since.
 func (k known) now() time.Time { return k.at.Add(time.Since(k.sent)) }
 
 // known is the claim d holds, as read.
@@ -35,10 +34,8 @@ func (d *doc) known() known {
 }
 
 // claims remembers the claims this store made and still holds, so that
-// Extend, Complete and Release can write with one commit conditioned on
-// the document's update time instead of reading it first. It is bounded:
-// past [maxKnownClaims] it forgets an arbitrary claim, whose next
-// operation then reads the document first.
+// Extend, Complete and Release can commit without reading first. Past
+// [maxKnownClaims] it forgets an arbitrary one (which then reads first).
 type claims struct {
 	mu sync.Mutex
 	m  map[claimID]known

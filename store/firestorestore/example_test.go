@@ -14,7 +14,7 @@ import (
 
 // A guard on Firestore: claims and outcomes live in one document per key,
 // one client per process. A TTL policy on expireAt collects what is no
-// longer needed (see the package documentation); without one, a sweeper
+// longer needed (docs/backends.md, "Firestore"); without one, a sweeper
 // does it. (It needs Firestore or its emulator, so it does not run as a
 // test.)
 func Example() {

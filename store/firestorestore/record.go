@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"math"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -14,7 +15,7 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// The fields of a record document (see the package documentation).
+// The fields of a record document (docs/backends.md, "Firestore").
 const (
 	fieldKey         = "key"         // the record key: a string, or bytes when it is not valid UTF-8
 	fieldFingerprint = "fingerprint" // the request's fingerprint: a string, or bytes when it is not valid UTF-8
@@ -29,17 +30,15 @@ const (
 	fieldLockID      = "lockId"      // only on a claim whose fingerprint is a lock id: the fingerprint again, the field FindClaim queries
 )
 
-// released is the state of a tombstone: a released or deleted record that
-// keeps its fence until Firestore's clock has passed it. It is invisible
-// and can be claimed.
+// released is the state of a tombstone: what a release or delete leaves,
+// its fence alone, invisible and claimable.
 const released store.State = 0
 
 // writeIDLen is the length of a write id: 16 random bytes in unpadded
 // base64url.
 const writeIDLen = 22
 
-// expireSlack is added to the expireAt of claims and outcomes, whose commit
-// time is not known when the field is written (see [lifetimeEnd]).
+// expireSlack pads the expireAt of claims and outcomes ([lifetimeEnd]).
 const expireSlack = time.Second
 
 // newWriteID returns a fresh write id.
@@ -49,8 +48,7 @@ func newWriteID() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// doc is a record document as the store reads it, with the times of its
-// snapshot.
+// doc is a record document as read, with the times of its snapshot.
 type doc struct {
 	exists      bool
 	key, fp     string
@@ -66,11 +64,10 @@ type doc struct {
 	readLocally time.Time // the local (monotonic) clock when the read was sent
 }
 
-// expiresAt is when the record's lease or lifetime runs out: its
-// lifetime after the commit time of the document's last write, unless that
-// write was an extension committed once the lease it extended had run out:
-// such an extension is void, so that a blind one that lands late cannot
-// take back a claim others may already judge free.
+// expiresAt is when the record's lease or lifetime runs out, from the
+// commit time of the document's last write, unless that was an extension
+// committed once the lease it moved had run out: such an extension is
+// void, so that one sent blind cannot take back a claim judged free.
 func (d *doc) expiresAt() time.Time {
 	if !d.heldUntil.IsZero() && !d.updateTime.Before(d.heldUntil) {
 		return d.heldUntil
@@ -78,8 +75,8 @@ func (d *doc) expiresAt() time.Time {
 	return d.updateTime.Add(d.ttl)
 }
 
-// live reports whether the document holds a visible record at its read
-// time: a claim or an outcome whose lifetime has not run out.
+// live reports whether the document holds a claim or outcome that has not
+// run out at its read time.
 func (d *doc) live() bool {
 	return d.exists && d.state.Valid() && d.readTime.Before(d.expiresAt())
 }
@@ -93,15 +90,7 @@ func (d *doc) holds(fence idemkit.Fence) bool {
 // wrote reports whether the document carries one of the write ids ids and
 // the state of such a write.
 func (d *doc) wrote(ids []string, state func(store.State) bool) bool {
-	if !d.exists || !state(d.state) {
-		return false
-	}
-	for _, id := range ids {
-		if id == d.writeID {
-			return true
-		}
-	}
-	return false
+	return d.exists && state(d.state) && slices.Contains(ids, d.writeID)
 }
 
 // record is the record the document holds.
@@ -116,15 +105,11 @@ func (d *doc) record() store.Record {
 	return rec
 }
 
-// now estimates Firestore's clock now from the document's read time and
-// the local monotonic clock since the read was sent: never earlier than
-// Firestore's clock.
+// now bounds Firestore's clock from above, as [known.now] does.
 func (d *doc) now() time.Time { return d.readTime.Add(time.Since(d.readLocally)) }
 
-// keepUntil returns when the record document snap may be removed
-// ([keepRecord]). An extension is judged by its own lease even when void,
-// which only keeps it longer. ok is false when the fields it needs are
-// missing.
+// keepUntil returns when the record document snap may go ([keepRecord];
+// a void extension counts, which only keeps it longer), or ok = false.
 func keepUntil(snap *firestore.DocumentSnapshot, step time.Duration) (until time.Time, ok bool) {
 	m := snap.Data()
 	state, ok1 := m[fieldState].(int64)
@@ -137,10 +122,8 @@ func keepUntil(snap *firestore.DocumentSnapshot, step time.Duration) (until time
 	return keepRecord(rec, step), true
 }
 
-// keepRecord is the store's rule ([store.Store]) for when rec may go,
-// given the largest clock step step: not before its expiry
-// ([store.ClaimRetention] past it for a claim), nor before its fence's
-// floor.
+// keepRecord is [store.Store]'s rule for when rec may go, with the
+// largest clock step step.
 func keepRecord(rec store.Record, step time.Duration) time.Time {
 	until := rec.ExpiresAt
 	if rec.State == store.StateClaimed {
@@ -152,10 +135,9 @@ func keepRecord(rec store.Record, step time.Duration) time.Time {
 // maxTTLMicros is the longest lifetime a time.Duration holds.
 const maxTTLMicros = math.MaxInt64 / int64(time.Microsecond)
 
-// decode reads the record document of key from snap. A document that does
-// not exist decodes to exists = false with its read time. It checks that
-// the document holds that very key, so a document copied or edited by hand
-// under another id is reported rather than trusted.
+// decode reads the record document of key from snap (exists = false when
+// there is none). A document whose key is not key (copied or edited by
+// hand) is reported, never trusted.
 func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	d := &doc{key: key, readTime: snap.ReadTime}
 	if !snap.Exists() {
@@ -170,7 +152,6 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	case stored != key || docID(stored) != snap.Ref.ID:
 		return nil, malformed(op, "the record's key does not match its document id")
 	}
-	d.key = key
 	if d.fp, ok = fromText(m[fieldFingerprint]); !ok {
 		return nil, malformed(op, "the fingerprint field is missing or not text")
 	}
@@ -178,39 +159,30 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	if !ok || state < 0 || state > int64(store.StateNotReplayable) {
 		return nil, malformed(op, "the state field is missing or not a known state")
 	}
-	d.state = store.State(state)
-	switch v := m[fieldResponse].(type) {
-	case []byte:
-		d.response = v
-	case nil:
-	default:
-		return nil, malformed(op, "the response field is not bytes")
-	}
 	fence, ok := m[fieldFence].(int64)
 	if !ok || fence < 0 {
 		return nil, malformed(op, "the fence field is missing or not a non-negative integer")
-	}
-	d.fence = idemkit.Fence(fence)
-	switch v := m[fieldCreatedAt].(type) {
-	case time.Time:
-		d.createdAt = v
-	case nil:
-		d.createdAt = d.updateTime
-	default:
-		return nil, malformed(op, "the createdAt field is not a timestamp")
-	}
-	if v, ok := m[fieldHeldUntil]; ok {
-		if d.heldUntil, ok = v.(time.Time); !ok {
-			return nil, malformed(op, "the heldUntil field is not a timestamp")
-		}
 	}
 	ttl, ok := m[fieldTTL].(int64)
 	if !ok || ttl < 0 || ttl > maxTTLMicros {
 		return nil, malformed(op, "the ttlMicros field is missing or not a non-negative integer")
 	}
-	d.ttl = time.Duration(ttl) * time.Microsecond
-	if _, ok = m[fieldExpireAt].(time.Time); !ok {
-		return nil, malformed(op, "the expireAt field is missing or not a timestamp")
+	d.state, d.fence, d.ttl = store.State(state), idemkit.Fence(fence), time.Duration(ttl)*time.Microsecond
+	if d.response, ok = m[fieldResponse].([]byte); !ok && m[fieldResponse] != nil {
+		return nil, malformed(op, "the response field is not bytes")
+	}
+	d.createdAt = d.updateTime
+	var expireAt time.Time
+	for _, f := range [...]struct {
+		name     string
+		to       *time.Time
+		required bool
+	}{{fieldCreatedAt, &d.createdAt, false}, {fieldHeldUntil, &d.heldUntil, false}, {fieldExpireAt, &expireAt, true}} {
+		if v, ok := m[f.name]; ok || f.required {
+			if *f.to, ok = v.(time.Time); !ok {
+				return nil, malformed(op, "the "+f.name+" field is missing or not a timestamp")
+			}
+		}
 	}
 	if d.writeID, ok = m[fieldWriteID].(string); !ok {
 		return nil, malformed(op, "the writeId field is missing or not a string")
@@ -222,8 +194,7 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 // Firestore keeps timestamps.
 func micros(ttl time.Duration) time.Duration { return ttl.Truncate(time.Microsecond) }
 
-// contents is what one write puts in a record document: every field, so
-// that an update with a precondition replaces the whole record.
+// contents is what one write puts in a record document: every field.
 type contents struct {
 	key, fp  string
 	state    store.State
@@ -291,27 +262,15 @@ func extension(ttl time.Duration, created, until, expireAt time.Time, writeID st
 }
 
 // isLockID reports whether fp has the form of a lock id: 22 characters of
-// the base64url alphabet. Only such claims carry fieldLockID, so the
-// index FindClaim uses costs the guard's own records nothing.
+// the base64url alphabet. Only such claims carry fieldLockID.
 func isLockID(fp string) bool {
-	if len(fp) != 22 {
-		return false
-	}
-	for i := 0; i < len(fp); i++ {
-		c := fp[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
+	return len(fp) == 22 && strings.Trim(fp, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == ""
 }
 
-// lifetimeEnd returns the expireAt of a claim or outcome of fence whose
-// lifetime ttl starts at its commit, which comes after now (an estimate of
-// Firestore's clock): past now + ttl (+ [store.ClaimRetention] for a
-// claim) by [expireSlack], which covers the time a write takes to land,
-// and past the fence's floor. So the document is kept at least until
-// [keepUntil].
+// lifetimeEnd returns the expireAt of a claim or outcome whose lifetime
+// ttl starts at its commit, after now (an estimate of Firestore's clock):
+// [keepRecord] of it, padded by [expireSlack] for the time a write takes
+// to land.
 func lifetimeEnd(now time.Time, ttl time.Duration, fence idemkit.Fence, claim bool, step time.Duration) time.Time {
 	end := now.Add(micros(ttl) + expireSlack)
 	if claim {
@@ -347,8 +306,8 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// text returns s as a Firestore value: a string when s is valid UTF-8
-// (Firestore strings must be), else bytes.
+// text returns s as a Firestore value: a string when s is valid UTF-8,
+// else bytes.
 func text(s string) any {
 	if utf8.ValidString(s) {
 		return s

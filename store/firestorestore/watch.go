@@ -16,22 +16,19 @@ var _ store.Watcher = (*Store)(nil)
 const (
 	// defaultMaxListeners is documented on WithMaxListeners.
 	defaultMaxListeners = 50
-	// runOutMargin is added to the time left of a claim's lease before a
-	// listener wakes its watches for the lease's end, so that Firestore's
-	// clock has passed it by then.
+	// runOutMargin pads the wait for a lease's end, so that Firestore's
+	// clock has passed it when the watches wake.
 	runOutMargin = time.Millisecond
 	// defaultLinger is how long a listener outlives its last watch, so
-	// that waiters who stop watching to claim (a lock's, under contention)
-	// and watch again when they lose keep one listener.
+	// that waiters who stop watching to claim, and watch again when they
+	// lose (a lock's, under contention), keep one listener.
 	defaultLinger = 5 * time.Second
 )
 
-// never is the channel of a watch that could not be set up: it never
-// closes, and the caller polls.
+// never is the channel of a watch that could not be set up.
 var never = make(chan struct{})
 
-// listeners are a store's snapshot listeners: one per watched key,
-// shared by every watch of the key in this process.
+// listeners are a store's snapshot listeners, one per watched key.
 type listeners struct {
 	mu      sync.Mutex
 	m       map[string]*listener // the running listeners, by key
@@ -41,9 +38,8 @@ type listeners struct {
 }
 
 // listener is the snapshot listener of one key's record document and the
-// watches it serves. Its fields but key, cancel, ready and ok (written
-// before ready closes, read after) are guarded by the store's
-// listeners.mu.
+// watches it serves. listeners.mu guards its fields but key, cancel, ready
+// and ok (written before ready closes).
 type listener struct {
 	key    string
 	cancel context.CancelFunc
@@ -59,23 +55,17 @@ type listener struct {
 	idle   *time.Timer   // stops the listener once it has lingered without watches
 }
 
-// Watch implements [store.Watcher] with a Firestore snapshot listener on
-// the key's record document, shared by every watch of the key in this
-// process; a key's first watch starts it and returns once its first
-// snapshot is in. The watches close when the live claim last seen ends
-// (an outcome, a release or delete, another claim) or its lease runs out
-// by Firestore's time (an extension changes nothing), and at once when
-// the latest news shows no live claim, so a caller that does not read the
-// record again after watching misses nothing. News is the listener's
-// snapshots and this store's own reads and writes of the document, in the
-// order of their Firestore times: a release through this store wakes its
-// watches as it returns. A listener that fails for good wakes its
-// watches once and ends; one without watches lingers five seconds.
+// Watch implements [store.Watcher] with a snapshot listener on the key's
+// document, shared by the key's watches in this process; the first starts
+// it and returns once its first snapshot is in. The watches close when the
+// live claim last seen ends or runs out (an extension changes nothing),
+// and at once when there is none, so a caller need not read again after
+// watching. The store's own reads and writes are news too, ordered by
+// Firestore's times. A listener that fails wakes its watches and ends; one
+// without watches lingers five seconds.
 //
-// A watch that cannot be set up returns a channel that never closes (the
-// caller polls): ctx ended before the first snapshot came, the listener
-// failed before it, the key is invalid, or [WithMaxListeners] listeners
-// with watches run already.
+// A watch that cannot be set up (ctx ended first, the listener failed
+// first, an invalid key, [WithMaxListeners] listeners busy) never fires.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if store.ValidateKey(key) != nil || ctx.Err() != nil {
 		return never, func() {}
@@ -118,8 +108,8 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	return never, func() {}
 }
 
-// room reports whether a listener can start within limit, stopping one
-// that lingers without watches if it must. The caller holds ls.mu.
+// room reports whether a listener can start within limit, stopping a
+// lingering one if it must. The caller holds ls.mu.
 func (ls *listeners) room(limit int) bool {
 	if len(ls.m) < limit {
 		return true
@@ -136,8 +126,6 @@ func (ls *listeners) room(limit int) bool {
 // listen starts the listener of key. The caller holds s.listeners.mu.
 func (s *Store) listen(key string) *listener {
 	ls := &s.listeners
-	// The listener outlives the watch that starts it: its context is its
-	// own, ended when it stops.
 	lctx, cancel := context.WithCancel(context.Background())
 	l := &listener{key: key, cancel: cancel, ready: make(chan struct{}), ch: make(chan struct{})}
 	if ls.m == nil {
@@ -150,8 +138,7 @@ func (s *Store) listen(key string) *listener {
 	return l
 }
 
-// run delivers the snapshots of it to l until the listener is stopped or
-// fails.
+// run applies the snapshots of it to l until it is stopped or fails.
 func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 	defer it.Stop()
 	first := true
@@ -159,10 +146,8 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 		snap, err := it.Next()
 		ls.mu.Lock()
 		if err != nil {
-			// Stopped, or failed: the client retries what is transient
-			// itself, resuming where it was, so this is for good. Wake the
-			// watches once: a change may have been missed. Their callers
-			// read the record again and watch anew, on a new listener.
+			// Stopped, or failed for good (the client retries and resumes
+			// what is transient): a change may have been missed.
 			ls.end(l)
 			l.wake()
 			ls.running--
@@ -173,8 +158,7 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 			return
 		}
 		ls.applied++
-		// A document this store did not write is no claim to wait for (the
-		// callers' next read reports it).
+		// A document this store did not write is no claim to wait for.
 		d, err := decode("watch", l.key, snap)
 		if err != nil {
 			d = &doc{readTime: snap.ReadTime}
@@ -188,9 +172,8 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 	}
 }
 
-// news passes what one of the store's own reads or writes showed of key's
-// document to its listener, if it has one. A write passes the document as
-// it left it, with its commit time as readTime.
+// news passes what one of the store's own reads or writes (with its commit
+// time as readTime) showed of a document to its listener, if any.
 func (ls *listeners) news(d *doc) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -234,8 +217,8 @@ func (ls *listeners) learn(l *listener, d *doc) {
 	}
 }
 
-// wake closes the channel of l's current watches; later watches get a new
-// one. The caller holds the listeners' mu.
+// wake closes the channel of l's current watches. The caller holds
+// listeners.mu.
 func (l *listener) wake() {
 	close(l.ch)
 	l.ch = make(chan struct{})
@@ -263,8 +246,7 @@ func (ls *listeners) unwatch(l *listener, linger time.Duration) {
 	})
 }
 
-// end takes l out of the map and stops it (its goroutine ends soon
-// after). The caller holds ls.mu.
+// end takes l out of the map and stops it. The caller holds ls.mu.
 func (ls *listeners) end(l *listener) {
 	if l.ended {
 		return
