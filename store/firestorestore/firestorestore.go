@@ -260,8 +260,8 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 			return store.Record{}, false, contention(op)
 		}
 		fence := max(d.fence+1, idemkit.Fence(d.readTime.UnixMilli()))
-		if fence > maxFence {
-			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "the next fence exceeds what a record document holds", nil)
+		if fence > idemkit.FenceMax {
+			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("fence overflow: the next fence %s exceeds the maximum %s", fence, idemkit.FenceMax), nil)
 		}
 		c := &contents{
 			key: key, fp: fp, state: store.StateClaimed, fence: fence, ttl: ttl,
@@ -369,8 +369,8 @@ func (s *Store) checkFingerprint(op, key, fp string) error {
 // checkOutcome refuses, before any I/O, an outcome record whose fence or
 // response a record document cannot hold.
 func (s *Store) checkOutcome(op string, rec store.Record) error {
-	if rec.Fence > maxFence {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, idemkit.Fence(maxFence)), nil)
+	if rec.Fence > idemkit.FenceMax {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, idemkit.FenceMax), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
 		return store.TooLarge(op, len(rec.Response), max(limit, 0))

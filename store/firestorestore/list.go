@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Lister = (*Store)(nil)
@@ -111,7 +112,7 @@ func successor(p string, text bool) (string, bool) {
 // fp finds nothing, without I/O.
 func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
 	const op = "find"
-	if !isLockID(fp) {
+	if !engine.LockID(fp) {
 		return store.Record{}, false, nil
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {

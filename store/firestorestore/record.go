@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"math"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // The fields of a record document (docs/backends.md, "Firestore").
@@ -221,7 +221,7 @@ func (c *contents) updates() []firestore.Update {
 		{Path: fieldExpireAt, Value: c.expireAt},
 		{Path: fieldWriteID, Value: c.writeID},
 	}
-	if c.state == store.StateClaimed && isLockID(c.fp) {
+	if c.state == store.StateClaimed && engine.LockID(c.fp) {
 		u = append(u, firestore.Update{Path: fieldLockID, Value: c.fp})
 	}
 	return u
@@ -261,12 +261,6 @@ func extension(ttl time.Duration, created, until, expireAt time.Time, writeID st
 	}
 }
 
-// isLockID reports whether fp has the form of a lock id: 22 characters of
-// the base64url alphabet. Only such claims carry fieldLockID.
-func isLockID(fp string) bool {
-	return len(fp) == 22 && strings.Trim(fp, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == ""
-}
-
 // lifetimeEnd returns the expireAt of a claim or outcome whose lifetime
 // ttl starts at its commit, after now (an estimate of Firestore's clock):
 // [keepRecord] of it, padded by [expireSlack] for the time a write takes
@@ -279,17 +273,15 @@ func lifetimeEnd(now time.Time, ttl time.Duration, fence idemkit.Fence, claim bo
 	return clampTime(later(end, fenceFloor(fence, step)))
 }
 
-// maxTimestamp is the latest time a Firestore timestamp holds, and
-// maxFence the largest fence a record document holds.
-var maxTimestamp = time.UnixMilli(maxFence + 1).UTC()
-
-const maxFence = 253_402_300_799_998 // 9999-12-31T23:59:59.998Z in Unix milliseconds
+// maxTimestamp is the latest time a Firestore timestamp holds: fences
+// from about 2.5×10^14 on (the year 9999) are kept until then.
+var maxTimestamp = time.Date(9999, 12, 31, 23, 59, 59, 999_999_000, time.UTC)
 
 // fenceFloor is when Firestore's clock has passed fence read as Unix
 // milliseconds plus the largest clock step: the expireAt of a tombstone
 // (see [store.Store]).
 func fenceFloor(fence idemkit.Fence, step time.Duration) time.Time {
-	return clampTime(time.UnixMilli(int64(min(fence, maxFence)) + 1).Add(step))
+	return clampTime(time.UnixMilli(int64(min(fence, idemkit.FenceMax)) + 1).Add(step))
 }
 
 func clampTime(t time.Time) time.Time {
