@@ -219,7 +219,6 @@ var snippetImports = map[string]string{
 	"lock":            "github.com/idemkit/idemkit/lock",
 	"redislock":       "github.com/idemkit/idemkit/lock/redislock",
 	"pglock":          "github.com/idemkit/idemkit/lock/pglock",
-	"firestorelock":   "github.com/idemkit/idemkit/lock/firestorelock",
 	"middleware":      "github.com/idemkit/idemkit/middleware",
 	"nethttp":         "github.com/idemkit/idemkit/nethttp",
 	"store":           "github.com/idemkit/idemkit/store",
