@@ -348,7 +348,8 @@ func TestWatchesShareOneListener(t *testing.T) {
 }
 
 // TestWatchBounds: past WithMaxListeners a watch is not set up (its
-// channel never fires; the caller polls), and neither is one whose ctx
+// channel never fires; the caller polls) unless a listener lingers without
+// watches, which stops for it; and neither is one whose ctx
 // ends before its listener's first snapshot (a stalled emulator): that
 // listener stops.
 func TestWatchBounds(t *testing.T) {
@@ -364,6 +365,15 @@ func TestWatchBounds(t *testing.T) {
 		}
 		if got := firestorestore.Listeners(s); got.Started != 2 || len(got.Watches) != 2 || got.Watches["c"] != 0 {
 			t.Fatalf("3 keys watched with at most 2 listeners: %+v; want 2 listeners, none on the third key", got)
+		}
+		// A listener that lingers without watches gives its place up.
+		lingering := newStore(t, client(t, p), firestorestore.WithMaxListeners(1))
+		_, stop := lingering.Watch(ctx, "a")
+		stop()
+		_, stop = lingering.Watch(ctx, "b")
+		defer stop()
+		if got := firestorestore.Listeners(lingering); got.Started != 2 || len(got.Watches) != 1 || got.Watches["b"] != 1 {
+			t.Fatalf("a watch while the only listener lingered: %+v; want the lingering one stopped for it", got)
 		}
 		off := newStore(t, client(t, p), firestorestore.WithMaxListeners(0))
 		ch, stop := off.Watch(ctx, "a")
