@@ -9,7 +9,6 @@ import (
 
 const maxKnownClaims = 1 << 14
 
-// claimID names a claim: its key and fence.
 type claimID struct {
 	key   string
 	fence idemkit.Fence

@@ -11,9 +11,7 @@ import (
 // maxDocIDBytes is the longest document id Firestore accepts.
 const maxDocIDBytes = 1500
 
-// hashedPrefix marks a document id that is the hash of its key rather than
-// the key itself.
-const hashedPrefix = "#sha256:"
+const hashedPrefix = "#sha256:" // marks a document id that is its key's hash
 
 // docID returns the id of the document that holds the record of key (any
 // bytes, as they are): the key itself when it can be ([verbatim]), else

@@ -83,8 +83,8 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // before any write. Default: 1 MiB, so only the document limit applies.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
-// WithSweepBatch sets how many documents one query of [Store.Sweep] reads
-// at most, 1 to 500. Default: 100.
+// WithSweepBatch sets the documents one query of [Store.Sweep] reads, 1 to
+// 500. Default: 100.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
 // WithMaxListeners sets how many snapshot listeners the store runs at
@@ -96,11 +96,9 @@ func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } 
 // connection pool (option.WithGRPCConnectionPool). Default: 50.
 func WithMaxListeners(n int) Option { return func(c *config) { c.listeners = n } }
 
-// WithMaxClockStep sets the largest step back of Firestore's clock (or of a
-// failover's) that fences survive: no document is removed before
-// Firestore's clock has passed its fence, read as Unix milliseconds, plus
-// d (the rule in [store.Store]), so a release or delete leaves a tombstone
-// that long. 0 or more. Default: one minute.
+// WithMaxClockStep sets the largest step back of Firestore's clock that
+// fences survive ([store.Store]): a tombstone is kept until Firestore's
+// clock passes its fence (in Unix ms) plus d. 0 or more. Default: a minute.
 func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
 
 func newConfig(opts []Option) (config, error) {
@@ -197,9 +195,9 @@ func (s *Store) read(ctx context.Context, op, key string, ref *firestore.Documen
 	return d, err
 }
 
-// wrote tells the key's listener what a write committed at at left.
-func (s *Store) wrote(key string, at time.Time, state store.State, fence idemkit.Fence, ttl time.Duration) {
-	s.listeners.news(&doc{exists: true, key: key, state: state, fence: fence, ttl: micros(ttl), updateTime: at, readTime: at})
+// wrote tells the key's listener of c, committed at at.
+func (s *Store) wrote(c *contents, at time.Time) {
+	s.listeners.news(&doc{exists: true, key: c.key, fp: c.fp, state: c.state, fence: c.fence, ttl: micros(c.ttl), createdAt: at, updateTime: at, readTime: at})
 }
 
 // write commits c to the document d was read from while it is as read.
@@ -259,6 +257,9 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		if attempt == maxAttempts {
 			return store.Record{}, false, contention(op)
 		}
+		if w, ok := s.listeners.claimedSince(key, d.readTime); ok {
+			return w.record(), false, nil // claimed since the read: spare a write bound to lose
+		}
 		fence := max(d.fence+1, idemkit.Fence(d.readTime.UnixMilli()))
 		if fence > idemkit.FenceMax {
 			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("fence overflow: the next fence %s exceeds the maximum %s", fence, idemkit.FenceMax), nil)
@@ -277,7 +278,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		if err == nil {
 			k := known{createdAt: wr.UpdateTime, updateTime: wr.UpdateTime, expiresAt: wr.UpdateTime.Add(micros(ttl)), at: wr.UpdateTime, sent: sent}
 			s.claims.put(key, fence, k)
-			s.wrote(key, k.updateTime, store.StateClaimed, fence, ttl)
+			s.wrote(c, k.updateTime)
 			return store.Record{
 				Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
 				CreatedAt: k.createdAt, ExpiresAt: k.expiresAt, Replaced: r,
@@ -316,8 +317,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 		return time.Time{}, false, nil
 	}
 	was.expiresAt, was.at, was.sent = at.Add(micros(ttl)), at, time.Now()
-	s.claims.put(key, fence, was)
-	s.wrote(key, at, store.StateClaimed, fence, ttl)
+	s.claims.put(key, fence, was) // the listener's snapshot brings the new lease
 	return was.expiresAt, true, nil
 }
 
@@ -330,11 +330,14 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if err := check(store.ValidateComplete(rec, ttl), s.checkOutcome(op, rec), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
-	var ids []string // the write ids of this call's commits
+	var (
+		ids []string // the write ids of this call's commits
+		c   *contents
+	)
 	at, _, ok, err := s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
 		op: op,
 		update: func(k known) []firestore.Update {
-			c := s.outcome(rec, ttl, k.now())
+			c = s.outcome(rec, ttl, k.now())
 			ids = append(ids, c.writeID)
 			return c.fields()
 		},
@@ -343,7 +346,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	})
 	s.claims.drop(rec.Key, rec.Fence)
 	if ok {
-		s.wrote(rec.Key, at, rec.State, rec.Fence, ttl)
+		s.wrote(c, at)
 	}
 	return ok, err
 }
@@ -411,7 +414,7 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	})
 	s.claims.drop(key, fence)
 	if ok {
-		s.wrote(key, at, released, fence, 0)
+		s.wrote(s.tombstone(key, fence, ""), at)
 	}
 	return ok && at.Before(was.expiresAt), err
 }
@@ -568,7 +571,7 @@ func (s *Store) rewrite(ctx context.Context, op, key string, done func(store.Sta
 		wr, err := write(ctx, ref, d, c)
 		if err == nil {
 			s.claims.drop(key, d.fence)
-			s.wrote(key, wr.UpdateTime, c.state, c.fence, c.ttl)
+			s.wrote(c, wr.UpdateTime)
 			return true, nil
 		}
 		if ctx.Err() != nil {

@@ -34,14 +34,11 @@ const (
 // its fence alone, invisible and claimable.
 const released store.State = 0
 
-// writeIDLen is the length of a write id: 16 random bytes in unpadded
-// base64url.
-const writeIDLen = 22
+const writeIDLen = 22 // 16 random bytes in unpadded base64url
 
 // expireSlack pads the expireAt of claims and outcomes ([lifetimeEnd]).
 const expireSlack = time.Second
 
-// newWriteID returns a fresh write id.
 func newWriteID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
@@ -190,8 +187,7 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	return d, nil
 }
 
-// micros is a lifetime as the store keeps it: whole microseconds, as
-// Firestore keeps timestamps.
+// micros is a lifetime in whole microseconds, as Firestore keeps times.
 func micros(ttl time.Duration) time.Duration { return ttl.Truncate(time.Microsecond) }
 
 // contents is what one write puts in a record document: every field.

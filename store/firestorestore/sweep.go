@@ -59,8 +59,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// deleteAll deletes the documents snaps, each only while its update time
-// is the one read, and returns how many it deleted.
+// deleteAll deletes snaps, each while its update time is the one read.
 func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapshot) (int, error) {
 	if len(snaps) == 0 {
 		return 0, nil

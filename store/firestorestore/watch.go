@@ -32,9 +32,9 @@ var never = make(chan struct{})
 type listeners struct {
 	mu      sync.Mutex
 	m       map[string]*listener // the running listeners, by key
-	running int                  // listener goroutines not yet ended (their streams open or closing)
+	running int                  // listener goroutines not yet ended
 	started int                  // listeners ever started
-	applied int                  // snapshots taken in by all listeners (tests wait for them)
+	applied int                  // snapshots taken in (tests wait for them)
 }
 
 // listener is the snapshot listener of one key's record document and the
@@ -50,6 +50,7 @@ type listener struct {
 	ch     chan struct{} // closed to wake the current watches, then replaced
 	at     time.Time     // Firestore's time of the latest news applied
 	fence  idemkit.Fence // the live claim that news showed; 0 for none
+	last   *doc          // that news
 	seq    int           // news applied: a run-out timer armed before the last is stale
 	timer  *time.Timer   // wakes the watches when the claim's lease runs out
 	idle   *time.Timer   // stops the listener once it has lingered without watches
@@ -109,7 +110,7 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 }
 
 // room reports whether a listener can start within limit, stopping a
-// lingering one if it must. The caller holds ls.mu.
+// lingering one if it must (under ls.mu).
 func (ls *listeners) room(limit int) bool {
 	if len(ls.m) < limit {
 		return true
@@ -123,7 +124,7 @@ func (ls *listeners) room(limit int) bool {
 	return false
 }
 
-// listen starts the listener of key. The caller holds s.listeners.mu.
+// listen starts the listener of key (under s.listeners.mu).
 func (s *Store) listen(key string) *listener {
 	ls := &s.listeners
 	lctx, cancel := context.WithCancel(context.Background())
@@ -172,8 +173,8 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 	}
 }
 
-// news passes what one of the store's own reads or writes (with its commit
-// time as readTime) showed of a document to its listener, if any.
+// news passes what one of the store's reads or writes (its commit time as
+// readTime) showed of a document to its listener, if any.
 func (ls *listeners) news(d *doc) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -182,13 +183,12 @@ func (ls *listeners) news(d *doc) {
 	}
 }
 
-// learn applies news of l's document, unless l knows a later state. The
-// caller holds ls.mu.
+// learn applies news of l's document unless l knows later (under ls.mu).
 func (ls *listeners) learn(l *listener, d *doc) {
 	if l.ended || d.readTime.IsZero() || (l.ok && !d.readTime.After(l.at)) {
 		return
 	}
-	l.at = d.readTime
+	l.at, l.last = d.readTime, d
 	l.seq++
 	if l.timer != nil {
 		l.timer.Stop()
@@ -217,15 +217,25 @@ func (ls *listeners) learn(l *listener, d *doc) {
 	}
 }
 
-// wake closes the channel of l's current watches. The caller holds
-// listeners.mu.
+// claimedSince returns the live claim of key this process learnt of after
+// the time at (as a hot key's waiters, woken together, make).
+func (ls *listeners) claimedSince(key string, at time.Time) (*doc, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.m[key]
+	if l == nil || l.fence == 0 || !l.at.After(at) {
+		return nil, false
+	}
+	return l.last, true
+}
+
+// wake closes the channel of l's current watches (under listeners.mu).
 func (l *listener) wake() {
 	close(l.ch)
 	l.ch = make(chan struct{})
 }
 
-// unwatch ends one watch of l; with its last watch the listener lingers,
-// then stops.
+// unwatch ends one watch of l; after its last, l lingers, then stops.
 func (ls *listeners) unwatch(l *listener, linger time.Duration) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
@@ -246,7 +256,7 @@ func (ls *listeners) unwatch(l *listener, linger time.Duration) {
 	})
 }
 
-// end takes l out of the map and stops it. The caller holds ls.mu.
+// end takes l out of the map and stops it (under ls.mu).
 func (ls *listeners) end(l *listener) {
 	if l.ended {
 		return

@@ -764,3 +764,73 @@ func TestWatchNews(t *testing.T) {
 		t.Fatalf("a watch again after the last one stopped: %+v (%d started before), fired %v; want it on the lingering listener, waiting for the new claim", got, started, fired(again))
 	}
 }
+
+// heldRead is a read whose answer, once received, is held back until
+// release closes; received closes when it is.
+type heldRead struct {
+	grpc.ClientStream
+	once              sync.Once
+	received, release chan struct{}
+}
+
+func (s *heldRead) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	s.once.Do(func() { close(s.received); <-s.release })
+	return err
+}
+
+// TestClaimAfterALocalWinWritesNothing: a Claim whose read found the key
+// free, while another Claim of the same process won the key before this
+// one wrote (a hot key's waiters, woken together, do that), answers busy
+// with the winner's claim without sending a commit bound to fail.
+func TestClaimAfterALocalWinWritesNothing(t *testing.T) {
+	t.Parallel()
+	var (
+		hold              atomic.Bool
+		commits           atomic.Int32
+		received, release = make(chan struct{}), make(chan struct{})
+	)
+	c := client(t, testenv.FirestoreProject(t),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || !strings.HasSuffix(method, "/BatchGetDocuments") || !hold.CompareAndSwap(true, false) {
+				return cs, err
+			}
+			return &heldRead{ClientStream: cs, received: received, release: release}, nil
+		}),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if strings.HasSuffix(method, "/Commit") {
+				commits.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
+	s := newStore(t, c)
+	ctx := t.Context()
+	_, stop := s.Watch(ctx, "k") // the key's listener is up
+	defer stop()
+	hold.Store(true)
+	type answer struct {
+		rec     store.Record
+		claimed bool
+		err     error
+	}
+	late := make(chan answer, 1)
+	go func() {
+		rec, claimed, err := s.Claim(ctx, "k", "late", time.Hour)
+		late <- answer{rec, claimed, err}
+	}()
+	<-received // the late Claim has read the key free
+	won, claimed, err := s.Claim(ctx, "k", "won", time.Hour)
+	if err != nil || !claimed {
+		t.Fatalf("Claim = %v, %v", claimed, err)
+	}
+	before := commits.Load()
+	close(release)
+	got := <-late
+	if got.err != nil || got.claimed || got.rec.Fence != won.Fence || got.rec.Fingerprint != "won" || !got.rec.ExpiresAt.Equal(won.ExpiresAt) {
+		t.Fatalf("the late Claim = %+v, %v, %v; want busy with the claim %+v", got.rec, got.claimed, got.err, won)
+	}
+	if n := commits.Load() - before; n != 0 {
+		t.Fatalf("the late Claim sent %d commits; want none", n)
+	}
+}
