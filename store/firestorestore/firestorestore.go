@@ -302,9 +302,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	if err := check(store.ValidateFenced(op, key, fence), store.ValidateTTL(op, ttl), idemkit.CheckContext(ctx, op)); err != nil {
 		return time.Time{}, false, err
 	}
+	var sent time.Time // when the write that landed was sent
 	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
 		op: op, live: true,
 		update: func(k known) []firestore.Update {
+			sent = time.Now()
 			return extension(ttl, k.createdAt, k.expiresAt, lifetimeEnd(k.now(), ttl, fence, true, s.cfg.step), newWriteID())
 		},
 	})
@@ -316,7 +318,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 		s.claims.put(key, fence, was) // void: the claim still runs out when it did
 		return time.Time{}, false, nil
 	}
-	was.expiresAt, was.at, was.sent = at.Add(micros(ttl)), at, time.Now()
+	was.expiresAt, was.at, was.sent = at.Add(micros(ttl)), at, sent
 	s.claims.put(key, fence, was) // the listener's snapshot brings the new lease
 	return was.expiresAt, true, nil
 }
