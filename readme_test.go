@@ -218,7 +218,6 @@ var snippetImports = map[string]string{
 	"fingerprint":     "github.com/idemkit/idemkit/fingerprint",
 	"lock":            "github.com/idemkit/idemkit/lock",
 	"redislock":       "github.com/idemkit/idemkit/lock/redislock",
-	"firestorelock":   "github.com/idemkit/idemkit/lock/firestorelock",
 	"middleware":      "github.com/idemkit/idemkit/middleware",
 	"nethttp":         "github.com/idemkit/idemkit/nethttp",
 	"store":           "github.com/idemkit/idemkit/store",

@@ -7,34 +7,34 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// maxKnownClaims bounds the claims a store remembers (see [claims]).
 const maxKnownClaims = 1 << 14
 
-// claimID names a claim: its key and fence.
 type claimID struct {
 	key   string
 	fence idemkit.Fence
 }
 
-// known is what the store remembers of a claim it wrote: when it was made,
-// the update time of its last write to the claim's document (the claim or
-// its last extension), and when the answer came, by the local monotonic
-// clock.
+// known is a claim as the store last wrote or read it.
 type known struct {
-	createdAt  time.Time
-	updateTime time.Time
-	seen       time.Time
+	createdAt  time.Time // when the claim was made
+	updateTime time.Time // the document's update time: the precondition of the next write
+	expiresAt  time.Time // when the lease runs out
+	at         time.Time // Firestore's time when the store learnt this (a commit or read time) ...
+	sent       time.Time // ... and the local monotonic time when it sent that request
 }
 
-// now estimates Firestore's clock now from the claim's last update time
-// and the local monotonic clock: never later than Firestore's clock.
-func (k known) now() time.Time { return k.updateTime.Add(time.Since(k.seen)) }
+// now bounds Firestore's clock from above: its time after the request was
+// sent, plus the local time since.
+func (k known) now() time.Time { return k.at.Add(time.Since(k.sent)) }
+
+// known is the claim d holds, as read.
+func (d *doc) known() known {
+	return known{createdAt: d.createdAt, updateTime: d.updateTime, expiresAt: d.expiresAt(), at: d.readTime, sent: d.readLocally}
+}
 
 // claims remembers the claims this store made and still holds, so that
-// Extend, Complete and Release can write with one commit conditioned on
-// the document's update time instead of reading it first. It is bounded:
-// past [maxKnownClaims] it forgets an arbitrary claim, whose next
-// operation then reads the document first.
+// Extend, Complete and Release can commit without reading first. Past
+// [maxKnownClaims] it forgets an arbitrary one (which then reads first).
 type claims struct {
 	mu sync.Mutex
 	m  map[claimID]known
@@ -47,7 +47,7 @@ func (c *claims) get(key string, fence idemkit.Fence) (known, bool) {
 	return k, ok
 }
 
-func (c *claims) put(key string, fence idemkit.Fence, createdAt, updateTime time.Time) {
+func (c *claims) put(key string, fence idemkit.Fence, k known) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {
@@ -60,7 +60,7 @@ func (c *claims) put(key string, fence idemkit.Fence, createdAt, updateTime time
 			break
 		}
 	}
-	c.m[id] = known{createdAt: createdAt, updateTime: updateTime, seen: time.Now()}
+	c.m[id] = k
 }
 
 func (c *claims) drop(key string, fence idemkit.Fence) {

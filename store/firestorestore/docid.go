@@ -11,21 +11,12 @@ import (
 // maxDocIDBytes is the longest document id Firestore accepts.
 const maxDocIDBytes = 1500
 
-// hashedPrefix marks a document id that is the hash of its key rather than
-// the key itself.
-const hashedPrefix = "#sha256:"
+const hashedPrefix = "#sha256:" // marks a document id that is its key's hash
 
 // docID returns the id of the document that holds the record of key (any
-// bytes, taken as they are): the key itself when Firestore can hold it as a
-// document id and an operator can read it, else [hashedPrefix] and the
-// unpadded base64url SHA-256 of the key (51 bytes in all).
-//
-// A key is taken verbatim when it is valid UTF-8 of at most 1,500 bytes,
-// without "/" (which would make a path) or control characters, is neither
-// "." nor "..", does not have Firestore's reserved form "__...__", and does
-// not itself start with [hashedPrefix]. So a verbatim id never starts with
-// the prefix and a hashed one always does: distinct keys never share a
-// document (up to SHA-256 collisions).
+// bytes, as they are): the key itself when it can be ([verbatim]), else
+// [hashedPrefix] and its unpadded base64url SHA-256. A verbatim id never
+// starts with the prefix, so distinct keys never share a document.
 func docID(key string) string {
 	if verbatim(key) {
 		return key
@@ -34,7 +25,9 @@ func docID(key string) string {
 	return hashedPrefix + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// verbatim reports whether key can be its own document id.
+// verbatim reports whether key can be its own document id: valid UTF-8
+// Firestore accepts as an id ("/" would make a path) and an operator can
+// read, not starting with [hashedPrefix].
 func verbatim(key string) bool {
 	switch {
 	case key == "" || key == "." || key == "..":

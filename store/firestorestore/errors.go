@@ -16,16 +16,10 @@ import (
 )
 
 // mapError turns an error from the Firestore client into a
-// [*idemkit.Error] for op that unwraps to both its code's sentinel and err
-// (see the package documentation for the table). It returns nil for nil
-// and an *idemkit.Error unchanged. When ctx has ended, the error is
-// Aborted (cancelled) or NetworkTimeout (deadline), whatever the client
-// made of the interruption.
-//
-// A gRPC status message can quote a document name, and document names hold
-// keys, so the cause kept in the returned error prints only its status
-// code; the original error, message included, stays reachable through
-// errors.As, errors.Is and status.FromError.
+// [*idemkit.Error] for op that unwraps to its code's sentinel and err (nil
+// and *idemkit.Error values pass). An ended ctx gives Aborted or
+// NetworkTimeout, whatever the client made of it. The cause prints only
+// its status code ([redact]).
 func mapError(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
@@ -45,13 +39,11 @@ func mapError(ctx context.Context, op string, err error) error {
 	return idemkit.NewError(code, op, detail, err)
 }
 
-// mapCommitError is [mapError] for the error of a commit that a read has
-// shown not to have taken effect. The Firestore client retries a commit
-// whose answer was lost, and the retry meets what the first try left, so
-// on a commit InvalidArgument, FailedPrecondition, NotFound and
-// AlreadyExists mean "outcome unknown", never a configuration error: once a
-// read shows the commit did not land they are ServiceUnavailable
-// (transient).
+// mapCommitError is [mapError] for a commit that a read has shown did not
+// land. The client retries a commit whose answer was lost, and the retry
+// meets what the first try left, so InvalidArgument, FailedPrecondition,
+// NotFound and AlreadyExists mean "outcome unknown", never a configuration
+// error: ServiceUnavailable.
 func mapCommitError(ctx context.Context, op string, err error) error {
 	mapped := mapError(ctx, op, err)
 	var ie *idemkit.Error
@@ -66,12 +58,9 @@ func mapCommitError(ctx context.Context, op string, err error) error {
 	return mapped
 }
 
-// contended reports whether err, the error of a conditional commit, says
-// that the document changed since it was read: AlreadyExists (a Create met
-// a document), FailedPrecondition (the update time moved), NotFound (the
-// document went away) or Aborted. The write did not take effect, unless it
-// was the client's retry of a write whose answer was lost; either way a
-// read settles it.
+// contended reports whether err, a conditional commit's, says the document
+// changed since it was read (or was the retry of a commit whose answer was
+// lost: a read settles which).
 func contended(err error) bool {
 	switch status.Code(err) {
 	case codes.AlreadyExists, codes.FailedPrecondition, codes.NotFound, codes.Aborted:
@@ -134,8 +123,7 @@ func classifyStatus(c codes.Code) (idemkit.Code, string) {
 }
 
 // rpcError stands for a gRPC status error without its message, which can
-// quote a document name and so a key. It unwraps to the original error and
-// reports the original status.
+// quote a document name and so a key; it unwraps to the original.
 type rpcError struct {
 	err  error
 	code codes.Code
@@ -145,8 +133,7 @@ func (e *rpcError) Error() string              { return "rpc error: code = " + e
 func (e *rpcError) Unwrap() error              { return e.err }
 func (e *rpcError) GRPCStatus() *status.Status { s, _ := status.FromError(e.err); return s }
 
-// redact wraps a gRPC status error in an rpcError; other errors are
-// returned as they are.
+// redact wraps a gRPC status error in an rpcError.
 func redact(err error) error {
 	var r *rpcError
 	if errors.As(err, &r) {
@@ -159,21 +146,20 @@ func redact(err error) error {
 }
 
 // contention is the error of an operation whose conditional writes kept
-// meeting concurrent writes to the document.
+// losing.
 func contention(op string) error {
 	return idemkit.NewError(idemkit.CodeServiceUnavailable, op,
 		fmt.Sprintf("the record document kept changing under %d conditional writes", maxAttempts), nil)
 }
 
 // malformed is the error for a record document this package did not
-// write as it reads it. The detail names the field, never a key.
+// write; the detail names the field, never a key.
 func malformed(op, what string) error {
 	return idemkit.NewError(idemkit.CodeInternal, op, "malformed record document: "+what, nil)
 }
 
-// tooLargeRefused is the error of a write of a large record document that
-// Firestore refused as invalid and that a read shows did not land:
-// Firestore counted the document over its limit.
+// tooLargeRefused is the error of a large record document's write that
+// Firestore refused as invalid and a read shows did not land.
 func tooLargeRefused(ctx context.Context, op string, size int, err error) error {
 	return idemkit.NewError(idemkit.CodeInvalidArgument, op,
 		fmt.Sprintf("Firestore refused a %d-byte record document (its document limit is %d bytes)", size, maxDocumentBytes),

@@ -1,5 +1,12 @@
 package firestorestore
 
+import (
+	"context"
+	"time"
+
+	"github.com/idemkit/idemkit"
+)
+
 // DocID is the document id of a record key, for tests that look at the
 // documents themselves.
 func DocID(key string) string { return docID(key) }
@@ -57,4 +64,26 @@ func (l Listening) Waiting() (total, fewest int) {
 		total += n
 	}
 	return total, fewest
+}
+
+// SetListenerLinger sets how long the listeners of s outlive their last
+// watch (default 5 s), so that tests that wait for listeners to end need
+// not wait that long.
+func SetListenerLinger(s *Store, d time.Duration) { s.cfg.linger = d }
+
+// RaiseFence leaves a tombstone of fence f under key, as a release of a
+// claim with that fence would: the next claim of key gets a greater one.
+func RaiseFence(ctx context.Context, s *Store, key string, f idemkit.Fence) error {
+	_, err := s.ref(key).Set(ctx, s.tombstone(key, f, newWriteID()).data())
+	return err
+}
+
+// Stored reads the document of key: the fence it carries (0 without one)
+// and whether it holds a record, live or run out (a tombstone does not).
+func Stored(ctx context.Context, s *Store, key string) (fence idemkit.Fence, record bool, err error) {
+	d, err := s.read(ctx, "test", key, s.ref(key))
+	if err != nil || !d.exists {
+		return 0, false, err
+	}
+	return d.fence, d.state != released, nil
 }

@@ -21,28 +21,23 @@ var (
 	_ store.Records = (*Store)(nil)
 )
 
-// Defaults and bounds of the options, as their documentation states them.
 const (
-	defaultCollection = "idemkit_records"
-	defaultSweepBatch = 100
-	maxSweepBatch     = 500
+	defaultCollection   = "idemkit_records"
+	defaultSweepBatch   = 100
+	maxSweepBatch       = 500
+	defaultMaxClockStep = time.Minute
 )
 
-// maxAttempts is how many conditional writes one operation tries when the
-// document keeps changing under it before it gives up (ServiceUnavailable).
-// Every lost write means another one landed, so the bound only matters
-// under sustained writes to one document; it is generous enough for a
-// burst of writers with distinct fences to settle (each loses at most once
-// per writer with a lower fence that lands first).
+// maxAttempts is how many conditional writes one operation tries while the
+// document keeps changing under it (each loss means another write landed)
+// before it gives up (ServiceUnavailable).
 const maxAttempts = 16
 
-// contendedBackoff spaces the attempts of a write that lost to a
-// concurrent one, so that contenders re-read after the winner's write
-// rather than in lockstep with each other.
+// contendedBackoff spaces a lost write's next attempt, so that contenders
+// read after the winner's write rather than in lockstep.
 var contendedBackoff = idemkit.Backoff{Base: 2 * time.Millisecond, Max: 32 * time.Millisecond}
 
-// pause waits before attempt n+1 of a write that lost attempt n to a
-// concurrent write; it returns ctx's error when ctx ends first.
+// pause waits before attempt n+1 of a write that lost attempt n.
 func pause(ctx context.Context, op string, n int) error {
 	t := time.NewTimer(contendedBackoff.Delay(n))
 	defer t.Stop()
@@ -54,8 +49,10 @@ func pause(ctx context.Context, op string, n int) error {
 	}
 }
 
-// maxCollectionBytes is the longest collection name New accepts.
-const maxCollectionBytes = 100
+const (
+	maxCollectionBytes = 100
+	collectionChars    = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-."
+)
 
 // Option configures [New].
 type Option func(*config)
@@ -65,8 +62,10 @@ type config struct {
 	logger      *slog.Logger
 	maxResponse int
 	sweepBatch  int
-	docLimit    int // the largest document, by the store's count; tests raise it
-	listeners   int // the most snapshot listeners at once
+	docLimit    int           // the largest document, by the store's count; tests raise it
+	listeners   int           // the most snapshot listeners at once
+	linger      time.Duration // how long a listener outlives its last watch; tests shorten it
+	step        time.Duration // the largest clock step fences survive
 }
 
 // WithCollection sets the collection of the record documents: 1 to 100
@@ -74,40 +73,39 @@ type config struct {
 // nor of Firestore's reserved form "__...__". Default: "idemkit_records".
 func WithCollection(name string) Option { return func(c *config) { c.collection = name } }
 
-// WithLogger sets the logger of the background sweeper's failures
-// ([Store.StartSweeper]). Log lines never contain a record key. Default:
-// slog.Default().
+// WithLogger sets the logger of the sweeper's failures
+// ([Store.StartSweeper]). Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithMaxResponseBytes sets the largest response Complete and Put accept,
-// 1 to 1,048,576 (1 MiB, Firestore's document limit); a larger one is
-// refused with an error matching [store.ErrTooLarge] before any write (the
-// guard then records the execution as not replayable). Whatever the limit,
-// a response is also refused when its record document would not fit
-// Firestore's document limit (see "Size" in the package documentation).
-// Default: 1 MiB, so only the document limit applies.
+// 1 to 1,048,576; a larger one, or one whose record document would not fit
+// Firestore's 1 MiB, is refused with an error matching [store.ErrTooLarge]
+// before any write. Default: 1 MiB, so only the document limit applies.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
-// WithSweepBatch sets how many documents one query of [Store.Sweep] reads
-// at most, 1 to 500. Default: 100.
+// WithSweepBatch sets the documents one query of [Store.Sweep] reads, 1 to
+// 500. Default: 100.
 func WithSweepBatch(n int) Option { return func(c *config) { c.sweepBatch = n } }
 
 // WithMaxListeners sets how many snapshot listeners the store runs at
-// once, 0 or more: one per watched key (see [Store.Watch]), each holding
-// one stream of the client's gRPC connection while a duplicate request
-// waits on the key. A watch of a further key is not set up, and its caller
-// polls. A connection carries a bounded number of concurrent streams
-// (typically 100 on Google's servers; past it, the client's further calls
-// queue), so keep the bound well below it, or give the client a pool of
-// connections (option.WithGRPCConnectionPool). 0 turns notification off.
-// Default: 50.
+// once, 0 or more (0 turns notification off): one per watched key (see
+// [Store.Watch]), each holding a stream of the client's gRPC connection; a
+// watch of a further key is not set up, and its caller polls. A connection
+// carries about 100 concurrent streams on Google's servers (past it, the
+// client's calls queue): keep the bound well below, or give the client a
+// connection pool (option.WithGRPCConnectionPool). Default: 50.
 func WithMaxListeners(n int) Option { return func(c *config) { c.listeners = n } }
+
+// WithMaxClockStep sets the largest step back of Firestore's clock that
+// fences survive ([store.Store]): a tombstone is kept until Firestore's
+// clock passes its fence (in Unix ms) plus d. 0 or more. Default: a minute.
+func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
 
 func newConfig(opts []Option) (config, error) {
 	c := config{
 		collection: defaultCollection, maxResponse: maxDocumentBytes,
 		sweepBatch: defaultSweepBatch, docLimit: maxDocumentBytes - documentMargin,
-		listeners: defaultMaxListeners,
+		listeners: defaultMaxListeners, linger: defaultLinger, step: defaultMaxClockStep,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -125,6 +123,8 @@ func newConfig(opts []Option) (config, error) {
 		return bad(fmt.Sprintf("the sweep batch must be 1 to %d", maxSweepBatch))
 	case c.listeners < 0:
 		return bad("the maximum number of listeners must not be negative")
+	case c.step < 0:
+		return bad("the largest clock step must not be negative (0 trusts Firestore's clock never to step back)")
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -144,21 +144,16 @@ func checkCollection(name string) string {
 	case len(name) >= 4 && strings.HasPrefix(name, "__") && strings.HasSuffix(name, "__"):
 		return "must not have Firestore's reserved form __...__"
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Sprintf("has a character outside [A-Za-z0-9_.-] at byte %d", i)
-		}
+	if i := strings.IndexFunc(name, func(r rune) bool { return !strings.ContainsRune(collectionChars, r) }); i >= 0 {
+		return fmt.Sprintf("has a character outside [A-Za-z0-9_.-] at byte %d", i)
 	}
 	return ""
 }
 
-// Store is a [store.Store] (records that carry their own lease), a
-// [store.Watcher] (snapshot listeners that wake waiting duplicates) and a
-// [store.Records] (plain fenced records) on Firestore, one document per
-// record. Its methods are safe for concurrent use.
-//
-// The zero value is not usable; call [New].
+// Store is the Firestore engine: a [store.Store], [store.Watcher] and
+// [store.Records], and a finder of lock claims ([Store.FindClaim]). Its
+// methods are safe for concurrent use. The zero value is not usable; call
+// [New].
 type Store struct {
 	client    *firestore.Client
 	records   *firestore.CollectionRef
@@ -167,11 +162,9 @@ type Store struct {
 	listeners listeners
 }
 
-// New returns a store on client, with the record collection named by opts.
-// It validates the options (InvalidArgument) and sends nothing to
-// Firestore. Nothing needs creating beforehand: Firestore creates the
-// collection with its first document, and its automatic single-field
-// indexes serve [Store.Sweep].
+// New returns a store on client. It validates the options
+// (InvalidArgument) and sends nothing to Firestore; nothing needs creating
+// beforehand.
 func New(client *firestore.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "new", "a Firestore client is required", nil)
@@ -186,19 +179,28 @@ func New(client *firestore.Client, opts ...Option) (*Store, error) {
 // ref returns the document of a record key.
 func (s *Store) ref(key string) *firestore.DocumentRef { return s.records.Doc(docID(key)) }
 
-// read reads the record document of key: one BatchGetDocuments, outside
-// any transaction (it takes no document lock).
+// read reads the record document of key, outside any transaction (no
+// document lock), and tells its listener.
 func (s *Store) read(ctx context.Context, op, key string, ref *firestore.DocumentRef) (*doc, error) {
+	sent := time.Now()
 	snaps, err := s.client.GetAll(ctx, []*firestore.DocumentRef{ref})
 	if err != nil {
 		return nil, mapError(ctx, op, err)
 	}
-	return decode(op, key, snaps[0])
+	d, err := decode(op, key, snaps[0])
+	if err == nil {
+		d.readLocally = sent
+		s.listeners.news(d)
+	}
+	return d, err
 }
 
-// write commits c to the document d was read from, on the condition that
-// it is still as read: a Create when it did not exist, else an update of
-// every field conditioned on its update time.
+// wrote tells the key's listener of c, committed at at.
+func (s *Store) wrote(c *contents, at time.Time) {
+	s.listeners.news(&doc{exists: true, key: c.key, fp: c.fp, state: c.state, fence: c.fence, ttl: micros(c.ttl), createdAt: at, updateTime: at, readTime: at})
+}
+
+// write commits c to the document d was read from while it is as read.
 func write(ctx context.Context, ref *firestore.DocumentRef, d *doc, c *contents) (*firestore.WriteResult, error) {
 	if !d.exists {
 		return ref.Create(ctx, c.data())
@@ -206,42 +208,27 @@ func write(ctx context.Context, ref *firestore.DocumentRef, d *doc, c *contents)
 	return ref.Update(ctx, c.fields(), firestore.LastUpdateTime(d.updateTime))
 }
 
-// tombstone is what a release or delete leaves of the record of key with
-// fence: the fence alone, until Firestore's clock has passed it.
-func tombstone(key string, fence idemkit.Fence, writeID string) *contents {
-	return &contents{key: key, state: released, fence: fence, expireAt: fenceEnd(fence), writeID: writeID}
+// outcome is the document of rec, living ttl from a commit after now.
+func (s *Store) outcome(rec store.Record, ttl time.Duration, now time.Time) *contents {
+	return &contents{
+		key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
+		expireAt: lifetimeEnd(now, ttl, rec.Fence, false, s.cfg.step), writeID: newWriteID(),
+	}
 }
 
-// Claim implements [store.Store]. It reads the record document (one RPC);
-// an outcome or a live claim, judged by the read time Firestore reports,
-// is the answer, and nothing is written. Otherwise one commit writes the
-// new claim, conditioned on the document being as read: a Create when
-// there was none, else an update conditioned on its update time (taking
-// over a run-out claim, an expired outcome or a tombstone). The claim's
-// fence is max(the fence read + 1, the read time in Unix ms); its
-// CreatedAt is the commit time (the document's update time) and its
-// ExpiresAt the commit time + ttl. Taking over a document that still held
-// a response, it reports that response and its fingerprint
-// ([store.Record].Replaced).
-//
-// A contender that loses the commit fails fast (AlreadyExists or
-// FailedPrecondition, no document locks), reads again and answers with
-// what it finds: the winner's live claim (busy). The same read settles a
-// commit whose answer was lost: the claim is this call's when the document
-// carries its write id.
+// tombstone is what a release or delete leaves: the fence alone, until
+// Firestore's clock has passed its floor.
+func (s *Store) tombstone(key string, fence idemkit.Fence, writeID string) *contents {
+	return &contents{key: key, state: released, fence: fence, expireAt: fenceFloor(fence, s.cfg.step), writeID: writeID}
+}
+
+// Claim implements [store.Store]: one read, judged by its read time, then
+// for a free key one commit conditioned on the document being as read. A
+// contender that loses fails fast, reads again and answers with the
+// winner's claim; that read also settles a commit whose answer was lost.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
-		return store.Record{}, false, err
-	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
-		return store.Record{}, false, err
-	}
-	if s.maxResponse(key, fp) < 0 {
-		return store.Record{}, false, idemkit.NewError(idemkit.CodeInvalidArgument, op,
-			fmt.Sprintf("a %d-byte fingerprint does not fit a record document", len(fp)), nil)
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := check(store.ValidateKey(key), store.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp), idemkit.CheckContext(ctx, op)); err != nil {
 		return store.Record{}, false, err
 	}
 	ref := s.ref(key)
@@ -257,7 +244,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		}
 		if d.live() {
 			if d.wrote(ids, isClaimed) {
-				s.claims.put(key, d.fence, d.createdAt, d.updateTime) // a commit whose answer was lost
+				s.claims.put(key, d.fence, d.known()) // a commit whose answer was lost
 				rec := d.record()
 				rec.Replaced = replaced[slices.Index(ids, d.writeID)]
 				return rec, true, nil
@@ -270,26 +257,31 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		if attempt == maxAttempts {
 			return store.Record{}, false, contention(op)
 		}
+		if w, ok := s.listeners.claimedSince(key, d.readTime); ok {
+			return w.record(), false, nil // claimed since the read: spare a write bound to lose
+		}
 		fence := max(d.fence+1, idemkit.Fence(d.readTime.UnixMilli()))
-		if fence > maxFence {
-			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "the next fence exceeds what a record document holds", nil)
+		if fence > idemkit.FenceMax {
+			return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("fence overflow: the next fence %s exceeds the maximum %s", fence, idemkit.FenceMax), nil)
 		}
 		c := &contents{
 			key: key, fp: fp, state: store.StateClaimed, fence: fence, ttl: ttl,
-			expireAt: lifetimeEnd(d.now(), ttl, fence, true), writeID: newWriteID(),
+			expireAt: lifetimeEnd(d.now(), ttl, fence, true, s.cfg.step), writeID: newWriteID(),
 		}
 		var r *store.Record
 		if d.exists && len(d.response) > 0 {
 			r = &store.Record{Fingerprint: d.fp, Response: d.response}
 		}
 		ids, replaced = append(ids, c.writeID), append(replaced, r)
+		sent := time.Now()
 		wr, err := write(ctx, ref, d, c)
 		if err == nil {
-			s.claims.put(key, fence, wr.UpdateTime, wr.UpdateTime)
+			k := known{createdAt: wr.UpdateTime, updateTime: wr.UpdateTime, expiresAt: wr.UpdateTime.Add(micros(ttl)), at: wr.UpdateTime, sent: sent}
+			s.claims.put(key, fence, k)
+			s.wrote(c, k.updateTime)
 			return store.Record{
 				Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
-				CreatedAt: wr.UpdateTime, ExpiresAt: wr.UpdateTime.Add(micros(ttl)),
-				Replaced: r,
+				CreatedAt: k.createdAt, ExpiresAt: k.expiresAt, Replaced: r,
 			}, true, nil
 		}
 		if ctx.Err() != nil {
@@ -302,79 +294,88 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 func isClaimed(s store.State) bool  { return s == store.StateClaimed }
 func isReleased(s store.State) bool { return s == released }
 
-// Extend implements [store.Store]. For a claim this store made, it is one
-// commit conditioned on the update time of the store's last write to the
-// claim; otherwise (or when that write is no longer the last) a read and a
-// commit conditioned on the update time read, only while the document
-// still carries the claim. The new lease runs from the commit time.
-func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+// Extend implements [store.Store]; see [Store.writeClaim] for its RPCs.
+// The new lease runs from the commit time. An extension that commits once
+// the lease ran out is void ([doc.expiresAt]): Extend answers false.
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
+	if err := check(store.ValidateFenced(op, key, fence), store.ValidateTTL(op, ttl), idemkit.CheckContext(ctx, op)); err != nil {
+		return time.Time{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	return s.writeClaim(ctx, key, fence, claimWrite{
-		op: op,
-		update: func(now, createdAt time.Time) []firestore.Update {
-			return extension(ttl, createdAt, lifetimeEnd(now, ttl, fence, true), newWriteID())
+	var sent time.Time // when the write that landed was sent
+	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
+		op: op, live: true,
+		update: func(k known) []firestore.Update {
+			sent = time.Now()
+			return extension(ttl, k.createdAt, k.expiresAt, lifetimeEnd(k.now(), ttl, fence, true, s.cfg.step), newWriteID())
 		},
-		// An extension whose answer was lost is written again: harmless.
-		commitErr: func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) },
-		keep:      true,
 	})
+	if err != nil || !ok {
+		return time.Time{}, false, err
+	}
+	was.updateTime = at
+	if !at.Before(was.expiresAt) {
+		s.claims.put(key, fence, was) // void: the claim still runs out when it did
+		return time.Time{}, false, nil
+	}
+	was.expiresAt, was.at, was.sent = at.Add(micros(ttl)), at, sent
+	s.claims.put(key, fence, was) // the listener's snapshot brings the new lease
+	return was.expiresAt, true, nil
 }
 
-// Complete implements [store.Store]. For a claim this store made, it is
-// one commit: the whole outcome record, conditioned on the update time of
-// the store's last write to the claim, so it lands only while the document
-// is exactly as this claim left it. Otherwise (the store does not know the
-// claim, or the document changed: an extension by another instance, a
-// commit whose answer was lost) it reads the document and, only while it
-// still carries the claim, writes the outcome conditioned on the update
-// time read. A read also settles a failed commit: the outcome landed when
-// the document carries one of this call's write ids. createdAt and the
-// record's lifetime start at the commit time.
-//
-// A response whose record document would not fit (see "Size" in the
-// package documentation) is refused with [store.ErrTooLarge] before any
+// Complete implements [store.Store]; see [Store.writeClaim] for its RPCs.
+// The record's lifetime starts at the commit time. A response whose record
+// document would not fit is refused with [store.ErrTooLarge] before any
 // write.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := check(store.ValidateComplete(rec, ttl), s.checkOutcome(op, rec), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
-	if err := s.checkOutcome(op, rec); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	var ids []string // the write ids of this call's commits
-	return s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
+	var (
+		ids []string // the write ids of this call's commits
+		c   *contents
+	)
+	at, _, ok, err := s.writeClaim(ctx, rec.Key, rec.Fence, claimWrite{
 		op: op,
-		update: func(now, _ time.Time) []firestore.Update {
-			c := &contents{
-				key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
-				expireAt: lifetimeEnd(now, ttl, rec.Fence, false), writeID: newWriteID(),
-			}
+		update: func(k known) []firestore.Update {
+			c = s.outcome(rec, ttl, k.now())
 			ids = append(ids, c.writeID)
 			return c.fields()
 		},
 		landed:    func(d *doc) bool { return d.wrote(ids, store.State.Done) },
 		commitErr: func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) },
 	})
+	s.claims.drop(rec.Key, rec.Fence)
+	if ok {
+		s.wrote(c, at)
+	}
+	return ok, err
+}
+
+// check returns the first of the argument checks that failed.
+func check(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFingerprint refuses a fingerprint a record document cannot hold.
+func (s *Store) checkFingerprint(op, key, fp string) error {
+	if s.maxResponse(key, fp) < 0 {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("a %d-byte fingerprint does not fit a record document", len(fp)), nil)
+	}
+	return nil
 }
 
 // checkOutcome refuses, before any I/O, an outcome record whose fence or
 // response a record document cannot hold.
 func (s *Store) checkOutcome(op string, rec store.Record) error {
-	if rec.Fence > maxFence {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, idemkit.Fence(maxFence)), nil)
+	if rec.Fence > idemkit.FenceMax {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, idemkit.FenceMax), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
 		return store.TooLarge(op, len(rec.Response), max(limit, 0))
@@ -383,16 +384,10 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 }
 
 // outcomeError maps the error of an outcome's write that a read has shown
-// not to have landed. Firestore refuses a document over its size limit
-// with InvalidArgument. The store's own exact count refuses such a record
-// before any I/O, but should a Firestore release count differently, an
-// InvalidArgument answer to the write of a large document (over half the
-// limit: nothing else in a record this store writes can be invalid) is
-// reported as [store.ErrTooLarge], so the guard records the execution as
-// not replayable. Any other error maps as [mapCommitError] maps it. The
-// read comes first because the retry of a write that did land is refused
-// too, and taking that for ErrTooLarge would overwrite a completed record
-// as not replayable.
+// did not land. A Firestore release counting sizes differently from
+// [documentSize] refuses a large document with InvalidArgument: that is
+// [store.ErrTooLarge] for a document over half the limit (nothing else in
+// a record can be invalid).
 func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, err error) error {
 	size := documentSize(s.cfg.collection, rec.Key, rec.Fingerprint, len(rec.Response))
 	if status.Code(err) == codes.InvalidArgument && ctx.Err() == nil && size > maxDocumentBytes/2 {
@@ -401,121 +396,107 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 	return mapCommitError(ctx, op, err)
 }
 
-// Release implements [store.Store]: it leaves a tombstone (the fence
-// alone, invisible and claimable, expiring when Firestore's clock passes
-// the fence), only while the document still carries the claim. For a claim
-// this store made it is one commit conditioned on the update time of its
-// last write; otherwise a read and a conditioned commit.
+// Release implements [store.Store]: it leaves a tombstone; see
+// [Store.writeClaim] for its RPCs. A tombstone that commits once the lease
+// ran out stands, but Release answers false: the key was free either way.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := check(store.ValidateFenced(op, key, fence), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
 	var ids []string // the write ids of this call's commits
-	return s.writeClaim(ctx, key, fence, claimWrite{
-		op: op,
-		update: func(time.Time, time.Time) []firestore.Update {
-			c := tombstone(key, fence, newWriteID())
+	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
+		op: op, live: true,
+		update: func(known) []firestore.Update {
+			c := s.tombstone(key, fence, newWriteID())
 			ids = append(ids, c.writeID)
 			return c.fields()
 		},
-		landed:    func(d *doc) bool { return d.wrote(ids, isReleased) },
-		commitErr: func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) },
+		landed: func(d *doc) bool { return d.wrote(ids, isReleased) },
 	})
-}
-
-// claimWrite is one write to a claim: an extension, an outcome or a
-// tombstone.
-type claimWrite struct {
-	op string
-	// update returns what to write, from the Firestore time the write
-	// starts at and the claim's creation time.
-	update func(now, createdAt time.Time) []firestore.Update
-	// landed reports whether a document read shows one of this call's
-	// writes (a commit whose answer was lost); nil when writing again is
-	// harmless.
-	landed func(d *doc) bool
-	// commitErr maps a failed commit that was not lost to contention.
-	commitErr func(ctx context.Context, err error) error
-	// keep: after the write the store still knows the claim, at the new
-	// update time (an extension); otherwise it forgets it.
-	keep bool
-}
-
-// writeClaim makes w to the claim (key, fence). For a claim this store made
-// it is one commit conditioned on the update time of the store's last write
-// to it; otherwise (or when that write is no longer the last) a read and a
-// commit conditioned on the update time read, only while the document still
-// carries the claim: ok = false once it does not. A read also settles a
-// failed commit (w.landed). Contention is retried up to maxAttempts.
-func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence, w claimWrite) (bool, error) {
-	ref := s.ref(key)
-	wrote := func(createdAt time.Time, wr *firestore.WriteResult) (bool, error) {
-		if w.keep {
-			s.claims.put(key, fence, createdAt, wr.UpdateTime)
-		} else {
-			s.claims.drop(key, fence)
-		}
-		return true, nil
+	s.claims.drop(key, fence)
+	if ok {
+		s.wrote(s.tombstone(key, fence, ""), at)
 	}
+	return ok && at.Before(was.expiresAt), err
+}
+
+// claimWrite is one write to a claim.
+type claimWrite struct {
+	op        string
+	live      bool                               // only while the lease has not run out (else while nobody claimed since)
+	update    func(k known) []firestore.Update   // what to write over the claim k
+	landed    func(d *doc) bool                  // whether a read shows this call's write (nil: writing again is harmless)
+	commitErr func(context.Context, error) error // maps a failed commit; nil: mapCommitError
+}
+
+// writeClaim makes w to the claim (key, fence) and returns the commit time
+// of the write that landed and the claim as it was before it. For a claim
+// this store made (for w.live: while [known.now] is before its expiry) it
+// is one commit conditioned on the update time of the store's last write;
+// otherwise, or when that write is no longer the last, a read and a
+// commit conditioned on the update time read: ok = false, nothing written,
+// once the document no longer carries the claim (for w.live: live at the
+// read time). The read also settles a failed commit (w.landed).
+func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence, w claimWrite) (at time.Time, was known, ok bool, err error) {
+	ref := s.ref(key)
 	var lastErr error // the error of the last commit
-	if k, ok := s.claims.get(key, fence); ok {
-		wr, err := ref.Update(ctx, w.update(k.now(), k.createdAt), firestore.LastUpdateTime(k.updateTime))
+	if k, ok := s.claims.get(key, fence); ok && (!w.live || k.now().Before(k.expiresAt)) {
+		was = k
+		wr, err := ref.Update(ctx, w.update(k), firestore.LastUpdateTime(k.updateTime))
 		if err == nil {
-			return wrote(k.createdAt, wr)
+			return wr.UpdateTime, k, true, nil
 		}
 		if ctx.Err() != nil {
-			return false, mapError(ctx, w.op, err)
+			return at, was, false, mapError(ctx, w.op, err)
 		}
 		lastErr = err
 	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.read(ctx, w.op, key, ref)
 		if err != nil {
-			return false, err
+			return at, was, false, err
 		}
 		if w.landed != nil && w.landed(d) {
-			s.claims.drop(key, fence)
-			return true, nil // a commit whose answer was lost
+			return d.updateTime, was, true, nil // a commit whose answer was lost
 		}
 		if !d.holds(fence) {
 			s.claims.drop(key, fence)
-			return false, nil
+			return at, was, false, nil
+		}
+		if w.live && !d.live() {
+			return at, was, false, nil
 		}
 		if lastErr != nil && !contended(lastErr) {
-			return false, w.commitErr(ctx, lastErr)
+			if w.commitErr == nil {
+				return at, was, false, mapCommitError(ctx, w.op, lastErr)
+			}
+			return at, was, false, w.commitErr(ctx, lastErr)
 		}
 		if attempt == maxAttempts {
-			return false, contention(w.op)
+			return at, was, false, contention(w.op)
 		}
-		wr, err := ref.Update(ctx, w.update(d.now(), d.createdAt), firestore.LastUpdateTime(d.updateTime))
+		was = d.known()
+		wr, err := ref.Update(ctx, w.update(was), firestore.LastUpdateTime(d.updateTime))
 		if err == nil {
-			return wrote(d.createdAt, wr)
+			return wr.UpdateTime, was, true, nil
 		}
 		if ctx.Err() != nil {
-			return false, mapError(ctx, w.op, err)
+			return at, was, false, mapError(ctx, w.op, err)
 		}
 		lastErr = err
 		if contended(err) {
 			if err := pause(ctx, w.op, attempt+1); err != nil {
-				return false, err
+				return at, was, false, err
 			}
 		}
 	}
 }
 
-// Get implements [store.Store] and [store.Records]: one read (one RPC,
-// outside any transaction). A record is live while the read time Firestore
-// reports is before its expiry.
+// Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
-		return store.Record{}, false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := check(store.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
 		return store.Record{}, false, err
 	}
 	d, err := s.read(ctx, op, key, s.ref(key))
@@ -526,19 +507,45 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 }
 
 // Delete implements [store.Store] and [store.Records]: a read and, when it
-// finds a live record, a commit conditioned on the update time read that
-// leaves a tombstone in its place (as [Store.Release] does), so a later
-// claim's fence is still greater than the deleted record's. A read settles
-// a failed commit: the tombstone is this call's when the document carries
-// its write id.
+// finds a live record, a conditioned commit of a tombstone in its place
+// (as [Store.Release] leaves), so later fences stay greater.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := check(store.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	return s.rewrite(ctx, op, key, isReleased, func(d *doc) *contents {
+		if !d.live() {
+			return nil
+		}
+		return s.tombstone(key, d.fence, newWriteID())
+	}, func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) })
+}
+
+// Put implements [store.Records]: a read and, unless the live record there
+// carries a higher fence, one commit of the whole record conditioned on
+// the document being as read. Put's fences are a lock's; do not mix Put
+// and [Store.Claim] on one key. A response whose record document would
+// not fit is refused with [store.ErrTooLarge] before any write.
+func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	const op = "put"
+	if err := check(validatePut(rec, ttl), s.checkOutcome(op, rec), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
+	return s.rewrite(ctx, op, rec.Key, store.State.Done, func(d *doc) *contents {
+		if d.live() && d.fence > rec.Fence {
+			return nil
+		}
+		return s.outcome(rec, ttl, d.now())
+	}, func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) })
+}
+
+// rewrite reads key's document and commits what next makes of it (nil:
+// nothing, ok = false), conditioned on the document being as read. A
+// read settles a failed commit: it landed when the document carries one
+// of the call's write ids with a state done accepts. Contention is retried
+// up to maxAttempts; commitErr maps any other failed commit.
+func (s *Store) rewrite(ctx context.Context, op, key string, done func(store.State) bool, next func(*doc) *contents, commitErr func(context.Context, error) error) (bool, error) {
 	ref := s.ref(key)
 	var (
 		ids     []string
@@ -549,23 +556,24 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if d.wrote(ids, isReleased) {
+		if d.wrote(ids, done) {
 			return true, nil // a commit whose answer was lost
 		}
-		if !d.live() {
+		c := next(d)
+		if c == nil {
 			return false, nil
 		}
 		if lastErr != nil && !contended(lastErr) {
-			return false, mapCommitError(ctx, op, lastErr)
+			return false, commitErr(ctx, lastErr)
 		}
 		if attempt == maxAttempts {
 			return false, contention(op)
 		}
-		c := tombstone(key, d.fence, newWriteID())
 		ids = append(ids, c.writeID)
-		_, err = ref.Update(ctx, c.fields(), firestore.LastUpdateTime(d.updateTime))
+		wr, err := write(ctx, ref, d, c)
 		if err == nil {
 			s.claims.drop(key, d.fence)
+			s.wrote(c, wr.UpdateTime)
 			return true, nil
 		}
 		if ctx.Err() != nil {
@@ -580,75 +588,8 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	}
 }
 
-// Put implements [store.Records]: a read and, unless the live record there
-// carries a higher fence, one commit of the whole record conditioned on
-// the document being as read (a Create when there was none). A contender
-// that changed the document in between makes Put read again. A read
-// settles a failed commit: the record landed when the document carries
-// one of this call's write ids. createdAt and the record's lifetime start
-// at the commit time.
-//
-// Put's fences are a lock's; do not mix Put and [Store.Claim] on one key.
-//
-// A response whose record document would not fit (see "Size" in the
-// package documentation) is refused with [store.ErrTooLarge] before any
-// write.
-func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
-	const op = "put"
-	if err := validatePut(rec, ttl); err != nil {
-		return false, err
-	}
-	if err := s.checkOutcome(op, rec); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
-	}
-	ref := s.ref(rec.Key)
-	var (
-		ids     []string
-		lastErr error
-	)
-	for attempt := 0; ; attempt++ {
-		d, err := s.read(ctx, op, rec.Key, ref)
-		if err != nil {
-			return false, err
-		}
-		if d.wrote(ids, store.State.Done) {
-			return true, nil // a commit whose answer was lost
-		}
-		if d.live() && d.fence > rec.Fence {
-			return false, nil
-		}
-		if lastErr != nil && !contended(lastErr) {
-			return false, s.outcomeError(ctx, op, rec, lastErr)
-		}
-		if attempt == maxAttempts {
-			return false, contention(op)
-		}
-		c := &contents{
-			key: rec.Key, fp: rec.Fingerprint, state: rec.State, response: rec.Response, fence: rec.Fence, ttl: ttl,
-			expireAt: lifetimeEnd(d.now(), ttl, rec.Fence, false), writeID: newWriteID(),
-		}
-		ids = append(ids, c.writeID)
-		if _, err = write(ctx, ref, d, c); err == nil {
-			return true, nil
-		}
-		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
-		}
-		lastErr = err
-		if contended(err) {
-			if err := pause(ctx, op, attempt+1); err != nil {
-				return false, err
-			}
-		}
-	}
-}
-
-// validatePut checks a Put's arguments: a valid key, an outcome state and a
-// TTL of at least one millisecond. The fence may be zero (an unfenced
-// writer).
+// validatePut checks a Put's arguments; its fence may be zero (an
+// unfenced writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
 	if err := store.ValidateKey(rec.Key); err != nil {
 		return err

@@ -30,7 +30,7 @@ func TestOneKeyThroughItsLifecycle(t *testing.T) {
 	if err != nil || claimed || busy.Fence != rec.Fence || !busy.ExpiresAt.Equal(rec.ExpiresAt) || !busy.CreatedAt.Equal(rec.CreatedAt) {
 		t.Fatalf("second Claim = %+v, %v, %v; want the first claim (%+v), busy", busy, claimed, err, rec)
 	}
-	if ok, err := a.Extend(ctx, "order-1", rec.Fence, 2*time.Minute); err != nil || !ok {
+	if _, ok, err := a.Extend(ctx, "order-1", rec.Fence, 2*time.Minute); err != nil || !ok {
 		t.Fatalf("Extend = %v, %v", ok, err)
 	}
 	got, ok, err := b.Get(ctx, "order-1")
@@ -106,19 +106,20 @@ func TestTimesAreFirestores(t *testing.T) {
 	if !claim.CreatedAt.Equal(written) || !claim.ExpiresAt.Equal(written.Add(time.Minute)) {
 		t.Fatalf("claim %v to %v; want the commit time %v plus the lease", claim.CreatedAt, claim.ExpiresAt, written)
 	}
-	if expireAt.Before(leased.KeepUntil(claim)) {
-		t.Fatalf("the claim's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(claim))
+	if expireAt.Before(leased.KeepUntil(claim, leased.DefaultMaxClockStep)) {
+		t.Fatalf("the claim's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(claim, leased.DefaultMaxClockStep))
 	}
-	if ok, err := s.Extend(ctx, "order-1", claim.Fence, 2*time.Minute); err != nil || !ok {
+	until, ok, err := s.Extend(ctx, "order-1", claim.Fence, 2*time.Minute)
+	if err != nil || !ok {
 		t.Fatalf("Extend = %v, %v", ok, err)
 	}
 	extended, expireAt := snap()
 	got, _, err := s.Get(ctx, "order-1")
-	if err != nil || !got.CreatedAt.Equal(claim.CreatedAt) || !got.ExpiresAt.Equal(extended.Add(2*time.Minute)) {
+	if err != nil || !got.CreatedAt.Equal(claim.CreatedAt) || !got.ExpiresAt.Equal(extended.Add(2*time.Minute)) || !got.ExpiresAt.Equal(until) {
 		t.Fatalf("extended claim %+v, %v; want created at %v, expiring at %v", got, err, claim.CreatedAt, extended.Add(2*time.Minute))
 	}
-	if expireAt.Before(leased.KeepUntil(got)) {
-		t.Fatalf("the extended claim's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(got))
+	if expireAt.Before(leased.KeepUntil(got, leased.DefaultMaxClockStep)) {
+		t.Fatalf("the extended claim's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(got, leased.DefaultMaxClockStep))
 	}
 	out := store.Record{Key: "order-1", Fingerprint: "fp", State: store.StateCompleted, Response: []byte("ok"), Fence: claim.Fence}
 	if ok, err := s.Complete(ctx, out, time.Hour); err != nil || !ok {
@@ -129,13 +130,13 @@ func TestTimesAreFirestores(t *testing.T) {
 	if err != nil || !got.CreatedAt.Equal(completed) || !got.ExpiresAt.Equal(completed.Add(time.Hour)) {
 		t.Fatalf("outcome %+v, %v; want written at %v for an hour", got, err, completed)
 	}
-	if expireAt.Before(leased.KeepUntil(got)) {
-		t.Fatalf("the outcome's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(got))
+	if expireAt.Before(leased.KeepUntil(got, leased.DefaultMaxClockStep)) {
+		t.Fatalf("the outcome's expireAt %v is before it may go (%v)", expireAt, leased.KeepUntil(got, leased.DefaultMaxClockStep))
 	}
 	if deleted, err := s.Delete(ctx, "order-1"); err != nil || !deleted {
 		t.Fatalf("Delete = %v, %v", deleted, err)
 	}
-	if _, expireAt := snap(); expireAt.Before(time.UnixMilli(int64(claim.Fence) + 1)) {
-		t.Fatalf("the tombstone's expireAt %v is before Firestore's clock passes its fence", expireAt)
+	if _, expireAt := snap(); !expireAt.Equal(leased.FenceFloor(claim.Fence, leased.DefaultMaxClockStep)) {
+		t.Fatalf("the tombstone's expireAt %v is not when Firestore's clock passes its fence plus the largest clock step", expireAt)
 	}
 }

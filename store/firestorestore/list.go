@@ -9,36 +9,28 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Lister = (*Store)(nil)
 
-// listMaxQueries bounds the queries of one List page: past it, a page
-// holds what it found (maybe nothing but expired documents and tombstones
-// were read) and its cursor goes on.
+// listMaxQueries bounds the queries of one List page (expired records and
+// tombstones are read and skipped); its cursor goes on.
 const listMaxQueries = 8
 
-// List implements [store.Lister]: a range query on the key field, which
-// every record document holds (so keys stored under a hashed document id,
-// "/" in them or too long, are listed too), in the order of the keys
-// (Firestore orders strings by their UTF-8 bytes), after the key the
-// cursor names (its unpadded base64url). A record whose key is not valid
-// UTF-8 is listed only under a prefix that is not valid UTF-8 either (its
-// key field holds bytes, not a string). It needs the automatic
-// single-field index on the key field. Each query reads up to limit + 1
-// documents; expired records and tombstones are read and skipped, and a
-// page ends after a bounded number of queries.
+// List implements [store.Lister]: range queries on the key field (so
+// hashed document ids are listed too), in the order of the keys' UTF-8
+// bytes, after the key the cursor names (its unpadded base64url). A key
+// that is not valid UTF-8 is stored as bytes and listed only under a
+// prefix that is not valid UTF-8 either.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
-	if err := store.ValidateList(limit); err != nil {
-		return nil, "", err
-	}
 	from, err := base64.RawURLEncoding.DecodeString(after)
 	text := utf8.ValidString(prefix)
 	if err != nil || text && !utf8.Valid(from) {
-		return nil, "", idemkit.NewError(idemkit.CodeInvalidArgument, op, "the cursor is not one this store made", nil)
+		err = idemkit.NewError(idemkit.CodeInvalidArgument, op, "the cursor is not one this store made", nil)
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	if err := check(store.ValidateList(limit), err, idemkit.CheckContext(ctx, op)); err != nil {
 		return nil, "", err
 	}
 	// value is a key as the key field holds it in this listing.
@@ -65,23 +57,17 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 			return nil, "", mapError(ctx, op, err)
 		}
 		for _, snap := range snaps {
-			k, ok := fromText(snap.Data()[fieldKey])
-			if !ok {
-				return nil, "", malformed(op, "the key field is missing or not text")
-			}
-			d, err := decode(op, k, snap)
+			d, err := decodeFound(op, snap)
 			if err != nil {
 				return nil, "", err
 			}
-			if !d.live() {
-				last = k
-				continue
+			if d.live() {
+				if len(recs) == limit {
+					return recs, base64.RawURLEncoding.EncodeToString([]byte(recs[limit-1].Key)), nil
+				}
+				recs = append(recs, d.record())
 			}
-			if len(recs) == limit {
-				return recs, base64.RawURLEncoding.EncodeToString([]byte(recs[limit-1].Key)), nil
-			}
-			recs = append(recs, d.record())
-			last = k
+			last = d.key
 		}
 		if len(snaps) <= limit {
 			return recs, "", nil // the range is read to its end
@@ -91,9 +77,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 }
 
 // successor returns the least key above every key that starts with p, in
-// Firestore's order (by UTF-8 bytes for text, by bytes for bytes); false
-// when there is none (p is empty, or only the greatest code points or
-// bytes).
+// Firestore's order, or false when there is none.
 func successor(p string, text bool) (string, bool) {
 	if !text {
 		b := []byte(p)
@@ -118,4 +102,45 @@ func successor(p string, text bool) (string, bool) {
 		return string(r[:i+1]), true
 	}
 	return "", false
+}
+
+// FindClaim returns the live claim whose fingerprint is fp, a lock id (22
+// base64url characters), or ok = false: one query on the lockId field,
+// which only such claims carry (so its index costs the guard nothing). It
+// is the lock library's Finder ([github.com/idemkit/idemkit/lock]): a lease
+// is released, extended or looked up by its id from any process. Any other
+// fp finds nothing, without I/O.
+func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
+	const op = "find"
+	if !engine.LockID(fp) {
+		return store.Record{}, false, nil
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	// A lock id is random: several documents carry it only if one id
+	// claimed several keys.
+	snaps, err := s.records.Where(fieldLockID, "==", fp).Limit(8).Documents(ctx).GetAll()
+	if err != nil {
+		return store.Record{}, false, mapError(ctx, op, err)
+	}
+	for _, snap := range snaps {
+		d, err := decodeFound(op, snap)
+		if err != nil {
+			return store.Record{}, false, err
+		}
+		if d.live() && d.state == store.StateClaimed && d.fp == fp {
+			return d.record(), true, nil
+		}
+	}
+	return store.Record{}, false, nil
+}
+
+// decodeFound decodes a document a query found, under the key it holds.
+func decodeFound(op string, snap *firestore.DocumentSnapshot) (*doc, error) {
+	k, ok := fromText(snap.Data()[fieldKey])
+	if !ok {
+		return nil, malformed(op, "the key field is missing or not text")
+	}
+	return decode(op, k, snap)
 }

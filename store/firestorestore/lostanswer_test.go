@@ -99,7 +99,10 @@ func TestCommitAnswerLost(t *testing.T) {
 		}},
 		{"extend", func(t *testing.T, s *firestorestore.Store) func(context.Context) (bool, error) {
 			c := claimed(t, s, time.Minute)
-			return func(ctx context.Context) (bool, error) { return s.Extend(ctx, key, c.Fence, time.Hour) }
+			return func(ctx context.Context) (bool, error) {
+				_, ok, err := s.Extend(ctx, key, c.Fence, time.Hour)
+				return ok, err
+			}
 		}, func(t *testing.T, rec store.Record, ok bool) {
 			if !ok || rec.State != store.StateClaimed || rec.ExpiresAt.Sub(rec.CreatedAt) < time.Hour {
 				t.Fatalf("record %+v, %v; want the extended claim", rec, ok)

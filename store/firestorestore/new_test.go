@@ -33,6 +33,7 @@ func TestNewValidates(t *testing.T) {
 		{"zero sweep batch", c, []firestorestore.Option{firestorestore.WithSweepBatch(0)}},
 		{"sweep batch too large", c, []firestorestore.Option{firestorestore.WithSweepBatch(firestorestore.MaxSweepBatch + 1)}},
 		{"negative listeners", c, []firestorestore.Option{firestorestore.WithMaxListeners(-1)}},
+		{"negative clock step", c, []firestorestore.Option{firestorestore.WithMaxClockStep(-time.Millisecond)}},
 	} {
 		if _, err := firestorestore.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
@@ -40,7 +41,7 @@ func TestNewValidates(t *testing.T) {
 	}
 	s, err := firestorestore.New(c, firestorestore.WithMaxResponseBytes(firestorestore.MaxDocumentBytes),
 		firestorestore.WithSweepBatch(firestorestore.MaxSweepBatch), firestorestore.WithCollection("my.records-1"), firestorestore.WithLogger(nil),
-		firestorestore.WithMaxListeners(0))
+		firestorestore.WithMaxListeners(0), firestorestore.WithMaxClockStep(0))
 	if err != nil {
 		t.Fatalf("New at the bounds: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"math"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -11,9 +12,10 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
-// The fields of a record document (see the package documentation).
+// The fields of a record document (docs/backends.md, "Firestore").
 const (
 	fieldKey         = "key"         // the record key: a string, or bytes when it is not valid UTF-8
 	fieldFingerprint = "fingerprint" // the request's fingerprint: a string, or bytes when it is not valid UTF-8
@@ -24,30 +26,26 @@ const (
 	fieldTTL         = "ttlMicros"   // the lifetime from the document's update time, in microseconds (an integer)
 	fieldWriteID     = "writeId"     // a random id of the write that last changed the document
 	fieldExpireAt    = "expireAt"    // when the document may be deleted (by Firestore's clock): the TTL-policy field, which Sweep queries
+	fieldHeldUntil   = "heldUntil"   // only on an extended claim: the expiry the extension moved; an extension committed at or after it is void
+	fieldLockID      = "lockId"      // only on a claim whose fingerprint is a lock id: the fingerprint again, the field FindClaim queries
 )
 
-// released is the state of a tombstone: a released or deleted record that
-// keeps its fence until Firestore's clock has passed it. It is invisible
-// and can be claimed.
+// released is the state of a tombstone: what a release or delete leaves,
+// its fence alone, invisible and claimable.
 const released store.State = 0
 
-// writeIDLen is the length of a write id: 16 random bytes in unpadded
-// base64url.
-const writeIDLen = 22
+const writeIDLen = 22 // 16 random bytes in unpadded base64url
 
-// expireSlack is added to the expireAt of claims and outcomes, whose commit
-// time is not known when the field is written (see [lifetimeEnd]).
+// expireSlack pads the expireAt of claims and outcomes ([lifetimeEnd]).
 const expireSlack = time.Second
 
-// newWriteID returns a fresh write id.
 func newWriteID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// doc is a record document as the store reads it, with the times of its
-// snapshot.
+// doc is a record document as read, with the times of its snapshot.
 type doc struct {
 	exists      bool
 	key, fp     string
@@ -55,19 +53,27 @@ type doc struct {
 	response    []byte
 	fence       idemkit.Fence
 	createdAt   time.Time
+	heldUntil   time.Time // see fieldHeldUntil; zero when absent
 	ttl         time.Duration
 	writeID     string
 	updateTime  time.Time // the document's update time: its last write's commit time, and the precondition of the next write
 	readTime    time.Time // Firestore's clock when it was read
-	readLocally time.Time // the local (monotonic) clock when the read answered
+	readLocally time.Time // the local (monotonic) clock when the read was sent
 }
 
-// expiresAt is when the record's lease or lifetime runs out: its
-// lifetime after the commit time of the document's last write.
-func (d *doc) expiresAt() time.Time { return d.updateTime.Add(d.ttl) }
+// expiresAt is when the record's lease or lifetime runs out, from the
+// commit time of the document's last write, unless that was an extension
+// committed once the lease it moved had run out: such an extension is
+// void, so that one sent blind cannot take back a claim judged free.
+func (d *doc) expiresAt() time.Time {
+	if !d.heldUntil.IsZero() && !d.updateTime.Before(d.heldUntil) {
+		return d.heldUntil
+	}
+	return d.updateTime.Add(d.ttl)
+}
 
-// live reports whether the document holds a visible record at its read
-// time: a claim or an outcome whose lifetime has not run out.
+// live reports whether the document holds a claim or outcome that has not
+// run out at its read time.
 func (d *doc) live() bool {
 	return d.exists && d.state.Valid() && d.readTime.Before(d.expiresAt())
 }
@@ -81,15 +87,7 @@ func (d *doc) holds(fence idemkit.Fence) bool {
 // wrote reports whether the document carries one of the write ids ids and
 // the state of such a write.
 func (d *doc) wrote(ids []string, state func(store.State) bool) bool {
-	if !d.exists || !state(d.state) {
-		return false
-	}
-	for _, id := range ids {
-		if id == d.writeID {
-			return true
-		}
-	}
-	return false
+	return d.exists && state(d.state) && slices.Contains(ids, d.writeID)
 }
 
 // record is the record the document holds.
@@ -104,16 +102,12 @@ func (d *doc) record() store.Record {
 	return rec
 }
 
-// now estimates Firestore's clock now from the document's read time and
-// the local monotonic clock: never later than Firestore's clock.
+// now bounds Firestore's clock from above, as [known.now] does.
 func (d *doc) now() time.Time { return d.readTime.Add(time.Since(d.readLocally)) }
 
-// keepUntil returns when the record document snap may be removed: not
-// before its record expires (a claim: [store.ClaimRetention] after its
-// lease), nor before Firestore's clock has passed its fence read as Unix
-// milliseconds (see [store.Store]). ok is false when the fields it needs
-// are missing.
-func keepUntil(snap *firestore.DocumentSnapshot) (until time.Time, ok bool) {
+// keepUntil returns when the record document snap may go ([keepRecord];
+// a void extension counts, which only keeps it longer), or ok = false.
+func keepUntil(snap *firestore.DocumentSnapshot, step time.Duration) (until time.Time, ok bool) {
 	m := snap.Data()
 	state, ok1 := m[fieldState].(int64)
 	fence, ok2 := m[fieldFence].(int64)
@@ -121,22 +115,28 @@ func keepUntil(snap *firestore.DocumentSnapshot) (until time.Time, ok bool) {
 	if !ok1 || !ok2 || !ok3 || state < 0 || state > int64(store.StateNotReplayable) || fence < 0 || ttl < 0 || ttl > maxTTLMicros {
 		return time.Time{}, false
 	}
-	until = snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond)
-	if store.State(state) == store.StateClaimed {
+	rec := store.Record{State: store.State(state), Fence: idemkit.Fence(fence), ExpiresAt: snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond)}
+	return keepRecord(rec, step), true
+}
+
+// keepRecord is [store.Store]'s rule for when rec may go, with the
+// largest clock step step.
+func keepRecord(rec store.Record, step time.Duration) time.Time {
+	until := rec.ExpiresAt
+	if rec.State == store.StateClaimed {
 		until = until.Add(store.ClaimRetention)
 	}
-	return later(until, time.UnixMilli(fence+1)), true
+	return later(until, fenceFloor(rec.Fence, step))
 }
 
 // maxTTLMicros is the longest lifetime a time.Duration holds.
 const maxTTLMicros = math.MaxInt64 / int64(time.Microsecond)
 
-// decode reads the record document of key from snap. A document that does
-// not exist decodes to exists = false with its read time. It checks that
-// the document holds that very key, so a document copied or edited by hand
-// under another id is reported rather than trusted.
+// decode reads the record document of key from snap (exists = false when
+// there is none). A document whose key is not key (copied or edited by
+// hand) is reported, never trusted.
 func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
-	d := &doc{readTime: snap.ReadTime, readLocally: time.Now()}
+	d := &doc{key: key, readTime: snap.ReadTime}
 	if !snap.Exists() {
 		return d, nil
 	}
@@ -149,7 +149,6 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	case stored != key || docID(stored) != snap.Ref.ID:
 		return nil, malformed(op, "the record's key does not match its document id")
 	}
-	d.key = key
 	if d.fp, ok = fromText(m[fieldFingerprint]); !ok {
 		return nil, malformed(op, "the fingerprint field is missing or not text")
 	}
@@ -157,34 +156,30 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	if !ok || state < 0 || state > int64(store.StateNotReplayable) {
 		return nil, malformed(op, "the state field is missing or not a known state")
 	}
-	d.state = store.State(state)
-	switch v := m[fieldResponse].(type) {
-	case []byte:
-		d.response = v
-	case nil:
-	default:
-		return nil, malformed(op, "the response field is not bytes")
-	}
 	fence, ok := m[fieldFence].(int64)
 	if !ok || fence < 0 {
 		return nil, malformed(op, "the fence field is missing or not a non-negative integer")
-	}
-	d.fence = idemkit.Fence(fence)
-	switch v := m[fieldCreatedAt].(type) {
-	case time.Time:
-		d.createdAt = v
-	case nil:
-		d.createdAt = d.updateTime
-	default:
-		return nil, malformed(op, "the createdAt field is not a timestamp")
 	}
 	ttl, ok := m[fieldTTL].(int64)
 	if !ok || ttl < 0 || ttl > maxTTLMicros {
 		return nil, malformed(op, "the ttlMicros field is missing or not a non-negative integer")
 	}
-	d.ttl = time.Duration(ttl) * time.Microsecond
-	if _, ok = m[fieldExpireAt].(time.Time); !ok {
-		return nil, malformed(op, "the expireAt field is missing or not a timestamp")
+	d.state, d.fence, d.ttl = store.State(state), idemkit.Fence(fence), time.Duration(ttl)*time.Microsecond
+	if d.response, ok = m[fieldResponse].([]byte); !ok && m[fieldResponse] != nil {
+		return nil, malformed(op, "the response field is not bytes")
+	}
+	d.createdAt = d.updateTime
+	var expireAt time.Time
+	for _, f := range [...]struct {
+		name     string
+		to       *time.Time
+		required bool
+	}{{fieldCreatedAt, &d.createdAt, false}, {fieldHeldUntil, &d.heldUntil, false}, {fieldExpireAt, &expireAt, true}} {
+		if v, ok := m[f.name]; ok || f.required {
+			if *f.to, ok = v.(time.Time); !ok {
+				return nil, malformed(op, "the "+f.name+" field is missing or not a timestamp")
+			}
+		}
 	}
 	if d.writeID, ok = m[fieldWriteID].(string); !ok {
 		return nil, malformed(op, "the writeId field is missing or not a string")
@@ -192,12 +187,10 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	return d, nil
 }
 
-// micros is a lifetime as the store keeps it: whole microseconds, as
-// Firestore keeps timestamps.
+// micros is a lifetime in whole microseconds, as Firestore keeps times.
 func micros(ttl time.Duration) time.Duration { return ttl.Truncate(time.Microsecond) }
 
-// contents is what one write puts in a record document: every field, so
-// that an update with a precondition replaces the whole record.
+// contents is what one write puts in a record document: every field.
 type contents struct {
 	key, fp  string
 	state    store.State
@@ -208,8 +201,7 @@ type contents struct {
 	writeID  string
 }
 
-// updates returns the field updates of c. It removes createdAt: the
-// record was created by this very write, at the document's update time.
+// updates returns the fields of c.
 func (c *contents) updates() []firestore.Update {
 	response := c.response
 	if response == nil {
@@ -225,6 +217,9 @@ func (c *contents) updates() []firestore.Update {
 		{Path: fieldExpireAt, Value: c.expireAt},
 		{Path: fieldWriteID, Value: c.writeID},
 	}
+	if c.state == store.StateClaimed && engine.LockID(c.fp) {
+		u = append(u, firestore.Update{Path: fieldLockID, Value: c.fp})
+	}
 	return u
 }
 
@@ -238,51 +233,58 @@ func (c *contents) data() map[string]any {
 }
 
 // fields returns the field updates of c for an update of an existing
-// document: every field, and createdAt removed.
+// document: every field of c, and the fields only some records carry
+// removed unless c sets them.
 func (c *contents) fields() []firestore.Update {
-	return append(c.updates(), firestore.Update{Path: fieldCreatedAt, Value: firestore.Delete})
+	u := c.updates()
+	for _, f := range [...]string{fieldCreatedAt, fieldHeldUntil, fieldLockID} {
+		if !slices.ContainsFunc(u, func(u firestore.Update) bool { return u.Path == f }) {
+			u = append(u, firestore.Update{Path: f, Value: firestore.Delete})
+		}
+	}
+	return u
 }
 
-// extension returns the field updates that set a claim's lease to ttl from
-// the commit time, keeping the time the claim was made, created.
-func extension(ttl time.Duration, created, expireAt time.Time, writeID string) []firestore.Update {
+// extension returns the field updates that set the lease of a claim made
+// at created and running out at until to ttl from the commit time.
+func extension(ttl time.Duration, created, until, expireAt time.Time, writeID string) []firestore.Update {
 	return []firestore.Update{
 		{Path: fieldCreatedAt, Value: created},
+		{Path: fieldHeldUntil, Value: until},
 		{Path: fieldTTL, Value: int64(micros(ttl) / time.Microsecond)},
 		{Path: fieldExpireAt, Value: expireAt},
 		{Path: fieldWriteID, Value: writeID},
 	}
 }
 
-// lifetimeEnd returns the expireAt of a claim or outcome of fence whose
-// lifetime ttl starts at its commit, which comes after now (an estimate of
-// Firestore's clock that is never later than it): past now + ttl (+
-// [store.ClaimRetention] for a claim) by [expireSlack], and past the fence.
-// So the document is kept at least until its record may go ([keepUntil]),
-// give or take the time a write takes to reach Firestore, which the slack
-// covers.
-func lifetimeEnd(now time.Time, ttl time.Duration, fence idemkit.Fence, claim bool) time.Time {
+// lifetimeEnd returns the expireAt of a claim or outcome whose lifetime
+// ttl starts at its commit, after now (an estimate of Firestore's clock):
+// [keepRecord] of it, padded by [expireSlack] for the time a write takes
+// to land.
+func lifetimeEnd(now time.Time, ttl time.Duration, fence idemkit.Fence, claim bool, step time.Duration) time.Time {
 	end := now.Add(micros(ttl) + expireSlack)
 	if claim {
 		end = end.Add(store.ClaimRetention)
 	}
-	end = later(end, fenceEnd(fence))
-	if end.After(maxTimestamp) {
-		return maxTimestamp
-	}
-	return end
+	return clampTime(later(end, fenceFloor(fence, step)))
 }
 
-// maxTimestamp is the latest time a Firestore timestamp holds, and
-// maxFence the largest fence whose [fenceEnd] it holds.
-var maxTimestamp = time.UnixMilli(maxFence + 1).UTC()
+// maxTimestamp is the latest time a Firestore timestamp holds: fences
+// from about 2.5×10^14 on (the year 9999) are kept until then.
+var maxTimestamp = time.Date(9999, 12, 31, 23, 59, 59, 999_999_000, time.UTC)
 
-const maxFence = 253_402_300_799_998 // 9999-12-31T23:59:59.998Z in Unix milliseconds
+// fenceFloor is when Firestore's clock has passed fence read as Unix
+// milliseconds plus the largest clock step: the expireAt of a tombstone
+// (see [store.Store]).
+func fenceFloor(fence idemkit.Fence, step time.Duration) time.Time {
+	return clampTime(time.UnixMilli(int64(min(fence, idemkit.FenceMax)) + 1).Add(step))
+}
 
-// fenceEnd is when Firestore's clock has passed fence read as Unix
-// milliseconds: the expireAt of a tombstone.
-func fenceEnd(fence idemkit.Fence) time.Time {
-	return time.UnixMilli(int64(min(fence, maxFence)) + 1).UTC()
+func clampTime(t time.Time) time.Time {
+	if t.After(maxTimestamp) {
+		return maxTimestamp
+	}
+	return t.UTC()
 }
 
 func later(a, b time.Time) time.Time {
@@ -292,8 +294,8 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// text returns s as a Firestore value: a string when s is valid UTF-8
-// (Firestore strings must be), else bytes.
+// text returns s as a Firestore value: a string when s is valid UTF-8,
+// else bytes.
 func text(s string) any {
 	if utf8.ValidString(s) {
 		return s

@@ -2,38 +2,27 @@ package firestorestore
 
 import "unicode/utf8"
 
-// Size limits.
 const (
-	// maxDocumentBytes is Firestore's limit on a document's size (1 MiB),
-	// counted as Firestore counts storage size: the document name, each
-	// field's name and value, and 32 bytes.
-	maxDocumentBytes = 1 << 20
-	// documentMargin is how far below maxDocumentBytes the store keeps
-	// every record document, by its own count, so that a small difference
-	// in how a Firestore release counts never turns into a failed write.
+	maxDocumentBytes = 1 << 20 // Firestore's limit on a document's storage size
+	// documentMargin is how far below the limit the store keeps record
+	// documents, so that a Firestore release that counts a little
+	// differently never fails a write.
 	documentMargin = 1 << 10
 )
 
-// Firestore's storage-size rules, as its documentation states them and
-// as the emulator enforces them (it accepts a document of exactly
-// maxDocumentBytes by this count and refuses one byte more):
-//
-//	string (ids, field names, values)   UTF-8 bytes + 1
-//	bytes                               their length
-//	integer, timestamp                  8
-//	document name                       each collection id and document id in its path, + 16
-//	document                            its name + each field's name and value + 32
+// Firestore's storage sizes, as documented and as the emulator enforces
+// them to the byte: a string is its UTF-8 bytes + 1, bytes their length,
+// an integer or timestamp 8, a document name its ids + 16, a document its
+// name, fields' names and values + 32.
 const (
 	nameOverhead     = 16
 	documentOverhead = 32
 	scalarSize       = 8
 )
 
-// stringSize is the storage size of a string.
 func stringSize(s string) int { return len(s) + 1 }
 
-// textSize is the storage size of [text] of s: a string when s is valid
-// UTF-8, else bytes.
+// textSize is the storage size of [text] of s.
 func textSize(s string) int {
 	if utf8.ValidString(s) {
 		return stringSize(s)
@@ -41,9 +30,8 @@ func textSize(s string) int {
 	return len(s)
 }
 
-// documentSize is the storage size of the record document that holds an
-// outcome with a response of n bytes under key with fingerprint fp, in
-// collection.
+// documentSize is the storage size of the outcome document with an n-byte
+// response under key with fingerprint fp in collection.
 func documentSize(collection, key, fp string, n int) int {
 	size := stringSize(collection) + stringSize(docID(key)) + nameOverhead
 	size += stringSize(fieldKey) + textSize(key)
@@ -56,13 +44,10 @@ func documentSize(collection, key, fp string, n int) int {
 	return size + documentOverhead
 }
 
-// maxResponse is the largest response [Store.Complete] and [Store.Put]
-// accept under key with fingerprint fp: the configured maximum
-// ([WithMaxResponseBytes]), or less when the record document would
-// otherwise come within documentMargin of Firestore's maxDocumentBytes, by
-// Firestore's own count (the record key, the fingerprint, the collection
-// name and the fixed fields take their share). It is negative when not
-// even an empty response fits (a fingerprint of a megabyte).
+// maxResponse is the largest response Complete and Put accept under key
+// with fingerprint fp: [WithMaxResponseBytes], or less when the record
+// document would come within documentMargin of Firestore's limit. It is
+// negative when not even an empty response fits.
 func (s *Store) maxResponse(key, fp string) int {
 	return min(s.cfg.maxResponse, s.cfg.docLimit-documentSize(s.cfg.collection, key, fp, 0))
 }

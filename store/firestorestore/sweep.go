@@ -10,21 +10,14 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Sweep deletes the record documents that may go, for deployments without a
-// TTL policy: those whose expireAt has passed by Firestore's clock and
-// whose record is past its expiry ([store.ClaimRetention] past the lease
-// for a claim) and past its fence read as Unix milliseconds, both judged
-// against the read time of the query that found them. It works in batches
-// of at most the sweep batch ([WithSweepBatch]): each batch is one query in
-// expireAt order (served by the automatic single-field index on expireAt,
-// reading only the fields it judges, never the responses) and deletes
-// through a [firestore.BulkWriter], each conditioned on the update time the
-// query read, so a record written again since it was read is never deleted.
-// Each query starts after the last document the previous one named, so
-// documents a batch leaves alone (not this store's) never hold up the ones
-// behind them. Sweep stops at the first document whose expireAt is still
-// ahead. It returns how many documents it deleted, also when it fails part
-// way.
+// Sweep deletes, for deployments without a TTL policy, the record
+// documents whose expireAt has passed and that may go by the rule in
+// [store.Store], judged against the read time of the query that found
+// them. Each batch ([WithSweepBatch]) is one query in expireAt order,
+// after the last document the previous one named (so documents left alone
+// hold up nothing), and deletes each document conditioned on the update
+// time read, so a record written again since is kept. It returns how many
+// documents it deleted, also when it fails part way.
 func (s *Store) Sweep(ctx context.Context) (int, error) {
 	const op = "sweep"
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -50,7 +43,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 				more = false // the rest of the order expires later still
 				break
 			}
-			if until, ok := keepUntil(snap); ok && !snap.ReadTime.Before(until) {
+			if until, ok := keepUntil(snap, s.cfg.step); ok && !snap.ReadTime.Before(until) {
 				gone = append(gone, snap)
 			}
 		}
@@ -66,9 +59,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	}
 }
 
-// deleteAll deletes the documents snaps, each only if its update time is
-// still the one read, and returns how many it deleted. A document that
-// changed or went away since is not an error.
+// deleteAll deletes snaps, each while its update time is the one read.
 func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapshot) (int, error) {
 	if len(snaps) == 0 {
 		return 0, nil
@@ -99,13 +90,9 @@ func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapsh
 	return n, firstErr
 }
 
-// StartSweeper runs [Store.Sweep] every interval (a non-positive one means
-// one minute) in a goroutine of its own until ctx ends or stop
-// is called; stop waits for a sweep in progress and may be called more than
-// once. Each sweep is bounded by the interval. Failures are logged on the
-// store's logger ([WithLogger]) at warn level with their code, never a
-// key, and the sweeper carries on. A TTL policy on the expireAt field
-// makes it unnecessary (see the package documentation).
+// StartSweeper runs [Store.Sweep] every interval (see [store.SweepEvery])
+// until ctx ends or stop is called, logging failures on the store's logger
+// without keys. A TTL policy on expireAt makes it unnecessary.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
 	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
 }

@@ -13,32 +13,33 @@ import (
 
 var _ store.Watcher = (*Store)(nil)
 
-// defaultMaxListeners is documented on WithMaxListeners.
-const defaultMaxListeners = 50
+const (
+	// defaultMaxListeners is documented on WithMaxListeners.
+	defaultMaxListeners = 50
+	// runOutMargin pads the wait for a lease's end, so that Firestore's
+	// clock has passed it when the watches wake.
+	runOutMargin = time.Millisecond
+	// defaultLinger is how long a listener outlives its last watch, so
+	// that waiters who stop watching to claim, and watch again when they
+	// lose (a lock's, under contention), keep one listener.
+	defaultLinger = 5 * time.Second
+)
 
-// runOutMargin is added to the time left of a claim's lease before a
-// listener wakes its watches for the lease's end, so that Firestore's
-// clock has passed it by then.
-const runOutMargin = time.Millisecond
-
-// never is the channel of a watch that could not be set up: it never
-// closes, and the caller polls.
+// never is the channel of a watch that could not be set up.
 var never = make(chan struct{})
 
-// listeners are a store's snapshot listeners: one per watched key,
-// shared by every watch of the key in this process.
+// listeners are a store's snapshot listeners, one per watched key.
 type listeners struct {
 	mu      sync.Mutex
 	m       map[string]*listener // the running listeners, by key
-	running int                  // listener goroutines not yet ended (their streams open or closing)
+	running int                  // listener goroutines not yet ended
 	started int                  // listeners ever started
-	applied int                  // snapshots taken in by all listeners (tests wait for them)
+	applied int                  // snapshots taken in (tests wait for them)
 }
 
 // listener is the snapshot listener of one key's record document and the
-// watches it serves. Its fields but key, cancel, ready and ok (written
-// before ready closes, read after) are guarded by the store's
-// listeners.mu.
+// watches it serves. listeners.mu guards its fields but key, cancel, ready
+// and ok (written before ready closes).
 type listener struct {
 	key    string
 	cancel context.CancelFunc
@@ -47,29 +48,25 @@ type listener struct {
 	ended  bool          // no longer in the map: stopped, or failed
 	n      int           // watches not yet stopped
 	ch     chan struct{} // closed to wake the current watches, then replaced
-	fence  idemkit.Fence // the live claim the last snapshot showed; 0 for none
-	seq    int           // snapshots applied: a run-out timer armed before the last is stale
+	at     time.Time     // Firestore's time of the latest news applied
+	fence  idemkit.Fence // the live claim that news showed; 0 for none
+	last   *doc          // that news
+	seq    int           // news applied: a run-out timer armed before the last is stale
 	timer  *time.Timer   // wakes the watches when the claim's lease runs out
+	idle   *time.Timer   // stops the listener once it has lingered without watches
 }
 
-// Watch implements [store.Watcher] with a Firestore snapshot listener on
-// the key's record document: one per watched key, shared by every watch
-// of the key in this process, started by the key's first watch and
-// stopped when its last watch stops. Watch returns once the listener has
-// delivered its first snapshot, so the watch is in place. The watches
-// close when a snapshot shows that the claim the listener last saw is no
-// longer there: an outcome (completed or not replayable), a tombstone
-// (released or deleted), no document, or a claim with another fence; and
-// when that claim's lease runs out without an extension (by Firestore's
-// time as the snapshot read it), since the record is then claimable. An
-// extension changes nothing. When the listener fails, its watches are
-// woken once (their callers read the record again and watch anew, which
-// starts a new listener) and it ends.
+// Watch implements [store.Watcher] with a snapshot listener on the key's
+// document, shared by the key's watches in this process; the first starts
+// it and returns once its first snapshot is in. The watches close when the
+// live claim last seen ends or runs out (an extension changes nothing),
+// and at once when there is none, so a caller need not read again after
+// watching. The store's own reads and writes are news too, ordered by
+// Firestore's times. A listener that fails wakes its watches and ends; one
+// without watches lingers five seconds.
 //
-// A watch that cannot be set up returns a channel that never closes (the
-// caller polls): ctx ended before the first snapshot came, the listener
-// failed before it, the key is invalid, or the store already runs as many
-// listeners as [WithMaxListeners] allows.
+// A watch that cannot be set up (ctx ended first, the listener failed
+// first, an invalid key, [WithMaxListeners] listeners busy) never fires.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if store.ValidateKey(key) != nil || ctx.Err() != nil {
 		return never, func() {}
@@ -78,16 +75,20 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	ls.mu.Lock()
 	l := ls.m[key]
 	if l == nil {
-		if len(ls.m) >= s.cfg.listeners {
+		if !ls.room(s.cfg.listeners) {
 			ls.mu.Unlock()
 			return never, func() {}
 		}
 		l = s.listen(key)
 	}
 	l.n++
+	if l.idle != nil {
+		l.idle.Stop()
+		l.idle = nil
+	}
 	ch := l.ch
 	ls.mu.Unlock()
-	stop := sync.OnceFunc(func() { ls.unwatch(l) })
+	stop := sync.OnceFunc(func() { ls.unwatch(l, s.cfg.linger) })
 	select {
 	case <-l.ready:
 	case <-ctx.Done():
@@ -95,6 +96,11 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	select {
 	case <-l.ready:
 		if l.ok {
+			ls.mu.Lock()
+			defer ls.mu.Unlock()
+			if l.fence == 0 && ch == l.ch {
+				l.wake() // no live claim to wait for
+			}
 			return ch, stop
 		}
 	default:
@@ -103,11 +109,24 @@ func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func())
 	return never, func() {}
 }
 
-// listen starts the listener of key. The caller holds s.listeners.mu.
+// room reports whether a listener can start within limit, stopping a
+// lingering one if it must (under ls.mu).
+func (ls *listeners) room(limit int) bool {
+	if len(ls.m) < limit {
+		return true
+	}
+	for _, l := range ls.m {
+		if l.n == 0 {
+			ls.end(l)
+			return true
+		}
+	}
+	return false
+}
+
+// listen starts the listener of key (under s.listeners.mu).
 func (s *Store) listen(key string) *listener {
 	ls := &s.listeners
-	// The listener outlives the watch that starts it: its context is its
-	// own, ended when its last watch stops.
 	lctx, cancel := context.WithCancel(context.Background())
 	l := &listener{key: key, cancel: cancel, ready: make(chan struct{}), ch: make(chan struct{})}
 	if ls.m == nil {
@@ -116,13 +135,11 @@ func (s *Store) listen(key string) *listener {
 	ls.m[key] = l
 	ls.running++
 	ls.started++
-	it := s.ref(key).Snapshots(lctx)
-	go ls.run(l, it)
+	go ls.run(l, s.ref(key).Snapshots(lctx))
 	return l
 }
 
-// run delivers the snapshots of it to l until the listener is stopped or
-// fails.
+// run applies the snapshots of it to l until it is stopped or fails.
 func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 	defer it.Stop()
 	first := true
@@ -130,11 +147,8 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 		snap, err := it.Next()
 		ls.mu.Lock()
 		if err != nil {
-			// Stopped (its context ended), or failed: the client retries
-			// what is transient itself, resuming where it was, so this is
-			// for good. Wake the watches once, spuriously: a change may have
-			// been missed. Their callers read the record again and watch
-			// anew, which starts a new listener.
+			// Stopped, or failed for good (the client retries and resumes
+			// what is transient): a change may have been missed.
 			ls.end(l)
 			l.wake()
 			ls.running--
@@ -144,7 +158,13 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 			}
 			return
 		}
-		ls.apply(l, snap)
+		ls.applied++
+		// A document this store did not write is no claim to wait for.
+		d, err := decode("watch", l.key, snap)
+		if err != nil {
+			d = &doc{readTime: snap.ReadTime}
+		}
+		ls.learn(l, d)
 		if first {
 			first, l.ok = false, true
 			close(l.ready)
@@ -153,30 +173,38 @@ func (ls *listeners) run(l *listener, it *firestore.DocumentSnapshotIterator) {
 	}
 }
 
-// apply takes in a snapshot of l's document. The caller holds ls.mu.
-func (ls *listeners) apply(l *listener, snap *firestore.DocumentSnapshot) {
-	ls.applied++
+// news passes what one of the store's reads or writes (its commit time as
+// readTime) showed of a document to its listener, if any.
+func (ls *listeners) news(d *doc) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l := ls.m[d.key]; l != nil && l.ok {
+		ls.learn(l, d)
+	}
+}
+
+// learn applies news of l's document unless l knows later (under ls.mu).
+func (ls *listeners) learn(l *listener, d *doc) {
+	if l.ended || d.readTime.IsZero() || (l.ok && !d.readTime.After(l.at)) {
+		return
+	}
+	l.at, l.last = d.readTime, d
 	l.seq++
 	if l.timer != nil {
 		l.timer.Stop()
 		l.timer = nil
 	}
-	var fence idemkit.Fence // the live claim the snapshot shows; 0 for none
-	var left time.Duration
-	// A document this store did not write is no claim to wait for (the
-	// callers' next read reports it).
-	if d, err := decode("watch", l.key, snap); err == nil && d.exists && d.state == store.StateClaimed && !d.readTime.IsZero() {
-		if left = d.expiresAt().Sub(d.readTime); left > 0 {
-			fence = d.fence
-		}
+	var fence idemkit.Fence // the live claim the news shows; 0 for none
+	if d.live() && d.state == store.StateClaimed {
+		fence = d.fence
 	}
 	if l.fence != 0 && fence != l.fence {
 		l.wake() // the claim the watches wait for has ended
 	}
 	l.fence = fence
-	if fence != 0 && !l.ended {
+	if fence != 0 {
 		seq := l.seq
-		l.timer = time.AfterFunc(left+runOutMargin, func() {
+		l.timer = time.AfterFunc(d.expiresAt().Sub(d.readTime)+runOutMargin, func() {
 			ls.mu.Lock()
 			defer ls.mu.Unlock()
 			if l.seq == seq && l.fence == fence {
@@ -189,25 +217,46 @@ func (ls *listeners) apply(l *listener, snap *firestore.DocumentSnapshot) {
 	}
 }
 
-// wake closes the channel of l's current watches; later watches get a new
-// one. The caller holds the listeners' mu.
+// claimedSince returns the live claim of key this process learnt of after
+// the time at (as a hot key's waiters, woken together, make).
+func (ls *listeners) claimedSince(key string, at time.Time) (*doc, bool) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l := ls.m[key]
+	if l == nil || l.fence == 0 || !l.at.After(at) {
+		return nil, false
+	}
+	return l.last, true
+}
+
+// wake closes the channel of l's current watches (under listeners.mu).
 func (l *listener) wake() {
 	close(l.ch)
 	l.ch = make(chan struct{})
 }
 
-// unwatch ends one watch of l, and the listener with its last watch.
-func (ls *listeners) unwatch(l *listener) {
+// unwatch ends one watch of l; after its last, l lingers, then stops.
+func (ls *listeners) unwatch(l *listener, linger time.Duration) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l.n--
-	if l.n == 0 {
-		ls.end(l)
+	if l.n > 0 || l.ended {
+		return
 	}
+	if linger <= 0 {
+		ls.end(l)
+		return
+	}
+	l.idle = time.AfterFunc(linger, func() {
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if l.n == 0 {
+			ls.end(l)
+		}
+	})
 }
 
-// end takes l out of the map and stops it (its goroutine ends soon
-// after). The caller holds ls.mu.
+// end takes l out of the map and stops it (under ls.mu).
 func (ls *listeners) end(l *listener) {
 	if l.ended {
 		return
@@ -217,8 +266,10 @@ func (ls *listeners) end(l *listener) {
 		delete(ls.m, l.key)
 	}
 	l.cancel()
-	if l.timer != nil {
-		l.timer.Stop()
-		l.timer = nil
+	for _, t := range []*time.Timer{l.timer, l.idle} {
+		if t != nil {
+			t.Stop()
+		}
 	}
+	l.timer, l.idle = nil, nil
 }

@@ -239,7 +239,7 @@ func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 			if end != "lease runs out" {
 				// An extension is a snapshot that changes nothing.
 				before := firestorestore.Listeners(s).Applied
-				if ok, err := other.Extend(ctx, key, claim.Fence, lease); !ok || err != nil {
+				if _, ok, err := other.Extend(ctx, key, claim.Fence, lease); !ok || err != nil {
 					t.Fatal(ok, err)
 				}
 				await(t, "the extension's snapshot", func() bool { return firestorestore.Listeners(s).Applied > before })
@@ -281,16 +281,24 @@ func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 	}
 }
 
-// TestWatchesShareOneListener: a thousand watches of one key share one
-// listener (one Listen stream); a thousand over 20 keys, one listener a
-// key. A listener stops with its last watch.
+// TestWatchesShareOneListener: a thousand watches of one claimed key
+// share one listener (one Listen stream); a thousand over 20 keys, one
+// listener a key. A listener stops with its last watch (here without
+// lingering).
 func TestWatchesShareOneListener(t *testing.T) {
 	t.Parallel()
 	ls := &listens{}
 	c := client(t, testenv.FirestoreProject(t), ls.dialOption())
 	s := newStore(t, c)
+	firestorestore.SetListenerLinger(s, 0)
 	ctx := t.Context()
+	claimed := newStore(t, c)
 	watchAll := func(keys []string, n int) []func() {
+		for _, k := range keys {
+			if _, ok, err := claimed.Claim(ctx, k, "fp", time.Hour); err != nil || !ok {
+				t.Fatalf("Claim: %v, %v", ok, err)
+			}
+		}
 		stops := make([]func(), n)
 		var wg sync.WaitGroup
 		for i := range n {
@@ -340,7 +348,8 @@ func TestWatchesShareOneListener(t *testing.T) {
 }
 
 // TestWatchBounds: past WithMaxListeners a watch is not set up (its
-// channel never fires; the caller polls), and neither is one whose ctx
+// channel never fires; the caller polls) unless a listener lingers without
+// watches, which stops for it; and neither is one whose ctx
 // ends before its listener's first snapshot (a stalled emulator): that
 // listener stops.
 func TestWatchBounds(t *testing.T) {
@@ -357,6 +366,15 @@ func TestWatchBounds(t *testing.T) {
 		if got := firestorestore.Listeners(s); got.Started != 2 || len(got.Watches) != 2 || got.Watches["c"] != 0 {
 			t.Fatalf("3 keys watched with at most 2 listeners: %+v; want 2 listeners, none on the third key", got)
 		}
+		// A listener that lingers without watches gives its place up.
+		lingering := newStore(t, client(t, p), firestorestore.WithMaxListeners(1))
+		_, stop := lingering.Watch(ctx, "a")
+		stop()
+		_, stop = lingering.Watch(ctx, "b")
+		defer stop()
+		if got := firestorestore.Listeners(lingering); got.Started != 2 || len(got.Watches) != 1 || got.Watches["b"] != 1 {
+			t.Fatalf("a watch while the only listener lingered: %+v; want the lingering one stopped for it", got)
+		}
 		off := newStore(t, client(t, p), firestorestore.WithMaxListeners(0))
 		ch, stop := off.Watch(ctx, "a")
 		stop()
@@ -369,6 +387,7 @@ func TestWatchBounds(t *testing.T) {
 		e := testenv.NewFirestore(t)
 		ls := &listens{}
 		s := newStore(t, dial(t, e.Host, testenv.FirestoreProject(t), ls.dialOption()))
+		firestorestore.SetListenerLinger(s, 0)
 		// A first listener, on a running emulator, which may take its time
 		// to answer first.
 		_, stop := s.Watch(t.Context(), "warm")
@@ -501,6 +520,7 @@ func TestThousandWaitingDuplicates(t *testing.T) {
 	ls := &listens{}
 	p := testenv.FirestoreProject(t)
 	s := newStore(t, client(t, p, ls.dialOption()), firestorestore.WithLogger(discard()))
+	firestorestore.SetListenerLinger(s, 0)
 	g, err := middleware.New(s, middleware.WithBackoff(slowPolls), middleware.WithWaitBudget(2*time.Minute),
 		middleware.WithOpTimeout(time.Minute), middleware.WithLogger(discard()))
 	if err != nil {
@@ -588,6 +608,7 @@ func TestLostNotification(t *testing.T) {
 	p := testenv.FirestoreProject(t)
 	ls := &listens{}
 	s := newStore(t, client(t, p, ls.dialOption()), firestorestore.WithLogger(discard()))
+	firestorestore.SetListenerLinger(s, 0)
 	fastPolls, err := middleware.New(s, middleware.WithBackoff(idemkit.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond}),
 		middleware.WithWaitBudget(time.Minute), middleware.WithLogger(discard()))
 	if err != nil {
@@ -674,5 +695,142 @@ func TestLostNotification(t *testing.T) {
 			}
 			awaitEnded(t, s, ls)
 		})
+	}
+}
+
+// TestWatchNews: a watch fires at once when its key holds no live claim
+// (nothing, an outcome, a tombstone), so a caller that does not read again
+// after watching (a lock waiter) misses no release made before the watch
+// was in place; a release through the store wakes its watches as it
+// returns, before (here: without) the listener's snapshot; and a
+// listener outlives its last watch for a while, so a waiter that watches
+// again shares it.
+func TestWatchNews(t *testing.T) {
+	t.Parallel()
+	ls := &listens{}
+	c := client(t, testenv.FirestoreProject(t), ls.dialOption())
+	s := newStore(t, c)
+	ctx := t.Context()
+	out, _, err := s.Claim(ctx, "completed", "fp", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.State, out.Response = store.StateCompleted, []byte("r")
+	if ok, err := s.Complete(ctx, out, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	rel, _, err := s.Claim(ctx, "released", "fp", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Release(ctx, "released", rel.Fence); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	for _, k := range []string{"absent", "completed", "released"} {
+		ch, stop := s.Watch(ctx, k)
+		if !fired(ch) {
+			t.Errorf("the watch of a key without a live claim (%s) did not fire at once", k)
+		}
+		stop()
+	}
+
+	claim, _, err := s.Claim(ctx, "held", "fp", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, stop := s.Watch(ctx, "held")
+	defer stop()
+	if fired(ch) {
+		t.Fatal("the watch of a claimed key fired before any change")
+	}
+	unmute := ls.mute()
+	defer unmute()
+	if ok, err := s.Release(ctx, "held", claim.Fence); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	if !fired(ch) {
+		t.Fatal("a release through the store did not wake its watch as it returned")
+	}
+	unmute()
+
+	if _, _, err := s.Claim(ctx, "held", "fp", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	started := firestorestore.Listeners(s).Started
+	stop()
+	again, stopAgain := s.Watch(ctx, "held")
+	defer stopAgain()
+	if got := firestorestore.Listeners(s); got.Started != started || fired(again) {
+		t.Fatalf("a watch again after the last one stopped: %+v (%d started before), fired %v; want it on the lingering listener, waiting for the new claim", got, started, fired(again))
+	}
+}
+
+// heldRead is a read whose answer, once received, is held back until
+// release closes; received closes when it is.
+type heldRead struct {
+	grpc.ClientStream
+	once              sync.Once
+	received, release chan struct{}
+}
+
+func (s *heldRead) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	s.once.Do(func() { close(s.received); <-s.release })
+	return err
+}
+
+// TestClaimAfterALocalWinWritesNothing: a Claim whose read found the key
+// free, while another Claim of the same process won the key before this
+// one wrote (a hot key's waiters, woken together, do that), answers busy
+// with the winner's claim without sending a commit bound to fail.
+func TestClaimAfterALocalWinWritesNothing(t *testing.T) {
+	t.Parallel()
+	var (
+		hold              atomic.Bool
+		commits           atomic.Int32
+		received, release = make(chan struct{}), make(chan struct{})
+	)
+	c := client(t, testenv.FirestoreProject(t),
+		grpc.WithStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			cs, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || !strings.HasSuffix(method, "/BatchGetDocuments") || !hold.CompareAndSwap(true, false) {
+				return cs, err
+			}
+			return &heldRead{ClientStream: cs, received: received, release: release}, nil
+		}),
+		grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if strings.HasSuffix(method, "/Commit") {
+				commits.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}))
+	s := newStore(t, c)
+	ctx := t.Context()
+	_, stop := s.Watch(ctx, "k") // the key's listener is up
+	defer stop()
+	hold.Store(true)
+	type answer struct {
+		rec     store.Record
+		claimed bool
+		err     error
+	}
+	late := make(chan answer, 1)
+	go func() {
+		rec, claimed, err := s.Claim(ctx, "k", "late", time.Hour)
+		late <- answer{rec, claimed, err}
+	}()
+	<-received // the late Claim has read the key free
+	won, claimed, err := s.Claim(ctx, "k", "won", time.Hour)
+	if err != nil || !claimed {
+		t.Fatalf("Claim = %v, %v", claimed, err)
+	}
+	before := commits.Load()
+	close(release)
+	got := <-late
+	if got.err != nil || got.claimed || got.rec.Fence != won.Fence || got.rec.Fingerprint != "won" || !got.rec.ExpiresAt.Equal(won.ExpiresAt) {
+		t.Fatalf("the late Claim = %+v, %v, %v; want busy with the claim %+v", got.rec, got.claimed, got.err, won)
+	}
+	if n := commits.Load() - before; n != 0 {
+		t.Fatalf("the late Claim sent %d commits; want none", n)
 	}
 }
