@@ -31,15 +31,6 @@ type Lister interface {
 // MaxListLimit is the most records one [Lister.List] call returns.
 const MaxListLimit = 1000
 
-// ValidateList checks List's limit, for the stores that implement
-// [Lister].
-func ValidateList(limit int) error {
-	if limit < 1 || limit > MaxListLimit {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "list", fmt.Sprintf("limit must be 1 to %d (got %d)", MaxListLimit, limit), nil)
-	}
-	return nil
-}
-
 // List lists the live records of s whose record key starts with prefix, as
 // [Lister.List] does, as an operator sees them: each with the size of its
 // response and whether it is sealed, without the response itself (see
@@ -50,9 +41,6 @@ func List(ctx context.Context, s Store, prefix, after string, limit int) (page [
 	l, ok := listerUnder(s)
 	if !ok {
 		return nil, "", idemkit.NewError(idemkit.CodeInvalidArgument, "list", fmt.Sprintf("the store (%T) cannot list its records: it is not a store.Lister", s), nil)
-	}
-	if err := ValidateList(limit); err != nil {
-		return nil, "", err
 	}
 	recs, next, err := l.List(ctx, prefix, after, limit)
 	if err != nil {

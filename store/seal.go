@@ -369,12 +369,8 @@ func (s *sealed) Extend(ctx context.Context, key string, fence idemkit.Fence, tt
 }
 
 func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
-	// Nothing is sealed for a call that is refused anyway.
-	if err := ValidateComplete(rec, ttl); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, "complete"); err != nil {
-		return false, err
+	if refused(ctx, rec, ttl) {
+		return s.next.Complete(ctx, rec, ttl) // refused there, with its error
 	}
 	rec.Response = s.seal(rec, ttl, s.held(rec.Key, rec.Fence), rec.Response)
 	ok, err := s.next.Complete(ctx, rec, ttl)
@@ -382,6 +378,14 @@ func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (b
 		s.ended(rec.Key, rec.Fence) // written, or the claim is gone
 	}
 	return ok, err
+}
+
+// refused reports whether the store under Seal refuses a completion of rec
+// for ttl before any I/O (no outcome state, a zero fence or key, a TTL
+// under a millisecond, an ended ctx): then nothing is sealed, and the
+// store's own refusal is the answer.
+func refused(ctx context.Context, rec Record, ttl time.Duration) bool {
+	return !rec.State.Done() || rec.Fence == 0 || rec.Key == "" || ttl < time.Millisecond || ctx.Err() != nil
 }
 
 // Work implements [Transactor]: the work of the sealed store, whose
@@ -406,8 +410,8 @@ type sealedWork struct {
 }
 
 func (w *sealedWork) Commit(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
-	if err := ValidateComplete(rec, ttl); err != nil {
-		return false, err
+	if refused(ctx, rec, ttl) {
+		return w.Work.Commit(ctx, rec, ttl)
 	}
 	rec.Response = w.s.seal(rec, ttl, w.s.held(rec.Key, rec.Fence), rec.Response)
 	ok, err := w.Work.Commit(ctx, rec, ttl)

@@ -66,40 +66,20 @@ type Record struct {
 	Replaced *Record
 }
 
-// Store is the guard's backend: records that carry their own lease. A
-// request claims its key, runs, and completes the claim with its outcome in
-// the same record, so one conditional write decides everything: a replay
-// costs one round trip, a first execution two.
+// Store is an engine: records that carry their own lease, for the guard
+// and the lock library. A request claims its key, runs, and completes the
+// claim with its outcome in the same record, so one conditional write
+// decides everything: a replay costs one round trip, a first execution
+// two. Time, fences and expiry follow the rules of the package doc.
 //
-// All methods are safe for concurrent use, validate their arguments (with
-// [ValidateKey], [ValidateTTL], [ValidateFenced] and [ValidateComplete]) before
+// All methods are safe for concurrent use, validate their arguments before
 // any I/O (InvalidArgument: a key of 1 to [MaxKeyBytes] bytes, any bytes; a
 // TTL of at least one millisecond; a fence other than zero; an outcome
-// state for Complete; messages never repeat the key) and check ctx before
-// any I/O (an ended ctx gives Aborted or NetworkTimeout). Failures are [*idemkit.Error] values; a busy
-// key, a refused write and absence are results.
-//
-// Time is the backend's: leases and record expiry are judged by the
-// backend's clock (Redis TIME, PostgreSQL clock_timestamp(), Firestore's
-// commit and read times, the process clock in memory), never a client's. A
-// record is live while now < ExpiresAt.
-//
-// Fences: a new claim's fence is greater than any fence the key's record
-// ever carried, including records that were released, deleted or expired,
-// and whatever the backend's clock does. Stores keep no counter for this:
-// a new claim's fence is max(previous fence + 1, the backend's clock in
-// Unix milliseconds), where the previous fence is the one the key's record
-// (or what is left of it) carries, 0 when there is none. A record is never
-// removed from the backend before the backend's clock has passed its fence
-// read as Unix milliseconds plus the store's largest clock step (each
-// engine's WithMaxClockStep; default one minute), so that a later claim's
-// clock-derived fence is always greater, even after the clock stepped back
-// by up to that much or a failover landed on a node whose clock is behind
-// by up to that much: a released claim or a deleted record leaves a
-// tombstone (its fence only, invisible to Get, claimable at once) until
-// then. Nor is a record removed before its ExpiresAt, or, for a claim,
-// [ClaimRetention] past it. Every record, claim, outcome or tombstone, has
-// an expiry on the backend: nothing is kept forever.
+// state for Complete; messages never repeat the key; package
+// [github.com/idemkit/idemkit/store/engine] has the checks) and check ctx
+// before any I/O (an ended ctx gives Aborted or NetworkTimeout). Failures
+// are [*idemkit.Error] values; a busy key, a refused write and absence are
+// results.
 type Store interface {
 	// Claim makes one attempt, in one round trip, to claim key for a
 	// request whose fingerprint is fp, with a lease of ttl.

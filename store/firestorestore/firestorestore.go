@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var (
@@ -231,10 +232,10 @@ func tombstone(key string, fence idemkit.Fence, writeID string) *contents {
 // carries its write id.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if s.maxResponse(key, fp) < 0 {
@@ -309,10 +310,10 @@ func isReleased(s store.State) bool { return s == released }
 // still carries the claim. The new lease runs from the commit time.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -345,7 +346,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // write.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := s.checkOutcome(op, rec); err != nil {
@@ -377,7 +378,7 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %d exceeds the largest a record document holds (%d)", rec.Fence, idemkit.Fence(maxFence)), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
-		return store.TooLarge(op, len(rec.Response), max(limit, 0))
+		return engine.TooLarge(op, len(rec.Response), max(limit, 0))
 	}
 	return nil
 }
@@ -408,7 +409,7 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 // last write; otherwise a read and a conditioned commit.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -512,7 +513,7 @@ func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence,
 // reports is before its expiry.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -533,7 +534,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // its write id.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -650,11 +651,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := engine.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("a record needs an outcome state (completed or not-replayable, got %v)", rec.State), nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return engine.ValidateTTL("put", ttl)
 }

@@ -7,7 +7,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // Sweep deletes the record documents that may go, for deployments without a
@@ -107,5 +107,5 @@ func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapsh
 // key, and the sweeper carries on. A TTL policy on the expireAt field
 // makes it unnecessary (see the package documentation).
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
+	return engine.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Watcher = (*Store)(nil)
@@ -71,7 +72,7 @@ type listener struct {
 // failed before it, the key is invalid, or the store already runs as many
 // listeners as [WithMaxListeners] allows.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
-	if store.ValidateKey(key) != nil || ctx.Err() != nil {
+	if engine.ValidateKey(key) != nil || ctx.Err() != nil {
 		return never, func() {}
 	}
 	ls := &s.listeners

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Lister = (*Store)(nil)
@@ -21,7 +22,7 @@ var _ store.Lister = (*Store)(nil)
 // the prefix.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
-	if err := store.ValidateList(limit); err != nil {
+	if err := engine.ValidateList(limit); err != nil {
 		return nil, "", err
 	}
 	from, err := base64.RawURLEncoding.DecodeString(after)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // DB is what the store needs of a PostgreSQL client, and no more: methods
@@ -275,10 +276,10 @@ const maxClaimTries = 4
 // within it), the statement runs again, at most four times in all.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -333,10 +334,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // claimed state.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if err := checkFence(op, fence); err != nil {
@@ -366,14 +367,14 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // reported lost.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := checkFence(op, rec.Fence); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+		return false, engine.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -395,7 +396,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // claim's tombstone.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := checkFence(op, fence); err != nil {
@@ -439,7 +440,7 @@ func (s *Store) fenced(ctx context.Context, op string, repeatable bool, sql stri
 // visible while clock_timestamp() < expires_at.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -469,7 +470,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // visible), whatever its state.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -492,7 +493,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, err
 	}
 	if len(rec.Response) > s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+		return false, engine.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -511,11 +512,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := engine.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return engine.ValidateTTL("put", ttl)
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // Sweep deletes the rows past their keep_until (by the server's clock):
@@ -54,5 +54,5 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // use: a connection serves one statement at a time. One sweeper per
 // database is enough; more are harmless.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
+	return engine.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Transactor = (*Store)(nil)
@@ -176,14 +177,14 @@ func (w *work) Begun() bool {
 // transaction is rolled back.
 func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "commit"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := checkFence(op, rec.Fence); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > w.s.cfg.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), w.s.cfg.maxResponse)
+		return false, engine.TooLarge(op, len(rec.Response), w.s.cfg.maxResponse)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
