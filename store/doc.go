@@ -5,20 +5,15 @@
 //
 // # Leased records
 //
-// A request claims its key ([Store.Claim]), runs, and completes the claim
-// with its outcome in the same record ([Store.Complete]): one conditional
-// write decides everything, so a replay costs one round trip and a first
-// execution two. A [Record] is a claim while the request runs (State
-// [StateClaimed], with a fence and a lease, ExpiresAt) and then its outcome
-// ([StateCompleted] with the encoded response, or [StateNotReplayable]),
-// kept for the record TTL. A live claim answers duplicates "busy"; a claim
-// whose lease ran out is replaced by the next Claim. The holder extends its
-// lease while it runs ([Store.Extend]) and releases the claim, storing
-// nothing, when the work fails ([Store.Release]). [Store.Get] and
-// [Store.Delete] serve read paths and operators, and [Lister], which every
-// engine of this repository implements, lists the records under a prefix a
-// page at a time ([List] shows them as an operator sees them). A lock is a
-// claim whose fingerprint is the holder's lock id.
+// A [Record] is a claim while a request runs (State [StateClaimed], with a
+// fence and a lease) and then its outcome ([StateCompleted] with the
+// encoded response, or [StateNotReplayable]), kept for the record TTL. A
+// request claims its key ([Store.Claim]), extends its lease while it runs,
+// and completes the claim with its outcome in the same record, or releases
+// it: one conditional write decides everything, so a replay costs one
+// round trip and a first execution two. [Store.Get], [Store.Delete] and
+// [Lister] ([List]) serve read paths and operators. A lock is a claim
+// whose fingerprint is the holder's lock id.
 //
 // # Time, fences and expiry
 //
@@ -56,13 +51,10 @@
 //
 // # Composition and sealing
 //
-// [Records] is a plain record store of outcomes with a fenced put; the
-// guard's package composes one with any lock provider into a [Store]
-// ([github.com/idemkit/idemkit/middleware.Compose]): slower, and weaker,
-// since its fence is checked by the lock rather than by the record's own
-// write. [Seal] wraps any Store so that every response it writes is
-// encrypted with AES-GCM under a key of yours, on every engine alike (its
-// doc has the details and the key rotation).
+// [Records] is a plain record store with a fenced put, which
+// [github.com/idemkit/idemkit/middleware.Compose] pairs with any lock
+// provider into a slower and weaker [Store]. [Seal] wraps any Store so that
+// every response it writes is encrypted with AES-GCM under a key of yours.
 //
 // # Engines
 //

@@ -228,36 +228,7 @@ func testFencesIndependent(t *testing.T, s *suite) {
 }
 
 func testFenceSurvives(t *testing.T, s *suite) {
-	e := s.env(t)
-	k := key(t, "k")
-	// Release.
-	l1 := acquire(t, e, k, longTTL)
-	release(t, e, l1.ID)
-	l2 := acquire(t, e, k, e.shortTTL())
-	if l2.Fence <= l1.Fence {
-		t.Fatalf("fence after release: %v; want above %v", l2.Fence, l1.Fence)
-	}
-	// Expiry.
-	granted := time.Now()
-	e.expire(granted, e.shortTTL())
-	l3 := acquire(t, e, k, e.shortTTL())
-	if l3.Fence <= l2.Fence {
-		t.Fatalf("fence after expiry: %v; want above %v", l3.Fence, l2.Fence)
-	}
-	// Long gone: past the claim's retention, when the engine may have
-	// removed the record (on an injected clock only; a real one would
-	// wait for minutes).
-	if !e.fake() {
-		return
-	}
-	e.Advance(e.shortTTL() + store.ClaimRetention + time.Minute)
-	if isLocked(t, e, k) {
-		t.Fatal("IsLocked = true long after expiry")
-	}
-	l4 := acquire(t, e, k, longTTL)
-	if l4.Fence <= l3.Fence {
-		t.Fatalf("fence long after expiry: %v; want above %v", l4.Fence, l3.Fence)
-	}
+	survives(t, s.env(t), key(t, "k"), 0)
 }
 
 // testFenceAhead raises a key's fence far above the backend's clock, where
@@ -276,17 +247,28 @@ func testFenceAhead(t *testing.T, s *suite) {
 	if isLocked(t, e, k) || stored(t, e, k) {
 		t.Fatal("a raised fence looks like a lock")
 	}
-	// Release.
+	survives(t, e, k, raised)
+}
+
+// survives checks that k's fences, starting above floor, grow through a
+// release, an expiry and (on an injected clock only: a real one would wait
+// for minutes) the record's removal past its retention. With a fence ahead
+// of the clock (floor > 0) and a fence per key (not SharedFloor), the key
+// must carry its last fence after each.
+func survives(t *testing.T, e *env, k string, floor idemkit.Fence) {
+	carries := func(what string, want idemkit.Fence) {
+		t.Helper()
+		if f := fenceOf(t, e, k); floor > 0 && !e.SharedFloor && f != want {
+			t.Fatalf("the key carries fence %v after %s; want %v: the clock has not passed it", f, what, want)
+		}
+	}
 	l1 := acquire(t, e, k, longTTL)
-	if l1.Fence <= raised {
-		t.Fatalf("fence after raising it to %v: %v; want above it", raised, l1.Fence)
+	if l1.Fence <= floor {
+		t.Fatalf("first fence %v; want above %v", l1.Fence, floor)
 	}
 	release(t, e, l1.ID)
-	if isLocked(t, e, k) {
-		t.Fatal("IsLocked = true after release")
-	}
-	if _, ok := lookupKey(t, e, k); ok {
-		t.Fatal("LookupKey finds a released lock")
+	if _, ok := lookupKey(t, e, k); ok || isLocked(t, e, k) {
+		t.Fatal("a released lock is still locked")
 	}
 	if _, ok := lookupID(t, e, l1.ID); ok {
 		t.Fatal("LookupID finds a released lock")
@@ -297,20 +279,16 @@ func testFenceAhead(t *testing.T, s *suite) {
 	if out := extend(t, e, l1.ID, longTTL); out.OK {
 		t.Fatalf("extend after release: %+v; want not OK", out)
 	}
-	if f := fenceOf(t, e, k); !e.SharedFloor && f != l1.Fence {
-		t.Fatalf("the key carries fence %v after release; want %v: the clock has not passed it", f, l1.Fence)
-	}
+	carries("release", l1.Fence)
 	l2 := acquire(t, e, k, e.shortTTL())
 	if l2.Fence <= l1.Fence {
 		t.Fatalf("fence after release: %v; want above %v", l2.Fence, l1.Fence)
 	}
-	// Expiry.
 	e.expire(time.Now(), e.shortTTL())
 	l3 := acquire(t, e, k, e.shortTTL())
 	if l3.Fence <= l2.Fence {
 		t.Fatalf("fence after expiry: %v; want above %v", l3.Fence, l2.Fence)
 	}
-	// Long gone (on an injected clock: see testFenceSurvives).
 	if !e.fake() {
 		return
 	}
@@ -318,11 +296,8 @@ func testFenceAhead(t *testing.T, s *suite) {
 	if isLocked(t, e, k) {
 		t.Fatal("IsLocked = true long after expiry")
 	}
-	if f := fenceOf(t, e, k); !e.SharedFloor && f != l3.Fence {
-		t.Fatalf("the key carries fence %v long after expiry; want %v: the clock has not passed it", f, l3.Fence)
-	}
-	l4 := acquire(t, e, k, longTTL)
-	if l4.Fence <= l3.Fence {
+	carries("the record's removal", l3.Fence)
+	if l4 := acquire(t, e, k, longTTL); l4.Fence <= l3.Fence {
 		t.Fatalf("fence long after expiry: %v; want above %v", l4.Fence, l3.Fence)
 	}
 }
@@ -478,7 +453,7 @@ func testFenceWarning(t *testing.T, s *suite) {
 		t.Fatalf("RaiseFence: %v", err)
 	}
 	acquire(t, e, quiet, longTTL) // fence = FenceWarn: no warning yet
-	if logs.count() != 0 {
+	if logs.String() != "" {
 		t.Fatalf("a warning was logged at fence %v: %s", idemkit.FenceWarn, logs.String())
 	}
 	loud := key(t, "loud-secret-key")
@@ -489,7 +464,7 @@ func testFenceWarning(t *testing.T, s *suite) {
 	if lease.Fence != idemkit.FenceWarn+1 {
 		t.Fatalf("fence %v; want %v", lease.Fence, idemkit.FenceWarn+1)
 	}
-	if logs.count() == 0 {
+	if logs.String() == "" {
 		t.Fatalf("no warning logged at fence %v", lease.Fence)
 	}
 	if strings.Contains(logs.String(), "loud-secret-key") || strings.Contains(logs.String(), lease.ID) {

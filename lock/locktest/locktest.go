@@ -315,34 +315,33 @@ func sameInfo(t *testing.T, what string, a, b lock.Info) {
 	}
 }
 
-// logBuffer captures a provider's log output as text.
+// logBuffer captures a Client's log output as text.
 type logBuffer struct {
-	mu    sync.Mutex
-	buf   strings.Builder
-	lines int
+	mu  sync.Mutex
+	buf strings.Builder
 }
 
-// Write appends p and counts its lines.
 func (b *logBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.lines += strings.Count(string(p), "\n")
 	return b.buf.Write(p)
 }
 
-func (b *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-func (b *logBuffer) count() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.lines
-}
+func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // String returns everything logged so far.
 func (b *logBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// endedContexts returns a cancelled ctx and one whose deadline passed, with
+// the codes an operation refuses them with.
+func endedContexts(t *testing.T) map[idemkit.Code]context.Context {
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	t.Cleanup(cancel)
+	return map[idemkit.Code]context.Context{idemkit.CodeAborted: canceled, idemkit.CodeNetworkTimeout: expired}
 }

@@ -45,8 +45,7 @@ var malformedIDs = []string{
 
 func testMalformedIDs(t *testing.T, s *suite) {
 	e := s.env(t)
-	canceled, cancel := context.WithCancel(t.Context())
-	cancel()
+	canceled := endedContexts(t)[idemkit.CodeAborted]
 	check := func(phase string, ctx context.Context) {
 		for _, id := range malformedIDs {
 			_, err := e.Locker.Release(ctx, id)
@@ -392,29 +391,22 @@ func testEndedContext(t *testing.T, s *suite) {
 	e := s.env(t)
 	k := key(t, "k")
 	held := acquire(t, e, key(t, "held"), longTTL)
-	canceled, cancel := context.WithCancel(t.Context())
-	cancel()
-	expired, cancel2 := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
-	defer cancel2()
-	for _, c := range []struct {
-		ctx  context.Context
-		code idemkit.Code
-	}{{canceled, idemkit.CodeAborted}, {expired, idemkit.CodeNetworkTimeout}} {
-		_, ok, err := e.Locker.Acquire(c.ctx, k, longTTL)
+	for code, ctx := range endedContexts(t) {
+		_, ok, err := e.Locker.Acquire(ctx, k, longTTL)
 		if ok {
 			t.Fatal("acquired with an ended ctx")
 		}
-		wantCode(t, "acquire", err, c.code)
-		_, err = e.Locker.Release(c.ctx, held.ID)
-		wantCode(t, "release", err, c.code)
-		_, err = e.Locker.Extend(c.ctx, held.ID, time.Second)
-		wantCode(t, "extend", err, c.code)
-		_, err = e.Locker.IsLocked(c.ctx, k)
-		wantCode(t, "is-locked", err, c.code)
-		_, _, err = e.Locker.LookupKey(c.ctx, k)
-		wantCode(t, "lookup-key", err, c.code)
-		_, _, err = e.Locker.LookupID(c.ctx, held.ID)
-		wantCode(t, "lookup-id", err, c.code)
+		wantCode(t, "acquire", err, code)
+		_, err = e.Locker.Release(ctx, held.ID)
+		wantCode(t, "release", err, code)
+		_, err = e.Locker.Extend(ctx, held.ID, time.Second)
+		wantCode(t, "extend", err, code)
+		_, err = e.Locker.IsLocked(ctx, k)
+		wantCode(t, "is-locked", err, code)
+		_, _, err = e.Locker.LookupKey(ctx, k)
+		wantCode(t, "lookup-key", err, code)
+		_, _, err = e.Locker.LookupID(ctx, held.ID)
+		wantCode(t, "lookup-id", err, code)
 	}
 	if isLocked(t, e, k) {
 		t.Fatal("an acquire with an ended ctx took the lock")
