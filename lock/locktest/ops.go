@@ -33,6 +33,7 @@ func init() {
 		testCase{"EndedContextBeforeDispatch", testEndedContext},
 		testCase{"TransportFailuresAreCodedErrors", testBroken},
 		testCase{"KeyedReleaseAndExtend", testKeyed},
+		testCase{"AnotherClientsLeases", testAnotherClient},
 	)
 }
 
@@ -392,21 +393,9 @@ func testEndedContext(t *testing.T, s *suite) {
 	k := key(t, "k")
 	held := acquire(t, e, key(t, "held"), longTTL)
 	for code, ctx := range endedContexts(t) {
-		_, ok, err := e.Locker.Acquire(ctx, k, longTTL)
-		if ok {
-			t.Fatal("acquired with an ended ctx")
+		for op, err := range everyOp(ctx, e, k, held.ID) {
+			wantCode(t, op, err, code)
 		}
-		wantCode(t, "acquire", err, code)
-		_, err = e.Locker.Release(ctx, held.ID)
-		wantCode(t, "release", err, code)
-		_, err = e.Locker.Extend(ctx, held.ID, time.Second)
-		wantCode(t, "extend", err, code)
-		_, err = e.Locker.IsLocked(ctx, k)
-		wantCode(t, "is-locked", err, code)
-		_, _, err = e.Locker.LookupKey(ctx, k)
-		wantCode(t, "lookup-key", err, code)
-		_, _, err = e.Locker.LookupID(ctx, held.ID)
-		wantCode(t, "lookup-id", err, code)
 	}
 	if isLocked(t, e, k) {
 		t.Fatal("an acquire with an ended ctx took the lock")
@@ -425,9 +414,7 @@ func testBroken(t *testing.T, s *suite) {
 	k := key(t, "k")
 	held := acquire(t, e, k, longTTL)
 	e.Break()
-	ctx := t.Context()
-	check := func(what string, err error) {
-		t.Helper()
+	for what, err := range everyOp(t.Context(), e, k, held.ID) {
 		if err == nil {
 			t.Fatalf("%s on an unreachable backend: no error; a transport failure must never look like a result", what)
 		}
@@ -439,18 +426,19 @@ func testBroken(t *testing.T, s *suite) {
 			t.Fatalf("%s: the error message contains a raw identifier: %v", what, err)
 		}
 	}
-	_, _, err := e.Locker.Acquire(ctx, key(t, "other"), longTTL)
-	check("acquire", err)
-	_, err = e.Locker.Release(ctx, held.ID)
-	check("release", err)
-	_, err = e.Locker.Extend(ctx, held.ID, time.Second)
-	check("extend", err)
-	_, err = e.Locker.IsLocked(ctx, k)
-	check("is-locked", err)
-	_, _, err = e.Locker.LookupKey(ctx, k)
-	check("lookup-key", err)
-	_, _, err = e.Locker.LookupID(ctx, held.ID)
-	check("lookup-id", err)
+}
+
+// everyOp runs each operation of the Client once with ctx, on the key k
+// (acquire too) and the lock id id, and returns their errors by name.
+func everyOp(ctx context.Context, e *env, k, id string) map[string]error {
+	errs := make(map[string]error)
+	_, _, errs["acquire"] = e.Locker.Acquire(ctx, k, longTTL)
+	_, errs["release"] = e.Locker.Release(ctx, id)
+	_, errs["extend"] = e.Locker.Extend(ctx, id, time.Second)
+	_, errs["is-locked"] = e.Locker.IsLocked(ctx, k)
+	_, _, errs["lookup-key"] = e.Locker.LookupKey(ctx, k)
+	_, _, errs["lookup-id"] = e.Locker.LookupID(ctx, id)
+	return errs
 }
 
 func testKeyed(t *testing.T, s *suite) {
@@ -505,4 +493,39 @@ func testKeyed(t *testing.T, s *suite) {
 	wantCode(t, "ExtendKey(bad id)", err, idemkit.CodeInvalidArgument)
 	_, err = kl.ExtendKey(ctx, b, lb.ID, 0)
 	wantCode(t, "ExtendKey(zero ttl)", err, idemkit.CodeInvalidArgument)
+}
+
+// testAnotherClient checks the leases of another Client (another process)
+// over the same store: found by id through the engine's lock.Finder when
+// it has one (not found otherwise), and by key and id always.
+func testAnotherClient(t *testing.T, s *suite) {
+	e := s.env(t)
+	other, err := lock.New(e.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, finds := e.Store.(lock.Finder)
+	a, b := acquire(t, e, key(t, "a"), longTTL), acquire(t, e, key(t, "b"), longTTL)
+	info, found, err := other.LookupID(t.Context(), a.ID)
+	if err != nil || found != finds || found && info.Fence != a.Fence {
+		t.Fatalf("another client's LookupID = %v, %v, %v; want found = %v (the engine's Finder)", info, found, err, finds)
+	}
+	if st, err := other.Extend(t.Context(), a.ID, 2*longTTL); err != nil || st.OK != finds {
+		t.Fatalf("another client's Extend = %+v, %v; want OK = %v", st, err, finds)
+	}
+	if st, err := other.Release(t.Context(), a.ID); err != nil || st.OK != finds || isLocked(t, e, a.Key) == finds {
+		t.Fatalf("another client's Release = %+v, %v; want OK = %v", st, err, finds)
+	}
+	if st, err := other.ExtendKey(t.Context(), b.Key, b.ID, 2*longTTL); err != nil || !st.OK {
+		t.Fatalf("another client's ExtendKey = %+v, %v; want OK", st, err)
+	}
+	if st, err := other.ReleaseKey(t.Context(), b.Key, randomID()); err != nil || st.OK {
+		t.Fatalf("another client's ReleaseKey with a foreign id = %+v, %v; want not OK", st, err)
+	}
+	if st, err := other.ReleaseKey(t.Context(), b.Key, b.ID); err != nil || !st.OK || isLocked(t, e, b.Key) {
+		t.Fatalf("another client's ReleaseKey = %+v, %v; want the lock released", st, err)
+	}
+	if st := release(t, e, b.ID); st.OK {
+		t.Fatal("the issuing client released a lease another client released")
+	}
 }
