@@ -142,13 +142,12 @@ func (c *Client) Watch(ctx context.Context, key string) (<-chan struct{}, func()
 	ch, stop := c.watcher.Watch(ctx, n)
 	if _, held, err := c.s.Get(ctx, n); err == nil && !held {
 		stop()
-		return closed, func() {}
+		free := make(chan struct{})
+		close(free)
+		return free, func() {}
 	}
 	return ch, stop
 }
-
-// closed is a channel that is closed.
-var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // lookupKey returns the live lease on key: a live claim whose fingerprint
 // is a lock id. A guard's record under the key is no lease.

@@ -162,7 +162,11 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 	stop := renew(detached, l, lease, &cfg, sent, cancel)
 	defer func() {
 		lost := stop()
-		releaseAfter(detached, l, lease, &cfg, "do")
+		rctx, rcancel := context.WithTimeout(detached, cfg.releaseTimeout)
+		if _, rerr := releaseLease(rctx, l, lease); rerr != nil {
+			reportRelease(&cfg, ReleaseFailure{Lease: lease, Source: "do", Err: rerr})
+		}
+		rcancel()
 		cancel(context.Canceled)
 		if lost != nil {
 			err = errors.Join(err, lost)
@@ -171,12 +175,11 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 	return fn(work, lease)
 }
 
-// renew extends lease to now + TTL every renew interval, from a goroutine,
-// until stop is called. When renewal finds the lease lost, or cannot renew
-// it before it certainly runs out (sent, the send time of its acquire, plus
-// the TTL, then of each successful extend), it cancels fn's ctx with the
-// loss, which matches [idemkit.ErrLeaseLost]. stop waits for a renewal in
-// flight and returns the loss, if any.
+// renew extends lease every renew interval from a goroutine until stop,
+// which waits for a renewal in flight and returns the loss, if any: when
+// renewal finds the lease lost, or cannot renew it before it certainly
+// runs out (the send time of the last acquire or extend, plus the TTL), it
+// cancels fn's ctx with a loss matching [idemkit.ErrLeaseLost].
 func renew(ctx context.Context, l Locker, lease Lease, cfg *config, sent time.Time, cancel context.CancelCauseFunc) (stop func() error) {
 	if cfg.renewEvery <= 0 {
 		return func() error { return nil }
@@ -223,10 +226,9 @@ func renew(ctx context.Context, l Locker, lease Lease, cfg *config, sent time.Ti
 	}
 }
 
-// acquireWithRetry runs the acquire loop of Do. It returns the
-// lease and the local time at which the successful attempt was sent: the
-// lease runs out no earlier than that time plus the TTL, whatever the
-// backend's clock says.
+// acquireWithRetry runs Do's acquire loop. It returns the lease and the
+// send time of the attempt that took it: the lease has certainly not run
+// out before that time plus the TTL, whatever the backend's clock says.
 func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *config) (lease Lease, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(cfg.timeout)
@@ -286,16 +288,6 @@ func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 			fmt.Sprintf("context deadline passed after %d attempts", attempts), errors.Join(cause, lastErr))
 	}
 	return idemkit.CheckContext(ctx, "do")
-}
-
-// releaseAfter releases the lease on a context detached from ctx and
-// reports a failure to the callback.
-func releaseAfter(ctx context.Context, l Locker, lease Lease, cfg *config, source string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
-	defer cancel()
-	if _, err := releaseLease(rctx, l, lease); err != nil {
-		reportRelease(cfg, ReleaseFailure{Lease: lease, Source: source, Err: err})
-	}
 }
 
 func invalid(op, detail string) error {

@@ -50,16 +50,8 @@ func WithMaxBytes(n int) Option { return func(s *Store) { s.maxBytes = n } }
 // lease) and [store.Records] (fenced plain records) for tests and
 // single-node services. Records are copied in and out, so callers never
 // share memory with it. Leases and expiry are judged by the store's clock
-// ([WithClock]).
-//
-// Expired records are invisible at once and swept as the store works;
-// released and deleted ones go at once. Fences need no record left behind:
-// a new claim's fence is greater than its key's record's fence while the
-// store keeps that record, and than the highest fence of every record the
-// store removed (one floor for the whole store), whatever the clock does.
-//
-// It is a [github.com/idemkit/idemkit/lock.Finder]: it indexes the claims
-// whose fingerprint is a lock id, so a lock client finds any lease by id.
+// ([WithClock]); fences, sweeping and the lock-id index are as the package
+// doc says.
 //
 // The zero value is not usable; call [New].
 type Store struct {
