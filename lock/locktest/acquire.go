@@ -34,7 +34,6 @@ func init() {
 		testCase{"FenceOverflowIsAtomic", testFenceOverflow},
 		testCase{"FenceWarningWithoutRawKey", testFenceWarning},
 		testCase{"UserKeysNeverAddressInternalRecords", testInternalKeys},
-		testCase{"AcquiredAtMonotoneWithFence", testAcquiredAtMonotone},
 		testCase{"ExactlyOneHolderAtAnyInstant", testOneHolder},
 		testCase{"NoStateWithoutExpiry", testNoStateWithoutExpiry},
 	)
@@ -82,9 +81,7 @@ func testContention(t *testing.T, s *suite) {
 		t.Fatal("the holder's lock vanished after contended acquires")
 	}
 	sameInfo(t, "contended acquire", before, after)
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("the holder could not release after contention: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "the holder could not release after contention")
 }
 
 func testDifferentKeys(t *testing.T, s *suite) {
@@ -165,10 +162,16 @@ func testFencesIncrease(t *testing.T, s *suite) {
 	k := key(t, "k")
 	var prev lock.Lease
 	for i := range 12 {
+		if i%2 == 1 && e.fake() {
+			e.Advance(time.Millisecond) // half the fences in one millisecond, half in the next
+		}
 		lease := acquire(t, e, k, longTTL)
 		if i > 0 {
 			if lease.Fence <= prev.Fence {
 				t.Fatalf("fence %v after %v; want strictly greater", lease.Fence, prev.Fence)
+			}
+			if lease.AcquiredAt.Before(prev.AcquiredAt) {
+				t.Fatalf("fence %v acquired at %v, before fence %v at %v", lease.Fence, lease.AcquiredAt, prev.Fence, prev.AcquiredAt)
 			}
 			if lease.Fence.String() <= prev.Fence.String() {
 				t.Fatalf("fence string %q sorts at or before %q", lease.Fence, prev.Fence)
@@ -177,9 +180,7 @@ func testFencesIncrease(t *testing.T, s *suite) {
 		if parsed, err := idemkit.ParseFence(lease.Fence.String()); err != nil || parsed != lease.Fence {
 			t.Fatalf("fence %v does not round-trip through its string form: %v, %v", lease.Fence, parsed, err)
 		}
-		if out := release(t, e, lease.ID); !out.OK {
-			t.Fatalf("release: %+v", out)
-		}
+		mustRelease(t, e, lease.ID, "release")
 		prev = lease
 	}
 }
@@ -327,24 +328,15 @@ func testFenceSurvivesRestart(t *testing.T, s *suite) {
 
 func testInvalidAcquire(t *testing.T, s *suite) {
 	e := s.env(t)
-	ctx := t.Context()
-	cases := []struct {
-		name string
-		key  string
-		ttl  time.Duration
+	for _, c := range []struct {
+		name, key string
+		ttl       time.Duration
 	}{
-		{"empty key", "", time.Second},
-		{"513-byte key", strings.Repeat("x", 513), time.Second},
-		{"huge key", strings.Repeat("y", 1<<20), time.Second},
-		{"zero ttl", key(t, "k"), 0},
-		{"negative ttl", key(t, "k"), -time.Second},
-		{"sub-millisecond ttl", key(t, "k"), 500 * time.Microsecond},
-	}
-	for _, c := range cases {
-		_, ok, err := e.Locker.Acquire(ctx, c.key, c.ttl)
-		if ok {
-			t.Fatalf("%s: acquired; want InvalidArgument", c.name)
-		}
+		{"empty key", "", time.Second}, {"513-byte key", strings.Repeat("x", 513), time.Second},
+		{"huge key", strings.Repeat("y", 1<<20), time.Second}, {"zero ttl", key(t, "k"), 0},
+		{"negative ttl", key(t, "k"), -time.Second}, {"sub-millisecond ttl", key(t, "k"), 500 * time.Microsecond},
+	} {
+		_, _, err := e.Locker.Acquire(t.Context(), c.key, c.ttl)
 		wantCode(t, c.name, err, idemkit.CodeInvalidArgument)
 	}
 	if isLocked(t, e, key(t, "k")) {
@@ -361,15 +353,10 @@ func testKeyLength(t *testing.T, s *suite) {
 	fill := func(n int) string { return prefix + strings.Repeat("x", n-len(prefix)) }
 	k512 := fill(512)
 	lease := acquire(t, e, k512, longTTL)
-	if lease.Key != k512 {
-		t.Fatal("the 512-byte key came back changed")
+	if lease.Key != k512 || !isLocked(t, e, k512) {
+		t.Fatal("the 512-byte key came back changed, or is not locked after acquire")
 	}
-	if !isLocked(t, e, k512) {
-		t.Fatal("the 512-byte key is not locked after acquire")
-	}
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("release of the 512-byte key: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "release of the 512-byte key")
 	_, _, err := e.Locker.Acquire(t.Context(), fill(513), longTTL)
 	wantCode(t, "513-byte key", err, idemkit.CodeInvalidArgument)
 
@@ -379,9 +366,7 @@ func testKeyLength(t *testing.T, s *suite) {
 	if len(l2.Key) != 400+len(prefix) {
 		t.Fatalf("normalised key is %d bytes; want %d", len(l2.Key), 400+len(prefix))
 	}
-	if out := release(t, e, l2.ID); !out.OK {
-		t.Fatalf("release of the normalised key: %+v", out)
-	}
+	mustRelease(t, e, l2.ID, "release of the normalised key")
 }
 
 func testNFC(t *testing.T, s *suite) {
@@ -393,16 +378,10 @@ func testNFC(t *testing.T, s *suite) {
 		t.Fatalf("lease key %q; want the NFC form %q", lease.Key, composed)
 	}
 	refused(t, e, composed)
-	if !isLocked(t, e, composed) {
-		t.Fatal("IsLocked(composed) = false while the decomposed spelling is held")
+	if info, ok := lookupKey(t, e, composed); !ok || info.Fence != lease.Fence || !isLocked(t, e, composed) {
+		t.Fatalf("LookupKey(composed) = %v, %v (or IsLocked false); want the lease", info, ok)
 	}
-	info, ok := lookupKey(t, e, composed)
-	if !ok || info.Fence != lease.Fence {
-		t.Fatalf("LookupKey(composed) = %v, %v; want the lease", info, ok)
-	}
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("release: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "release")
 	if isLocked(t, e, decomposed) {
 		t.Fatal("still locked after release")
 	}
@@ -542,23 +521,6 @@ func testInternalKeys(t *testing.T, s *suite) {
 	}
 }
 
-func testAcquiredAtMonotone(t *testing.T, s *suite) {
-	e := s.env(t)
-	k := key(t, "k")
-	var prev lock.Lease
-	for i := range 8 {
-		if e.fake() {
-			e.Advance(time.Millisecond)
-		}
-		lease := acquire(t, e, k, longTTL)
-		if i > 0 && lease.AcquiredAt.Before(prev.AcquiredAt) {
-			t.Fatalf("fence %v acquired at %v, before fence %v at %v", lease.Fence, lease.AcquiredAt, prev.Fence, prev.AcquiredAt)
-		}
-		release(t, e, lease.ID)
-		prev = lease
-	}
-}
-
 // testOneHolder races goroutines acquiring and releasing one key; each
 // holder checks, while it holds the lease, that nobody else does.
 func testOneHolder(t *testing.T, s *suite) {
@@ -637,9 +599,7 @@ func testNoStateWithoutExpiry(t *testing.T, s *suite) {
 		}
 		lease := acquire(t, e, k, ttl)
 		refused(t, e, k)
-		if out := extend(t, e, lease.ID, ttl); !out.OK {
-			t.Fatalf("extend: %+v", out)
-		}
+		mustExtend(t, e, lease.ID, ttl, "extend")
 		if i%3 == 0 {
 			release(t, e, lease.ID)
 		}

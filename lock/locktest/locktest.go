@@ -262,6 +262,24 @@ func fenceOf(t *testing.T, e *env, k string) idemkit.Fence {
 	return f
 }
 
+// mustRelease releases id and fails t unless that took effect.
+func mustRelease(t *testing.T, e *env, id, what string) {
+	t.Helper()
+	if out := release(t, e, id); !out.OK {
+		t.Fatalf("%s: %+v; want it released", what, out)
+	}
+}
+
+// mustExtend extends id and fails t unless that took effect.
+func mustExtend(t *testing.T, e *env, id string, ttl time.Duration, what string) lock.Status {
+	t.Helper()
+	out := extend(t, e, id, ttl)
+	if !out.OK {
+		t.Fatalf("%s: %+v; want it extended", what, out)
+	}
+	return out
+}
+
 // noErr fails t on an unexpected error of what.
 func noErr(t *testing.T, what string, err error) {
 	t.Helper()

@@ -94,9 +94,7 @@ func testRelease(t *testing.T, s *suite) {
 func testReleaseTwice(t *testing.T, s *suite) {
 	e := s.env(t)
 	lease := acquire(t, e, key(t, "k"), longTTL)
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("first release: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "first release")
 	out := release(t, e, lease.ID)
 	if out.OK || out.Expired {
 		t.Fatalf("second release: %+v; want not OK, not-found", out)
@@ -126,9 +124,7 @@ func testForeignID(t *testing.T, s *suite) {
 		t.Fatal("the holder's lock vanished")
 	}
 	sameInfo(t, "foreign release/extend", before, after)
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("the holder's release: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "the holder's release")
 }
 
 func testUnknownID(t *testing.T, s *suite) {
@@ -183,9 +179,7 @@ func testExtendKeeps(t *testing.T, s *suite) {
 	k := key(t, "k")
 	lease := acquire(t, e, k, longTTL)
 	e.pass(e.Margin)
-	if out := extend(t, e, lease.ID, 2*longTTL); !out.OK {
-		t.Fatalf("extend: %+v", out)
-	}
+	mustExtend(t, e, lease.ID, 2*longTTL, "extend")
 	info, ok := lookupKey(t, e, k)
 	if !ok {
 		t.Fatal("LookupKey found nothing after extend")
@@ -234,9 +228,7 @@ func testOldHolder(t *testing.T, s *suite) {
 	if !ok || info.Fence != b.Fence {
 		t.Fatalf("the new holder lost its lock: %v, %v", info, ok)
 	}
-	if out := release(t, e, b.ID); !out.OK {
-		t.Fatalf("the new holder's release: %+v", out)
-	}
+	mustRelease(t, e, b.ID, "the new holder's release")
 }
 
 func testIsLocked(t *testing.T, s *suite) {
