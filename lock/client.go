@@ -32,10 +32,9 @@ type Client struct {
 	warned map[string]bool   // the keys whose fence warning was logged
 }
 
-// issued is a lease of this Client. By the local clock, it may have run
-// out from from (the send time of its last acquire or extend, plus the
-// TTL: a refusal after it reports Expired), and has certainly run out by
-// until (the entry is swept after it).
+// issued is a lease of this Client: by the local clock, it may have run
+// out from from (the send time of its last acquire or extend plus the TTL;
+// a refusal after it is Expired), and certainly has by until (swept then).
 type issued struct {
 	key         string
 	fence       idemkit.Fence
@@ -58,8 +57,8 @@ func New(s store.Store, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// minSweep is the fewest additions to the lease table between two sweeps
-// of it; sweeps are otherwise spaced by its size (amortised O(1)).
+// minSweep is the fewest additions between two sweeps of the lease table;
+// sweeps are otherwise spaced by its size (amortised O(1)).
 const minSweep = 64
 
 // Acquire implements [Locker]: one [store.Store.Claim] of the normalised

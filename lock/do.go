@@ -270,10 +270,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *config) (l
 		case <-ctx.Done():
 		case <-t.C:
 			delays++
-		case <-watch:
-			// Woken because the lock was released: the back-off does not
-			// grow, since this attempt follows the holders' releases, not
-			// the waiter's polling.
+		case <-watch: // woken by a release: the back-off does not grow
 		}
 		t.Stop()
 		stop()

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -128,12 +127,9 @@ func (h *Handle) starts() (first bool) {
 // panicking callback is recovered.
 func reportRelease(cfg *config, f ReleaseFailure) {
 	if cfg.onReleaseError == nil {
-		cfg.logger.Warn("lock: release failed; the lease will run out at its expiry",
-			slog.String("source", f.Source),
-			slog.String("key_hash", idemkit.DefaultHasher().Hash(f.Lease.Key)),
-			slog.String("id_hash", idemkit.DefaultHasher().Hash(f.Lease.ID)),
-			slog.String("code", idemkit.CodeOf(f.Err).String()),
-			slog.String("error", f.Err.Error()))
+		info := f.Lease.info()
+		cfg.logger.Warn("lock: release failed; the lease will run out at its expiry", "source", f.Source,
+			"key_hash", info.KeyHash, "id_hash", info.IDHash, "code", idemkit.CodeOf(f.Err).String(), "error", f.Err.Error())
 		return
 	}
 	defer func() { _ = recover() }()

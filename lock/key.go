@@ -23,10 +23,7 @@ func normalizeKey(op, key string) (string, error) {
 	if key == "" {
 		return "", invalid(op, "key must not be empty")
 	}
-	// NFC can shrink decomposed input (three Hangul jamo become one
-	// syllable: a third of the bytes), so only an input too long even for
-	// that is refused before the work of normalising it.
-	if len(key) > MaxKeyBytes*4 {
+	if len(key) > MaxKeyBytes*4 { // too long even for NFC, which shrinks up to threefold
 		return "", invalid(op, fmt.Sprintf("key exceeds %d bytes after normalisation", MaxKeyBytes))
 	}
 	n := key

@@ -125,28 +125,20 @@ func Owns(ctx context.Context, l Locker, id string) (bool, error) {
 // [*Client] or wrap one (an Unwrap() Locker method, as [WithTelemetry]'s
 // has); other providers do not reveal lock ids, and get InvalidArgument.
 func LookupKeyRaw(ctx context.Context, l Locker, key string) (Lease, bool, error) {
-	c, err := clientOf(l, "lookup-key")
-	if err != nil {
-		return Lease{}, false, err
-	}
-	return c.lookupKey(ctx, key)
+	return raw(l, "lookup-key", func(c *Client) (Lease, bool, error) { return c.lookupKey(ctx, key) })
 }
 
 // LookupIDRaw is [Locker.LookupID] returning the lease, on the terms of
 // [LookupKeyRaw].
 func LookupIDRaw(ctx context.Context, l Locker, id string) (Lease, bool, error) {
-	c, err := clientOf(l, "lookup-id")
-	if err != nil {
-		return Lease{}, false, err
-	}
-	return c.lookupID(ctx, id)
+	return raw(l, "lookup-id", func(c *Client) (Lease, bool, error) { return c.lookupID(ctx, id) })
 }
 
-// clientOf returns the Client l is or wraps.
-func clientOf(l Locker, op string) (*Client, error) {
+// raw runs lookup on the Client l is or wraps.
+func raw(l Locker, op string, lookup func(*Client) (Lease, bool, error)) (Lease, bool, error) {
 	for range 16 {
 		if c, ok := l.(*Client); ok {
-			return c, nil
+			return lookup(c)
 		}
 		u, ok := l.(interface{ Unwrap() Locker })
 		if !ok {
@@ -154,5 +146,5 @@ func clientOf(l Locker, op string) (*Client, error) {
 		}
 		l = u.Unwrap()
 	}
-	return nil, invalid(op, "raw lookups need a lock.Client, or a locker that wraps one")
+	return Lease{}, false, invalid(op, "raw lookups need a lock.Client, or a locker that wraps one")
 }
