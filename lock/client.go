@@ -283,9 +283,7 @@ func (c *Client) warn(ctx context.Context, key string, f idemkit.Fence) {
 	}
 }
 
-// first returns the first of the argument checks that failed, or else the
-// error of an ended ctx: arguments are checked before ctx, and both before
-// any I/O.
+// first returns the first failed argument check, else an ended ctx's error.
 func first(ctx context.Context, op string, checks ...error) error {
 	for _, err := range checks {
 		if err != nil {

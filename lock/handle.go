@@ -34,10 +34,9 @@ type Handle struct {
 }
 
 // Acquire makes one attempt to take the lock on key for ttl and returns a
-// [Handle] for it. When the key is held it returns a nil handle, ok = false
-// and a nil error. Of the options it uses those of the release that
-// [Handle.Close] makes: [WithReleaseTimeout], [WithOnReleaseError] and
-// [WithLogger].
+// [Handle] for it (nil, ok = false and no error when the key is held). Of
+// the options it uses [WithReleaseTimeout], [WithOnReleaseError] and
+// [WithLogger], for [Handle.Close].
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Handle, bool, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {

@@ -12,9 +12,8 @@ import (
 )
 
 // MaxKeyBytes is the longest lock key, in bytes after Unicode NFC
-// normalisation. Keys are normalised, so composed and decomposed spellings
-// of a key address the same lock; any other byte sequence (invalid UTF-8,
-// NUL, "/", control characters) is a valid key, stored as it is.
+// normalisation (both spellings of a key address one lock); any other byte
+// sequence is a valid key, stored as it is.
 const MaxKeyBytes = 512
 
 // normalizeKey returns key in NFC, or InvalidArgument when it is empty or

@@ -83,12 +83,11 @@ type KeyedLocker interface {
 }
 
 // Finder is an optional capability of a [store.Store] (engines implement
-// the method without importing this package). With it a [Client] resolves
-// any lock id, not only those it issued: another process's lease can be
-// released, extended and looked up by id. An engine may index only the
-// claims whose fingerprint has the form of a lock id (see
-// [github.com/idemkit/idemkit/store/engine.LockID]), so the index costs the
-// guard's writes nothing.
+// the method without importing this package): with it a [Client] resolves
+// any lock id, another process's too. An engine may index only the claims
+// whose fingerprint is a lock id
+// ([github.com/idemkit/idemkit/store/engine.LockID]), so the index costs
+// the guard's writes nothing.
 type Finder interface {
 	// FindClaim returns the live claim whose Fingerprint is fp, or ok =
 	// false.
