@@ -12,15 +12,14 @@ import (
 )
 
 // Client is the lock library over a [store.Store]: a lock is a claim of
-// the lock key whose record's fingerprint is the holder's lock id, so
-// leases, fences, expiry and wake-ups are the store's (the rules are stated
-// once, in [store]'s package doc). It is a [Locker], a [KeyedLocker] and,
-// when its store is one, a [store.Watcher].
+// the lock key whose fingerprint is the holder's lock id, so leases,
+// fences, expiry and wake-ups are the store's. It is a [Locker], a
+// [KeyedLocker] and a [store.Watcher].
 //
-// A Client resolves the lock ids it issued itself from a table in memory;
-// other ids (another process's) only through the store's [Finder], when it
-// has one: without it, Release, Extend and LookupID of a foreign id answer
-// not found (ReleaseKey and ExtendKey, given the key, still work).
+// A Client resolves the lock ids it issued from a table in memory, and
+// other processes' ids only through the store's [Finder]: without one,
+// Release, Extend and LookupID of such an id answer not found (ReleaseKey
+// and ExtendKey, given the key, still work).
 type Client struct {
 	s       store.Store
 	finder  Finder        // nil when the store cannot find claims by lock id
@@ -28,31 +27,22 @@ type Client struct {
 	logger  *slog.Logger
 
 	mu     sync.Mutex
-	leases map[string]*issued // the leases this Client issued, by lock id
-	sweep  int                // additions to leases until the next sweep
-	warned map[string]bool    // the keys whose fence warning was logged
+	leases map[string]issued // the leases this Client issued, by lock id
+	sweep  int               // additions to leases until the next sweep
+	warned map[string]bool   // the keys whose fence warning was logged
 }
 
-// issued is a lease of this Client, with its lease time by the local clock.
+// issued is a lease of this Client: by the local clock, it may have run
+// out from from (the send time of its last acquire or extend plus the TTL;
+// a refusal after it is Expired), and certainly has by until (swept then).
 type issued struct {
-	key   string
-	fence idemkit.Fence
-	// from is the earliest local instant the lease may have run out (the
-	// send time of its last acquire or extend plus the TTL): a refused
-	// release or extend after it reports Expired. until is the instant by
-	// which it has certainly run out: the entry is swept after it.
+	key         string
+	fence       idemkit.Fence
 	from, until time.Time
 }
 
-var (
-	_ Locker        = (*Client)(nil)
-	_ KeyedLocker   = (*Client)(nil)
-	_ store.Watcher = (*Client)(nil)
-)
-
-// New returns a Client over s. Of the options it uses [WithLogger] (where
-// the fence-limit warning goes); the others configure [Do] and [Acquire]
-// and are ignored here.
+// New returns a Client over s. Of the options it uses [WithLogger]; the
+// others are ignored here.
 func New(s store.Store, opts ...Option) (*Client, error) {
 	if s == nil {
 		return nil, invalid("new", "the store must not be nil; pass an engine such as memstore.New()")
@@ -61,32 +51,22 @@ func New(s store.Store, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{s: s, logger: cfg.logger, leases: make(map[string]*issued), sweep: minSweep}
-	if c.logger == nil {
-		c.logger = slog.Default()
-	}
+	c := &Client{s: s, logger: cfg.logger, leases: make(map[string]issued), sweep: minSweep}
 	c.finder, _ = s.(Finder)
 	c.watcher, _ = s.(store.Watcher)
 	return c, nil
 }
 
-// minSweep is the fewest additions to a Client's lease table between two
-// sweeps of it; sweeps are otherwise spaced by its size (amortised O(1)).
+// minSweep is the fewest additions between two sweeps of the lease table;
+// sweeps are otherwise spaced by its size (amortised O(1)).
 const minSweep = 64
 
 // Acquire implements [Locker]: one [store.Store.Claim] of the normalised
-// key, carrying a fresh lock id as its fingerprint. Any live record under
-// the key (a lease, or a guard's record) refuses it.
+// key with a fresh lock id as fingerprint. Any live record under the key
+// (a lease, or a guard's record) refuses it.
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (Lease, bool, error) {
-	const op = "acquire"
-	key, err := normalizeKey(op, key)
-	if err != nil {
-		return Lease{}, false, err
-	}
-	if err := checkTTL(op, ttl); err != nil {
-		return Lease{}, false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	key, err := normalizeKey("acquire", key)
+	if err := first(ctx, "acquire", err, checkTTL("acquire", ttl)); err != nil {
 		return Lease{}, false, err
 	}
 	id := newID()
@@ -98,52 +78,37 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration) (Le
 	if rec.Fence > idemkit.FenceWarn {
 		c.warn(ctx, key, rec.Fence)
 	}
-	c.remember(id, &issued{key: key, fence: rec.Fence}, sent, ttl)
-	return Lease{Key: key, ID: id, Fence: rec.Fence, AcquiredAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt}, true, nil
+	c.remember(id, issued{key: key, fence: rec.Fence}, sent, ttl)
+	return leaseOf(rec), true, nil
 }
 
-// Release implements [Locker]: [store.Store.Release] of the lease's key
-// and fence, found in this Client's table or through the store's [Finder].
+// Release implements [Locker]: [store.Store.Release] of the lease.
 func (c *Client) Release(ctx context.Context, id string) (Status, error) {
-	return c.byID(ctx, "release", id, 0, func(key string, fence idemkit.Fence) (Status, error) {
-		ok, err := c.s.Release(ctx, key, fence)
-		return Status{OK: ok}, err
-	})
+	return c.change(ctx, "release", "", id, 0)
 }
 
-// Extend implements [Locker]: [store.Store.Extend] of the lease's key and
-// fence, found as for Release.
+// Extend implements [Locker]: [store.Store.Extend] of the lease.
 func (c *Client) Extend(ctx context.Context, id string, ttl time.Duration) (Status, error) {
-	const op = "extend"
-	if err := checkTTL(op, ttl); err != nil {
-		return Status{}, err
-	}
-	return c.byID(ctx, op, id, ttl, c.extend(ctx, ttl))
+	return c.change(ctx, "extend", "", id, ttl)
 }
 
-// ReleaseKey implements [KeyedLocker]: Release, with the key given.
+// ReleaseKey implements [KeyedLocker].
 func (c *Client) ReleaseKey(ctx context.Context, key, id string) (Status, error) {
-	return c.byKey(ctx, "release", key, id, 0, func(key string, fence idemkit.Fence) (Status, error) {
-		ok, err := c.s.Release(ctx, key, fence)
-		return Status{OK: ok}, err
-	})
+	return c.changeKey(ctx, "release", key, id, 0)
 }
 
-// ExtendKey implements [KeyedLocker]: Extend, with the key given.
+// ExtendKey implements [KeyedLocker].
 func (c *Client) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (Status, error) {
-	const op = "extend"
-	if err := checkTTL(op, ttl); err != nil {
+	return c.changeKey(ctx, "extend", key, id, ttl)
+}
+
+// changeKey is change of the lease on key, which must be a valid key.
+func (c *Client) changeKey(ctx context.Context, op, key, id string, ttl time.Duration) (Status, error) {
+	key, err := normalizeKey(op, key)
+	if err != nil {
 		return Status{}, err
 	}
-	return c.byKey(ctx, op, key, id, ttl, c.extend(ctx, ttl))
-}
-
-// extend returns the write of an Extend.
-func (c *Client) extend(ctx context.Context, ttl time.Duration) func(string, idemkit.Fence) (Status, error) {
-	return func(key string, fence idemkit.Fence) (Status, error) {
-		at, ok, err := c.s.Extend(ctx, key, fence, ttl)
-		return Status{OK: ok, ExpiresAt: at}, err
-	}
+	return c.change(ctx, op, key, id, ttl)
 }
 
 // IsLocked implements [Locker].
@@ -164,11 +129,10 @@ func (c *Client) LookupID(ctx context.Context, id string) (Info, bool, error) {
 	return l.info(), ok, err
 }
 
-// Watch implements [store.Watcher] through the store's own watch of the
-// normalised key: the channel closes when the key's lease (or record) may
-// have ended, or at once when nothing holds the key once the watch is in
-// place (so a release between a refused acquire and the watch is not
-// missed). When the store cannot notify it never closes, and [Do] polls.
+// Watch implements [store.Watcher] with the store's watch of the key. The
+// channel also closes at once when nothing holds the key once the watch is
+// in place, so a release between a refused acquire and the watch is not
+// missed. It never closes on a store that cannot notify ([Do] polls).
 func (c *Client) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	n, err := normalizeKey("watch", key)
 	if err != nil || c.watcher == nil {
@@ -177,23 +141,18 @@ func (c *Client) Watch(ctx context.Context, key string) (<-chan struct{}, func()
 	ch, stop := c.watcher.Watch(ctx, n)
 	if _, held, err := c.s.Get(ctx, n); err == nil && !held {
 		stop()
-		return closed, func() {}
+		free := make(chan struct{})
+		close(free)
+		return free, func() {}
 	}
 	return ch, stop
 }
 
-// closed is a channel that is closed.
-var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
-
 // lookupKey returns the live lease on key: a live claim whose fingerprint
 // is a lock id. A guard's record under the key is no lease.
 func (c *Client) lookupKey(ctx context.Context, key string) (Lease, bool, error) {
-	const op = "lookup-key"
-	key, err := normalizeKey(op, key)
-	if err != nil {
-		return Lease{}, false, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
+	key, err := normalizeKey("lookup-key", key)
+	if err := first(ctx, "lookup-key", err); err != nil {
 		return Lease{}, false, err
 	}
 	rec, ok, err := c.s.Get(ctx, key)
@@ -205,29 +164,24 @@ func (c *Client) lookupKey(ctx context.Context, key string) (Lease, bool, error)
 
 // lookupID returns the live lease whose id is id.
 func (c *Client) lookupID(ctx context.Context, id string) (Lease, bool, error) {
-	const op = "lookup-id"
-	if err := checkID(op, id); err != nil {
+	if err := first(ctx, "lookup-id", checkID("lookup-id", id)); err != nil {
 		return Lease{}, false, err
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return Lease{}, false, err
-	}
-	rec, ok, err := c.find(ctx, id)
-	if err != nil || !ok {
-		return Lease{}, false, err
-	}
-	return leaseOf(rec), true, nil
+	e, _ := c.entry(id)
+	rec, ok, err := c.read(ctx, e.key, id)
+	return leaseOf(rec), ok, err
 }
 
-// find returns the live claim that carries id: read by its key when this
-// Client issued it, otherwise through the store's Finder.
-func (c *Client) find(ctx context.Context, id string) (store.Record, bool, error) {
+// read returns the live claim that carries id: the one under key, or,
+// without a key, the one the store's Finder finds.
+func (c *Client) read(ctx context.Context, key, id string) (store.Record, bool, error) {
 	var rec store.Record
 	var ok bool
 	var err error
-	if e := c.entry(id); e != nil {
-		rec, ok, err = c.s.Get(ctx, e.key)
-	} else if c.finder != nil {
+	switch {
+	case key != "":
+		rec, ok, err = c.s.Get(ctx, key)
+	case c.finder != nil:
 		rec, ok, err = c.finder.FindClaim(ctx, id)
 	}
 	if err != nil || !ok || rec.State != store.StateClaimed || rec.Fingerprint != id {
@@ -236,96 +190,66 @@ func (c *Client) find(ctx context.Context, id string) (store.Record, bool, error
 	return rec, true, nil
 }
 
-// byID runs write on the lease whose id is id: this Client's own, whose
-// key and fence it knows, or one the store's Finder finds.
-func (c *Client) byID(ctx context.Context, op, id string, ttl time.Duration, write func(string, idemkit.Fence) (Status, error)) (Status, error) {
-	if err := checkID(op, id); err != nil {
+// change releases (ttl 0) or extends the lease whose id is id, on the
+// normalised key when key is not empty: one of this Client's at once, with
+// the key and fence of its table, another once read (under key, or through
+// the Finder). The store's answer decides; a released or refused lease
+// then leaves the table, an extended one gets its new lease time.
+func (c *Client) change(ctx context.Context, op, key, id string, ttl time.Duration) (Status, error) {
+	var ttlErr error
+	if op == "extend" {
+		ttlErr = checkTTL(op, ttl)
+	}
+	if err := first(ctx, op, checkID(op, id), ttlErr); err != nil {
 		return Status{}, err
 	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return Status{}, err
-	}
-	if e := c.entry(id); e != nil {
-		return c.settle(id, e, ttl, write)
-	}
-	if c.finder == nil {
+	e, mine := c.entry(id)
+	if !mine {
+		rec, ok, err := c.read(ctx, key, id)
+		if err != nil || !ok {
+			return Status{}, err
+		}
+		e = issued{key: rec.Key, fence: rec.Fence}
+	} else if key != "" && key != e.key {
 		return Status{}, nil
 	}
-	rec, ok, err := c.finder.FindClaim(ctx, id)
-	if err != nil || !ok || rec.State != store.StateClaimed || rec.Fingerprint != id {
-		return Status{}, err
-	}
-	return write(rec.Key, rec.Fence)
-}
-
-// byKey runs write on the lease on key whose id is id: this Client's own,
-// or the live claim under key if its fingerprint is id.
-func (c *Client) byKey(ctx context.Context, op, key, id string, ttl time.Duration, write func(string, idemkit.Fence) (Status, error)) (Status, error) {
-	key, err := normalizeKey(op, key)
-	if err != nil {
-		return Status{}, err
-	}
-	if err := checkID(op, id); err != nil {
-		return Status{}, err
-	}
-	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return Status{}, err
-	}
-	if e := c.entry(id); e != nil {
-		if e.key != key {
-			return Status{}, nil
-		}
-		return c.settle(id, e, ttl, write)
-	}
-	rec, ok, err := c.s.Get(ctx, key)
-	if err != nil || !ok || rec.State != store.StateClaimed || rec.Fingerprint != id {
-		return Status{}, err
-	}
-	return write(key, rec.Fence)
-}
-
-// settle runs write on this Client's lease e and updates its table: a
-// released or refused lease leaves it, an extended one gets its new lease
-// time. The store's answer decides whether the write took effect; the
-// local lease time only tells an expired lease from a lost one.
-func (c *Client) settle(id string, e *issued, ttl time.Duration, write func(string, idemkit.Fence) (Status, error)) (Status, error) {
 	sent := time.Now()
-	st, err := write(e.key, e.fence)
+	var st Status
+	var err error
+	if ttl == 0 {
+		st.OK, err = c.s.Release(ctx, e.key, e.fence)
+	} else {
+		st.ExpiresAt, st.OK, err = c.s.Extend(ctx, e.key, e.fence, ttl)
+	}
 	if err != nil {
 		return Status{}, err
 	}
+	if !mine {
+		return st, nil
+	}
+	st.Expired = !st.OK && !sent.Before(e.from)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case !st.OK:
-		st.Expired = !sent.Before(e.from)
+	if _, ok := c.leases[id]; ok && st.OK && ttl > 0 {
+		e.from, e.until = sent.Add(ttl), time.Now().Add(ttl+ttl/500)
+		c.leases[id] = e
+	} else {
 		delete(c.leases, id)
-	case ttl == 0: // released
-		delete(c.leases, id)
-	default: // extended
-		if cur := c.leases[id]; cur != nil {
-			cur.from, cur.until = sent.Add(ttl), time.Now().Add(ttl+ttl/500)
-		}
 	}
 	return st, nil
 }
 
-// entry returns this Client's lease with id, or nil.
-func (c *Client) entry(id string) *issued {
+// entry returns this Client's lease with id, if it issued one.
+func (c *Client) entry(id string) (issued, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.leases[id]
-	if e == nil {
-		return nil
-	}
-	cp := *e
-	return &cp
+	e, ok := c.leases[id]
+	return e, ok
 }
 
-// remember records a lease this Client issued, granted for ttl by a call
-// sent at sent, and sweeps the table of leases certainly run out, every
-// so many additions.
-func (c *Client) remember(id string, e *issued, sent time.Time, ttl time.Duration) {
+// remember records a lease granted for ttl by a call sent at sent, and
+// sweeps the leases certainly run out every so many additions.
+func (c *Client) remember(id string, e issued, sent time.Time, ttl time.Duration) {
 	now := time.Now()
 	e.from, e.until = sent.Add(ttl), now.Add(ttl+ttl/500)
 	c.mu.Lock()
@@ -342,7 +266,7 @@ func (c *Client) remember(id string, e *issued, sent time.Time, ttl time.Duratio
 	c.sweep = max(minSweep, len(c.leases))
 }
 
-// warn logs, once per key and Client, that a fence above
+// warn logs, once per key (of the last 1024), that a fence above
 // [idemkit.FenceWarn] was issued, naming the key by its hash only.
 func (c *Client) warn(ctx context.Context, key string, f idemkit.Fence) {
 	hash := idemkit.DefaultHasher().Hash(key)
@@ -357,6 +281,16 @@ func (c *Client) warn(ctx context.Context, key string, f idemkit.Fence) {
 		c.logger.WarnContext(ctx, "lock: fence approaching its limit",
 			slog.String("key_hash", hash), slog.String("fence", f.String()), slog.String("max", idemkit.FenceMax.String()))
 	}
+}
+
+// first returns the first failed argument check, else an ended ctx's error.
+func first(ctx context.Context, op string, checks ...error) error {
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return idemkit.CheckContext(ctx, op)
 }
 
 // leaseOf returns the lease a live lock's record describes.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -32,63 +31,51 @@ type config struct {
 // WithTTL sets the lease's TTL in [Do]. Default: 30 s.
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
-// WithBackoff sets the delays between [Do]'s attempts on a held key: the
-// n-th delay is drawn from [d/2, d] for d = min(Base·2^(n−1), Max) (see
-// [idemkit.Backoff]). Default: idemkit.Backoff{Base: 100 ms, Max: 2 s}.
-// A delay never runs past the timeout (see [WithTimeout]), and a locker
-// that is a [store.Watcher] wakes a waiter before its delay ends when the
-// lock is released.
+// WithBackoff sets the delays between [Do]'s attempts on a held key (see
+// [idemkit.Backoff]); none runs past the timeout, and a [store.Watcher]
+// locker wakes the waiter at a release. Default: {Base: 100 ms, Max: 2 s}.
 func WithBackoff(b idemkit.Backoff) Option { return func(c *config) { c.backoff = b } }
 
-// WithTimeout bounds the whole wait for the lock in [Do], from the first
-// attempt to the last; fn's running time is not counted. Do makes one last
-// attempt at the deadline and never sleeps past it. It is the one bound of
-// the wait: there is no retry count. Default: 5 s. Zero means a single
-// attempt.
+// WithTimeout bounds [Do]'s whole wait for the lock (not fn's running
+// time), the one bound: there is no retry count; a last attempt comes at
+// the deadline. Default: 5 s. Zero means a single attempt.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
-// WithRetryTransient makes [Do] retry transient backend errors
-// (ServiceUnavailable, NetworkTimeout, RateLimited) like contention, within
-// the same timeout. When it runs out the error is AcquisitionTimeout
-// wrapping the last cause. Default: off (a backend error ends Do at once).
+// WithRetryTransient makes [Do] retry ServiceUnavailable, NetworkTimeout
+// and RateLimited errors like contention, within the timeout, after which
+// the error is AcquisitionTimeout wrapping the last cause. Default: off.
 func WithRetryTransient(on bool) Option { return func(c *config) { c.retryTransient = on } }
 
-// WithRenewInterval sets how often [Do] extends the lease (to now + TTL)
-// while fn runs; it must be shorter than the TTL. Default: TTL/3. A
-// negative interval turns renewal off.
+// WithRenewInterval sets how often [Do] extends the lease while fn runs;
+// it must be shorter than the TTL, and a negative one turns renewal off.
+// Default: TTL/3.
 func WithRenewInterval(d time.Duration) Option { return func(c *config) { c.renewEvery = d } }
 
-// WithReleaseTimeout bounds the release made after the caller is done: at
-// the end of [Do], and in [Handle.Close]. It runs on a context detached
-// from the caller's. Default: 5 s. When it passes, the in-flight request is
-// cancelled through its ctx and the release-error callback receives a
-// NetworkTimeout failure; the lease runs out at its expiry.
+// WithReleaseTimeout bounds the release after the caller is done (the end
+// of [Do], [Handle.Close]), made on a context detached from the caller's;
+// past it the call is cancelled, the callback gets a NetworkTimeout, and
+// the lease runs out at its expiry. Default: 5 s.
 func WithReleaseTimeout(d time.Duration) Option { return func(c *config) { c.releaseTimeout = d } }
 
-// WithOnReleaseError sets the callback for a failed release after the
-// caller is done (the end of [Do], [Handle.Close]). It runs synchronously;
-// a panic in it is recovered and ignored. A release failure never changes
-// what Do returns. Default: a warning on the logger naming the lease by
-// hashes only.
+// WithOnReleaseError sets the callback, run synchronously with any panic
+// recovered, for a failed release after the caller is done; it never
+// changes what Do returns. Default: a warning on the logger, by hashes.
 func WithOnReleaseError(f func(ReleaseFailure)) Option {
 	return func(c *config) { c.onReleaseError = f }
 }
 
-// WithLogger sets the logger of [New]'s Client (the warning when a fence
-// passes [idemkit.FenceWarn]) and of the default release-error callback.
-// Default: slog.Default().
+// WithLogger sets the logger of [New]'s fence-limit warning and of the
+// default release-error callback. Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithHasher sets the hasher of [WithTelemetry]'s KeyHash and IDHash.
-// Default: [idemkit.DefaultHasher] (HMAC-SHA-256 under a per-process
-// secret); use [idemkit.NewHMACHasher] with a shared secret to correlate
-// reports across processes.
+// WithHasher sets the hasher of [WithTelemetry]'s hashes. Default:
+// [idemkit.DefaultHasher], under a per-process secret; an
+// [idemkit.NewHMACHasher] with a shared secret correlates processes.
 func WithHasher(h idemkit.Hasher) Option { return func(c *config) { c.hasher = h } }
 
-// WithRawIdentifiers sets the predicate of [WithTelemetry] that decides,
-// per report, whether the raw key and lock id may be included; it sees the
-// report without them. Default: never. A predicate that panics counts as a
-// refusal.
+// WithRawIdentifiers sets the predicate of [WithTelemetry] that allows, per
+// report (which it sees without them), the raw key and lock id. Default:
+// never; a predicate that panics refuses.
 func WithRawIdentifiers(allow func(Report) bool) Option {
 	return func(c *config) { c.allowRaw = allow }
 }
@@ -108,32 +95,29 @@ func newConfig(opts []Option) (config, error) {
 		}
 		o(&c)
 	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
 	if c.hasher == nil {
 		return c, invalid("options", "the hasher must not be nil; leave WithHasher out for the default")
 	}
 	return c, nil
 }
 
-// validateRelease checks the options that the release after the caller is
-// done uses.
-func (c *config) validateRelease(op string) error {
-	if c.releaseTimeout <= 0 {
-		return invalid(op, "release timeout must be positive")
-	}
-	return nil
-}
-
-func (c *config) validate() error {
+// validate checks the options of the release after the caller is done,
+// and, for Do, all of them.
+func (c *config) validate(op string) error {
 	switch {
+	case c.releaseTimeout <= 0:
+		return invalid(op, "release timeout must be positive")
+	case op != "do":
+		return nil
 	case c.ttl < time.Millisecond:
 		return invalid("do", "ttl must be at least 1ms")
 	case !c.backoff.Valid():
 		return invalid("do", "backoff needs 0 < Base <= Max")
 	case c.timeout < 0:
 		return invalid("do", "timeout must not be negative")
-	}
-	if err := c.validateRelease("do"); err != nil {
-		return err
 	}
 	if c.renewEvery == 0 {
 		c.renewEvery = c.ttl / 3
@@ -144,180 +128,107 @@ func (c *config) validate() error {
 	return nil
 }
 
-// Do runs fn while holding the lock on key: the auto-managed lock.
-//
-// It acquires with retries on contention (capped exponential back-off with
-// jitter, [WithBackoff]), returning at once when ctx ends and never
-// sleeping past its timeout ([WithTimeout]). When the locker is a
-// [store.Watcher], a waiter retries as soon as the lock is released instead of
-// sleeping out its delay.
-//
-// While fn runs, the lease is renewed every TTL/3 ([WithRenewInterval]).
-// If renewal finds the lease lost (or cannot renew it before it runs out),
-// fn's ctx is cancelled with a cause matching [idemkit.ErrLeaseLost], and Do's
-// error matches idemkit.ErrLeaseLost too.
-//
-// The lease is released when fn returns, panics (the panic goes on after the
-// release) or is cancelled, on a context detached from ctx with its own
-// timeout ([WithReleaseTimeout]). A failed release goes to the
-// release-error callback ([WithOnReleaseError]) and never changes Do's
-// result.
+// Do runs fn while holding the lock on key. It acquires with retries on
+// contention ([WithBackoff], [WithTimeout]), woken at a release when the
+// locker is a [store.Watcher], and returns at once when ctx ends. While fn
+// runs it renews the lease ([WithRenewInterval]); a lease found lost, or
+// not renewed before it runs out, cancels fn's ctx with a cause matching
+// [idemkit.ErrLeaseLost], as Do's error does. When fn returns, panics (the
+// panic goes on) or is cancelled, the lease is released on a detached
+// context ([WithReleaseTimeout]); a failure goes to [WithOnReleaseError]
+// and never changes Do's result.
 //
 // Errors: InvalidArgument for a bad key or option; AcquisitionTimeout when
 // the timeout runs out (also when ctx's deadline passes while waiting);
 // Aborted when ctx is cancelled; a backend's own error (unless
 // [WithRetryTransient]); otherwise whatever fn returned.
 func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, lease Lease) error, opts ...Option) (err error) {
-	h, err := hold(ctx, l, key, opts)
+	cfg, err := newConfig(opts)
+	if err == nil {
+		err = cfg.validate("do")
+	}
+	if err == nil {
+		key, err = normalizeKey("do", key)
+	}
 	if err != nil {
 		return err
 	}
+	lease, sent, err := acquireWithRetry(ctx, l, key, &cfg)
+	if err != nil {
+		return err
+	}
+	work, cancel := context.WithCancelCause(ctx)
+	detached := context.WithoutCancel(ctx) // for renewals and the release
+	stop := renew(detached, l, lease, &cfg, sent, cancel)
 	defer func() {
-		h.release()
-		if lost := h.lostErr(); lost != nil {
+		lost := stop()
+		rctx, rcancel := context.WithTimeout(detached, cfg.releaseTimeout)
+		if _, rerr := releaseLease(rctx, l, lease); rerr != nil {
+			reportRelease(&cfg, ReleaseFailure{Lease: lease, Source: "do", Err: rerr})
+		}
+		rcancel()
+		cancel(context.Canceled)
+		if lost != nil {
 			err = errors.Join(err, lost)
 		}
 	}()
-	return fn(h.work, h.lease)
+	return fn(work, lease)
 }
 
-// held is a lease that Do acquired and keeps renewing until it is
-// released.
-type held struct {
-	locker Locker
-	lease  Lease
-	cfg    config
-	ctx    context.Context // the caller's, detached: for renewals and the release
-	work   context.Context // fn's: cancelled with the loss, and after the release
-	cancel context.CancelCauseFunc
-
-	// Renewal runs on a timer (no goroutine until it fires); tick holds
-	// ticking while it talks to the backend, so stopping can wait for it.
-	ticking    sync.Mutex
-	timer      *time.Timer
-	validUntil time.Time // only the tick (and hold, before it) touches it
-
-	mu      sync.Mutex
-	stopped bool
-	lost    error
-}
-
-// hold acquires the lock on key with Do's retries and starts renewing it.
-func hold(ctx context.Context, l Locker, key string, opts []Option) (*held, error) {
-	cfg, err := newConfig(opts)
-	if err != nil {
-		return nil, err
+// renew extends lease every renew interval from a goroutine until stop,
+// which waits for a renewal in flight and returns the loss, if any: when
+// renewal finds the lease lost, or cannot renew it before it certainly
+// runs out (the send time of the last acquire or extend, plus the TTL), it
+// cancels fn's ctx with a loss matching [idemkit.ErrLeaseLost].
+func renew(ctx context.Context, l Locker, lease Lease, cfg *config, sent time.Time, cancel context.CancelCauseFunc) (stop func() error) {
+	if cfg.renewEvery <= 0 {
+		return func() error { return nil }
 	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	key, err = normalizeKey("do", key)
-	if err != nil {
-		return nil, err
-	}
-	lease, granted, err := acquireWithRetry(ctx, l, key, &cfg)
-	if err != nil {
-		return nil, err
-	}
-	work, cancel := context.WithCancelCause(ctx)
-	h := &held{locker: l, lease: lease, cfg: cfg, ctx: context.WithoutCancel(ctx), work: work, cancel: cancel}
-	if cfg.renewEvery > 0 {
-		// validUntil is the local instant before which the lease is
-		// certainly still ours: the send time of the last successful
-		// acquire or extend, plus the TTL.
-		h.validUntil = granted.Add(cfg.ttl)
-		h.mu.Lock()
-		h.timer = time.AfterFunc(cfg.renewEvery, h.tick)
-		h.mu.Unlock()
-	}
-	return h, nil
-}
-
-// lostErr returns the loss (matching [idemkit.ErrLeaseLost]) once renewal has found
-// the lease lost or unrenewable, and nil before that.
-func (h *held) lostErr() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.lost
-}
-
-// release stops renewal and releases the lease on a context detached from
-// the caller's, bounded by the release timeout.
-func (h *held) release() {
-	h.stopRenewal()
-	releaseAfter(h.ctx, h.locker, h.lease, &h.cfg, "do")
-	h.cancel(context.Canceled)
-}
-
-// stopRenewal stops the timer and waits for a renewal in flight.
-func (h *held) stopRenewal() {
-	h.mu.Lock()
-	h.stopped = true
-	timer := h.timer
-	h.mu.Unlock()
-	if timer != nil && !timer.Stop() {
-		h.ticking.Lock() // a tick is running or has run: wait for it
-		h.ticking.Unlock()
-	}
-}
-
-// tick extends the lease once and schedules the next tick, or records and
-// signals a loss.
-func (h *held) tick() {
-	h.ticking.Lock()
-	defer h.ticking.Unlock()
-	if h.isStopped() {
-		return
-	}
-	cfg := &h.cfg
-	sent := time.Now()
-	rctx, rcancel := context.WithDeadline(h.ctx, h.validUntil)
-	out, err := extendLease(rctx, h.locker, h.lease, cfg.ttl)
-	rcancel()
+	quit, done := make(chan struct{}), make(chan struct{})
 	var lost error
-	switch {
-	case err == nil && out.OK:
-		h.validUntil = sent.Add(cfg.ttl)
-		h.rearm(cfg.renewEvery)
-		return
-	case err == nil:
-		why := "gone (released, deleted or taken over)"
-		if out.Expired {
-			why = "expired"
+	go func() {
+		defer close(done)
+		validUntil, wait := sent.Add(cfg.ttl), cfg.renewEvery
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-quit:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			sent := time.Now()
+			rctx, rcancel := context.WithDeadline(ctx, validUntil)
+			st, err := extendLease(rctx, l, lease, cfg.ttl)
+			rcancel()
+			switch {
+			case err == nil && st.OK:
+				validUntil, wait = sent.Add(cfg.ttl), cfg.renewEvery
+				continue
+			case err == nil && st.Expired:
+				lost = fmt.Errorf("%w: renewal found the lease expired", idemkit.ErrLeaseLost)
+			case err == nil:
+				lost = fmt.Errorf("%w: renewal found the lease gone (released, deleted or taken over)", idemkit.ErrLeaseLost)
+			case time.Now().Before(validUntil): // a transient failure with time left: try again soon
+				wait = max(min(cfg.renewEvery/4, time.Until(validUntil)/2), time.Millisecond)
+				continue
+			default:
+				lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", idemkit.ErrLeaseLost, err)
+			}
+			cancel(lost)
+			return
 		}
-		lost = fmt.Errorf("%w: renewal found the lease %s", idemkit.ErrLeaseLost, why)
-	case time.Now().Before(h.validUntil):
-		// A transient failure with time left: try again soon.
-		h.rearm(max(min(cfg.renewEvery/4, time.Until(h.validUntil)/2), time.Millisecond))
-		return
-	default:
-		lost = fmt.Errorf("%w: the lease could not be renewed before it ran out: %w", idemkit.ErrLeaseLost, err)
-	}
-	h.mu.Lock()
-	h.lost = lost
-	h.mu.Unlock()
-	h.cancel(lost)
-}
-
-func (h *held) isStopped() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.stopped
-}
-
-// rearm schedules the next tick unless renewal was stopped meanwhile.
-func (h *held) rearm(d time.Duration) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.stopped {
-		h.timer.Reset(d)
+	}()
+	return func() error {
+		close(quit)
+		<-done
+		return lost
 	}
 }
 
-// acquireWithRetry runs the acquire loop of Do. It returns the
-// lease and the local time at which the successful attempt was sent: the
-// lease runs out no earlier than that time plus the TTL, whatever the
-// backend's clock says.
+// acquireWithRetry runs Do's acquire loop. It returns the lease and the
+// send time of the attempt that took it: the lease has certainly not run
+// out before that time plus the TTL, whatever the backend's clock says.
 func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *config) (lease Lease, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(cfg.timeout)
@@ -359,10 +270,7 @@ func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *config) (l
 		case <-ctx.Done():
 		case <-t.C:
 			delays++
-		case <-watch:
-			// Woken because the lock was released: the back-off does not
-			// grow, since this attempt follows the holders' releases, not
-			// the waiter's polling.
+		case <-watch: // woken by a release: the back-off does not grow
 		}
 		t.Stop()
 		stop()
@@ -377,16 +285,6 @@ func waitEnded(ctx context.Context, attempts int, lastErr error) error {
 			fmt.Sprintf("context deadline passed after %d attempts", attempts), errors.Join(cause, lastErr))
 	}
 	return idemkit.CheckContext(ctx, "do")
-}
-
-// releaseAfter releases the lease on a context detached from ctx and
-// reports a failure to the callback.
-func releaseAfter(ctx context.Context, l Locker, lease Lease, cfg *config, source string) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.releaseTimeout)
-	defer cancel()
-	if _, err := releaseLease(rctx, l, lease); err != nil {
-		reportRelease(cfg, ReleaseFailure{Lease: lease, Source: source, Err: err})
-	}
 }
 
 func invalid(op, detail string) error {

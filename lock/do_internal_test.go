@@ -19,7 +19,7 @@ func TestDoOptionValidation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := cfg.validate(); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+		if err := cfg.validate("do"); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("option %d: validate = %v; want InvalidArgument", i, err)
 		}
 	}
@@ -27,7 +27,7 @@ func TestDoOptionValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cfg.validate(); err != nil || cfg.renewEvery != 10*time.Second {
+	if err := cfg.validate("do"); err != nil || cfg.renewEvery != 10*time.Second {
 		t.Fatalf("defaults: %v, renew every %v; want every 10s (TTL/3)", err, cfg.renewEvery)
 	}
 	want := idemkit.Backoff{Base: 100 * time.Millisecond, Max: 2 * time.Second}

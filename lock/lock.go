@@ -9,7 +9,7 @@ import (
 )
 
 // Lease is a held lock: what a successful [Locker.Acquire] returns, and
-// what the raw lookups ([LookupKeyRaw], [LookupIDRaw]) find.
+// what the raw lookups find.
 type Lease struct {
 	Key        string        // the normalised key
 	ID         string        // the lock id; the only handle for release and extend
@@ -29,64 +29,53 @@ type Info struct {
 	ExpiresAt  time.Time
 }
 
-// info returns the sanitised description of l.
+// info returns the sanitised description of l (none for no lease).
 func (l Lease) info() Info {
+	if l.ID == "" {
+		return Info{}
+	}
 	h := idemkit.DefaultHasher()
 	return Info{KeyHash: h.Hash(l.Key), IDHash: h.Hash(l.ID), Fence: l.Fence, AcquiredAt: l.AcquiredAt, ExpiresAt: l.ExpiresAt}
 }
 
-// Status is what a release or extend did. OK reports whether the call took
-// effect. When it did not, Expired tells a lease that ran out (whether or
-// not another holder has taken the key since) from one that ended
-// otherwise or that the locker does not know (never issued, released,
-// deleted). A [Client] judges Expired by its own clock, for the leases it
-// issued: it only explains the refusal, which the store decided. A release
-// or extend that does not take effect is a result, not an error.
+// Status is what a release or extend did: OK when it took effect. When it
+// did not, Expired tells a lease that ran out (whether or not the key has
+// another holder since) from one that ended otherwise or is unknown. A
+// [Client] judges Expired by its own clock, for the leases it issued: it
+// explains the refusal, which the store decided.
 type Status struct {
 	OK        bool
 	Expired   bool
 	ExpiresAt time.Time // extend: the new expiry, by the backend's clock
 }
 
-// Locker is the contract of a lock provider: [Client] over any
-// [store.Store], or a third party's. All methods are safe for concurrent
-// use, check their arguments (InvalidArgument) and then their ctx (an ended
-// ctx gives Aborted or NetworkTimeout) before any I/O, and fail with
-// [*idemkit.Error] values; contention and absence are results.
-//
-// A lease is live while now < ExpiresAt by the backend's clock; there is
-// no grace period.
+// Locker is the contract of a lock provider: [Client], or a third party's.
+// Its methods are safe for concurrent use, check their arguments
+// (InvalidArgument) and then ctx (Aborted, NetworkTimeout) before any I/O,
+// and fail with [*idemkit.Error] values; contention and absence are
+// results. A lease is live while now < ExpiresAt by the backend's clock.
 type Locker interface {
-	// Acquire makes one attempt to take the lock on key for ttl. When a
-	// live lease (or any live record of the store) holds the key it
-	// returns ok = false and a nil error and changes nothing.
+	// Acquire makes one attempt to take the lock on key for ttl; ok =
+	// false, changing nothing, when the key is held.
 	Acquire(ctx context.Context, key string, ttl time.Duration) (lease Lease, ok bool, err error)
-
-	// Release ends the live lock whose id is id, and reports whether this
-	// call did. An expired lease cannot be released.
+	// Release ends the live lock whose id is id.
 	Release(ctx context.Context, id string) (Status, error)
-
 	// Extend sets the expiry of the live lock whose id is id to now + ttl
-	// (a shorter ttl shortens it) and returns it. It keeps AcquiredAt and
-	// Fence. An expired lease cannot be extended.
+	// (a shorter ttl shortens it), keeping AcquiredAt and Fence.
 	Extend(ctx context.Context, id string, ttl time.Duration) (Status, error)
-
-	// IsLocked reports whether a live lease holds key. It changes nothing.
+	// IsLocked reports whether a live lease holds key.
 	IsLocked(ctx context.Context, key string) (bool, error)
-
-	// LookupKey returns the live lock on key, or ok = false. Lookups are
-	// diagnostics: never gate a mutation on one; use fences.
+	// LookupKey returns the live lock on key. Lookups are diagnostics:
+	// never gate a mutation on one; use fences.
 	LookupKey(ctx context.Context, key string) (info Info, ok bool, err error)
-
-	// LookupID returns the live lock whose id is id, or ok = false (also
-	// when its key has since passed to another holder).
+	// LookupID returns the live lock whose id is id (not found once its
+	// key has passed to another holder).
 	LookupID(ctx context.Context, id string) (info Info, ok bool, err error)
 }
 
 // KeyedLocker is an optional interface of a [Locker] that releases and
-// extends given the lease's key as well as its id, for a provider that
-// would otherwise first have to find the key. Ownership is still checked by
-// the id: a key that does not hold the lock with this id gives OK = false.
+// extends given the lease's key too, for a provider that would otherwise
+// have to find the key first. Ownership is still checked by the id.
 // [Handle] and [Do] use it when the locker has it.
 type KeyedLocker interface {
 	ReleaseKey(ctx context.Context, key, id string) (Status, error)
@@ -94,11 +83,11 @@ type KeyedLocker interface {
 }
 
 // Finder is an optional capability of a [store.Store] (engines implement
-// the method without importing this package). With it a [Client] resolves
-// any lock id, not only those it issued itself: another process's lease
-// can be released, extended and looked up by id. An engine may index only
-// the claims whose fingerprint has the form of a lock id (22 characters of
-// the base64url alphabet), so the index costs the guard's writes nothing.
+// the method without importing this package): with it a [Client] resolves
+// any lock id, another process's too. An engine may index only the claims
+// whose fingerprint is a lock id
+// ([github.com/idemkit/idemkit/store/engine.LockID]), so the index costs
+// the guard's writes nothing.
 type Finder interface {
 	// FindClaim returns the live claim whose Fingerprint is fp, or ok =
 	// false.
@@ -114,8 +103,8 @@ func releaseLease(ctx context.Context, l Locker, lease Lease) (Status, error) {
 	return l.Release(ctx, lease.ID)
 }
 
-// extendLease extends lease through l to now + ttl, with its key when l is
-// a [KeyedLocker].
+// extendLease extends lease through l, with its key when l is a
+// [KeyedLocker].
 func extendLease(ctx context.Context, l Locker, lease Lease, ttl time.Duration) (Status, error) {
 	if k, ok := l.(KeyedLocker); ok {
 		return k.ExtendKey(ctx, lease.Key, lease.ID, ttl)
@@ -130,40 +119,31 @@ func Owns(ctx context.Context, l Locker, id string) (bool, error) {
 	return ok, err
 }
 
-// LookupKeyRaw is [Locker.LookupKey] returning the lease with its raw key
-// and lock id. Use it only where printing raw identifiers is acceptable. l
-// must be a [*Client], or wrap one (an Unwrap() Locker method, as
-// [WithTelemetry]'s locker has): other providers do not reveal raw ids,
-// and get InvalidArgument.
+// LookupKeyRaw is [Locker.LookupKey] returning the lease, raw key and lock
+// id included: use it only where printing them is acceptable. l must be a
+// [*Client] or wrap one (an Unwrap() Locker method, as [WithTelemetry]'s
+// has); other providers do not reveal lock ids, and get InvalidArgument.
 func LookupKeyRaw(ctx context.Context, l Locker, key string) (Lease, bool, error) {
-	c, err := clientOf(l, "lookup-key")
-	if err != nil {
-		return Lease{}, false, err
-	}
-	return c.lookupKey(ctx, key)
+	return raw(l, "lookup-key", func(c *Client) (Lease, bool, error) { return c.lookupKey(ctx, key) })
 }
 
-// LookupIDRaw is [Locker.LookupID] returning the lease with its raw key and
-// lock id, on the same terms as [LookupKeyRaw].
+// LookupIDRaw is [Locker.LookupID] returning the lease, on the terms of
+// [LookupKeyRaw].
 func LookupIDRaw(ctx context.Context, l Locker, id string) (Lease, bool, error) {
-	c, err := clientOf(l, "lookup-id")
-	if err != nil {
-		return Lease{}, false, err
-	}
-	return c.lookupID(ctx, id)
+	return raw(l, "lookup-id", func(c *Client) (Lease, bool, error) { return c.lookupID(ctx, id) })
 }
 
-// clientOf returns the Client l is or wraps.
-func clientOf(l Locker, op string) (*Client, error) {
+// raw runs lookup on the Client l is or wraps.
+func raw(l Locker, op string, lookup func(*Client) (Lease, bool, error)) (Lease, bool, error) {
 	for range 16 {
-		switch v := l.(type) {
-		case *Client:
-			return v, nil
-		case interface{ Unwrap() Locker }:
-			l = v.Unwrap()
-		default:
-			return nil, invalid(op, "raw lookups need a lock.Client (or a locker that wraps one)")
+		if c, ok := l.(*Client); ok {
+			return lookup(c)
 		}
+		u, ok := l.(interface{ Unwrap() Locker })
+		if !ok {
+			break
+		}
+		l = u.Unwrap()
 	}
-	return nil, invalid(op, "raw lookups need a lock.Client (or a locker that wraps one)")
+	return Lease{}, false, invalid(op, "raw lookups need a lock.Client, or a locker that wraps one")
 }

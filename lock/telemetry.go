@@ -8,34 +8,17 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// Report describes one completed lock operation, failures included, for
-// the [Reporter] of [WithTelemetry].
+// Report describes one completed lock operation, failures included.
 type Report struct {
-	// Op is "acquire", "release", "extend", "is-locked", "lookup-key" or
-	// "lookup-id".
-	Op string
-	// OK: acquire took the lock; release or extend took effect; is-locked
-	// found the key locked; a lookup found a live lock. False on error.
-	OK bool
-	// Reason, when OK is false without an error: "locked" (acquire),
-	// "expired" or "not-found" (release, extend).
-	Reason string
-	// KeyHash names the key of acquire, is-locked and lookup-key.
-	KeyHash string
-	// IDHash names the lock id of release, extend, lookup-id, and of a
-	// successful acquire.
-	IDHash string
-	// Key and ID are the raw values, set only when the raw-identifier
-	// predicate ([WithRawIdentifiers]) allows them for this report.
-	Key, ID string
-	// Fence is the fence of a successful acquire, or of the lock a lookup
-	// found.
-	Fence idemkit.Fence
-	// Err is the operation's error and Code its code; nil and
-	// idemkit.CodeUnknown on success.
-	Err  error
-	Code idemkit.Code
-	// Duration is how long the operation took.
+	Op       string // "acquire", "release", "extend", "is-locked", "lookup-key" or "lookup-id"
+	OK       bool   // taken, released, extended, locked or found; false on error
+	Reason   string // when not OK without an error: "locked", "expired" or "not-found"
+	KeyHash  string // the key of acquire, is-locked and lookup-key
+	IDHash   string // the lock id of release, extend, lookup-id and a successful acquire
+	Key, ID  string // the raw values, only where [WithRawIdentifiers] allows them
+	Fence    idemkit.Fence
+	Err      error        // the operation's error, if any
+	Code     idemkit.Code // its code (CodeUnknown on success)
 	Duration time.Duration
 }
 
@@ -58,20 +41,12 @@ type instrumented struct {
 	allowRaw func(Report) bool
 }
 
-var (
-	_ Locker        = (*instrumented)(nil)
-	_ store.Watcher = (*instrumented)(nil)
-	_ KeyedLocker   = (*instrumented)(nil)
-)
-
-// WithTelemetry wraps l in a [Locker] that reports every operation to r:
-// one report per call, successes, contention and errors alike, with its
-// duration. Of the options it uses [WithHasher] and [WithRawIdentifiers].
-// The reporter runs synchronously after the operation and cannot change
-// its result: a panic in it is recovered. The locker it returns is also a
-// [store.Watcher] and a [KeyedLocker], which delegate to l when it is one
-// (otherwise its watches never fire, and keyed calls use the lock id
-// alone), and has an Unwrap() Locker method that returns l.
+// WithTelemetry wraps l in a [Locker] that reports every call to r, with
+// its duration, errors included, keys and ids hashed. Of the options it
+// uses [WithHasher] and [WithRawIdentifiers]. r runs synchronously after
+// the call and cannot change its result (a panic is recovered). The locker
+// is also a [store.Watcher] and a [KeyedLocker], delegating to l where it
+// is one, and has an Unwrap() Locker method.
 func WithTelemetry(l Locker, r Reporter, opts ...Option) (Locker, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -100,35 +75,19 @@ func (t *instrumented) Acquire(ctx context.Context, key string, ttl time.Duratio
 }
 
 func (t *instrumented) Release(ctx context.Context, id string) (Status, error) {
-	start := time.Now()
-	st, err := t.inner.Release(ctx, id)
-	t.emitStatus("release", id, st, start, err)
-	return st, err
+	return t.change("release", id, func() (Status, error) { return t.inner.Release(ctx, id) })
 }
 
 func (t *instrumented) Extend(ctx context.Context, id string, ttl time.Duration) (Status, error) {
-	start := time.Now()
-	st, err := t.inner.Extend(ctx, id, ttl)
-	t.emitStatus("extend", id, st, start, err)
-	return st, err
+	return t.change("extend", id, func() (Status, error) { return t.inner.Extend(ctx, id, ttl) })
 }
 
-// ReleaseKey releases through the wrapped locker (with the key when it is a
-// [KeyedLocker]) and reports it as a release.
 func (t *instrumented) ReleaseKey(ctx context.Context, key, id string) (Status, error) {
-	start := time.Now()
-	st, err := releaseLease(ctx, t.inner, Lease{Key: key, ID: id})
-	t.emitStatus("release", id, st, start, err)
-	return st, err
+	return t.change("release", id, func() (Status, error) { return releaseLease(ctx, t.inner, Lease{Key: key, ID: id}) })
 }
 
-// ExtendKey extends through the wrapped locker (with the key when it is a
-// [KeyedLocker]) and reports it as an extend.
 func (t *instrumented) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (Status, error) {
-	start := time.Now()
-	st, err := extendLease(ctx, t.inner, Lease{Key: key, ID: id}, ttl)
-	t.emitStatus("extend", id, st, start, err)
-	return st, err
+	return t.change("extend", id, func() (Status, error) { return extendLease(ctx, t.inner, Lease{Key: key, ID: id}, ttl) })
 }
 
 func (t *instrumented) IsLocked(ctx context.Context, key string) (bool, error) {
@@ -152,8 +111,7 @@ func (t *instrumented) LookupID(ctx context.Context, id string) (Info, bool, err
 	return info, ok, err
 }
 
-// Watch delegates to the wrapped locker when it is a [store.Watcher];
-// otherwise it returns a channel that never fires.
+// Watch never fires unless the wrapped locker is a [store.Watcher].
 func (t *instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if w, ok := t.inner.(store.Watcher); ok {
 		return w.Watch(ctx, key)
@@ -161,8 +119,10 @@ func (t *instrumented) Watch(ctx context.Context, key string) (<-chan struct{}, 
 	return nil, func() {}
 }
 
-// emitStatus reports a release or extend.
-func (t *instrumented) emitStatus(op, id string, st Status, start time.Time, err error) {
+// change runs a release or extend and reports it.
+func (t *instrumented) change(op, id string, call func() (Status, error)) (Status, error) {
+	start := time.Now()
+	st, err := call()
 	r := Report{Op: op, OK: st.OK, IDHash: t.hasher.Hash(id), ID: id}
 	switch {
 	case st.OK:
@@ -172,18 +132,19 @@ func (t *instrumented) emitStatus(op, id string, st Status, start time.Time, err
 		r.Reason = "not-found"
 	}
 	t.emit(r, start, err)
+	return st, err
 }
 
-// emit completes r and hands it to the reporter, redacting raw identifiers
-// unless the predicate allows them and recovering from a panicking
-// reporter.
+// emit completes r, redacts it unless allowed, and reports it.
 func (t *instrumented) emit(r Report, start time.Time, err error) {
 	r.Duration = time.Since(start)
 	if err != nil {
 		r.OK, r.Reason, r.Err, r.Code = false, "", err, idemkit.CodeOf(err)
 	}
-	if !t.rawAllowed(r) {
-		r.Key, r.ID = "", ""
+	key, id := r.Key, r.ID
+	r.Key, r.ID = "", ""
+	if t.rawAllowed(r) {
+		r.Key, r.ID = key, id
 	}
 	defer func() { _ = recover() }()
 	t.to.LockReport(r)
@@ -197,16 +158,8 @@ func (t *instrumented) keyHash(key string) string {
 	return t.hasher.Hash(key)
 }
 
+// rawAllowed asks the predicate about the redacted r; a panic refuses.
 func (t *instrumented) rawAllowed(r Report) (ok bool) {
-	if t.allowRaw == nil {
-		return false
-	}
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	redacted := r
-	redacted.Key, redacted.ID = "", ""
-	return t.allowRaw(redacted)
+	defer func() { _ = recover() }()
+	return t.allowRaw != nil && t.allowRaw(r)
 }

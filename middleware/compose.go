@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // ComposeOption configures [Compose].
@@ -235,10 +236,10 @@ func lockKeyOf(k string) string {
 
 func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -278,10 +279,10 @@ func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration)
 
 func (s *composed) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return time.Time{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return time.Time{}, false, err
 	}
 	h, done, err := s.take(ctx, op, claimKey{key, fence})
@@ -301,7 +302,7 @@ func (s *composed) Extend(ctx context.Context, key string, fence idemkit.Fence, 
 
 func (s *composed) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	ck := claimKey{rec.Key, rec.Fence}
@@ -326,7 +327,7 @@ func (s *composed) Complete(ctx context.Context, rec store.Record, ttl time.Dura
 
 func (s *composed) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	ck := claimKey{key, fence}
@@ -345,7 +346,7 @@ func (s *composed) Release(ctx context.Context, key string, fence idemkit.Fence)
 
 func (s *composed) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -364,7 +365,7 @@ func (s *composed) Get(ctx context.Context, key string) (store.Record, bool, err
 
 func (s *composed) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {

@@ -1,19 +1,12 @@
 package store
 
-import (
-	"context"
-)
+import "context"
 
 // Inspection is what an operator sees of one record (see [Inspect]).
 type Inspection struct {
-	// Record is the record; its Response is set only when asked for, and
-	// opened when the store seals (see [Seal]).
-	Record
-	// Size is how many bytes the response takes in the backend (for a
-	// sealed response, its envelope).
-	Size int
-	// Sealed reports whether the response is sealed.
-	Sealed bool
+	Record      // its Response only when asked for, opened when the store seals
+	Size   int  // the bytes the response takes in the backend (sealed: its envelope)
+	Sealed bool // whether the response is sealed
 }
 
 // Inspect reads the live record under key as an operator would see it,
@@ -24,9 +17,8 @@ type Inspection struct {
 // is sealed and s cannot open it (a store without the seal keys). ok is
 // false when there is no live record.
 //
-// A store that wraps another (a decorator that counts or traces calls) is
-// seen through when it has a method Unwrap() Store returning the store it
-// wraps, so that a sealed store under it is still inspected as sealed.
+// A decorator with an Unwrap() Store method is seen through, so that a
+// sealed store under it is still inspected as sealed.
 func Inspect(ctx context.Context, s Store, key string, withResponse bool) (in Inspection, ok bool, err error) {
 	inner := s
 	sl, sealing := sealedUnder(s)

@@ -7,38 +7,26 @@ import (
 	"github.com/idemkit/idemkit"
 )
 
-// Lister is the operator access of a store that can enumerate its records:
-// every store of this repository implements it (memory, Redis, PostgreSQL,
-// Firestore). [List] finds it through [Seal] and through decorators with an
-// Unwrap() Store method.
+// Lister is the operator access of a store that can enumerate its records
+// (every engine of this repository). [List] finds it through [Seal] and
+// decorators with an Unwrap() Store method.
 type Lister interface {
 	// List returns up to limit live records (claims and outcomes, each
 	// with its response) whose record key starts with prefix ("" for
 	// all), and a cursor that continues the listing: pass it as after
 	// ("" for the first page). next is "" once nothing is left; a page
 	// may hold fewer than limit records (even none) while next is not "".
-	// Records created or deleted during a listing may be missed or shown;
-	// one that lives throughout is shown, once unless the store's
-	// documentation says it may come twice. The cursor is opaque and
-	// belongs to the store and prefix that made it (another one is an
-	// InvalidArgument error, as is a limit outside 1 to [MaxListLimit]).
-	// A store lists the records whose keys it can match against prefix:
-	// where it stores a key only as a hash (the store's documentation
-	// says when) that record is not listed.
+	// A record that lives throughout a listing is shown, once unless the
+	// store's documentation says otherwise; one created or deleted during
+	// it may be missed. The cursor is opaque and belongs to the store and
+	// prefix that made it (another one is InvalidArgument, as is a limit
+	// outside 1 to [MaxListLimit]). A record whose key the store keeps only
+	// as a hash (its documentation says when) is not listed.
 	List(ctx context.Context, prefix, after string, limit int) (recs []Record, next string, err error)
 }
 
 // MaxListLimit is the most records one [Lister.List] call returns.
 const MaxListLimit = 1000
-
-// ValidateList checks List's limit, for the stores that implement
-// [Lister].
-func ValidateList(limit int) error {
-	if limit < 1 || limit > MaxListLimit {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "list", fmt.Sprintf("limit must be 1 to %d (got %d)", MaxListLimit, limit), nil)
-	}
-	return nil
-}
 
 // List lists the live records of s whose record key starts with prefix, as
 // [Lister.List] does, as an operator sees them: each with the size of its
@@ -50,9 +38,6 @@ func List(ctx context.Context, s Store, prefix, after string, limit int) (page [
 	l, ok := listerUnder(s)
 	if !ok {
 		return nil, "", idemkit.NewError(idemkit.CodeInvalidArgument, "list", fmt.Sprintf("the store (%T) cannot list its records: it is not a store.Lister", s), nil)
-	}
-	if err := ValidateList(limit); err != nil {
-		return nil, "", err
 	}
 	recs, next, err := l.List(ctx, prefix, after, limit)
 	if err != nil {

@@ -57,82 +57,45 @@ const sealFields = 1 + 8 + 8
 // e-mail addresses, tokens) never sit in plain text on the backend, and
 // every field of a record that decides what the guard does is
 // authenticated. It works on every store, the composed one included.
+// docs/security.md explains what it protects against, and what not.
 //
-// What is sealed: every outcome Complete writes, completed or not
-// replayable, with an empty response or none, becomes an envelope in the
-// record's response. The envelope encrypts the response and authenticates
-// the record key, the fingerprint, the outcome's state, its fence and its
-// lifetime from its fence: the record TTL given to Complete, plus the time
-// from the claim (as its Claim answered) to Complete, timed by this
-// process's monotonic clock (a claim it did not grant, or one of more than
-// 16,384 it holds at once, counts no time). Record keys stay readable for
-// operators, the fingerprint is a hash already, and the state, fence and
-// times stay the store's own, in plain text: the envelope carries its own
-// copy of the state, fence and lifetime. Each envelope is sealed under a
-// fresh random 96-bit nonce. The envelope is, in order: 5 bytes of marker
-// and version ("\x89IKS" and 1), one byte of key id length, the key id, one
-// byte of state (2 completed, 3 not replayable), the fence and the
-// lifetime in milliseconds (8 bytes each, big-endian), the 12-byte nonce,
-// and the
-// ciphertext with its 16-byte tag; the additional data is the envelope up
-// to the nonce, then the record key and the fingerprint, each behind its
-// length as 4 bytes big-endian. It adds 51 bytes plus the key id's length
-// to each response (a not-replayable outcome or an empty response takes
-// that much), so a response within that margin of a backend's limit no
-// longer fits: Complete then fails with [ErrTooLarge], and the guard
-// records such an outcome as executed but not replayable.
+// Every outcome Complete writes, completed or not replayable, with a
+// response or none, becomes an envelope in the record's response: after a
+// marker and version ("\x89IKS" and 1) and the key id behind its length,
+// the outcome's state, fence and lifetime (sealFields), a fresh random
+// 96-bit nonce, and the ciphertext with its tag, authenticated together
+// with the record key and the fingerprint. The lifetime runs from the
+// fence: the record TTL given to Complete plus the time from the claim (as
+// its Claim answered) to Complete, timed by this process's monotonic clock
+// (a claim it did not grant, or one of more than 16,384 it holds at once,
+// counts no time). Record keys, the fingerprint (a hash already), state,
+// fence and times stay readable for operators. An envelope adds 51 bytes
+// plus the key id's length: a response within that margin of a backend's
+// limit fails Complete with [ErrTooLarge], and the guard records it as
+// executed but not replayable.
 //
 // Claim (when it returns an outcome) and Get open the envelope and check
-// it against the record. An envelope sealed under a key id that is not
-// among the keys given, one that fails authentication (altered, moved to
-// another key or request, or sealed under another secret with the same
-// id), an outcome without an envelope (written before sealing was turned
-// on, or with its envelope erased), and an outcome whose state or fence
-// differs from the envelope's (a not-replayable outcome flipped to
-// completed, say) are never returned as they are: Claim and Get fail with
-// an Internal error that matches [ErrUnsealable], and return no record.
-// The guard, which cannot tell then whether its work already ran, answers
-// unavailable and does not run it. Extend, Release and Delete pass through:
-// an operator can still delete a record that no longer opens.
+// it against the record. An envelope under a key id not given, one that
+// fails authentication (altered, moved, sealed under another secret), an
+// outcome without an envelope, and an outcome whose state or fence differs
+// from the envelope's fail with an Internal error matching
+// [ErrUnsealable], returning no record: the guard, which cannot tell
+// whether its work ran, answers unavailable and does not run it. Extend,
+// Release and Delete pass through: an operator can still delete a record
+// that no longer opens.
 //
 // An outcome made to look free on the backend (its expiry moved into the
-// past, its state changed to a claim whose lease ran out or to a
-// tombstone) is taken over by the store's Claim in its one round trip; the
-// store reports the response the record still held ([Record].Replaced),
-// and Seal opens it. An envelope whose fence read as Unix milliseconds
-// plus its lifetime is still ahead of the new claim's CreatedAt (both by
-// the backend's clock) was made to look free: a fence is the backend's
-// clock at its claim, the backend stamps the completion at least the
-// timed interval later, and the outcome lives for its record TTL from its
-// completion. Seal then does not hand
-// the claim to the caller, but completes it with the authentic outcome,
-// sealed again under the new fence, for the rest of its lifetime, and
-// returns that outcome as Claim's answer (claimed = false), so a retry
-// replays it. Should that completion fail, Seal releases the claim and
-// fails with an error matching [ErrUnsealable] (the take-over removed the
-// envelope from the backend: a later retry finds the key free). No margin
-// is allowed for:
-// a fence pushed ahead of the clock (by a backend clock that stepped back,
-// or by more claims of one key within a millisecond than milliseconds
-// passed) only makes Seal restore an outcome that had just expired, which
-// replays the authentic outcome that much longer and never runs the work.
-// A replay stays one round trip and a first execution two; the
-// restoration costs a Complete, only for a record made to look free.
-//
-// What Seal cannot tell from an expiry, and lets through as a free key: a
-// record deleted outright, or whose envelope was erased (or made
-// unreadable) along with its state or expiry, as an operator's forget
-// ([Store.Delete]) would leave it; an outcome made to look free after its
-// fence plus its sealed lifetime, that is within the round trips of its
-// claim's answer and its completion (or, for a claim this process did not
-// time, within the time its work took) before it would have expired
-// anyway; a record made to look free and taken over by a Claim whose
-// answer was lost and that the store answered again from its own new
-// claim; and any record of a store whose Claim does not report what it
-// replaced ([github.com/idemkit/idemkit/middleware.Compose], whose claims live in the lock). A live claim
-// written over an outcome answers "in progress" until its lease runs out,
-// after which the take-over above restores the outcome. An expiry moved
-// later keeps the authentic outcome replaying longer.
+// past, its state changed to a run-out claim or a tombstone) is taken over
+// by the store's Claim, which reports the response it replaced
+// ([Record].Replaced). When that envelope's fence, read as Unix
+// milliseconds, plus its lifetime is still ahead of the new claim's
+// CreatedAt (a fence is the backend's clock at its claim), Seal completes
+// the new claim with the authentic outcome, sealed again under the new
+// fence for the rest of its lifetime, and returns it as Claim's answer
+// (claimed = false), so a retry replays it; should that fail, it releases
+// the claim and fails with [ErrUnsealable]. A fence pushed ahead of the
+// clock only makes Seal restore an outcome that had just expired. A replay
+// stays one round trip and a first execution two.
 //
 // Rotation: give the new key as an older key on every node first, then
 // make it current (and the old one older) everywhere; drop the old key
@@ -140,10 +103,9 @@ const sealFields = 1 + 8 + 8
 // may seal at most 2^32 outcomes (the bound of random nonces): rotate
 // well before that.
 //
-// Seal validates its keys and returns an InvalidArgument error for a nil
-// store or a bad key; the messages never contain key material. When s is a
-// [Watcher], so is the sealed store; when s is a [Transactor], its work
-// commits sealed outcomes.
+// Seal returns an InvalidArgument error for a nil store or a bad key,
+// never containing key material. When s is a [Watcher], so is the sealed
+// store; when s is a [Transactor], its work commits sealed outcomes.
 func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "seal", "store must not be nil", nil)
@@ -369,12 +331,8 @@ func (s *sealed) Extend(ctx context.Context, key string, fence idemkit.Fence, tt
 }
 
 func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
-	// Nothing is sealed for a call that is refused anyway.
-	if err := ValidateComplete(rec, ttl); err != nil {
-		return false, err
-	}
-	if err := idemkit.CheckContext(ctx, "complete"); err != nil {
-		return false, err
+	if refused(ctx, rec, ttl) {
+		return s.next.Complete(ctx, rec, ttl) // refused there, with its error
 	}
 	rec.Response = s.seal(rec, ttl, s.held(rec.Key, rec.Fence), rec.Response)
 	ok, err := s.next.Complete(ctx, rec, ttl)
@@ -382,6 +340,14 @@ func (s *sealed) Complete(ctx context.Context, rec Record, ttl time.Duration) (b
 		s.ended(rec.Key, rec.Fence) // written, or the claim is gone
 	}
 	return ok, err
+}
+
+// refused reports whether the store under Seal refuses a completion of rec
+// for ttl before any I/O (no outcome state, a zero fence or key, a TTL
+// under a millisecond, an ended ctx): then nothing is sealed, and the
+// store's own refusal is the answer.
+func refused(ctx context.Context, rec Record, ttl time.Duration) bool {
+	return !rec.State.Done() || rec.Fence == 0 || rec.Key == "" || ttl < time.Millisecond || ctx.Err() != nil
 }
 
 // Work implements [Transactor]: the work of the sealed store, whose
@@ -406,8 +372,8 @@ type sealedWork struct {
 }
 
 func (w *sealedWork) Commit(ctx context.Context, rec Record, ttl time.Duration) (bool, error) {
-	if err := ValidateComplete(rec, ttl); err != nil {
-		return false, err
+	if refused(ctx, rec, ttl) {
+		return w.Work.Commit(ctx, rec, ttl)
 	}
 	rec.Response = w.s.seal(rec, ttl, w.s.held(rec.Key, rec.Fence), rec.Response)
 	ok, err := w.Work.Commit(ctx, rec, ttl)

@@ -13,9 +13,8 @@ import (
 type State uint8
 
 const (
-	// StateClaimed: a request holds the key and is running; its claim has
-	// a fence and a lease (ExpiresAt). Duplicates wait or are told "in
-	// progress".
+	// StateClaimed: a request holds the key and is running, under a
+	// fence and a lease (ExpiresAt).
 	StateClaimed State = iota + 1
 	// StateCompleted: the work ran and its response is stored; retries get
 	// it back.
@@ -56,50 +55,23 @@ type Record struct {
 	CreatedAt   time.Time     // when the claim was made or the outcome written, by the store's clock
 	ExpiresAt   time.Time     // a claim: when its lease runs out; an outcome: when it is forgotten
 
-	// Replaced is set only by a Claim that made a new claim (claimed =
-	// true) by taking over a record that still held a non-empty response
-	// (an outcome past its expiry, or whatever the backend holds under
-	// the key): that record's Fingerprint and Response as the backend held
-	// them, its other fields unset. It is nil otherwise, and never
-	// written. [Seal] reads it to tell an outcome that expired from one
-	// made to look free on the backend.
+	// Replaced is what a Claim that took over a record still holding a
+	// response reports of it (see [Store.Claim]); never written.
 	Replaced *Record
 }
 
-// Store is the guard's backend: records that carry their own lease. A
-// request claims its key, runs, and completes the claim with its outcome in
-// the same record, so one conditional write decides everything: a replay
-// costs one round trip, a first execution two.
+// Store is an engine: records that carry their own lease, for the guard
+// and the lock library (see the package doc, which also states the rules
+// of time, fences and expiry).
 //
-// All methods are safe for concurrent use, validate their arguments (with
-// [ValidateKey], [ValidateTTL], [ValidateFenced] and [ValidateComplete]) before
+// All methods are safe for concurrent use, validate their arguments before
 // any I/O (InvalidArgument: a key of 1 to [MaxKeyBytes] bytes, any bytes; a
 // TTL of at least one millisecond; a fence other than zero; an outcome
-// state for Complete; messages never repeat the key) and check ctx before
-// any I/O (an ended ctx gives Aborted or NetworkTimeout). Failures are [*idemkit.Error] values; a busy
-// key, a refused write and absence are results.
-//
-// Time is the backend's: leases and record expiry are judged by the
-// backend's clock (Redis TIME, PostgreSQL clock_timestamp(), Firestore's
-// commit and read times, the process clock in memory), never a client's. A
-// record is live while now < ExpiresAt.
-//
-// Fences: a new claim's fence is greater than any fence the key's record
-// ever carried, including records that were released, deleted or expired,
-// and whatever the backend's clock does. Stores keep no counter for this:
-// a new claim's fence is max(previous fence + 1, the backend's clock in
-// Unix milliseconds), where the previous fence is the one the key's record
-// (or what is left of it) carries, 0 when there is none. A record is never
-// removed from the backend before the backend's clock has passed its fence
-// read as Unix milliseconds plus the store's largest clock step (each
-// engine's WithMaxClockStep; default one minute), so that a later claim's
-// clock-derived fence is always greater, even after the clock stepped back
-// by up to that much or a failover landed on a node whose clock is behind
-// by up to that much: a released claim or a deleted record leaves a
-// tombstone (its fence only, invisible to Get, claimable at once) until
-// then. Nor is a record removed before its ExpiresAt, or, for a claim,
-// [ClaimRetention] past it. Every record, claim, outcome or tombstone, has
-// an expiry on the backend: nothing is kept forever.
+// state for Complete; messages never repeat the key; package
+// [github.com/idemkit/idemkit/store/engine] has the checks) and check ctx
+// before any I/O (an ended ctx gives Aborted or NetworkTimeout). Failures
+// are [*idemkit.Error] values; a busy key, a refused write and absence are
+// results.
 type Store interface {
 	// Claim makes one attempt, in one round trip, to claim key for a
 	// request whose fingerprint is fp, with a lease of ttl.
@@ -115,19 +87,13 @@ type Store interface {
 	// fails with Internal.
 	//
 	// A new claim that replaces a record still holding a non-empty
-	// response, whatever its state says (an outcome past its expiry, or a
-	// claim or tombstone that was altered on the backend), reports that
-	// record's fingerprint and response in Replaced, in the same round
-	// trip; a claim of a free key, or over a claim or tombstone without a
-	// response, reports nil, and so does every Claim that made no claim.
-	// Release and Delete leave no response behind (a claim after an
-	// operator's Delete reports nothing, so Seal never restores what an
-	// operator forgot), and neither does a claim that took one over. A
-	// store may have dropped an expired record before a claim comes (its
-	// backend removes records at their expiry): then there is nothing to
-	// report. The stores of this repository report it, except the
-	// composition [github.com/idemkit/idemkit/middleware.Compose], whose claims live in the lock and whose
-	// records are read only while live.
+	// response, whatever its state says, reports that record's
+	// fingerprint and response (nothing else) in Replaced, in the same
+	// round trip, so that [Seal] can tell an outcome that expired from one
+	// made to look free; every other Claim reports nil. Release, Delete
+	// and a take-over leave no response behind, and a record the backend
+	// already dropped at its expiry has nothing to report.
+	// [github.com/idemkit/idemkit/middleware.Compose] reports nothing.
 	Claim(ctx context.Context, key, fp string, ttl time.Duration) (rec Record, claimed bool, err error)
 
 	// Extend sets the lease of the live claim (key, fence) to now + ttl
@@ -190,9 +156,8 @@ type Records interface {
 }
 
 // ClaimRetention is how long a store keeps a claim whose lease ran out
-// before it may remove it (unless a new claim replaces it first), so that a
-// holder whose store was unreachable for a while still completes its claim
-// once it is back, rather than leaving a retry to run the work again.
+// (unless a new claim replaces it), so that a holder cut off from its store
+// for a while still completes it rather than a retry running the work.
 const ClaimRetention = time.Minute
 
 // MaxKeyBytes is the longest record key every store accepts.

@@ -2,16 +2,13 @@ package store
 
 import "context"
 
-// Watcher is an optional interface of a [Store] that can tell a waiting
-// duplicate when the claim it waits for has ended, so that the guard
-// claims again at once instead of sleeping out its poll interval.
-//
-// A store that implements it notifies on every Complete, Release and
-// Delete of a key (through the backend's own notification: Redis pub/sub,
-// PostgreSQL LISTEN/NOTIFY, Firestore snapshot listeners), and keeps the
-// number of its listening connections independent of the number of
-// watches: one listener per process (or per watched key, where the
-// backend listens per document) however many requests wait.
+// Watcher is an optional interface of a [Store] that tells a waiter (a
+// guard's duplicate, a lock's waiter) when the claim it waits
+// for has ended, so that it claims again at once instead of polling. It
+// notifies on every Complete, Release and Delete of a key through the
+// backend's own notification (Redis pub/sub, PostgreSQL LISTEN/NOTIFY,
+// Firestore snapshot listeners), with one listener per process (or per
+// watched key) however many wait.
 type Watcher interface {
 	// Watch returns a channel that is closed when the record under key
 	// may have stopped being a claim (an outcome was completed, the claim

@@ -53,10 +53,9 @@ type Work interface {
 	Rollback(ctx context.Context)
 }
 
-// The failures of the work's own transaction that [Work.Commit] reports:
-// not the backend's (it answered), but the transaction's, which the
-// backend rolled back, so that nothing of the work landed and the claim is
-// still the holder's.
+// The failures of the work's own transaction (not the backend's) that
+// [Work.Commit] reports: rolled back, nothing landed, the claim is still
+// the holder's.
 var (
 	// ErrWorkFailed is matched by a Commit that failed for good: a
 	// statement of the work failed and left the transaction aborted, or a

@@ -5,5 +5,5 @@
 // memstore uses it, and the conformance suite's own tests. The stores in
 // modules of their own keep their copies, since released code outside
 // this module never imports internal packages. The argument checks every
-// store makes are [store.ValidateKey] and its siblings.
+// store makes are [github.com/idemkit/idemkit/store/engine.ValidateKey] and its siblings.
 package leased

@@ -1,5 +1,5 @@
 // Package sweepertest checks a background sweeper built on
-// [github.com/idemkit/idemkit/store.SweepEvery] (the StartSweeper methods of the PostgreSQL and
+// [github.com/idemkit/idemkit/store/engine.SweepEvery] (the StartSweeper methods of the PostgreSQL and
 // Firestore backends) against its real server: that it collects an expired
 // record on its own, that it logs its failures with their code and its
 // message but never a key, and that stop may be called more than once.

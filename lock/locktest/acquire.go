@@ -25,8 +25,8 @@ func init() {
 		testCase{"FencesStrictlyIncrease", testFencesIncrease},
 		testCase{"ContentionConsumesNoFence", testContentionNoFence},
 		testCase{"FencesIndependentPerKey", testFencesIndependent},
-		testCase{"FenceSurvivesReleaseExpiryCleanup", testFenceSurvives},
-		testCase{"FenceAheadOfClockSurvivesReleaseExpiryCleanup", testFenceAhead},
+		testCase{"FenceSurvivesReleaseExpiryRemoval", testFenceSurvives},
+		testCase{"FenceAheadOfClockSurvivesReleaseExpiryRemoval", testFenceAhead},
 		testCase{"FenceSurvivesRestart", testFenceSurvivesRestart},
 		testCase{"InvalidAcquireArguments", testInvalidAcquire},
 		testCase{"KeyLengthBoundary", testKeyLength},
@@ -34,7 +34,6 @@ func init() {
 		testCase{"FenceOverflowIsAtomic", testFenceOverflow},
 		testCase{"FenceWarningWithoutRawKey", testFenceWarning},
 		testCase{"UserKeysNeverAddressInternalRecords", testInternalKeys},
-		testCase{"AcquiredAtMonotoneWithFence", testAcquiredAtMonotone},
 		testCase{"ExactlyOneHolderAtAnyInstant", testOneHolder},
 		testCase{"NoStateWithoutExpiry", testNoStateWithoutExpiry},
 	)
@@ -82,9 +81,7 @@ func testContention(t *testing.T, s *suite) {
 		t.Fatal("the holder's lock vanished after contended acquires")
 	}
 	sameInfo(t, "contended acquire", before, after)
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("the holder could not release after contention: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "the holder could not release after contention")
 }
 
 func testDifferentKeys(t *testing.T, s *suite) {
@@ -165,10 +162,16 @@ func testFencesIncrease(t *testing.T, s *suite) {
 	k := key(t, "k")
 	var prev lock.Lease
 	for i := range 12 {
+		if i%2 == 1 && e.fake() {
+			e.Advance(time.Millisecond) // half the fences in one millisecond, half in the next
+		}
 		lease := acquire(t, e, k, longTTL)
 		if i > 0 {
 			if lease.Fence <= prev.Fence {
 				t.Fatalf("fence %v after %v; want strictly greater", lease.Fence, prev.Fence)
+			}
+			if lease.AcquiredAt.Before(prev.AcquiredAt) {
+				t.Fatalf("fence %v acquired at %v, before fence %v at %v", lease.Fence, lease.AcquiredAt, prev.Fence, prev.AcquiredAt)
 			}
 			if lease.Fence.String() <= prev.Fence.String() {
 				t.Fatalf("fence string %q sorts at or before %q", lease.Fence, prev.Fence)
@@ -177,9 +180,7 @@ func testFencesIncrease(t *testing.T, s *suite) {
 		if parsed, err := idemkit.ParseFence(lease.Fence.String()); err != nil || parsed != lease.Fence {
 			t.Fatalf("fence %v does not round-trip through its string form: %v, %v", lease.Fence, parsed, err)
 		}
-		if out := release(t, e, lease.ID); !out.OK {
-			t.Fatalf("release: %+v", out)
-		}
+		mustRelease(t, e, lease.ID, "release")
 		prev = lease
 	}
 }
@@ -228,36 +229,7 @@ func testFencesIndependent(t *testing.T, s *suite) {
 }
 
 func testFenceSurvives(t *testing.T, s *suite) {
-	e := s.env(t)
-	k := key(t, "k")
-	// Release.
-	l1 := acquire(t, e, k, longTTL)
-	release(t, e, l1.ID)
-	l2 := acquire(t, e, k, e.shortTTL())
-	if l2.Fence <= l1.Fence {
-		t.Fatalf("fence after release: %v; want above %v", l2.Fence, l1.Fence)
-	}
-	// Expiry.
-	granted := time.Now()
-	e.expire(granted, e.shortTTL())
-	l3 := acquire(t, e, k, e.shortTTL())
-	if l3.Fence <= l2.Fence {
-		t.Fatalf("fence after expiry: %v; want above %v", l3.Fence, l2.Fence)
-	}
-	// Long gone: past the claim's retention, when the engine may have
-	// removed the record (on an injected clock only; a real one would
-	// wait for minutes).
-	if !e.fake() {
-		return
-	}
-	e.Advance(e.shortTTL() + store.ClaimRetention + time.Minute)
-	if isLocked(t, e, k) {
-		t.Fatal("IsLocked = true long after expiry")
-	}
-	l4 := acquire(t, e, k, longTTL)
-	if l4.Fence <= l3.Fence {
-		t.Fatalf("fence long after expiry: %v; want above %v", l4.Fence, l3.Fence)
-	}
+	survives(t, s.env(t), key(t, "k"), 0)
 }
 
 // testFenceAhead raises a key's fence far above the backend's clock, where
@@ -276,17 +248,28 @@ func testFenceAhead(t *testing.T, s *suite) {
 	if isLocked(t, e, k) || stored(t, e, k) {
 		t.Fatal("a raised fence looks like a lock")
 	}
-	// Release.
+	survives(t, e, k, raised)
+}
+
+// survives checks that k's fences, starting above floor, grow through a
+// release, an expiry and (on an injected clock only: a real one would wait
+// for minutes) the record's removal past its retention. With a fence ahead
+// of the clock (floor > 0) and a fence per key (not SharedFloor), the key
+// must carry its last fence after each.
+func survives(t *testing.T, e *env, k string, floor idemkit.Fence) {
+	carries := func(what string, want idemkit.Fence) {
+		t.Helper()
+		if f := fenceOf(t, e, k); floor > 0 && !e.SharedFloor && f != want {
+			t.Fatalf("the key carries fence %v after %s; want %v: the clock has not passed it", f, what, want)
+		}
+	}
 	l1 := acquire(t, e, k, longTTL)
-	if l1.Fence <= raised {
-		t.Fatalf("fence after raising it to %v: %v; want above it", raised, l1.Fence)
+	if l1.Fence <= floor {
+		t.Fatalf("first fence %v; want above %v", l1.Fence, floor)
 	}
 	release(t, e, l1.ID)
-	if isLocked(t, e, k) {
-		t.Fatal("IsLocked = true after release")
-	}
-	if _, ok := lookupKey(t, e, k); ok {
-		t.Fatal("LookupKey finds a released lock")
+	if _, ok := lookupKey(t, e, k); ok || isLocked(t, e, k) {
+		t.Fatal("a released lock is still locked")
 	}
 	if _, ok := lookupID(t, e, l1.ID); ok {
 		t.Fatal("LookupID finds a released lock")
@@ -297,20 +280,16 @@ func testFenceAhead(t *testing.T, s *suite) {
 	if out := extend(t, e, l1.ID, longTTL); out.OK {
 		t.Fatalf("extend after release: %+v; want not OK", out)
 	}
-	if f := fenceOf(t, e, k); !e.SharedFloor && f != l1.Fence {
-		t.Fatalf("the key carries fence %v after release; want %v: the clock has not passed it", f, l1.Fence)
-	}
+	carries("release", l1.Fence)
 	l2 := acquire(t, e, k, e.shortTTL())
 	if l2.Fence <= l1.Fence {
 		t.Fatalf("fence after release: %v; want above %v", l2.Fence, l1.Fence)
 	}
-	// Expiry.
 	e.expire(time.Now(), e.shortTTL())
 	l3 := acquire(t, e, k, e.shortTTL())
 	if l3.Fence <= l2.Fence {
 		t.Fatalf("fence after expiry: %v; want above %v", l3.Fence, l2.Fence)
 	}
-	// Long gone (on an injected clock: see testFenceSurvives).
 	if !e.fake() {
 		return
 	}
@@ -318,11 +297,8 @@ func testFenceAhead(t *testing.T, s *suite) {
 	if isLocked(t, e, k) {
 		t.Fatal("IsLocked = true long after expiry")
 	}
-	if f := fenceOf(t, e, k); !e.SharedFloor && f != l3.Fence {
-		t.Fatalf("the key carries fence %v long after expiry; want %v: the clock has not passed it", f, l3.Fence)
-	}
-	l4 := acquire(t, e, k, longTTL)
-	if l4.Fence <= l3.Fence {
+	carries("the record's removal", l3.Fence)
+	if l4 := acquire(t, e, k, longTTL); l4.Fence <= l3.Fence {
 		t.Fatalf("fence long after expiry: %v; want above %v", l4.Fence, l3.Fence)
 	}
 }
@@ -352,24 +328,15 @@ func testFenceSurvivesRestart(t *testing.T, s *suite) {
 
 func testInvalidAcquire(t *testing.T, s *suite) {
 	e := s.env(t)
-	ctx := t.Context()
-	cases := []struct {
-		name string
-		key  string
-		ttl  time.Duration
+	for _, c := range []struct {
+		name, key string
+		ttl       time.Duration
 	}{
-		{"empty key", "", time.Second},
-		{"513-byte key", strings.Repeat("x", 513), time.Second},
-		{"huge key", strings.Repeat("y", 1<<20), time.Second},
-		{"zero ttl", key(t, "k"), 0},
-		{"negative ttl", key(t, "k"), -time.Second},
-		{"sub-millisecond ttl", key(t, "k"), 500 * time.Microsecond},
-	}
-	for _, c := range cases {
-		_, ok, err := e.Locker.Acquire(ctx, c.key, c.ttl)
-		if ok {
-			t.Fatalf("%s: acquired; want InvalidArgument", c.name)
-		}
+		{"empty key", "", time.Second}, {"513-byte key", strings.Repeat("x", 513), time.Second},
+		{"huge key", strings.Repeat("y", 1<<20), time.Second}, {"zero ttl", key(t, "k"), 0},
+		{"negative ttl", key(t, "k"), -time.Second}, {"sub-millisecond ttl", key(t, "k"), 500 * time.Microsecond},
+	} {
+		_, _, err := e.Locker.Acquire(t.Context(), c.key, c.ttl)
 		wantCode(t, c.name, err, idemkit.CodeInvalidArgument)
 	}
 	if isLocked(t, e, key(t, "k")) {
@@ -386,15 +353,10 @@ func testKeyLength(t *testing.T, s *suite) {
 	fill := func(n int) string { return prefix + strings.Repeat("x", n-len(prefix)) }
 	k512 := fill(512)
 	lease := acquire(t, e, k512, longTTL)
-	if lease.Key != k512 {
-		t.Fatal("the 512-byte key came back changed")
+	if lease.Key != k512 || !isLocked(t, e, k512) {
+		t.Fatal("the 512-byte key came back changed, or is not locked after acquire")
 	}
-	if !isLocked(t, e, k512) {
-		t.Fatal("the 512-byte key is not locked after acquire")
-	}
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("release of the 512-byte key: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "release of the 512-byte key")
 	_, _, err := e.Locker.Acquire(t.Context(), fill(513), longTTL)
 	wantCode(t, "513-byte key", err, idemkit.CodeInvalidArgument)
 
@@ -404,9 +366,7 @@ func testKeyLength(t *testing.T, s *suite) {
 	if len(l2.Key) != 400+len(prefix) {
 		t.Fatalf("normalised key is %d bytes; want %d", len(l2.Key), 400+len(prefix))
 	}
-	if out := release(t, e, l2.ID); !out.OK {
-		t.Fatalf("release of the normalised key: %+v", out)
-	}
+	mustRelease(t, e, l2.ID, "release of the normalised key")
 }
 
 func testNFC(t *testing.T, s *suite) {
@@ -418,16 +378,10 @@ func testNFC(t *testing.T, s *suite) {
 		t.Fatalf("lease key %q; want the NFC form %q", lease.Key, composed)
 	}
 	refused(t, e, composed)
-	if !isLocked(t, e, composed) {
-		t.Fatal("IsLocked(composed) = false while the decomposed spelling is held")
+	if info, ok := lookupKey(t, e, composed); !ok || info.Fence != lease.Fence || !isLocked(t, e, composed) {
+		t.Fatalf("LookupKey(composed) = %v, %v (or IsLocked false); want the lease", info, ok)
 	}
-	info, ok := lookupKey(t, e, composed)
-	if !ok || info.Fence != lease.Fence {
-		t.Fatalf("LookupKey(composed) = %v, %v; want the lease", info, ok)
-	}
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("release: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "release")
 	if isLocked(t, e, decomposed) {
 		t.Fatal("still locked after release")
 	}
@@ -478,7 +432,7 @@ func testFenceWarning(t *testing.T, s *suite) {
 		t.Fatalf("RaiseFence: %v", err)
 	}
 	acquire(t, e, quiet, longTTL) // fence = FenceWarn: no warning yet
-	if logs.count() != 0 {
+	if logs.String() != "" {
 		t.Fatalf("a warning was logged at fence %v: %s", idemkit.FenceWarn, logs.String())
 	}
 	loud := key(t, "loud-secret-key")
@@ -489,7 +443,7 @@ func testFenceWarning(t *testing.T, s *suite) {
 	if lease.Fence != idemkit.FenceWarn+1 {
 		t.Fatalf("fence %v; want %v", lease.Fence, idemkit.FenceWarn+1)
 	}
-	if logs.count() == 0 {
+	if logs.String() == "" {
 		t.Fatalf("no warning logged at fence %v", lease.Fence)
 	}
 	if strings.Contains(logs.String(), "loud-secret-key") || strings.Contains(logs.String(), lease.ID) {
@@ -564,23 +518,6 @@ func testInternalKeys(t *testing.T, s *suite) {
 	release(t, e, held.ID)
 	if l := acquire(t, e, victim, longTTL); l.Fence <= held.Fence {
 		t.Fatalf("the victim's next fence is %v; want above %v", l.Fence, held.Fence)
-	}
-}
-
-func testAcquiredAtMonotone(t *testing.T, s *suite) {
-	e := s.env(t)
-	k := key(t, "k")
-	var prev lock.Lease
-	for i := range 8 {
-		if e.fake() {
-			e.Advance(time.Millisecond)
-		}
-		lease := acquire(t, e, k, longTTL)
-		if i > 0 && lease.AcquiredAt.Before(prev.AcquiredAt) {
-			t.Fatalf("fence %v acquired at %v, before fence %v at %v", lease.Fence, lease.AcquiredAt, prev.Fence, prev.AcquiredAt)
-		}
-		release(t, e, lease.ID)
-		prev = lease
 	}
 }
 
@@ -662,9 +599,7 @@ func testNoStateWithoutExpiry(t *testing.T, s *suite) {
 		}
 		lease := acquire(t, e, k, ttl)
 		refused(t, e, k)
-		if out := extend(t, e, lease.ID, ttl); !out.OK {
-			t.Fatalf("extend: %+v", out)
-		}
+		mustExtend(t, e, lease.ID, ttl, "extend")
 		if i%3 == 0 {
 			release(t, e, lease.ID)
 		}

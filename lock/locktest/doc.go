@@ -24,7 +24,9 @@
 // records, exactly one holder at any instant under a race, and the helpers
 // on the engine: [lock.Do] (retries, deadline, cancellation, wake-ups,
 // renewal, lease loss, detached release), [lock.Handle] (at-most-once
-// release, release timeout) and the telemetry decorator.
+// release, a nil handle) and the telemetry decorator (one report per
+// call, errors included); the helpers' behaviour where the engine plays no
+// part is tested in package lock.
 //
 // Time-dependent cases step an injected clock exactly when the engine
 // allows one ([Env.Advance]); otherwise they sleep with TTLs scaled by

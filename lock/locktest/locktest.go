@@ -196,9 +196,7 @@ var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
 func acquire(t *testing.T, e *env, k string, ttl time.Duration) lock.Lease {
 	t.Helper()
 	lease, ok, err := e.Locker.Acquire(t.Context(), k, ttl)
-	if err != nil {
-		t.Fatalf("Acquire: unexpected error: %v", err)
-	}
+	noErr(t, "Acquire", err)
 	if !ok {
 		t.Fatal("Acquire: the key was locked; want it free")
 	}
@@ -209,9 +207,7 @@ func acquire(t *testing.T, e *env, k string, ttl time.Duration) lock.Lease {
 func refused(t *testing.T, e *env, k string) {
 	t.Helper()
 	_, ok, err := e.Locker.Acquire(t.Context(), k, longTTL)
-	if err != nil {
-		t.Fatalf("Acquire: unexpected error: %v", err)
-	}
+	noErr(t, "Acquire", err)
 	if ok {
 		t.Fatal("Acquire succeeded on a held key; want contention (ok = false)")
 	}
@@ -220,82 +216,84 @@ func refused(t *testing.T, e *env, k string) {
 func release(t *testing.T, e *env, id string) lock.Status {
 	t.Helper()
 	out, err := e.Locker.Release(t.Context(), id)
-	if err != nil {
-		t.Fatalf("Release: unexpected error: %v", err)
-	}
+	noErr(t, "Release", err)
 	return out
 }
 
 func extend(t *testing.T, e *env, id string, ttl time.Duration) lock.Status {
 	t.Helper()
 	out, err := e.Locker.Extend(t.Context(), id, ttl)
-	if err != nil {
-		t.Fatalf("Extend: unexpected error: %v", err)
-	}
+	noErr(t, "Extend", err)
 	return out
 }
 
 func isLocked(t *testing.T, e *env, k string) bool {
 	t.Helper()
 	locked, err := e.Locker.IsLocked(t.Context(), k)
-	if err != nil {
-		t.Fatalf("IsLocked: unexpected error: %v", err)
-	}
+	noErr(t, "IsLocked", err)
 	return locked
 }
 
 func lookupKey(t *testing.T, e *env, k string) (lock.Info, bool) {
 	t.Helper()
 	info, ok, err := e.Locker.LookupKey(t.Context(), k)
-	if err != nil {
-		t.Fatalf("LookupKey: unexpected error: %v", err)
-	}
+	noErr(t, "LookupKey", err)
 	return info, ok
 }
 
 func lookupID(t *testing.T, e *env, id string) (lock.Info, bool) {
 	t.Helper()
 	info, ok, err := e.Locker.LookupID(t.Context(), id)
-	if err != nil {
-		t.Fatalf("LookupID: unexpected error: %v", err)
-	}
+	noErr(t, "LookupID", err)
 	return info, ok
 }
 
 func stored(t *testing.T, e *env, k string) bool {
 	t.Helper()
 	ok, err := e.Stored(t.Context(), k)
-	if err != nil {
-		t.Fatalf("Stored: %v", err)
-	}
+	noErr(t, "Stored", err)
 	return ok
 }
 
 func fenceOf(t *testing.T, e *env, k string) idemkit.Fence {
 	t.Helper()
 	f, err := e.Fence(t.Context(), k)
-	if err != nil {
-		t.Fatalf("Fence: %v", err)
-	}
+	noErr(t, "Fence", err)
 	return f
 }
 
-// wantCode asserts that err is a *idemkit.Error with the given code that also
-// matches the code's sentinel.
+// mustRelease releases id and fails t unless that took effect.
+func mustRelease(t *testing.T, e *env, id, what string) {
+	t.Helper()
+	if out := release(t, e, id); !out.OK {
+		t.Fatalf("%s: %+v; want it released", what, out)
+	}
+}
+
+// mustExtend extends id and fails t unless that took effect.
+func mustExtend(t *testing.T, e *env, id string, ttl time.Duration, what string) lock.Status {
+	t.Helper()
+	out := extend(t, e, id, ttl)
+	if !out.OK {
+		t.Fatalf("%s: %+v; want it extended", what, out)
+	}
+	return out
+}
+
+// noErr fails t on an unexpected error of what.
+func noErr(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: unexpected error: %v", what, err)
+	}
+}
+
+// wantCode asserts that err is an *idemkit.Error with the given code,
+// matching the code's sentinel too.
 func wantCode(t *testing.T, what string, err error, code idemkit.Code) {
 	t.Helper()
-	if err == nil {
-		t.Fatalf("%s: no error; want %v", what, code)
-	}
-	var le *idemkit.Error
-	if !errors.As(err, &le) {
-		t.Fatalf("%s: error %v (%T) is not a *idemkit.Error", what, err, err)
-	}
-	if le.Code != code {
-		t.Fatalf("%s: code %v (%v); want %v", what, le.Code, err, code)
-	}
-	if !errors.Is(err, code.Sentinel()) {
-		t.Fatalf("%s: errors.Is(err, %v sentinel) is false", what, code)
+	if le := (*idemkit.Error)(nil); !errors.As(err, &le) || le.Code != code || !errors.Is(err, code.Sentinel()) {
+		t.Fatalf("%s: error %v (%T); want an *idemkit.Error with code %v, matching its sentinel", what, err, err, code)
 	}
 }
 
@@ -315,34 +313,33 @@ func sameInfo(t *testing.T, what string, a, b lock.Info) {
 	}
 }
 
-// logBuffer captures a provider's log output as text.
+// logBuffer captures a Client's log output as text.
 type logBuffer struct {
-	mu    sync.Mutex
-	buf   strings.Builder
-	lines int
+	mu  sync.Mutex
+	buf strings.Builder
 }
 
-// Write appends p and counts its lines.
 func (b *logBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.lines += strings.Count(string(p), "\n")
 	return b.buf.Write(p)
 }
 
-func (b *logBuffer) logger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-func (b *logBuffer) count() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.lines
-}
+func (b *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(b, nil)) }
 
 // String returns everything logged so far.
 func (b *logBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// endedContexts returns a cancelled ctx and one whose deadline passed, with
+// the codes an operation refuses them with.
+func endedContexts(t *testing.T) map[idemkit.Code]context.Context {
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	t.Cleanup(cancel)
+	return map[idemkit.Code]context.Context{idemkit.CodeAborted: canceled, idemkit.CodeNetworkTimeout: expired}
 }

@@ -33,6 +33,7 @@ func init() {
 		testCase{"EndedContextBeforeDispatch", testEndedContext},
 		testCase{"TransportFailuresAreCodedErrors", testBroken},
 		testCase{"KeyedReleaseAndExtend", testKeyed},
+		testCase{"AnotherClientsLeases", testAnotherClient},
 	)
 }
 
@@ -45,8 +46,7 @@ var malformedIDs = []string{
 
 func testMalformedIDs(t *testing.T, s *suite) {
 	e := s.env(t)
-	canceled, cancel := context.WithCancel(t.Context())
-	cancel()
+	canceled := endedContexts(t)[idemkit.CodeAborted]
 	check := func(phase string, ctx context.Context) {
 		for _, id := range malformedIDs {
 			_, err := e.Locker.Release(ctx, id)
@@ -94,9 +94,7 @@ func testRelease(t *testing.T, s *suite) {
 func testReleaseTwice(t *testing.T, s *suite) {
 	e := s.env(t)
 	lease := acquire(t, e, key(t, "k"), longTTL)
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("first release: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "first release")
 	out := release(t, e, lease.ID)
 	if out.OK || out.Expired {
 		t.Fatalf("second release: %+v; want not OK, not-found", out)
@@ -126,9 +124,7 @@ func testForeignID(t *testing.T, s *suite) {
 		t.Fatal("the holder's lock vanished")
 	}
 	sameInfo(t, "foreign release/extend", before, after)
-	if out := release(t, e, lease.ID); !out.OK {
-		t.Fatalf("the holder's release: %+v", out)
-	}
+	mustRelease(t, e, lease.ID, "the holder's release")
 }
 
 func testUnknownID(t *testing.T, s *suite) {
@@ -183,9 +179,7 @@ func testExtendKeeps(t *testing.T, s *suite) {
 	k := key(t, "k")
 	lease := acquire(t, e, k, longTTL)
 	e.pass(e.Margin)
-	if out := extend(t, e, lease.ID, 2*longTTL); !out.OK {
-		t.Fatalf("extend: %+v", out)
-	}
+	mustExtend(t, e, lease.ID, 2*longTTL, "extend")
 	info, ok := lookupKey(t, e, k)
 	if !ok {
 		t.Fatal("LookupKey found nothing after extend")
@@ -234,9 +228,7 @@ func testOldHolder(t *testing.T, s *suite) {
 	if !ok || info.Fence != b.Fence {
 		t.Fatalf("the new holder lost its lock: %v, %v", info, ok)
 	}
-	if out := release(t, e, b.ID); !out.OK {
-		t.Fatalf("the new holder's release: %+v", out)
-	}
+	mustRelease(t, e, b.ID, "the new holder's release")
 }
 
 func testIsLocked(t *testing.T, s *suite) {
@@ -392,29 +384,10 @@ func testEndedContext(t *testing.T, s *suite) {
 	e := s.env(t)
 	k := key(t, "k")
 	held := acquire(t, e, key(t, "held"), longTTL)
-	canceled, cancel := context.WithCancel(t.Context())
-	cancel()
-	expired, cancel2 := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
-	defer cancel2()
-	for _, c := range []struct {
-		ctx  context.Context
-		code idemkit.Code
-	}{{canceled, idemkit.CodeAborted}, {expired, idemkit.CodeNetworkTimeout}} {
-		_, ok, err := e.Locker.Acquire(c.ctx, k, longTTL)
-		if ok {
-			t.Fatal("acquired with an ended ctx")
+	for code, ctx := range endedContexts(t) {
+		for op, err := range everyOp(ctx, e, k, held.ID) {
+			wantCode(t, op, err, code)
 		}
-		wantCode(t, "acquire", err, c.code)
-		_, err = e.Locker.Release(c.ctx, held.ID)
-		wantCode(t, "release", err, c.code)
-		_, err = e.Locker.Extend(c.ctx, held.ID, time.Second)
-		wantCode(t, "extend", err, c.code)
-		_, err = e.Locker.IsLocked(c.ctx, k)
-		wantCode(t, "is-locked", err, c.code)
-		_, _, err = e.Locker.LookupKey(c.ctx, k)
-		wantCode(t, "lookup-key", err, c.code)
-		_, _, err = e.Locker.LookupID(c.ctx, held.ID)
-		wantCode(t, "lookup-id", err, c.code)
 	}
 	if isLocked(t, e, k) {
 		t.Fatal("an acquire with an ended ctx took the lock")
@@ -433,9 +406,7 @@ func testBroken(t *testing.T, s *suite) {
 	k := key(t, "k")
 	held := acquire(t, e, k, longTTL)
 	e.Break()
-	ctx := t.Context()
-	check := func(what string, err error) {
-		t.Helper()
+	for what, err := range everyOp(t.Context(), e, k, held.ID) {
 		if err == nil {
 			t.Fatalf("%s on an unreachable backend: no error; a transport failure must never look like a result", what)
 		}
@@ -447,18 +418,19 @@ func testBroken(t *testing.T, s *suite) {
 			t.Fatalf("%s: the error message contains a raw identifier: %v", what, err)
 		}
 	}
-	_, _, err := e.Locker.Acquire(ctx, key(t, "other"), longTTL)
-	check("acquire", err)
-	_, err = e.Locker.Release(ctx, held.ID)
-	check("release", err)
-	_, err = e.Locker.Extend(ctx, held.ID, time.Second)
-	check("extend", err)
-	_, err = e.Locker.IsLocked(ctx, k)
-	check("is-locked", err)
-	_, _, err = e.Locker.LookupKey(ctx, k)
-	check("lookup-key", err)
-	_, _, err = e.Locker.LookupID(ctx, held.ID)
-	check("lookup-id", err)
+}
+
+// everyOp runs each operation of the Client once with ctx, on the key k
+// (acquire too) and the lock id id, and returns their errors by name.
+func everyOp(ctx context.Context, e *env, k, id string) map[string]error {
+	errs := make(map[string]error)
+	_, _, errs["acquire"] = e.Locker.Acquire(ctx, k, longTTL)
+	_, errs["release"] = e.Locker.Release(ctx, id)
+	_, errs["extend"] = e.Locker.Extend(ctx, id, time.Second)
+	_, errs["is-locked"] = e.Locker.IsLocked(ctx, k)
+	_, _, errs["lookup-key"] = e.Locker.LookupKey(ctx, k)
+	_, _, errs["lookup-id"] = e.Locker.LookupID(ctx, id)
+	return errs
 }
 
 func testKeyed(t *testing.T, s *suite) {
@@ -513,4 +485,39 @@ func testKeyed(t *testing.T, s *suite) {
 	wantCode(t, "ExtendKey(bad id)", err, idemkit.CodeInvalidArgument)
 	_, err = kl.ExtendKey(ctx, b, lb.ID, 0)
 	wantCode(t, "ExtendKey(zero ttl)", err, idemkit.CodeInvalidArgument)
+}
+
+// testAnotherClient checks the leases of another Client (another process)
+// over the same store: found by id through the engine's lock.Finder when
+// it has one (not found otherwise), and by key and id always.
+func testAnotherClient(t *testing.T, s *suite) {
+	e := s.env(t)
+	other, err := lock.New(e.Store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, finds := e.Store.(lock.Finder)
+	a, b := acquire(t, e, key(t, "a"), longTTL), acquire(t, e, key(t, "b"), longTTL)
+	info, found, err := other.LookupID(t.Context(), a.ID)
+	if err != nil || found != finds || found && info.Fence != a.Fence {
+		t.Fatalf("another client's LookupID = %v, %v, %v; want found = %v (the engine's Finder)", info, found, err, finds)
+	}
+	if st, err := other.Extend(t.Context(), a.ID, 2*longTTL); err != nil || st.OK != finds {
+		t.Fatalf("another client's Extend = %+v, %v; want OK = %v", st, err, finds)
+	}
+	if st, err := other.Release(t.Context(), a.ID); err != nil || st.OK != finds || isLocked(t, e, a.Key) == finds {
+		t.Fatalf("another client's Release = %+v, %v; want OK = %v", st, err, finds)
+	}
+	if st, err := other.ExtendKey(t.Context(), b.Key, b.ID, 2*longTTL); err != nil || !st.OK {
+		t.Fatalf("another client's ExtendKey = %+v, %v; want OK", st, err)
+	}
+	if st, err := other.ReleaseKey(t.Context(), b.Key, randomID()); err != nil || st.OK {
+		t.Fatalf("another client's ReleaseKey with a foreign id = %+v, %v; want not OK", st, err)
+	}
+	if st, err := other.ReleaseKey(t.Context(), b.Key, b.ID); err != nil || !st.OK || isLocked(t, e, b.Key) {
+		t.Fatalf("another client's ReleaseKey = %+v, %v; want the lock released", st, err)
+	}
+	if st := release(t, e, b.ID); st.OK {
+		t.Fatal("the issuing client released a lease another client released")
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var (
@@ -228,7 +229,7 @@ func (s *Store) tombstone(key string, fence idemkit.Fence, writeID string) *cont
 // winner's claim; that read also settles a commit whose answer was lost.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := check(store.ValidateKey(key), store.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := check(engine.ValidateKey(key), engine.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp), idemkit.CheckContext(ctx, op)); err != nil {
 		return store.Record{}, false, err
 	}
 	ref := s.ref(key)
@@ -299,7 +300,7 @@ func isReleased(s store.State) bool { return s == released }
 // the lease ran out is void ([doc.expiresAt]): Extend answers false.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := check(store.ValidateFenced(op, key, fence), store.ValidateTTL(op, ttl), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := check(engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl), idemkit.CheckContext(ctx, op)); err != nil {
 		return time.Time{}, false, err
 	}
 	var sent time.Time // when the write that landed was sent
@@ -329,7 +330,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // write.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := check(store.ValidateComplete(rec, ttl), s.checkOutcome(op, rec), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := check(engine.ValidateComplete(rec, ttl), s.checkOutcome(op, rec), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
 	var (
@@ -378,7 +379,7 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("fence %s exceeds the maximum %s", rec.Fence, idemkit.FenceMax), nil)
 	}
 	if limit := s.maxResponse(rec.Key, rec.Fingerprint); len(rec.Response) > limit {
-		return store.TooLarge(op, len(rec.Response), max(limit, 0))
+		return engine.TooLarge(op, len(rec.Response), max(limit, 0))
 	}
 	return nil
 }
@@ -401,7 +402,7 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 // ran out stands, but Release answers false: the key was free either way.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := check(store.ValidateFenced(op, key, fence), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := check(engine.ValidateFenced(op, key, fence), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
 	var ids []string // the write ids of this call's commits
@@ -496,7 +497,7 @@ func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence,
 // Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := check(store.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := check(engine.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
 		return store.Record{}, false, err
 	}
 	d, err := s.read(ctx, op, key, s.ref(key))
@@ -511,7 +512,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // (as [Store.Release] leaves), so later fences stay greater.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := check(store.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := check(engine.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
 		return false, err
 	}
 	return s.rewrite(ctx, op, key, isReleased, func(d *doc) *contents {
@@ -591,11 +592,11 @@ func (s *Store) rewrite(ctx context.Context, op, key string, done func(store.Sta
 // validatePut checks a Put's arguments; its fence may be zero (an
 // unfenced writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := engine.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", fmt.Sprintf("a record needs an outcome state (completed or not-replayable, got %v)", rec.State), nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return engine.ValidateTTL("put", ttl)
 }

@@ -7,7 +7,7 @@ import (
 	"cloud.google.com/go/firestore"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // Sweep deletes, for deployments without a TTL policy, the record
@@ -90,9 +90,9 @@ func (s *Store) deleteAll(ctx context.Context, snaps []*firestore.DocumentSnapsh
 	return n, firstErr
 }
 
-// StartSweeper runs [Store.Sweep] every interval (see [store.SweepEvery])
+// StartSweeper runs [Store.Sweep] every interval (see [engine.SweepEvery])
 // until ctx ends or stop is called, logging failures on the store's logger
 // without keys. A TTL policy on expireAt makes it unnecessary.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
+	return engine.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "firestorestore: sweeping expired records failed")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Watcher = (*Store)(nil)
@@ -68,7 +69,7 @@ type listener struct {
 // A watch that cannot be set up (ctx ended first, the listener failed
 // first, an invalid key, [WithMaxListeners] listeners busy) never fires.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
-	if store.ValidateKey(key) != nil || ctx.Err() != nil {
+	if engine.ValidateKey(key) != nil || ctx.Err() != nil {
 		return never, func() {}
 	}
 	ls := &s.listeners

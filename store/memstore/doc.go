@@ -4,11 +4,13 @@
 //
 // Its clock can be injected ([WithClock]) so tests step across lease and
 // expiry boundaries exactly; by default the process clock judges leases and
-// expiry. Fences follow the contract without a counter: a new claim's fence
-// is max(the key's previous fence + 1, the clock in Unix milliseconds), and
-// a released, deleted or expired record keeps its fence until the clock has
-// passed it (see [store.Store]). Expired entries are swept as the store
-// works, at an amortised constant cost per write.
+// expiry. Fences follow the rules of [store] with no tombstones: released
+// and deleted records go at once, and one floor for the whole store (the
+// highest fence of every record it removed) keeps every key's next fence
+// above all it carried, whatever the clock does. Expired entries are swept
+// as the store works, at an amortised constant cost per write. It is a
+// lock.Finder (an index of the claims whose fingerprint is a lock id), so
+// a [github.com/idemkit/idemkit/lock.Client] over it resolves any lock id.
 //
 // The store is bounded in keys and bytes ([WithMaxEntries], [WithMaxBytes]):
 // a full store sweeps at once and refuses what still does not fit with

@@ -8,6 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Lister = (*Store)(nil)
@@ -18,7 +19,7 @@ var _ store.Lister = (*Store)(nil)
 // call costs time in proportion to the store's size.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
-	if err := store.ValidateList(limit); err != nil {
+	if err := engine.ValidateList(limit); err != nil {
 		return nil, "", err
 	}
 	from, err := base64.RawURLEncoding.DecodeString(after)

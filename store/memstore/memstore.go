@@ -50,16 +50,8 @@ func WithMaxBytes(n int) Option { return func(s *Store) { s.maxBytes = n } }
 // lease) and [store.Records] (fenced plain records) for tests and
 // single-node services. Records are copied in and out, so callers never
 // share memory with it. Leases and expiry are judged by the store's clock
-// ([WithClock]).
-//
-// Expired records are invisible at once and swept as the store works;
-// released and deleted ones go at once. Fences need no record left behind:
-// a new claim's fence is greater than its key's record's fence while the
-// store keeps that record, and than the highest fence of every record the
-// store removed (one floor for the whole store), whatever the clock does.
-//
-// It is a [github.com/idemkit/idemkit/lock.Finder]: it indexes the claims
-// whose fingerprint is a lock id, so a lock client finds any lease by id.
+// ([WithClock]); fences, sweeping and the lock-id index are as the package
+// doc says.
 //
 // The zero value is not usable; call [New].
 type Store struct {
@@ -149,10 +141,10 @@ const minSweep = 256
 // Claim implements [store.Store].
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -199,10 +191,10 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 // Extend implements [store.Store].
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return time.Time{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return time.Time{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -226,11 +218,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // Complete implements [store.Store].
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, engine.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -258,7 +250,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // Release implements [store.Store].
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -282,7 +274,7 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 // Get implements [store.Store] and [store.Records].
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -327,7 +319,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		return false, err
 	}
 	if s.maxResponse > 0 && len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, engine.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return false, err
@@ -351,7 +343,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // Delete implements [store.Store] and [store.Records].
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -526,13 +518,13 @@ func (s *Store) sweep(now time.Time) {
 // TTL of at least one millisecond. The fence may be zero (an unfenced
 // writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := engine.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return engine.ValidateTTL("put", ttl)
 }
 
 // outcome returns a private copy of rec stamped with now and ttl.

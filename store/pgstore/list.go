@@ -9,6 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Lister = (*Store)(nil)
@@ -19,7 +20,7 @@ var _ store.Lister = (*Store)(nil)
 // cursor holds in unpadded base64url.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
-	if err := store.ValidateList(limit); err != nil {
+	if err := engine.ValidateList(limit); err != nil {
 		return nil, "", err
 	}
 	from, err := base64.RawURLEncoding.DecodeString(after)

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // Bounds of the listener's connection attempts, as [WithListenConn]
@@ -34,7 +34,7 @@ func noop() {}
 // only marked claims notify). A store that cannot listen (no connection,
 // a pgx.Tx) returns a channel that never closes.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
-	if s.lis == nil || store.ValidateKey(key) != nil {
+	if s.lis == nil || engine.ValidateKey(key) != nil {
 		return never, noop
 	}
 	return s.lis.watch(ctx, storedKey(key), s.mark)

@@ -266,7 +266,7 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 		return err
 	}
 	if len(rec.Response) > s.cfg.maxResponse {
-		return store.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
+		return engine.TooLarge(op, len(rec.Response), s.cfg.maxResponse)
 	}
 	return nil
 }
@@ -285,7 +285,7 @@ func response(rec store.Record) []byte {
 // caller's transaction.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := ready(ctx, op, store.ValidateKey(key), store.ValidateTTL(op, ttl)); err != nil {
+	if err := ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl)); err != nil {
 		return store.Record{}, false, err
 	}
 	sk := storedKey(key)
@@ -337,7 +337,7 @@ func (s *Store) claim(ctx context.Context, key, sk, fp string, ttl time.Duration
 // claimed state and the lease, returning the expiry it wrote.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := ready(ctx, op, store.ValidateFenced(op, key, fence), store.ValidateTTL(op, ttl), checkFence(op, fence)); err != nil {
+	if err := ready(ctx, op, engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl), checkFence(op, fence)); err != nil {
 		return time.Time{}, false, err
 	}
 	sk := storedKey(key)
@@ -359,7 +359,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // that landed (its answer lost) is reported done.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := ready(ctx, op, store.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
+	if err := ready(ctx, op, engine.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
 	sk := storedKey(rec.Key)
@@ -374,7 +374,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // says it was done.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := ready(ctx, op, store.ValidateFenced(op, key, fence), checkFence(op, fence)); err != nil {
+	if err := ready(ctx, op, engine.ValidateFenced(op, key, fence), checkFence(op, fence)); err != nil {
 		return false, err
 	}
 	sk := storedKey(key)
@@ -444,7 +444,7 @@ func scanOne(row pgx.Row, dest any) (bool, error) {
 // Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := ready(ctx, op, store.ValidateKey(key)); err != nil {
+	if err := ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return store.Record{}, false, err
 	}
 	var r row
@@ -489,7 +489,7 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 // nothing).
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := ready(ctx, op, store.ValidateKey(key)); err != nil {
+	if err := ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return false, err
 	}
 	sk := storedKey(key)
@@ -512,11 +512,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 // validatePut checks a Put's arguments; the fence may be zero (an
 // unfenced writer).
 func validatePut(rec store.Record, ttl time.Duration) error {
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := engine.ValidateKey(rec.Key); err != nil {
 		return err
 	}
 	if !rec.State.Done() {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "put", "a record needs an outcome state (completed or not-replayable, got "+rec.State.String()+")", nil)
 	}
-	return store.ValidateTTL("put", ttl)
+	return engine.ValidateTTL("put", ttl)
 }

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // Sweep deletes the rows past their keep_until by the server's clock (the
@@ -43,5 +43,5 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 // logged without keys. One sweeper per database is enough; more are
 // harmless; none on a *pgx.Conn that other goroutines use.
 func (s *Store) StartSweeper(ctx context.Context, interval time.Duration) (stop func()) {
-	return store.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
+	return engine.SweepEvery(ctx, interval, s.Sweep, s.cfg.logger, "pgstore: sweeping expired records failed")
 }

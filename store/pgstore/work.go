@@ -14,6 +14,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Transactor = (*Store)(nil)
@@ -139,7 +140,7 @@ func (w *work) Begun() bool {
 // it back.
 func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "commit"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := w.s.checkOutcome(op, rec); err != nil {

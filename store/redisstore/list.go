@@ -13,6 +13,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 var _ store.Lister = (*Store)(nil)
@@ -40,7 +41,7 @@ const (
 // resizes its table), and only the keys of one step are deduplicated.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
-	if err := store.ValidateList(limit); err != nil {
+	if err := engine.ValidateList(limit); err != nil {
 		return nil, "", err
 	}
 	cur, err := parseListCursor(after)

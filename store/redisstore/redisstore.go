@@ -12,6 +12,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -213,10 +214,10 @@ func validPrefix(p string) bool {
 // retries after a lost reply gets its own claim back, not "busy".
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -262,10 +263,10 @@ func decodeClaim(key string, v any) (store.Record, bool, error) {
 // Extend implements [store.Store]: one script.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
 	const op = "extend"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
@@ -279,11 +280,11 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // outcome already written, reports ok.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, engine.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response, s.notify)
 }
@@ -294,7 +295,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // deleted at once when it already has.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := store.ValidateFenced(op, key, fence); err != nil {
+	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key, fenceArg(fence), s.notify)
@@ -304,7 +305,7 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 // judges expiry by the server's clock.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -324,7 +325,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // deleted.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
 	return s.flag(ctx, op, key, s.notify)
@@ -334,7 +335,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // writes (or refuses) atomically.
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := store.ValidateKey(rec.Key); err != nil {
+	if err := engine.ValidateKey(rec.Key); err != nil {
 		return false, err
 	}
 	if !rec.State.Done() {
@@ -343,11 +344,11 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if rec.Fence > idemkit.FenceMax {
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "the fence exceeds idemkit.FenceMax", nil)
 	}
-	if err := store.ValidateTTL(op, ttl); err != nil {
+	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return false, err
 	}
 	if len(rec.Response) > s.maxResponse {
-		return false, store.TooLarge(op, len(rec.Response), s.maxResponse)
+		return false, engine.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,7 +84,7 @@ type watching struct {
 // without sharded pub/sub) returns a channel that never closes; so does a
 // store on a client other than a [*redis.Client] or [*redis.ClusterClient].
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
-	if s.notify == "" || store.ValidateKey(key) != nil || ctx.Err() != nil {
+	if s.notify == "" || engine.ValidateKey(key) != nil || ctx.Err() != nil {
 		return neverFires, noop
 	}
 	channel := s.redisKey(key)

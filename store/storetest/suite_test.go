@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/storetest"
 )
@@ -55,10 +56,10 @@ func (g *gated) pass(ctx context.Context, op string) error {
 }
 
 func (g *gated) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
-	if err := store.ValidateTTL("claim", ttl); err != nil {
+	if err := engine.ValidateTTL("claim", ttl); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := g.pass(ctx, "claim"); err != nil {
@@ -68,10 +69,10 @@ func (g *gated) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 }
 
 func (g *gated) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
-	if err := store.ValidateFenced("extend", key, fence); err != nil {
+	if err := engine.ValidateFenced("extend", key, fence); err != nil {
 		return time.Time{}, false, err
 	}
-	if err := store.ValidateTTL("extend", ttl); err != nil {
+	if err := engine.ValidateTTL("extend", ttl); err != nil {
 		return time.Time{}, false, err
 	}
 	if err := g.pass(ctx, "extend"); err != nil {
@@ -81,7 +82,7 @@ func (g *gated) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 }
 
 func (g *gated) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
-	if err := store.ValidateComplete(rec, ttl); err != nil {
+	if err := engine.ValidateComplete(rec, ttl); err != nil {
 		return false, err
 	}
 	if err := g.pass(ctx, "complete"); err != nil {
@@ -91,7 +92,7 @@ func (g *gated) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 }
 
 func (g *gated) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
-	if err := store.ValidateFenced("release", key, fence); err != nil {
+	if err := engine.ValidateFenced("release", key, fence); err != nil {
 		return false, err
 	}
 	if err := g.pass(ctx, "release"); err != nil {
@@ -101,7 +102,7 @@ func (g *gated) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 }
 
 func (g *gated) Get(ctx context.Context, key string) (store.Record, bool, error) {
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return store.Record{}, false, err
 	}
 	if err := g.pass(ctx, "get"); err != nil {
@@ -111,7 +112,7 @@ func (g *gated) Get(ctx context.Context, key string) (store.Record, bool, error)
 }
 
 func (g *gated) Delete(ctx context.Context, key string) (bool, error) {
-	if err := store.ValidateKey(key); err != nil {
+	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
 	if err := g.pass(ctx, "delete"); err != nil {

@@ -1,4 +1,4 @@
-package store_test
+package engine_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/sweepertest"
-	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // hang bounds every wait of these tests: a sweeper that has not done its
@@ -49,7 +49,7 @@ func TestSweepEvery(t *testing.T) {
 		}
 		return 1, nil
 	}
-	stop := store.SweepEvery(t.Context(), time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
+	stop := engine.SweepEvery(t.Context(), time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
 	for range 4 { // more calls than the one that fails
 		if c := receive(t, calls, "a sweep"); !c.deadline {
 			t.Fatal("a sweep's ctx has no deadline; want one bounded by the interval")
@@ -85,7 +85,7 @@ func TestSweepEveryStopWaits(t *testing.T) {
 		return 0, idemkit.NewError(idemkit.CodeAborted, "sweep", "context canceled", context.Canceled)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
-	stop := store.SweepEvery(ctx, time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
+	stop := engine.SweepEvery(ctx, time.Millisecond, sweep, logs.Logger(), "test: sweeping failed")
 	receive(t, entered, "the first sweep")
 	cancel() // the sweep in progress now fails after the sweeper's ctx ended
 	stopped := make(chan bool)
@@ -114,7 +114,7 @@ func TestSweepEveryStopWaits(t *testing.T) {
 // TestSweepEveryNil checks that a nil sweep starts nothing and that its
 // stop may be called.
 func TestSweepEveryNil(t *testing.T) {
-	stop := store.SweepEvery(t.Context(), time.Millisecond, nil, nil, "unused")
+	stop := engine.SweepEvery(t.Context(), time.Millisecond, nil, nil, "unused")
 	stop()
 	stop()
 }

@@ -1,4 +1,4 @@
-package store
+package engine
 
 import (
 	"context"
@@ -24,9 +24,9 @@ const DefaultSweepInterval = time.Minute
 // text, which must not hold a key or lock id), and the sweeper carries on;
 // a failure after ctx ended is not logged. A nil sweep starts nothing.
 //
-// It is for backends that delete expired records in batches (the
-// PostgreSQL and Firestore stores and lock providers, and yours): their
-// StartSweeper runs their sweep in the background with it.
+// It is for engines that delete expired records in batches (the
+// PostgreSQL and Firestore stores, and yours): their StartSweeper runs
+// their sweep in the background with it.
 func SweepEvery(ctx context.Context, interval time.Duration, sweep func(context.Context) (int, error), logger *slog.Logger, msg string) (stop func()) {
 	if sweep == nil {
 		return func() {}

@@ -1,25 +1,25 @@
-package store
+package engine
 
 import (
 	"fmt"
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/store"
 )
 
-// The argument checks the [Store] contract asks of every operation before
-// any I/O. Every store of this repository makes them with these functions,
-// and a backend of your own can too. They return InvalidArgument
-// [*idemkit.Error] values whose messages never repeat the key.
+// The argument checks the [store.Store] contract asks of every operation
+// before any I/O. They return InvalidArgument [*idemkit.Error] values
+// whose messages never repeat the key.
 
-// ValidateKey refuses a record key of 0 or more than [MaxKeyBytes] bytes.
+// ValidateKey refuses a record key of 0 or more than [store.MaxKeyBytes] bytes.
 // Any bytes are valid.
 func ValidateKey(key string) error {
 	if key == "" {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", "record key must not be empty", nil)
 	}
-	if len(key) > MaxKeyBytes {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", fmt.Sprintf("record key exceeds %d bytes (%d bytes)", MaxKeyBytes, len(key)), nil)
+	if len(key) > store.MaxKeyBytes {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "validate", fmt.Sprintf("record key exceeds %d bytes (%d bytes)", store.MaxKeyBytes, len(key)), nil)
 	}
 	return nil
 }
@@ -48,7 +48,7 @@ func ValidateFenced(op, key string, fence idemkit.Fence) error {
 // ValidateComplete checks a Complete's arguments: a valid key and fence,
 // an outcome state (completed or not replayable) and a TTL of at least one
 // millisecond.
-func ValidateComplete(rec Record, ttl time.Duration) error {
+func ValidateComplete(rec store.Record, ttl time.Duration) error {
 	if err := ValidateFenced("complete", rec.Key, rec.Fence); err != nil {
 		return err
 	}
@@ -59,7 +59,16 @@ func ValidateComplete(rec Record, ttl time.Duration) error {
 }
 
 // TooLarge is the error a store reports for a response of size bytes above
-// its limit: InvalidArgument, matching [ErrTooLarge].
+// its limit: InvalidArgument, matching [store.ErrTooLarge].
 func TooLarge(op string, size, limit int) error {
-	return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("response of %d bytes exceeds the store's limit of %d", size, limit), ErrTooLarge)
+	return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("response of %d bytes exceeds the store's limit of %d", size, limit), store.ErrTooLarge)
+}
+
+// ValidateList refuses a [store.Lister.List] limit outside 1 to
+// [store.MaxListLimit].
+func ValidateList(limit int) error {
+	if limit < 1 || limit > store.MaxListLimit {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, "list", fmt.Sprintf("limit must be 1 to %d (got %d)", store.MaxListLimit, limit), nil)
+	}
+	return nil
 }
