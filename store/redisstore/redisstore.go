@@ -29,11 +29,23 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	maxResponse int
-	acks        int           // replicas that must acknowledge a claim or an outcome; 0: off
-	ackTimeout  time.Duration // how long to wait for them
+	step        time.Duration
+	wait        durability
 	// listenerIdle and healthInterval, which tests shorten.
 	listenerIdle, healthInterval time.Duration
 }
+
+// durability is what WithWaitForReplicas or WithWaitForAOF asks for.
+type durability struct {
+	aof      bool          // WAITAOF rather than WAIT
+	local    int           // WAITAOF: 1 when the master's own fsync counts too
+	replicas int           // replicas that must acknowledge
+	timeout  time.Duration // how long to wait for them; 0: no wait
+	set      int           // how many of the two options were given
+}
+
+// defaultMaxClockStep is WithMaxClockStep's default.
+const defaultMaxClockStep = time.Minute
 
 // WithKeyPrefix sets a prefix written before every Redis key of the store,
 // as it is (end it with a separator, e.g. "shop:"): up to 64 bytes of
@@ -50,12 +62,21 @@ func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = p
 // takes, so a modest limit also bounds that pause. Default: 512 MiB.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
+// WithMaxClockStep sets the largest step back of the servers' clock (or
+// of a failover to a replica whose clock is behind) that fences survive:
+// records and tombstones are kept until the server's clock passes their
+// fence plus d (the fence rule of [store.Store]). A larger d keeps each
+// released or deleted key's tombstone (about 100 bytes) longer. d must not
+// be negative. Default: one minute.
+func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
+
 // WithWaitForReplicas makes a claim, an extension and an outcome count
 // only once n replicas of the key's master have acknowledged them (Redis
 // WAIT, for at most timeout), so that a failover, which promotes a
 // replica, cannot lose them: Redis replicates asynchronously, and without
 // the wait a claim or an outcome that the master acknowledged and then
-// died with is gone, and the retry runs the work again.
+// died with is gone, and the retry runs the work again (or a lock's lease
+// is handed out twice).
 //
 // The script and the wait run on a connection of their own to the key's
 // master, since WAIT counts that connection's writes. A completion (and a
@@ -83,7 +104,22 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // gives, which this option uses (a data race of go-redis's own, which the
 // race detector reports).
 func WithWaitForReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) { c.acks, c.ackTimeout = n, timeout }
+	return func(c *config) { c.wait = durability{replicas: n, timeout: timeout, set: c.wait.set + 1} }
+}
+
+// WithWaitForAOF is [WithWaitForReplicas] with Redis WAITAOF (Redis 7.2
+// or later): a claim, an extension and an outcome count only once they are
+// fsynced to the master's append-only file (local = true) and to those of
+// n replicas (n ≥ 0; local or n > 0), so that they survive a restart of a
+// server with appendfsync everysec. It and WithWaitForReplicas exclude
+// each other. Default: off.
+func WithWaitForAOF(local bool, n int, timeout time.Duration) Option {
+	return func(c *config) {
+		c.wait = durability{aof: true, replicas: n, timeout: timeout, set: c.wait.set + 1}
+		if local {
+			c.wait.local = 1
+		}
+	}
 }
 
 // Store is the guard's backend on Redis: a [store.Store] whose records
@@ -101,10 +137,10 @@ type Store struct {
 	// ends: "publish" on a single node, "spublish" on a cluster, "" when
 	// the store does not notify (see Watch).
 	notify string
+	step   any // WithMaxClockStep in ms, the script's ARGV[2] (boxed once)
 	watch  watching
-	// acks and ackTimeout: see WithWaitForReplicas; acks 0 is off.
-	acks       int
-	ackTimeout time.Duration
+	wait   durability
+	batch  batcher
 }
 
 var (
@@ -135,7 +171,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			"build it with ContextTimeoutEnabled: true in its options (redis.Options, redis.FailoverOptions, "+
 			"redis.ClusterOptions, redis.RingOptions or redis.UniversalOptions)", client))
 	}
-	cfg := config{maxResponse: maxResponseBytes, listenerIdle: listenerIdle, healthInterval: healthInterval}
+	cfg := config{maxResponse: maxResponseBytes, step: defaultMaxClockStep, listenerIdle: listenerIdle, healthInterval: healthInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -145,11 +181,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if cfg.maxResponse < 1 || cfg.maxResponse > maxResponseBytes {
 		return nil, bad(fmt.Sprintf("max response bytes must be between 1 and %d", maxResponseBytes))
 	}
-	if cfg.acks != 0 || cfg.ackTimeout != 0 {
+	if cfg.step < 0 {
+		return nil, bad("the max clock step must not be negative")
+	}
+	if w := cfg.wait; w.set > 0 {
 		switch {
-		case cfg.acks < 1:
-			return nil, bad("the wait for replicas needs a positive number of replicas")
-		case cfg.ackTimeout < time.Millisecond:
+		case w.set > 1:
+			return nil, bad("WithWaitForReplicas and WithWaitForAOF exclude each other: give one (WAITAOF with n replicas also waits for them)")
+		case w.replicas < 0 || w.replicas == 0 && (!w.aof || w.local == 0):
+			return nil, bad("the wait for replicas needs a positive number of replicas (or, for WAITAOF, local = true)")
+		case w.timeout < time.Millisecond:
 			return nil, bad("the wait for replicas needs a timeout of at least 1ms")
 		}
 		switch client.(type) {
@@ -160,8 +201,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	return &Store{
 		client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse, notify: notifyCommand(client),
+		step:  any(strconv.FormatInt(cfg.step.Milliseconds(), 10)),
 		watch: watching{idle: cfg.listenerIdle, health: cfg.healthInterval},
-		acks:  cfg.acks, ackTimeout: cfg.ackTimeout,
+		wait:  cfg.wait, batch: batcher{client: client, limit: maxInflight},
 	}, nil
 }
 
@@ -206,8 +248,7 @@ func validPrefix(p string) bool {
 }
 
 // Claim implements [store.Store]: one script, which judges the record by
-// the server's clock (TIME). A new claim's fence is max(previous fence + 1,
-// TIME in Unix ms), and its key is kept for the lease plus
+// the server's clock (TIME) and keeps the key for the lease plus
 // [store.ClaimRetention], so that a holder whose lease ran out still
 // completes as long as nobody claimed the key since. A Claim the client
 // retries after a lost reply gets its own claim back, not "busy".
@@ -222,7 +263,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	if s.acks > 0 {
+	if s.wait.timeout > 0 {
 		return s.claimAcked(ctx, key, fp, ttl)
 	}
 	v, err := s.run(ctx, key, op, fp, ttl.Milliseconds(), claimToken())
@@ -260,23 +301,26 @@ func decodeClaim(key string, v any) (store.Record, bool, error) {
 }
 
 // Extend implements [store.Store]: one script.
-func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := store.ValidateTTL(op, ttl); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
-	return s.flag(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
+	n, err := s.write(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
+	if err != nil || n == 0 {
+		return time.Time{}, false, err
+	}
+	return time.UnixMilli(n), true, nil
 }
 
 // Complete implements [store.Store]: one script, which writes the outcome
 // only while the record is the claim rec.Fence (even after its lease ran
-// out), and notifies the key's watchers (see [Store.Watch]). The record is
-// kept for ttl (and never removed before the server's clock passes its
-// fence). A Complete retried after a lost reply, which finds this very
-// outcome already written, reports ok.
+// out), and notifies the key's watchers (see [Store.Watch]). A Complete
+// retried after a lost reply, which finds this very outcome already
+// written, reports ok.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
 	if err := store.ValidateComplete(rec, ttl); err != nil {
@@ -289,9 +333,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 }
 
 // Release implements [store.Store]: one script, which notifies the key's
-// watchers. The claim becomes a tombstone (its fence only, invisible,
-// claimable at once) until the server's clock passes its fence, or is
-// deleted at once when it already has.
+// watchers and leaves a tombstone.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := store.ValidateFenced(op, key, fence); err != nil {
@@ -318,10 +360,9 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 }
 
 // Delete implements [store.Store] and [store.Records]: one script, which
-// notifies the key's watchers when it ends a record. The record becomes a
-// tombstone like a released claim; a claim whose lease ran out is ended
-// too (it can no longer complete), though only a live record is reported
-// deleted.
+// notifies the key's watchers when it ends a record and leaves a
+// tombstone. A claim whose lease ran out is ended too (it can no longer
+// complete), though only a live record is reported deleted.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := store.ValidateKey(key); err != nil {
@@ -352,47 +393,75 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }
 
-// flag runs an operation whose reply is 1 or 0. With WithWaitForReplicas,
-// a claim's extension, a completion and a put that wrote (1) count only
-// once acknowledged.
+// flag runs an operation whose reply is 1 or 0.
 func (s *Store) flag(ctx context.Context, op, key string, args ...any) (bool, error) {
+	n, err := s.write(ctx, op, key, args...)
+	if err == nil && n > 1 {
+		return false, replyError(op)
+	}
+	return n == 1, err
+}
+
+// write runs an operation whose reply is a number (0: refused). With a
+// durability wait, an extension, a completion and a put that wrote count
+// only once acknowledged.
+func (s *Store) write(ctx context.Context, op, key string, args ...any) (int64, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
+		return 0, err
 	}
 	var (
-		v     any
-		acked = -1 // no wait
-		err   error
+		v   any
+		err error
+		ack *redis.Cmd
 	)
-	if s.acks > 0 && (op == "extend" || op == "complete" || op == "put") {
-		v, acked, err = s.runAcked(ctx, key, op, args...)
+	if s.wait.timeout > 0 && (op == "extend" || op == "complete" || op == "put") {
+		v, ack, err = s.runAcked(ctx, key, op, args...)
 	} else {
 		v, err = s.run(ctx, key, op, args...)
 	}
 	if err != nil {
-		return false, mapError(op, err)
+		return 0, mapError(op, err)
 	}
 	n, ok := v.(int64)
-	if !ok || n < 0 || n > 1 {
-		return false, replyError(op)
+	if !ok || n < 0 {
+		return 0, replyError(op)
 	}
-	if n == 1 && acked >= 0 && acked < s.acks {
-		return false, s.notAcked(op, acked)
+	if n > 0 && ack != nil {
+		if err := s.acked(op, ack); err != nil {
+			return 0, err
+		}
 	}
-	return n == 1, nil
+	return n, nil
 }
 
-// run calls the script for op on key's record: EVALSHA, and EVAL when the
+// args returns the EVALSHA of op on key's record with args.
+func (s *Store) args(key, op string, args []any) []any {
+	argv := make([]any, 0, 6+len(args))
+	argv = append(argv, "evalsha", scriptSHA, 1, s.redisKey(key), op, s.step)
+	return append(argv, args...)
+}
+
+// run calls the script for op on key's record in one round trip, shared
+// under load with other calls (see batcher): EVALSHA, and EVAL when the
 // server does not have the script yet.
 func (s *Store) run(ctx context.Context, key, op string, args ...any) (any, error) {
-	argv := make([]any, 0, 1+len(args))
-	argv = append(append(argv, op), args...)
-	return script.Run(ctx, s.client, []string{s.redisKey(key)}, argv...).Result()
+	argv := s.args(key, op, args)
+	cmd := redis.NewCmd(ctx, argv...)
+	err := s.batch.do(ctx, cmd)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", scriptSrc
+		cmd = redis.NewCmd(ctx, argv...)
+		err = s.batch.do(ctx, cmd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
 }
 
-// claimAcked is Claim with WithWaitForReplicas: the script on a
-// connection of its own to the key's master and, when it claimed, WAIT on
-// that connection. A claim not acknowledged in time is released.
+// claimAcked is Claim with a durability wait: the script on a connection
+// of its own to the key's master and, when it claimed, the wait on that
+// connection. A claim not acknowledged in time is released.
 func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	conn, err := s.masterConn(ctx, key)
@@ -400,7 +469,7 @@ func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duratio
 		return store.Record{}, false, mapError(op, err)
 	}
 	defer conn.Close()
-	v, err := s.runOn(ctx, conn, key, op, fp, ttl.Milliseconds(), claimToken())
+	v, _, err := s.runOn(ctx, conn, key, op, false, fp, ttl.Milliseconds(), claimToken())
 	if err != nil {
 		s.stale(ctx, err)
 		return store.Record{}, false, mapError(op, err)
@@ -409,29 +478,55 @@ func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duratio
 	if err != nil || !claimed {
 		return rec, claimed, err
 	}
-	n, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result()
-	if err == nil && n >= int64(s.acks) {
-		return rec, true, nil
+	ack := s.waitCmd(ctx)
+	err = conn.Process(ctx, ack)
+	if err == nil {
+		if err = s.acked(op, ack); err == nil {
+			return rec, true, nil
+		}
+	} else {
+		err = mapError(op, err)
 	}
 	// Not acknowledged: the work must not run on this claim. Give it back
 	// on the same connection (the release needs no acknowledgement: one
 	// lost in a failover leaves the claim to run out).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	_, _ = s.runOn(rctx, conn, key, "release", fenceArg(rec.Fence), s.notify)
+	_, _, _ = s.runOn(rctx, conn, key, "release", false, fenceArg(rec.Fence), s.notify)
 	cancel()
-	if err != nil {
-		return store.Record{}, false, mapError(op, err)
-	}
-	return store.Record{}, false, s.notAcked(op, int(n))
+	return store.Record{}, false, err
 }
 
 // cleanupTimeout bounds the release of a claim that was not acknowledged.
 const cleanupTimeout = 5 * time.Second
 
-// notAcked is the error of an operation whose write fewer replicas than
-// WithWaitForReplicas asks acknowledged in time.
-func (s *Store) notAcked(op string, acked int) error {
-	detail := fmt.Sprintf("%d of %d replicas acknowledged the write within %v", acked, s.acks, s.ackTimeout)
+// waitCmd returns the wait the durability option asks for.
+func (s *Store) waitCmd(ctx context.Context) *redis.Cmd {
+	w := s.wait
+	if w.aof {
+		return redis.NewCmd(ctx, "waitaof", w.local, w.replicas, w.timeout.Milliseconds())
+	}
+	return redis.NewCmd(ctx, "wait", w.replicas, w.timeout.Milliseconds())
+}
+
+// acked checks the reply of waitCmd: ServiceUnavailable when the write
+// was not acknowledged as asked in time.
+func (s *Store) acked(op string, ack *redis.Cmd) error {
+	w := s.wait
+	var got string
+	if w.aof {
+		a, err := ack.Int64Slice()
+		if err == nil && len(a) == 2 && a[0] >= int64(w.local) && a[1] >= int64(w.replicas) {
+			return nil
+		}
+		got = fmt.Sprintf("fsyncs acknowledged %v of [%d %d]", a, w.local, w.replicas)
+	} else {
+		n, err := ack.Int64()
+		if err == nil && n >= int64(w.replicas) {
+			return nil
+		}
+		got = fmt.Sprintf("%d of %d replicas acknowledged", n, w.replicas)
+	}
+	detail := got + " the write within " + w.timeout.String()
 	if op == "claim" {
 		detail += "; the claim was released"
 	}
@@ -439,57 +534,54 @@ func (s *Store) notAcked(op string, acked int) error {
 }
 
 // runAcked runs the script for op on key's record on a connection of its
-// own to the key's master, followed in the same round trip by WAIT; acked
-// is the number of replicas that acknowledged.
-func (s *Store) runAcked(ctx context.Context, key, op string, args ...any) (v any, acked int, err error) {
+// own to the key's master, followed in the same round trip by the wait.
+func (s *Store) runAcked(ctx context.Context, key, op string, args ...any) (any, *redis.Cmd, error) {
 	conn, err := s.masterConn(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	defer conn.Close()
-	argv := append([]any{op}, args...)
-	keys := []string{s.redisKey(key)}
-	var cmd *redis.Cmd
-	var n *redis.Cmd
-	pipe := func(eval bool) error {
+	v, ack, err := s.runOn(ctx, conn, key, op, true, args...)
+	if err != nil {
+		s.stale(ctx, err)
+	}
+	return v, ack, err
+}
+
+// runOn runs the script for op on key's record on conn, followed in the
+// same pipeline by the wait when wait is set: EVALSHA, and EVAL when the
+// server does not have the script yet.
+func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key, op string, wait bool, args ...any) (any, *redis.Cmd, error) {
+	argv := s.args(key, op, args)
+	var cmd, ack *redis.Cmd
+	pipe := func() error {
 		_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if eval {
-				cmd = script.Eval(ctx, p, keys, argv...)
-			} else {
-				cmd = script.EvalSha(ctx, p, keys, argv...)
+			cmd = redis.NewCmd(ctx, argv...)
+			_ = p.Process(ctx, cmd)
+			if wait {
+				ack = s.waitCmd(ctx)
+				_ = p.Process(ctx, ack)
 			}
-			n = p.Do(ctx, "wait", s.acks, s.ackTimeout.Milliseconds())
 			return nil
 		})
 		return err
 	}
-	err = pipe(false)
-	if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		err = pipe(true)
+	err := pipe()
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		argv[0], argv[1] = "eval", scriptSrc
+		err = pipe()
 	}
 	if cerr := cmd.Err(); cerr != nil {
 		err = cerr // the script's error says more than the pipeline's
 	}
 	if err != nil {
-		s.stale(ctx, err)
-		return nil, 0, err
+		return nil, nil, err
 	}
-	acks, err := n.Int64()
-	if err != nil {
-		return nil, 0, err
-	}
-	return cmd.Val(), int(acks), nil
-}
-
-// runOn runs the script for op on key's record on conn: EVALSHA, and EVAL
-// when the server does not have the script yet.
-func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key, op string, args ...any) (any, error) {
-	argv := append([]any{op}, args...)
-	return script.Run(ctx, conn, []string{s.redisKey(key)}, argv...).Result()
+	return cmd.Val(), ack, nil
 }
 
 // masterConn returns a connection of its own to the master of key's
-// record: WAIT counts the writes of one connection.
+// record: WAIT and WAITAOF count the writes of one connection.
 func (s *Store) masterConn(ctx context.Context, key string) (*redis.Conn, error) {
 	if c, ok := s.client.(*redis.ClusterClient); ok {
 		node, err := c.MasterForKey(ctx, s.redisKey(key))

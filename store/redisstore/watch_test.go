@@ -239,7 +239,7 @@ func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 					ch, stop := s.Watch(t.Context(), k)
 					other, stopOther := s.Watch(t.Context(), k+"-other")
 					claim(t, writer, k+"-other")
-					if ok, err := writer.Extend(t.Context(), k, rec.Fence, time.Minute); !ok || err != nil {
+					if _, ok, err := writer.Extend(t.Context(), k, rec.Fence, time.Minute); !ok || err != nil {
 						t.Fatalf("extend: %v, %v", ok, err)
 					}
 					if fired(ch) {
