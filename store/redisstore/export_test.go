@@ -51,3 +51,16 @@ func Inflight(s *Store) (sending, queued int) {
 // MaxInflight is how many round trips a store's calls have in flight
 // before further calls queue.
 const MaxInflight = maxInflight
+
+// Waiting returns how many watches and claims of s wait in key's line.
+func Waiting(s *Store, key string) int {
+	n := 0
+	s.entry(key, func(_ *listener, e *entry) {
+		for _, sl := range e.queue {
+			if sl.ghost.IsZero() && !sl.fired {
+				n++
+			}
+		}
+	})
+	return n
+}

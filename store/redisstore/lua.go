@@ -13,22 +13,12 @@ import (
 // means one NOSCRIPT miss per server at most, after which every call is an
 // EVALSHA.
 //
-// A record is a hash:
-//
-//	state     claimed | completed | not-replayable | released | deleted
-//	fence     the claim's fence, in decimal
-//	created   when the claim or the outcome was written (Unix ms, by TIME)
-//	expires   a claim: when its lease runs out; an outcome: when it is forgotten (Unix ms)
-//	fp        the request's fingerprint
-//	response  the stored response (absent when empty)
-//	claim     the claim's token: a Claim retried by the client after a lost reply gets its own claim back
-//
-// "released" and "deleted" are tombstones: a fence and nothing else,
-// invisible to get, claimable at once. A record is live while it is a
-// claim or an outcome and TIME < expires. Every write sets PEXPIREAT: for
-// a claim, its lease plus the claim retention; for an outcome, its expiry;
-// for a tombstone, none; never before fence + 1 ms + the clock step (the
-// fence rule of store.Store).
+// A record is a hash (its fields: docs/backends.md): "released" and
+// "deleted" are tombstones, a fence and nothing else, invisible to get,
+// claimable at once. A record is live while it is a claim or an outcome
+// and TIME < expires. Every write sets PEXPIREAT: for a claim, its lease
+// plus the claim retention; for an outcome, its expiry; never before
+// fence + 1 ms + the clock step (the fence rule of store.Store).
 //
 // Writes that add data (claim, complete, put) start with HSET, which Redis
 // refuses when it is over maxmemory (OOM) before anything is written.
@@ -38,12 +28,13 @@ import (
 //
 // A completion, a release and a deletion that ends a record notify the
 // record's watchers in the same script: they publish the operation's name
-// on the channel named like the record's key, with the command the last
-// argument (notify) names: "publish" on a single node, "spublish" (sharded,
-// so only the key's shard carries it) on a cluster, "" for none. The
-// publication is a pcall: a server that refuses it (an ACL without the
-// channel, a server without sharded pub/sub) fails the notification, never
-// the operation, and its waiters poll.
+// ("release <fence>" for a release) on the channel named like the
+// record's key, with the command the last argument (notify) names:
+// "publish" on a single node, "spublish" (sharded, so only the key's shard
+// carries it) on a cluster, "" for none. The publication is a pcall: a
+// server that refuses it (an ACL without the channel, a server without
+// sharded pub/sub) fails the notification, never the operation, and its
+// waiters poll.
 //
 // Replies (integers and strings; a record is state, fence, created,
 // expires, fingerprint, response):
@@ -63,12 +54,12 @@ local op = ARGV[1]
 local step = tonumber(ARGV[2])
 local retention = ` + strconv.FormatInt(store.ClaimRetention.Milliseconds(), 10) + `
 
--- notify tells the key's watchers that the record changed, by the
+-- notify tells the key's watchers that the record changed (msg), by the
 -- command the last argument names; a refused publication is ignored.
-local function notify()
+local function notify(msg)
   local cmd = ARGV[#ARGV]
   if cmd == 'publish' or cmd == 'spublish' then
-    redis.pcall(cmd, k, op)
+    redis.pcall(cmd, k, msg)
   end
 end
 
@@ -185,7 +176,7 @@ if op == 'complete' then
   if st == 'claimed' then
     local e = outcome(ARGV[5], fence, tonumber(ARGV[4]), ARGV[6], ARGV[7], now)
     keep(e, fence)
-    notify()
+    notify(op)
     return 1
   end
   -- The claim's own outcome is there already: a completion retried after
@@ -202,7 +193,7 @@ if op == 'release' then
     return 0
   end
   tombstone('released', fence, now)
-  notify()
+  notify('release ' .. ARGV[3])
   return 1
 end
 
@@ -220,7 +211,7 @@ if op == 'delete' then
   -- A claim whose lease ran out is ended too, so that it can no longer
   -- complete; only a live record counts as deleted.
   tombstone('deleted', fence, now)
-  notify()
+  notify(op)
   if live(st, exp, now) then
     return 1
   end

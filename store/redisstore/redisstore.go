@@ -72,47 +72,25 @@ func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step 
 
 // WithWaitForReplicas makes a claim, an extension and an outcome count
 // only once n replicas of the key's master have acknowledged them (Redis
-// WAIT, for at most timeout), so that a failover, which promotes a
-// replica, cannot lose them: Redis replicates asynchronously, and without
-// the wait a claim or an outcome that the master acknowledged and then
-// died with is gone, and the retry runs the work again (or a lock's lease
-// is handed out twice).
-//
-// The script and the wait run on a connection of their own to the key's
-// master, since WAIT counts that connection's writes. A completion (and a
-// [Store.Put] or an extension) sends the wait in the same round trip as
-// its script; a claim waits only when it claimed, a round trip more, so a
-// replay costs what it does without the option. When fewer than n replicas
-// acknowledge in time, the operation fails closed with ServiceUnavailable:
-// a new claim is released first (the work never runs on a claim that a
-// failover could lose), an outcome stays written on the master and the
-// guard retries its completion, which waits again. A retried claim or
-// completion that finds its own write already there writes it again
-// (the same expiry), so that its wait covers it.
-//
-// n must be positive; timeout at least 1 ms and below the guard's op
-// timeout (and the client's ReadTimeout). The client must be a
-// [*redis.Client] (also from redis.NewFailoverClient) or a
-// [*redis.ClusterClient]. Default: off; a claim or an outcome is then as
-// durable as the master's persistence (see the package documentation).
-//
-// With go-redis v9.23, build the client with maintenance notifications
-// off (MaintNotificationsConfig: &maintnotifications.Config{Mode:
-// maintnotifications.ModeDisabled}) when the server is not Redis 8 or
-// later: in their default auto mode go-redis rewrites its options when the
-// server refuses them, unguarded against the connections that Client.Conn
-// gives, which this option uses (a data race of go-redis's own, which the
-// race detector reports).
+// WAIT, for at most timeout), so that a failover cannot lose them (Redis
+// replicates asynchronously): when fewer acknowledge in time, the
+// operation fails closed with ServiceUnavailable, and a new claim is
+// released first. The wait runs on a connection of its own to the master,
+// in the same round trip as the script, but for a claim, which waits only
+// once it claimed (a round trip more; a replay waits for nothing). n must
+// be positive; timeout at least 1 ms and below the callers' op timeout.
+// The client must be a [*redis.Client] (also a failover one) or a
+// [*redis.ClusterClient]; with go-redis v9.23 and a server older than
+// Redis 8, build it with maintenance notifications off (docs/backends.md
+// says why). Default: off.
 func WithWaitForReplicas(n int, timeout time.Duration) Option {
 	return func(c *config) { c.wait = durability{replicas: n, timeout: timeout, set: c.wait.set + 1} }
 }
 
 // WithWaitForAOF is [WithWaitForReplicas] with Redis WAITAOF (Redis 7.2
-// or later): a claim, an extension and an outcome count only once they are
-// fsynced to the master's append-only file (local = true) and to those of
-// n replicas (n ≥ 0; local or n > 0), so that they survive a restart of a
-// server with appendfsync everysec. It and WithWaitForReplicas exclude
-// each other. Default: off.
+// or later): the write counts once fsynced to the master's append-only
+// file (local) and to those of n replicas (n ≥ 0, and local or n > 0). It
+// and WithWaitForReplicas exclude each other. Default: off.
 func WithWaitForAOF(local bool, n int, timeout time.Duration) Option {
 	return func(c *config) {
 		c.wait = durability{aof: true, replicas: n, timeout: timeout, set: c.wait.set + 1}
@@ -122,11 +100,9 @@ func WithWaitForAOF(local bool, n int, timeout time.Duration) Option {
 	}
 }
 
-// Store is the guard's backend on Redis: a [store.Store] whose records
-// carry their own lease, a [store.Watcher] that wakes waiting duplicates
-// by pub/sub, and the fenced [store.Records] for a composition with a
-// lock. It works on a single node, through Sentinel (a failover client)
-// and on Redis Cluster. It is safe for concurrent use.
+// Store is the Redis engine: a [store.Store], a [store.Watcher] and a
+// [store.Records], for the guard and for locks. It is safe for concurrent
+// use.
 //
 // The zero value is not usable; call [New].
 type Store struct {
@@ -152,14 +128,10 @@ var (
 // New returns a store on client. It does no I/O.
 //
 // The client must bound its commands by the caller's ctx: a
-// [*redis.Client] (also from redis.NewFailoverClient), [*redis.ClusterClient]
-// (also from redis.NewFailoverClusterClient) or [*redis.Ring] must be built
-// with ContextTimeoutEnabled: true in its options, or New refuses it
-// (InvalidArgument). Without it go-redis ignores ctx deadlines, and a
-// stalled server holds every call for ReadTimeout × (MaxRetries + 1)
-// instead of the guard's op timeout. Other [redis.UniversalClient]
-// implementations are taken as they are: they must honour ctx themselves.
-//
+// [*redis.Client], [*redis.ClusterClient] or [*redis.Ring] (failover ones
+// included) built without ContextTimeoutEnabled: true is refused, since
+// go-redis would then hold every call on a stalled server for ReadTimeout
+// × (MaxRetries + 1). Other implementations must honour ctx themselves.
 // A bad option is an InvalidArgument error.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
@@ -263,12 +235,19 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
+	done := s.turn(ctx, key, ttl)
+	rec, claimed, err := s.claim(ctx, key, fp, ttl)
+	done(claimed, err)
+	return rec, claimed, err
+}
+
+func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	if s.wait.timeout > 0 {
 		return s.claimAcked(ctx, key, fp, ttl)
 	}
-	v, err := s.run(ctx, key, op, fp, ttl.Milliseconds(), claimToken())
+	v, err := s.run(ctx, key, "claim", fp, ttl.Milliseconds(), claimToken())
 	if err != nil {
-		return store.Record{}, false, mapError(op, err)
+		return store.Record{}, false, mapError("claim", err)
 	}
 	return decodeClaim(key, v)
 }
@@ -339,7 +318,12 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	if err := store.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	return s.flag(ctx, op, key, fenceArg(fence), s.notify)
+	f := fenceArg(fence)
+	ok, err := s.flag(ctx, op, key, f, s.notify)
+	if ok {
+		s.released(key, f)
+	}
+	return ok, err
 }
 
 // Get implements [store.Store] and [store.Records]: one script, which

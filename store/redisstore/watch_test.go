@@ -1029,3 +1029,50 @@ func TestWatchValidates(t *testing.T) {
 	rec := claim(t, rs, "order-1")
 	complete(t, rs, rec)
 }
+
+// TestReleaseHandsTheKeyToTheOldestWaiter: a release through the store
+// wakes the oldest of its watches of the key (not every one), and a claim
+// of the key through the store that comes meanwhile (the releaser's own,
+// claiming again at once) waits its turn instead of racing the woken
+// waiter to the server: the woken waiter claims the key, the other claim
+// is refused. A completion wakes every watch.
+func TestReleaseHandsTheKeyToTheOldestWaiter(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s := newStore(t, adminClient(t, kind))
+			const k = "order-1"
+			held := claim(t, s, k)
+			first, stopFirst := s.Watch(ctx, k)
+			second, stopSecond := s.Watch(ctx, k)
+			defer stopSecond()
+			if ok, err := s.Release(ctx, k, held.Fence); !ok || err != nil {
+				t.Fatalf("release: %v, %v", ok, err)
+			}
+			awaitFire(t, first, "the oldest watch")
+			if fired(second) {
+				t.Fatal("a release woke the second watch too")
+			}
+			again := make(chan bool, 1)
+			go func() {
+				_, claimed, err := s.Claim(ctx, k, "releaser", time.Minute)
+				if err != nil {
+					t.Error(err)
+				}
+				again <- claimed
+			}()
+			eventually(t, "the releaser's claim waits in line", func() bool { return redisstore.Waiting(s, k) == 2 })
+			stopFirst()
+			rec, claimed, err := s.Claim(ctx, k, "woken", time.Minute)
+			if err != nil || !claimed {
+				t.Fatalf("the woken waiter's claim: %+v, %v, %v; want the key", rec, claimed, err)
+			}
+			if <-again {
+				t.Fatal("the releaser's claim took the key ahead of the woken waiter")
+			}
+			complete(t, s, rec)
+			awaitFire(t, second, "the second watch, on the completion")
+		})
+	}
+}
