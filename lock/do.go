@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/store"
 )
 
-// Option configures [Do] and [Acquire]. Acquire uses only the options of
-// the release after the caller is done ([WithReleaseTimeout],
-// [WithOnReleaseError], [WithLogger]) and ignores the others.
+// Option configures [New], [Do], [Acquire] and [WithTelemetry]; each uses
+// the options its doc names and ignores the others.
 type Option func(*config)
 
 type config struct {
@@ -25,6 +25,8 @@ type config struct {
 	releaseTimeout time.Duration
 	onReleaseError func(ReleaseFailure)
 	logger         *slog.Logger
+	hasher         idemkit.Hasher
+	allowRaw       func(Report) bool
 }
 
 // WithTTL sets the lease's TTL in [Do]. Default: 30 s.
@@ -33,9 +35,9 @@ func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 // WithBackoff sets the delays between [Do]'s attempts on a held key: the
 // n-th delay is drawn from [d/2, d] for d = min(Base·2^(n−1), Max) (see
 // [idemkit.Backoff]). Default: idemkit.Backoff{Base: 100 ms, Max: 2 s}.
-// A delay never runs past the timeout (see [WithTimeout]), and a
-// [Watcher] locker wakes a waiter before its delay ends when the lock is
-// released.
+// A delay never runs past the timeout (see [WithTimeout]), and a locker
+// that is a [store.Watcher] wakes a waiter before its delay ends when the
+// lock is released.
 func WithBackoff(b idemkit.Backoff) Option { return func(c *config) { c.backoff = b } }
 
 // WithTimeout bounds the whole wait for the lock in [Do], from the first
@@ -72,21 +74,44 @@ func WithOnReleaseError(f func(ReleaseFailure)) Option {
 	return func(c *config) { c.onReleaseError = f }
 }
 
-// WithLogger sets the logger of the default release-error callback.
+// WithLogger sets the logger of [New]'s Client (the warning when a fence
+// passes [idemkit.FenceWarn]) and of the default release-error callback.
 // Default: slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-func newConfig(opts []Option) config {
+// WithHasher sets the hasher of [WithTelemetry]'s KeyHash and IDHash.
+// Default: [idemkit.DefaultHasher] (HMAC-SHA-256 under a per-process
+// secret); use [idemkit.NewHMACHasher] with a shared secret to correlate
+// reports across processes.
+func WithHasher(h idemkit.Hasher) Option { return func(c *config) { c.hasher = h } }
+
+// WithRawIdentifiers sets the predicate of [WithTelemetry] that decides,
+// per report, whether the raw key and lock id may be included; it sees the
+// report without them. Default: never. A predicate that panics counts as a
+// refusal.
+func WithRawIdentifiers(allow func(Report) bool) Option {
+	return func(c *config) { c.allowRaw = allow }
+}
+
+// newConfig applies opts over the defaults, refusing a nil option.
+func newConfig(opts []Option) (config, error) {
 	c := config{
 		ttl:            30 * time.Second,
 		backoff:        idemkit.Backoff{Base: 100 * time.Millisecond, Max: 2 * time.Second},
 		timeout:        5 * time.Second,
 		releaseTimeout: 5 * time.Second,
+		hasher:         idemkit.DefaultHasher(),
 	}
 	for _, o := range opts {
+		if o == nil {
+			return c, invalid("options", "an option is nil; remove it, or pass the option it was meant to be")
+		}
 		o(&c)
 	}
-	return c
+	if c.hasher == nil {
+		return c, invalid("options", "the hasher must not be nil; leave WithHasher out for the default")
+	}
+	return c, nil
 }
 
 // validateRelease checks the options that the release after the caller is
@@ -124,7 +149,7 @@ func (c *config) validate() error {
 // It acquires with retries on contention (capped exponential back-off with
 // jitter, [WithBackoff]), returning at once when ctx ends and never
 // sleeping past its timeout ([WithTimeout]). When the locker is a
-// [Watcher], a waiter retries as soon as the lock is released instead of
+// [store.Watcher], a waiter retries as soon as the lock is released instead of
 // sleeping out its delay.
 //
 // While fn runs, the lease is renewed every TTL/3 ([WithRenewInterval]).
@@ -179,11 +204,14 @@ type held struct {
 
 // hold acquires the lock on key with Do's retries and starts renewing it.
 func hold(ctx context.Context, l Locker, key string, opts []Option) (*held, error) {
-	cfg := newConfig(opts)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	key, err := NormalizeKey(key)
+	key, err = normalizeKey("do", key)
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +281,11 @@ func (h *held) tick() {
 		h.rearm(cfg.renewEvery)
 		return
 	case err == nil:
-		lost = fmt.Errorf("%w: renewal found the lease %s", idemkit.ErrLeaseLost, out.Reason)
+		why := "gone (released, deleted or taken over)"
+		if out.Expired {
+			why = "expired"
+		}
+		lost = fmt.Errorf("%w: renewal found the lease %s", idemkit.ErrLeaseLost, why)
 	case time.Now().Before(h.validUntil):
 		// A transient failure with time left: try again soon.
 		h.rearm(max(min(cfg.renewEvery/4, time.Until(h.validUntil)/2), time.Millisecond))
@@ -289,7 +321,7 @@ func (h *held) rearm(d time.Duration) {
 func acquireWithRetry(ctx context.Context, l Locker, key string, cfg *config) (lease Lease, sent time.Time, err error) {
 	start := time.Now()
 	deadline := start.Add(cfg.timeout)
-	watcher, _ := l.(Watcher)
+	watcher, _ := l.(store.Watcher)
 	var lastErr error
 	attempts, delays := 0, 0 // delays: back-off delays that ran out
 	for {

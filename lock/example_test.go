@@ -8,7 +8,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/store/memstore"
 )
 
 // Do runs a function while holding a lock, renewing the lease while it runs
@@ -16,7 +16,7 @@ import (
 // beside the data the lock protects and refuse writes carrying an older one.
 func ExampleDo() {
 	ctx := context.Background()
-	locker := memlock.New()
+	locker := newClient()
 
 	var last idemkit.Fence // what the protected resource has seen
 	for range 3 {
@@ -39,7 +39,7 @@ func ExampleDo() {
 // matches idemkit.ErrAcquisitionTimeout.
 func ExampleDo_contention() {
 	ctx := context.Background()
-	locker := memlock.New()
+	locker := newClient()
 	_, _, _ = locker.Acquire(ctx, "report", time.Minute) // someone else holds it
 
 	err := lock.Do(ctx, locker, "report", func(context.Context, lock.Lease) error {
@@ -54,7 +54,7 @@ func ExampleDo_contention() {
 // A waiter in Do wakes as soon as the holder releases, and runs next.
 func ExampleDo_waiting() {
 	ctx := context.Background()
-	locker := memlock.New()
+	locker := newClient()
 	holder, _, _ := locker.Acquire(ctx, "job", time.Minute)
 
 	done := make(chan struct{})
@@ -78,7 +78,7 @@ func ExampleDo_waiting() {
 // (the lock was held) is safe to use.
 func ExampleAcquire() {
 	ctx := context.Background()
-	locker := memlock.New()
+	locker := newClient()
 
 	h, ok, err := lock.Acquire(ctx, locker, "cron:nightly", 30*time.Second)
 	if err != nil {
@@ -103,10 +103,13 @@ func ExampleAcquire() {
 // WithTelemetry reports every operation, with keys and ids hashed.
 func ExampleWithTelemetry() {
 	ctx := context.Background()
-	hook := lock.HookFunc(func(e lock.Event) {
-		fmt.Printf("%s ok=%v reason=%q raw-key=%q\n", e.Op, e.OK, e.Reason, e.Key)
+	report := lock.ReporterFunc(func(r lock.Report) {
+		fmt.Printf("%s ok=%v reason=%q raw-key=%q\n", r.Op, r.OK, r.Reason, r.Key)
 	})
-	locker := lock.WithTelemetry(memlock.New(), hook)
+	locker, err := lock.WithTelemetry(newClient(), report)
+	if err != nil {
+		panic(err)
+	}
 
 	lease, _, _ := locker.Acquire(ctx, "k", time.Second)
 	_, _, _ = locker.Acquire(ctx, "k", time.Second)
@@ -115,4 +118,13 @@ func ExampleWithTelemetry() {
 	// acquire ok=true reason="" raw-key=""
 	// acquire ok=false reason="locked" raw-key=""
 	// release ok=true reason="" raw-key=""
+}
+
+// newClient returns a lock client over a fresh in-memory store.
+func newClient() *lock.Client {
+	c, err := lock.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	return c
 }

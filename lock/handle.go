@@ -26,7 +26,7 @@ type ReleaseFailure struct {
 //	h, ok, err := lock.Acquire(ctx, locker, key, ttl)
 //	defer h.Close()
 //
-// is correct whatever the outcome.
+// is correct whatever the status.
 type Handle struct {
 	locker Locker
 	lease  Lease
@@ -35,7 +35,7 @@ type Handle struct {
 	mu       sync.Mutex
 	released bool          // a release has been started
 	done     chan struct{} // closed when that release has finished
-	outcome  Outcome
+	status   Status
 	err      error
 }
 
@@ -45,7 +45,10 @@ type Handle struct {
 // [Handle.Close] makes: [WithReleaseTimeout], [WithOnReleaseError] and
 // [WithLogger].
 func Acquire(ctx context.Context, l Locker, key string, ttl time.Duration, opts ...Option) (*Handle, bool, error) {
-	cfg := newConfig(opts)
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, false, err
+	}
 	if err := cfg.validateRelease("acquire"); err != nil {
 		return nil, false, err
 	}
@@ -67,11 +70,11 @@ func (h *Handle) Lease() Lease {
 
 // Release releases the lease. Only the first call on a handle (Release or
 // Close) reaches the backend; later calls report OK = false with
-// ReasonNotFound and do no I/O. Errors are returned to the caller, not to
+// Expired = false and do no I/O. Errors are returned to the caller, not to
 // the release-error callback.
-func (h *Handle) Release(ctx context.Context) (Outcome, error) {
+func (h *Handle) Release(ctx context.Context) (Status, error) {
 	if h == nil || !h.start() {
-		return Outcome{Reason: ReasonNotFound}, nil
+		return Status{}, nil
 	}
 	out, err := releaseLease(ctx, h.locker, h.lease)
 	h.finish(out, err)
@@ -80,9 +83,9 @@ func (h *Handle) Release(ctx context.Context) (Outcome, error) {
 
 // Extend extends the lease to now + ttl through the locker. It is not gated
 // on the handle's state: after a release the backend answers OK = false.
-func (h *Handle) Extend(ctx context.Context, ttl time.Duration) (Outcome, error) {
+func (h *Handle) Extend(ctx context.Context, ttl time.Duration) (Status, error) {
 	if h == nil {
-		return Outcome{Reason: ReasonNotFound}, nil
+		return Status{}, nil
 	}
 	return extendLease(ctx, h.locker, h.lease, ttl)
 }
@@ -103,7 +106,7 @@ func (h *Handle) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.releaseTimeout)
 	defer cancel()
 	result := make(chan struct{})
-	var out Outcome
+	var out Status
 	var err error
 	go func() {
 		out, err = releaseLease(ctx, h.locker, h.lease)
@@ -119,7 +122,7 @@ func (h *Handle) Close() {
 		// The backend did not answer in time. The cancelled ctx aborts
 		// its I/O; the lease runs out at its expiry.
 		terr := idemkit.NewError(idemkit.CodeNetworkTimeout, "close", "release did not finish within the release timeout", ctx.Err())
-		h.finish(Outcome{}, terr)
+		h.finish(Status{}, terr)
 		h.report(terr)
 	}
 }
@@ -137,9 +140,9 @@ func (h *Handle) start() bool {
 	return true
 }
 
-func (h *Handle) finish(out Outcome, err error) {
+func (h *Handle) finish(out Status, err error) {
 	h.mu.Lock()
-	h.outcome, h.err = out, err
+	h.status, h.err = out, err
 	close(h.done)
 	h.mu.Unlock()
 }

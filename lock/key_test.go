@@ -1,4 +1,4 @@
-package lock_test
+package lock
 
 import (
 	"strings"
@@ -7,10 +7,10 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
-func TestNormalizeKey(t *testing.T) {
+func TestNormalizeKeyNFCAndLength(t *testing.T) {
 	cases := []struct {
 		name, in, want string
 		ok             bool
@@ -30,9 +30,9 @@ func TestNormalizeKey(t *testing.T) {
 		{"huge", strings.Repeat("x", 1<<20), "", false},
 	}
 	for _, c := range cases {
-		got, err := lock.NormalizeKey(c.in)
+		got, err := normalizeKey("validate", c.in)
 		if c.ok != (err == nil) || got != c.want {
-			t.Fatalf("%s: NormalizeKey = %q, %v", c.name, got, err)
+			t.Fatalf("%s: normalizeKey = %q, %v", c.name, got, err)
 		}
 		if err != nil {
 			if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
@@ -45,26 +45,26 @@ func TestNormalizeKey(t *testing.T) {
 	}
 }
 
-func TestValidateID(t *testing.T) {
+func TestCheckID(t *testing.T) {
 	for range 100 {
-		id := lock.NewID()
-		if err := lock.ValidateID(id); err != nil || len(id) != lock.IDLen {
-			t.Fatalf("NewID() = %q fails validation: %v", id, err)
+		id := newID()
+		if err := checkID("validate", id); err != nil || len(id) != engine.IDLen {
+			t.Fatalf("NewID() = %q fails checkID: %v", id, err)
 		}
 	}
-	if a, b := lock.NewID(), lock.NewID(); a == b {
+	if a, b := newID(), newID(); a == b {
 		t.Fatal("two ids are equal")
 	}
 	for _, ok := range []string{"AAAAAAAAAAAAAAAAAAAAAA", "_____________________w", "abcdefghijklmnopqrstu-"} {
-		if err := lock.ValidateID(ok); err != nil {
-			t.Fatalf("ValidateID(%q): %v", ok, err)
+		if err := checkID("validate", ok); err != nil {
+			t.Fatalf("checkID(%q): %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "A", strings.Repeat("A", 21), strings.Repeat("A", 23), strings.Repeat("A", 21) + "+",
 		strings.Repeat("A", 21) + "/", strings.Repeat("A", 21) + "=", strings.Repeat("A", 21) + "\x00", strings.Repeat("A", 20) + "é"} {
-		err := lock.ValidateID(bad)
+		err := checkID("validate", bad)
 		if idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
-			t.Fatalf("ValidateID(%q) = %v", bad, err)
+			t.Fatalf("checkID(%q) = %v", bad, err)
 		}
 		if len(bad) > 3 && strings.Contains(err.Error(), bad) {
 			t.Fatalf("the error repeats the id: %v", err)
@@ -80,9 +80,9 @@ func FuzzNormalizeKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
-		got, err := lock.NormalizeKey(in)
+		got, err := normalizeKey("validate", in)
 		n := norm.NFC.String(in)
-		wantOK := len(n) > 0 && len(n) <= lock.MaxKeyBytes
+		wantOK := len(n) > 0 && len(n) <= MaxKeyBytes
 		if wantOK != (err == nil) {
 			t.Fatalf("NormalizeKey(%q): err %v; NFC length %d", in, err, len(n))
 		}
@@ -95,7 +95,7 @@ func FuzzNormalizeKey(f *testing.F) {
 		if got != n {
 			t.Fatalf("NormalizeKey(%q) = %q; want NFC %q", in, got, n)
 		}
-		again, err := lock.NormalizeKey(got)
+		again, err := normalizeKey("validate", got)
 		if err != nil || again != got {
 			t.Fatalf("not idempotent: %q → %q, %v", got, again, err)
 		}
@@ -108,12 +108,12 @@ func FuzzValidateID(f *testing.F) {
 	f.Add("AAAAAAAAAAAAAAAAAAAAAA")
 	f.Add("AAAAAAAAAAAAAAAAAAAAA=")
 	f.Add("")
-	f.Add(lock.NewID())
+	f.Add(newID())
 	f.Fuzz(func(t *testing.T, id string) {
-		err := lock.ValidateID(id)
+		err := checkID("validate", id)
 		ok := len(id) == 22 && strings.Trim(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_") == ""
 		if ok != (err == nil) {
-			t.Fatalf("ValidateID(%q) = %v; want ok = %v", id, err, ok)
+			t.Fatalf("checkID(%q) = %v; want ok = %v", id, err, ok)
 		}
 		if err != nil && idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Fatalf("code %v", idemkit.CodeOf(err))

@@ -11,7 +11,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/fingerprint"
 	"github.com/idemkit/idemkit/internal/guardtest"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -34,7 +33,7 @@ func TestCheck(t *testing.T) {
 	if err := newGuard(t, sealed).Check(ctx); err != nil {
 		t.Fatalf("Check through a sealing store: %v", err)
 	}
-	composed, err := middleware.Compose(memstore.New(), memlock.New())
+	composed, err := middleware.Compose(memstore.New(), newLocker(t, memstore.New()))
 	if err != nil {
 		t.Fatal(err)
 	}

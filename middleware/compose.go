@@ -2,12 +2,14 @@ package middleware
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"sync"
 	"time"
 	"unicode/utf8"
 
-	"github.com/idemkit/idemkit/lock/provider"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
@@ -53,24 +55,26 @@ func WithMaxClaims(n int) ComposeOption { return func(c *composeConfig) { c.maxC
 // claimed key reads the lock and returns its fence and lease, still without
 // a fingerprint. Lock keys are derived from record keys (verbatim behind
 // "k:" when the key is valid UTF-8 in NFC and fits a lock key, otherwise
-// hashed, see [provider.StorageKey]), so no two record keys share a lock.
+// "h:" and its SHA-256), so no two record keys share a lock.
 //
 // The lock leases of this process's claims are kept in memory, keyed by
 // record key and fence: Extend, Complete and Release work only in the
 // process that made the claim (as the guard uses them), and at most
-// [WithMaxClaims] claims are held at once. A claim whose lease ran out can
-// still be extended, completed or released as long as the lock provider
-// still records the expired lease ([lock.ReasonExpired]: nobody took the
-// lock since); the store then takes the lock again (another claim that took
-// and released the lock in the instant between the two goes unnoticed
-// unless it stored an outcome). A provider that drops
-// expired leases at once (Redis expires its keys) refuses such late writes
-// instead, safely: the guard reports the outcome not recorded.
+// [WithMaxClaims] claims are held at once. A claim whose lease ran out
+// still completes as long as nobody holds the lock: Complete then takes the
+// lock again before it writes (another claim that took and released the
+// lock in between goes unnoticed unless it stored an outcome, whose higher
+// fence refuses the write).
 //
-// Delete removes the record and releases a live lock on its key: the
-// deleted claim's holder can no longer extend, complete or release it.
+// Delete removes the record and releases a live lock on its key. A claim of
+// this process that is deleted can no longer be extended, completed or
+// released. Another process's claim loses its lock, but its holder may
+// still complete it while nobody else takes the lock (the lock cannot tell
+// a released lease from one that ran out); with a locker that is no
+// [lock.Client], which alone reveals the lock id of a key (see
+// [lock.LookupKeyRaw]), Delete releases only this process's claim.
 //
-// When locker is a [lock.Watcher] (it can tell waiters when a lock is
+// When locker is a [store.Watcher] (it can tell waiters when a lock is
 // released), the store is a [store.Watcher]: the duplicates waiting for a claim
 // are all woken when the claim's lock is released, through one watch of
 // the lock per key.
@@ -91,7 +95,7 @@ func Compose(records store.Records, locker lock.Locker, opts ...ComposeOption) (
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "compose", fmt.Sprintf("max claims must be at least 1 (got %d)", cfg.maxClaims), nil)
 	}
 	c := &composed{records: records, locker: locker, maxClaims: cfg.maxClaims, claims: make(map[claimKey]*held)}
-	if w, ok := locker.(lock.Watcher); ok && watches(locker) {
+	if w, ok := locker.(store.Watcher); ok && watches(locker) {
 		return &watchingComposed{composed: c, watcher: w}, nil
 	}
 	return c, nil
@@ -102,7 +106,7 @@ func Compose(records store.Records, locker lock.Locker, opts ...ComposeOption) (
 // wraps, so the locker it unwraps to must be one too.
 func watches(l lock.Locker) bool {
 	for range 16 {
-		if _, ok := l.(lock.Watcher); !ok {
+		if _, ok := l.(store.Watcher); !ok {
 			return false
 		}
 		u, ok := l.(interface{ Unwrap() lock.Locker })
@@ -123,7 +127,7 @@ func watches(l lock.Locker) bool {
 // but every duplicate waiting for a claim wants to know that it ended.
 type watchingComposed struct {
 	*composed
-	watcher lock.Watcher
+	watcher store.Watcher
 
 	mu   sync.Mutex
 	fans map[string]*fan // by lock key: the lock watch in place, if any
@@ -218,16 +222,15 @@ type held struct {
 // caller's ctx may have ended.
 const releaseTimeout = 5 * time.Second
 
-// lockKeyOf returns the lock key of the record key k.
+// lockKeyOf returns the lock key of the record key k: "k:" and k where
+// that is a lock key as it is (valid UTF-8 in NFC, short enough), "h:" and
+// k's SHA-256 otherwise. The two forms never meet.
 func lockKeyOf(k string) string {
-	return provider.StorageKey(k, lock.MaxKeyBytes, func(k string) bool {
-		if !utf8.ValidString(k) {
-			return false
-		}
-		s := provider.VerbatimPrefix + k
-		n, err := lock.NormalizeKey(s)
-		return err == nil && n == s
-	})
+	if len(k)+2 <= lock.MaxKeyBytes && utf8.ValidString(k) && norm.NFC.IsNormalString(k) {
+		return "k:" + k
+	}
+	sum := sha256.Sum256([]byte(k))
+	return "h:" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
 func (s *composed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
@@ -371,12 +374,29 @@ func (s *composed) Delete(ctx context.Context, key string) (bool, error) {
 	if err != nil {
 		return deleted, err
 	}
-	lk := lockKeyOf(key)
-	info, live, err := lock.LookupKeyRaw(ctx, s.locker, lk)
+	// This process's claim of the key ends here, with its lock.
+	ck := s.claimOn(key)
+	h, done, err := s.take(ctx, op, ck)
+	if err != nil {
+		return deleted, err
+	}
+	if h != nil {
+		defer done()
+		out, err := releaseLease(ctx, s.locker, h.lease)
+		if err != nil {
+			return deleted, err
+		}
+		s.end(ck, h)
+		return deleted || out.OK, nil
+	}
+	lease, live, err := lock.LookupKeyRaw(ctx, s.locker, lockKeyOf(key))
+	if idemkit.CodeOf(err) == idemkit.CodeInvalidArgument {
+		err = nil // a locker that does not reveal lock ids
+	}
 	if err != nil || !live {
 		return deleted, err
 	}
-	out, err := releaseLease(ctx, s.locker, lock.Lease{Key: info.Key, ID: info.ID})
+	out, err := releaseLease(ctx, s.locker, lease)
 	if err != nil {
 		return deleted, err
 	}
@@ -409,9 +429,9 @@ func (s *composed) take(ctx context.Context, op string, ck claimKey) (*held, fun
 }
 
 // keep makes the lock the claim's for ttl from now: it extends the lease,
-// or, with retake, if the lease ran out and the lock still records it
-// (nobody took the lock since), takes the lock again. Once the lock is gone or someone
-// else's, the claim is over. The caller holds h.sem.
+// or, with retake, when that is refused (the lease ran out, or the lock was
+// released), takes the lock again. Once someone else holds the lock, the
+// claim is over. The caller holds h.sem.
 func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Duration, retake bool) (bool, error) {
 	out, err := extendLease(ctx, s.locker, h.lease, ttl)
 	if err != nil {
@@ -421,10 +441,6 @@ func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Dura
 		h.lease.ExpiresAt = out.ExpiresAt
 		s.touch(h)
 		return true, nil
-	}
-	if out.Reason != lock.ReasonExpired {
-		s.end(ck, h)
-		return false, nil
 	}
 	if !retake {
 		return false, nil // kept: the claim still completes while nobody took the key
@@ -440,6 +456,19 @@ func (s *composed) keep(ctx context.Context, ck claimKey, h *held, ttl time.Dura
 	h.lease = lease
 	s.touch(h)
 	return true, nil
+}
+
+// claimOn names this process's claim of the record key, if it holds one
+// (the zero claimKey, which names none, otherwise).
+func (s *composed) claimOn(key string) claimKey {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ck := range s.claims {
+		if ck.key == key {
+			return ck
+		}
+	}
+	return claimKey{}
 }
 
 // touch records that h's lease was just taken or extended. The caller
@@ -493,7 +522,7 @@ func (s *composed) unlock(ctx context.Context, lease lock.Lease) {
 
 // releaseLease releases lease through l, with its key when l is a
 // [lock.KeyedLocker] (one round trip where the id alone needs two).
-func releaseLease(ctx context.Context, l lock.Locker, lease lock.Lease) (lock.Outcome, error) {
+func releaseLease(ctx context.Context, l lock.Locker, lease lock.Lease) (lock.Status, error) {
 	if k, ok := l.(lock.KeyedLocker); ok {
 		return k.ReleaseKey(ctx, lease.Key, lease.ID)
 	}
@@ -502,7 +531,7 @@ func releaseLease(ctx context.Context, l lock.Locker, lease lock.Lease) (lock.Ou
 
 // extendLease extends lease through l to now + ttl, with its key when l is
 // a [lock.KeyedLocker].
-func extendLease(ctx context.Context, l lock.Locker, lease lock.Lease, ttl time.Duration) (lock.Outcome, error) {
+func extendLease(ctx context.Context, l lock.Locker, lease lock.Lease, ttl time.Duration) (lock.Status, error) {
 	if k, ok := l.(lock.KeyedLocker); ok {
 		return k.ExtendKey(ctx, lease.Key, lease.ID, ttl)
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -19,7 +18,7 @@ import (
 // and the live claim must never be dropped to make room.
 func TestComposeFullWhileExtending(t *testing.T) {
 	t.Parallel()
-	s, err := middleware.Compose(memstore.New(), memlock.New(), middleware.WithMaxClaims(1))
+	s, err := middleware.Compose(memstore.New(), newLocker(t, memstore.New()), middleware.WithMaxClaims(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,10 @@ package middleware_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +13,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/fakeclock"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -40,80 +41,88 @@ func (c countedRecords) Delete(ctx context.Context, key string) (bool, error) {
 	return c.Records.Delete(ctx, key)
 }
 
-// countedLocker counts the calls to a memlock.Locker, keyed calls included.
+// countedLocker counts the calls to a lock.Client, keyed calls included.
 type countedLocker struct {
-	*memlock.Locker
+	*lock.Client
 	n *atomic.Int64
 }
 
 func (c countedLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
 	c.n.Add(1)
-	return c.Locker.Acquire(ctx, key, ttl)
+	return c.Client.Acquire(ctx, key, ttl)
 }
 
-func (c countedLocker) Release(ctx context.Context, id string) (lock.Outcome, error) {
+func (c countedLocker) Release(ctx context.Context, id string) (lock.Status, error) {
 	c.n.Add(1)
-	return c.Locker.Release(ctx, id)
+	return c.Client.Release(ctx, id)
 }
 
-func (c countedLocker) Extend(ctx context.Context, id string, ttl time.Duration) (lock.Outcome, error) {
+func (c countedLocker) Extend(ctx context.Context, id string, ttl time.Duration) (lock.Status, error) {
 	c.n.Add(1)
-	return c.Locker.Extend(ctx, id, ttl)
+	return c.Client.Extend(ctx, id, ttl)
 }
 
-func (c countedLocker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, error) {
+func (c countedLocker) ReleaseKey(ctx context.Context, key, id string) (lock.Status, error) {
 	c.n.Add(1)
-	return c.Locker.ReleaseKey(ctx, key, id)
+	return c.Client.ReleaseKey(ctx, key, id)
 }
 
-func (c countedLocker) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (lock.Outcome, error) {
+func (c countedLocker) ExtendKey(ctx context.Context, key, id string, ttl time.Duration) (lock.Status, error) {
 	c.n.Add(1)
-	return c.Locker.ExtendKey(ctx, key, id, ttl)
+	return c.Client.ExtendKey(ctx, key, id, ttl)
 }
 
 func (c countedLocker) IsLocked(ctx context.Context, key string) (bool, error) {
 	c.n.Add(1)
-	return c.Locker.IsLocked(ctx, key)
+	return c.Client.IsLocked(ctx, key)
 }
 
 func (c countedLocker) LookupKey(ctx context.Context, key string) (lock.Info, bool, error) {
 	c.n.Add(1)
-	return c.Locker.LookupKey(ctx, key)
+	return c.Client.LookupKey(ctx, key)
 }
 
 func (c countedLocker) LookupID(ctx context.Context, id string) (lock.Info, bool, error) {
 	c.n.Add(1)
-	return c.Locker.LookupID(ctx, id)
+	return c.Client.LookupID(ctx, id)
 }
 
 const maxResponse = 1 << 20
 
-// composeEnv builds Compose(memstore, memlock) with the clock now (nil: the
-// process clock).
+// newLocker returns lock.New(s), failing t on an error.
+func newLocker(t *testing.T, s store.Store) *lock.Client {
+	t.Helper()
+	c, err := lock.New(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// composeEnv builds Compose(memstore, lock.New(memstore)) with the clock
+// now (nil: the process clock).
 func composeEnv(t *testing.T, clock *fakeclock.Clock) *storetest.Env {
 	var sopts []memstore.Option
-	var lopts []memlock.Option
 	e := &storetest.Env{Margin: 30 * time.Millisecond}
 	if clock != nil {
 		sopts = append(sopts, memstore.WithClock(clock.Now))
-		lopts = append(lopts, memlock.WithClock(clock.Now))
 		e.Advance = clock.Advance
 	}
 	records := memstore.New(append(sopts, memstore.WithMaxResponseBytes(maxResponse))...)
-	locker := memlock.New(lopts...)
-	t.Cleanup(func() { _ = records.Close(); _ = locker.Close() })
+	locks := memstore.New(sopts...)
+	t.Cleanup(func() { _ = records.Close(); _ = locks.Close() })
 	var n atomic.Int64
-	s, err := middleware.Compose(countedRecords{records, &n}, countedLocker{locker, &n})
+	s, err := middleware.Compose(countedRecords{records, &n}, countedLocker{newLocker(t, locks), &n})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e.Store = s
-	e.Break = func() { _ = records.Close(); _ = locker.Close() }
+	e.Break = func() { _ = records.Close(); _ = locks.Close() }
 	e.MaxResponseBytes = maxResponse
 	e.RoundTrips = func() int { return int(n.Load()) }
 	// Claim: read, lock, read again. Busy: read, lock refused. Complete:
-	// extend the lock, put, release. Delete: delete the record, look the
-	// lock up.
+	// extend the lock, put, release. Delete: delete the record, release
+	// this process's lock of the key.
 	e.MaxRoundTrips = storetest.RoundTripLimits{Claim: 3, Busy: 2, TakeOver: 3, Complete: 3, Delete: 2}
 	// The claim lives in the lock, which knows no fingerprint.
 	e.OpaqueClaims = true
@@ -129,7 +138,7 @@ func TestComposeConformanceRealClock(t *testing.T) {
 }
 
 func TestComposeRefusesMissingParts(t *testing.T) {
-	records, locker := memstore.New(), memlock.New()
+	records, locker := memstore.New(), newLocker(t, memstore.New())
 	for name, build := range map[string]func() (store.Store, error){
 		"nil records":  func() (store.Store, error) { return middleware.Compose(nil, locker) },
 		"nil locker":   func() (store.Store, error) { return middleware.Compose(records, nil) },
@@ -148,7 +157,7 @@ func TestComposeRefusesMissingParts(t *testing.T) {
 // room comes back as claims end.
 func TestComposeBoundsItsClaims(t *testing.T) {
 	ctx := t.Context()
-	locker := memlock.New()
+	locker := newLocker(t, memstore.New())
 	s, err := middleware.Compose(memstore.New(), locker, middleware.WithMaxClaims(2))
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +189,7 @@ func TestComposeBoundsItsClaims(t *testing.T) {
 // distinct record keys never share a lock.
 func TestComposeLockKeys(t *testing.T) {
 	ctx := t.Context()
-	locker := memlock.New()
+	locker := newLocker(t, memstore.New())
 	s, err := middleware.Compose(memstore.New(), locker)
 	if err != nil {
 		t.Fatal(err)
@@ -204,9 +213,140 @@ func TestComposeLockKeys(t *testing.T) {
 func TestComposeErrorsAreThePartsErrors(t *testing.T) {
 	records := memstore.New()
 	_ = records.Close()
-	s, _ := middleware.Compose(records, memlock.New())
+	s, _ := middleware.Compose(records, newLocker(t, memstore.New()))
 	_, _, err := s.Claim(t.Context(), "k", "fp", time.Minute)
 	if !errors.Is(err, memstore.ErrClosed) || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
 		t.Fatalf("Claim on closed records = %v; want ServiceUnavailable wrapping memstore.ErrClosed", err)
 	}
+}
+
+// tinyLocker is a third party's lock provider, written against lock.Locker
+// alone: no lock.KeyedLocker, no store.Watcher, no lock.Client inside, and
+// no distinction between an expired lease and a lost one. The composition
+// works with it as with the lock library.
+type tinyLocker struct {
+	now func() time.Time
+
+	mu     sync.Mutex
+	broken bool
+	last   idemkit.Fence
+	leases map[string]lock.Lease // by key
+}
+
+func (l *tinyLocker) check(ctx context.Context, op string) error {
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return err
+	}
+	if l.broken {
+		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, "the locker is down", nil)
+	}
+	return nil
+}
+
+// live returns the live lease with id, by the locker's clock.
+func (l *tinyLocker) live(id string) (lock.Lease, bool) {
+	for _, lease := range l.leases {
+		if lease.ID == id && l.now().Before(lease.ExpiresAt) {
+			return lease, true
+		}
+	}
+	return lock.Lease{}, false
+}
+
+func (l *tinyLocker) Acquire(ctx context.Context, key string, ttl time.Duration) (lock.Lease, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.check(ctx, "acquire"); err != nil {
+		return lock.Lease{}, false, err
+	}
+	now := l.now()
+	if cur, ok := l.leases[key]; ok && now.Before(cur.ExpiresAt) {
+		return lock.Lease{}, false, nil
+	}
+	l.last = max(l.last+1, idemkit.Fence(now.UnixMilli()))
+	lease := lock.Lease{Key: key, ID: rand.Text(), Fence: l.last, AcquiredAt: now, ExpiresAt: now.Add(ttl)}
+	l.leases[key] = lease
+	return lease, true, nil
+}
+
+func (l *tinyLocker) Release(ctx context.Context, id string) (lock.Status, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.check(ctx, "release"); err != nil {
+		return lock.Status{}, err
+	}
+	lease, ok := l.live(id)
+	if ok {
+		delete(l.leases, lease.Key)
+	}
+	return lock.Status{OK: ok}, nil
+}
+
+func (l *tinyLocker) Extend(ctx context.Context, id string, ttl time.Duration) (lock.Status, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.check(ctx, "extend"); err != nil {
+		return lock.Status{}, err
+	}
+	lease, ok := l.live(id)
+	if !ok {
+		return lock.Status{}, nil
+	}
+	lease.ExpiresAt = l.now().Add(ttl)
+	l.leases[lease.Key] = lease
+	return lock.Status{OK: true, ExpiresAt: lease.ExpiresAt}, nil
+}
+
+func (l *tinyLocker) IsLocked(ctx context.Context, key string) (bool, error) {
+	_, ok, err := l.LookupKey(ctx, key)
+	return ok, err
+}
+
+func (l *tinyLocker) LookupKey(ctx context.Context, key string) (lock.Info, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.check(ctx, "lookup-key"); err != nil {
+		return lock.Info{}, false, err
+	}
+	cur, ok := l.leases[key]
+	if !ok || !l.now().Before(cur.ExpiresAt) {
+		return lock.Info{}, false, nil
+	}
+	return lock.Info{Fence: cur.Fence, AcquiredAt: cur.AcquiredAt, ExpiresAt: cur.ExpiresAt}, true, nil
+}
+
+func (l *tinyLocker) LookupID(ctx context.Context, id string) (lock.Info, bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.check(ctx, "lookup-id"); err != nil {
+		return lock.Info{}, false, err
+	}
+	cur, ok := l.live(id)
+	return lock.Info{Fence: cur.Fence, AcquiredAt: cur.AcquiredAt, ExpiresAt: cur.ExpiresAt}, ok, nil
+}
+
+// TestComposeAnyLocker runs the conformance suite on the composition of
+// memstore's records with a third party's minimal lock provider.
+func TestComposeAnyLocker(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) *storetest.Env {
+		clock := fakeclock.New()
+		records := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxResponseBytes(maxResponse))
+		locker := &tinyLocker{now: clock.Now, leases: make(map[string]lock.Lease)}
+		s, err := middleware.Compose(records, locker)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &storetest.Env{
+			Store:            s,
+			Advance:          clock.Advance,
+			MaxResponseBytes: maxResponse,
+			OpaqueClaims:     true,
+			Break: func() {
+				_ = records.Close()
+				locker.mu.Lock()
+				locker.broken = true
+				locker.mu.Unlock()
+			},
+		}
+	})
 }

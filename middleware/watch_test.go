@@ -11,7 +11,6 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -77,14 +76,14 @@ func TestDuplicatesWokenByNotification(t *testing.T) {
 	}{
 		{"memory", func(*testing.T) store.Store { return memstore.New() }},
 		{"composed", func(t *testing.T) store.Store {
-			s, err := middleware.Compose(memstore.New(), memlock.New())
+			s, err := middleware.Compose(memstore.New(), newLocker(t, memstore.New()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}},
 		{"composed, a locker that wakes one waiter per release", func(t *testing.T) store.Store {
-			s, err := middleware.Compose(memstore.New(), &wakeOneLocker{Locker: memlock.New()})
+			s, err := middleware.Compose(memstore.New(), &wakeOneLocker{Client: newLocker(t, memstore.New())})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +122,7 @@ func TestDuplicatesWokenByNotification(t *testing.T) {
 // a time, the oldest first (only one of them can take the lock), as the
 // Redis provider does: a release closes one watch's channel.
 type wakeOneLocker struct {
-	*memlock.Locker
+	*lock.Client
 	mu      sync.Mutex
 	waiting map[string][]chan struct{}
 }
@@ -152,13 +151,13 @@ func (l *wakeOneLocker) wakeOne(key string) {
 	}
 }
 
-func (l *wakeOneLocker) ReleaseKey(ctx context.Context, key, id string) (lock.Outcome, error) {
-	out, err := l.Locker.ReleaseKey(ctx, key, id)
+func (l *wakeOneLocker) ReleaseKey(ctx context.Context, key, id string) (lock.Status, error) {
+	out, err := l.Client.ReleaseKey(ctx, key, id)
 	l.wakeOne(key)
 	return out, err
 }
 
-func (l *wakeOneLocker) Release(context.Context, string) (lock.Outcome, error) {
+func (l *wakeOneLocker) Release(context.Context, string) (lock.Status, error) {
 	panic("the composed store releases by key")
 }
 

@@ -110,7 +110,9 @@ type Store interface {
 	// = false: the key is busy. Otherwise (no record, a claim whose lease
 	// ran out, an outcome past its expiry) the store writes a new claim and
 	// returns it with claimed = true: State StateClaimed, fp, a new fence
-	// and ExpiresAt = now + ttl. A refused claim writes nothing.
+	// and ExpiresAt = now + ttl. A refused claim writes nothing, and neither
+	// does a claim whose new fence would exceed [idemkit.FenceMax]: it
+	// fails with Internal.
 	//
 	// A new claim that replaces a record still holding a non-empty
 	// response, whatever its state says (an outcome past its expiry, or a

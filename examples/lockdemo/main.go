@@ -18,7 +18,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/store/memstore"
 )
 
 func main() {
@@ -42,11 +42,20 @@ func run(ctx context.Context, w io.Writer) error {
 		fmt.Fprintln(w, s)
 	}
 	var extends atomic.Int32
-	locker := lock.WithTelemetry(memlock.New(), lock.HookFunc(func(e lock.Event) {
-		if e.Op == lock.OpExtend && e.OK {
+	// The lock library runs over any store engine; memstore is the one in
+	// memory.
+	client, err := lock.New(memstore.New())
+	if err != nil {
+		return err
+	}
+	locker, err := lock.WithTelemetry(client, lock.ReporterFunc(func(r lock.Report) {
+		if r.Op == "extend" && r.OK {
 			extends.Add(1)
 		}
 	}))
+	if err != nil {
+		return err
+	}
 
 	title("idemkit lock demo (in-memory backend)\n")
 	title("1. Two workers contend for \"report:daily\"")
@@ -78,7 +87,7 @@ func run(ctx context.Context, w io.Writer) error {
 	say("worker B woke on the release, not on a polling timer")
 
 	title("\n2. The fence grows with every holder, and never goes back")
-	say("(a fence is the key's previous fence + 1, or the clock in Unix ms if that is greater: no counter is kept)")
+	say("(a fence is above every fence the store issued before, and at least the clock in Unix ms: no counter per key is kept)")
 	for range 3 {
 		h, _, err := lock.Acquire(ctx, locker, "report:daily", time.Second)
 		if err != nil {
@@ -90,7 +99,7 @@ func run(ctx context.Context, w io.Writer) error {
 
 	title("\n3. Renewal keeps a slow job's lock: TTL 300ms, job 1s")
 	intruderRefused := 0
-	err := lock.Do(ctx, locker, "job:reindex", func(ctx context.Context, lease lock.Lease) error {
+	err = lock.Do(ctx, locker, "job:reindex", func(ctx context.Context, lease lock.Lease) error {
 		say("job starts, fence %s, lease expires in 300ms unless renewed", lease.Fence)
 		for i := range 5 {
 			time.Sleep(200 * time.Millisecond)
@@ -125,7 +134,7 @@ func run(ctx context.Context, w io.Writer) error {
 	say("holder 2 writes:  %v", result(store.write(fresh.Fence, "balance=90")))
 	say("holder 1 resumes and writes with its old fence: %v", result(store.write(stale.Fence, "balance=100")))
 	out, _ := locker.Release(ctx, stale.ID)
-	say("holder 1 cannot release the new holder's lock either: released=%v (%s)", out.OK, out.Reason)
+	say("holder 1 cannot release the new holder's lock either: released=%v (expired: %v)", out.OK, out.Expired)
 	say("the resource holds %q", store.value)
 	return nil
 }

@@ -18,7 +18,7 @@ func TestDemo(t *testing.T) {
 		"worker B woke on the release",
 		"holder 2 writes:  accepted",
 		"holder 1 resumes and writes with its old fence: refused: stale fence",
-		"released=false (not-found)",
+		"released=false (expired: true)",
 		`the resource holds "balance=90"`,
 	} {
 		if !strings.Contains(text, want) {

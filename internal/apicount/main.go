@@ -3,7 +3,7 @@
 // and interface methods are part of their type and not counted). It reads
 // source only, so it works on any module of the repository:
 //
-//	go run ./internal/apicount lock lock/memlock store ...
+//	go run ./internal/apicount lock store store/memstore ...
 //	go run ./internal/apicount -names lock   (lists them)
 //
 // Directories are relative to the current directory; test files and

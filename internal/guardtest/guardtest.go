@@ -2,6 +2,7 @@ package guardtest
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/fingerprint"
-	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 )
 
@@ -85,7 +85,7 @@ func ExactlyOnce(t testing.TB, guards []*middleware.Guard, r Race) Stats {
 		r.Rounds = 10
 	}
 	if r.KeyPrefix == "" {
-		r.KeyPrefix = "guardtest/" + lock.NewID() + "/"
+		r.KeyPrefix = "guardtest/" + crand.Text() + "/"
 	}
 	if r.Fingerprint.IsZero() {
 		r.Fingerprint = fingerprint.HTTP(fingerprint.HTTPRequest{Method: "POST", Route: "/guardtest"})

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
-	"github.com/idemkit/idemkit/lock/memlock"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store/memstore"
@@ -25,12 +25,16 @@ import (
 // answers the same way for every adapter.
 
 // Composed is a [NewBackends] on the composition of a plain record store
-// with a lock provider (memstore's records and memlock, through
-// middleware.Compose): the guard's backend for those who keep records in one
-// place and locks in another.
+// with a lock provider (memstore's records and lock.New(memstore.New()),
+// through middleware.Compose): the guard's backend for those who keep
+// records in one place and locks in another.
 func Composed(t *testing.T) Backends {
 	records := memstore.New()
-	s, err := middleware.Compose(records, memlock.New())
+	locker, err := lock.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := middleware.Compose(records, locker)
 	if err != nil {
 		t.Fatal(err)
 	}

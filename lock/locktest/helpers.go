@@ -11,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
 )
 
 func init() {
@@ -40,14 +41,14 @@ func init() {
 // recorder collects telemetry events.
 type recorder struct {
 	mu     sync.Mutex
-	events []lock.Event
-	notify chan lock.Event
+	events []lock.Report
+	notify chan lock.Report
 }
 
-func newRecorder() *recorder { return &recorder{notify: make(chan lock.Event, 1024)} }
+func newRecorder() *recorder { return &recorder{notify: make(chan lock.Report, 1024)} }
 
-// LockEvent records e and offers it to waiters.
-func (r *recorder) LockEvent(e lock.Event) {
+// LockReport records e and offers it to waiters.
+func (r *recorder) LockReport(e lock.Report) {
 	r.mu.Lock()
 	r.events = append(r.events, e)
 	r.mu.Unlock()
@@ -57,13 +58,13 @@ func (r *recorder) LockEvent(e lock.Event) {
 	}
 }
 
-func (r *recorder) all() []lock.Event {
+func (r *recorder) all() []lock.Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]lock.Event(nil), r.events...)
+	return append([]lock.Report(nil), r.events...)
 }
 
-func (r *recorder) count(op lock.Op) int {
+func (r *recorder) count(op string) int {
 	n := 0
 	for _, e := range r.all() {
 		if e.Op == op {
@@ -76,7 +77,7 @@ func (r *recorder) count(op lock.Op) int {
 // waitFor waits until an event of op satisfying ok arrives, and reports
 // whether one did. It may run on any goroutine: a missing event is a test
 // error, not a FailNow.
-func (r *recorder) waitFor(t *testing.T, op lock.Op, ok func(lock.Event) bool) bool {
+func (r *recorder) waitFor(t *testing.T, op string, ok func(lock.Report) bool) bool {
 	t.Helper()
 	guard := time.NewTimer(30 * time.Second)
 	defer guard.Stop()
@@ -94,9 +95,19 @@ func (r *recorder) waitFor(t *testing.T, op lock.Op, ok func(lock.Event) bool) b
 }
 
 // instrumented wraps the Env's locker with a recorder.
-func instrumented(e *Env) (lock.Locker, *recorder) {
+func instrumented(t *testing.T, e *env) (lock.Locker, *recorder) {
 	r := newRecorder()
-	return lock.WithTelemetry(e.Locker, r), r
+	return telemetry(t, e.Locker, r), r
+}
+
+// telemetry is lock.WithTelemetry, failing t on an error.
+func telemetry(t *testing.T, l lock.Locker, r lock.Reporter, opts ...lock.Option) lock.Locker {
+	t.Helper()
+	tl, err := lock.WithTelemetry(l, r, opts...)
+	if err != nil {
+		t.Fatalf("WithTelemetry: %v", err)
+	}
+	return tl
 }
 
 var errFn = errors.New("locktest: fn failed")
@@ -156,7 +167,7 @@ func testDoRetries(t *testing.T, s *suite) {
 	e := s.env(t)
 	k := key(t, "k")
 	acquire(t, e, k, longTTL)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	delay := e.Margin / 5
 	timeout := 4 * e.Margin
 	err := lock.Do(t.Context(), l, k, func(context.Context, lock.Lease) error {
@@ -166,28 +177,28 @@ func testDoRetries(t *testing.T, s *suite) {
 	wantCode(t, "Do on a held key", err, idemkit.CodeAcquisitionTimeout)
 	// Attempts are paced by the back-off (every delay is at least Base/2)
 	// and go on until the timeout, with a last one at the deadline.
-	n := rec.count(lock.OpAcquire)
+	n := rec.count("acquire")
 	if most := int(timeout/(delay/2)) + 2; n < 2 || n > most {
 		t.Fatalf("%d acquire attempts; want between 2 and %d", n, most)
 	}
 
 	// A backend error is not contention: no retry by default.
 	b := s.env(t)
-	bl, brec := instrumented(b)
+	bl, brec := instrumented(t, b)
 	b.Break()
 	err = lock.Do(t.Context(), bl, k, func(context.Context, lock.Lease) error { return nil },
 		lock.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: time.Millisecond}))
 	if code := idemkit.CodeOf(err); code != idemkit.CodeServiceUnavailable && code != idemkit.CodeNetworkTimeout {
 		t.Fatalf("Do on a broken backend: %v; want the backend's error", err)
 	}
-	if n := brec.count(lock.OpAcquire); n != 1 {
+	if n := brec.count("acquire"); n != 1 {
 		t.Fatalf("%d attempts on a backend error; want 1 (no retry)", n)
 	}
 }
 
 func testDoTransient(t *testing.T, s *suite) {
 	e := s.env(t)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	e.Break()
 	delay := e.Margin / 5
 	err := lock.Do(t.Context(), l, key(t, "k"), func(context.Context, lock.Lease) error { return nil },
@@ -196,7 +207,7 @@ func testDoTransient(t *testing.T, s *suite) {
 	if !errors.Is(err, idemkit.ErrServiceUnavailable) && !errors.Is(err, idemkit.ErrNetworkTimeout) {
 		t.Fatalf("the final error %v does not wrap the last backend failure", err)
 	}
-	if n := rec.count(lock.OpAcquire); n < 2 {
+	if n := rec.count("acquire"); n < 2 {
 		t.Fatalf("%d attempts; want the transient failure retried", n)
 	}
 }
@@ -205,7 +216,7 @@ func testDoDeadline(t *testing.T, s *suite) {
 	e := s.env(t)
 	k := key(t, "k")
 	acquire(t, e, k, longTTL)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	timeout := 3 * e.Margin
 	start := time.Now()
 	err := lock.Do(t.Context(), l, k, func(context.Context, lock.Lease) error { return nil },
@@ -214,7 +225,7 @@ func testDoDeadline(t *testing.T, s *suite) {
 	wantCode(t, "Do past its timeout", err, idemkit.CodeAcquisitionTimeout)
 	// The hour-long delay is clamped to the deadline, and one last attempt
 	// is made there.
-	if n := rec.count(lock.OpAcquire); n != 2 {
+	if n := rec.count("acquire"); n != 2 {
 		t.Fatalf("%d attempts; want 2 (the first, and a last one at the deadline)", n)
 	}
 	if elapsed < timeout {
@@ -226,12 +237,12 @@ func testDoContext(t *testing.T, s *suite) {
 	e := s.env(t)
 	k := key(t, "k")
 	acquire(t, e, k, longTTL)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	long := []lock.Option{lock.WithTimeout(time.Hour), lock.WithBackoff(hourly)}
 
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() {
-		rec.waitFor(t, lock.OpAcquire, func(lock.Event) bool { return true })
+		rec.waitFor(t, "acquire", func(lock.Report) bool { return true })
 		cancel()
 	}()
 	err := lock.Do(ctx, l, k, func(context.Context, lock.Lease) error { return nil }, long...)
@@ -251,14 +262,14 @@ func testDoContext(t *testing.T, s *suite) {
 
 func testDoWakes(t *testing.T, s *suite) {
 	e := s.env(t)
-	if _, ok := e.Locker.(lock.Watcher); !ok {
-		t.Skip("the provider is not a lock.Watcher; waiters wake by back-off only")
+	if _, ok := e.Store.(store.Watcher); !ok {
+		t.Skip("the engine is not a store.Watcher; waiters wake by back-off only")
 	}
 	k := key(t, "k")
 	holder := acquire(t, e, k, longTTL)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	go func() {
-		rec.waitFor(t, lock.OpAcquire, func(ev lock.Event) bool { return ev.Reason == lock.ReasonLocked })
+		rec.waitFor(t, "acquire", func(ev lock.Report) bool { return ev.Reason == "locked" })
 		if out, err := e.Locker.Release(t.Context(), holder.ID); err != nil || !out.OK {
 			t.Errorf("the holder's release: %+v, %v", out, err)
 		}
@@ -293,14 +304,14 @@ func testDoDetached(t *testing.T, s *suite) {
 func testDoRenews(t *testing.T, s *suite) {
 	e := s.env(t)
 	k := key(t, "k")
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	ttl := 6 * e.Margin
 	const renewals = 4
 	err := lock.Do(t.Context(), l, k, func(ctx context.Context, lease lock.Lease) error {
 		// Outlive the TTL several times over; each renewal must keep
 		// the lease.
 		for range renewals {
-			if !rec.waitFor(t, lock.OpExtend, func(ev lock.Event) bool {
+			if !rec.waitFor(t, "extend", func(ev lock.Report) bool {
 				if !ev.OK {
 					t.Errorf("a renewal failed: %+v", ev)
 				}
@@ -375,7 +386,7 @@ func testDoReleaseFailure(t *testing.T, s *suite) {
 
 func testHandleOnce(t *testing.T, s *suite) {
 	e := s.env(t)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	h, ok, err := lock.Acquire(t.Context(), l, key(t, "k"), longTTL)
 	if err != nil || !ok {
 		t.Fatalf("Acquire: %v, %v", ok, err)
@@ -388,7 +399,7 @@ func testHandleOnce(t *testing.T, s *suite) {
 	}
 	h.Close()
 	h.Close()
-	if n := rec.count(lock.OpRelease); n != 1 {
+	if n := rec.count("release"); n != 1 {
 		t.Fatalf("%d backend releases; want exactly 1", n)
 	}
 
@@ -403,7 +414,7 @@ func testHandleOnce(t *testing.T, s *suite) {
 		go func() { defer wg.Done(); h2.Close() }()
 	}
 	wg.Wait()
-	if n := rec.count(lock.OpRelease); n != 2 {
+	if n := rec.count("release"); n != 2 {
 		t.Fatalf("%d backend releases after 8 concurrent closes; want 2 in all", n)
 	}
 	if isLocked(t, e, key(t, "k2")) {
@@ -426,12 +437,12 @@ func newSlowRelease(l lock.Locker) *slowRelease {
 }
 
 // Release waits for the gate (or ctx), then releases through the real locker.
-func (s *slowRelease) Release(ctx context.Context, id string) (lock.Outcome, error) {
+func (s *slowRelease) Release(ctx context.Context, id string) (lock.Status, error) {
 	s.started <- struct{}{}
 	select {
 	case <-s.gate:
 	case <-ctx.Done():
-		return lock.Outcome{}, idemkit.CheckContext(ctx, "release")
+		return lock.Status{}, idemkit.CheckContext(ctx, "release")
 	}
 	out, err := s.Locker.Release(ctx, id)
 	s.finished.Store(true)
@@ -445,7 +456,7 @@ func testHandleCloseWaits(t *testing.T, s *suite) {
 	if err != nil || h == nil {
 		t.Fatalf("Acquire: %v", err)
 	}
-	released := make(chan lock.Outcome, 1)
+	released := make(chan lock.Status, 1)
 	go func() {
 		out, _ := h.Release(t.Context())
 		released <- out
@@ -500,7 +511,7 @@ func testHandleNil(t *testing.T, s *suite) {
 	e := s.env(t)
 	k := key(t, "k")
 	acquire(t, e, k, longTTL)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	h, ok, err := lock.Acquire(t.Context(), l, k, longTTL)
 	if err != nil || ok || h != nil {
 		t.Fatalf("Acquire on a held key = %v, %v, %v; want nil, false, nil", h, ok, err)
@@ -522,7 +533,7 @@ func testHandleNil(t *testing.T, s *suite) {
 
 func testTelemetry(t *testing.T, s *suite) {
 	e := s.env(t)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	ctx := t.Context()
 	k := key(t, "k")
 	lease, _, _ := l.Acquire(ctx, k, longTTL)
@@ -537,21 +548,21 @@ func testTelemetry(t *testing.T, s *suite) {
 	_, _ = l.IsLocked(ctx, k)
 
 	want := []struct {
-		op     lock.Op
+		op     string
 		ok     bool
-		reason lock.Reason
+		reason string
 		byKey  bool
 	}{
-		{lock.OpAcquire, true, lock.ReasonNone, true},
-		{lock.OpAcquire, false, lock.ReasonLocked, true},
-		{lock.OpExtend, true, lock.ReasonNone, false},
-		{lock.OpIsLocked, true, lock.ReasonNone, true},
-		{lock.OpLookupKey, true, lock.ReasonNone, true},
-		{lock.OpLookupID, true, lock.ReasonNone, false},
-		{lock.OpRelease, true, lock.ReasonNone, false},
-		{lock.OpRelease, false, lock.ReasonNotFound, false},
-		{lock.OpExtend, false, lock.ReasonNotFound, false},
-		{lock.OpIsLocked, false, lock.ReasonNone, true},
+		{"acquire", true, "", true},
+		{"acquire", false, "locked", true},
+		{"extend", true, "", false},
+		{"is-locked", true, "", true},
+		{"lookup-key", true, "", true},
+		{"lookup-id", true, "", false},
+		{"release", true, "", false},
+		{"release", false, "not-found", false},
+		{"extend", false, "not-found", false},
+		{"is-locked", false, "", true},
 	}
 	got := rec.all()
 	if len(got) != len(want) {
@@ -586,18 +597,18 @@ func testTelemetryRaw(t *testing.T, s *suite) {
 	e := s.env(t)
 	ctx := t.Context()
 	k := key(t, "k")
-	var events []lock.Event
-	hook := lock.HookFunc(func(ev lock.Event) { events = append(events, ev) })
-	allowAcquire := lock.WithRawIdentifiers(func(ev lock.Event) bool {
+	var events []lock.Report
+	hook := lock.ReporterFunc(func(ev lock.Report) { events = append(events, ev) })
+	allowAcquire := lock.WithRawIdentifiers(func(ev lock.Report) bool {
 		if ev.Key != "" || ev.ID != "" {
 			t.Error("the predicate saw raw identifiers")
 		}
-		if ev.Op == lock.OpIsLocked {
+		if ev.Op == "is-locked" {
 			panic("predicate panic")
 		}
-		return ev.Op == lock.OpAcquire
+		return ev.Op == "acquire"
 	})
-	l := lock.WithTelemetry(e.Locker, hook, allowAcquire, lock.WithHasher(idemkit.NewHMACHasher([]byte("shared secret"))))
+	l := telemetry(t, e.Locker, hook, allowAcquire, lock.WithHasher(idemkit.NewHMACHasher([]byte("shared secret"))))
 	lease, _, _ := l.Acquire(ctx, k, longTTL)
 	_, _ = l.IsLocked(ctx, k)
 	_, _ = l.Release(ctx, lease.ID)
@@ -616,12 +627,12 @@ func testTelemetryRaw(t *testing.T, s *suite) {
 }
 
 func testTelemetryHookFaults(t *testing.T, s *suite) {
-	for _, hook := range []lock.HookFunc{
-		func(lock.Event) { panic("hook panic") },
-		func(lock.Event) { time.Sleep(time.Millisecond) },
+	for _, hook := range []lock.ReporterFunc{
+		func(lock.Report) { panic("hook panic") },
+		func(lock.Report) { time.Sleep(time.Millisecond) },
 	} {
 		e := s.env(t)
-		l := lock.WithTelemetry(e.Locker, hook)
+		l := telemetry(t, e.Locker, hook)
 		k := key(t, "k")
 		lease, ok, err := l.Acquire(t.Context(), k, longTTL)
 		if err != nil || !ok {
@@ -638,7 +649,7 @@ func testTelemetryHookFaults(t *testing.T, s *suite) {
 
 func testTelemetryErrors(t *testing.T, s *suite) {
 	e := s.env(t)
-	l, rec := instrumented(e)
+	l, rec := instrumented(t, e)
 	k := key(t, "secret-key")
 	lease, _, _ := l.Acquire(t.Context(), k, longTTL)
 	_, _, err := l.Acquire(t.Context(), "", longTTL)

@@ -2,6 +2,8 @@ package locktest
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,27 +15,25 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store"
 )
 
-// Config is what a test asks of the provider the factory builds.
+// Config is what a test asks of the engine the factory builds.
 type Config struct {
-	// CleanupInIsLocked enables the provider's IsLocked cleanup of long-expired
-	// records.
-	CleanupInIsLocked bool
-	// Logger is where the provider must log (fence-limit warnings). Never nil.
-	Logger *slog.Logger
 	// Restart is true for the test that calls [Env.Restart]: give it a
 	// server it may restart without disturbing other tests.
 	Restart bool
 }
 
-// Env is one fresh provider, built by a [Factory] for one test, with the
-// probes the suite needs to check what the provider stores.
+// Env is one fresh engine, built by a [Factory] for one test, with the
+// probes the suite needs to check what the engine stores. The suite builds
+// its [lock.Client] over Store. The probes take the store key of a lock,
+// which is its key normalised to NFC.
 type Env struct {
-	// Locker is the provider under test, with no locks held. Required.
-	Locker lock.Locker
+	// Store is the engine under test, holding nothing. Required.
+	Store store.Store
 
-	// Advance moves the provider's clock forward by d. Set it when the
+	// Advance moves the engine's clock forward by d. Set it when the
 	// backend's time authority can be injected; the suite then steps across
 	// expiry boundaries exactly. Leave it nil for a real clock: the suite
 	// then sleeps, with TTLs scaled by Margin.
@@ -44,33 +44,33 @@ type Env struct {
 	// the backend. Default: 50 ms. Unused when Advance is set.
 	Margin time.Duration
 
-	// RaiseFence stores a tombstone carrying fence f for key, which no live
-	// lease holds, with the expiry a release would give it
-	// (provider.KeepUntil(f, time.Time{})), so the next lease for key gets a
-	// fence above f. Required (fence-limit tests and fences ahead of the
-	// clock).
+	// RaiseFence makes the next claim of key, which no live record holds,
+	// get a fence above f, as what is left of a record with fence f would
+	// (a tombstone, or the engine's floor). Required (fence-limit tests and
+	// fences ahead of the clock).
 	RaiseFence func(ctx context.Context, key string, f idemkit.Fence) error
 
-	// Fence reads the fence that key's lock record or tombstone carries, or
-	// 0 when the backend holds neither. Required.
+	// SharedFloor declares that RaiseFence raises the floor of every key,
+	// because the engine keeps one floor for all its fences (memstore)
+	// rather than one per key: the suite then does not check that keys'
+	// fences are independent, nor what a released key leaves behind.
+	SharedFloor bool
+
+	// Fence reads the fence that key's record (or tombstone) carries, or 0
+	// when the backend holds neither. Required.
 	Fence func(ctx context.Context, key string) (idemkit.Fence, error)
 
-	// Stored reports whether a lock record for key is physically kept, live
-	// or expired; a tombstone does not count. Required (cleanup tests).
+	// Stored reports whether a record for key is physically kept, live or
+	// expired; a tombstone does not count. Required.
 	Stored func(ctx context.Context, key string) (bool, error)
-
-	// ExpiresNatively is true when the backend deletes lock records itself
-	// at expiry (Redis PEXPIREAT); the suite then does not expect an
-	// expired record to linger until cleanup.
-	ExpiresNatively bool
 
 	// Keys returns every key, row or document this Env's backend holds
 	// with no expiry. Optional: when set, the suite checks that none is
-	// left after a burst of acquires, releases, expiries, cleanups and
-	// raised fences: nothing a lock provider writes may live forever.
+	// left after a burst of acquires, releases, expiries and raised fences:
+	// nothing a lock writes may live forever.
 	Keys func(ctx context.Context) ([]string, error)
 
-	// Break makes the backend unreachable for this Env's Locker (close its
+	// Break makes the backend unreachable for this Env's Store (close its
 	// client or connection pool), so the suite can check that transport
 	// failures surface as coded errors. Required.
 	Break func()
@@ -83,13 +83,14 @@ type Env struct {
 
 // Factory builds a fresh [Env] for one test. It registers its own cleanup
 // with t.Cleanup. Each Env must start empty and isolated from every other
-// (a fresh locker, key prefix, schema or database): some of the suite's
+// (a fresh store, key prefix, schema or database): some of the suite's
 // keys (".", "a/b", ...) are the same in every test, and it raises fences
 // far ahead of the clock.
 type Factory func(t *testing.T, cfg Config) *Env
 
-// Run runs the conformance suite against the provider that f builds. Every
-// case runs as a subtest, in parallel, each on an Env of its own.
+// Run runs the conformance suite against the engine that f builds, through
+// a [lock.Client] over it. Every case runs as a subtest, in parallel, each
+// on an Env of its own.
 func Run(t *testing.T, f Factory) {
 	t.Helper()
 	s := &suite{factory: f}
@@ -115,34 +116,45 @@ var cases []testCase
 // register adds cases to the suite; each file registers its own.
 func register(cs ...testCase) { cases = append(cases, cs...) }
 
-// env builds an Env with the default config and fills its defaults.
-func (s *suite) env(t *testing.T) *Env { return s.envWith(t, Config{}) }
+// env is an Env with the Client the suite built over its store.
+type env struct {
+	*Env
+	Locker *lock.Client
+}
+
+// env builds an Env with the default config and a Client that logs
+// nowhere.
+func (s *suite) env(t *testing.T) *env { return s.envWith(t, Config{}, nil) }
 
 // ahead is how far the suite raises a fence above the backend's clock to
 // check that fences survive where the clock alone would not carry them:
 // 10^8 ms, about 28 hours (the tombstones it leaves expire then).
 const ahead = idemkit.Fence(100_000_000)
 
-func (s *suite) envWith(t *testing.T, cfg Config) *Env {
+func (s *suite) envWith(t *testing.T, cfg Config, logger *slog.Logger) *env {
 	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
 	e := s.factory(t, cfg)
-	if e == nil || e.Locker == nil || e.RaiseFence == nil || e.Fence == nil || e.Stored == nil || e.Break == nil {
-		t.Fatal("locktest: the factory returned an Env without Locker, RaiseFence, Fence, Stored or Break")
+	if e == nil || e.Store == nil || e.RaiseFence == nil || e.Fence == nil || e.Stored == nil || e.Break == nil {
+		t.Fatal("locktest: the factory returned an Env without Store, RaiseFence, Fence, Stored or Break")
 	}
 	if e.Margin <= 0 {
 		e.Margin = 50 * time.Millisecond
 	}
-	return e
+	c, err := lock.New(e.Store, lock.WithLogger(logger))
+	if err != nil {
+		t.Fatalf("lock.New: %v", err)
+	}
+	return &env{Env: e, Locker: c}
 }
 
 // fake reports whether the Env's clock is injected.
-func (e *Env) fake() bool { return e.Advance != nil }
+func (e *env) fake() bool { return e.Advance != nil }
 
 // pass lets d pass on the provider's clock.
-func (e *Env) pass(d time.Duration) {
+func (e *env) pass(d time.Duration) {
 	if e.fake() {
 		e.Advance(d)
 		return
@@ -152,7 +164,7 @@ func (e *Env) pass(d time.Duration) {
 
 // shortTTL is a TTL for tests that wait for expiry: short on a real clock,
 // arbitrary on a fake one.
-func (e *Env) shortTTL() time.Duration {
+func (e *env) shortTTL() time.Duration {
 	if e.fake() {
 		return 10 * time.Second
 	}
@@ -161,7 +173,7 @@ func (e *Env) shortTTL() time.Duration {
 
 // expire lets a lease granted no later than granted with ttl run out, with a
 // margin: afterwards the backend judges it expired.
-func (e *Env) expire(granted time.Time, ttl time.Duration) {
+func (e *env) expire(granted time.Time, ttl time.Duration) {
 	if e.fake() {
 		e.Advance(ttl)
 		return
@@ -181,7 +193,7 @@ func key(t *testing.T, suffix string) string {
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{22}$`)
 
 // acquire takes the lock on k and fails the test unless it gets it.
-func acquire(t *testing.T, e *Env, k string, ttl time.Duration) lock.Lease {
+func acquire(t *testing.T, e *env, k string, ttl time.Duration) lock.Lease {
 	t.Helper()
 	lease, ok, err := e.Locker.Acquire(t.Context(), k, ttl)
 	if err != nil {
@@ -194,7 +206,7 @@ func acquire(t *testing.T, e *Env, k string, ttl time.Duration) lock.Lease {
 }
 
 // refused asserts that acquiring k is refused as contention.
-func refused(t *testing.T, e *Env, k string) {
+func refused(t *testing.T, e *env, k string) {
 	t.Helper()
 	_, ok, err := e.Locker.Acquire(t.Context(), k, longTTL)
 	if err != nil {
@@ -205,7 +217,7 @@ func refused(t *testing.T, e *Env, k string) {
 	}
 }
 
-func release(t *testing.T, e *Env, id string) lock.Outcome {
+func release(t *testing.T, e *env, id string) lock.Status {
 	t.Helper()
 	out, err := e.Locker.Release(t.Context(), id)
 	if err != nil {
@@ -214,7 +226,7 @@ func release(t *testing.T, e *Env, id string) lock.Outcome {
 	return out
 }
 
-func extend(t *testing.T, e *Env, id string, ttl time.Duration) lock.Outcome {
+func extend(t *testing.T, e *env, id string, ttl time.Duration) lock.Status {
 	t.Helper()
 	out, err := e.Locker.Extend(t.Context(), id, ttl)
 	if err != nil {
@@ -223,7 +235,7 @@ func extend(t *testing.T, e *Env, id string, ttl time.Duration) lock.Outcome {
 	return out
 }
 
-func isLocked(t *testing.T, e *Env, k string) bool {
+func isLocked(t *testing.T, e *env, k string) bool {
 	t.Helper()
 	locked, err := e.Locker.IsLocked(t.Context(), k)
 	if err != nil {
@@ -232,7 +244,7 @@ func isLocked(t *testing.T, e *Env, k string) bool {
 	return locked
 }
 
-func lookupKey(t *testing.T, e *Env, k string) (lock.Info, bool) {
+func lookupKey(t *testing.T, e *env, k string) (lock.Info, bool) {
 	t.Helper()
 	info, ok, err := e.Locker.LookupKey(t.Context(), k)
 	if err != nil {
@@ -241,7 +253,7 @@ func lookupKey(t *testing.T, e *Env, k string) (lock.Info, bool) {
 	return info, ok
 }
 
-func lookupID(t *testing.T, e *Env, id string) (lock.Info, bool) {
+func lookupID(t *testing.T, e *env, id string) (lock.Info, bool) {
 	t.Helper()
 	info, ok, err := e.Locker.LookupID(t.Context(), id)
 	if err != nil {
@@ -250,7 +262,7 @@ func lookupID(t *testing.T, e *Env, id string) (lock.Info, bool) {
 	return info, ok
 }
 
-func stored(t *testing.T, e *Env, k string) bool {
+func stored(t *testing.T, e *env, k string) bool {
 	t.Helper()
 	ok, err := e.Stored(t.Context(), k)
 	if err != nil {
@@ -259,7 +271,7 @@ func stored(t *testing.T, e *Env, k string) bool {
 	return ok
 }
 
-func fenceOf(t *testing.T, e *Env, k string) idemkit.Fence {
+func fenceOf(t *testing.T, e *env, k string) idemkit.Fence {
 	t.Helper()
 	f, err := e.Fence(t.Context(), k)
 	if err != nil {
@@ -287,8 +299,12 @@ func wantCode(t *testing.T, what string, err error, code idemkit.Code) {
 	}
 }
 
-// randomID returns a well-formed lock id that no provider issued.
-func randomID() string { return lock.NewID() }
+// randomID returns a well-formed lock id that nobody issued.
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
 
 // sameInfo asserts that two lookups describe the same lock unchanged.
 func sameInfo(t *testing.T, what string, a, b lock.Info) {

@@ -24,7 +24,6 @@ func init() {
 		testCase{"ExtendAfterExpiryDoesNotResurrect", testExtendExpired},
 		testCase{"OldHolderLosesAfterTakeover", testOldHolder},
 		testCase{"IsLockedIsAPureRead", testIsLocked},
-		testCase{"IsLockedCleanupOnlyLongExpired", testIsLockedCleanup},
 		testCase{"LookupIsSanitised", testLookupSanitised},
 		testCase{"LookupMissingAndExpired", testLookupMissing},
 		testCase{"LookupIDAfterTakeover", testLookupAfterTakeover},
@@ -80,7 +79,7 @@ func testRelease(t *testing.T, s *suite) {
 	k := key(t, "k")
 	lease := acquire(t, e, k, longTTL)
 	out := release(t, e, lease.ID)
-	if !out.OK || out.Reason != lock.ReasonNone {
+	if !out.OK || out.Expired {
 		t.Fatalf("release by the owner: %+v; want OK", out)
 	}
 	if isLocked(t, e, k) {
@@ -99,7 +98,7 @@ func testReleaseTwice(t *testing.T, s *suite) {
 		t.Fatalf("first release: %+v", out)
 	}
 	out := release(t, e, lease.ID)
-	if out.OK || out.Reason != lock.ReasonNotFound {
+	if out.OK || out.Expired {
 		t.Fatalf("second release: %+v; want not OK, not-found", out)
 	}
 	if out := extend(t, e, lease.ID, longTTL); out.OK {
@@ -115,10 +114,10 @@ func testForeignID(t *testing.T, s *suite) {
 	release(t, e, other.ID) // a real id, no longer holding anything
 	before, _ := lookupKey(t, e, k)
 	for _, id := range []string{randomID(), other.ID, "AAAAAAAAAAAAAAAAAAAAAA"} {
-		if out := release(t, e, id); out.OK || out.Reason != lock.ReasonNotFound {
+		if out := release(t, e, id); out.OK || out.Expired {
 			t.Fatalf("release with a foreign id: %+v; want not OK, not-found", out)
 		}
-		if out := extend(t, e, id, time.Hour); out.OK || out.Reason != lock.ReasonNotFound {
+		if out := extend(t, e, id, time.Hour); out.OK || out.Expired {
 			t.Fatalf("extend with a foreign id: %+v; want not OK, not-found", out)
 		}
 	}
@@ -135,10 +134,10 @@ func testForeignID(t *testing.T, s *suite) {
 func testUnknownID(t *testing.T, s *suite) {
 	e := s.env(t)
 	id := randomID()
-	if out := release(t, e, id); out.OK || out.Reason != lock.ReasonNotFound {
+	if out := release(t, e, id); out.OK || out.Expired {
 		t.Fatalf("release of a never-issued id: %+v", out)
 	}
-	if out := extend(t, e, id, time.Second); out.OK || out.Reason != lock.ReasonNotFound {
+	if out := extend(t, e, id, time.Second); out.OK || out.Expired {
 		t.Fatalf("extend of a never-issued id: %+v", out)
 	}
 	if _, ok := lookupID(t, e, id); ok {
@@ -203,8 +202,8 @@ func testExtendExpired(t *testing.T, s *suite) {
 	lease := acquire(t, e, k, ttl)
 	e.expire(time.Now(), ttl)
 	out := extend(t, e, lease.ID, longTTL)
-	if out.OK || (out.Reason != lock.ReasonExpired && out.Reason != lock.ReasonNotFound) {
-		t.Fatalf("extend after expiry: %+v; want not OK, expired or not-found", out)
+	if out.OK {
+		t.Fatalf("extend after expiry: %+v; want not OK", out)
 	}
 	if isLocked(t, e, k) {
 		t.Fatal("extend after expiry resurrected the lock")
@@ -251,49 +250,11 @@ func testIsLocked(t *testing.T, s *suite) {
 	if !isLocked(t, e, k) {
 		t.Fatal("IsLocked = false for a live lock")
 	}
-	e.expire(time.Now(), ttl+lock.CleanupGrace)
+	e.expire(time.Now(), ttl)
 	for range 3 {
 		if isLocked(t, e, k) {
-			t.Fatal("IsLocked = true for a long-expired lock")
+			t.Fatal("IsLocked = true for an expired lock")
 		}
-	}
-	if !e.ExpiresNatively && !stored(t, e, k) {
-		t.Fatal("IsLocked without cleanup deleted the expired record; it must be a pure read")
-	}
-}
-
-func testIsLockedCleanup(t *testing.T, s *suite) {
-	e := s.envWith(t, Config{CleanupInIsLocked: true})
-	k := key(t, "k")
-	ttl := e.shortTTL()
-	lease := acquire(t, e, k, ttl)
-	granted := time.Now()
-	e.expire(granted, ttl)
-	// Expired, but for less than the grace: kept.
-	if isLocked(t, e, k) {
-		t.Fatal("IsLocked = true after expiry")
-	}
-	if !e.ExpiresNatively && !stored(t, e, k) {
-		t.Fatalf("cleanup deleted a record expired for less than %v", lock.CleanupGrace)
-	}
-	// Expired for longer than the grace: removed, and the next fence is
-	// still greater.
-	if e.fake() {
-		e.Advance(lock.CleanupGrace + time.Millisecond)
-	} else {
-		time.Sleep(time.Until(granted.Add(ttl + lock.CleanupGrace + e.Margin)))
-	}
-	if isLocked(t, e, k) {
-		t.Fatal("IsLocked = true long after expiry")
-	}
-	if stored(t, e, k) {
-		t.Fatalf("cleanup kept a record expired for more than %v", lock.CleanupGrace)
-	}
-	if f := fenceOf(t, e, k); f != lease.Fence && f != 0 {
-		t.Fatalf("the key carries fence %v after cleanup; want %v or nothing", f, lease.Fence)
-	}
-	if next := acquire(t, e, k, longTTL); next.Fence <= lease.Fence {
-		t.Fatalf("fence after cleanup %v; want above %v", next.Fence, lease.Fence)
 	}
 }
 
@@ -502,10 +463,7 @@ func testBroken(t *testing.T, s *suite) {
 
 func testKeyed(t *testing.T, s *suite) {
 	e := s.env(t)
-	kl, ok := e.Locker.(lock.KeyedLocker)
-	if !ok {
-		t.Skip("the provider is not a lock.KeyedLocker (an optional interface)")
-	}
+	var kl lock.KeyedLocker = e.Locker
 	ctx := t.Context()
 	a, b := key(t, "caf\u00e9"), key(t, "b")
 	la := acquire(t, e, a, longTTL)
@@ -514,11 +472,11 @@ func testKeyed(t *testing.T, s *suite) {
 	// The wrong key, or a foreign id, changes nothing.
 	for _, c := range []struct{ key, id string }{{b, la.ID}, {a, lb.ID}, {a, randomID()}, {key(t, "never"), la.ID}} {
 		out, err := kl.ExtendKey(ctx, c.key, c.id, time.Hour)
-		if err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+		if err != nil || out.OK || out.Expired {
 			t.Fatalf("ExtendKey with a mismatched key and id: %+v, %v; want not found", out, err)
 		}
 		out, err = kl.ReleaseKey(ctx, c.key, c.id)
-		if err != nil || out.OK || out.Reason != lock.ReasonNotFound {
+		if err != nil || out.OK || out.Expired {
 			t.Fatalf("ReleaseKey with a mismatched key and id: %+v, %v; want not found", out, err)
 		}
 	}

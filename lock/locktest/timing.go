@@ -26,7 +26,7 @@ func testExpiryBoundary(t *testing.T, s *suite) {
 // liveness observes the state of a lease through every operation that
 // judges it, without changing it: IsLocked, LookupKey, LookupID, a
 // contended Acquire.
-func liveness(t *testing.T, e *Env, k, id string) bool {
+func liveness(t *testing.T, e *env, k, id string) bool {
 	t.Helper()
 	locked := isLocked(t, e, k)
 	_, byKey := lookupKey(t, e, k)

@@ -10,6 +10,7 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // ErrClosed is the cause of the ServiceUnavailable error every operation
@@ -28,8 +29,8 @@ func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = no
 // would. Default: 0, no limit.
 func WithMaxResponseBytes(n int) Option { return func(s *Store) { s.maxResponse = n } }
 
-// WithMaxEntries bounds the keys the store keeps, live records and the
-// fences of ended ones together. A write that would go beyond it sweeps
+// WithMaxEntries bounds the keys the store keeps, live records and
+// expired ones not yet swept. A write that would go beyond it sweeps
 // what expired at once and, if the store is still full, fails with
 // RateLimited. Default: 1,000,000; 0 for no limit.
 func WithMaxEntries(n int) Option { return func(s *Store) { s.maxEntries = n } }
@@ -51,15 +52,18 @@ func WithMaxBytes(n int) Option { return func(s *Store) { s.maxBytes = n } }
 // share memory with it. Leases and expiry are judged by the store's clock
 // ([WithClock]).
 //
-// Expired records are invisible at once and swept as the store works. A
-// released or deleted claim, and any record that expired, leaves its fence
-// behind until the clock has passed it, so that a new claim's fence is
-// always greater.
+// Expired records are invisible at once and swept as the store works;
+// released and deleted ones go at once. Fences need no record left behind:
+// a new claim's fence is greater than its key's record's fence while the
+// store keeps that record, and than the highest fence of every record the
+// store removed (one floor for the whole store), whatever the clock does.
+//
+// It is a [github.com/idemkit/idemkit/lock.Finder]: it indexes the claims
+// whose fingerprint is a lock id, so a lock client finds any lease by id.
 //
 // The zero value is not usable; call [New].
 type Store struct {
 	now         func() time.Time
-	maxStep     time.Duration
 	maxResponse int
 	maxEntries  int
 	maxBytes    int
@@ -67,9 +71,11 @@ type Store struct {
 	mu      sync.RWMutex
 	closed  bool
 	entries map[string]*entry
-	bytes   int       // the sizes of all entries
-	untilGC int       // writes until the next sweep
-	sweepAt time.Time // no entry may be removed before it (when removable)
+	byID    map[string]string // lock id → key: the claims whose fingerprint is a lock id
+	floor   idemkit.Fence     // the highest fence of a record the store removed or overwrote with a lower one
+	bytes   int               // the sizes of all entries
+	untilGC int               // writes until the next sweep
+	sweepAt time.Time         // no entry may be removed before it (when removable)
 	// removable is false only while the store holds no entry: nothing may
 	// be removed at all.
 	removable bool
@@ -84,12 +90,10 @@ type keyWatch struct {
 	n  int // watches not yet stopped
 }
 
-// entry is what the store keeps under one key: a record (visible while its
-// state is valid and it is live) and the highest fence the key carried
-// while the entry existed, which the entry keeps until the clock passes it.
+// entry is what the store keeps under one key: a record, visible while it
+// is live, kept until keepUntil.
 type entry struct {
-	rec   store.Record  // State 0: nothing visible (released or deleted)
-	fence idemkit.Fence // the highest fence this key carried
+	rec store.Record
 }
 
 // entryOverhead is what an entry counts against [WithMaxBytes] besides its
@@ -102,19 +106,19 @@ func sizeOf(rec *store.Record) int {
 	return entryOverhead + len(rec.Key) + len(rec.Fingerprint) + len(rec.Response)
 }
 
-// keepUntil is when the entry may be removed, with step the store's
-// largest clock step.
-func (e *entry) keepUntil(step time.Duration) time.Time {
-	until := leased.KeepUntil(e.rec, step)
-	if f := leased.FenceFloor(e.fence, step); f.After(until) {
-		return f
+// keepUntil is when the entry may be removed: at its expiry, and for a
+// claim [store.ClaimRetention] later (it still completes meanwhile). No
+// fence needs it longer: the store's floor carries them all.
+func (e *entry) keepUntil() time.Time {
+	if e.rec.State == store.StateClaimed {
+		return e.rec.ExpiresAt.Add(store.ClaimRetention)
 	}
-	return until
+	return e.rec.ExpiresAt
 }
 
 // live reports whether the entry's record is visible at now.
 func (e *entry) live(now time.Time) bool {
-	return e.rec.State.Valid() && now.Before(e.rec.ExpiresAt)
+	return now.Before(e.rec.ExpiresAt)
 }
 
 // holds reports whether the entry still carries the claim fence: a claim
@@ -130,7 +134,7 @@ var (
 
 // New returns an empty in-memory store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, maxEntries: 1_000_000, maxBytes: 1 << 30, entries: make(map[string]*entry), untilGC: minSweep}
+	s := &Store{now: time.Now, maxEntries: 1_000_000, maxBytes: 1 << 30, entries: make(map[string]*entry), byID: make(map[string]string), untilGC: minSweep}
 	for _, o := range opts {
 		o(s)
 	}
@@ -166,13 +170,17 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	}
 	var prev idemkit.Fence
 	if e != nil {
-		prev = e.fence
+		prev = e.rec.Fence
+	}
+	fence := max(leased.NextFence(prev, now), s.floor+1)
+	if fence > idemkit.FenceMax {
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("fence overflow: the next fence %s exceeds the maximum %s", fence, idemkit.FenceMax), nil)
 	}
 	rec := store.Record{
 		Key:         key,
 		Fingerprint: fp,
 		State:       store.StateClaimed,
-		Fence:       leased.NextFence(prev, now),
+		Fence:       fence,
 		CreatedAt:   now,
 		ExpiresAt:   now.Add(ttl),
 	}
@@ -266,7 +274,7 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	if e == nil || !e.holds(fence) || !e.live(now) {
 		return false, nil
 	}
-	s.clear(e, now)
+	s.remove(key, e)
 	s.notify(key)
 	return true, nil
 }
@@ -287,6 +295,25 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	}
 	e := s.entries[key]
 	if e == nil || !e.live(s.now()) {
+		return store.Record{}, false, nil
+	}
+	return clone(&e.rec), true, nil
+}
+
+// FindClaim implements lock.Finder: the live claim whose fingerprint is the
+// lock id fp, or ok = false (also for a fingerprint that is no lock id).
+func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, error) {
+	const op = "find"
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return store.Record{}, false, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.Record{}, false, closedErr(op)
+	}
+	e := s.entries[s.byID[fp]]
+	if e == nil || e.rec.Fingerprint != fp || e.rec.State != store.StateClaimed || !e.live(s.now()) {
 		return store.Record{}, false, nil
 	}
 	return clone(&e.rec), true, nil
@@ -340,7 +367,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if e == nil || !e.live(now) {
 		return false, nil
 	}
-	s.clear(e, now)
+	s.remove(key, e)
 	s.notify(key)
 	return true, nil
 }
@@ -420,7 +447,14 @@ func (s *Store) set(op, key string, e *entry, rec store.Record, now time.Time, o
 		e = &entry{}
 		s.entries[key] = e
 	}
-	e.rec, e.fence = rec, max(e.fence, rec.Fence)
+	s.unindex(e)
+	if e.rec.Fence > rec.Fence { // a Put of a lower fence over an expired record
+		s.floor = max(s.floor, e.rec.Fence)
+	}
+	e.rec = rec
+	if rec.State == store.StateClaimed && engine.LockID(rec.Fingerprint) {
+		s.byID[rec.Fingerprint] = key
+	}
 	s.bytes += size - old
 	s.changed(e)
 	s.untilGC--
@@ -437,13 +471,21 @@ func (s *Store) full(add bool, grow int) bool {
 		grow > 0 && s.maxBytes > 0 && s.bytes+grow > s.maxBytes
 }
 
-// clear hides e's record, keeping its fence until the clock passes it.
-// The caller holds s.mu for writing.
-func (s *Store) clear(e *entry, now time.Time) {
-	old := sizeOf(&e.rec)
-	e.rec = store.Record{Key: e.rec.Key, Fence: e.rec.Fence, ExpiresAt: now}
-	s.bytes += sizeOf(&e.rec) - old
-	s.changed(e)
+// remove drops the entry e of key, raising the floor to its fence. The
+// caller holds s.mu for writing.
+func (s *Store) remove(key string, e *entry) {
+	s.floor = max(s.floor, e.rec.Fence)
+	s.unindex(e)
+	delete(s.entries, key)
+	s.bytes -= sizeOf(&e.rec)
+}
+
+// unindex drops e's record from the lock-id index. The caller holds s.mu
+// for writing.
+func (s *Store) unindex(e *entry) {
+	if fp := e.rec.Fingerprint; s.byID[fp] == e.rec.Key && e.rec.State == store.StateClaimed {
+		delete(s.byID, fp)
+	}
 }
 
 // changed notes that e, just written, may be removed from its record's
@@ -469,11 +511,10 @@ func (s *Store) sweep(now time.Time) {
 	}
 	s.removable = false
 	for k, e := range s.entries {
-		until := e.keepUntil(s.maxStep)
+		until := e.keepUntil()
 		switch {
 		case !now.Before(until):
-			delete(s.entries, k)
-			s.bytes -= sizeOf(&e.rec)
+			s.remove(k, e)
 		case !s.removable || until.Before(s.sweepAt):
 			s.sweepAt, s.removable = until, true
 		}

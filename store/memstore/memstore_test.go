@@ -33,10 +33,10 @@ func TestSweepDropsExpiredRecords(t *testing.T) {
 	}
 }
 
-// Released claims, deleted records and run-out claims are swept once the
-// clock has passed what the contract makes them keep: their fences, and a
-// run-out claim's retention.
-func TestSweepDropsTombstonesAndRunOutClaims(t *testing.T) {
+// Released claims and deleted records go at once (the store's floor keeps
+// their fences, not a tombstone); run-out claims are swept once their
+// retention has passed.
+func TestReleasedGoAtOnceRunOutClaimsAfterTheirRetention(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New()
 	s := memstore.New(memstore.WithClock(clock.Now))
@@ -56,6 +56,9 @@ func TestSweepDropsTombstonesAndRunOutClaims(t *testing.T) {
 				t.Fatalf("Delete = %v, %v", ok, err)
 			}
 		}
+	}
+	if n := memstore.Len(s); n != 30 {
+		t.Fatalf("%d keys kept after 30 releases and 30 deletions; want only the 30 claims", n)
 	}
 	clock.Advance(time.Second) // the leases run out; their claims are retained
 	for i := range 300 {
@@ -77,8 +80,9 @@ func TestSweepDropsTombstonesAndRunOutClaims(t *testing.T) {
 	}
 }
 
-// A fence outlives the record that carried it: a key released in the same
-// millisecond it was claimed is claimed again with a greater fence.
+// A fence outlives the record that carried it, which is gone: a key
+// released in the same millisecond it was claimed is claimed again with a
+// greater fence.
 func TestFencesGrowWithinOneMillisecond(t *testing.T) {
 	ctx := context.Background()
 	clock := fakeclock.New()
@@ -98,6 +102,76 @@ func TestFencesGrowWithinOneMillisecond(t *testing.T) {
 		} else {
 			_, _ = s.Delete(ctx, "k")
 		}
+		if n := memstore.Len(s); n != 0 {
+			t.Fatalf("%d keys kept after the claim ended; want none", n)
+		}
+	}
+}
+
+// Fences keep growing when the clock steps back, after release, deletion
+// and expiry alike, with nothing kept per key: one floor carries them.
+func TestFencesGrowWhenTheClockStepsBack(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	s := memstore.New(memstore.WithClock(clock.Now))
+	var last idemkit.Fence
+	for i, end := range []string{"release", "delete", "expiry", "release"} {
+		rec, claimed, err := s.Claim(ctx, "k", "fp", time.Second)
+		if err != nil || !claimed || rec.Fence <= last {
+			t.Fatalf("claim %d: %v, %v, fence %v after %v; want a greater fence", i, claimed, err, rec.Fence, last)
+		}
+		last = rec.Fence
+		switch end {
+		case "release":
+			_, _ = s.Release(ctx, "k", rec.Fence)
+		case "delete":
+			_, _ = s.Delete(ctx, "k")
+		case "expiry":
+			clock.Advance(time.Second + store.ClaimRetention)
+			for j := range 300 { // enough writes for a sweep
+				_, _, _ = s.Claim(ctx, fmt.Sprint("other", j), "fp", time.Millisecond)
+			}
+			if _, kept := memstore.FenceOf(s, "k"); kept {
+				t.Fatal("the run-out claim was not swept")
+			}
+		}
+		clock.Advance(-time.Hour) // the clock steps back an hour
+	}
+	if f := memstore.Floor(s); f < last {
+		t.Fatalf("the floor %v is below the last fence %v", f, last)
+	}
+}
+
+// The lock-id index holds only live-or-kept claims whose fingerprint is a
+// lock id: a guard's fingerprint costs it nothing, and an ended claim
+// leaves it.
+func TestFindClaimIndexesLockIDsOnly(t *testing.T) {
+	ctx := context.Background()
+	clock := fakeclock.New()
+	s := memstore.New(memstore.WithClock(clock.Now))
+	const id = "AAAAAAAAAAAAAAAAAAAAAA"
+	rec, _, _ := s.Claim(ctx, "lock", id, time.Second)
+	_, _, _ = s.Claim(ctx, "guard", "v1:0123456789abcdef", time.Second)
+	if n := memstore.Indexed(s); n != 1 {
+		t.Fatalf("%d ids indexed; want the lock's only", n)
+	}
+	if got, ok, err := s.FindClaim(ctx, id); err != nil || !ok || got.Key != "lock" || got.Fence != rec.Fence {
+		t.Fatalf("FindClaim = %+v, %v, %v; want the lock's claim", got, ok, err)
+	}
+	if _, ok, _ := s.FindClaim(ctx, "v1:0123456789abcdef"); ok {
+		t.Fatal("FindClaim found a guard's claim")
+	}
+	clock.Advance(time.Second)
+	if _, ok, _ := s.FindClaim(ctx, id); ok {
+		t.Fatal("FindClaim found a claim whose lease ran out")
+	}
+	taken, _, _ := s.Claim(ctx, "lock", "BBBBBBBBBBBBBBBBBBBBBB", time.Second)
+	if _, ok, _ := s.FindClaim(ctx, id); ok || memstore.Indexed(s) != 1 {
+		t.Fatal("the replaced claim's id is still indexed")
+	}
+	_, _ = s.Release(ctx, "lock", taken.Fence)
+	if n := memstore.Indexed(s); n != 0 {
+		t.Fatalf("%d ids indexed after the release; want none", n)
 	}
 }
 
