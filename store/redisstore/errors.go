@@ -102,6 +102,8 @@ func serverError(msg string) (idemkit.Code, string) {
 		return idemkit.CodeAuthFailed, "the Redis server refused the credentials (" + code + ")"
 	case "NOPERM":
 		return idemkit.CodeAuthFailed, "the Redis user may not run the store's commands (NOPERM): it needs EVAL, EVALSHA and the keys of the store's prefix"
+	case "FENCEMAX": // the store's own, from its claim script
+		return idemkit.CodeInternal, "the key's next fence would exceed idemkit.FenceMax; nothing was written"
 	case "WRONGTYPE":
 		return idemkit.CodeInternal, "a Redis key of the store holds a value of another type (WRONGTYPE): does another program write under the store's key prefix?"
 	}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"strconv"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 	"github.com/redis/go-redis/v9"
 )
@@ -41,7 +42,7 @@ import (
 //
 //	claim    fp ttl token        → {1, record} a new claim; {1, record, fp, response} a new claim that
 //	                               took over a hash still holding a response (store.Record.Replaced);
-//	                               {0, record} a live claim or an outcome
+//	                               {0, record} a live claim or an outcome; error FENCEMAX past idemkit.FenceMax
 //	extend   fence ttl           → the new expiry, 0 not this live claim
 //	complete fence ttl state fp response notify → 1 written (or this claim's identical outcome is there), 0 refused
 //	release  fence notify        → 1 released, 0 not this live claim
@@ -147,6 +148,9 @@ if op == 'claim' then
     return {0, record(st, fence, created, exp, fp, body)}
   end
   local nf = math.max(fence + 1, now)
+  if nf > ` + fenceMax + ` then
+    return redis.error_reply('FENCEMAX the next fence would exceed idemkit.FenceMax')
+  end
   local ne = now + tonumber(ARGV[4])
   redis.call('HSET', k, 'state', 'claimed', 'fence', fmt(nf), 'created', fmt(now), 'expires', fmt(ne), 'fp', ARGV[3], 'claim', ARGV[5])
   keep(ne + retention, nf)
@@ -232,6 +236,8 @@ return redis.error_reply('ERR idemkit: unknown operation')
 `
 
 var script = redis.NewScript(scriptText)
+
+var fenceMax = strconv.FormatUint(uint64(idemkit.FenceMax), 10)
 
 // The script's SHA1 and source, boxed once for the EVALSHA (and EVAL)
 // every call sends.
