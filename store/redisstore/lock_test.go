@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
+	"github.com/idemkit/idemkit/lock"
 	"github.com/idemkit/idemkit/lock/locktest"
 	"github.com/idemkit/idemkit/store/redisstore"
 	"github.com/redis/go-redis/v9"
@@ -79,5 +81,98 @@ func lockEnv(t *testing.T, c, admin redis.UniversalClient) *locktest.Env {
 		},
 		Keys:  func(ctx context.Context) ([]string, error) { return immortal(ctx, admin, p) },
 		Break: func() { _ = c.Close() },
+	}
+}
+
+// TestLockOneHolderAcrossClients: 32 goroutines of two lock Clients, each
+// Client on a redis client and a store of its own, take one key through
+// lock.Do 10 times each, on a single node and on the cluster: fn never
+// runs twice at once, runs 320 times, and every holder's fence is greater
+// than the one before.
+func TestLockOneHolderAcrossClients(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			var clients [2]*lock.Client
+			for i := range clients {
+				c, err := lock.New(newStore(t, b.newClient(t)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				clients[i] = c
+			}
+			var (
+				wg       sync.WaitGroup
+				mu       sync.Mutex
+				last     idemkit.Fence
+				inside   atomic.Int64
+				ran      atomic.Int64
+				problems = make(chan string, 320)
+			)
+			for g := range 32 {
+				wg.Go(func() {
+					for range 10 {
+						err := lock.Do(ctx, clients[g%2], "shared", func(_ context.Context, l lock.Lease) error {
+							if inside.Add(1) != 1 {
+								problems <- "fn ran twice at once"
+							}
+							mu.Lock()
+							if l.Fence <= last {
+								problems <- fmt.Sprintf("fence %v after %v", l.Fence, last)
+							}
+							last = l.Fence
+							mu.Unlock()
+							time.Sleep(100 * time.Microsecond)
+							ran.Add(1)
+							inside.Add(-1)
+							return nil
+						}, lock.WithTTL(time.Minute), lock.WithRenewInterval(-1), lock.WithTimeout(time.Minute))
+						if err != nil {
+							problems <- fmt.Sprint("Do: ", err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(problems)
+			for p := range problems {
+				t.Fatal(p)
+			}
+			if n := ran.Load(); n != 320 {
+				t.Fatalf("fn ran %d times; want 320", n)
+			}
+		})
+	}
+}
+
+// TestLockLostReplies: an acquire whose reply is lost on the way back is
+// sent again by the client and gets the lease it took (not "locked"); an
+// extension's too gets its lease extended; and after a release whose reply
+// is lost the key is free.
+func TestLockLostReplies(t *testing.T) {
+	ctx := t.Context()
+	l := newLink(t, testenv.Redis(t).Addr)
+	c, err := lock.New(newStore(t, nodeClient(t, l.addr())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.dropReplyTo("claim")
+	lease, ok, err := c.Acquire(ctx, "k", time.Minute)
+	if err != nil || !ok || l.dropped.Load() != 1 {
+		t.Fatalf("an acquire whose reply was lost: %+v, %v, %v (lost %d); want the lease", lease, ok, err, l.dropped.Load())
+	}
+	l.dropReplyTo("extend")
+	st, err := c.Extend(ctx, lease.ID, 2*time.Minute)
+	if err != nil || !st.OK || !st.ExpiresAt.After(lease.ExpiresAt) || l.dropped.Load() != 2 {
+		t.Fatalf("an extension whose reply was lost: %+v, %v (lost %d); want extended", st, err, l.dropped.Load())
+	}
+	l.dropReplyTo("release")
+	if _, err := c.Release(ctx, lease.ID); err != nil || l.dropped.Load() != 3 {
+		t.Fatalf("a release whose reply was lost: %v (lost %d)", err, l.dropped.Load())
+	}
+	if locked, err := c.IsLocked(ctx, "k"); err != nil || locked {
+		t.Fatalf("after the release: locked %v, %v; want free", locked, err)
 	}
 }
