@@ -217,7 +217,6 @@ var snippetImports = map[string]string{
 	"idemkit":         "github.com/idemkit/idemkit",
 	"fingerprint":     "github.com/idemkit/idemkit/fingerprint",
 	"lock":            "github.com/idemkit/idemkit/lock",
-	"redislock":       "github.com/idemkit/idemkit/lock/redislock",
 	"pglock":          "github.com/idemkit/idemkit/lock/pglock",
 	"firestorelock":   "github.com/idemkit/idemkit/lock/firestorelock",
 	"middleware":      "github.com/idemkit/idemkit/middleware",

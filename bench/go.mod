@@ -8,7 +8,6 @@ require (
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/idemkit/idemkit v0.1.0
 	github.com/idemkit/idemkit/lock/pglock v0.1.0
-	github.com/idemkit/idemkit/lock/redislock v0.1.0
 	github.com/idemkit/idemkit/store/firestorestore v0.1.0
 	github.com/idemkit/idemkit/store/pgstore v0.1.0
 	github.com/idemkit/idemkit/store/redisstore v0.1.0
