@@ -15,8 +15,8 @@ import (
 // EVALSHA.
 //
 // A record is a hash (its fields: docs/backends.md): "released" and
-// "deleted" are tombstones, a fence and nothing else, invisible to get,
-// claimable at once. A record is live while it is a claim or an outcome
+// "deleted" are tombstones, invisible to get, claimable at once: a deleted
+// record keeps its fence alone, a released claim its fields as they were. A record is live while it is a claim or an outcome
 // and TIME < expires. Every write sets PEXPIREAT: for a claim, its lease
 // plus the claim retention; for an outcome, its expiry; never before
 // fence + 1 ms + the clock step (the fence rule of store.Store).
@@ -196,7 +196,13 @@ if op == 'release' then
   if st ~= 'claimed' or fmt(fence) ~= ARGV[3] or now >= exp then
     return 0
   end
-  tombstone('released', fence, now)
+  -- The state alone marks the tombstone, and the key's expiry, set by
+  -- the claim or its extension, is kept unless it comes before the fence
+  -- rule's: one write.
+  redis.call('HSET', k, 'state', 'released')
+  if exp + retention < fence + 1 + step then
+    keep(0, fence)
+  end
   notify('release ' .. ARGV[3])
   return 1
 end

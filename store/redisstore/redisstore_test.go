@@ -229,9 +229,9 @@ func TestRecordLayout(t *testing.T) {
 	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(keep.UnixMilli())*time.Millisecond {
 		t.Fatalf("a tombstone expires at %v; want its fence + 1 ms + the clock step (%v)", at, keep.UnixMilli())
 	}
-	// With a step of 0, one whose fence the clock has passed goes at once.
-	// (The claim and the delete may fall within the fence's millisecond:
-	// wait for the server's clock to pass it.)
+	// With a step of 0, a deleted record whose fence the clock has passed
+	// goes at once. (The claim and the delete may fall within the fence's
+	// millisecond: wait for the server's clock to pass it.)
 	s0 := newStore(t, c, redisstore.WithMaxClockStep(0))
 	claim, claimed, err = s0.Claim(ctx, k, "fp", 10*time.Second)
 	if err != nil || !claimed {
@@ -247,11 +247,28 @@ func TestRecordLayout(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if ok, err := s0.Release(ctx, k, claim.Fence); err != nil || !ok {
+	if ok, err := s0.Delete(ctx, k); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if n := c.Exists(ctx, rk).Val(); n != 0 {
-		t.Fatalf("a released claim whose fence the clock has passed, with no clock step, is still there: %v", c.HGetAll(ctx, rk).Val())
+		t.Fatalf("a deleted record whose fence the clock has passed, with no clock step, is still there: %v", c.HGetAll(ctx, rk).Val())
+	}
+	// A released claim becomes a tombstone by its state alone, in one
+	// write: it keeps its key's expiry (its lease plus the retention, past
+	// its fence plus the step).
+	claim, claimed, err = s.Claim(ctx, k, "fp", 10*time.Second)
+	if err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	if ok, err := s.Release(ctx, k, claim.Fence); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if h := c.HGetAll(ctx, rk).Val(); h["state"] != "released" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) {
+		t.Fatalf("the released claim: %v", h)
+	}
+	want := claim.ExpiresAt.Add(store.ClaimRetention)
+	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(want.UnixMilli())*time.Millisecond {
+		t.Fatalf("a released claim expires at %v; want its claim's expiry, %v", at, want.UnixMilli())
 	}
 	ahead := uint64(time.Now().Add(time.Hour).UnixMilli())
 	if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: idemkit.Fence(ahead), Response: []byte("x")}, time.Minute); err != nil || !ok {
