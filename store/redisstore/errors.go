@@ -13,23 +13,9 @@ import (
 )
 
 // mapError turns an error from go-redis into an [*idemkit.Error] for op
-// that unwraps to both its code's sentinel and err; nil for nil. The
-// mapping goes by type, and for a server's error reply by its error code
-// (the reply's first word, the protocol's error type), never by message
-// text:
-//
-//	context.Canceled                              Aborted
-//	context.DeadlineExceeded, a net.Error timeout NetworkTimeout
-//	redis.ErrClosed, pool timeout or exhaustion,
-//	  EOF, refused, reset, broken pipe, any other
-//	  net.Error (dial, DNS)                       ServiceUnavailable
-//	LOADING READONLY MASTERDOWN CLUSTERDOWN
-//	  TRYAGAIN MOVED ASK BUSY NOREPLICAS MISCONF  ServiceUnavailable
-//	NOAUTH WRONGPASS NOPERM                       AuthFailed
-//	OOM, max number of clients reached            RateLimited
-//	anything else (WRONGTYPE, NOSCRIPT, CROSSSLOT,
-//	  ERR, an unknown error)                      Internal
-//
+// that unwraps to both its code's sentinel and err; nil for nil. It goes
+// by type, and for a server's error reply by its error code (the reply's
+// first word), never by message text (docs/backends.md lists the codes).
 // The detail says what is wrong; the cause is go-redis's error, whose
 // message never holds a key or an argument.
 func mapError(op string, err error) error {

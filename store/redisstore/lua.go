@@ -21,11 +21,10 @@ import (
 // plus the claim retention; for an outcome, its expiry; never before
 // fence + 1 ms + the clock step (the fence rule of store.Store).
 //
-// Writes that add data (claim, complete, put) start with HSET, which Redis
-// refuses when it is over maxmemory (OOM) before anything is written.
-// Extensions start with PEXPIREAT and tombstones with DEL, which it allows
-// (after which a script may write on), so that running claims keep their
-// leases and releases and deletions free memory even then.
+// Writes that add data start with HSET, which Redis refuses over
+// maxmemory (OOM) before anything is written; extensions, releases and
+// deletions start with PEXPIREAT, HDEL or DEL, which it allows, so that
+// they go on then.
 //
 // A completion, a release and a deletion that ends a record notify the
 // record's watchers in the same script: they publish the operation's name
@@ -196,9 +195,11 @@ if op == 'release' then
   if st ~= 'claimed' or fmt(fence) ~= ARGV[3] or now >= exp then
     return 0
   end
-  -- The state alone marks the tombstone, and the key's expiry, set by
-  -- the claim or its extension, is kept unless it comes before the fence
-  -- rule's: one write.
+  -- The state marks the tombstone, and the key's expiry, set by the
+  -- claim or its extension, is kept unless it comes before the fence
+  -- rule's. The token goes first: HDEL is allowed over maxmemory, and a
+  -- script that wrote may write on.
+  redis.call('HDEL', k, 'claim')
   redis.call('HSET', k, 'state', 'released')
   if exp + retention < fence + 1 + step then
     keep(0, fence)

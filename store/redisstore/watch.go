@@ -196,7 +196,6 @@ type entry struct {
 
 // slot is one watch's place in its key's line.
 type slot struct {
-	ctx   context.Context // the Watch's: its waiter claims with it, most likely
 	ch    chan struct{}
 	fired bool
 	ghost time.Time // non-zero: stopped before it fired, keeps its place until then
@@ -311,7 +310,6 @@ func (l *listener) watch(ctx context.Context, name string) (ch <-chan struct{}, 
 	}
 	e.refs++
 	sl := e.enqueue()
-	sl.ctx = ctx
 	c := sl.ch
 	var once sync.Once
 	stop = func() { once.Do(func() { l.release(e, sl) }) }
