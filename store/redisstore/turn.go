@@ -160,6 +160,7 @@ func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done f
 		case ho != nil && ho.claimed && !ho.taken:
 			ho.taken, taken = true, ho
 		case slices.ContainsFunc(en.queue, func(sl *slot) bool { return sl.ghost.IsZero() }) && (ho != nil || time.Now().Before(en.held)):
+			en.refs++ // a watch of its own, which keeps the subscription
 			sl = en.enqueue()
 		}
 	})
@@ -177,10 +178,9 @@ func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done f
 		owner.mu.Lock()
 		if ho := e.handoff; sl.fired && ho != nil && ho.slot == sl {
 			ho.taken, taken = true, ho
-		} else if !sl.fired {
-			sl.ghost = time.Now().Add(ghostGrace)
 		}
 		owner.mu.Unlock()
+		owner.release(e, sl)
 	}
 	return func(claimed bool, err error) {
 		owner.mu.Lock()

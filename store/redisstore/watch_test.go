@@ -1076,3 +1076,37 @@ func TestReleaseHandsTheKeyToTheOldestWaiter(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimInLineKeepsItsPlace: a claim of the store that waits in line for
+// a key its store holds counts as a watch of the key: when the last other
+// watch stops, the key's subscription stays and the waiting claim is not
+// woken (before, it was, with every other waiter, to be refused); the
+// release through the store then hands the key to it.
+func TestClaimInLineKeepsItsPlace(t *testing.T) {
+	ctx := t.Context()
+	admin := adminClient(t, "single")
+	s := newStore(t, adminClient(t, "single"))
+	const k = "order-1"
+	_, stop := s.Watch(ctx, k)
+	held := claim(t, s, k) // through the store while it watches the key: it knows the key is held
+	type result struct {
+		claimed bool
+		err     error
+	}
+	inLine := make(chan result, 1)
+	go func() {
+		_, claimed, err := s.Claim(ctx, k, "in line", time.Minute)
+		inLine <- result{claimed, err}
+	}()
+	eventually(t, "the claim waits in line", func() bool { return redisstore.Waiting(s, k) == 2 })
+	stop()
+	if n := subscribers(t, admin, s, k); n != 1 {
+		t.Fatalf("the last watch stopped while a claim waits in line: %d subscribers; want 1", n)
+	}
+	if ok, err := s.Release(ctx, k, held.Fence); !ok || err != nil {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	if r := <-inLine; r.err != nil || !r.claimed {
+		t.Fatalf("the claim in line: %v, %v; want the key, handed over by the release", r.claimed, r.err)
+	}
+}
