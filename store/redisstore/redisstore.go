@@ -65,9 +65,10 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // WithMaxClockStep sets the largest step back of the servers' clock (or
 // of a failover to a replica whose clock is behind) that fences survive:
 // records and tombstones are kept until the server's clock passes their
-// fence plus d (the fence rule of [store.Store]). A larger d keeps each
-// released or deleted key's tombstone (about 100 bytes) longer. d must not
-// be negative. Default: one minute.
+// fence plus d (the fence rule of [store.Store]): a deleted record's
+// tombstone (about 100 bytes) for d, a released claim for its lease plus
+// [store.ClaimRetention], or d if longer. d must not be negative.
+// Default: one minute.
 func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
 
 // WithWaitForReplicas makes a claim, an extension and an outcome count
