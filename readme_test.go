@@ -217,7 +217,6 @@ var snippetImports = map[string]string{
 	"idemkit":         "github.com/idemkit/idemkit",
 	"fingerprint":     "github.com/idemkit/idemkit/fingerprint",
 	"lock":            "github.com/idemkit/idemkit/lock",
-	"redislock":       "github.com/idemkit/idemkit/lock/redislock",
 	"middleware":      "github.com/idemkit/idemkit/middleware",
 	"nethttp":         "github.com/idemkit/idemkit/nethttp",
 	"store":           "github.com/idemkit/idemkit/store",

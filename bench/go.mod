@@ -7,7 +7,6 @@ require (
 	github.com/bsm/redislock v0.9.4
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/idemkit/idemkit v0.1.0
-	github.com/idemkit/idemkit/lock/redislock v0.1.0
 	github.com/idemkit/idemkit/store/firestorestore v0.1.0
 	github.com/idemkit/idemkit/store/pgstore v0.1.0
 	github.com/idemkit/idemkit/store/redisstore v0.1.0

@@ -14,11 +14,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit/internal/testenv"
-	"github.com/idemkit/idemkit/lock/redislock"
+	"github.com/idemkit/idemkit/lock"
+	"github.com/idemkit/idemkit/store/redisstore"
 )
 
 // BenchmarkRedisLockCycle times one goroutine's acquire + release cycles
-// of idemkit's redislock and of bsm/redislock on distinct keys, against
+// of idemkit's locks on Redis (lock.New over redisstore) and of
+// bsm/redislock on distinct keys, against
 // one Redis server with appendfsync everysec, and reports where a cycle's
 // CPU goes: client-µs/op (this process), server-µs/op (redis-server's
 // used_cpu_sys + used_cpu_user) and expire-µs/op (of the server's, its
@@ -35,7 +37,7 @@ func BenchmarkRedisLockCycle(b *testing.B) {
 		return c
 	}
 	admin := newClient()
-	ours, err := redislock.New(newClient())
+	ours, err := redisLocker(newClient())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,4 +111,14 @@ func clientCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisLocker is idemkit's Redis lock: the lock library over the Redis
+// engine, with their defaults.
+func redisLocker(c *redis.Client) (*lock.Client, error) {
+	s, err := redisstore.New(c)
+	if err != nil {
+		return nil, err
+	}
+	return lock.New(s)
 }

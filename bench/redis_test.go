@@ -17,7 +17,6 @@ import (
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/lock"
-	"github.com/idemkit/idemkit/lock/redislock"
 )
 
 var locksOnly = flag.Bool("locks", false,
@@ -60,11 +59,9 @@ func redisScenarios(t *testing.T, d time.Duration) []Result {
 
 // redisLockScenarios runs the lock scenarios on a server of its own with
 // the appendfsync policy fsync. Each library has its own client (one pool
-// each, same options). idemkit's locker has its default options: it writes
-// the lock record alone (no id index: its releases go by key, as
-// lock.Do's do), its busy calls share round trips (WithMaxInflight's
-// default), and on the hot key lock.Do's waiters are woken by its pub/sub
-// notifications.
+// each, same options). idemkit's locks are lock.New over redisstore, with
+// their defaults: the store's busy calls share round trips, and on the hot
+// key lock.Do's waiters are woken by its pub/sub notifications, in turn.
 func redisLockScenarios(t *testing.T, d time.Duration, fsync string) []Result {
 	srv := testenv.NewRedis(t, "--appendfsync", fsync)
 	newClient := func() *redis.Client {
@@ -74,7 +71,7 @@ func redisLockScenarios(t *testing.T, d time.Duration, fsync string) []Result {
 	}
 	ctx := t.Context()
 
-	ours, err := redislock.New(newClient())
+	ours, err := redisLocker(newClient())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +85,7 @@ func redisLockScenarios(t *testing.T, d time.Duration, fsync string) []Result {
 	}
 	subjects := []subject{
 		{
-			name: "idemkit redislock",
+			name: "idemkit lock (redisstore)",
 			distinct: func(ctx context.Context, key string) error {
 				lease, ok, err := ours.Acquire(ctx, key, lockTTL)
 				if err != nil || !ok {
@@ -98,8 +95,8 @@ func redisLockScenarios(t *testing.T, d time.Duration, fsync string) []Result {
 				return err
 			},
 			hot: func(ctx context.Context, key string) error {
-				// lock.Do with the same back-off as bsm's. The locker is a
-				// lock.Watcher: a release wakes the longest waiter at once,
+				// lock.Do with the same back-off as bsm's. The store is a
+				// store.Watcher: a release wakes the longest waiter at once,
 				// and polling is only the fallback.
 				return lock.Do(ctx, ours, key, func(context.Context, lock.Lease) error { return nil },
 					lock.WithTTL(lockTTL), lock.WithBackoff(idemkit.Backoff{Base: 2 * time.Millisecond, Max: 50 * time.Millisecond}),

@@ -13,23 +13,9 @@ import (
 )
 
 // mapError turns an error from go-redis into an [*idemkit.Error] for op
-// that unwraps to both its code's sentinel and err; nil for nil. The
-// mapping goes by type, and for a server's error reply by its error code
-// (the reply's first word, the protocol's error type), never by message
-// text:
-//
-//	context.Canceled                              Aborted
-//	context.DeadlineExceeded, a net.Error timeout NetworkTimeout
-//	redis.ErrClosed, pool timeout or exhaustion,
-//	  EOF, refused, reset, broken pipe, any other
-//	  net.Error (dial, DNS)                       ServiceUnavailable
-//	LOADING READONLY MASTERDOWN CLUSTERDOWN
-//	  TRYAGAIN MOVED ASK BUSY NOREPLICAS MISCONF  ServiceUnavailable
-//	NOAUTH WRONGPASS NOPERM                       AuthFailed
-//	OOM, max number of clients reached            RateLimited
-//	anything else (WRONGTYPE, NOSCRIPT, CROSSSLOT,
-//	  ERR, an unknown error)                      Internal
-//
+// that unwraps to both its code's sentinel and err; nil for nil. It goes
+// by type, and for a server's error reply by its error code (the reply's
+// first word), never by message text (docs/backends.md lists the codes).
 // The detail says what is wrong; the cause is go-redis's error, whose
 // message never holds a key or an argument.
 func mapError(op string, err error) error {
@@ -102,6 +88,8 @@ func serverError(msg string) (idemkit.Code, string) {
 		return idemkit.CodeAuthFailed, "the Redis server refused the credentials (" + code + ")"
 	case "NOPERM":
 		return idemkit.CodeAuthFailed, "the Redis user may not run the store's commands (NOPERM): it needs EVAL, EVALSHA and the keys of the store's prefix"
+	case "FENCEMAX": // the store's own, from its claim script
+		return idemkit.CodeInternal, "the key's next fence would exceed idemkit.FenceMax; nothing was written"
 	case "WRONGTYPE":
 		return idemkit.CodeInternal, "a Redis key of the store holds a value of another type (WRONGTYPE): does another program write under the store's key prefix?"
 	}

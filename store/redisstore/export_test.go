@@ -39,3 +39,28 @@ func Listeners(s *Store) int {
 // Refused reports whether ch is the channel of a watch that could not be
 // set up, which never fires.
 func Refused(ch <-chan struct{}) bool { return ch == neverFires }
+
+// Inflight returns how many round trips of s's calls are in flight and
+// how many calls wait to share the next one.
+func Inflight(s *Store) (sending, queued int) {
+	s.batch.mu.Lock()
+	defer s.batch.mu.Unlock()
+	return s.batch.sending, len(s.batch.queue)
+}
+
+// MaxInflight is how many round trips a store's calls have in flight
+// before further calls queue.
+const MaxInflight = maxInflight
+
+// Waiting returns how many watches and claims of s wait in key's line.
+func Waiting(s *Store, key string) int {
+	n := 0
+	s.entry(key, func(_ *listener, e *entry) {
+		for _, sl := range e.queue {
+			if sl.ghost.IsZero() && !sl.fired {
+				n++
+			}
+		}
+	})
+	return n
+}

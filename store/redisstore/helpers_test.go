@@ -61,7 +61,9 @@ func prefix(t testing.TB) string {
 }
 
 // newStore returns a store on c under a prefix of the test's own, with its
-// script loaded on every master.
+// script loaded on every master and a connection of c's for pipelines
+// (which every call sends) dialled, so that tests that count round trips
+// start from there.
 func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
 	s, err := redisstore.New(c, append([]redisstore.Option{redisstore.WithKeyPrefix(prefix(t))}, opts...)...)
@@ -69,6 +71,9 @@ func newStore(t testing.TB, c redis.UniversalClient, opts ...redisstore.Option) 
 		t.Fatal(err)
 	}
 	if err := redisstore.LoadScript(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Get(context.Background(), "warm-up"); err != nil {
 		t.Fatal(err)
 	}
 	return s

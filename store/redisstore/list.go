@@ -132,7 +132,7 @@ func (s *Store) readListed(ctx context.Context, c redis.Cmdable, keys []string, 
 	}
 	pipe := c.Pipeline()
 	for i := range items {
-		items[i].cmd = script.EvalSha(ctx, pipe, []string{s.redisKey(items[i].key)}, "get")
+		items[i].cmd = script.EvalSha(ctx, pipe, []string{s.redisKey(items[i].key)}, "get", s.step)
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !isWrongType(err) {
 		return nil, "", mapError(op, err)

@@ -3,71 +3,63 @@ package redisstore
 import (
 	"strconv"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 	"github.com/redis/go-redis/v9"
 )
 
 // The store's one script. Every operation is a call of it on one key (the
 // record's hash, so on one cluster slot), with the operation's name as
-// ARGV[1]: one script means one NOSCRIPT miss per server at most, after
-// which every call is an EVALSHA.
+// ARGV[1] and the store's largest clock step in ms as ARGV[2]: one script
+// means one NOSCRIPT miss per server at most, after which every call is an
+// EVALSHA.
 //
-// A record is a hash:
-//
-//	state     claimed | completed | not-replayable | released | deleted
-//	fence     the claim's fence, in decimal
-//	created   when the claim or the outcome was written (Unix ms, by TIME)
-//	expires   a claim: when its lease runs out; an outcome: when it is forgotten (Unix ms)
-//	fp        the request's fingerprint
-//	response  the stored response (absent when empty)
-//	claim     the claim's token: a Claim retried by the client after a lost reply gets its own claim back
-//
-// "released" and "deleted" are tombstones: a fence and nothing else,
-// invisible to get, claimable at once, kept until the server's clock has
-// passed the fence so that a later claim's fence (at least the clock in
-// Unix ms) is greater. A record is live while it is a claim or an outcome
+// A record is a hash (its fields: docs/backends.md): "released" and
+// "deleted" are tombstones, invisible to get, claimable at once: a deleted
+// record keeps its fence alone, a released claim its fields as they were. A record is live while it is a claim or an outcome
 // and TIME < expires. Every write sets PEXPIREAT: for a claim, its lease
 // plus the claim retention; for an outcome, its expiry; never before
-// fence + 1 ms (see store.Store).
+// fence + 1 ms + the clock step (the fence rule of store.Store).
 //
-// Writes that add data (claim, complete, put) start with HSET, which Redis
-// refuses when it is over maxmemory (OOM) before anything is written.
-// Extensions start with PEXPIREAT and tombstones with HDEL or DEL, which it
-// allows (after which a script may write on), so that running claims keep
-// their leases and releases and deletions free memory even then.
+// Writes that add data start with HSET, which Redis refuses over
+// maxmemory (OOM) before anything is written; extensions, releases and
+// deletions start with PEXPIREAT, HDEL or DEL, which it allows, so that
+// they go on then.
 //
 // A completion, a release and a deletion that ends a record notify the
 // record's watchers in the same script: they publish the operation's name
-// on the channel named like the record's key, with the command the last
-// argument (notify) names: "publish" on a single node, "spublish" (sharded,
-// so only the key's shard carries it) on a cluster, "" for none. The
-// publication is a pcall: a server that refuses it (an ACL without the
-// channel, a server without sharded pub/sub) fails the notification, never
-// the operation, and its waiters poll.
+// ("release <fence>" for a release) on the channel named like the
+// record's key, with the command the last argument (notify) names:
+// "publish" on a single node, "spublish" (sharded, so only the key's shard
+// carries it) on a cluster, "" for none. The publication is a pcall: a
+// server that refuses it (an ACL without the channel, a server without
+// sharded pub/sub) fails the notification, never the operation, and its
+// waiters poll.
 //
 // Replies (integers and strings; a record is state, fence, created,
 // expires, fingerprint, response):
 //
 //	claim    fp ttl token        → {1, record} a new claim; {1, record, fp, response} a new claim that
 //	                               took over a hash still holding a response (store.Record.Replaced);
-//	                               {0, record} a live claim or an outcome
-//	extend   fence ttl           → 1 extended, 0 not this claim
+//	                               {0, record} a live claim or an outcome; error FENCEMAX past idemkit.FenceMax
+//	extend   fence ttl           → the new expiry, 0 not this live claim
 //	complete fence ttl state fp response notify → 1 written (or this claim's identical outcome is there), 0 refused
-//	release  fence notify        → 1 released, 0 not this claim
+//	release  fence notify        → 1 released, 0 not this live claim
 //	get                          → {record} live, {} none
 //	delete   notify              → 1 a live record was deleted, 0 none
 //	put      fence ttl state fp response → 1 written, 0 refused (a live record with a higher fence)
-var script = redis.NewScript(`
+var scriptText = `
 local k = KEYS[1]
 local op = ARGV[1]
+local step = tonumber(ARGV[2])
 local retention = ` + strconv.FormatInt(store.ClaimRetention.Milliseconds(), 10) + `
 
--- notify tells the key's watchers that the record changed, by the
+-- notify tells the key's watchers that the record changed (msg), by the
 -- command the last argument names; a refused publication is ignored.
-local function notify()
+local function notify(msg)
   local cmd = ARGV[#ARGV]
   if cmd == 'publish' or cmd == 'spublish' then
-    redis.pcall(cmd, k, op)
+    redis.pcall(cmd, k, msg)
   end
 end
 
@@ -84,9 +76,10 @@ local function is_outcome(st)
   return st == 'completed' or st == 'not-replayable'
 end
 
--- keep sets the key's expiry: at t, and never before fence + 1 ms.
+-- keep sets the key's expiry: at t, and never before the clock passes
+-- fence + step.
 local function keep(t, fence)
-  redis.call('PEXPIREAT', k, fmt(math.max(t, fence + 1)))
+  redis.call('PEXPIREAT', k, fmt(math.max(t, fence + 1 + step)))
 end
 
 -- read returns state, fence (number), created, expires (number), fp,
@@ -113,15 +106,14 @@ local function record(st, fence, created, exp, fp, body)
   return {st, fence, created, exp, fp, body}
 end
 
--- tombstone ends the record, keeping its fence until the clock passes it.
+-- tombstone ends the record, keeping its fence until the clock passes
+-- fence + step.
 local function tombstone(st, fence, now)
-  if now > fence then
-    redis.call('DEL', k)
-    return
+  redis.call('DEL', k)
+  if now <= fence + step then
+    redis.call('HSET', k, 'state', st, 'fence', fmt(fence), 'created', fmt(now))
+    keep(0, fence)
   end
-  redis.call('HDEL', k, 'fp', 'response', 'claim', 'expires')
-  redis.call('HSET', k, 'state', st, 'fence', fmt(fence), 'created', fmt(now))
-  keep(0, fence)
 end
 
 -- outcome writes an outcome over whatever the hash holds.
@@ -145,7 +137,7 @@ if op == 'claim' then
     return {0, record(st, fence, created, exp, fp, body)}
   end
   if st == 'claimed' and now < exp then
-    if token == ARGV[4] then
+    if token == ARGV[5] then
       -- The client's retry after a lost reply: its own claim. The same
       -- expiry is written again, so that a wait for replicas after this
       -- reply covers the claim (WAIT counts the connection's own writes).
@@ -155,41 +147,44 @@ if op == 'claim' then
     return {0, record(st, fence, created, exp, fp, body)}
   end
   local nf = math.max(fence + 1, now)
-  local ne = now + tonumber(ARGV[3])
-  redis.call('HSET', k, 'state', 'claimed', 'fence', fmt(nf), 'created', fmt(now), 'expires', fmt(ne), 'fp', ARGV[2], 'claim', ARGV[4])
+  if nf > ` + fenceMax + ` then
+    return redis.error_reply('FENCEMAX the next fence would exceed idemkit.FenceMax')
+  end
+  local ne = now + tonumber(ARGV[4])
+  redis.call('HSET', k, 'state', 'claimed', 'fence', fmt(nf), 'created', fmt(now), 'expires', fmt(ne), 'fp', ARGV[3], 'claim', ARGV[5])
   keep(ne + retention, nf)
   if body ~= '' then
     -- Whatever its state says, the hash held a response: the claim
     -- reports what it replaced.
     redis.call('HDEL', k, 'response')
-    return {1, {'claimed', nf, now, ne, ARGV[2], ''}, fp, body}
+    return {1, {'claimed', nf, now, ne, ARGV[3], ''}, fp, body}
   end
-  return {1, {'claimed', nf, now, ne, ARGV[2], ''}}
+  return {1, {'claimed', nf, now, ne, ARGV[3], ''}}
 end
 
 if op == 'extend' then
-  if st ~= 'claimed' or fmt(fence) ~= ARGV[2] then
+  if st ~= 'claimed' or fmt(fence) ~= ARGV[3] or now >= exp then
     return 0
   end
-  local ne = now + tonumber(ARGV[3])
+  local ne = now + tonumber(ARGV[4])
   keep(ne + retention, fence)
   redis.call('HSET', k, 'expires', fmt(ne))
-  return 1
+  return ne
 end
 
 if op == 'complete' then
-  if fmt(fence) ~= ARGV[2] then
+  if fmt(fence) ~= ARGV[3] then
     return 0
   end
   if st == 'claimed' then
-    local e = outcome(ARGV[4], fence, tonumber(ARGV[3]), ARGV[5], ARGV[6], now)
+    local e = outcome(ARGV[5], fence, tonumber(ARGV[4]), ARGV[6], ARGV[7], now)
     keep(e, fence)
-    notify()
+    notify(op)
     return 1
   end
   -- The claim's own outcome is there already: a completion retried after
   -- its reply was lost.
-  if st == ARGV[4] and now < exp and fp == ARGV[5] and (redis.call('HGET', k, 'response') or '') == ARGV[6] then
+  if st == ARGV[5] and now < exp and fp == ARGV[6] and (redis.call('HGET', k, 'response') or '') == ARGV[7] then
     keep(exp, fence) -- the same expiry again: see the claim's retry
     return 1
   end
@@ -197,11 +192,19 @@ if op == 'complete' then
 end
 
 if op == 'release' then
-  if st ~= 'claimed' or fmt(fence) ~= ARGV[2] then
+  if st ~= 'claimed' or fmt(fence) ~= ARGV[3] or now >= exp then
     return 0
   end
-  tombstone('released', fence, now)
-  notify()
+  -- The state marks the tombstone, and the key's expiry, set by the
+  -- claim or its extension, is kept unless it comes before the fence
+  -- rule's. The token goes first: HDEL is allowed over maxmemory, and a
+  -- script that wrote may write on.
+  redis.call('HDEL', k, 'claim')
+  redis.call('HSET', k, 'state', 'released')
+  if exp + retention < fence + 1 + step then
+    keep(0, fence)
+  end
+  notify('release ' .. ARGV[3])
   return 1
 end
 
@@ -219,7 +222,7 @@ if op == 'delete' then
   -- A claim whose lease ran out is ended too, so that it can no longer
   -- complete; only a live record counts as deleted.
   tombstone('deleted', fence, now)
-  notify()
+  notify(op)
   if live(st, exp, now) then
     return 1
   end
@@ -227,14 +230,22 @@ if op == 'delete' then
 end
 
 if op == 'put' then
-  local nf = tonumber(ARGV[2])
+  local nf = tonumber(ARGV[3])
   if live(st, exp, now) and fence > nf then
     return 0
   end
-  local e = outcome(ARGV[4], nf, tonumber(ARGV[3]), ARGV[5], ARGV[6], now)
+  local e = outcome(ARGV[5], nf, tonumber(ARGV[4]), ARGV[6], ARGV[7], now)
   keep(e, math.max(nf, fence))
   return 1
 end
 
 return redis.error_reply('ERR idemkit: unknown operation')
-`)
+`
+
+var script = redis.NewScript(scriptText)
+
+var fenceMax = strconv.FormatUint(uint64(idemkit.FenceMax), 10)
+
+// The script's SHA1 and source, boxed once for the EVALSHA (and EVAL)
+// every call sends.
+var scriptSHA, scriptSrc any = script.Hash(), scriptText

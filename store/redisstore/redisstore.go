@@ -30,11 +30,23 @@ type Option func(*config)
 type config struct {
 	prefix      string
 	maxResponse int
-	acks        int           // replicas that must acknowledge a claim or an outcome; 0: off
-	ackTimeout  time.Duration // how long to wait for them
+	step        time.Duration
+	wait        durability
 	// listenerIdle and healthInterval, which tests shorten.
 	listenerIdle, healthInterval time.Duration
 }
+
+// durability is what WithWaitForReplicas or WithWaitForAOF asks for.
+type durability struct {
+	aof      bool          // WAITAOF rather than WAIT
+	local    int           // WAITAOF: 1 when the master's own fsync counts too
+	replicas int           // replicas that must acknowledge
+	timeout  time.Duration // how long to wait for them; 0: no wait
+	set      int           // how many of the two options were given
+}
+
+// defaultMaxClockStep is WithMaxClockStep's default.
+const defaultMaxClockStep = time.Minute
 
 // WithKeyPrefix sets a prefix written before every Redis key of the store,
 // as it is (end it with a separator, e.g. "shop:"): up to 64 bytes of
@@ -51,47 +63,48 @@ func WithKeyPrefix(prefix string) Option { return func(c *config) { c.prefix = p
 // takes, so a modest limit also bounds that pause. Default: 512 MiB.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
 
+// WithMaxClockStep sets the largest step back of the servers' clock (or
+// of a failover to a replica whose clock is behind) that fences survive:
+// records and tombstones are kept until the server's clock passes their
+// fence plus d (the fence rule of [store.Store]): a deleted record's
+// tombstone (about 100 bytes) for d, a released claim for its lease plus
+// [store.ClaimRetention], or d if longer. d must not be negative.
+// Default: one minute.
+func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
+
 // WithWaitForReplicas makes a claim, an extension and an outcome count
 // only once n replicas of the key's master have acknowledged them (Redis
-// WAIT, for at most timeout), so that a failover, which promotes a
-// replica, cannot lose them: Redis replicates asynchronously, and without
-// the wait a claim or an outcome that the master acknowledged and then
-// died with is gone, and the retry runs the work again.
-//
-// The script and the wait run on a connection of their own to the key's
-// master, since WAIT counts that connection's writes. A completion (and a
-// [Store.Put] or an extension) sends the wait in the same round trip as
-// its script; a claim waits only when it claimed, a round trip more, so a
-// replay costs what it does without the option. When fewer than n replicas
-// acknowledge in time, the operation fails closed with ServiceUnavailable:
-// a new claim is released first (the work never runs on a claim that a
-// failover could lose), an outcome stays written on the master and the
-// guard retries its completion, which waits again. A retried claim or
-// completion that finds its own write already there writes it again
-// (the same expiry), so that its wait covers it.
-//
-// n must be positive; timeout at least 1 ms and below the guard's op
-// timeout (and the client's ReadTimeout). The client must be a
-// [*redis.Client] (also from redis.NewFailoverClient) or a
-// [*redis.ClusterClient]. Default: off; a claim or an outcome is then as
-// durable as the master's persistence (see the package documentation).
-//
-// With go-redis v9.23, build the client with maintenance notifications
-// off (MaintNotificationsConfig: &maintnotifications.Config{Mode:
-// maintnotifications.ModeDisabled}) when the server is not Redis 8 or
-// later: in their default auto mode go-redis rewrites its options when the
-// server refuses them, unguarded against the connections that Client.Conn
-// gives, which this option uses (a data race of go-redis's own, which the
-// race detector reports).
+// WAIT, for at most timeout), so that a failover cannot lose them (Redis
+// replicates asynchronously): when fewer acknowledge in time, the
+// operation fails closed with ServiceUnavailable, and a new claim is
+// released first. The wait runs on a connection of its own to the master,
+// in the same round trip as the script, but for a claim, which waits only
+// once it claimed (a round trip more; a replay waits for nothing). n must
+// be positive; timeout at least 1 ms and below the callers' op timeout.
+// The client must be a [*redis.Client] (also a failover one) or a
+// [*redis.ClusterClient]; with go-redis v9.23 and a server older than
+// Redis 8, build it with maintenance notifications off (docs/backends.md
+// says why). Default: off.
 func WithWaitForReplicas(n int, timeout time.Duration) Option {
-	return func(c *config) { c.acks, c.ackTimeout = n, timeout }
+	return func(c *config) { c.wait = durability{replicas: n, timeout: timeout, set: c.wait.set + 1} }
 }
 
-// Store is the guard's backend on Redis: a [store.Store] whose records
-// carry their own lease, a [store.Watcher] that wakes waiting duplicates
-// by pub/sub, and the fenced [store.Records] for a composition with a
-// lock. It works on a single node, through Sentinel (a failover client)
-// and on Redis Cluster. It is safe for concurrent use.
+// WithWaitForAOF is [WithWaitForReplicas] with Redis WAITAOF (Redis 7.2
+// or later): the write counts once fsynced to the master's append-only
+// file (local) and to those of n replicas (n ≥ 0, and local or n > 0). It
+// and WithWaitForReplicas exclude each other. Default: off.
+func WithWaitForAOF(local bool, n int, timeout time.Duration) Option {
+	return func(c *config) {
+		c.wait = durability{aof: true, replicas: n, timeout: timeout, set: c.wait.set + 1}
+		if local {
+			c.wait.local = 1
+		}
+	}
+}
+
+// Store is the Redis engine: a [store.Store], a [store.Watcher] and a
+// [store.Records], for the guard and for locks. It is safe for concurrent
+// use.
 //
 // The zero value is not usable; call [New].
 type Store struct {
@@ -102,10 +115,10 @@ type Store struct {
 	// ends: "publish" on a single node, "spublish" on a cluster, "" when
 	// the store does not notify (see Watch).
 	notify string
+	step   any // WithMaxClockStep in ms, the script's ARGV[2] (boxed once)
 	watch  watching
-	// acks and ackTimeout: see WithWaitForReplicas; acks 0 is off.
-	acks       int
-	ackTimeout time.Duration
+	wait   durability
+	batch  batcher
 }
 
 var (
@@ -117,14 +130,10 @@ var (
 // New returns a store on client. It does no I/O.
 //
 // The client must bound its commands by the caller's ctx: a
-// [*redis.Client] (also from redis.NewFailoverClient), [*redis.ClusterClient]
-// (also from redis.NewFailoverClusterClient) or [*redis.Ring] must be built
-// with ContextTimeoutEnabled: true in its options, or New refuses it
-// (InvalidArgument). Without it go-redis ignores ctx deadlines, and a
-// stalled server holds every call for ReadTimeout × (MaxRetries + 1)
-// instead of the guard's op timeout. Other [redis.UniversalClient]
-// implementations are taken as they are: they must honour ctx themselves.
-//
+// [*redis.Client], [*redis.ClusterClient] or [*redis.Ring] (failover ones
+// included) built without ContextTimeoutEnabled: true is refused, since
+// go-redis would then hold every call on a stalled server for ReadTimeout
+// × (MaxRetries + 1). Other implementations must honour ctx themselves.
 // A bad option is an InvalidArgument error.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	bad := func(detail string) error { return idemkit.NewError(idemkit.CodeInvalidArgument, "new", detail, nil) }
@@ -136,7 +145,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			"build it with ContextTimeoutEnabled: true in its options (redis.Options, redis.FailoverOptions, "+
 			"redis.ClusterOptions, redis.RingOptions or redis.UniversalOptions)", client))
 	}
-	cfg := config{maxResponse: maxResponseBytes, listenerIdle: listenerIdle, healthInterval: healthInterval}
+	cfg := config{maxResponse: maxResponseBytes, step: defaultMaxClockStep, listenerIdle: listenerIdle, healthInterval: healthInterval}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -146,11 +155,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if cfg.maxResponse < 1 || cfg.maxResponse > maxResponseBytes {
 		return nil, bad(fmt.Sprintf("max response bytes must be between 1 and %d", maxResponseBytes))
 	}
-	if cfg.acks != 0 || cfg.ackTimeout != 0 {
+	if cfg.step < 0 {
+		return nil, bad("the max clock step must not be negative")
+	}
+	if w := cfg.wait; w.set > 0 {
 		switch {
-		case cfg.acks < 1:
-			return nil, bad("the wait for replicas needs a positive number of replicas")
-		case cfg.ackTimeout < time.Millisecond:
+		case w.set > 1:
+			return nil, bad("WithWaitForReplicas and WithWaitForAOF exclude each other: give one (WAITAOF with n replicas also waits for them)")
+		case w.replicas < 0 || w.replicas == 0 && (!w.aof || w.local == 0):
+			return nil, bad("the wait for replicas needs a positive number of replicas (or, for WAITAOF, local = true)")
+		case w.timeout < time.Millisecond:
 			return nil, bad("the wait for replicas needs a timeout of at least 1ms")
 		}
 		switch client.(type) {
@@ -161,8 +175,9 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	return &Store{
 		client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse, notify: notifyCommand(client),
+		step:  any(strconv.FormatInt(cfg.step.Milliseconds(), 10)),
 		watch: watching{idle: cfg.listenerIdle, health: cfg.healthInterval},
-		acks:  cfg.acks, ackTimeout: cfg.ackTimeout,
+		wait:  cfg.wait, batch: batcher{client: client, limit: maxInflight},
 	}, nil
 }
 
@@ -207,8 +222,7 @@ func validPrefix(p string) bool {
 }
 
 // Claim implements [store.Store]: one script, which judges the record by
-// the server's clock (TIME). A new claim's fence is max(previous fence + 1,
-// TIME in Unix ms), and its key is kept for the lease plus
+// the server's clock (TIME) and keeps the key for the lease plus
 // [store.ClaimRetention], so that a holder whose lease ran out still
 // completes as long as nobody claimed the key since. A Claim the client
 // retries after a lost reply gets its own claim back, not "busy".
@@ -223,12 +237,19 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	if s.acks > 0 {
+	done := s.turn(ctx, key, ttl)
+	rec, claimed, err := s.claim(ctx, key, fp, ttl)
+	done(claimed, err)
+	return rec, claimed, err
+}
+
+func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+	if s.wait.timeout > 0 {
 		return s.claimAcked(ctx, key, fp, ttl)
 	}
-	v, err := s.run(ctx, key, op, fp, ttl.Milliseconds(), claimToken())
+	v, err := s.run(ctx, key, "claim", fp, ttl.Milliseconds(), claimToken())
 	if err != nil {
-		return store.Record{}, false, mapError(op, err)
+		return store.Record{}, false, mapError("claim", err)
 	}
 	return decodeClaim(key, v)
 }
@@ -261,23 +282,26 @@ func decodeClaim(key string, v any) (store.Record, bool, error) {
 }
 
 // Extend implements [store.Store]: one script.
-func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (bool, error) {
+func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := engine.ValidateFenced(op, key, fence); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
 	if err := engine.ValidateTTL(op, ttl); err != nil {
-		return false, err
+		return time.Time{}, false, err
 	}
-	return s.flag(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
+	n, err := s.write(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
+	if err != nil || n == 0 {
+		return time.Time{}, false, err
+	}
+	return time.UnixMilli(n), true, nil
 }
 
 // Complete implements [store.Store]: one script, which writes the outcome
 // only while the record is the claim rec.Fence (even after its lease ran
-// out), and notifies the key's watchers (see [Store.Watch]). The record is
-// kept for ttl (and never removed before the server's clock passes its
-// fence). A Complete retried after a lost reply, which finds this very
-// outcome already written, reports ok.
+// out), and notifies the key's watchers (see [Store.Watch]). A Complete
+// retried after a lost reply, which finds this very outcome already
+// written, reports ok.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
 	if err := engine.ValidateComplete(rec, ttl); err != nil {
@@ -290,15 +314,18 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 }
 
 // Release implements [store.Store]: one script, which notifies the key's
-// watchers. The claim becomes a tombstone (its fence only, invisible,
-// claimable at once) until the server's clock passes its fence, or is
-// deleted at once when it already has.
+// watchers and leaves a tombstone.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := engine.ValidateFenced(op, key, fence); err != nil {
 		return false, err
 	}
-	return s.flag(ctx, op, key, fenceArg(fence), s.notify)
+	f := fenceArg(fence)
+	ok, err := s.flag(ctx, op, key, f, s.notify)
+	if ok {
+		s.released(key, f)
+	}
+	return ok, err
 }
 
 // Get implements [store.Store] and [store.Records]: one script, which
@@ -319,10 +346,9 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 }
 
 // Delete implements [store.Store] and [store.Records]: one script, which
-// notifies the key's watchers when it ends a record. The record becomes a
-// tombstone like a released claim; a claim whose lease ran out is ended
-// too (it can no longer complete), though only a live record is reported
-// deleted.
+// notifies the key's watchers when it ends a record and leaves a
+// tombstone. A claim whose lease ran out is ended too (it can no longer
+// complete), though only a live record is reported deleted.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := engine.ValidateKey(key); err != nil {
@@ -353,47 +379,75 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
 }
 
-// flag runs an operation whose reply is 1 or 0. With WithWaitForReplicas,
-// a claim's extension, a completion and a put that wrote (1) count only
-// once acknowledged.
+// flag runs an operation whose reply is 1 or 0.
 func (s *Store) flag(ctx context.Context, op, key string, args ...any) (bool, error) {
+	n, err := s.write(ctx, op, key, args...)
+	if err == nil && n > 1 {
+		return false, replyError(op)
+	}
+	return n == 1, err
+}
+
+// write runs an operation whose reply is a number (0: refused). With a
+// durability wait, an extension, a completion and a put that wrote count
+// only once acknowledged.
+func (s *Store) write(ctx context.Context, op, key string, args ...any) (int64, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
-		return false, err
+		return 0, err
 	}
 	var (
-		v     any
-		acked = -1 // no wait
-		err   error
+		v   any
+		err error
+		ack *redis.Cmd
 	)
-	if s.acks > 0 && (op == "extend" || op == "complete" || op == "put") {
-		v, acked, err = s.runAcked(ctx, key, op, args...)
+	if s.wait.timeout > 0 && (op == "extend" || op == "complete" || op == "put") {
+		v, ack, err = s.runAcked(ctx, key, op, args...)
 	} else {
 		v, err = s.run(ctx, key, op, args...)
 	}
 	if err != nil {
-		return false, mapError(op, err)
+		return 0, mapError(op, err)
 	}
 	n, ok := v.(int64)
-	if !ok || n < 0 || n > 1 {
-		return false, replyError(op)
+	if !ok || n < 0 {
+		return 0, replyError(op)
 	}
-	if n == 1 && acked >= 0 && acked < s.acks {
-		return false, s.notAcked(op, acked)
+	if n > 0 && ack != nil {
+		if err := s.acked(op, ack); err != nil {
+			return 0, err
+		}
 	}
-	return n == 1, nil
+	return n, nil
 }
 
-// run calls the script for op on key's record: EVALSHA, and EVAL when the
+// args returns the EVALSHA of op on key's record with args.
+func (s *Store) args(key, op string, args []any) []any {
+	argv := make([]any, 0, 6+len(args))
+	argv = append(argv, "evalsha", scriptSHA, 1, s.redisKey(key), op, s.step)
+	return append(argv, args...)
+}
+
+// run calls the script for op on key's record in one round trip, shared
+// under load with other calls (see batcher): EVALSHA, and EVAL when the
 // server does not have the script yet.
 func (s *Store) run(ctx context.Context, key, op string, args ...any) (any, error) {
-	argv := make([]any, 0, 1+len(args))
-	argv = append(append(argv, op), args...)
-	return script.Run(ctx, s.client, []string{s.redisKey(key)}, argv...).Result()
+	argv := s.args(key, op, args)
+	cmd := redis.NewCmd(ctx, argv...)
+	err := s.batch.do(ctx, cmd)
+	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+		argv[0], argv[1] = "eval", scriptSrc
+		cmd = redis.NewCmd(ctx, argv...)
+		err = s.batch.do(ctx, cmd)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd.Val(), nil
 }
 
-// claimAcked is Claim with WithWaitForReplicas: the script on a
-// connection of its own to the key's master and, when it claimed, WAIT on
-// that connection. A claim not acknowledged in time is released.
+// claimAcked is Claim with a durability wait: the script on a connection
+// of its own to the key's master and, when it claimed, the wait on that
+// connection. A claim not acknowledged in time is released.
 func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	conn, err := s.masterConn(ctx, key)
@@ -401,7 +455,7 @@ func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duratio
 		return store.Record{}, false, mapError(op, err)
 	}
 	defer conn.Close()
-	v, err := s.runOn(ctx, conn, key, op, fp, ttl.Milliseconds(), claimToken())
+	v, _, err := s.runOn(ctx, conn, key, op, false, fp, ttl.Milliseconds(), claimToken())
 	if err != nil {
 		s.stale(ctx, err)
 		return store.Record{}, false, mapError(op, err)
@@ -410,29 +464,55 @@ func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duratio
 	if err != nil || !claimed {
 		return rec, claimed, err
 	}
-	n, err := conn.Wait(ctx, s.acks, s.ackTimeout).Result()
-	if err == nil && n >= int64(s.acks) {
-		return rec, true, nil
+	ack := s.waitCmd(ctx)
+	err = conn.Process(ctx, ack)
+	if err == nil {
+		if err = s.acked(op, ack); err == nil {
+			return rec, true, nil
+		}
+	} else {
+		err = mapError(op, err)
 	}
 	// Not acknowledged: the work must not run on this claim. Give it back
 	// on the same connection (the release needs no acknowledgement: one
 	// lost in a failover leaves the claim to run out).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	_, _ = s.runOn(rctx, conn, key, "release", fenceArg(rec.Fence), s.notify)
+	_, _, _ = s.runOn(rctx, conn, key, "release", false, fenceArg(rec.Fence), s.notify)
 	cancel()
-	if err != nil {
-		return store.Record{}, false, mapError(op, err)
-	}
-	return store.Record{}, false, s.notAcked(op, int(n))
+	return store.Record{}, false, err
 }
 
 // cleanupTimeout bounds the release of a claim that was not acknowledged.
 const cleanupTimeout = 5 * time.Second
 
-// notAcked is the error of an operation whose write fewer replicas than
-// WithWaitForReplicas asks acknowledged in time.
-func (s *Store) notAcked(op string, acked int) error {
-	detail := fmt.Sprintf("%d of %d replicas acknowledged the write within %v", acked, s.acks, s.ackTimeout)
+// waitCmd returns the wait the durability option asks for.
+func (s *Store) waitCmd(ctx context.Context) *redis.Cmd {
+	w := s.wait
+	if w.aof {
+		return redis.NewCmd(ctx, "waitaof", w.local, w.replicas, w.timeout.Milliseconds())
+	}
+	return redis.NewCmd(ctx, "wait", w.replicas, w.timeout.Milliseconds())
+}
+
+// acked checks the reply of waitCmd: ServiceUnavailable when the write
+// was not acknowledged as asked in time.
+func (s *Store) acked(op string, ack *redis.Cmd) error {
+	w := s.wait
+	var got string
+	if w.aof {
+		a, err := ack.Int64Slice()
+		if err == nil && len(a) == 2 && a[0] >= int64(w.local) && a[1] >= int64(w.replicas) {
+			return nil
+		}
+		got = fmt.Sprintf("fsyncs acknowledged %v of [%d %d]", a, w.local, w.replicas)
+	} else {
+		n, err := ack.Int64()
+		if err == nil && n >= int64(w.replicas) {
+			return nil
+		}
+		got = fmt.Sprintf("%d of %d replicas acknowledged", n, w.replicas)
+	}
+	detail := got + " the write within " + w.timeout.String()
 	if op == "claim" {
 		detail += "; the claim was released"
 	}
@@ -440,57 +520,54 @@ func (s *Store) notAcked(op string, acked int) error {
 }
 
 // runAcked runs the script for op on key's record on a connection of its
-// own to the key's master, followed in the same round trip by WAIT; acked
-// is the number of replicas that acknowledged.
-func (s *Store) runAcked(ctx context.Context, key, op string, args ...any) (v any, acked int, err error) {
+// own to the key's master, followed in the same round trip by the wait.
+func (s *Store) runAcked(ctx context.Context, key, op string, args ...any) (any, *redis.Cmd, error) {
 	conn, err := s.masterConn(ctx, key)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	defer conn.Close()
-	argv := append([]any{op}, args...)
-	keys := []string{s.redisKey(key)}
-	var cmd *redis.Cmd
-	var n *redis.Cmd
-	pipe := func(eval bool) error {
+	v, ack, err := s.runOn(ctx, conn, key, op, true, args...)
+	if err != nil {
+		s.stale(ctx, err)
+	}
+	return v, ack, err
+}
+
+// runOn runs the script for op on key's record on conn, followed in the
+// same pipeline by the wait when wait is set: EVALSHA, and EVAL when the
+// server does not have the script yet.
+func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key, op string, wait bool, args ...any) (any, *redis.Cmd, error) {
+	argv := s.args(key, op, args)
+	var cmd, ack *redis.Cmd
+	pipe := func() error {
 		_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-			if eval {
-				cmd = script.Eval(ctx, p, keys, argv...)
-			} else {
-				cmd = script.EvalSha(ctx, p, keys, argv...)
+			cmd = redis.NewCmd(ctx, argv...)
+			_ = p.Process(ctx, cmd)
+			if wait {
+				ack = s.waitCmd(ctx)
+				_ = p.Process(ctx, ack)
 			}
-			n = p.Do(ctx, "wait", s.acks, s.ackTimeout.Milliseconds())
 			return nil
 		})
 		return err
 	}
-	err = pipe(false)
-	if cmd != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		err = pipe(true)
+	err := pipe()
+	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		argv[0], argv[1] = "eval", scriptSrc
+		err = pipe()
 	}
 	if cerr := cmd.Err(); cerr != nil {
 		err = cerr // the script's error says more than the pipeline's
 	}
 	if err != nil {
-		s.stale(ctx, err)
-		return nil, 0, err
+		return nil, nil, err
 	}
-	acks, err := n.Int64()
-	if err != nil {
-		return nil, 0, err
-	}
-	return cmd.Val(), int(acks), nil
-}
-
-// runOn runs the script for op on key's record on conn: EVALSHA, and EVAL
-// when the server does not have the script yet.
-func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key, op string, args ...any) (any, error) {
-	argv := append([]any{op}, args...)
-	return script.Run(ctx, conn, []string{s.redisKey(key)}, argv...).Result()
+	return cmd.Val(), ack, nil
 }
 
 // masterConn returns a connection of its own to the master of key's
-// record: WAIT counts the writes of one connection.
+// record: WAIT and WAITAOF count the writes of one connection.
 func (s *Store) masterConn(ctx context.Context, key string) (*redis.Conn, error) {
 	if c, ok := s.client.(*redis.ClusterClient); ok {
 		node, err := c.MasterForKey(ctx, s.redisKey(key))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/leased"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/redisstore"
@@ -33,6 +34,12 @@ func TestNewValidates(t *testing.T) {
 		{"prefix too long", ok, []redisstore.Option{redisstore.WithKeyPrefix(strings.Repeat("p", 65))}},
 		{"zero limit", ok, []redisstore.Option{redisstore.WithMaxResponseBytes(0)}},
 		{"limit past Redis's", ok, []redisstore.Option{redisstore.WithMaxResponseBytes(512<<20 + 1)}},
+		{"negative clock step", ok, []redisstore.Option{redisstore.WithMaxClockStep(-time.Millisecond)}},
+		{"no replicas to wait for", ok, []redisstore.Option{redisstore.WithWaitForReplicas(0, time.Second)}},
+		{"wait under 1ms", ok, []redisstore.Option{redisstore.WithWaitForReplicas(1, time.Microsecond)}},
+		{"AOF wait for nothing", ok, []redisstore.Option{redisstore.WithWaitForAOF(false, 0, time.Second)}},
+		{"AOF wait for negative replicas", ok, []redisstore.Option{redisstore.WithWaitForAOF(true, -1, time.Second)}},
+		{"both waits", ok, []redisstore.Option{redisstore.WithWaitForReplicas(1, time.Second), redisstore.WithWaitForAOF(true, 0, time.Second)}},
 	} {
 		if _, err := redisstore.New(tc.client, tc.opts...); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 			t.Errorf("%s: New = %v; want InvalidArgument", tc.name, err)
@@ -42,6 +49,9 @@ func TestNewValidates(t *testing.T) {
 		nil,
 		{redisstore.WithKeyPrefix(strings.Repeat("p", 64))},
 		{redisstore.WithKeyPrefix("shop:"), redisstore.WithMaxResponseBytes(512 << 20)},
+		{redisstore.WithMaxClockStep(0)},
+		{redisstore.WithMaxClockStep(time.Hour), redisstore.WithWaitForAOF(true, 0, time.Second)},
+		{redisstore.WithWaitForReplicas(1, time.Millisecond)},
 	} {
 		if _, err := redisstore.New(ok, opts...); err != nil {
 			t.Errorf("New with valid options: %v", err)
@@ -170,7 +180,8 @@ func TestRecordKeysVerbatimOrHashed(t *testing.T) {
 }
 
 // TestRecordLayout: the hash an operator sees, and the expiry of each kind
-// of record (never before its fence + 1 ms, see store.Store).
+// of record (never before its fence + 1 ms + the largest clock step, the
+// fence rule of store.Store).
 func TestRecordLayout(t *testing.T) {
 	ctx := t.Context()
 	c := nodeClient(t, testenv.Redis(t).Addr)
@@ -205,10 +216,27 @@ func TestRecordLayout(t *testing.T) {
 	if d := c.PTTL(ctx, rk).Val(); d <= 59*time.Minute || d > time.Hour {
 		t.Fatalf("an outcome's PTTL is %v; want its record TTL", d)
 	}
-	// A deleted record whose fence is still ahead of the clock stays as a
-	// tombstone until the clock passes it; one whose fence is behind goes.
-	// (The claim, completion and delete may all fall within the fence's
+	// A deleted record stays as a tombstone (its fence only) until the
+	// server's clock passes its fence plus the largest clock step.
+	if ok, err := s.Delete(ctx, k); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	h = c.HGetAll(ctx, rk).Val()
+	if h["state"] != "deleted" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) || len(h) != 3 {
+		t.Fatalf("the tombstone: %v", h)
+	}
+	keep := leased.FenceFloor(claim.Fence, leased.DefaultMaxClockStep)
+	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(keep.UnixMilli())*time.Millisecond {
+		t.Fatalf("a tombstone expires at %v; want its fence + 1 ms + the clock step (%v)", at, keep.UnixMilli())
+	}
+	// With a step of 0, a deleted record whose fence the clock has passed
+	// goes at once. (The claim and the delete may fall within the fence's
 	// millisecond: wait for the server's clock to pass it.)
+	s0 := newStore(t, c, redisstore.WithMaxClockStep(0))
+	claim, claimed, err = s0.Claim(ctx, k, "fp", 10*time.Second)
+	if err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
 	for {
 		now, err := c.Time(ctx).Result()
 		if err != nil {
@@ -219,11 +247,28 @@ func TestRecordLayout(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if ok, err := s.Delete(ctx, k); err != nil || !ok {
+	if ok, err := s0.Delete(ctx, k); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
 	if n := c.Exists(ctx, rk).Val(); n != 0 {
-		t.Fatalf("a deleted record whose fence the clock has passed is still there: %v", c.HGetAll(ctx, rk).Val())
+		t.Fatalf("a deleted record whose fence the clock has passed, with no clock step, is still there: %v", c.HGetAll(ctx, rk).Val())
+	}
+	// A released claim becomes a tombstone by its state alone, in one
+	// write: it keeps its key's expiry (its lease plus the retention, past
+	// its fence plus the step).
+	claim, claimed, err = s.Claim(ctx, k, "fp", 10*time.Second)
+	if err != nil || !claimed {
+		t.Fatal(claimed, err)
+	}
+	if ok, err := s.Release(ctx, k, claim.Fence); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if h := c.HGetAll(ctx, rk).Val(); h["state"] != "released" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) {
+		t.Fatalf("the released claim: %v", h)
+	}
+	want := claim.ExpiresAt.Add(store.ClaimRetention)
+	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(want.UnixMilli())*time.Millisecond {
+		t.Fatalf("a released claim expires at %v; want its claim's expiry, %v", at, want.UnixMilli())
 	}
 	ahead := uint64(time.Now().Add(time.Hour).UnixMilli())
 	if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: idemkit.Fence(ahead), Response: []byte("x")}, time.Minute); err != nil || !ok {
@@ -236,8 +281,8 @@ func TestRecordLayout(t *testing.T) {
 	if h["state"] != "deleted" || h["fence"] != fmt.Sprint(ahead) || len(h) != 3 {
 		t.Fatalf("the tombstone: %v", h)
 	}
-	if d := c.PTTL(ctx, rk).Val(); d < 59*time.Minute || d > time.Hour+time.Second {
-		t.Fatalf("a tombstone's PTTL is %v; want until its fence", d)
+	if d := c.PTTL(ctx, rk).Val(); d < 60*time.Minute || d > time.Hour+time.Minute+time.Second {
+		t.Fatalf("a tombstone's PTTL is %v; want until its fence and the clock step", d)
 	}
 	if _, ok, _ := s.Get(ctx, k); ok {
 		t.Fatal("Get sees a tombstone")
@@ -274,7 +319,7 @@ func TestNoKeyWithoutExpiry(t *testing.T) {
 						fences[k] = rec.Fence
 					}
 				case 2:
-					_, err = s.Extend(ctx, k, fences[k]+idemkit.Fence(rng.IntN(2)), ttl)
+					_, _, err = s.Extend(ctx, k, fences[k]+idemkit.Fence(rng.IntN(2)), ttl)
 				case 3:
 					_, err = s.Complete(ctx, store.Record{Key: k, State: store.State(2 + rng.IntN(2)), Fence: fences[k], Response: []byte("r")}, ttl)
 				case 4:
@@ -343,7 +388,7 @@ func TestOutOfMemory(t *testing.T) {
 	if _, claimed, err := s.Claim(ctx, "held", "fp", time.Minute); err != nil || claimed {
 		t.Fatalf("a busy claim on an out-of-memory Redis: %v, %v", claimed, err)
 	}
-	if ok, err := s.Extend(ctx, "held", held.Fence, time.Minute); err != nil || !ok {
+	if _, ok, err := s.Extend(ctx, "held", held.Fence, time.Minute); err != nil || !ok {
 		t.Fatalf("an extension on an out-of-memory Redis: %v, %v", ok, err)
 	}
 	out := held
@@ -376,7 +421,7 @@ func TestStalledServer(t *testing.T) {
 	}{
 		{"claim", func(ctx context.Context) error { _, _, err := s.Claim(ctx, "k2", "fp", time.Minute); return err }},
 		{"get", func(ctx context.Context) error { _, _, err := s.Get(ctx, "k"); return err }},
-		{"extend", func(ctx context.Context) error { _, err := s.Extend(ctx, "k", 1, time.Minute); return err }},
+		{"extend", func(ctx context.Context) error { _, _, err := s.Extend(ctx, "k", 1, time.Minute); return err }},
 	} {
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		start := time.Now()

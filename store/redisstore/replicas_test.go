@@ -3,7 +3,9 @@ package redisstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -78,7 +80,7 @@ func TestWaitForReplicasAcknowledged(t *testing.T) {
 	if got, found, err := reader.Get(ctx, "k"); err != nil || !found || got.State != store.StateClaimed || got.Fence != rec.Fence {
 		t.Fatalf("the replica after the claim: %+v, %v, %v; want the claim", got, found, err)
 	}
-	if ok, err := s.Extend(ctx, "k", rec.Fence, 2*time.Minute); err != nil || !ok {
+	if _, ok, err := s.Extend(ctx, "k", rec.Fence, 2*time.Minute); err != nil || !ok {
 		t.Fatalf("Extend: %v, %v", ok, err)
 	}
 	if got, _, _ := reader.Get(ctx, "k"); !got.ExpiresAt.After(rec.ExpiresAt.Add(30 * time.Second)) {
@@ -178,4 +180,48 @@ func TestWaitForReplicasGuard(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("the work ran %d times; want once", runs.Load())
 	}
+}
+
+// TestWaitForAOF: WAITAOF needs Redis 7.2. On a server that has it, a
+// claim, an extension and a completion count once the master's AOF has
+// them; on an older one (the command is unknown) the claim fails and is
+// given back, so the work never runs on it.
+func TestWaitForAOF(t *testing.T) {
+	ctx := t.Context()
+	c := nodeClient(t, testenv.NewRedis(t).Addr)
+	s := newStore(t, c, redisstore.WithWaitForAOF(true, 0, time.Second))
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, ok, err := s.Claim(ctx, "k", "fp", time.Minute)
+	if !supportsWaitAOF(info) {
+		if err == nil || ok {
+			t.Fatalf("Claim with WAITAOF on a server without it: %+v, %v, %v; want an error", rec, ok, err)
+		}
+		if got, found, err := s.Get(ctx, "k"); err != nil || found {
+			t.Fatalf("the claim was not given back: %+v, %v, %v", got, found, err)
+		}
+		return
+	}
+	if err != nil || !ok {
+		t.Fatalf("Claim with WAITAOF: %v, %v", ok, err)
+	}
+	if _, ok, err := s.Extend(ctx, "k", rec.Fence, 2*time.Minute); err != nil || !ok {
+		t.Fatalf("Extend with WAITAOF: %v, %v", ok, err)
+	}
+	rec.State = store.StateCompleted
+	if ok, err := s.Complete(ctx, rec, time.Minute); err != nil || !ok {
+		t.Fatalf("Complete with WAITAOF: %v, %v", ok, err)
+	}
+}
+
+func supportsWaitAOF(info string) bool {
+	var major, minor int
+	for line := range strings.SplitSeq(info, "\n") {
+		if _, err := fmt.Sscanf(line, "redis_version:%d.%d", &major, &minor); err == nil {
+			return major > 7 || major == 7 && minor >= 2
+		}
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit/store/engine"
@@ -44,6 +45,13 @@ const (
 	// setupPause is how long a listener answers watches with a channel
 	// that never fires after it failed to subscribe.
 	setupPause = time.Second
+	// handoffWait is how long a watch woken by a release has to claim the
+	// key before the next one is woken, and how long the store's other
+	// claims of the key wait for it at most.
+	handoffWait = 50 * time.Millisecond
+	// ghostGrace is how long a watch stopped before it fired keeps its
+	// place in the line for the next watch of the key.
+	ghostGrace = 250 * time.Millisecond
 )
 
 // barrierPrefix starts the payload of a listener's barrier pings.
@@ -59,30 +67,30 @@ func noop() {}
 // listens to ("" on a single node).
 type watching struct {
 	idle, health time.Duration // listenerIdle and healthInterval, but in tests
+	entries      atomic.Int64  // keys watched (or subscribed) in every listener
 
 	mu        sync.Mutex
 	listeners map[string]*listener
 }
 
 // Watch implements [store.Watcher]: the channel closes when the record
-// under key is completed, released or deleted (the store's scripts
-// publish on the record's channel in the same script, so this costs no
-// round trip on the claim → complete path), and once, spuriously, when the
-// listener's connection failed, since a notification may have been lost.
-// A lease that runs out without a release notifies nobody: waiters find
-// out by polling.
+// under key is completed or deleted (the scripts publish in the same
+// script: no round trip of its own), and once, spuriously, when the
+// listener's connection failed. A release wakes the store's watches of
+// the key in turn, oldest first: the oldest closes, and the next only
+// once that one's waiter was refused the key or did not claim it within
+// 50 ms (while it claims, the store's other claims of the key wait for
+// it), so that one release sends one waiter to the server and a key
+// claimed again at once by its releaser still goes round its waiters. A
+// lease that runs out without a release notifies nobody: waiters poll.
 //
-// Watch returns once the server has confirmed the subscription, so that a
+// Watch returns once the server has confirmed the subscription, so a
 // change made after it returns is never missed; the first watch of a key
-// costs a round trip on the listener's connection (and a connection, when
-// the listener has none yet), later watches of a key that is already
-// subscribed none. All watches of a store share one connection per
-// server: one on a single node or through Sentinel, one per master on a
-// cluster (sharded pub/sub, so a notification travels only to the key's
-// shard). A watch that cannot be set up before ctx ends (Redis is
-// unreachable, the user may not subscribe to the channel, a cluster
-// without sharded pub/sub) returns a channel that never closes; so does a
-// store on a client other than a [*redis.Client] or [*redis.ClusterClient].
+// costs a round trip on the listener's connection. All watches of a store
+// share one connection per server (per master on a cluster, sharded
+// pub/sub). A watch that cannot be set up before ctx ends, or through a
+// client other than a [*redis.Client] or [*redis.ClusterClient], returns
+// a channel that never closes.
 func (s *Store) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	if s.notify == "" || engine.ValidateKey(key) != nil || ctx.Err() != nil {
 		return neverFires, noop
@@ -171,21 +179,17 @@ type listener struct {
 	idleSince     time.Time
 }
 
-// entry is the watches of one key, which share its subscription and one
-// channel.
+// entry is the watches of one key, which share its subscription.
 type entry struct {
 	name       string
-	refs       int           // watches not stopped
-	ch         chan struct{} // closed on the next notification or failure, then replaced
-	subscribed bool          // subscribed since the last failure
-	confirmed  bool          // a barrier after the subscription came back
-	setup      *barrier      // the barrier under way, if any
-}
-
-// fire wakes the entry's watches.
-func (e *entry) fire() {
-	close(e.ch)
-	e.ch = make(chan struct{})
+	refs       int       // watches not stopped
+	queue      []*slot   // the watches not fired, oldest first
+	handoff    *handoff  // a watch woken by a release, about to claim
+	held       time.Time // until then a claim of this store holds the key, unless released
+	released   [8]string // the fences of the last releases that woke a watch, by the Release or its message
+	subscribed bool      // subscribed since the last failure
+	confirmed  bool      // a barrier after the subscription came back
+	setup      *barrier  // the barrier under way, if any
 }
 
 // barrier is a ping that confirms an entry's subscription.
@@ -221,13 +225,15 @@ func (l *listener) watch(ctx context.Context, name string) (ch <-chan struct{}, 
 	}
 	e := l.entries[name]
 	if e == nil {
-		e = &entry{name: name, ch: make(chan struct{})}
+		e = &entry{name: name}
 		l.entries[name] = e
+		l.owner.entries.Add(1)
 	}
 	e.refs++
-	c := e.ch
+	sl := e.enqueue()
+	c := sl.ch
 	var once sync.Once
-	stop = func() { once.Do(func() { l.release(e) }) }
+	stop = func() { once.Do(func() { l.release(e, sl) }) }
 	if e.confirmed {
 		l.mu.Unlock()
 		return c, stop, true
@@ -320,10 +326,17 @@ func (l *listener) setUp(e *entry, b *barrier) {
 	}
 }
 
-// release ends a watch of e; the last one queues e for unsubscription.
-func (l *listener) release(e *entry) {
+// release ends the watch sl of e: a fired one claims its handoff (its
+// waiter is about to claim the key), a waiting one leaves a ghost in its
+// place. The last one queues e for unsubscription.
+func (l *listener) release(e *entry, sl *slot) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !sl.fired {
+		sl.ghost = time.Now().Add(ghostGrace)
+	} else if ho := e.handoff; ho != nil && ho.slot == sl {
+		ho.claimed = true
+	}
 	e.refs--
 	if e.refs > 0 || l.closed || l.entries[e.name] != e {
 		return
@@ -345,6 +358,8 @@ func (l *listener) sweep() {
 		for _, e := range l.unused {
 			if e.refs == 0 && l.entries[e.name] == e {
 				delete(l.entries, e.name)
+				l.owner.entries.Add(-1)
+				e.fireAll()
 				l.unsubscribing[e.name]++
 				names = append(names, e.name)
 			}
@@ -448,8 +463,13 @@ func (l *listener) dispatch(msg any) {
 	defer l.mu.Unlock()
 	switch m := msg.(type) {
 	case *redis.Message:
-		if e := l.entries[m.Channel]; e != nil {
-			e.fire()
+		e := l.entries[m.Channel]
+		switch fence, ok := strings.CutPrefix(m.Payload, "release "); {
+		case e == nil:
+		case !ok:
+			e.fireAll()
+		default:
+			l.releasedOnce(e, fence)
 		}
 	case *redis.Pong:
 		if b := l.barriers[m.Payload]; b != nil {
@@ -483,7 +503,7 @@ func (l *listener) dispatch(msg any) {
 		// the slot moved away): wake the key's watches, whose next watch
 		// subscribes again.
 		if e := l.entries[m.Channel]; e != nil {
-			e.fire()
+			e.fireAll()
 			e.confirmed, e.subscribed = false, false
 		}
 	}
@@ -511,7 +531,7 @@ func (l *listener) lost() {
 	l.taint = false
 	clear(l.unsubscribing)
 	for _, e := range l.entries {
-		e.fire()
+		e.fireAll()
 		e.confirmed, e.subscribed, e.setup = false, false, nil
 	}
 	for token, b := range l.barriers {

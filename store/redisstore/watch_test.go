@@ -239,7 +239,7 @@ func TestWatchFiresWhenTheClaimEnds(t *testing.T) {
 					ch, stop := s.Watch(t.Context(), k)
 					other, stopOther := s.Watch(t.Context(), k+"-other")
 					claim(t, writer, k+"-other")
-					if ok, err := writer.Extend(t.Context(), k, rec.Fence, time.Minute); !ok || err != nil {
+					if _, ok, err := writer.Extend(t.Context(), k, rec.Fence, time.Minute); !ok || err != nil {
 						t.Fatalf("extend: %v, %v", ok, err)
 					}
 					if fired(ch) {
@@ -1028,4 +1028,85 @@ func TestWatchValidates(t *testing.T) {
 	// A ring's completion works; nothing is published.
 	rec := claim(t, rs, "order-1")
 	complete(t, rs, rec)
+}
+
+// TestReleaseHandsTheKeyToTheOldestWaiter: a release through the store
+// wakes the oldest of its watches of the key (not every one), and a claim
+// of the key through the store that comes meanwhile (the releaser's own,
+// claiming again at once) waits its turn instead of racing the woken
+// waiter to the server: the woken waiter claims the key, the other claim
+// is refused. A completion wakes every watch.
+func TestReleaseHandsTheKeyToTheOldestWaiter(t *testing.T) {
+	for _, kind := range kinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			s := newStore(t, adminClient(t, kind))
+			const k = "order-1"
+			held := claim(t, s, k)
+			first, stopFirst := s.Watch(ctx, k)
+			second, stopSecond := s.Watch(ctx, k)
+			defer stopSecond()
+			if ok, err := s.Release(ctx, k, held.Fence); !ok || err != nil {
+				t.Fatalf("release: %v, %v", ok, err)
+			}
+			awaitFire(t, first, "the oldest watch")
+			if fired(second) {
+				t.Fatal("a release woke the second watch too")
+			}
+			again := make(chan bool, 1)
+			go func() {
+				_, claimed, err := s.Claim(ctx, k, "releaser", time.Minute)
+				if err != nil {
+					t.Error(err)
+				}
+				again <- claimed
+			}()
+			eventually(t, "the releaser's claim waits in line", func() bool { return redisstore.Waiting(s, k) == 2 })
+			stopFirst()
+			rec, claimed, err := s.Claim(ctx, k, "woken", time.Minute)
+			if err != nil || !claimed {
+				t.Fatalf("the woken waiter's claim: %+v, %v, %v; want the key", rec, claimed, err)
+			}
+			if <-again {
+				t.Fatal("the releaser's claim took the key ahead of the woken waiter")
+			}
+			complete(t, s, rec)
+			awaitFire(t, second, "the second watch, on the completion")
+		})
+	}
+}
+
+// TestClaimInLineKeepsItsPlace: a claim of the store that waits in line for
+// a key its store holds counts as a watch of the key: when the last other
+// watch stops, the key's subscription stays and the waiting claim is not
+// woken (before, it was, with every other waiter, to be refused); the
+// release through the store then hands the key to it.
+func TestClaimInLineKeepsItsPlace(t *testing.T) {
+	ctx := t.Context()
+	admin := adminClient(t, "single")
+	s := newStore(t, adminClient(t, "single"))
+	const k = "order-1"
+	_, stop := s.Watch(ctx, k)
+	held := claim(t, s, k) // through the store while it watches the key: it knows the key is held
+	type result struct {
+		claimed bool
+		err     error
+	}
+	inLine := make(chan result, 1)
+	go func() {
+		_, claimed, err := s.Claim(ctx, k, "in line", time.Minute)
+		inLine <- result{claimed, err}
+	}()
+	eventually(t, "the claim waits in line", func() bool { return redisstore.Waiting(s, k) == 2 })
+	stop()
+	if n := subscribers(t, admin, s, k); n != 1 {
+		t.Fatalf("the last watch stopped while a claim waits in line: %d subscribers; want 1", n)
+	}
+	if ok, err := s.Release(ctx, k, held.Fence); !ok || err != nil {
+		t.Fatalf("release: %v, %v", ok, err)
+	}
+	if r := <-inLine; r.err != nil || !r.claimed {
+		t.Fatalf("the claim in line: %v, %v; want the key, handed over by the release", r.claimed, r.err)
+	}
 }

@@ -1,18 +1,18 @@
-package redislock
+package redisstore
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// defaultInflight is the default of [WithMaxInflight].
-const defaultInflight = 4
+// maxInflight is how many round trips of a store's calls may be in flight
+// before further calls wait to share the next one.
+const maxInflight = 4
 
-// batcher sends the commands of a Locker's concurrent calls together. A
+// batcher sends the commands of a store's concurrent calls together. A
 // call sends its commands at once, in a round trip of their own, while
 // fewer than limit such round trips are in flight; beyond that it queues
 // them, and the next round trip that comes back takes the whole queue with
@@ -22,7 +22,7 @@ const defaultInflight = 4
 // writing sockets).
 type batcher struct {
 	client redis.UniversalClient
-	limit  int // 0: every call sends its own commands
+	limit  int
 
 	pipes sync.Pool // of the client's redis.Pipeliner, empty
 
@@ -40,13 +40,12 @@ type batched struct {
 }
 
 // do sends cmds, in order and in one pipeline, and returns the first error
-// among their results (redis.Nil included), as a pipeline's Exec does.
-// When it returns an error that is neither nil nor redis.Nil the caller
-// must not read the commands: when ctx ended while they were queued, they
-// may still be sent.
+// among their results, as a pipeline's Exec does. When ctx ends while they
+// are queued, do returns its error at once, and they may still be sent
+// (as a reply lost on the way back would be).
 func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
 	b.mu.Lock()
-	if b.limit == 0 || b.sending < b.limit {
+	if b.sending < b.limit {
 		b.sending++
 		b.mu.Unlock()
 		err := b.send(ctx, cmds)
@@ -64,25 +63,12 @@ func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
 	}
 }
 
-// send sends cmds on the dedicated connection c in one round trip.
-func send(ctx context.Context, c *redis.Conn, cmds []redis.Cmder) error {
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, cmd := range cmds {
-			_ = p.Process(ctx, cmd)
-		}
-		return nil
-	})
-	return err
-}
-
 // send sends cmds in one round trip of the client: a pipeline, even of one
 // command. go-redis keeps pipelines on connections of their own, apart
-// from single commands, so a Locker whose every call goes as a pipeline
-// keeps to one connection while its calls come one at a time: a lone
-// caller whose acquires went on one connection and releases on another,
-// alternating between them, measured slower per cycle than one keeping to
-// one. The batcher keeps its pipelines for reuse (an Exec leaves one
-// empty), which spares allocating one per round trip.
+// from single commands, so a store whose every call goes as a pipeline
+// keeps to one connection while its calls come one at a time (a lone
+// caller alternating between two connections measured slower). Pipelines
+// are kept for reuse (an Exec leaves one empty).
 func (b *batcher) send(ctx context.Context, cmds []redis.Cmder) error {
 	p, _ := b.pipes.Get().(redis.Pipeliner)
 	if p == nil {
@@ -123,10 +109,9 @@ func (b *batcher) take() []*batched {
 	return q
 }
 
-// flush sends the queued calls q in one pipeline. It runs under a ctx
-// that ends at the latest of their deadlines, if all have one (a call
-// whose ctx ends earlier has returned already), and a call whose ctx has
-// ended is not sent.
+// flush sends the queued calls q in one pipeline, under a ctx that ends at
+// the latest of their deadlines if all have one (a call whose ctx ends
+// earlier has returned already); a call whose ctx has ended is not sent.
 func (b *batcher) flush(q []*batched) {
 	var (
 		live     []*batched
@@ -167,36 +152,4 @@ func (b *batcher) flush(q []*batched) {
 		}
 		close(op.done)
 	}
-}
-
-// exec sends cmds in one round trip: on conn, or through the batcher when
-// conn is nil (see [batcher.do] for when the commands may be read).
-func (l *Locker) exec(ctx context.Context, conn *redis.Conn, cmds ...redis.Cmder) error {
-	if conn != nil {
-		return send(ctx, conn, cmds)
-	}
-	return l.batch.do(ctx, cmds...)
-}
-
-// runScript runs a script with args, the arguments of its EVALSHA (from
-// [evalScript.args]), on conn or through the batcher when conn is nil (as
-// exec does); then, when the server does not have the script, its EVAL,
-// sent the same way.
-func (l *Locker) runScript(ctx context.Context, conn *redis.Conn, script *evalScript, args []any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	err := l.exec(ctx, conn, cmd)
-	switch {
-	case err == nil || err == redis.Nil:
-		return cmd
-	case redis.HasErrorPrefix(err, "NOSCRIPT"):
-		eval := slices.Clone(args)
-		eval[0], eval[1] = "eval", script.src
-		cmd = redis.NewCmd(ctx, eval...)
-		if err = l.exec(ctx, conn, cmd); err == nil || err == redis.Nil {
-			return cmd
-		}
-	}
-	failed := redis.NewCmd(ctx)
-	failed.SetErr(err)
-	return failed
 }
