@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +29,24 @@ import (
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
+
+var httpOnly = flag.Bool("http", false,
+	"TestHTTP: run the HTTP scenarios alone, sized by -duration, and print their table")
+
+// TestHTTP runs the HTTP scenarios alone, sized by -duration, when given
+// -http (TestReport runs them with the others):
+//
+//	go test -count=1 -run '^TestHTTP$' -timeout 30m . -args -http -duration=3s
+func TestHTTP(t *testing.T) {
+	if !*httpOnly {
+		t.Skip("TestReport runs these scenarios; -http runs them alone")
+	}
+	var buf bytes.Buffer
+	if err := WriteMarkdown(&buf, httpScenarios(t, *duration)); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + buf.String())
+}
 
 // orders is the demo's business handler: it counts executions and answers
 // 201 with a Location and a small JSON body.
