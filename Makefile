@@ -50,7 +50,8 @@ FUZZTIME ?= 30s
 fuzz:
 	@FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-## api: count the exported names of every released package
+## api: count the exported names of every released package, and the lines
+##   of released non-test Go
 api:
 	@scripts/api.sh
 
