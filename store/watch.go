@@ -18,7 +18,11 @@ type Watcher interface {
 	// channel may close spuriously, and a notification may be lost (a
 	// listener connection cut): callers re-read the record after every
 	// wake-up and keep polling, more slowly, as a fallback. A watch that
-	// cannot be set up returns a channel that never closes.
+	// cannot be set up returns a channel that never closes. A release
+	// may wake the key's watches one at a time, the oldest first (only
+	// one waiter can take the key; the next release wakes the next, and
+	// a stopped watch hands its turn on), as the Redis engine does;
+	// completions and deletions wake them all.
 	//
 	// Stop the watch with the returned function (safe to call more than
 	// once) to free what it holds if it has not fired. ctx bounds the
