@@ -20,9 +20,9 @@ type Watcher interface {
 	// wake-up and keep polling, more slowly, as a fallback. A watch that
 	// cannot be set up returns a channel that never closes. A release
 	// may wake the key's watches one at a time, the oldest first (only
-	// one waiter can take the key; the next release wakes the next, and
-	// a stopped watch hands its turn on), as the Redis engine does;
-	// completions and deletions wake them all.
+	// one waiter can take the key; one that lets its turn pass wakes the
+	// next), as the Redis engine does; completions and deletions wake
+	// them all.
 	//
 	// Stop the watch with the returned function (safe to call more than
 	// once) to free what it holds if it has not fired. ctx bounds the
