@@ -434,7 +434,7 @@ func (s *Store) run(ctx context.Context, key, op string, args ...any) (any, erro
 	argv := s.args(key, op, args)
 	cmd := redis.NewCmd(ctx, argv...)
 	err := s.batch.do(ctx, cmd)
-	if redis.HasErrorPrefix(err, "NOSCRIPT") {
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // nil first: HasErrorPrefix allocates
 		argv[0], argv[1] = "eval", scriptSrc
 		cmd = redis.NewCmd(ctx, argv...)
 		err = s.batch.do(ctx, cmd)

@@ -124,6 +124,9 @@ func (s *Store) released(key, fence string) {
 	})
 }
 
+// noTurn is the done of a claim that took no turn.
+func noTurn(bool, error) {}
+
 // releasedOnce wakes the oldest watch of e for the release of fence, the
 // first time it hears of it: from the Release through this store or its
 // message (which comes before or after it, and may come late).
@@ -147,6 +150,9 @@ func (l *listener) releasedOnce(e *entry, fence string) {
 // turn, at most handoffWait and not past ctx, then goes on. done records
 // the claim's outcome.
 func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done func(claimed bool, err error)) {
+	if s.watch.entries.Load() == 0 {
+		return noTurn // before the variables the closures capture, which would cost allocations
+	}
 	var (
 		taken *handoff
 		owner *listener
@@ -165,7 +171,7 @@ func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done f
 		}
 	})
 	if owner == nil {
-		return func(bool, error) {}
+		return noTurn
 	}
 	if sl != nil {
 		t := time.NewTimer(handoffWait)
