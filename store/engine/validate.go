@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -11,6 +12,18 @@ import (
 // The argument checks the [store.Store] contract asks of every operation
 // before any I/O. They return InvalidArgument [*idemkit.Error] values
 // whose messages never repeat the key.
+
+// Ready returns the first of checks that failed, or else what
+// [idemkit.CheckContext] says of ctx: what every operation does before any
+// I/O, e.g. Ready(ctx, "claim", ValidateKey(key), ValidateTTL("claim", ttl)).
+func Ready(ctx context.Context, op string, checks ...error) error {
+	for _, err := range checks {
+		if err != nil {
+			return err
+		}
+	}
+	return idemkit.CheckContext(ctx, op)
+}
 
 // ValidateKey refuses a record key of 0 or more than [store.MaxKeyBytes] bytes.
 // Any bytes are valid.

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -64,5 +65,20 @@ func TestTooLarge(t *testing.T) {
 	err := engine.TooLarge("complete", 10, 5)
 	if !errors.Is(err, store.ErrTooLarge) || idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("TooLarge = %v; want InvalidArgument matching ErrTooLarge", err)
+	}
+}
+
+func TestReadyFirstFailedCheckThenContext(t *testing.T) {
+	bad := engine.ValidateKey("")
+	if err := engine.Ready(t.Context(), "claim", nil, bad, engine.ValidateTTL("claim", 0)); err != bad {
+		t.Fatalf("Ready = %v; want the first failed check, %v", err, bad)
+	}
+	if err := engine.Ready(t.Context(), "claim", nil); err != nil {
+		t.Fatalf("Ready with passing checks and a live ctx = %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := engine.Ready(ctx, "claim"); idemkit.CodeOf(err) != idemkit.CodeAborted {
+		t.Fatalf("Ready on a cancelled ctx = %v; want Aborted", err)
 	}
 }

@@ -229,7 +229,7 @@ func (s *Store) tombstone(key string, fence idemkit.Fence, writeID string) *cont
 // winner's claim; that read also settles a commit whose answer was lost.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := check(engine.ValidateKey(key), engine.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp)); err != nil {
 		return store.Record{}, false, err
 	}
 	ref := s.ref(key)
@@ -300,7 +300,7 @@ func isReleased(s store.State) bool { return s == released }
 // the lease ran out is void ([doc.expiresAt]): Extend answers false.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := check(engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl)); err != nil {
 		return time.Time{}, false, err
 	}
 	var sent time.Time // when the write that landed was sent
@@ -330,7 +330,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // write.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := check(engine.ValidateComplete(rec, ttl), s.checkOutcome(op, rec), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
 	var (
@@ -352,16 +352,6 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		s.wrote(c, at)
 	}
 	return ok, err
-}
-
-// check returns the first of the argument checks that failed.
-func check(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // checkFingerprint refuses a fingerprint a record document cannot hold.
@@ -402,7 +392,7 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 // ran out stands, but Release answers false: the key was free either way.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := check(engine.ValidateFenced(op, key, fence), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence)); err != nil {
 		return false, err
 	}
 	var ids []string // the write ids of this call's commits
@@ -497,7 +487,7 @@ func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence,
 // Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := check(engine.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return store.Record{}, false, err
 	}
 	d, err := s.read(ctx, op, key, s.ref(key))
@@ -512,7 +502,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 // (as [Store.Release] leaves), so later fences stay greater.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := check(engine.ValidateKey(key), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return false, err
 	}
 	return s.rewrite(ctx, op, key, isReleased, func(d *doc) *contents {
@@ -530,7 +520,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // not fit is refused with [store.ErrTooLarge] before any write.
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := check(validatePut(rec, ttl), s.checkOutcome(op, rec), idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, validatePut(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
 	return s.rewrite(ctx, op, rec.Key, store.State.Done, func(d *doc) *contents {

@@ -30,7 +30,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 	if err != nil || text && !utf8.Valid(from) {
 		err = idemkit.NewError(idemkit.CodeInvalidArgument, op, "the cursor is not one this store made", nil)
 	}
-	if err := check(engine.ValidateList(limit), err, idemkit.CheckContext(ctx, op)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateList(limit), err); err != nil {
 		return nil, "", err
 	}
 	// value is a key as the key field holds it in this listing.

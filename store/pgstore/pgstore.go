@@ -249,17 +249,6 @@ func (r *row) record(op, key string) (store.Record, error) {
 // unreadably (see [claimSQL]): a racing claim won and ended at once.
 const maxClaimTries = 4
 
-// ready returns the first failed check, or checks ctx: what every
-// operation does before any I/O.
-func ready(ctx context.Context, op string, checks ...error) error {
-	for _, err := range checks {
-		if err != nil {
-			return err
-		}
-	}
-	return idemkit.CheckContext(ctx, op)
-}
-
 // checkOutcome refuses an outcome no row can hold.
 func (s *Store) checkOutcome(op string, rec store.Record) error {
 	if err := checkFence(op, rec.Fence); err != nil {
@@ -285,7 +274,7 @@ func response(rec store.Record) []byte {
 // caller's transaction.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
-	if err := ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl)); err != nil {
 		return store.Record{}, false, err
 	}
 	sk := storedKey(key)
@@ -337,7 +326,7 @@ func (s *Store) claim(ctx context.Context, key, sk, fp string, ttl time.Duration
 // claimed state and the lease, returning the expiry it wrote.
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
-	if err := ready(ctx, op, engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl), checkFence(op, fence)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl), checkFence(op, fence)); err != nil {
 		return time.Time{}, false, err
 	}
 	sk := storedKey(key)
@@ -359,7 +348,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 // that landed (its answer lost) is reported done.
 func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "complete"
-	if err := ready(ctx, op, engine.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateComplete(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
 	sk := storedKey(rec.Key)
@@ -374,7 +363,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // says it was done.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
-	if err := ready(ctx, op, engine.ValidateFenced(op, key, fence), checkFence(op, fence)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence), checkFence(op, fence)); err != nil {
 		return false, err
 	}
 	sk := storedKey(key)
@@ -444,7 +433,7 @@ func scanOne(row pgx.Row, dest any) (bool, error) {
 // Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
-	if err := ready(ctx, op, engine.ValidateKey(key)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return store.Record{}, false, err
 	}
 	var r row
@@ -489,7 +478,7 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 // nothing).
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
-	if err := ready(ctx, op, engine.ValidateKey(key)); err != nil {
+	if err := engine.Ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return false, err
 	}
 	sk := storedKey(key)
@@ -502,7 +491,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 // leaves what once does).
 func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
 	const op = "put"
-	if err := ready(ctx, op, validatePut(rec, ttl), s.checkOutcome(op, rec)); err != nil {
+	if err := engine.Ready(ctx, op, validatePut(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
 	return s.fenced(ctx, op, true, nil, s.q.put, storedKey(rec.Key), []byte(rec.Fingerprint), int16(rec.State),

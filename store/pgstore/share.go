@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 )
 
@@ -60,7 +61,7 @@ func (sh *sharing) claim(ctx context.Context, sk string, claim func() (store.Rec
 				sh.drop(sk, k)
 			}
 			sh.mu.Unlock()
-			return store.Record{}, false, ready(ctx, "claim")
+			return store.Record{}, false, idemkit.CheckContext(ctx, "claim")
 		}
 		sh.mu.Lock()
 	}
@@ -69,7 +70,7 @@ func (sh *sharing) claim(ctx context.Context, sk string, claim func() (store.Rec
 		select {
 		case <-c.done:
 		case <-ctx.Done():
-			return store.Record{}, false, ready(ctx, "claim")
+			return store.Record{}, false, idemkit.CheckContext(ctx, "claim")
 		}
 		if c.err != nil {
 			return claim()
