@@ -28,6 +28,7 @@ type PostgresServer struct {
 	bin   string
 	cred  *syscall.Credential
 	clock *Clock
+	extra []string
 	proc  *process
 }
 
@@ -42,23 +43,17 @@ func Postgres(t testing.TB) *PostgresServer {
 		if url := os.Getenv("IDEMKIT_POSTGRES_URL"); url != "" {
 			return &PostgresServer{URL: url}, nil
 		}
-		return startPostgres("postgres", nil)
+		return startPostgres("postgres", nil, nil)
 	})
 }
 
 // NewPostgres starts a PostgreSQL server for this test alone, stopped when
-// the test ends, for tests that restart it.
-func NewPostgres(t testing.TB) *PostgresServer {
+// the test ends, for tests that restart it. extra are more server
+// arguments after the package's own, which they override ("-c",
+// "fsync=on" for a server that flushes its commits to disk).
+func NewPostgres(t testing.TB, extra ...string) *PostgresServer {
 	t.Helper()
-	return NewPostgresWithClock(t, nil)
-}
-
-// NewPostgresWithClock is [NewPostgres] with the server (and every backend
-// it forks) on clock's wall clock, also across Restart (nil: the real
-// clock).
-func NewPostgresWithClock(t testing.TB, clock *Clock) *PostgresServer {
-	t.Helper()
-	p, err := startPostgres("postgres-"+Name(t), clock)
+	p, err := startPostgres("postgres-"+Name(t), nil, extra)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +61,20 @@ func NewPostgresWithClock(t testing.TB, clock *Clock) *PostgresServer {
 	return p
 }
 
-func startPostgres(name string, clock *Clock) (*PostgresServer, error) {
+// NewPostgresWithClock is [NewPostgres] with the server (and every backend
+// it forks) on clock's wall clock, also across Restart (nil: the real
+// clock).
+func NewPostgresWithClock(t testing.TB, clock *Clock) *PostgresServer {
+	t.Helper()
+	p, err := startPostgres("postgres-"+Name(t), clock, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.stop() })
+	return p
+}
+
+func startPostgres(name string, clock *Clock, extra []string) (*PostgresServer, error) {
 	dirs := postgresBinDirs()
 	initdb, err1 := lookPath("initdb", dirs...)
 	postgres, err2 := lookPath("postgres", dirs...)
@@ -101,7 +109,7 @@ func startPostgres(name string, clock *Clock) (*PostgresServer, error) {
 		}
 		p := &PostgresServer{
 			URL: fmt.Sprintf("postgres://idemkit@127.0.0.1:%d/postgres?sslmode=disable", port),
-			dir: dir, port: port, bin: postgres, cred: cred, clock: clock,
+			dir: dir, port: port, bin: postgres, cred: cred, clock: clock, extra: extra,
 		}
 		if lastErr = p.launch(name); lastErr == nil {
 			return p, nil
@@ -119,6 +127,7 @@ func (p *PostgresServer) launch(name string) error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400", "-c", "fsync=off",
 		"-c", "full_page_writes=off", "-c", "shared_buffers=64MB",
 	}
+	args = append(args, p.extra...)
 	proc, err := start(name, p.bin, args, logPath, p.cred, p.clock)
 	if err != nil {
 		return err
