@@ -17,6 +17,7 @@ type Result struct {
 	Mode     string        // "distinct keys", "one hot key", ...
 	Workers  int           // concurrent goroutines
 	Ops      int           // completed cycles
+	Cycles   int           // every cycle run, the warm-up's and the failed ones too
 	Errors   int           // cycles that failed
 	Elapsed  time.Duration // wall time of the run
 	P50, P99 time.Duration // per-cycle latency
@@ -42,6 +43,7 @@ func Run(ctx context.Context, workers int, d time.Duration, cycle Cycle) Result 
 		mu        sync.Mutex
 		latencies []time.Duration
 		ops, errs atomic.Int64
+		cycles    atomic.Int64
 		measuring atomic.Bool
 		stop      atomic.Bool
 		wg        sync.WaitGroup
@@ -54,6 +56,7 @@ func Run(ctx context.Context, workers int, d time.Duration, cycle Cycle) Result 
 			for i := 0; !stop.Load() && ctx.Err() == nil; i++ {
 				start := time.Now()
 				err := cycle(ctx, w, i)
+				cycles.Add(1)
 				if !measuring.Load() {
 					continue
 				}
@@ -77,7 +80,7 @@ func Run(ctx context.Context, workers int, d time.Duration, cycle Cycle) Result 
 	elapsed := time.Since(begin)
 	wg.Wait()
 	slices.Sort(latencies)
-	return Result{Workers: workers, Ops: int(ops.Load()), Errors: int(errs.Load()), Elapsed: elapsed,
+	return Result{Workers: workers, Ops: int(ops.Load()), Cycles: int(cycles.Load()), Errors: int(errs.Load()), Elapsed: elapsed,
 		P50: percentile(latencies, 0.50), P99: percentile(latencies, 0.99)}
 }
 

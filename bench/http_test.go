@@ -2,12 +2,12 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -17,6 +17,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"github.com/gofiber/fiber/v3"
+	"github.com/gofiber/fiber/v3/middleware/idempotency"
+	fiberredis "github.com/gofiber/storage/redis/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -41,8 +44,10 @@ func TestHTTP(t *testing.T) {
 	if !*httpOnly {
 		t.Skip("TestReport runs these scenarios; -http runs them alone")
 	}
+	results := httpScenarios(t, *duration)
+	checkHTTP(t, results)
 	var buf bytes.Buffer
-	if err := WriteMarkdown(&buf, httpScenarios(t, *duration)); err != nil {
+	if err := WriteHTTP(&buf, results); err != nil {
 		t.Fatal(err)
 	}
 	t.Log("\n" + buf.String())
@@ -61,19 +66,28 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"order": n, "request": json.RawMessage(body)})
 }
 
-// httpScenarios loads the demo handler through real loopback connections,
+// httpScenarios loads the demo handler through real loopback connections
+// from a load generator process of its own (see [runLoad]): on net/http,
 // bare and behind the middleware on memory, Redis, PostgreSQL and
-// Firestore: unique keys (every request a first execution), then all
-// requests retries of one key (replays).
-func httpScenarios(t *testing.T, d time.Duration) []Result {
+// Firestore, and on Fiber v3, bare and behind its idempotency middleware on
+// its memory storage and on Redis; unique keys (every request a first
+// execution), then all requests retries of one key (replays). Redis (one
+// server for both libraries) runs with appendonly yes and appendfsync
+// everysec; its CPU per request is measured on the rows that use it.
+func httpScenarios(t *testing.T, d time.Duration) []HTTPResult {
 	ctx := t.Context()
-	const workers = 16
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.NewRedis(t).Addr, PoolSize: 64, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { _ = rdb.Close() })
+	redisSrv := testenv.NewRedis(t, "--appendfsync", "everysec")
+	newRedis := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: redisSrv.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	rdb := newRedis()
 	rs, err := redisstore.New(rdb, redisstore.WithKeyPrefix(testenv.Name(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	fiberRedis := fiberredis.NewFromConnection(newRedis())
 	pool, err := pgxpool.New(ctx, testenv.Postgres(t).URL+"&pool_max_conns=32")
 	if err != nil {
 		t.Fatal(err)
@@ -100,74 +114,173 @@ func httpScenarios(t *testing.T, d time.Duration) []Result {
 
 	type config struct {
 		name  string
-		store store.Store
+		bare  int                                          // the row of its own framework's bare handler
+		serve func(t *testing.T) (url string, stop func()) // a server for one round
+		meter cpuMeter                                     // Redis's CPU, on the rows that use it
 	}
 	configs := []config{
-		{name: "bare handler (no middleware)"},
-		{name: "middleware, memory", store: memstore.New()},
-		{name: "middleware, Redis (appendfsync always)", store: rs},
-		{name: "middleware, PostgreSQL (fsync off)", store: ps},
-		{name: "middleware, Firestore emulator", store: fs},
+		{name: "net/http, bare handler (no middleware)", bare: 0, serve: netHTTPServer(nil)},
+		{name: "fiber (bare)", bare: 1, serve: fiberServer(false, nil)},
+		{name: "middleware, memory", bare: 0, serve: netHTTPServer(memstore.New())},
+		{name: "fiber idempotency, memory", bare: 1, serve: fiberServer(true, nil)},
+		{name: "middleware, Redis (appendfsync everysec)", bare: 0, serve: netHTTPServer(rs), meter: redisCPU(rdb)},
+		{name: "fiber idempotency, Redis (appendfsync everysec)", bare: 1, serve: fiberServer(true, fiberRedis), meter: redisCPU(rdb)},
+		{name: "middleware, PostgreSQL (fsync off)", bare: 0, serve: netHTTPServer(ps)},
+		{name: "middleware, Firestore emulator", bare: 0, serve: netHTTPServer(fs)},
 	}
 	body := `{"item":"book","quantity":1}`
 	// Each mode runs in rounds, every configuration once a round, so that
 	// the slow drifts of a shared machine hit every row alike; a row adds
 	// up its rounds (its p50 is the median of theirs, its p99 the worst).
 	const rounds = 3
-	var results []Result
-	for _, mode := range []string{"unique keys", "retries of one key"} {
+	salt := uint32(time.Now().UnixNano())
+	var results []HTTPResult
+	for mi, mode := range []string{"unique keys", "retries of one key"} {
 		perConfig := make([][]Result, len(configs))
+		cpu := make([]time.Duration, len(configs))
 		for round := range rounds {
 			for ci, c := range configs {
-				var h http.Handler = &orders{}
-				if c.store != nil {
-					g, err := middleware.New(c.store, middleware.WithLogger(slog.New(slog.DiscardHandler)))
+				url, stop := c.serve(t)
+				spec := loadSpec{URL: url + "/orders", Workers: 16, Duration: d / rounds, OneKey: mode != "unique keys", Body: body,
+					KeyPrefix: fmt.Sprintf("%08x-%04x-%04x-", salt, round, ci<<1|mi)}
+				r, used, err := measured(ctx, c.meter, func() Result {
+					r, err := runLoad(ctx, spec)
 					if err != nil {
-						t.Fatal(err)
+						t.Error(err)
 					}
-					idem, err := nethttp.New(g, nethttp.WithLogger(slog.New(slog.DiscardHandler)))
-					if err != nil {
-						t.Fatal(err)
-					}
-					h = idem(h)
-				}
-				srv := httptest.NewServer(h)
-				client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
-				keyPrefix := fmt.Sprint(testenv.Name(t), "-", round, "-")
-				r := Run(ctx, workers, d/rounds, func(ctx context.Context, w, i int) error {
-					key := keyPrefix + "one"
-					if mode == "unique keys" {
-						key = fmt.Sprint(keyPrefix, w, "-", i)
-					}
-					req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
-					if err != nil {
-						return err
-					}
-					req.Header.Set("Content-Type", "application/json")
-					req.Header.Set("Idempotency-Key", key)
-					resp, err := client.Do(req)
-					if err != nil {
-						return err
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusCreated {
-						return fmt.Errorf("status %d", resp.StatusCode)
-					}
-					return nil
+					return r
 				})
-				client.CloseIdleConnections()
-				srv.Close()
+				stop()
+				if err != nil {
+					t.Fatalf("%s: Redis's CPU: %v", c.name, err)
+				}
 				perConfig[ci] = append(perConfig[ci], r)
+				cpu[ci] += used
 			}
 		}
 		for ci, c := range configs {
-			r := combine(perConfig[ci])
+			r := HTTPResult{Result: combine(perConfig[ci])}
 			r.Group, r.Subject, r.Mode = "HTTP demo under load (16 clients, keep-alive)", c.name, mode
+			if b := combine(perConfig[c.bare]).OpsPerSec(); b > 0 {
+				r.VsBare = r.OpsPerSec() / b
+			}
+			if c.meter != nil {
+				r.RedisCPU = perCycle(cpu[ci], perConfig[ci])
+			}
 			results = append(results, r)
 		}
 	}
 	return results
+}
+
+// checkHTTP fails the test when a row made no requests, had errors, or
+// has no Redis CPU figure where Redis serves it.
+func checkHTTP(t *testing.T, results []HTTPResult) {
+	t.Helper()
+	for _, r := range results {
+		if r.Ops == 0 || r.Errors > 0 {
+			t.Errorf("%s / %s: %d requests, %d errors", r.Subject, r.Mode, r.Ops, r.Errors)
+		}
+		if strings.Contains(r.Subject, "Redis") && r.RedisCPU <= 0 {
+			t.Errorf("%s / %s: no Redis CPU measured", r.Subject, r.Mode)
+		}
+	}
+}
+
+// HTTPResult is a row of the HTTP table.
+type HTTPResult struct {
+	Result
+	VsBare   float64       // throughput over the bare handler's of the same framework, same rounds
+	RedisCPU time.Duration // Redis's CPU per request; 0 on the rows without Redis
+}
+
+// WriteHTTP writes the HTTP table: each row's throughput relative to the
+// first row (net/http's bare handler) and to its own framework's bare
+// handler, and Redis's CPU per request where Redis serves the row.
+func WriteHTTP(w io.Writer, results []HTTPResult) error {
+	if len(results) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintf(w, "\n### %s\n\n| subject | mode | workers | ops/s | vs net/http bare | vs own bare | p50 | p99 | errors | Redis CPU per request |\n"+
+		"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n", results[0].Group); err != nil {
+		return err
+	}
+	first := map[string]float64{}
+	for _, r := range results {
+		if _, ok := first[r.Mode]; !ok {
+			first[r.Mode] = r.OpsPerSec()
+		}
+		vsFirst := "—"
+		if b := first[r.Mode]; b > 0 {
+			vsFirst = fmt.Sprintf("%.2f×", r.OpsPerSec()/b)
+		}
+		if _, err := fmt.Fprintf(w, "| %s | %s | %d | %.0f | %s | %.2f× | %s | %s | %d | %s |\n", r.Subject, r.Mode, r.Workers,
+			r.OpsPerSec(), vsFirst, r.VsBare, round(r.P50), round(r.P99), r.Errors, cpuCell(r.RedisCPU)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// netHTTPServer serves the demo handler on net/http, behind the
+// middleware on s (nil: bare), a new guard for each round.
+func netHTTPServer(s store.Store) func(t *testing.T) (string, func()) {
+	return func(t *testing.T) (string, func()) {
+		var h http.Handler = &orders{}
+		if s != nil {
+			g, err := middleware.New(s, middleware.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			idem, err := nethttp.New(g, nethttp.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h = idem(h)
+		}
+		srv := httptest.NewServer(h)
+		return srv.URL, srv.Close
+	}
+}
+
+// fiberServer serves the demo handler on Fiber v3, behind its idempotency
+// middleware when idempotent (with the header the clients send, and
+// otherwise its defaults: an in-process lock per key, a 30-minute
+// lifetime) on storage (nil: its own memory storage, new each round).
+func fiberServer(idempotent bool, storage fiber.Storage) func(t *testing.T) (string, func()) {
+	return func(t *testing.T) (string, func()) {
+		app := fiber.New()
+		if idempotent {
+			app.Use(idempotency.New(idempotency.Config{KeyHeader: "Idempotency-Key", Storage: storage}))
+		}
+		o := &orders{}
+		app.Post("/orders", o.fiber)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- app.Listener(ln, fiber.ListenConfig{DisableStartupMessage: true}) }()
+		return "http://" + ln.Addr().String(), func() {
+			if err := app.ShutdownWithTimeout(5 * time.Second); err != nil {
+				t.Errorf("fiber: shutdown: %v", err)
+			}
+			if err := <-done; err != nil {
+				t.Errorf("fiber: %v", err)
+			}
+		}
+	}
+}
+
+// fiber is the demo's handler on Fiber: the same work and the same JSON in
+// and out as ServeHTTP.
+func (o *orders) fiber(c fiber.Ctx) error {
+	n := o.n.Add(1)
+	body := c.Body()
+	c.Set("Content-Type", "application/json")
+	c.Set("Location", fmt.Sprintf("/orders/%d", n))
+	c.Status(http.StatusCreated)
+	return json.NewEncoder(c).Encode(map[string]any{"order": n, "request": json.RawMessage(body)})
 }
 
 // combine adds up the rounds of one row: operations, errors and time are

@@ -8,16 +8,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/idemkit/idemkit/internal/testenv"
 )
 
 var (
 	reportFile = flag.String("report", "", "write the full comparison into this markdown file (between its BEGIN/END markers); empty: a short smoke run")
 	duration   = flag.Duration("duration", 3*time.Second, "measured time per scenario in a full run")
 )
-
-func TestMain(m *testing.M) { testenv.Main(m) }
 
 // TestReport runs every comparison. Without -report it runs each scenario
 // for a moment and checks that every library completed cycles without
@@ -31,19 +27,31 @@ func TestReport(t *testing.T) {
 	var results []Result
 	results = append(results, redisScenarios(t, d)...)
 	results = append(results, postgresScenarios(t, d)...)
-	results = append(results, httpScenarios(t, d)...)
-	results = append(results, replicaScenarios(t, d)...)
+	limits := limitScenarios(t, d)
+	checkLimits(t, limits)
+	https := httpScenarios(t, d)
+	checkHTTP(t, https)
+	replicas := replicaScenarios(t, d)
 	dups := duplicateScenarios(t, d)
 	checkDuplicates(t, dups)
 	txs := txScenarios(t, d)
 	checkTx(t, txs)
-	for _, r := range results {
+	for _, r := range append(results, replicas...) {
 		if r.Ops == 0 || r.Errors > 0 {
 			t.Errorf("%s / %s / %s / %d workers: %d cycles, %d errors", r.Group, r.Subject, r.Mode, r.Workers, r.Ops, r.Errors)
 		}
 	}
 	var buf bytes.Buffer
 	if err := WriteMarkdown(&buf, results); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteLimits(&buf, limits); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHTTP(&buf, https); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteMarkdown(&buf, replicas); err != nil {
 		t.Fatal(err)
 	}
 	if err := WriteDuplicates(&buf, dups); err != nil {
