@@ -121,12 +121,12 @@ func httpScenarios(t *testing.T, d time.Duration) []HTTPResult {
 	configs := []config{
 		{name: "net/http, bare handler (no middleware)", bare: 0, serve: netHTTPServer(nil)},
 		{name: "fiber (bare)", bare: 1, serve: fiberServer(false, nil)},
-		{name: "middleware, memory", bare: 0, serve: netHTTPServer(memstore.New())},
+		{name: "middleware, memory", bare: 0, serve: netHTTPServer(func() store.Store { return memstore.New() })},
 		{name: "fiber idempotency, memory", bare: 1, serve: fiberServer(true, nil)},
-		{name: "middleware, Redis (appendfsync everysec)", bare: 0, serve: netHTTPServer(rs), meter: redisCPU(rdb)},
+		{name: "middleware, Redis (appendfsync everysec)", bare: 0, serve: netHTTPServer(func() store.Store { return rs }), meter: redisCPU(rdb)},
 		{name: "fiber idempotency, Redis (appendfsync everysec)", bare: 1, serve: fiberServer(true, fiberRedis), meter: redisCPU(rdb)},
-		{name: "middleware, PostgreSQL (fsync off)", bare: 0, serve: netHTTPServer(ps)},
-		{name: "middleware, Firestore emulator", bare: 0, serve: netHTTPServer(fs)},
+		{name: "middleware, PostgreSQL (fsync off)", bare: 0, serve: netHTTPServer(func() store.Store { return ps })},
+		{name: "middleware, Firestore emulator", bare: 0, serve: netHTTPServer(func() store.Store { return fs })},
 	}
 	body := `{"item":"book","quantity":1}`
 	// Each mode runs in rounds, every configuration once a round, so that
@@ -223,12 +223,13 @@ func WriteHTTP(w io.Writer, results []HTTPResult) error {
 }
 
 // netHTTPServer serves the demo handler on net/http, behind the
-// middleware on s (nil: bare), a new guard for each round.
-func netHTTPServer(s store.Store) func(t *testing.T) (string, func()) {
+// middleware on the store s gives (nil: bare), a new guard for each round
+// (and on memory a new store, as Fiber's middleware has a new storage).
+func netHTTPServer(s func() store.Store) func(t *testing.T) (string, func()) {
 	return func(t *testing.T) (string, func()) {
 		var h http.Handler = &orders{}
 		if s != nil {
-			g, err := middleware.New(s, middleware.WithLogger(slog.New(slog.DiscardHandler)))
+			g, err := middleware.New(s(), middleware.WithLogger(slog.New(slog.DiscardHandler)))
 			if err != nil {
 				t.Fatal(err)
 			}
