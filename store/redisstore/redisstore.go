@@ -251,19 +251,25 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	done := s.turn(ctx, key, ttl)
-	rec, claimed, err := s.claim(ctx, key, fp, ttl)
+	done, released := s.turn(ctx, key, ttl)
+	rec, claimed, err := s.claim(ctx, key, fp, ttl, released)
 	done(claimed, err)
 	return rec, claimed, err
 }
 
-func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+// claim claims key: by the claim script alone when the store knows the
+// key was just released (its tombstone is there to take over), else by a
+// transaction first.
+func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration, released bool) (store.Record, bool, error) {
 	const op = "claim"
 	token := claimToken()
 	if s.wait.timeout > 0 {
 		return s.claimAcked(ctx, key, fp, ttl, token)
 	}
 	ms := ttl.Milliseconds()
+	if released {
+		return s.claimScript(ctx, key, fp, ms, token)
+	}
 	keep := max(ms+store.ClaimRetention.Milliseconds(), s.stepMs+1)
 	rk := any(s.redisKey(key))
 	set := redis.NewCmd(ctx, "set", rk, claimValue(ms, keep, token, fp), "nx", "px", keep, "get")
@@ -295,9 +301,14 @@ func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		// transaction go-redis sent again after a lost reply.
 		return cur.rec, cur.form == 'c' && cur.token == token, nil
 	}
+	return s.claimScript(ctx, key, fp, ms, token)
+}
+
+// claimScript claims key by the claim script.
+func (s *Store) claimScript(ctx context.Context, key, fp string, ms int64, token string) (store.Record, bool, error) {
 	v, err := s.run(ctx, key, scriptClaim, fp, ms, token)
 	if err != nil {
-		return store.Record{}, false, mapError(op, err)
+		return store.Record{}, false, mapError("claim", err)
 	}
 	return decodeClaim(key, v)
 }
