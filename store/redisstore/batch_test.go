@@ -45,10 +45,12 @@ func (r *traffic) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
+// count counts the store's operations among cmds: a script, or a
+// transaction (its EXEC).
 func (r *traffic) count(cmds []redis.Cmder) {
 	n := 0
 	for _, c := range cmds {
-		if c.Name() == "evalsha" || c.Name() == "eval" {
+		if c.Name() == "evalsha" || c.Name() == "eval" || c.Name() == "exec" {
 			n++
 		}
 	}

@@ -10,15 +10,19 @@
 //	backend, err := redisstore.New(client)
 //	guard, err := middleware.New(backend) // or locks: lock.New(backend)
 //
-// One record is one hash under the prefix ([WithKeyPrefix]) and the record
-// key itself when it is readable (at most 512 bytes of UTF-8 without
-// control characters, not starting with '@'), else "@sha256:" and its
-// base64url SHA-256; so every operation is one script on one key (one
-// cluster slot), judged by the server's clock (TIME): one round trip, sent
-// as a pipeline that concurrent calls share under load. Fences and expiry
-// follow the rule of [store.Store]; a released or deleted record leaves a
-// tombstone until the clock passes its fence plus [WithMaxClockStep]. Every
-// key has an expiry.
+// One record is one string under the prefix ([WithKeyPrefix]) and the
+// record key itself when it is readable (at most 512 bytes of UTF-8
+// without control characters, not starting with '@'), else "@sha256:" and
+// its base64url SHA-256, so every operation touches one key (one cluster
+// slot) and is judged by the server's clock (TIME). A claim of a free key,
+// a replay, a busy answer and a Get are one transaction of plain commands
+// (SET … NX GET, PEXPIRETIME, TIME); a take-over of a key that is not free,
+// an extension, a completion, a release, a deletion and a put are one
+// script each. Each is one round trip, sent as a pipeline that concurrent
+// calls share under load (on a cluster, transactions go alone). Fences and
+// expiry follow the rule of [store.Store]; a released or deleted record
+// leaves a tombstone until the clock passes its fence plus
+// [WithMaxClockStep]. Every key has an expiry. Redis 7.0 or later.
 //
 // Complete, Release and Delete publish on a channel named like the
 // record's key in their own script (SPUBLISH on a cluster); a store's

@@ -87,7 +87,7 @@ func serverError(msg string) (idemkit.Code, string) {
 	case "NOAUTH", "WRONGPASS":
 		return idemkit.CodeAuthFailed, "the Redis server refused the credentials (" + code + ")"
 	case "NOPERM":
-		return idemkit.CodeAuthFailed, "the Redis user may not run the store's commands (NOPERM): it needs EVAL, EVALSHA and the keys of the store's prefix"
+		return idemkit.CodeAuthFailed, "the Redis user may not run the store's commands (NOPERM): it needs MULTI, EXEC, GET, SET, PEXPIRETIME, PTTL, EVAL, EVALSHA and what the scripts call (docs/backends.md lists them), on the keys of the store's prefix"
 	case "FENCEMAX": // the store's own, from its claim script
 		return idemkit.CodeInternal, "the key's next fence would exceed idemkit.FenceMax; nothing was written"
 	case "WRONGTYPE":

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +28,7 @@ const (
 // List implements [store.Lister]: SCAN with a MATCH pattern (the store's
 // key prefix and prefix, glob characters escaped) on each master in turn
 // (a cluster's masters in the order of their addresses), and one pipeline
-// of the store's script per step to read the matching records, judged by
+// per step to read the matching records, judged by
 // the server's clock. The records come in no particular order. A page
 // stops after a bounded part of the keyspace, so it may hold fewer than
 // limit records while its cursor goes on. A record whose key is stored
@@ -65,7 +64,6 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 	}
 	pattern := escapeGlob(s.prefix+prefix) + "*"
 	var recs []store.Record
-	loaded := false // the script is loaded on nodes[i]
 	for steps := 0; i < len(nodes); {
 		n := nodes[i]
 		if steps == listMaxSteps {
@@ -82,7 +80,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 			// The step this cursor stopped in, again: skip what it listed.
 			keys = keys[sortedAfter(keys, cur.last):]
 		}
-		page, last, err := s.readListed(ctx, n.client, keys, limit-len(recs), &loaded)
+		page, last, err := s.readListed(ctx, n.client, keys, limit-len(recs))
 		if err != nil {
 			return nil, "", err
 		}
@@ -93,7 +91,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 		}
 		cur = listCursor{scan: nextScan}
 		if nextScan == 0 {
-			i, loaded = i+1, false
+			i++
 		}
 		if len(recs) == limit && i < len(nodes) {
 			return recs, listCursor{node: nodes[i].addr, scan: cur.scan}.String(), nil
@@ -103,15 +101,16 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 }
 
 // readListed reads the live records under the Redis keys (sorted), at most
-// want of them, in one pipeline; last is the Redis key of the last one
-// read when more keys remained, else "". It loads the store's script on c
-// first unless *loaded says that this listing did already (a SCAN step is
-// one round trip; loading it again at each would be another).
-func (s *Store) readListed(ctx context.Context, c redis.Cmdable, keys []string, want int, loaded *bool) (recs []store.Record, last string, err error) {
+// want of them, in one pipeline (each key's value, expiry and what remains
+// of it in a transaction of its own); last is the Redis key of the
+// last one read when more keys remained, else "". A key that holds
+// something else than a record (another application's, under the prefix)
+// is skipped.
+func (s *Store) readListed(ctx context.Context, c redis.Cmdable, keys []string, want int) (recs []store.Record, last string, err error) {
 	const op = "list"
 	type item struct {
-		key string // the record key
-		cmd *redis.Cmd
+		key  string // the record key
+		exec *redis.Cmd
 	}
 	var items []item
 	for _, rk := range keys {
@@ -124,47 +123,36 @@ func (s *Store) readListed(ctx context.Context, c redis.Cmdable, keys []string, 
 	if len(items) == 0 {
 		return nil, "", nil
 	}
-	if !*loaded {
-		if err := script.Load(ctx, c).Err(); err != nil {
-			return nil, "", mapError(op, err)
-		}
-		*loaded = true
-	}
 	pipe := c.Pipeline()
 	for i := range items {
-		items[i].cmd = script.EvalSha(ctx, pipe, []string{s.redisKey(items[i].key)}, "get", s.step)
+		rk := any(s.redisKey(items[i].key))
+		keep, left := readCmds(ctx, rk)
+		items[i].exec = redis.NewCmd(ctx, argsExec...)
+		for _, cmd := range []redis.Cmder{redis.NewCmd(ctx, argsMulti...), redis.NewCmd(ctx, "get", rk), keep, left, items[i].exec} {
+			_ = pipe.Process(ctx, cmd)
+		}
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !isWrongType(err) {
+	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, "", mapError(op, err)
 	}
 	for _, it := range items {
-		v, err := it.cmd.Result()
-		if isWrongType(err) {
-			continue // not a record: another application's key under the prefix
+		vals, ok := it.exec.Val().([]any)
+		if !ok || len(vals) != 3 {
+			return nil, "", replyError(op)
 		}
-		if err != nil {
-			return nil, "", mapError(op, err)
+		if _, ok := vals[0].(string); !ok {
+			continue // gone since the scan (nil), or not a string
 		}
-		rec, ok, err := decodeRecord(op, it.key, v)
-		if err != nil {
-			return nil, "", err
-		}
-		if !ok {
-			continue
+		cur, now, found, err := decodeRead(op, it.key, vals)
+		if err != nil || !found || !cur.live(now) {
+			continue // not a record, or not live
 		}
 		if len(recs) == want {
 			return recs, s.redisKey(recs[len(recs)-1].Key), nil
 		}
-		recs = append(recs, rec)
+		recs = append(recs, cur.rec)
 	}
 	return recs, "", nil
-}
-
-// isWrongType reports whether err is Redis's WRONGTYPE (the key holds
-// another type than a hash).
-func isWrongType(err error) bool {
-	var re redis.Error
-	return err != nil && errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
 // sortedAfter returns the index of the first of the sorted keys above k.

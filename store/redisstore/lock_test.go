@@ -61,28 +61,16 @@ func lockEnv(t *testing.T, c, admin redis.UniversalClient) *locktest.Env {
 		Margin: 30 * time.Millisecond,
 		RaiseFence: func(ctx context.Context, k string, f idemkit.Fence) error {
 			// A tombstone of fence f, as a release leaves it.
-			if err := admin.HSet(ctx, rk(k), "state", "released", "fence", strconv.FormatUint(uint64(f), 10)).Err(); err != nil {
-				return err
-			}
-			return admin.PExpireAt(ctx, rk(k), time.UnixMilli(int64(f)+1).Add(time.Minute)).Err()
+			return admin.SetArgs(ctx, rk(k), "r"+strconv.FormatUint(uint64(f), 10),
+				redis.SetArgs{ExpireAt: time.UnixMilli(int64(f) + 1).Add(time.Minute)}).Err()
 		},
 		Fence: func(ctx context.Context, k string) (idemkit.Fence, error) {
-			v, err := admin.HGet(ctx, rk(k), "fence").Result()
-			if err == redis.Nil {
-				return 0, nil
-			}
-			if err != nil {
-				return 0, err
-			}
-			f, err := strconv.ParseUint(v, 10, 64)
-			return idemkit.Fence(f), err
+			_, f, _, err := redisstore.Stored(ctx, admin, s, k)
+			return f, err
 		},
 		Stored: func(ctx context.Context, k string) (bool, error) {
-			st, err := admin.HGet(ctx, rk(k), "state").Result()
-			if err == redis.Nil {
-				return false, nil
-			}
-			return st == "claimed" || st == "completed" || st == "not-replayable", err
+			form, _, found, err := redisstore.Stored(ctx, admin, s, k)
+			return found && (form == 'c' || form == 'o' || form == 'n'), err
 		},
 		Keys:  func(ctx context.Context) ([]string, error) { return immortal(ctx, admin, p) },
 		Break: func() { _ = c.Close() },
@@ -163,17 +151,17 @@ func TestLockLostReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.dropReplyTo("claim")
+	l.dropReplyTo("pexpiretime")
 	lease, ok, err := c.Acquire(ctx, "k", time.Minute)
 	if err != nil || !ok || l.dropped.Load() != 1 {
 		t.Fatalf("an acquire whose reply was lost: %+v, %v, %v (lost %d); want the lease", lease, ok, err, l.dropped.Load())
 	}
-	l.dropReplyTo("extend")
+	l.dropReplyTo(redisstore.ScriptSHA("extend"))
 	st, err := c.Extend(ctx, lease.ID, 2*time.Minute)
 	if err != nil || !st.OK || !st.ExpiresAt.After(lease.ExpiresAt) || l.dropped.Load() != 2 {
 		t.Fatalf("an extension whose reply was lost: %+v, %v (lost %d); want extended", st, err, l.dropped.Load())
 	}
-	l.dropReplyTo("release")
+	l.dropReplyTo(redisstore.ScriptSHA("release"))
 	if _, err := c.Release(ctx, lease.ID); err != nil || l.dropped.Load() != 3 {
 		t.Fatalf("a release whose reply was lost: %v (lost %d)", err, l.dropped.Load())
 	}

@@ -8,60 +8,35 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The store's one script. Every operation is a call of it on one key (the
-// record's hash, so on one cluster slot), with the operation's name as
-// ARGV[1] and the store's largest clock step in ms as ARGV[2]: one script
-// means one NOSCRIPT miss per server at most, after which every call is an
-// EVALSHA.
+// The store's scripts: one per operation that decides on what the record
+// holds (a claim of a key that is not free, an extension, a completion, a
+// release, a deletion, a put), each on one key (the record, so on one
+// cluster slot), with the store's largest clock step in ms as ARGV[1].
+// Claims of free keys, replays and reads need none (see Store.claim). The record's
+// forms (see record.go) are parsed by read, and its time is the server's
+// (TIME).
 //
-// A record is a hash (its fields: docs/backends.md): "released" and
-// "deleted" are tombstones, invisible to get, claimable at once: a deleted
-// record keeps its fence alone, a released claim its fields as they were. A record is live while it is a claim or an outcome
-// and TIME < expires. Every write sets PEXPIREAT: for a claim, its lease
-// plus the claim retention; for an outcome, its expiry; never before
-// fence + 1 ms + the clock step (the fence rule of store.Store).
+// Every write gives the key an absolute expiry: a claim its lease plus the
+// claim retention, an outcome its expiry, and never before fence + 1 ms +
+// the clock step (the fence rule of store.Store). A release keeps the
+// claim's expiry, which covers the step by construction.
 //
-// Writes that add data start with HSET, which Redis refuses over
-// maxmemory (OOM) before anything is written; extensions, releases and
-// deletions start with PEXPIREAT, HDEL or DEL, which it allows, so that
-// they go on then.
+// Over maxmemory (OOM), Redis refuses the scripts that add data (claims,
+// completions, puts) before they run; the scripts of extensions, releases
+// and deletions are flagged allow-oom, so that they go on then.
 //
 // A completion, a release and a deletion that ends a record notify the
 // record's watchers in the same script: they publish the operation's name
-// ("release <fence>" for a release) on the channel named like the
-// record's key, with the command the last argument (notify) names:
-// "publish" on a single node, "spublish" (sharded, so only the key's shard
-// carries it) on a cluster, "" for none. The publication is a pcall: a
-// server that refuses it (an ACL without the channel, a server without
-// sharded pub/sub) fails the notification, never the operation, and its
-// waiters poll.
-//
-// Replies (integers and strings; a record is state, fence, created,
-// expires, fingerprint, response):
-//
-//	claim    fp ttl token        → {1, record} a new claim; {1, record, fp, response} a new claim that
-//	                               took over a hash still holding a response (store.Record.Replaced);
-//	                               {0, record} a live claim or an outcome; error FENCEMAX past idemkit.FenceMax
-//	extend   fence ttl           → the new expiry, 0 not this live claim
-//	complete fence ttl state fp response notify → 1 written (or this claim's identical outcome is there), 0 refused
-//	release  fence notify        → 1 released, 0 not this live claim
-//	get                          → {record} live, {} none
-//	delete   notify              → 1 a live record was deleted, 0 none
-//	put      fence ttl state fp response → 1 written, 0 refused (a live record with a higher fence)
-var scriptText = `
+// ("release <fence>" for a release) on the channel named like the record's
+// key, with the command the last argument names: "publish" on a single
+// node, "spublish" (sharded, so only the key's shard carries it) on a
+// cluster, "" for none. The publication is a pcall: a server that refuses
+// it (an ACL without the channel, a server without sharded pub/sub) fails
+// the notification, never the operation, and its waiters poll.
+var luaPrelude = `
 local k = KEYS[1]
-local op = ARGV[1]
-local step = tonumber(ARGV[2])
-local retention = ` + strconv.FormatInt(store.ClaimRetention.Milliseconds(), 10) + `
-
--- notify tells the key's watchers that the record changed (msg), by the
--- command the last argument names; a refused publication is ignored.
-local function notify(msg)
-  local cmd = ARGV[#ARGV]
-  if cmd == 'publish' or cmd == 'spublish' then
-    redis.pcall(cmd, k, msg)
-  end
-end
+local step = tonumber(ARGV[1])
+local retention = ` + retentionMs + `
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -72,180 +47,243 @@ local function fmt(n)
   return string.format('%d', n)
 end
 
-local function is_outcome(st)
-  return st == 'completed' or st == 'not-replayable'
-end
-
--- keep sets the key's expiry: at t, and never before the clock passes
--- fence + step.
-local function keep(t, fence)
-  redis.call('PEXPIREAT', k, fmt(math.max(t, fence + 1 + step)))
-end
-
--- read returns state, fence (number), created, expires (number), fp,
--- token and, when asked (claim and get, which may return an outcome, so one
--- HMGET does), the response.
-local function read(body)
-  local v
-  if body then
-    v = redis.call('HMGET', k, 'state', 'fence', 'created', 'expires', 'fp', 'claim', 'response')
-  else
-    v = redis.call('HMGET', k, 'state', 'fence', 'created', 'expires', 'fp', 'claim')
-  end
-  return v[1], tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4]) or 0, v[5] or '', v[6], v[7] or ''
-end
-
-local function live(st, exp, now)
-  return (st == 'claimed' or is_outcome(st)) and now < exp
-end
-
-local function record(st, fence, created, exp, fp, body)
-  if not is_outcome(st) then
-    body = ''
-  end
-  return {st, fence, created, exp, fp, body}
-end
-
--- tombstone ends the record, keeping its fence until the clock passes
--- fence + step.
-local function tombstone(st, fence, now)
-  redis.call('DEL', k)
-  if now <= fence + step then
-    redis.call('HSET', k, 'state', st, 'fence', fmt(fence), 'created', fmt(now))
-    keep(0, fence)
+local function notify(msg)
+  local cmd = ARGV[#ARGV]
+  if cmd == 'publish' or cmd == 'spublish' then
+    redis.pcall(cmd, k, msg)
   end
 end
 
--- outcome writes an outcome over whatever the hash holds.
-local function outcome(st, fence, ttl, fp, body, now)
-  local exp = now + ttl
-  redis.call('HSET', k, 'state', st, 'fence', fmt(fence), 'created', fmt(now), 'expires', fmt(exp), 'fp', fp)
-  if body == '' then
-    redis.call('HDEL', k, 'response', 'claim')
-  else
-    redis.call('HSET', k, 'response', body)
-    redis.call('HDEL', k, 'claim')
+-- read returns the record: its form (nil: no key; c, o, n: a claim, a
+-- completed or not-replayable outcome; r, d: a released or deleted
+-- record's tombstone), fence, created, expires, fingerprint, claim token,
+-- the value, where its response starts, and (for a claim) the key's
+-- expiry.
+local function malformed()
+  error({err = 'MALFORMED a malformed record in Redis'})
+end
+
+local function read()
+  local v = redis.call('GET', k)
+  if not v then
+    return nil, 0, 0, 0
   end
-  return exp
+  local t = string.sub(v, 1, 1)
+  if t == 'c' then
+    local e, p, c, tok, n, at = string.match(v, '^c(%-?%d+):(%d+):(%-?%d+):([^:]*):(%d+):()')
+    if not e then
+      malformed()
+    end
+    local ke = redis.call('PEXPIRETIME', k)
+    local f = ke - tonumber(p)
+    local fpend = at + tonumber(n)
+    return t, f, f + tonumber(c), f + tonumber(e), string.sub(v, at, fpend - 1), tok, v, fpend, ke
+  end
+  if t ~= 'o' and t ~= 'n' and t ~= 'r' and t ~= 'd' then
+    malformed()
+  end
+  -- A tombstone is written as its fence alone; one made of an outcome by
+  -- hand keeps the outcome's layout.
+  local f, cr, ex, n, at = string.match(v, '^.(%d+):(%d+):(%d+):(%d+):()')
+  if f then
+    local fpend = at + tonumber(n)
+    return t, tonumber(f), tonumber(cr), tonumber(ex), string.sub(v, at, fpend - 1), nil, v, fpend
+  end
+  f = tonumber(string.sub(v, 2))
+  if (t ~= 'r' and t ~= 'd') or not f then
+    malformed()
+  end
+  return t, f, 0, 0, '', nil, v, #v + 1
+end
+
+local function live(t, ex, now)
+  return (t == 'c' or t == 'o' or t == 'n') and now < ex
+end
+
+-- keep_at is the key's expiry for one wanted at t: never before the
+-- clock passes fence + step.
+local function keep_at(t, fence)
+  return math.max(t, fence + 1 + step)
+end
+
+-- set_claim writes a claim, its times relative to its fence and its key's
+-- expiry, which it returns with the value.
+local function set_claim(f, cr, ex, tok, fp)
+  local ke = keep_at(ex + retention, f)
+  local v = 'c' .. fmt(ex - f) .. ':' .. fmt(ke - f) .. ':' .. fmt(cr - f) .. ':' .. tok .. ':' .. fmt(#fp) .. ':' .. fp
+  redis.call('SET', k, v, 'PXAT', fmt(ke))
+  return v, ke
+end
+
+local function set_outcome(t, f, cr, ex, fp, body, keepf)
+  redis.call('SET', k, t .. fmt(f) .. ':' .. fmt(cr) .. ':' .. fmt(ex) .. ':' .. fmt(#fp) .. ':' .. fp .. body,
+    'PXAT', fmt(keep_at(ex, keepf)))
 end
 
 local now = now_ms()
-local st, fence, created, exp, fp, token, body = read(op == 'claim' or op == 'get')
-
-if op == 'claim' then
-  if is_outcome(st) and now < exp then
-    return {0, record(st, fence, created, exp, fp, body)}
-  end
-  if st == 'claimed' and now < exp then
-    if token == ARGV[5] then
-      -- The client's retry after a lost reply: its own claim. The same
-      -- expiry is written again, so that a wait for replicas after this
-      -- reply covers the claim (WAIT counts the connection's own writes).
-      keep(exp + retention, fence)
-      return {1, record(st, fence, created, exp, fp, body)}
-    end
-    return {0, record(st, fence, created, exp, fp, body)}
-  end
-  local nf = math.max(fence + 1, now)
-  if nf > ` + fenceMax + ` then
-    return redis.error_reply('FENCEMAX the next fence would exceed idemkit.FenceMax')
-  end
-  local ne = now + tonumber(ARGV[4])
-  redis.call('HSET', k, 'state', 'claimed', 'fence', fmt(nf), 'created', fmt(now), 'expires', fmt(ne), 'fp', ARGV[3], 'claim', ARGV[5])
-  keep(ne + retention, nf)
-  if body ~= '' then
-    -- Whatever its state says, the hash held a response: the claim
-    -- reports what it replaced.
-    redis.call('HDEL', k, 'response')
-    return {1, {'claimed', nf, now, ne, ARGV[3], ''}, fp, body}
-  end
-  return {1, {'claimed', nf, now, ne, ARGV[3], ''}}
-end
-
-if op == 'extend' then
-  if st ~= 'claimed' or fmt(fence) ~= ARGV[3] or now >= exp then
-    return 0
-  end
-  local ne = now + tonumber(ARGV[4])
-  keep(ne + retention, fence)
-  redis.call('HSET', k, 'expires', fmt(ne))
-  return ne
-end
-
-if op == 'complete' then
-  if fmt(fence) ~= ARGV[3] then
-    return 0
-  end
-  if st == 'claimed' then
-    local e = outcome(ARGV[5], fence, tonumber(ARGV[4]), ARGV[6], ARGV[7], now)
-    keep(e, fence)
-    notify(op)
-    return 1
-  end
-  -- The claim's own outcome is there already: a completion retried after
-  -- its reply was lost.
-  if st == ARGV[5] and now < exp and fp == ARGV[6] and (redis.call('HGET', k, 'response') or '') == ARGV[7] then
-    keep(exp, fence) -- the same expiry again: see the claim's retry
-    return 1
-  end
-  return 0
-end
-
-if op == 'release' then
-  if st ~= 'claimed' or fmt(fence) ~= ARGV[3] or now >= exp then
-    return 0
-  end
-  -- The state marks the tombstone, and the key's expiry, set by the
-  -- claim or its extension, is kept unless it comes before the fence
-  -- rule's. The token goes first: HDEL is allowed over maxmemory, and a
-  -- script that wrote may write on.
-  redis.call('HDEL', k, 'claim')
-  redis.call('HSET', k, 'state', 'released')
-  if exp + retention < fence + 1 + step then
-    keep(0, fence)
-  end
-  notify('release ' .. ARGV[3])
-  return 1
-end
-
-if op == 'get' then
-  if live(st, exp, now) then
-    return record(st, fence, created, exp, fp, body)
-  end
-  return {}
-end
-
-if op == 'delete' then
-  if not st or st == 'released' or st == 'deleted' then
-    return 0
-  end
-  -- A claim whose lease ran out is ended too, so that it can no longer
-  -- complete; only a live record counts as deleted.
-  tombstone('deleted', fence, now)
-  notify(op)
-  if live(st, exp, now) then
-    return 1
-  end
-  return 0
-end
-
-if op == 'put' then
-  local nf = tonumber(ARGV[3])
-  if live(st, exp, now) and fence > nf then
-    return 0
-  end
-  local e = outcome(ARGV[5], nf, tonumber(ARGV[4]), ARGV[6], ARGV[7], now)
-  keep(e, math.max(nf, fence))
-  return 1
-end
-
-return redis.error_reply('ERR idemkit: unknown operation')
 `
 
-var script = redis.NewScript(scriptText)
+// claim fp ttl token → {claimed, value, key expiry[, replaced fp, replaced
+// response]}: 1 a new claim (with what it replaced when it took over a
+// record that held a response), or the client's own claim found again;
+// 0 a live claim or outcome. Error FENCEMAX past idemkit.FenceMax.
+var luaClaim = `
+local t, f, cr, ex, fp, tok, v, at, ke = read()
+if live(t, ex, now) then
+  if t == 'c' and tok == ARGV[4] then
+    -- The client's retry after a lost reply: its own claim. The same
+    -- expiry is written again, so that a wait for replicas after this
+    -- reply covers the claim (WAIT counts the connection's own writes).
+    redis.call('PEXPIREAT', k, fmt(ke))
+    return {1, v, ke}
+  end
+  return {0, v, ke or 0}
+end
+local nf = math.max(f + 1, now)
+if nf > ` + fenceMax + ` then
+  return redis.error_reply('FENCEMAX the next fence would exceed idemkit.FenceMax')
+end
+local nv, nke = set_claim(nf, now, now + tonumber(ARGV[3]), ARGV[4], ARGV[2])
+if t and at <= #v then
+  -- Whatever its form says, the value held a response: the claim reports
+  -- what it replaced.
+  return {1, nv, nke, fp, string.sub(v, at)}
+end
+return {1, nv, nke}
+`
 
-var fenceMax = strconv.FormatUint(uint64(idemkit.FenceMax), 10)
+// extend fence ttl → the new expiry; 0 not this live claim.
+const luaExtend = `
+local t, f, cr, ex, fp, tok = read()
+if t ~= 'c' or fmt(f) ~= ARGV[2] or now >= ex then
+  return 0
+end
+local ne = now + tonumber(ARGV[3])
+set_claim(f, cr, ne, tok, fp)
+return ne
+`
 
-// The script's SHA1 and source, boxed once for the EVALSHA (and EVAL)
-// every call sends.
-var scriptSHA, scriptSrc any = script.Hash(), scriptText
+// complete fence ttl state fp response notify → 1 written (or this
+// claim's identical outcome is there: a completion retried after its reply
+// was lost), 0 refused. A claim whose lease ran out completes as long as
+// nobody claimed the key since.
+const luaComplete = `
+local t, f, cr, ex, fp, tok, v, at = read()
+if not t or fmt(f) ~= ARGV[2] then
+  return 0
+end
+if t == 'c' then
+  set_outcome(ARGV[4], f, now, now + tonumber(ARGV[3]), ARGV[5], ARGV[6], f)
+  notify('complete')
+  return 1
+end
+if t == ARGV[4] and now < ex and fp == ARGV[5] and string.sub(v, at) == ARGV[6] then
+  redis.call('PEXPIREAT', k, fmt(keep_at(ex, f))) -- the same expiry again: see the claim's retry
+  return 1
+end
+return 0
+`
+
+// release fence notify → 1 released, 0 not this live claim. The
+// tombstone keeps the claim's expiry. Every lock cycle runs it, so it is
+// written out alone, without the prelude's functions, and reads the clock
+// (PTTL) only for a claim of its fence.
+const luaRelease = `#!lua flags=allow-oom
+local k = KEYS[1]
+local v = redis.call('GET', k)
+if not v or string.sub(v, 1, 1) ~= 'c' then
+  return 0
+end
+local e, p = string.match(v, '^c(%-?%d+):(%d+):')
+if not e then
+  return redis.error_reply('MALFORMED a malformed record in Redis')
+end
+p = tonumber(p)
+if redis.call('PEXPIRETIME', k) - p ~= tonumber(ARGV[2]) then
+  return 0
+end
+-- Live while the key's time left (PTTL, by the server's clock) exceeds
+-- what it is kept past the lease.
+if redis.call('PTTL', k) <= p - tonumber(e) then
+  return 0
+end
+redis.call('SET', k, 'r' .. ARGV[2], 'KEEPTTL')
+local cmd = ARGV[3]
+if cmd == 'publish' or cmd == 'spublish' then
+  redis.pcall(cmd, k, 'release ' .. ARGV[2])
+end
+return 1
+`
+
+// delete notify → 1 a live record was deleted, 0 none. A claim whose lease
+// ran out is ended too, so that it can no longer complete.
+const luaDelete = `
+local t, f, cr, ex = read()
+if not t or t == 'r' or t == 'd' then
+  return 0
+end
+if now <= f + step then
+  redis.call('SET', k, 'd' .. fmt(f), 'PXAT', fmt(f + 1 + step))
+else
+  redis.call('DEL', k)
+end
+notify('delete')
+if live(t, ex, now) then
+  return 1
+end
+return 0
+`
+
+// put fence ttl state fp response → 1 written, 0 refused (a live record
+// with a higher fence).
+const luaPut = `
+local t, f, cr, ex = read()
+local nf = tonumber(ARGV[2])
+if live(t, ex, now) and f > nf then
+  return 0
+end
+set_outcome(ARGV[4], nf, now, now + tonumber(ARGV[3]), ARGV[5], ARGV[6], math.max(nf, f))
+return 1
+`
+
+// luaRead reads a record without a transaction, for a server over its
+// maxmemory, which refuses every command queued in a MULTI: GET,
+// PEXPIRETIME and PTTL, as a transaction reads them.
+const luaRead = `#!lua flags=no-writes
+return {redis.call('GET', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1]), redis.call('PTTL', KEYS[1])}
+`
+
+// luaScript is one of the store's scripts: its SHA1 and source, boxed
+// once for the EVALSHA (and EVAL) every call sends.
+type luaScript struct {
+	sha, src any
+	name     string // the operation
+}
+
+// newScript returns the script of op: the prelude and body, flagged
+// allow-oom when oom is set. Every script declares its flags (a shebang
+// line), which Redis runs with less set-up than a script without: one that
+// may write and lacks allow-oom is refused as a whole over maxmemory.
+func newScript(op, body string, oom bool) *luaScript {
+	src := "#!lua\n" + luaPrelude + body
+	if oom {
+		src = "#!lua flags=allow-oom\n" + luaPrelude + body
+	}
+	return &luaScript{sha: redis.NewScript(src).Hash(), src: src, name: op}
+}
+
+var (
+	scriptClaim    = newScript("claim", luaClaim, false)
+	scriptExtend   = newScript("extend", luaExtend, true)
+	scriptComplete = newScript("complete", luaComplete, false)
+	scriptRelease  = &luaScript{sha: redis.NewScript(luaRelease).Hash(), src: luaRelease, name: "release"}
+	scriptDelete   = newScript("delete", luaDelete, true)
+	scriptPut      = newScript("put", luaPut, false)
+	scriptRead     = &luaScript{sha: redis.NewScript(luaRead).Hash(), src: luaRead, name: "read"}
+	scripts        = []*luaScript{scriptClaim, scriptExtend, scriptComplete, scriptRelease, scriptDelete, scriptPut, scriptRead}
+)
+
+var (
+	fenceMax    = strconv.FormatUint(uint64(idemkit.FenceMax), 10)
+	retentionMs = strconv.FormatInt(store.ClaimRetention.Milliseconds(), 10)
+)

@@ -95,7 +95,7 @@ func TestGuardCheck(t *testing.T) {
 	}
 	err = noPerm.Check(ctx)
 	if idemkit.CodeOf(err) != idemkit.CodeAuthFailed || !errors.Is(err, middleware.ErrUnavailable) ||
-		!strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "it needs EVAL, EVALSHA") {
+		!strings.Contains(err.Error(), "NOPERM") || !strings.Contains(err.Error(), "it needs MULTI, EXEC, GET, SET, PEXPIRETIME, PTTL, EVAL, EVALSHA") {
 		t.Fatalf("Check with a user without permissions: %v; want AuthFailed naming the commands the user needs", err)
 	}
 	t.Logf("no permissions: %v", err)

@@ -115,7 +115,10 @@ type Store struct {
 	// ends: "publish" on a single node, "spublish" on a cluster, "" when
 	// the store does not notify (see Watch).
 	notify string
-	step   any // WithMaxClockStep in ms, the script's ARGV[2] (boxed once)
+	step   any   // WithMaxClockStep in ms, the scripts' ARGV[1] (boxed once)
+	stepMs int64 // the same, as a number
+	// direct: the client is one server's (see tx).
+	direct bool
 	watch  watching
 	wait   durability
 	batch  batcher
@@ -175,7 +178,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	return &Store{
 		client: client, prefix: cfg.prefix, maxResponse: cfg.maxResponse, notify: notifyCommand(client),
-		step:  any(strconv.FormatInt(cfg.step.Milliseconds(), 10)),
+		step: any(strconv.FormatInt(cfg.step.Milliseconds(), 10)), stepMs: cfg.step.Milliseconds(), direct: isDirect(client),
 		watch: watching{idle: cfg.listenerIdle, health: cfg.healthInterval},
 		wait:  cfg.wait, batch: batcher{client: client, limit: maxInflight},
 	}, nil
@@ -221,11 +224,22 @@ func validPrefix(p string) bool {
 	return true
 }
 
-// Claim implements [store.Store]: one script, which judges the record by
-// the server's clock (TIME) and keeps the key for the lease plus
-// [store.ClaimRetention], so that a holder whose lease ran out still
-// completes as long as nobody claimed the key since. A Claim the client
-// retries after a lost reply gets its own claim back, not "busy".
+// isDirect reports whether client talks to one server, so that a MULTI
+// and an EXEC sent in its pipelines reach the same one.
+func isDirect(client redis.UniversalClient) bool {
+	_, ok := client.(*redis.Client)
+	return ok
+}
+
+// Claim implements [store.Store]. A claim of a free key, a replay and a
+// busy answer are one transaction of plain commands (SET … NX PX … GET,
+// PEXPIRETIME, PTTL) judged by the server's clock; a key whose record is
+// not live (a tombstone, a claim whose lease ran out, an outcome past its
+// expiry) is taken over by a script, in a second round trip. Either way
+// the key is kept for the lease plus [store.ClaimRetention], so that a
+// holder whose lease ran out still completes as long as nobody claimed the
+// key since. A Claim the client retries after a lost reply gets its own
+// claim back, not "busy".
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.ValidateKey(key); err != nil {
@@ -237,42 +251,103 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	done := s.turn(ctx, key, ttl)
-	rec, claimed, err := s.claim(ctx, key, fp, ttl)
+	done, released := s.turn(ctx, key, ttl)
+	rec, claimed, err := s.claim(ctx, key, fp, ttl, released)
 	done(claimed, err)
 	return rec, claimed, err
 }
 
-func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+// claim claims key: by the claim script alone when the store knows the
+// key was just released (its tombstone is there to take over), else by a
+// transaction first.
+func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration, released bool) (store.Record, bool, error) {
+	const op = "claim"
+	token := claimToken()
 	if s.wait.timeout > 0 {
-		return s.claimAcked(ctx, key, fp, ttl)
+		return s.claimAcked(ctx, key, fp, ttl, token)
 	}
-	v, err := s.run(ctx, key, "claim", fp, ttl.Milliseconds(), claimToken())
+	ms := ttl.Milliseconds()
+	if released {
+		return s.claimScript(ctx, key, fp, ms, token)
+	}
+	keep := max(ms+store.ClaimRetention.Milliseconds(), s.stepMs+1)
+	rk := any(s.redisKey(key))
+	set := redis.NewCmd(ctx, "set", rk, claimValue(ms, keep, token, fp), "nx", "px", keep, "get")
+	pexpiretime, pttl := readCmds(ctx, rk)
+	vals, err := s.tx(ctx, op, set, pexpiretime, pttl)
+	if err != nil {
+		if redis.HasErrorPrefix(err, "OOM") {
+			return s.claimOutOfMemory(ctx, key, err)
+		}
+		return store.Record{}, false, mapError(op, err)
+	}
+	cur, now, found, err := decodeRead(op, key, vals)
+	switch {
+	case err != nil:
+		return store.Record{}, false, err
+	case !found:
+		// Set: the key was free, and its expiry is the claim's fence plus keep.
+		at, ok := vals[1].(int64)
+		f := at - keep
+		if !ok || f < 0 || uint64(f) > uint64(idemkit.FenceMax) {
+			return store.Record{}, false, replyError(op)
+		}
+		return store.Record{
+			Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: idemkit.Fence(f),
+			CreatedAt: time.UnixMilli(f), ExpiresAt: time.UnixMilli(f + ms),
+		}, true, nil
+	case cur.live(now):
+		// A replay, a busy answer, or this very claim, found again by a
+		// transaction go-redis sent again after a lost reply.
+		return cur.rec, cur.form == 'c' && cur.token == token, nil
+	}
+	return s.claimScript(ctx, key, fp, ms, token)
+}
+
+// claimScript claims key by the claim script.
+func (s *Store) claimScript(ctx context.Context, key, fp string, ms int64, token string) (store.Record, bool, error) {
+	v, err := s.run(ctx, key, scriptClaim, fp, ms, token)
 	if err != nil {
 		return store.Record{}, false, mapError("claim", err)
 	}
 	return decodeClaim(key, v)
 }
 
-// decodeClaim decodes the claim script's reply.
+// claimOutOfMemory answers a claim that a server over its maxmemory
+// refused: a live record is answered as usual (a replay or busy), so that
+// only new claims are refused (with err).
+func (s *Store) claimOutOfMemory(ctx context.Context, key string, err error) (store.Record, bool, error) {
+	const op = "claim"
+	cur, now, found, rerr := s.read(ctx, op, key)
+	if rerr == nil && found && cur.live(now) {
+		return cur.rec, false, nil
+	}
+	return store.Record{}, false, mapError(op, err)
+}
+
+// decodeClaim decodes the claim script's reply: claimed, the record's
+// value and its key's expiry, and for a take-over of an outcome that held
+// a response, what it replaced.
 func decodeClaim(key string, v any) (store.Record, bool, error) {
 	const op = "claim"
 	r, ok := v.([]any)
-	if !ok || len(r) != 2 && len(r) != 4 {
+	if !ok || len(r) != 3 && len(r) != 5 {
 		return store.Record{}, false, replyError(op)
 	}
-	claimed, ok := r[0].(int64)
-	if !ok {
+	claimed, ok1 := r[0].(int64)
+	val, ok2 := r[1].(string)
+	keep, ok3 := r[2].(int64)
+	if !ok1 || !ok2 || !ok3 {
 		return store.Record{}, false, replyError(op)
 	}
-	rec, found, err := decodeRecord(op, key, r[1])
-	if err != nil || !found {
-		return store.Record{}, false, replyError(op)
+	cur, err := parseStored(op, key, val, keep)
+	if err != nil {
+		return store.Record{}, false, err
 	}
-	if len(r) == 4 {
-		// A take-over of a hash that held a response: what it replaced.
-		fp, ok1 := r[2].(string)
-		body, ok2 := r[3].(string)
+	rec := cur.rec
+	if len(r) == 5 {
+		fp, ok1 := r[3].(string)
+		body, ok2 := r[4].(string)
 		if claimed != 1 || !ok1 || !ok2 || body == "" {
 			return store.Record{}, false, replyError(op)
 		}
@@ -290,7 +365,7 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	if err := engine.ValidateTTL(op, ttl); err != nil {
 		return time.Time{}, false, err
 	}
-	n, err := s.write(ctx, op, key, fenceArg(fence), ttl.Milliseconds())
+	n, err := s.write(ctx, scriptExtend, key, fenceArg(fence), ttl.Milliseconds())
 	if err != nil || n == 0 {
 		return time.Time{}, false, err
 	}
@@ -310,7 +385,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	if len(rec.Response) > s.maxResponse {
 		return false, engine.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
-	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response, s.notify)
+	return s.flag(ctx, scriptComplete, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), outcomeForm(rec.State), rec.Fingerprint, rec.Response, s.notify)
 }
 
 // Release implements [store.Store]: one script, which notifies the key's
@@ -321,15 +396,15 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 		return false, err
 	}
 	f := fenceArg(fence)
-	ok, err := s.flag(ctx, op, key, f, s.notify)
+	ok, err := s.flag(ctx, scriptRelease, key, f, s.notify)
 	if ok {
 		s.released(key, f)
 	}
 	return ok, err
 }
 
-// Get implements [store.Store] and [store.Records]: one script, which
-// judges expiry by the server's clock.
+// Get implements [store.Store] and [store.Records]: one transaction of
+// plain commands (GET, PEXPIRETIME, PTTL), judged by the server's clock.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
 	if err := engine.ValidateKey(key); err != nil {
@@ -338,11 +413,11 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	v, err := s.run(ctx, key, op)
-	if err != nil {
-		return store.Record{}, false, mapError(op, err)
+	cur, now, found, err := s.read(ctx, op, key)
+	if err != nil || !found || !cur.live(now) {
+		return store.Record{}, false, err
 	}
-	return decodeRecord(op, key, v)
+	return cur.rec, true, nil
 }
 
 // Delete implements [store.Store] and [store.Records]: one script, which
@@ -354,7 +429,7 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	if err := engine.ValidateKey(key); err != nil {
 		return false, err
 	}
-	return s.flag(ctx, op, key, s.notify)
+	return s.flag(ctx, scriptDelete, key, s.notify)
 }
 
 // Put implements [store.Records]: one script that compares fences and
@@ -376,22 +451,23 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if len(rec.Response) > s.maxResponse {
 		return false, engine.TooLarge(op, len(rec.Response), s.maxResponse)
 	}
-	return s.flag(ctx, op, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), stateName(rec.State), rec.Fingerprint, rec.Response)
+	return s.flag(ctx, scriptPut, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), outcomeForm(rec.State), rec.Fingerprint, rec.Response)
 }
 
-// flag runs an operation whose reply is 1 or 0.
-func (s *Store) flag(ctx context.Context, op, key string, args ...any) (bool, error) {
-	n, err := s.write(ctx, op, key, args...)
+// flag runs a script whose reply is 1 or 0.
+func (s *Store) flag(ctx context.Context, sc *luaScript, key string, args ...any) (bool, error) {
+	n, err := s.write(ctx, sc, key, args...)
 	if err == nil && n > 1 {
-		return false, replyError(op)
+		return false, replyError(sc.name)
 	}
 	return n == 1, err
 }
 
-// write runs an operation whose reply is a number (0: refused). With a
+// write runs a script whose reply is a number (0: refused). With a
 // durability wait, an extension, a completion and a put that wrote count
 // only once acknowledged.
-func (s *Store) write(ctx context.Context, op, key string, args ...any) (int64, error) {
+func (s *Store) write(ctx context.Context, sc *luaScript, key string, args ...any) (int64, error) {
+	op := sc.name
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return 0, err
 	}
@@ -400,10 +476,10 @@ func (s *Store) write(ctx context.Context, op, key string, args ...any) (int64, 
 		err error
 		ack *redis.Cmd
 	)
-	if s.wait.timeout > 0 && (op == "extend" || op == "complete" || op == "put") {
-		v, ack, err = s.runAcked(ctx, key, op, args...)
+	if s.wait.timeout > 0 && (sc == scriptExtend || sc == scriptComplete || sc == scriptPut) {
+		v, ack, err = s.runAcked(ctx, key, sc, args...)
 	} else {
-		v, err = s.run(ctx, key, op, args...)
+		v, err = s.run(ctx, key, sc, args...)
 	}
 	if err != nil {
 		return 0, mapError(op, err)
@@ -420,22 +496,22 @@ func (s *Store) write(ctx context.Context, op, key string, args ...any) (int64, 
 	return n, nil
 }
 
-// args returns the EVALSHA of op on key's record with args.
-func (s *Store) args(key, op string, args []any) []any {
-	argv := make([]any, 0, 6+len(args))
-	argv = append(argv, "evalsha", scriptSHA, 1, s.redisKey(key), op, s.step)
+// args returns the EVALSHA of sc on key's record with args.
+func (s *Store) args(key string, sc *luaScript, args []any) []any {
+	argv := make([]any, 0, 5+len(args))
+	argv = append(argv, "evalsha", sc.sha, 1, s.redisKey(key), s.step)
 	return append(argv, args...)
 }
 
-// run calls the script for op on key's record in one round trip, shared
-// under load with other calls (see batcher): EVALSHA, and EVAL when the
-// server does not have the script yet.
-func (s *Store) run(ctx context.Context, key, op string, args ...any) (any, error) {
-	argv := s.args(key, op, args)
+// run calls sc on key's record in one round trip, shared under load with
+// other calls (see batcher): EVALSHA, and EVAL when the server does not
+// have the script yet.
+func (s *Store) run(ctx context.Context, key string, sc *luaScript, args ...any) (any, error) {
+	argv := s.args(key, sc, args)
 	cmd := redis.NewCmd(ctx, argv...)
 	err := s.batch.do(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") { // nil first: HasErrorPrefix allocates
-		argv[0], argv[1] = "eval", scriptSrc
+		argv[0], argv[1] = "eval", sc.src
 		cmd = redis.NewCmd(ctx, argv...)
 		err = s.batch.do(ctx, cmd)
 	}
@@ -445,17 +521,17 @@ func (s *Store) run(ctx context.Context, key, op string, args ...any) (any, erro
 	return cmd.Val(), nil
 }
 
-// claimAcked is Claim with a durability wait: the script on a connection
-// of its own to the key's master and, when it claimed, the wait on that
-// connection. A claim not acknowledged in time is released.
-func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
+// claimAcked is Claim with a durability wait: the claim script on a
+// connection of its own to the key's master and, when it claimed, the
+// wait on that connection. A claim not acknowledged in time is released.
+func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duration, token string) (store.Record, bool, error) {
 	const op = "claim"
 	conn, err := s.masterConn(ctx, key)
 	if err != nil {
 		return store.Record{}, false, mapError(op, err)
 	}
 	defer conn.Close()
-	v, _, err := s.runOn(ctx, conn, key, op, false, fp, ttl.Milliseconds(), claimToken())
+	v, _, err := s.runOn(ctx, conn, key, scriptClaim, false, fp, ttl.Milliseconds(), token)
 	if err != nil {
 		s.stale(ctx, err)
 		return store.Record{}, false, mapError(op, err)
@@ -477,7 +553,7 @@ func (s *Store) claimAcked(ctx context.Context, key, fp string, ttl time.Duratio
 	// on the same connection (the release needs no acknowledgement: one
 	// lost in a failover leaves the claim to run out).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	_, _, _ = s.runOn(rctx, conn, key, "release", false, fenceArg(rec.Fence), s.notify)
+	_, _, _ = s.runOn(rctx, conn, key, scriptRelease, false, fenceArg(rec.Fence), s.notify)
 	cancel()
 	return store.Record{}, false, err
 }
@@ -521,13 +597,13 @@ func (s *Store) acked(op string, ack *redis.Cmd) error {
 
 // runAcked runs the script for op on key's record on a connection of its
 // own to the key's master, followed in the same round trip by the wait.
-func (s *Store) runAcked(ctx context.Context, key, op string, args ...any) (any, *redis.Cmd, error) {
+func (s *Store) runAcked(ctx context.Context, key string, sc *luaScript, args ...any) (any, *redis.Cmd, error) {
 	conn, err := s.masterConn(ctx, key)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer conn.Close()
-	v, ack, err := s.runOn(ctx, conn, key, op, true, args...)
+	v, ack, err := s.runOn(ctx, conn, key, sc, true, args...)
 	if err != nil {
 		s.stale(ctx, err)
 	}
@@ -537,8 +613,8 @@ func (s *Store) runAcked(ctx context.Context, key, op string, args ...any) (any,
 // runOn runs the script for op on key's record on conn, followed in the
 // same pipeline by the wait when wait is set: EVALSHA, and EVAL when the
 // server does not have the script yet.
-func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key, op string, wait bool, args ...any) (any, *redis.Cmd, error) {
-	argv := s.args(key, op, args)
+func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key string, sc *luaScript, wait bool, args ...any) (any, *redis.Cmd, error) {
+	argv := s.args(key, sc, args)
 	var cmd, ack *redis.Cmd
 	pipe := func() error {
 		_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -554,7 +630,7 @@ func (s *Store) runOn(ctx context.Context, conn *redis.Conn, key, op string, wai
 	}
 	err := pipe()
 	if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-		argv[0], argv[1] = "eval", scriptSrc
+		argv[0], argv[1] = "eval", sc.src
 		err = pipe()
 	}
 	if cerr := cmd.Err(); cerr != nil {
@@ -597,60 +673,5 @@ func claimToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// The states as the hash spells them.
-var stateNames = [...]string{
-	store.StateClaimed:       "claimed",
-	store.StateCompleted:     "completed",
-	store.StateNotReplayable: "not-replayable",
-}
-
-func stateName(st store.State) string { return stateNames[st] }
-
-func parseState(s string) store.State {
-	for st, name := range stateNames {
-		if name != "" && name == s {
-			return store.State(st)
-		}
-	}
-	return 0
-}
-
-// decodeRecord decodes a record reply: an empty array when there is none,
-// else state, fence, created, expires, fingerprint, response.
-func decodeRecord(op, key string, v any) (store.Record, bool, error) {
-	r, ok := v.([]any)
-	if !ok {
-		return store.Record{}, false, replyError(op)
-	}
-	if len(r) == 0 {
-		return store.Record{}, false, nil
-	}
-	if len(r) != 6 {
-		return store.Record{}, false, replyError(op)
-	}
-	st, ok1 := r[0].(string)
-	fence, ok2 := r[1].(int64)
-	created, ok3 := r[2].(int64)
-	expires, ok4 := r[3].(int64)
-	fp, ok5 := r[4].(string)
-	body, ok6 := r[5].(string)
-	state := parseState(st)
-	if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || !ok6 || !state.Valid() || fence < 0 {
-		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, "a malformed record in Redis", nil)
-	}
-	rec := store.Record{
-		Key:         key,
-		Fingerprint: fp,
-		State:       state,
-		Fence:       idemkit.Fence(fence),
-		CreatedAt:   time.UnixMilli(created),
-		ExpiresAt:   time.UnixMilli(expires),
-	}
-	if body != "" {
-		rec.Response = []byte(body)
-	}
-	return rec, true, nil
-}
-
-// fenceArg is a fence as the hash spells it: decimal, no leading zeros.
+// fenceArg is a fence as the records spell it: decimal, no leading zeros.
 func fenceArg(f idemkit.Fence) string { return strconv.FormatUint(uint64(f), 10) }

@@ -179,9 +179,10 @@ func TestRecordKeysVerbatimOrHashed(t *testing.T) {
 	}
 }
 
-// TestRecordLayout: the hash an operator sees, and the expiry of each kind
-// of record (never before its fence + 1 ms + the largest clock step, the
-// fence rule of store.Store).
+// TestRecordLayout: the string an operator sees for each kind of record,
+// and its expiry (never before its fence + 1 ms + the largest clock step,
+// the fence rule of store.Store): a claim's fence is its key's expiry less
+// the keep its value names.
 func TestRecordLayout(t *testing.T) {
 	ctx := t.Context()
 	c := nodeClient(t, testenv.Redis(t).Addr)
@@ -192,42 +193,46 @@ func TestRecordLayout(t *testing.T) {
 	if err != nil || !claimed {
 		t.Fatal(claimed, err)
 	}
-	h, err := c.HGetAll(ctx, rk).Result()
-	if err != nil {
-		t.Fatal(err)
+	keep := 10*time.Second + store.ClaimRetention
+	v := c.Get(ctx, rk).Val()
+	want := fmt.Sprintf("c%d:%d:0:", (10 * time.Second).Milliseconds(), keep.Milliseconds())
+	if !strings.HasPrefix(v, want) || !strings.HasSuffix(v, ":2:fp") || strings.Count(v, ":") != 5 {
+		t.Fatalf("the claim's value: %q; want %q, a token and the fingerprint with its length", v, want)
 	}
-	if h["state"] != "claimed" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) || h["fp"] != "fp" ||
-		h["expires"] != fmt.Sprint(claim.ExpiresAt.UnixMilli()) || h["created"] != fmt.Sprint(claim.CreatedAt.UnixMilli()) {
-		t.Fatalf("the claim's hash: %v (claim %+v)", h, claim)
+	// A claim is kept for its lease plus the claim retention, from its fence.
+	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(int64(claim.Fence))*time.Millisecond+keep {
+		t.Fatalf("a claim expires at %v; want its fence plus %v", at, keep)
 	}
-	// A claim is kept for its lease plus the claim retention.
-	if d := c.PTTL(ctx, rk).Val(); d <= store.ClaimRetention || d > 10*time.Second+store.ClaimRetention {
-		t.Fatalf("a claim's PTTL is %v; want its lease plus %v", d, store.ClaimRetention)
+	if !claim.CreatedAt.Equal(time.UnixMilli(int64(claim.Fence))) || !claim.ExpiresAt.Equal(claim.CreatedAt.Add(10*time.Second)) {
+		t.Fatalf("the claim %+v: want created at its fence, expiring 10s later", claim)
 	}
 	done := claim
 	done.State, done.Response = store.StateCompleted, []byte("receipt")
 	if ok, err := s.Complete(ctx, done, time.Hour); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	h = c.HGetAll(ctx, rk).Val()
-	if h["state"] != "completed" || h["response"] != "receipt" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) || h["claim"] != "" {
-		t.Fatalf("the outcome's hash: %v", h)
+	out, _, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if d := c.PTTL(ctx, rk).Val(); d <= 59*time.Minute || d > time.Hour {
-		t.Fatalf("an outcome's PTTL is %v; want its record TTL", d)
+	v = c.Get(ctx, rk).Val()
+	if want := fmt.Sprintf("o%d:%d:%d:2:fpreceipt", uint64(claim.Fence), out.CreatedAt.UnixMilli(), out.ExpiresAt.UnixMilli()); v != want {
+		t.Fatalf("the outcome's value: %q; want %q", v, want)
+	}
+	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(out.ExpiresAt.UnixMilli())*time.Millisecond {
+		t.Fatalf("an outcome expires at %v; want its expiry %v", at, out.ExpiresAt.UnixMilli())
 	}
 	// A deleted record stays as a tombstone (its fence only) until the
 	// server's clock passes its fence plus the largest clock step.
 	if ok, err := s.Delete(ctx, k); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	h = c.HGetAll(ctx, rk).Val()
-	if h["state"] != "deleted" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) || len(h) != 3 {
-		t.Fatalf("the tombstone: %v", h)
+	if v := c.Get(ctx, rk).Val(); v != fmt.Sprintf("d%d", uint64(claim.Fence)) {
+		t.Fatalf("the tombstone: %q", v)
 	}
-	keep := leased.FenceFloor(claim.Fence, leased.DefaultMaxClockStep)
-	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(keep.UnixMilli())*time.Millisecond {
-		t.Fatalf("a tombstone expires at %v; want its fence + 1 ms + the clock step (%v)", at, keep.UnixMilli())
+	floor := leased.FenceFloor(claim.Fence, leased.DefaultMaxClockStep)
+	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(floor.UnixMilli())*time.Millisecond {
+		t.Fatalf("a tombstone expires at %v; want its fence + 1 ms + the clock step (%v)", at, floor.UnixMilli())
 	}
 	// With a step of 0, a deleted record whose fence the clock has passed
 	// goes at once. (The claim and the delete may fall within the fence's
@@ -251,11 +256,10 @@ func TestRecordLayout(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	if n := c.Exists(ctx, rk).Val(); n != 0 {
-		t.Fatalf("a deleted record whose fence the clock has passed, with no clock step, is still there: %v", c.HGetAll(ctx, rk).Val())
+		t.Fatalf("a deleted record whose fence the clock has passed, with no clock step, is still there: %q", c.Get(ctx, rk).Val())
 	}
-	// A released claim becomes a tombstone by its state alone, in one
-	// write: it keeps its key's expiry (its lease plus the retention, past
-	// its fence plus the step).
+	// A released claim becomes a tombstone in one write: it keeps its key's
+	// expiry (its lease plus the retention, past its fence plus the step).
 	claim, claimed, err = s.Claim(ctx, k, "fp", 10*time.Second)
 	if err != nil || !claimed {
 		t.Fatal(claimed, err)
@@ -263,12 +267,21 @@ func TestRecordLayout(t *testing.T) {
 	if ok, err := s.Release(ctx, k, claim.Fence); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	if h := c.HGetAll(ctx, rk).Val(); h["state"] != "released" || h["fence"] != fmt.Sprint(uint64(claim.Fence)) {
-		t.Fatalf("the released claim: %v", h)
+	if v := c.Get(ctx, rk).Val(); v != fmt.Sprintf("r%d", uint64(claim.Fence)) {
+		t.Fatalf("the released claim: %q", v)
 	}
-	want := claim.ExpiresAt.Add(store.ClaimRetention)
-	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(want.UnixMilli())*time.Millisecond {
-		t.Fatalf("a released claim expires at %v; want its claim's expiry, %v", at, want.UnixMilli())
+	until := claim.ExpiresAt.Add(store.ClaimRetention)
+	if at := c.PExpireTime(ctx, rk).Val(); at != time.Duration(until.UnixMilli())*time.Millisecond {
+		t.Fatalf("a released claim expires at %v; want its claim's expiry, %v", at, until.UnixMilli())
+	}
+	// A claim over a tombstone takes the fence above it, written by the
+	// claim script, whose times are relative to that fence too.
+	next, claimed, err := s.Claim(ctx, k, "fp2", time.Second)
+	if err != nil || !claimed || next.Fence <= claim.Fence {
+		t.Fatalf("a claim over a released claim: %+v, %v, %v; want a fence above %d", next, claimed, err, claim.Fence)
+	}
+	if got, ok, err := s.Get(ctx, k); err != nil || !ok || got.Fence != next.Fence || !got.ExpiresAt.Equal(next.ExpiresAt) || !got.CreatedAt.Equal(next.CreatedAt) {
+		t.Fatalf("Get after a claim over a tombstone: %+v, %v, %v; want %+v", got, ok, err, next)
 	}
 	ahead := uint64(time.Now().Add(time.Hour).UnixMilli())
 	if ok, err := s.Put(ctx, store.Record{Key: k, State: store.StateCompleted, Fence: idemkit.Fence(ahead), Response: []byte("x")}, time.Minute); err != nil || !ok {
@@ -277,9 +290,8 @@ func TestRecordLayout(t *testing.T) {
 	if ok, err := s.Delete(ctx, k); err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	h = c.HGetAll(ctx, rk).Val()
-	if h["state"] != "deleted" || h["fence"] != fmt.Sprint(ahead) || len(h) != 3 {
-		t.Fatalf("the tombstone: %v", h)
+	if v := c.Get(ctx, rk).Val(); v != fmt.Sprintf("d%d", ahead) {
+		t.Fatalf("the tombstone: %q", v)
 	}
 	if d := c.PTTL(ctx, rk).Val(); d < 60*time.Minute || d > time.Hour+time.Minute+time.Second {
 		t.Fatalf("a tombstone's PTTL is %v; want until its fence and the clock step", d)
@@ -287,9 +299,14 @@ func TestRecordLayout(t *testing.T) {
 	if _, ok, _ := s.Get(ctx, k); ok {
 		t.Fatal("Get sees a tombstone")
 	}
-	next, claimed, err := s.Claim(ctx, k, "fp", time.Second)
+	next, claimed, err = s.Claim(ctx, k, "fp", time.Second)
 	if err != nil || !claimed || uint64(next.Fence) != ahead+1 {
 		t.Fatalf("a claim over a tombstone: %+v, %v, %v; want fence %d", next, claimed, err, ahead+1)
+	}
+	// Its lease runs from the server's clock, not from its fence an hour
+	// ahead: it expires a second from now.
+	if d := time.Until(next.ExpiresAt); d > 2*time.Second || d < -time.Second {
+		t.Fatalf("a claim whose fence is ahead of the clock expires in %v; want about a second", d)
 	}
 }
 
@@ -450,18 +467,37 @@ func TestClosedClient(t *testing.T) {
 	}
 }
 
-// TestWrongType: a key of the store's holding another type (another
-// program writing under the prefix) is Internal, and says so.
+// TestWrongType: a key of the store's holding something else (another
+// program writing under the prefix) is Internal, and says so: another type
+// names WRONGTYPE, a string that is no record says it is malformed.
 func TestWrongType(t *testing.T) {
 	ctx := t.Context()
 	c := nodeClient(t, testenv.Redis(t).Addr)
 	s := newStore(t, c)
+	if err := c.HSet(ctx, prefix(t)+"h", "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := s.Claim(ctx, "h", "fp", time.Second)
+	if idemkit.CodeOf(err) != idemkit.CodeInternal || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a claim over a hash: %v; want Internal naming WRONGTYPE", err)
+	}
 	if err := c.Set(ctx, prefix(t)+"k", "v", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := s.Claim(ctx, "k", "fp", time.Second)
-	if idemkit.CodeOf(err) != idemkit.CodeInternal || !strings.Contains(err.Error(), "WRONGTYPE") {
-		t.Fatalf("a claim over a string key: %v; want Internal naming WRONGTYPE", err)
+	for name, call := range map[string]func() error{
+		"claim": func() error { _, _, err := s.Claim(ctx, "k", "fp", time.Second); return err },
+		"get":   func() error { _, _, err := s.Get(ctx, "k"); return err },
+		"complete": func() error {
+			_, err := s.Complete(ctx, store.Record{Key: "k", Fence: 1, State: store.StateCompleted}, time.Second)
+			return err
+		},
+	} {
+		if err := call(); idemkit.CodeOf(err) != idemkit.CodeInternal || !strings.Contains(err.Error(), "malformed") {
+			t.Errorf("a %s over a string that is no record: %v; want Internal saying it is malformed", name, err)
+		}
+	}
+	if v := c.Get(ctx, prefix(t)+"k").Val(); v != "v" {
+		t.Fatalf("the key was changed to %q", v)
 	}
 }
 
@@ -475,7 +511,7 @@ func TestClaimRetriedAfterLostReply(t *testing.T) {
 	l := newLink(t, testenv.Redis(t).Addr)
 	c := nodeClient(t, l.addr())
 	s := newStore(t, c)
-	l.dropReplyTo("claim")
+	l.dropReplyTo("pexpiretime")
 	rec, claimed, err := s.Claim(ctx, "k", "fp", time.Minute)
 	if l.dropped.Load() != 1 {
 		t.Fatalf("the reply was not lost (%d)", l.dropped.Load())
@@ -484,7 +520,7 @@ func TestClaimRetriedAfterLostReply(t *testing.T) {
 		t.Fatalf("a claim whose first reply was lost: %+v, %v, %v; want claimed", rec, claimed, err)
 	}
 	rec.State, rec.Response = store.StateCompleted, []byte("receipt")
-	l.dropReplyTo("complete")
+	l.dropReplyTo(redisstore.ScriptSHA("complete"))
 	if ok, err := s.Complete(ctx, rec, time.Minute); err != nil || !ok || l.dropped.Load() != 2 {
 		t.Fatalf("a completion whose first reply was lost: %v, %v (lost %d)", ok, err, l.dropped.Load())
 	}

@@ -148,10 +148,11 @@ func (l *listener) releasedOnce(e *entry, fence string) {
 // handed over or held by a claim of this store, takes its place in the
 // line instead of racing the woken watch to the server: it waits for its
 // turn, at most handoffWait and not past ctx, then goes on. done records
-// the claim's outcome.
-func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done func(claimed bool, err error)) {
+// the claim's outcome; released reports that the claim takes a handoff,
+// so that the key most likely holds a released claim's tombstone.
+func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done func(claimed bool, err error), released bool) {
 	if s.watch.entries.Load() == 0 {
-		return noTurn // before the variables the closures capture, which would cost allocations
+		return noTurn, false // before the variables the closures capture, which would cost allocations
 	}
 	var (
 		taken *handoff
@@ -171,7 +172,7 @@ func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done f
 		}
 	})
 	if owner == nil {
-		return noTurn
+		return noTurn, false
 	}
 	if sl != nil {
 		t := time.NewTimer(handoffWait)
@@ -201,5 +202,5 @@ func (s *Store) turn(ctx context.Context, key string, ttl time.Duration) (done f
 		if !claimed && (err != nil || taken.missed) {
 			owner.wakeOne(e) // the key is free, or may be: the next one's turn
 		}
-	}
+	}, taken != nil
 }

@@ -926,7 +926,7 @@ func TestWatchUnderACL(t *testing.T) {
 	p := prefix(t)
 	for user, rules := range map[string][]any{
 		"nochannels": {"+@all", "resetchannels"},
-		"documented": {"-@all", "+eval", "+evalsha", "+time", "+hget", "+hmget", "+hset", "+hdel", "+del", "+pexpireat",
+		"documented": {"-@all", "+eval", "+evalsha", "+multi", "+exec", "+get", "+set", "+pexpiretime", "+pttl", "+time", "+del", "+pexpireat",
 			"+publish", "+subscribe", "+unsubscribe", "+ping", "resetchannels", "&" + p + "*"},
 	} {
 		args := append([]any{"ACL", "SETUSER", user, "reset", "on", ">pw", "~" + p + "*"}, rules...)
