@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
@@ -426,5 +427,51 @@ func TestClaimsOfOneKeyShareAStatement(t *testing.T) {
 	}
 	if got := st.count() - before; got != 2 {
 		t.Fatalf("%d claims of one key ran %d statements; want 2 (the one in flight, and one shared by the rest)", n-1, got)
+	}
+}
+
+// TestClaimOfALiveRecordIsReadOnly claims a completed key and a busy key
+// on connections whose transactions are read-only (as on a standby): a
+// claim answered by a live record is a read-only statement, so both
+// answer (the outcome, and the live claim), while a claim that must write
+// is refused by the server, so the check can tell.
+func TestClaimOfALiveRecordIsReadOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opt := table(t, admin)
+	rw, err := New(admin, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, _, err := rw.Claim(ctx, "busy", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, _, err := rw.Claim(ctx, "done", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done.State, done.Response = store.StateCompleted, []byte("the response")
+	if ok, err := rw.Complete(ctx, done, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	ro, err := New(newPool(t, srv.URL, 2, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, claimed, err := ro.Claim(ctx, "done", fp, time.Minute)
+	if err != nil || claimed || rec.State != store.StateCompleted || string(rec.Response) != "the response" || rec.Fence != done.Fence {
+		t.Fatalf("replay on read-only connections: %+v, %v, %v; want the outcome", rec, claimed, err)
+	}
+	rec, claimed, err = ro.Claim(ctx, "busy", fp, time.Minute)
+	if err != nil || claimed || rec.State != store.StateClaimed || rec.Fence != busy.Fence {
+		t.Fatalf("busy claim on read-only connections: %+v, %v, %v; want the live claim %+v", rec, claimed, err, busy)
+	}
+	if _, claimed, err := ro.Claim(ctx, "free", fp, time.Minute); claimed || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
+		t.Fatalf("claim of a free key on read-only connections: %v, %v; want ServiceUnavailable (read-only)", claimed, err)
 	}
 }

@@ -25,74 +25,25 @@ type queries struct {
 // claimSQL is a claim's one statement ($1 the stored key, $2 the
 // fingerprint, $3 the lease in microseconds). It answers one row (claimed,
 // fingerprint, state, response, fence, created_at, expires_at), or none
-// when the row changed under it unreadably (the caller runs it again). A
-// new claim's row carries the fingerprint and response of the row it took
-// over (store.Record.Replaced), in the same round trip.
+// when the row kept changing under it (the caller runs it again).
 //
-//   - n: the clock, read once; cur: the row in the snapshot; ins: no row:
-//     insert (ON CONFLICT DO NOTHING waits for a racing inserter).
-//   - race: ins lost that race; only ON CONFLICT DO UPDATE reads the
-//     winner's row, outside the snapshot. Its no-op update returns the row
-//     when live (busy), and proposes an already run-out claim, so that it
-//     never leaves a live one behind should the row have vanished.
-//   - upd: take a dead row over, fence above its fence. READ COMMITTED
-//     checks the WHERE again on the newest version, so of racing take-overs
-//     one wins. Taking over a claim marked as waited for notifies, so that
-//     its waiters watch the new claim.
-//   - lost: upd lost such a race: FOR SHARE waits for and reads the
-//     winner's claim (FOR KEY SHARE could return the old version).
-//
-// A key live in the snapshot is answered from cur: the statement then
-// writes nothing, locks nothing and takes no transaction id.
-const claimSQL = `WITH n AS (
-	SELECT c.t, greatest(floor(extract(epoch FROM c.t) * 1000)::bigint, 1) AS ms
-	FROM (SELECT clock_timestamp() AS t) AS c
-),
-cur AS (
-	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at,
-		r.state <> 0 AND r.expires_at > n.t AS live
-	FROM {{t}} AS r, n WHERE r.key = $1::text
-),
-ins AS (
-	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
-	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t + {{ttl3}}, {{claimKeep n.ms}}
-	FROM n WHERE NOT EXISTS (SELECT FROM cur)
-	ON CONFLICT (key) DO NOTHING
-	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
-),
-race AS (
-	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
-	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t, {{runOutKeep n.ms}}
-	FROM n WHERE NOT EXISTS (SELECT FROM cur) AND NOT EXISTS (SELECT FROM ins)
-	ON CONFLICT (key) DO UPDATE SET state = r.state
-	WHERE r.state <> 0 AND r.expires_at > EXCLUDED.created_at
-	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
-),
-upd AS (
-	UPDATE {{t}} AS r SET fingerprint = $2::bytea, state = 1, response = '',
-		fence = greatest(r.fence + 1, n.ms), created_at = n.t, expires_at = n.t + {{ttl3}},
-		keep_until = {{claimKeep greatest(r.fence + 1, n.ms)}}
-	FROM n, cur
-	WHERE r.key = $1::text AND (r.state = 0 OR r.expires_at <= n.t)
-	RETURNING {{notify taken over}} AS claimed, cur.fingerprint,
-		r.state, CASE WHEN cur.state = 1 AND cur.response = '\x01'::bytea THEN ''::bytea ELSE cur.response END AS response,
-		r.fence, r.created_at, r.expires_at
-),
-lost AS (
-	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
-	FROM {{t}} AS r
-	WHERE r.key = $1::text AND EXISTS (SELECT FROM cur WHERE NOT cur.live) AND NOT EXISTS (SELECT FROM upd)
-	FOR SHARE
+// A key live in the statement's snapshot (a replay, or busy) is answered
+// by its first SELECT alone: the statement is read-only then (no write, no
+// row lock, no transaction id) and the function is never called. Any other
+// key goes to the table's claim function (schema.sql), told whether a row
+// was there (an absent key is inserted at once), which claims it and
+// answers a new claim's row with the fingerprint and response of the row
+// it took over (store.Record.Replaced), or the winner's row, busy, when it
+// lost a race.
+const claimSQL = `WITH cur AS MATERIALIZED (
+	SELECT r.state <> 0 AND r.expires_at > clock_timestamp() AS live,
+		r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+	FROM {{t}} AS r WHERE r.key = $1::text
 )
-SELECT true AS claimed, fingerprint, state, response, fence, created_at, expires_at FROM ins
-UNION ALL
-SELECT claimed, fingerprint, state, response, fence, created_at, expires_at FROM upd
-UNION ALL
 SELECT false, fingerprint, state, response, fence, created_at, expires_at FROM cur WHERE live
 UNION ALL
-SELECT false, x.fingerprint, x.state, x.response, x.fence, x.created_at, x.expires_at
-FROM (SELECT * FROM race UNION ALL SELECT * FROM lost) AS x, n
-WHERE x.state <> 0 AND x.expires_at > n.t`
+SELECT * FROM {{claim}}($1::text, $2::bytea, $3::bigint, {{retention}}, {{step}}, EXISTS (SELECT FROM cur))
+WHERE NOT EXISTS (SELECT FROM cur WHERE live)`
 
 // buildQueries renders the store's SQL for table t and the largest clock
 // step. async makes releases, sweeps and watch marks commit asynchronously
@@ -219,22 +170,20 @@ WHERE r.key IN (
 	}
 	r := strings.NewReplacer(
 		"{{t}}", t.sanitize(),
+		"{{claim}}", t.claimFunc(),
+		"{{retention}}", fmt.Sprint(store.ClaimRetention.Microseconds()),
+		"{{step}}", fmt.Sprint(step.Microseconds()),
 		"{{was AND w.fence = $2::bigint}}", was("AND w.fence = $2::bigint"),
 		"{{was AND w.state <> 0}}", was("AND w.state <> 0"),
 		// pg_notify returns void, which is not null: the column is true.
 		"{{notify}}", "CASE WHEN w.waited THEN pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL ELSE true END",
-		"{{notify taken over}}", "CASE WHEN cur.state = 1 AND cur.response <> '' THEN pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL ELSE true END",
 		"{{ttl3}}", ttl("$3"),
 		"{{ttl6}}", ttl("$6"),
 		// A claim: kept ClaimRetention past its lease, and past its fence.
-		"{{claimKeep n.ms}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("n.ms")+")",
-		"{{claimKeep greatest(r.fence + 1, n.ms)}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("greatest(r.fence + 1, n.ms)")+")",
 		"{{claimKeep r.fence}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("r.fence")+")",
 		// An outcome: kept until it expires, and past its fence.
 		"{{outcomeKeep ttl6 r.fence}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("r.fence")+")",
 		"{{outcomeKeep ttl6 $5::bigint}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("$5::bigint")+")",
-		// A claim proposed already run out (race): as a claim.
-		"{{runOutKeep n.ms}}", "greatest(n.t + "+retention+", "+fenceTime("n.ms")+")",
 		// A tombstone: past its fence only.
 		"{{tombKeep r.fence}}", "greatest(n.t, "+fenceTime("r.fence")+")",
 		"{{fenceTime r.fence}}", fenceTime("r.fence"),
