@@ -475,3 +475,72 @@ func TestClaimOfALiveRecordIsReadOnly(t *testing.T) {
 		t.Fatalf("claim of a free key on read-only connections: %v, %v; want ServiceUnavailable (read-only)", claimed, err)
 	}
 }
+
+// TestEndsOfClaimsLockNoRow checks, on a server of the test's own, that a
+// first execution (Claim, Complete) and the other ends of claims (Release,
+// Delete) write their rows without a row lock of their own: the WAL of
+// each holds no lock record, only the writes.
+func TestEndsOfClaimsLockNoRow(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewPostgres(t)
+	admin := newPool(t, srv.URL, 1)
+	ctx := t.Context()
+	if _, err := admin.Exec(ctx, "CREATE EXTENSION pg_walinspect"); err != nil {
+		t.Fatal(err)
+	}
+	opt := table(t, admin)
+	s, err := New(newPool(t, srv.URL, 1), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[string]func(c store.Record) (bool, error){
+		"complete": func(c store.Record) (bool, error) {
+			c.State, c.Response = store.StateCompleted, []byte("r")
+			return s.Complete(ctx, c, time.Hour)
+		},
+		"release": func(c store.Record) (bool, error) { return s.Release(ctx, c.Key, c.Fence) },
+		"delete":  func(c store.Record) (bool, error) { return s.Delete(ctx, c.Key) },
+	}
+	for what, end := range ends {
+		var start string
+		if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&start); err != nil {
+			t.Fatal(err)
+		}
+		c, claimed, err := s.Claim(ctx, what, fp, time.Hour)
+		if err != nil || !claimed {
+			t.Fatalf("%s: Claim: %v, %v", what, claimed, err)
+		}
+		if ok, err := end(c); err != nil || !ok {
+			t.Fatalf("%s: %v, %v", what, ok, err)
+		}
+		// An asynchronous commit (Release) may still be in the WAL
+		// buffers: the WAL writer flushes it within its delay.
+		var end string
+		if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&end); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			var flushed bool
+			if err := admin.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn", end).Scan(&flushed); err != nil {
+				t.Fatal(err)
+			}
+			if flushed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the WAL was not flushed")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var locks, heap int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE record_type LIKE 'LOCK%'),
+	count(*) FILTER (WHERE record_type IN ('INSERT', 'INSERT+INIT', 'UPDATE', 'HOT_UPDATE'))
+FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
+WHERE resource_manager IN ('Heap', 'Heap2')`, start, end).Scan(&locks, &heap); err != nil {
+			t.Fatal(err)
+		}
+		if locks != 0 || heap < 2 {
+			t.Fatalf("claim and %s wrote %d lock records and %d heap writes; want no lock and the two writes", what, locks, heap)
+		}
+	}
+}

@@ -51,8 +51,12 @@ WHERE NOT EXISTS (SELECT FROM cur WHERE live)`
 //
 // Complete, Release and Delete notify only a claim marked as waited for
 // (a notifying commit holds a server-wide lock until its WAL flush). They
-// read the mark under the row lock the UPDATE takes anyway (FOR NO KEY
-// UPDATE), so a mark committed after their snapshot is not missed.
+// read the mark in their SET, which sees the row as it is before the
+// write: READ COMMITTED evaluates it again on the newest version when the
+// row changed after the snapshot, so a mark committed in between is not
+// missed (the version the write skipped may notify too: one wake-up more,
+// which waiters take as a cue to read again). No row lock of their own, no
+// join: one row, one WAL record.
 func buildQueries(t tableName, step time.Duration, async bool) queries {
 	asyncCol := ""
 	if async {
@@ -71,26 +75,26 @@ RETURNING r.expires_at`,
 
 		// The holder's claim, or (a repeat of this very completion whose
 		// answer was lost) the same outcome under the same fence.
-		complete: `UPDATE {{t}} AS r SET fingerprint = $5::bytea, state = $3::smallint, response = $4::bytea,
+		complete: `UPDATE {{t}} AS r SET fingerprint = $5::bytea, state = {{notify then}} $3::smallint END, response = $4::bytea,
 	created_at = n.t, expires_at = n.t + {{ttl6}}, keep_until = {{outcomeKeep ttl6 r.fence}}
-FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.fence = $2::bigint}}
+FROM (SELECT clock_timestamp() AS t) AS n
 WHERE r.key = $1::text AND r.fence = $2::bigint
 	AND (r.state = 1 OR (r.state = $3::smallint AND r.fingerprint = $5::bytea AND r.response = $4::bytea))
-RETURNING {{notify}}`,
+RETURNING true`,
 
-		release: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
+		release: `UPDATE {{t}} AS r SET state = {{notify then}} 0 END, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
-FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
 WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1 AND r.expires_at > n.t
-RETURNING {{notify}}`,
+RETURNING true`,
 
 		// After a lost connection: this claim's tombstone says that the
 		// try before released it.
-		releaseAgain: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
+		releaseAgain: `UPDATE {{t}} AS r SET state = {{notify then}} 0 END, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
 	keep_until = greatest(r.keep_until, {{tombKeep r.fence}})
-FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
 WHERE r.key = $1::text AND r.fence = $2::bigint AND (r.state = 0 OR (r.state = 1 AND r.expires_at > n.t))
-RETURNING {{notify}}`,
+RETURNING true`,
 
 		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
 FROM {{t}} WHERE key = $1::text AND state <> 0 AND expires_at > clock_timestamp()`,
@@ -115,11 +119,11 @@ FROM (SELECT key, fingerprint, state, response, fence, created_at, expires_at
 		AND key > $5::text AND state <> 0 AND expires_at > clock_timestamp()
 	ORDER BY key LIMIT $6) AS l`,
 
-		delete: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
+		delete: `UPDATE {{t}} AS r SET state = {{notify then}} 0 END, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
-FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.state <> 0}}
+FROM (SELECT clock_timestamp() AS t) AS n
 WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
-RETURNING {{notify}}`,
+RETURNING true`,
 
 		// Marks the key's claim as waited for (the byte \x01 in its
 		// unused response column): true when it is marked, now or
@@ -164,19 +168,15 @@ WHERE r.key IN (
 		return fmt.Sprintf("(timestamptz 'epoch' + (%s + 1) * interval '1 millisecond' + interval '%d microseconds')", f, step.Microseconds())
 	}
 	ttl := func(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
-	was := func(cond string) string {
-		return "(SELECT w.state = 1 AND w.response <> '' AS waited FROM " + t.sanitize() +
-			" AS w WHERE w.key = $1::text " + cond + " FOR NO KEY UPDATE) AS w"
-	}
 	r := strings.NewReplacer(
 		"{{t}}", t.sanitize(),
 		"{{claim}}", t.claimFunc(),
 		"{{retention}}", fmt.Sprint(store.ClaimRetention.Microseconds()),
 		"{{step}}", fmt.Sprint(step.Microseconds()),
-		"{{was AND w.fence = $2::bigint}}", was("AND w.fence = $2::bigint"),
-		"{{was AND w.state <> 0}}", was("AND w.state <> 0"),
-		// pg_notify returns void, which is not null: the column is true.
-		"{{notify}}", "CASE WHEN w.waited THEN pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL ELSE true END",
+		// The opening of a CASE whose one branch is always taken: it
+		// notifies first when the row is a claim marked as waited for
+		// (pg_notify returns void, which is not null).
+		"{{notify then}}", "CASE WHEN r.state <> 1 OR r.response = '' OR pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL THEN",
 		"{{ttl3}}", ttl("$3"),
 		"{{ttl6}}", ttl("$6"),
 		// A claim: kept ClaimRetention past its lease, and past its fence.
