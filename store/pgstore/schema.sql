@@ -2,7 +2,12 @@
 -- (idemkit_records). pgstore.SetupSchema runs exactly this DDL (for the name
 -- it is given) in one transaction that first takes
 -- pg_advisory_xact_lock(7594306392281412641). Every statement is
--- idempotent, so migration tools may apply this file as it is.
+-- idempotent, so migration tools may apply this file as it is; the claim
+-- function is replaced each time (CREATE OR REPLACE), so the role that
+-- applies it must own the function, as the one that created it does. The
+-- function names the table unqualified, as this file does: it finds it on
+-- the caller's search_path, like the store's statements on the default
+-- name (SetupSchema with WithTable("schema.table") qualifies both).
 
 -- Records: one row per record key, holding a claim while its request runs,
 -- then the request's outcome. Time is the server's clock_timestamp(). A row
