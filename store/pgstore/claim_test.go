@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -542,5 +543,64 @@ WHERE resource_manager IN ('Heap', 'Heap2')`, start, end).Scan(&locks, &heap); e
 		if locks != 0 || heap < 2 {
 			t.Fatalf("claim and %s wrote %d lock records and %d heap writes; want no lock and the two writes", what, locks, heap)
 		}
+	}
+}
+
+// TestClaimOfALiveRecordCallsNoFunction checks the claim statement's plan
+// as it runs: for a completed key and a busy key the claim function is
+// never executed (the statement's read answers), while for a free key it
+// is, so the check can tell. Each runs under EXPLAIN ANALYZE in a
+// transaction rolled back.
+func TestClaimOfALiveRecordCallsNoFunction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	s, err := New(admin, table(t, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Claim(ctx, "busy", fp, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := s.Claim(ctx, "done", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.Response = store.StateCompleted, []byte("r")
+	if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	functionRan := func(key string) bool {
+		t.Helper()
+		tx, err := admin.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+s.q.claim,
+			key, []byte(fp), time.Hour.Microseconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			if strings.Contains(l, "Function Scan") {
+				return !strings.Contains(l, "never executed")
+			}
+		}
+		t.Fatalf("the claim's plan has no function scan:\n%s", strings.Join(lines, "\n"))
+		return false
+	}
+	for _, k := range []string{"done", "busy"} {
+		if functionRan(k) {
+			t.Fatalf("a claim of the live key %s called the claim function", k)
+		}
+	}
+	if !functionRan("free") {
+		t.Fatal("a claim of a free key did not call the claim function: the check cannot tell")
 	}
 }
