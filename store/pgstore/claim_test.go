@@ -3,11 +3,13 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
@@ -426,5 +428,179 @@ func TestClaimsOfOneKeyShareAStatement(t *testing.T) {
 	}
 	if got := st.count() - before; got != 2 {
 		t.Fatalf("%d claims of one key ran %d statements; want 2 (the one in flight, and one shared by the rest)", n-1, got)
+	}
+}
+
+// TestClaimOfALiveRecordIsReadOnly claims a completed key and a busy key
+// on connections whose transactions are read-only (as on a standby): a
+// claim answered by a live record is a read-only statement, so both
+// answer (the outcome, and the live claim), while a claim that must write
+// is refused by the server, so the check can tell.
+func TestClaimOfALiveRecordIsReadOnly(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opt := table(t, admin)
+	rw, err := New(admin, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, _, err := rw.Claim(ctx, "busy", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, _, err := rw.Claim(ctx, "done", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done.State, done.Response = store.StateCompleted, []byte("the response")
+	if ok, err := rw.Complete(ctx, done, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	ro, err := New(newPool(t, srv.URL, 2, func(c *pgxpool.Config) {
+		c.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	}), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, claimed, err := ro.Claim(ctx, "done", fp, time.Minute)
+	if err != nil || claimed || rec.State != store.StateCompleted || string(rec.Response) != "the response" || rec.Fence != done.Fence {
+		t.Fatalf("replay on read-only connections: %+v, %v, %v; want the outcome", rec, claimed, err)
+	}
+	rec, claimed, err = ro.Claim(ctx, "busy", fp, time.Minute)
+	if err != nil || claimed || rec.State != store.StateClaimed || rec.Fence != busy.Fence {
+		t.Fatalf("busy claim on read-only connections: %+v, %v, %v; want the live claim %+v", rec, claimed, err, busy)
+	}
+	if _, claimed, err := ro.Claim(ctx, "free", fp, time.Minute); claimed || idemkit.CodeOf(err) != idemkit.CodeServiceUnavailable {
+		t.Fatalf("claim of a free key on read-only connections: %v, %v; want ServiceUnavailable (read-only)", claimed, err)
+	}
+}
+
+// TestEndsOfClaimsLockNoRow checks, on a server of the test's own, that a
+// first execution (Claim, Complete) and the other ends of claims (Release,
+// Delete) write their rows without a row lock of their own: the WAL of
+// each holds no lock record, only the writes.
+func TestEndsOfClaimsLockNoRow(t *testing.T) {
+	t.Parallel()
+	srv := testenv.NewPostgres(t)
+	admin := newPool(t, srv.URL, 1)
+	ctx := t.Context()
+	if _, err := admin.Exec(ctx, "CREATE EXTENSION pg_walinspect"); err != nil {
+		t.Fatal(err)
+	}
+	opt := table(t, admin)
+	s, err := New(newPool(t, srv.URL, 1), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[string]func(c store.Record) (bool, error){
+		"complete": func(c store.Record) (bool, error) {
+			c.State, c.Response = store.StateCompleted, []byte("r")
+			return s.Complete(ctx, c, time.Hour)
+		},
+		"release": func(c store.Record) (bool, error) { return s.Release(ctx, c.Key, c.Fence) },
+		"delete":  func(c store.Record) (bool, error) { return s.Delete(ctx, c.Key) },
+	}
+	for what, end := range ends {
+		var start string
+		if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&start); err != nil {
+			t.Fatal(err)
+		}
+		c, claimed, err := s.Claim(ctx, what, fp, time.Hour)
+		if err != nil || !claimed {
+			t.Fatalf("%s: Claim: %v, %v", what, claimed, err)
+		}
+		if ok, err := end(c); err != nil || !ok {
+			t.Fatalf("%s: %v, %v", what, ok, err)
+		}
+		// An asynchronous commit (Release) may still be in the WAL
+		// buffers: the WAL writer flushes it within its delay.
+		var end string
+		if err := admin.QueryRow(ctx, "SELECT pg_current_wal_insert_lsn()::text").Scan(&end); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			var flushed bool
+			if err := admin.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn", end).Scan(&flushed); err != nil {
+				t.Fatal(err)
+			}
+			if flushed {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the WAL was not flushed")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var locks, heap int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE record_type LIKE 'LOCK%'),
+	count(*) FILTER (WHERE record_type IN ('INSERT', 'INSERT+INIT', 'UPDATE', 'HOT_UPDATE'))
+FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)
+WHERE resource_manager IN ('Heap', 'Heap2')`, start, end).Scan(&locks, &heap); err != nil {
+			t.Fatal(err)
+		}
+		if locks != 0 || heap < 2 {
+			t.Fatalf("claim and %s wrote %d lock records and %d heap writes; want no lock and the two writes", what, locks, heap)
+		}
+	}
+}
+
+// TestClaimOfALiveRecordCallsNoFunction checks the claim statement's plan
+// as it runs: for a completed key and a busy key the claim function is
+// never executed (the statement's read answers), while for a free key it
+// is, so the check can tell. Each runs under EXPLAIN ANALYZE in a
+// transaction rolled back.
+func TestClaimOfALiveRecordCallsNoFunction(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	s, err := New(admin, table(t, admin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Claim(ctx, "busy", fp, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := s.Claim(ctx, "done", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.Response = store.StateCompleted, []byte("r")
+	if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	functionRan := func(key string) bool {
+		t.Helper()
+		tx, err := admin.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		rows, err := tx.Query(ctx, "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "+s.q.claim,
+			key, []byte(fp), time.Hour.Microseconds())
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			if strings.Contains(l, "Function Scan") {
+				return !strings.Contains(l, "never executed")
+			}
+		}
+		t.Fatalf("the claim's plan has no function scan:\n%s", strings.Join(lines, "\n"))
+		return false
+	}
+	for _, k := range []string{"done", "busy"} {
+		if functionRan(k) {
+			t.Fatalf("a claim of the live key %s called the claim function", k)
+		}
+	}
+	if !functionRan("free") {
+		t.Fatal("a claim of a free key did not call the claim function: the check cannot tell")
 	}
 }

@@ -13,8 +13,11 @@
 //
 // Every operation is one statement that reads the server's
 // clock_timestamp(), never a client clock: a replay costs one round trip,
-// a first execution two. A refused claim is read-only (no row lock, no
-// WAL), so waiters cost the server a read each; Release commits
+// a first execution two (a claim and a completion, each one durable
+// commit). A claim answered by a live record (a replay, or busy) is one
+// read-only SELECT (no row lock, no WAL), so waiters cost the server a
+// read each; other claims go on, in the same statement, to the table's
+// claim function, which schema.sql creates. Release commits
 // asynchronously (a release lost in a crash only lets its lease run out).
 // Rows and the tombstones of releases and deletions are kept as the fence
 // rule of [store.Store] says, with [WithMaxClockStep]; [Store.Sweep]

@@ -93,8 +93,8 @@ func transport(err error) bool {
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
 }
 
-// undefinedHint is the detail of the error for a missing table, schema or
-// column.
+// undefinedHint is the detail of the error for a missing table, schema,
+// column or claim function.
 const undefinedHint = "the record table is missing or has another layout: run pgstore.SetupSchema (or apply schema.sql) with the same table name, on a table this package created"
 
 // deniedHint is the detail of the error for a role refused the record
@@ -140,7 +140,7 @@ func classifySQLState(code string) (idemkit.Code, string) {
 		return idemkit.CodeNetworkTimeout, "lock wait timed out (lock_timeout)"
 	case "42501":
 		return idemkit.CodeAuthFailed, deniedHint
-	case "42P01", "3F000", "42703":
+	case "42P01", "3F000", "42703", "42883":
 		return idemkit.CodeMisconfigured, undefinedHint
 	case "23514": // the only check of the table: the fence's
 		return idemkit.CodeInternal, "fence overflow: the key's next fence would exceed idemkit.FenceMax"

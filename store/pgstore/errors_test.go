@@ -51,6 +51,7 @@ func TestMapError(t *testing.T) {
 		{pg("42P01"), idemkit.CodeMisconfigured},
 		{pg("3F000"), idemkit.CodeMisconfigured},
 		{pg("42703"), idemkit.CodeMisconfigured},
+		{pg("42883"), idemkit.CodeMisconfigured},
 		{pg("54000"), idemkit.CodeInvalidArgument},
 		{pg("23514"), idemkit.CodeInternal},
 		{pg("23505"), idemkit.CodeInternal},

@@ -25,74 +25,25 @@ type queries struct {
 // claimSQL is a claim's one statement ($1 the stored key, $2 the
 // fingerprint, $3 the lease in microseconds). It answers one row (claimed,
 // fingerprint, state, response, fence, created_at, expires_at), or none
-// when the row changed under it unreadably (the caller runs it again). A
-// new claim's row carries the fingerprint and response of the row it took
-// over (store.Record.Replaced), in the same round trip.
+// when the row kept changing under it (the caller runs it again).
 //
-//   - n: the clock, read once; cur: the row in the snapshot; ins: no row:
-//     insert (ON CONFLICT DO NOTHING waits for a racing inserter).
-//   - race: ins lost that race; only ON CONFLICT DO UPDATE reads the
-//     winner's row, outside the snapshot. Its no-op update returns the row
-//     when live (busy), and proposes an already run-out claim, so that it
-//     never leaves a live one behind should the row have vanished.
-//   - upd: take a dead row over, fence above its fence. READ COMMITTED
-//     checks the WHERE again on the newest version, so of racing take-overs
-//     one wins. Taking over a claim marked as waited for notifies, so that
-//     its waiters watch the new claim.
-//   - lost: upd lost such a race: FOR SHARE waits for and reads the
-//     winner's claim (FOR KEY SHARE could return the old version).
-//
-// A key live in the snapshot is answered from cur: the statement then
-// writes nothing, locks nothing and takes no transaction id.
-const claimSQL = `WITH n AS (
-	SELECT c.t, greatest(floor(extract(epoch FROM c.t) * 1000)::bigint, 1) AS ms
-	FROM (SELECT clock_timestamp() AS t) AS c
-),
-cur AS (
-	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at,
-		r.state <> 0 AND r.expires_at > n.t AS live
-	FROM {{t}} AS r, n WHERE r.key = $1::text
-),
-ins AS (
-	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
-	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t + {{ttl3}}, {{claimKeep n.ms}}
-	FROM n WHERE NOT EXISTS (SELECT FROM cur)
-	ON CONFLICT (key) DO NOTHING
-	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
-),
-race AS (
-	INSERT INTO {{t}} AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
-	SELECT $1::text, $2::bytea, 1, '', n.ms, n.t, n.t, {{runOutKeep n.ms}}
-	FROM n WHERE NOT EXISTS (SELECT FROM cur) AND NOT EXISTS (SELECT FROM ins)
-	ON CONFLICT (key) DO UPDATE SET state = r.state
-	WHERE r.state <> 0 AND r.expires_at > EXCLUDED.created_at
-	RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
-),
-upd AS (
-	UPDATE {{t}} AS r SET fingerprint = $2::bytea, state = 1, response = '',
-		fence = greatest(r.fence + 1, n.ms), created_at = n.t, expires_at = n.t + {{ttl3}},
-		keep_until = {{claimKeep greatest(r.fence + 1, n.ms)}}
-	FROM n, cur
-	WHERE r.key = $1::text AND (r.state = 0 OR r.expires_at <= n.t)
-	RETURNING {{notify taken over}} AS claimed, cur.fingerprint,
-		r.state, CASE WHEN cur.state = 1 AND cur.response = '\x01'::bytea THEN ''::bytea ELSE cur.response END AS response,
-		r.fence, r.created_at, r.expires_at
-),
-lost AS (
-	SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
-	FROM {{t}} AS r
-	WHERE r.key = $1::text AND EXISTS (SELECT FROM cur WHERE NOT cur.live) AND NOT EXISTS (SELECT FROM upd)
-	FOR SHARE
+// A key live in the statement's snapshot (a replay, or busy) is answered
+// by its first SELECT alone: the statement is read-only then (no write, no
+// row lock, no transaction id) and the function is never called. Any other
+// key goes to the table's claim function (schema.sql), told whether a row
+// was there (an absent key is inserted at once), which claims it and
+// answers a new claim's row with the fingerprint and response of the row
+// it took over (store.Record.Replaced), or the winner's row, busy, when it
+// lost a race.
+const claimSQL = `WITH cur AS MATERIALIZED (
+	SELECT r.state <> 0 AND r.expires_at > clock_timestamp() AS live,
+		r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+	FROM {{t}} AS r WHERE r.key = $1::text
 )
-SELECT true AS claimed, fingerprint, state, response, fence, created_at, expires_at FROM ins
-UNION ALL
-SELECT claimed, fingerprint, state, response, fence, created_at, expires_at FROM upd
-UNION ALL
 SELECT false, fingerprint, state, response, fence, created_at, expires_at FROM cur WHERE live
 UNION ALL
-SELECT false, x.fingerprint, x.state, x.response, x.fence, x.created_at, x.expires_at
-FROM (SELECT * FROM race UNION ALL SELECT * FROM lost) AS x, n
-WHERE x.state <> 0 AND x.expires_at > n.t`
+SELECT * FROM {{claim}}($1::text, $2::bytea, $3::bigint, {{retention}}, {{step}}, EXISTS (SELECT FROM cur))
+WHERE NOT EXISTS (SELECT FROM cur WHERE live)`
 
 // buildQueries renders the store's SQL for table t and the largest clock
 // step. async makes releases, sweeps and watch marks commit asynchronously
@@ -100,8 +51,12 @@ WHERE x.state <> 0 AND x.expires_at > n.t`
 //
 // Complete, Release and Delete notify only a claim marked as waited for
 // (a notifying commit holds a server-wide lock until its WAL flush). They
-// read the mark under the row lock the UPDATE takes anyway (FOR NO KEY
-// UPDATE), so a mark committed after their snapshot is not missed.
+// read the mark in their SET, which sees the row as it is before the
+// write: READ COMMITTED evaluates it again on the newest version when the
+// row changed after the snapshot, so a mark committed in between is not
+// missed (the version the write skipped may notify too: one wake-up more,
+// which waiters take as a cue to read again). No row lock of their own, no
+// join: one row, one WAL record.
 func buildQueries(t tableName, step time.Duration, async bool) queries {
 	asyncCol := ""
 	if async {
@@ -120,26 +75,26 @@ RETURNING r.expires_at`,
 
 		// The holder's claim, or (a repeat of this very completion whose
 		// answer was lost) the same outcome under the same fence.
-		complete: `UPDATE {{t}} AS r SET fingerprint = $5::bytea, state = $3::smallint, response = $4::bytea,
+		complete: `UPDATE {{t}} AS r SET fingerprint = $5::bytea, state = {{notify then}} $3::smallint END, response = $4::bytea,
 	created_at = n.t, expires_at = n.t + {{ttl6}}, keep_until = {{outcomeKeep ttl6 r.fence}}
-FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.fence = $2::bigint}}
+FROM (SELECT clock_timestamp() AS t) AS n
 WHERE r.key = $1::text AND r.fence = $2::bigint
 	AND (r.state = 1 OR (r.state = $3::smallint AND r.fingerprint = $5::bytea AND r.response = $4::bytea))
-RETURNING {{notify}}`,
+RETURNING true`,
 
-		release: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
+		release: `UPDATE {{t}} AS r SET state = {{notify then}} 0 END, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
-FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
 WHERE r.key = $1::text AND r.fence = $2::bigint AND r.state = 1 AND r.expires_at > n.t
-RETURNING {{notify}}`,
+RETURNING true`,
 
 		// After a lost connection: this claim's tombstone says that the
 		// try before released it.
-		releaseAgain: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
+		releaseAgain: `UPDATE {{t}} AS r SET state = {{notify then}} 0 END, fingerprint = '', response = '', expires_at = least(r.expires_at, n.t),
 	keep_until = greatest(r.keep_until, {{tombKeep r.fence}})
-FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n, {{was AND w.fence = $2::bigint}}
+FROM (SELECT clock_timestamp() AS t` + asyncCol + `) AS n
 WHERE r.key = $1::text AND r.fence = $2::bigint AND (r.state = 0 OR (r.state = 1 AND r.expires_at > n.t))
-RETURNING {{notify}}`,
+RETURNING true`,
 
 		get: `SELECT fingerprint, state, response, fence, created_at, expires_at
 FROM {{t}} WHERE key = $1::text AND state <> 0 AND expires_at > clock_timestamp()`,
@@ -164,11 +119,11 @@ FROM (SELECT key, fingerprint, state, response, fence, created_at, expires_at
 		AND key > $5::text AND state <> 0 AND expires_at > clock_timestamp()
 	ORDER BY key LIMIT $6) AS l`,
 
-		delete: `UPDATE {{t}} AS r SET state = 0, fingerprint = '', response = '', expires_at = n.t,
+		delete: `UPDATE {{t}} AS r SET state = {{notify then}} 0 END, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}
-FROM (SELECT clock_timestamp() AS t) AS n, {{was AND w.state <> 0}}
+FROM (SELECT clock_timestamp() AS t) AS n
 WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
-RETURNING {{notify}}`,
+RETURNING true`,
 
 		// Marks the key's claim as waited for (the byte \x01 in its
 		// unused response column): true when it is marked, now or
@@ -213,28 +168,22 @@ WHERE r.key IN (
 		return fmt.Sprintf("(timestamptz 'epoch' + (%s + 1) * interval '1 millisecond' + interval '%d microseconds')", f, step.Microseconds())
 	}
 	ttl := func(param string) string { return "(" + param + "::bigint * interval '1 microsecond')" }
-	was := func(cond string) string {
-		return "(SELECT w.state = 1 AND w.response <> '' AS waited FROM " + t.sanitize() +
-			" AS w WHERE w.key = $1::text " + cond + " FOR NO KEY UPDATE) AS w"
-	}
 	r := strings.NewReplacer(
 		"{{t}}", t.sanitize(),
-		"{{was AND w.fence = $2::bigint}}", was("AND w.fence = $2::bigint"),
-		"{{was AND w.state <> 0}}", was("AND w.state <> 0"),
-		// pg_notify returns void, which is not null: the column is true.
-		"{{notify}}", "CASE WHEN w.waited THEN pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL ELSE true END",
-		"{{notify taken over}}", "CASE WHEN cur.state = 1 AND cur.response <> '' THEN pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL ELSE true END",
+		"{{claim}}", t.claimFunc(),
+		"{{retention}}", fmt.Sprint(store.ClaimRetention.Microseconds()),
+		"{{step}}", fmt.Sprint(step.Microseconds()),
+		// The opening of a CASE whose one branch is always taken: it
+		// notifies first when the row is a claim marked as waited for
+		// (pg_notify returns void, which is not null).
+		"{{notify then}}", "CASE WHEN r.state <> 1 OR r.response = '' OR pg_notify("+quoteLiteral(t.channel())+", r.key) IS NOT NULL THEN",
 		"{{ttl3}}", ttl("$3"),
 		"{{ttl6}}", ttl("$6"),
 		// A claim: kept ClaimRetention past its lease, and past its fence.
-		"{{claimKeep n.ms}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("n.ms")+")",
-		"{{claimKeep greatest(r.fence + 1, n.ms)}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("greatest(r.fence + 1, n.ms)")+")",
 		"{{claimKeep r.fence}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("r.fence")+")",
 		// An outcome: kept until it expires, and past its fence.
 		"{{outcomeKeep ttl6 r.fence}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("r.fence")+")",
 		"{{outcomeKeep ttl6 $5::bigint}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("$5::bigint")+")",
-		// A claim proposed already run out (race): as a claim.
-		"{{runOutKeep n.ms}}", "greatest(n.t + "+retention+", "+fenceTime("n.ms")+")",
 		// A tombstone: past its fence only.
 		"{{tombKeep r.fence}}", "greatest(n.t, "+fenceTime("r.fence")+")",
 		"{{fenceTime r.fence}}", fenceTime("r.fence"),

@@ -34,6 +34,8 @@ func renderDDL(t tableName) string {
 		`"`+defaultTable+`"`, t.sanitize(),
 		`"`+defaultTable+`_keep_until_idx"`, t.derived("_keep_until_idx"),
 		`"`+defaultTable+`_lock_id_idx"`, t.derived("_lock_id_idx"),
+		`"`+defaultTable+`_claim"`, t.claimFunc(),
+		quoteLiteral("idemkit:"+defaultTable), quoteLiteral(t.channel()),
 	).Replace(schemaSQL)
 }
 

@@ -2,7 +2,12 @@
 -- (idemkit_records). pgstore.SetupSchema runs exactly this DDL (for the name
 -- it is given) in one transaction that first takes
 -- pg_advisory_xact_lock(7594306392281412641). Every statement is
--- idempotent, so migration tools may apply this file as it is.
+-- idempotent, so migration tools may apply this file as it is; the claim
+-- function is replaced each time (CREATE OR REPLACE), so the role that
+-- applies it must own the function, as the one that created it does. The
+-- function names the table unqualified, as this file does: it finds it on
+-- the caller's search_path, like the store's statements on the default
+-- name (SetupSchema with WithTable("schema.table") qualifies both).
 
 -- Records: one row per record key, holding a claim while its request runs,
 -- then the request's outcome. Time is the server's clock_timestamp(). A row
@@ -39,3 +44,101 @@ CREATE INDEX IF NOT EXISTS "idemkit_records_keep_until_idx" ON "idemkit_records"
 -- writes add no entry here.
 CREATE INDEX IF NOT EXISTS "idemkit_records_lock_id_idx" ON "idemkit_records" (fingerprint)
     WHERE octet_length(fingerprint) = 22 AND encode(fingerprint, 'escape') ~ '^[A-Za-z0-9_-]{22}$';
+-- Claim: pgstore's claim of key k that its statement did not find live
+-- (SELECT * FROM "idemkit_records_claim"(key, fingerprint, lease,
+-- retention, clock step, whether the statement saw a row), durations in
+-- microseconds. A key with no row gets a claim inserted; a dead row (a
+-- tombstone, a run-out claim, an expired outcome) is taken over in place,
+-- its fence above the last one, answering the replaced row's fingerprint
+-- and response; a live one (a racing claim won) is answered as it is. It
+-- answers one row (claimed, fingerprint, state, response, fence,
+-- created_at, expires_at), or none when the row kept changing under it
+-- (the caller calls again). Each statement in it sees what committed
+-- before it, so a claim that lost a race reads the winner's row on its
+-- next turn. The fence is the clock in milliseconds, above the row's
+-- fence; a row is kept past its lease plus the retention, and past its
+-- fence read as a time plus the step.
+CREATE OR REPLACE FUNCTION "idemkit_records_claim"(k text, fp bytea, lease bigint, retain bigint, step bigint, seen boolean)
+RETURNS TABLE (claimed boolean, fingerprint bytea, state smallint, response bytea,
+    fence bigint, created_at timestamptz, expires_at timestamptz)
+LANGUAGE plpgsql VOLATILE AS $claim$
+#variable_conflict use_column
+DECLARE
+    t timestamptz;
+    ms bigint;
+    waited boolean;
+BEGIN
+    FOR try IN 1..3 LOOP
+        t := clock_timestamp();
+        ms := greatest(floor(extract(epoch FROM t) * 1000)::bigint, 1);
+        IF NOT seen THEN
+            -- DO NOTHING waits for a racing inserter, then inserts nothing.
+            INSERT INTO "idemkit_records" AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
+            VALUES (k, fp, 1, '', ms, t, t + lease * interval '1 microsecond',
+                greatest(t + (lease + retain) * interval '1 microsecond',
+                    timestamptz 'epoch' + (ms + 1) * interval '1 millisecond' + step * interval '1 microsecond'))
+            ON CONFLICT (key) DO NOTHING
+            RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+            INTO fingerprint, state, response, fence, created_at, expires_at;
+            IF FOUND THEN
+                claimed := true;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+        END IF;
+        SELECT r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+            INTO fingerprint, state, response, fence, created_at, expires_at
+            FROM "idemkit_records" AS r WHERE r.key = k;
+        IF FOUND AND state <> 0 AND expires_at > t THEN
+            claimed := false; -- busy (or, after a race, the winner's outcome)
+            RETURN NEXT;
+            RETURN;
+        ELSIF FOUND THEN
+            -- Take the dead row over. READ COMMITTED checks the WHERE again
+            -- on the newest version, so of racing take-overs one wins. A
+            -- claim marked as waited for (response \x01) notifies, so that
+            -- its waiters watch the new claim.
+            waited := state = 1 AND response <> '';
+            UPDATE "idemkit_records" AS r SET fingerprint = fp, state = 1, response = '',
+                fence = greatest(r.fence + 1, ms), created_at = t, expires_at = t + lease * interval '1 microsecond',
+                keep_until = greatest(t + (lease + retain) * interval '1 microsecond',
+                    timestamptz 'epoch' + (greatest(r.fence + 1, ms) + 1) * interval '1 millisecond' + step * interval '1 microsecond')
+            WHERE r.key = k AND (r.state = 0 OR r.expires_at <= t)
+            RETURNING r.state, r.fence, r.created_at, r.expires_at INTO state, fence, created_at, expires_at;
+            IF FOUND THEN
+                IF waited THEN
+                    PERFORM pg_notify('idemkit:idemkit_records', k);
+                END IF;
+                IF waited AND response = '\x01'::bytea THEN
+                    response := ''; -- the mark, no response
+                END IF;
+                claimed := true; -- with the replaced row's fingerprint and response
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            seen := true; -- a racing claim took it over: read it
+        ELSIF seen THEN
+            seen := false; -- the row is gone: insert
+        ELSE
+            -- A row the insert met but the snapshot lacks (above READ
+            -- COMMITTED): DO UPDATE reads it past the snapshot and answers
+            -- it when live (busy). Should it have vanished, this inserts a
+            -- claim already run out, never a live one, which the next turn
+            -- takes over.
+            INSERT INTO "idemkit_records" AS r (key, fingerprint, state, response, fence, created_at, expires_at, keep_until)
+            VALUES (k, fp, 1, '', ms, t, t, greatest(t + retain * interval '1 microsecond',
+                timestamptz 'epoch' + (ms + 1) * interval '1 millisecond' + step * interval '1 microsecond'))
+            ON CONFLICT (key) DO UPDATE SET state = r.state
+            WHERE r.state <> 0 AND r.expires_at > EXCLUDED.created_at
+            RETURNING r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+            INTO fingerprint, state, response, fence, created_at, expires_at;
+            IF FOUND AND state <> 0 AND expires_at > t THEN
+                claimed := false;
+                RETURN NEXT;
+                RETURN;
+            END IF;
+            seen := true;
+        END IF;
+    END LOOP;
+END
+$claim$;

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idemkit/idemkit"
@@ -34,7 +36,8 @@ func TestSchemaSQLRendered(t *testing.T) {
 		t.Fatal(err)
 	}
 	ddl := renderDDL(other)
-	for _, want := range []string{`EXISTS "s"."t" (`, `EXISTS "t_keep_until_idx" ON "s"."t"`, `EXISTS "t_lock_id_idx" ON "s"."t"`} {
+	for _, want := range []string{`EXISTS "s"."t" (`, `EXISTS "t_keep_until_idx" ON "s"."t"`, `EXISTS "t_lock_id_idx" ON "s"."t"`,
+		`FUNCTION "s"."t_claim"(`, `FROM "s"."t" AS r WHERE`, `pg_notify('idemkit:s.t', k)`} {
 		if !strings.Contains(ddl, want) {
 			t.Fatalf("the DDL for s.t lacks %s:\n%s", want, ddl)
 		}
@@ -61,7 +64,7 @@ func TestQueriesRendered(t *testing.T) {
 	for _, async := range []bool{false, true} {
 		q := buildQueries(tn, time.Minute, async)
 		for i, s := range []string{q.claim, q.extend, q.complete, q.release, q.releaseAgain, q.get, q.delete, q.put, q.sweep} {
-			if strings.Contains(s, "{{") || !strings.Contains(s, `"s"."records"`) {
+			if strings.Contains(s, "{{") || !strings.Contains(s, `"s"."records"`) && !strings.Contains(s, `"s"."records_claim"(`) {
 				t.Fatalf("statement %d is not rendered:\n%s", i, s)
 			}
 		}
@@ -71,8 +74,9 @@ func TestQueriesRendered(t *testing.T) {
 	}
 }
 
-// catalog describes the tables, columns and indexes of schema, one line
-// each in a stable order, with the schema's name left out.
+// catalog describes the tables, columns, indexes and functions of schema
+// (a function by its arguments and a hash of its body), one line each in
+// a stable order, with the schema's name left out.
 func catalog(t testing.TB, db *pgxpool.Pool, schema string) string {
 	t.Helper()
 	rows, err := db.Query(t.Context(), `
@@ -81,6 +85,10 @@ func catalog(t testing.TB, db *pgxpool.Pool, schema string) string {
 		UNION ALL
 		SELECT indexname || ': ' || replace(indexdef, $1 || '.', '')
 		FROM pg_indexes WHERE schemaname = $1
+		UNION ALL
+		SELECT 'function ' || p.proname || '(' || pg_get_function_arguments(p.oid) || ') returns ' ||
+			pg_get_function_result(p.oid) || ' ' || md5(replace(replace(p.prosrc, '"' || $1 || '".', ''), $1 || '.', ''))
+		FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace WHERE n.nspname = $1
 		ORDER BY 1`, schema)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +135,8 @@ func TestSchemaSQLAppliesLikeSetupSchema(t *testing.T) {
 	if a != b {
 		t.Fatalf("schema.sql and SetupSchema disagree:\nschema.sql:\n%s\nSetupSchema:\n%s", a, b)
 	}
-	for _, want := range []string{"idemkit_records_keep_until_idx", "idemkit_records_lock_id_idx", "idemkit_records.key text NO C", "idemkit_records.keep_until timestamp with time zone NO", "idemkit_records.response bytea NO"} {
+	for _, want := range []string{"idemkit_records_keep_until_idx", "idemkit_records_lock_id_idx", "idemkit_records.key text NO C", "idemkit_records.keep_until timestamp with time zone NO", "idemkit_records.response bytea NO",
+		"function idemkit_records_claim(k text, fp bytea, lease bigint, retain bigint, step bigint, seen boolean) returns TABLE(claimed boolean"} {
 		if !strings.Contains(a, want) {
 			t.Fatalf("the catalog lacks %q:\n%s", want, a)
 		}
@@ -250,5 +259,27 @@ func TestSchemaOfAnotherLayout(t *testing.T) {
 	_, _, err := s.Claim(context.Background(), "k", fp, time.Minute)
 	if idemkit.CodeOf(err) != idemkit.CodeMisconfigured || !strings.Contains(err.Error(), "schema.sql") {
 		t.Fatalf("Claim on another layout: %v; want Misconfigured about the schema", err)
+	}
+}
+
+// TestClaimWithoutClaimFunction checks that a table whose claim function
+// is missing (a table created by hand, or by an older schema.sql) makes a
+// claim fail with Misconfigured pointing at the schema, not with an
+// internal error.
+func TestClaimWithoutClaimFunction(t *testing.T) {
+	t.Parallel()
+	admin := newPool(t, testenv.Postgres(t).URL, 2)
+	opt := table(t, admin)
+	s, err := New(admin, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(t.Context(), "DROP FUNCTION "+s.cfg.table.claimFunc()); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = s.Claim(t.Context(), "k", fp, time.Minute)
+	var pe *pgconn.PgError
+	if idemkit.CodeOf(err) != idemkit.CodeMisconfigured || !strings.Contains(err.Error(), "schema.sql") || !errors.As(err, &pe) || pe.Code != "42883" {
+		t.Fatalf("Claim without the claim function: %v; want Misconfigured about the schema, caused by SQLSTATE 42883", err)
 	}
 }

@@ -65,6 +65,15 @@ func (n tableName) derived(suffix string) string {
 	return pgx.Identifier{n.table + suffix}.Sanitize()
 }
 
+// claimFunc returns the quoted name of the table's claim function (see
+// schema.sql), in the table's schema.
+func (n tableName) claimFunc() string {
+	if n.schema == "" {
+		return pgx.Identifier{n.table + "_claim"}.Sanitize()
+	}
+	return pgx.Identifier{n.schema, n.table + "_claim"}.Sanitize()
+}
+
 // maxChannelLen is the longest notification channel name PostgreSQL
 // takes (NAMEDATALEN - 1).
 const maxChannelLen = 63

@@ -728,3 +728,71 @@ func TestWatchWokenByOwnEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestCompleteNotifiesAMarkCommittedDuringIt marks a claim as waited for
+// in a transaction that commits only once Complete waits for the row, so
+// after Complete's snapshot: the completion still notifies, because it
+// reads the mark on the row's newest version.
+func TestCompleteNotifiesAMarkCommittedDuringIt(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	srv := testenv.Postgres(t)
+	admin := newPool(t, srv.URL, 2)
+	opt := table(t, admin)
+	app := testenv.Name(t)
+	s, err := New(newPool(t, srv.URL, 1, appName(app)), opt, WithListenConn(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, claimed, err := s.Claim(ctx, "k", fp, time.Hour)
+	if err != nil || !claimed {
+		t.Fatalf("Claim: %v, %v", claimed, err)
+	}
+	listener := connect(t, srv.URL)
+	if _, err := listener.Exec(ctx, "LISTEN "+pgx.Identifier{s.cfg.table.channel()}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := connect(t, srv.URL).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if tag, err := tx.Exec(ctx, `UPDATE `+tableOf(s)+` SET response = '\x01'::bytea WHERE key = 'k' AND state = 1`); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("marking the claim: %v, %v", tag, err)
+	}
+	completed := make(chan error, 1)
+	go func() {
+		c.State, c.Response = store.StateCompleted, []byte("r")
+		ok, err := s.Complete(ctx, c, time.Hour)
+		if err == nil && !ok {
+			err = errors.New("the claim's completion did not take effect")
+		}
+		completed <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var waiting int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name = $1 AND wait_event_type = 'Lock'`, app).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("Complete never waited for the marking transaction's row")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-completed; err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := listener.WaitForNotification(wctx)
+	if err != nil || n.Payload != "k" {
+		t.Fatalf("the completion's notification: %+v, %v; want one for k", n, err)
+	}
+}
