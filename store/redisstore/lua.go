@@ -166,19 +166,54 @@ return ne
 // complete fence ttl state fp response notify → 1 written (or this
 // claim's identical outcome is there: a completion retried after its reply
 // was lost), 0 refused. A claim whose lease ran out completes as long as
-// nobody claimed the key since.
-const luaComplete = `
-local t, f, cr, ex, fp, tok, v, at = read()
-if not t or fmt(f) ~= ARGV[2] then
+// nobody claimed the key since. Every first execution runs it, so, like
+// the release, it is written out alone; the clock is the key's expiry less
+// what remains of it.
+const luaComplete = `#!lua
+local k = KEYS[1]
+local v = redis.call('GET', k)
+if not v then
   return 0
 end
+local t = string.sub(v, 1, 1)
+local fence = tonumber(ARGV[2])
+if t ~= 'c' and t ~= 'o' and t ~= 'n' and t ~= 'r' and t ~= 'd' then
+  return redis.error_reply('MALFORMED a malformed record in Redis')
+end
 if t == 'c' then
-  set_outcome(ARGV[4], f, now, now + tonumber(ARGV[3]), ARGV[5], ARGV[6], f)
-  notify('complete')
+  local p = string.match(v, '^c%-?%d+:(%d+):')
+  if not p then
+    return redis.error_reply('MALFORMED a malformed record in Redis')
+  end
+  local ke = redis.call('PEXPIRETIME', k)
+  if ke - tonumber(p) ~= fence then
+    return 0
+  end
+  local now = ke - redis.call('PTTL', k)
+  local ex = now + tonumber(ARGV[3])
+  local fp = ARGV[5]
+  redis.call('SET', k, ARGV[4] .. ARGV[2] .. ':' .. string.format('%d', now) .. ':' .. string.format('%d', ex) .. ':' .. #fp .. ':' .. fp .. ARGV[6],
+    'PXAT', string.format('%d', math.max(ex, fence + 1 + tonumber(ARGV[1]))))
+  local cmd = ARGV[7]
+  if cmd == 'publish' or cmd == 'spublish' then
+    redis.pcall(cmd, k, 'complete')
+  end
   return 1
 end
-if t == ARGV[4] and now < ex and fp == ARGV[5] and string.sub(v, at) == ARGV[6] then
-  redis.call('PEXPIREAT', k, fmt(keep_at(ex, f))) -- the same expiry again: see the claim's retry
+if t ~= ARGV[4] then
+  return 0
+end
+local f, cr, ex, n, at = string.match(v, '^.(%d+):(%d+):(%d+):(%d+):()')
+if not f then
+  return redis.error_reply('MALFORMED a malformed record in Redis')
+end
+if tonumber(f) ~= fence then
+  return 0
+end
+local fpend = at + tonumber(n)
+ex = tonumber(ex)
+if redis.call('PEXPIRETIME', k) - redis.call('PTTL', k) < ex and string.sub(v, at, fpend - 1) == ARGV[5] and string.sub(v, fpend) == ARGV[6] then
+  redis.call('PEXPIREAT', k, string.format('%d', math.max(ex, fence + 1 + tonumber(ARGV[1])))) -- the same expiry again: see the claim's retry
   return 1
 end
 return 0
@@ -275,7 +310,7 @@ func newScript(op, body string, oom bool) *luaScript {
 var (
 	scriptClaim    = newScript("claim", luaClaim, false)
 	scriptExtend   = newScript("extend", luaExtend, true)
-	scriptComplete = newScript("complete", luaComplete, false)
+	scriptComplete = &luaScript{sha: redis.NewScript(luaComplete).Hash(), src: luaComplete, name: "complete"}
 	scriptRelease  = &luaScript{sha: redis.NewScript(luaRelease).Hash(), src: luaRelease, name: "release"}
 	scriptDelete   = newScript("delete", luaDelete, true)
 	scriptPut      = newScript("put", luaPut, false)
