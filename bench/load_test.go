@@ -103,18 +103,7 @@ func loadMain(specJSON string, out io.Writer) error {
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			return fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return nil
+		return postOrder(client, req, key)
 	}
 	// A new process's first requests open the connections and grow its
 	// heap: a run of its own, not measured, before Run's own warm-up, on
@@ -123,4 +112,21 @@ func loadMain(specJSON string, out io.Writer) error {
 	r := Run(ctx, spec.Workers, spec.Duration, cycle)
 	r.Cycles += warm.Cycles // the server served them too
 	return json.NewEncoder(out).Encode(r)
+}
+
+// postOrder sends req, a JSON order, with the idempotency key key, and
+// wants 201 Created.
+func postOrder(client *http.Client, req *http.Request, key string) error {
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
 }

@@ -197,17 +197,9 @@ func txScenarios(t *testing.T, d time.Duration) []TxResult {
 					if err != nil {
 						return err
 					}
-					req.Header.Set("Content-Type", "application/json")
-					req.Header.Set("Idempotency-Key", fmt.Sprint(keyPrefix, w, "-", i))
 					sent.Add(1)
-					resp, err := client.Do(req)
-					if err != nil {
+					if err := postOrder(client, req, fmt.Sprint(keyPrefix, w, "-", i)); err != nil {
 						return err
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusCreated {
-						return fmt.Errorf("status %d", resp.StatusCode)
 					}
 					ok.Add(1)
 					return nil

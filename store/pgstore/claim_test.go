@@ -108,17 +108,7 @@ func TestRefusedClaimWritesNoWAL(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	if _, _, err := s.Claim(ctx, "busy", fp, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	c, _, err := s.Claim(ctx, "done", fp, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.State, c.Response = store.StateCompleted, []byte("r")
-	if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
-		t.Fatalf("Complete: %v, %v", ok, err)
-	}
+	busyAndDone(t, s)
 	lsn := func() string {
 		t.Helper()
 		var l string
@@ -560,17 +550,7 @@ func TestClaimOfALiveRecordCallsNoFunction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.Claim(ctx, "busy", fp, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	c, _, err := s.Claim(ctx, "done", fp, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.State, c.Response = store.StateCompleted, []byte("r")
-	if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
-		t.Fatalf("Complete: %v, %v", ok, err)
-	}
+	busyAndDone(t, s)
 	functionRan := func(key string) bool {
 		t.Helper()
 		tx, err := admin.Begin(ctx)
@@ -602,5 +582,23 @@ func TestClaimOfALiveRecordCallsNoFunction(t *testing.T) {
 	}
 	if !functionRan("free") {
 		t.Fatal("a claim of a free key did not call the claim function: the check cannot tell")
+	}
+}
+
+// busyAndDone leaves two records in s: "busy", a live claim, and "done", a
+// completed outcome.
+func busyAndDone(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := t.Context()
+	if _, _, err := s.Claim(ctx, "busy", fp, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := s.Claim(ctx, "done", fp, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.State, c.Response = store.StateCompleted, []byte("r")
+	if ok, err := s.Complete(ctx, c, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
 	}
 }
