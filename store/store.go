@@ -73,8 +73,10 @@ type Record struct {
 // are [*idemkit.Error] values; a busy key, a refused write and absence are
 // results.
 type Store interface {
-	// Claim makes one attempt, in one round trip, to claim key for a
-	// request whose fingerprint is fp, with a lease of ttl.
+	// Claim makes one attempt to claim key for a request whose
+	// fingerprint is fp, with a lease of ttl: one round trip for a replay,
+	// a busy key and a free key (an engine may take a second to take over
+	// a record that is not live; its documentation says so).
 	//
 	// A completed or not-replayable record is returned as it is, with
 	// claimed = false. A live claim is returned as it is (State
