@@ -222,22 +222,31 @@ func readCmds(ctx context.Context, rk any) (keep, left *redis.Cmd) {
 }
 
 // read reads key's record and the server's clock in one transaction
-// (GET, PEXPIRETIME, PTTL), or a read-only script on a server over its
+// (GET, PEXPIRETIME, PTTL), or by readOutOfMemory on a server over its
 // maxmemory: found false when there is no key.
 func (s *Store) read(ctx context.Context, op, key string) (rec stored, now int64, found bool, err error) {
 	rk := any(s.redisKey(key))
 	keep, left := readCmds(ctx, rk)
 	vals, err := s.tx(ctx, op, redis.NewCmd(ctx, "get", rk), keep, left)
 	if err != nil && redis.HasErrorPrefix(err, "OOM") {
-		var v any
-		if v, err = s.run(ctx, key, scriptRead); err == nil {
-			if vals, _ = v.([]any); len(vals) != 3 {
-				return stored{}, 0, false, replyError(op)
-			}
-		}
+		return s.readOutOfMemory(ctx, op, key)
 	}
 	if err != nil {
 		return stored{}, 0, false, mapError(op, err)
+	}
+	return decodeRead(op, key, vals)
+}
+
+// readOutOfMemory is read on a server over its maxmemory, which refuses
+// every command queued in a MULTI: the read-only script reads the same.
+func (s *Store) readOutOfMemory(ctx context.Context, op, key string) (rec stored, now int64, found bool, err error) {
+	v, err := s.run(ctx, key, scriptRead)
+	if err != nil {
+		return stored{}, 0, false, mapError(op, err)
+	}
+	vals, _ := v.([]any)
+	if len(vals) != 3 {
+		return stored{}, 0, false, replyError(op)
 	}
 	return decodeRead(op, key, vals)
 }

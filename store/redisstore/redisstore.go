@@ -318,7 +318,7 @@ func (s *Store) claimScript(ctx context.Context, key, fp string, ms int64, token
 // only new claims are refused (with err).
 func (s *Store) claimOutOfMemory(ctx context.Context, key string, err error) (store.Record, bool, error) {
 	const op = "claim"
-	cur, now, found, rerr := s.read(ctx, op, key)
+	cur, now, found, rerr := s.readOutOfMemory(ctx, op, key)
 	if rerr == nil && found && cur.live(now) {
 		return cur.rec, false, nil
 	}
