@@ -61,7 +61,11 @@ func NewClock(t testing.TB) *Clock {
 // now on, in every running process of those servers.
 func (c *Clock) Set(d time.Duration) { atomic.StoreInt64(c.offset, int64(d)) }
 
-// Offset returns the offset Set last set.
+// Step moves the servers' wall clock by d from now on (d < 0: back), in
+// one atomic change of the offset.
+func (c *Clock) Step(d time.Duration) { atomic.AddInt64(c.offset, int64(d)) }
+
+// Offset returns the offset Set and Step left.
 func (c *Clock) Offset() time.Duration { return time.Duration(atomic.LoadInt64(c.offset)) }
 
 // env is the environment that puts a server under the clock.

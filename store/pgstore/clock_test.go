@@ -25,7 +25,7 @@ func TestConformanceClock(t *testing.T) {
 		}
 		return &storetest.Env{
 			Store: s, Margin: margin, Break: pool.Close,
-			ShiftClock: func(_ *testing.T, d time.Duration) { clock.Set(clock.Offset() + d) },
+			ShiftClock: func(_ *testing.T, d time.Duration) { clock.Step(d) },
 			Sweep: func(ctx context.Context) error {
 				_, err := s.Sweep(ctx)
 				return err
