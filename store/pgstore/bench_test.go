@@ -197,7 +197,9 @@ ON CONFLICT (key) DO NOTHING`
 		}
 		return time.Since(start)
 	}
-	run := time.Now().UnixNano()
+	// Each run of a sub-benchmark (-count runs them again in this call)
+	// claims keys of its own.
+	run, runs := time.Now().UnixNano(), atomic.Int64{}
 	compare := func(b *testing.B, storeOp, plainOp func(w, i int) error) {
 		rounds := min(b.N, 32)
 		var storeTime, plainTime time.Duration
@@ -221,7 +223,7 @@ ON CONFLICT (key) DO NOTHING`
 		b.ReportMetric(plainTime.Seconds()/storeTime.Seconds(), "vs-plain")
 	}
 	b.Run("FirstExecution", func(b *testing.B) {
-		round := fmt.Sprint("first/", run, "/", b.N, "/")
+		round := fmt.Sprint("first/", run, "/", runs.Add(1), "/")
 		var keys atomic.Int64
 		compare(b, func(_, _ int) error {
 			c, claimed, err := s.Claim(ctx, round+fmt.Sprint(keys.Add(1)), string(fp), time.Hour)

@@ -28,22 +28,19 @@ type queries struct {
 // when the row kept changing under it (the caller runs it again).
 //
 // A key live in the statement's snapshot (a replay, or busy) is answered
-// by its first SELECT alone: the statement is read-only then (no write, no
-// row lock, no transaction id) and the function is never called. Any other
+// by its first SELECT alone: LIMIT 1 stops the UNION ALL there, so the
+// statement is read-only then (no write, no row lock, no transaction id)
+// and the function is never called. Any other
 // key goes to the table's claim function (schema.sql), told whether a row
 // was there (an absent key is inserted at once), which claims it and
 // answers a new claim's row with the fingerprint and response of the row
 // it took over (store.Record.Replaced), or the winner's row, busy, when it
 // lost a race.
-const claimSQL = `WITH cur AS MATERIALIZED (
-	SELECT r.state <> 0 AND r.expires_at > clock_timestamp() AS live,
-		r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
-	FROM {{t}} AS r WHERE r.key = $1::text
-)
-SELECT false, fingerprint, state, response, fence, created_at, expires_at FROM cur WHERE live
+const claimSQL = `SELECT false, r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
+FROM {{t}} AS r WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > clock_timestamp()
 UNION ALL
-SELECT * FROM {{claim}}($1::text, $2::bytea, $3::bigint, {{retention}}, {{step}}, EXISTS (SELECT FROM cur))
-WHERE NOT EXISTS (SELECT FROM cur WHERE live)`
+SELECT * FROM {{claim}}($1::text, $2::bytea, $3::bigint, {{retention}}, {{step}}, EXISTS (SELECT FROM {{t}} AS r WHERE r.key = $1::text))
+LIMIT 1`
 
 // buildQueries renders the store's SQL for table t and the largest clock
 // step. async makes releases, sweeps and watch marks commit asynchronously
