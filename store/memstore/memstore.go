@@ -150,6 +150,11 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
+	// A live record (a replay, a busy key) is answered under the read
+	// lock, so that replays run in parallel; any other claim writes.
+	if rec, ok, err := s.live(op, key); ok || err != nil {
+		return rec, false, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -186,6 +191,20 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 	}
 	rec.Replaced = replaced
 	return rec, true, nil
+}
+
+// live returns a copy of key's record, under the read lock, when it is
+// live.
+func (s *Store) live(op, key string) (store.Record, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return store.Record{}, false, closedErr(op)
+	}
+	if e := s.entries[key]; e != nil && e.live(s.now()) {
+		return clone(&e.rec), true, nil
+	}
+	return store.Record{}, false, nil
 }
 
 // Extend implements [store.Store].
@@ -280,16 +299,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return store.Record{}, false, err
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return store.Record{}, false, closedErr(op)
-	}
-	e := s.entries[key]
-	if e == nil || !e.live(s.now()) {
-		return store.Record{}, false, nil
-	}
-	return clone(&e.rec), true, nil
+	return s.live(op, key)
 }
 
 // FindClaim implements lock.Finder: the live claim whose fingerprint is the
