@@ -30,16 +30,15 @@ type queries struct {
 // A key live in the statement's snapshot (a replay, or busy) is answered
 // by its first SELECT alone: LIMIT 1 stops the UNION ALL there, so the
 // statement is read-only then (no write, no row lock, no transaction id)
-// and the function is never called. Any other
-// key goes to the table's claim function (schema.sql), told whether a row
-// was there (an absent key is inserted at once), which claims it and
-// answers a new claim's row with the fingerprint and response of the row
-// it took over (store.Record.Replaced), or the winner's row, busy, when it
-// lost a race.
+// and the function is never called. Any other key goes to the table's
+// claim function (schema.sql), which inserts a claim for an absent key,
+// takes a dead row over, and answers a new claim's row with the
+// fingerprint and response of the row it took over
+// (store.Record.Replaced), or the winner's row, busy, when it lost a race.
 const claimSQL = `SELECT false, r.fingerprint, r.state, r.response, r.fence, r.created_at, r.expires_at
 FROM {{t}} AS r WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > clock_timestamp()
 UNION ALL
-SELECT * FROM {{claim}}($1::text, $2::bytea, $3::bigint, {{retention}}, {{step}}, EXISTS (SELECT FROM {{t}} AS r WHERE r.key = $1::text))
+SELECT * FROM {{claim}}($1::text, $2::bytea, $3::bigint, {{retention}}, {{step}})
 LIMIT 1`
 
 // buildQueries renders the store's SQL for table t and the largest clock
@@ -72,9 +71,12 @@ RETURNING r.expires_at`,
 
 		// The holder's claim, or (a repeat of this very completion whose
 		// answer was lost) the same outcome under the same fence.
+		// Its time is the statement's start (statement_timestamp(), one
+		// value for the whole statement without a join): it judges no
+		// lease.
 		complete: `UPDATE {{t}} AS r SET fingerprint = $5::bytea, state = {{notify then}} $3::smallint END, response = $4::bytea,
-	created_at = n.t, expires_at = n.t + {{ttl6}}, keep_until = {{outcomeKeep ttl6 r.fence}}
-FROM (SELECT clock_timestamp() AS t) AS n
+	created_at = statement_timestamp(), expires_at = statement_timestamp() + {{ttl6}},
+	keep_until = {{outcomeKeep ttl6 r.fence at statement_timestamp()}}
 WHERE r.key = $1::text AND r.fence = $2::bigint
 	AND (r.state = 1 OR (r.state = $3::smallint AND r.fingerprint = $5::bytea AND r.response = $4::bytea))
 RETURNING true`,
@@ -179,7 +181,7 @@ WHERE r.key IN (
 		// A claim: kept ClaimRetention past its lease, and past its fence.
 		"{{claimKeep r.fence}}", "greatest(n.t + "+ttl("$3")+" + "+retention+", "+fenceTime("r.fence")+")",
 		// An outcome: kept until it expires, and past its fence.
-		"{{outcomeKeep ttl6 r.fence}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("r.fence")+")",
+		"{{outcomeKeep ttl6 r.fence at statement_timestamp()}}", "greatest(statement_timestamp() + "+ttl("$6")+", "+fenceTime("r.fence")+")",
 		"{{outcomeKeep ttl6 $5::bigint}}", "greatest(n.t + "+ttl("$6")+", "+fenceTime("$5::bigint")+")",
 		// A tombstone: past its fence only.
 		"{{tombKeep r.fence}}", "greatest(n.t, "+fenceTime("r.fence")+")",

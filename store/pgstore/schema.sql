@@ -46,9 +46,9 @@ CREATE INDEX IF NOT EXISTS "idemkit_records_lock_id_idx" ON "idemkit_records" (f
     WHERE octet_length(fingerprint) = 22 AND encode(fingerprint, 'escape') ~ '^[A-Za-z0-9_-]{22}$';
 -- Claim: pgstore's claim of key k that its statement did not find live
 -- (SELECT * FROM "idemkit_records_claim"(key, fingerprint, lease,
--- retention, clock step, whether the statement saw a row), durations in
--- microseconds. A key with no row gets a claim inserted; a dead row (a
--- tombstone, a run-out claim, an expired outcome) is taken over in place,
+-- retention, clock step), durations in microseconds. A key with no row
+-- gets a claim inserted (tried first: most keys claimed are new); a dead
+-- row (a tombstone, a run-out claim, an expired outcome) is taken over in place,
 -- its fence above the last one, answering the replaced row's fingerprint
 -- and response; a live one (a racing claim won) is answered as it is. It
 -- answers one row (claimed, fingerprint, state, response, fence,
@@ -58,7 +58,7 @@ CREATE INDEX IF NOT EXISTS "idemkit_records_lock_id_idx" ON "idemkit_records" (f
 -- next turn. The fence is the clock in milliseconds, above the row's
 -- fence; a row is kept past its lease plus the retention, and past its
 -- fence read as a time plus the step.
-CREATE OR REPLACE FUNCTION "idemkit_records_claim"(k text, fp bytea, lease bigint, retain bigint, step bigint, seen boolean)
+CREATE OR REPLACE FUNCTION "idemkit_records_claim"(k text, fp bytea, lease bigint, retain bigint, step bigint)
 RETURNS TABLE (claimed boolean, fingerprint bytea, state smallint, response bytea,
     fence bigint, created_at timestamptz, expires_at timestamptz)
 LANGUAGE plpgsql VOLATILE AS $claim$
@@ -67,6 +67,7 @@ DECLARE
     t timestamptz;
     ms bigint;
     waited boolean;
+    seen boolean := false; -- a row was read: take it over rather than insert
 BEGIN
     FOR try IN 1..3 LOOP
         t := clock_timestamp();
