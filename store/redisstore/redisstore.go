@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -118,10 +120,52 @@ type Store struct {
 	step   any   // WithMaxClockStep in ms, the scripts' ARGV[1] (boxed once)
 	stepMs int64 // the same, as a number
 	// direct: the client is one server's (see tx).
-	direct bool
-	watch  watching
-	wait   durability
-	batch  batcher
+	direct   bool
+	watch    watching
+	wait     durability
+	batch    batcher
+	releases releases
+}
+
+// releases remembers the keys this store released lately, so that its
+// next claim of one goes straight to the claim script: the key holds the
+// release's tombstone, which the transaction's SET NX would only find (a
+// lock taken again and again by one process, a request retried after its
+// handler failed). It is a hint: a key it forgot, or whose tombstone
+// expired since, is claimed all the same, a round trip apart.
+type releases struct {
+	n    atomic.Int32 // len(keys), read without the lock
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+// maxReleases bounds the keys a store remembers: past it, it forgets them
+// all and starts again.
+const maxReleases = 1024
+
+func (r *releases) add(key string) {
+	r.mu.Lock()
+	if r.keys == nil || len(r.keys) >= maxReleases {
+		r.keys = make(map[string]struct{})
+	}
+	r.keys[key] = struct{}{}
+	r.n.Store(int32(len(r.keys)))
+	r.mu.Unlock()
+}
+
+// take reports whether key was released lately, and forgets it.
+func (r *releases) take(key string) bool {
+	if r.n.Load() == 0 {
+		return false
+	}
+	r.mu.Lock()
+	_, ok := r.keys[key]
+	if ok {
+		delete(r.keys, key)
+		r.n.Store(int32(len(r.keys)))
+	}
+	r.mu.Unlock()
+	return ok
 }
 
 var (
@@ -252,14 +296,15 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		return store.Record{}, false, err
 	}
 	done, released := s.turn(ctx, key, ttl)
+	released = s.releases.take(key) || released
 	rec, claimed, err := s.claim(ctx, key, fp, ttl, released)
 	done(claimed, err)
 	return rec, claimed, err
 }
 
 // claim claims key: by the claim script alone when the store knows the
-// key was just released (its tombstone is there to take over), else by a
-// transaction first.
+// key was just released (its tombstone is there to take over: a handoff,
+// or a release through this store), else by a transaction first.
 func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration, released bool) (store.Record, bool, error) {
 	const op = "claim"
 	token := claimToken()
@@ -398,6 +443,7 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	f := fenceArg(fence)
 	ok, err := s.flag(ctx, scriptRelease, key, f, s.notify)
 	if ok {
+		s.releases.add(key)
 		s.released(key, f)
 	}
 	return ok, err

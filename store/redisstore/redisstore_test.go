@@ -534,3 +534,48 @@ func TestClaimRetriedAfterLostReply(t *testing.T) {
 		t.Fatalf("another outcome over the written one: %v, %v; want refused", ok, err)
 	}
 }
+
+// TestClaimAfterOwnReleaseTakesOneRoundTrip claims, releases and claims
+// again one key through one store: the key then holds the release's
+// tombstone, and the store that released it claims it by the claim script
+// at once (one round trip), where another store finds the tombstone by the
+// transaction first (two). Both claims get a greater fence.
+func TestClaimAfterOwnReleaseTakesOneRoundTrip(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
+			claim := func(s *redisstore.Store, n *counter, key string) (store.Record, int) {
+				t.Helper()
+				before := n.count()
+				rec, claimed, err := s.Claim(ctx, key, fp.String(), time.Minute)
+				if err != nil || !claimed {
+					t.Fatalf("claim of %s: %v, %v", key, claimed, err)
+				}
+				return rec, n.count() - before
+			}
+			release := func(s *redisstore.Store, rec store.Record) {
+				t.Helper()
+				if ok, err := s.Release(ctx, rec.Key, rec.Fence); err != nil || !ok {
+					t.Fatalf("release: %v, %v", ok, err)
+				}
+			}
+			var mine, theirs counter
+			c1, c2 := b.newClient(t), b.newClient(t)
+			s1, s2 := newStore(t, c1), newStore(t, c2)
+			c1.AddHook(&mine)
+			c2.AddHook(&theirs)
+
+			first, _ := claim(s1, &mine, "job")
+			release(s1, first)
+			again, trips := claim(s1, &mine, "job")
+			if trips != 1 || again.Fence <= first.Fence {
+				t.Fatalf("the releasing store's next claim: %d round trips, fence %v after %v; want 1 and greater", trips, again.Fence, first.Fence)
+			}
+			release(s1, again)
+			other, trips := claim(s2, &theirs, "job")
+			if trips != 2 || other.Fence <= again.Fence {
+				t.Fatalf("another store's claim of the released key: %d round trips, fence %v after %v; want 2 and greater", trips, other.Fence, again.Fence)
+			}
+		})
+	}
+}
