@@ -6,6 +6,7 @@ require (
 	cloud.google.com/go/firestore v1.29.2
 	github.com/gin-gonic/gin v1.12.0
 	github.com/idemkit/idemkit v0.1.0
+	github.com/idemkit/idemkit/echo5adapter v0.1.0
 	github.com/idemkit/idemkit/echoadapter v0.1.0
 	github.com/idemkit/idemkit/ginadapter v0.1.0
 	github.com/idemkit/idemkit/grpcinterceptor v0.1.0
@@ -15,6 +16,7 @@ require (
 	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/labstack/echo/v5 v5.4.6
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
