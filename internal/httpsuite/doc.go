@@ -53,9 +53,14 @@
 // For what only a framework can set up (route patterns, unmatched routes,
 // its own context), an adapter's tests build the server themselves and use
 // the helpers: [NewGuard], [Serve], [Post] and its [Reply], [WantProblem],
-// [InvalidOptions], and the checks [CheckMisconfigurationsRefused] (with
-// a [Build]), [CheckPathsUnderOnePattern],
-// [CheckUnmatchedRouteRecorded], [CheckTenantScope],
-// [CheckRequestDecompressedInFront] and [CheckOperations] (with a
-// [RouteStack]).
+// and the checks [CheckMisconfigurationsRefused] (with a [Build]),
+// [CheckPathsUnderOnePattern], [CheckUnmatchedRouteRecorded],
+// [CheckTenantScope], [CheckRequestDecompressedInFront] and
+// [CheckOperations] (with a [RouteStack]). The framework's own middleware
+// flow (a skipper, its response object, its error handler, a middleware
+// of its own in front) is checked from the client side by
+// [CheckOutcomesWatched], [CheckSkipped], [CheckFrontSeesResponse],
+// [CheckErrorRendered], [CheckRefusalsReturned] (with [WantProblemFields]
+// or [WantErrorCode]), [CheckStreamedNotReplayable] and
+// [CheckCompressedInsideTheGuard].
 package httpsuite
