@@ -20,6 +20,6 @@
 //
 // The packages themselves live below this one: the guard in
 // middleware, the adapters in nethttp, ginadapter, echoadapter,
-// echo5adapter and grpcinterceptor, the guard's backends under store, and the lock library
+// echo5adapter, grpcinterceptor and connectinterceptor, the guard's backends under store, and the lock library
 // under lock.
 package idemkit

@@ -8,6 +8,9 @@
 //     backend (-store memory, redis, redis-cluster, postgres, firestore).
 //   - grpc: grpc.testing.TestService with UnaryCall guarded, on the same
 //     backends.
+//   - connect: the same TestService as Connect handlers behind
+//     connectinterceptor, one port for the Connect, gRPC and gRPC-Web
+//     protocols.
 //   - redisauth: the program to copy: a net/http order service run as any
 //     number of instances over one Redis, with bearer-token authentication
 //     and a scope hook that takes the principal from the verified token.
