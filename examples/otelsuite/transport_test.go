@@ -79,6 +79,7 @@ func transports() []transport {
 		{name: "echo", operation: "POST /orders", passOperation: "POST /orders", start: startEcho},
 		{name: "echo5", operation: "POST /orders/:id", passOperation: "POST /orders/:id", start: startEcho5},
 		{name: "grpc", grpc: true, operation: unaryCall, passOperation: emptyCall, start: startGRPC},
+		{name: "connect", grpc: true, operation: unaryCall, passOperation: emptyCall, start: startConnect},
 	}
 }
 
