@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/idemkit/idemkit/connectinterceptor"
@@ -42,9 +43,10 @@ func protocols() []protocol {
 // service is the business behind the interceptor: CreateOrder answers
 // "order <n>" (n its executions so far) with the header X-Order and the
 // trailer X-Total, and misbehaves on request: the request header X-Test
-// says how ("sleep", "panic", "internal", "declined": FailedPrecondition
-// with a detail and metadata, "echo-auth": the Authorization as a
-// response header).
+// says how ("sleep", "panic", "internal", "plain": an error that is no
+// *connect.Error, "declined": FailedPrecondition with a detail and
+// metadata, "try-again": FailedPrecondition with a RetryInfo,
+// "echo-auth": the Authorization as a response header).
 type service struct {
 	runs atomic.Int32
 }
@@ -62,6 +64,16 @@ func (s *service) create(ctx context.Context, req *connect.Request[wrapperspb.St
 		panic("on purpose")
 	case "internal":
 		return nil, connect.NewError(connect.CodeInternal, errors.New("failed on purpose"))
+	case "plain":
+		return nil, fmt.Errorf("plain error %d", n)
+	case "try-again":
+		e := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("not yet (%d)", n))
+		d, err := connect.NewErrorDetail(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Second)})
+		if err != nil {
+			return nil, err
+		}
+		e.AddDetail(d)
+		return nil, e
 	case "declined":
 		e := connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("card declined (%d)", n))
 		d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "CARD_DECLINED", Domain: "shop.example"})

@@ -28,6 +28,7 @@ type config struct {
 	keyField    string
 	scope       func(ctx context.Context, req connect.AnyRequest) string
 	maxResponse int
+	policy      StorePolicy
 	wait        bool
 	failOpen    bool
 	retryDelay  time.Duration
@@ -59,6 +60,27 @@ func WithScope(scope func(ctx context.Context, req connect.AnyRequest) string) O
 // WithMaxResponseBytes bounds the encoded outcome kept for replay; a
 // larger one is recorded not replayable. Default: 1 MiB.
 func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse = n } }
+
+// StorePolicy says which outcomes the server interceptor records; the rest
+// are delivered once and forgotten (a retry runs the handler again).
+type StorePolicy struct {
+	// Forget holds the codes of errors that are delivered and not
+	// recorded.
+	Forget []connect.Code
+	// TryAgain records, when Forget does not list its code, an error
+	// with a google.rpc.RetryInfo detail; recorded, the retry it asks for
+	// could never succeed.
+	TryAgain bool
+	// Panic records a handler panic (answered Internal) when true.
+	Panic bool
+}
+
+// WithStorePolicy sets which outcomes are recorded. Default: Unavailable,
+// Internal, Unknown, DeadlineExceeded, Canceled, ResourceExhausted,
+// Aborted, Unauthenticated, any error with RetryInfo and panics are
+// forgotten. StorePolicy{TryAgain: true, Panic: true} records everything,
+// as Stripe does.
+func WithStorePolicy(p StorePolicy) Option { return func(c *config) { c.policy = p } }
 
 // WithWaitForResult makes a duplicate of a running call wait (up to the
 // guard's wait budget) for its answer; false answers Aborted at once.

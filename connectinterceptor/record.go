@@ -36,35 +36,21 @@ type recordedDetail struct {
 	Value []byte `json:"value"`
 }
 
-// forgotten are the codes delivered and not recorded (a retry runs the
-// handler again): failures a retry may not meet.
-var forgotten = map[connect.Code]bool{
-	connect.CodeUnavailable: true, connect.CodeInternal: true, connect.CodeUnknown: true,
-	connect.CodeDeadlineExceeded: true, connect.CodeCanceled: true, connect.CodeResourceExhausted: true,
-	connect.CodeAborted: true, connect.CodeUnauthenticated: true,
-}
-
-// verdict encodes the outcome of a call for the record: the response or
-// the error, with the headers and trailers the handler set (through the
-// response, the error's metadata or the call's info).
-func (s *server) verdict(ctx context.Context, info connect.CallInfo, resp connect.AnyResponse, err error) middleware.Result {
+// verdict encodes the outcome of a call for the record, unless store is
+// false: the response or the error, with the headers and trailers the
+// handler set (through the response, the error's metadata or the call's
+// info).
+func (s *server) verdict(ctx context.Context, info connect.CallInfo, resp connect.AnyResponse, ce *connect.Error, store bool) middleware.Result {
+	if !store {
+		return forget(ctx)
+	}
 	var rec record
 	if info != nil {
 		rec.Header, rec.Trailer = kept(nil, info.ResponseHeader()), kept(nil, info.ResponseTrailer())
 	}
-	if err != nil {
-		ce := new(connect.Error)
-		if !errors.As(err, &ce) {
-			return forget(ctx) // answered Unknown (or the context's code): never recorded
-		}
-		if forgotten[ce.Code()] {
-			return forget(ctx)
-		}
+	if ce != nil {
 		rec.Code, rec.Error = ce.Code(), ce.Message()
 		for _, d := range ce.Details() {
-			if d.Type() == "google.rpc.RetryInfo" {
-				return forget(ctx) // the handler asks for a retry, which a record would never run
-			}
 			rec.Details = append(rec.Details, recordedDetail{Type: d.Type(), Value: d.Bytes()})
 		}
 		rec.Header = kept(rec.Header, ce.Meta())

@@ -26,8 +26,9 @@ import (
 
 // server is the server interceptor.
 type server struct {
-	guard *middleware.Guard
-	cfg   config
+	guard  *middleware.Guard
+	cfg    config
+	forget map[connect.Code]bool // the store policy's Forget
 }
 
 // New validates the options and returns a connect.Interceptor for
@@ -42,7 +43,10 @@ func New(guard *middleware.Guard, opts ...Option) (connect.Interceptor, error) {
 	if guard == nil || reflect.ValueOf(guard).Elem().IsZero() {
 		return bad("a guard is required; make one with middleware.New")
 	}
-	cfg := config{maxResponse: defaultMaxResponseBytes, wait: true, retryDelay: defaultRetryDelay}
+	cfg := config{maxResponse: defaultMaxResponseBytes, wait: true, retryDelay: defaultRetryDelay, policy: StorePolicy{Forget: []connect.Code{
+		connect.CodeUnavailable, connect.CodeInternal, connect.CodeUnknown, connect.CodeDeadlineExceeded,
+		connect.CodeCanceled, connect.CodeResourceExhausted, connect.CodeAborted, connect.CodeUnauthenticated,
+	}}}
 	for _, o := range opts {
 		if o == nil {
 			return bad("an option is nil; remove it, or pass the option it was meant to be")
@@ -60,7 +64,15 @@ func New(guard *middleware.Guard, opts ...Option) (connect.Interceptor, error) {
 	if cfg.logger == nil {
 		cfg.logger = slog.Default()
 	}
-	return &server{guard: guard, cfg: cfg}, nil
+	return &server{guard: guard, cfg: cfg, forget: setOf(cfg.policy.Forget)}, nil
+}
+
+func setOf(codes []connect.Code) map[connect.Code]bool {
+	m := make(map[connect.Code]bool, len(codes))
+	for _, c := range codes {
+		m[c] = true
+	}
+	return m
 }
 
 // WrapUnary guards a unary procedure's handler (see [New]).
@@ -192,19 +204,46 @@ func fingerprintOf(procedure string, msg proto.Message) (fingerprint.Fingerprint
 }
 
 // run calls the handler and decides what the guard records. A panic is
-// answered Internal and forgotten.
+// answered Internal, recorded only as the store policy says.
 func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (resp connect.AnyResponse, err error, res middleware.Result) {
+	info, _ := connect.CallInfoForHandlerContext(ctx)
 	defer func() {
 		if p := recover(); p != nil {
 			s.cfg.logger.ErrorContext(ctx, "connectinterceptor: the handler panicked", slog.String("procedure", req.Spec().Procedure),
 				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
-			resp, err = nil, connect.NewError(connect.CodeInternal, errors.New("connectinterceptor: the handler panicked"))
-			res = forget(ctx)
+			ce := connect.NewError(connect.CodeInternal, errors.New("connectinterceptor: the handler panicked"))
+			resp, err = nil, ce
+			res = s.verdict(ctx, info, nil, ce, s.cfg.policy.Panic)
 		}
 	}()
 	resp, err = next(ctx, req)
-	info, _ := connect.CallInfoForHandlerContext(ctx)
-	return resp, err, s.verdict(ctx, info, resp, err)
+	if err == nil {
+		return resp, nil, s.verdict(ctx, info, resp, nil, true)
+	}
+	// As connect answers it: a context error with its code, any other
+	// error that is no *connect.Error as Unknown.
+	ce := new(connect.Error)
+	switch {
+	case errors.As(err, &ce):
+	case errors.Is(err, context.Canceled):
+		ce = connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		ce = connect.NewError(connect.CodeDeadlineExceeded, err)
+	default:
+		ce = connect.NewError(connect.CodeUnknown, err)
+	}
+	return resp, err, s.verdict(ctx, info, nil, ce, !s.forget[ce.Code()] && (s.cfg.policy.TryAgain || !hasRetryInfo(ce)))
+}
+
+// hasRetryInfo reports whether e carries a google.rpc.RetryInfo detail:
+// the server asks the client to call again (see StorePolicy.TryAgain).
+func hasRetryInfo(e *connect.Error) bool {
+	for _, d := range e.Details() {
+		if d.Type() == "google.rpc.RetryInfo" {
+			return true
+		}
+	}
+	return false
 }
 
 // forget is the result of an outcome that is not recorded: the claim is

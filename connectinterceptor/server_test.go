@@ -172,6 +172,43 @@ func TestErrorsReplayedOrForgotten(t *testing.T) {
 	})
 }
 
+// TestStorePolicy: by default an error whose code the policy forgets, or
+// with a RetryInfo, is delivered and forgotten; a policy that records
+// everything (as Stripe does) replays Internal, Unknown (an error that is
+// no *connect.Error), RetryInfo errors and panics with their code and
+// message.
+func TestStorePolicy(t *testing.T) {
+	cases := []string{"internal", "plain", "try-again", "panic"}
+	for _, recordAll := range []bool{false, true} {
+		var opts []connectinterceptor.Option
+		if recordAll {
+			opts = append(opts, connectinterceptor.WithStorePolicy(connectinterceptor.StorePolicy{TryAgain: true, Panic: true}))
+		}
+		t.Run(map[bool]string{false: "default", true: "record-all"}[recordAll], func(t *testing.T) {
+			eachProtocol(t, opts, func(t *testing.T, c caller, svc *service, _ *middleware.Guard) {
+				for _, how := range cases {
+					_, first := c.call(t, "book", "Idempotency-Key", how, "X-Test", how)
+					_, again := c.call(t, "book", "Idempotency-Key", how, "X-Test", how)
+					f, a := new(connect.Error), new(connect.Error)
+					if !errors.As(first, &f) || !errors.As(again, &a) || a.Code() != f.Code() {
+						t.Fatalf("%s: %v, then %v; want the same code twice", how, first, again)
+					}
+					if replayed := a.Meta().Get("Idempotent-Replayed") == "true"; replayed != recordAll || (recordAll && a.Message() != f.Message()) {
+						t.Fatalf("%s: %v, then %v (replayed %v); want a replay %v", how, first, again, replayed, recordAll)
+					}
+				}
+				want := int32(2 * len(cases))
+				if recordAll {
+					want = int32(len(cases))
+				}
+				if n := svc.runs.Load(); n != want {
+					t.Fatalf("the handler ran %d times; want %d", n, want)
+				}
+			})
+		})
+	}
+}
+
 // TestKeys: no key passes through (or is InvalidArgument when required); a
 // malformed key is InvalidArgument; a key in a request field is read
 // before the header.
