@@ -144,7 +144,7 @@ func (s *server) serve(ctx context.Context, req connect.AnyRequest, next connect
 	)
 	out, err := s.guard.Execute(ctx, key, fp, func(ctx context.Context) (middleware.Result, error) {
 		var res middleware.Result
-		resp, callErr, res = s.run(ctx, req, next)
+		res, resp, callErr = s.run(ctx, req, next)
 		return res, nil
 	}, opts...)
 	switch {
@@ -205,7 +205,7 @@ func fingerprintOf(procedure string, msg proto.Message) (fingerprint.Fingerprint
 
 // run calls the handler and decides what the guard records. A panic is
 // answered Internal, recorded only as the store policy says.
-func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (resp connect.AnyResponse, err error, res middleware.Result) {
+func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (res middleware.Result, resp connect.AnyResponse, err error) {
 	info, _ := connect.CallInfoForHandlerContext(ctx)
 	defer func() {
 		if p := recover(); p != nil {
@@ -218,7 +218,7 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 	}()
 	resp, err = next(ctx, req)
 	if err == nil {
-		return resp, nil, s.verdict(ctx, info, resp, nil, true)
+		return s.verdict(ctx, info, resp, nil, true), resp, nil
 	}
 	// As connect answers it: a context error with its code, any other
 	// error that is no *connect.Error as Unknown.
@@ -232,7 +232,7 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 	default:
 		ce = connect.NewError(connect.CodeUnknown, err)
 	}
-	return resp, err, s.verdict(ctx, info, nil, ce, !s.forget[ce.Code()] && (s.cfg.policy.TryAgain || !hasRetryInfo(ce)))
+	return s.verdict(ctx, info, nil, ce, !s.forget[ce.Code()] && (s.cfg.policy.TryAgain || !hasRetryInfo(ce))), resp, err
 }
 
 // hasRetryInfo reports whether e carries a google.rpc.RetryInfo detail:
