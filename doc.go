@@ -19,7 +19,7 @@
 // stated once, in [github.com/idemkit/idemkit/store].
 //
 // The packages themselves live below this one: the guard in
-// middleware, the adapters in nethttp, ginadapter, echoadapter and
-// grpcinterceptor, the guard's backends under store, and the lock library
+// middleware, the adapters in nethttp, ginadapter, echoadapter,
+// echo5adapter, grpcinterceptor and connectinterceptor, the guard's backends under store, and the lock library
 // under lock.
 package idemkit

@@ -2,7 +2,6 @@ package echoadapter_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,31 +79,11 @@ func TestSkipper(t *testing.T) {
 	h := func(c echo.Context) error { return c.String(http.StatusCreated, fmt.Sprint("order ", runs.Add(1))) }
 	e.POST("/orders", h)
 	e.POST("/internal/orders", h)
-	url := httpsuite.Serve(t, e)
-	for i := range 2 {
-		// Skipped: no key needed, nothing recorded, every request runs.
-		if got := httpsuite.Post(t, url+"/internal/orders", "k", `{}`); got.Status != http.StatusCreated || got.Replayed() || got.Body != fmt.Sprint("order ", i+1) {
-			t.Fatalf("skipped request %d: %d %q replayed=%v", i, got.Status, got.Body, got.Replayed())
-		}
-	}
-	if got := httpsuite.Post(t, url+"/internal/orders", "", `{}`); got.Status != http.StatusCreated {
-		t.Fatalf("skipped request without a key: %d", got.Status)
-	}
-	if got := httpsuite.Post(t, url+"/orders", "", `{}`); got.Status != http.StatusBadRequest {
-		t.Fatalf("guarded request without a key: %d; want 400", got.Status)
-	}
-	first := httpsuite.Post(t, url+"/orders", "k", `{}`)
-	if again := httpsuite.Post(t, url+"/orders", "k", `{}`); !again.Replayed() || again.Body != first.Body {
-		t.Fatalf("guarded retry: %d %q; want a replay of %q", again.Status, again.Body, first.Body)
-	}
-	if runs.Load() != 4 {
-		t.Fatalf("ran %d times; want 4", runs.Load())
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(passed) != 3 || passed[0] != "POST /internal/orders" || passed[2] != "POST /internal/orders" {
-		t.Fatalf("passed-through outcomes %q; want the 3 skipped requests, under echo's route", passed)
-	}
+	httpsuite.CheckSkipped(t, httpsuite.Serve(t, e), runs.Load, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), passed...)
+	}, "POST /internal/orders")
 }
 
 // A handler's error is rendered by echo's error handler inside the guard:
@@ -116,19 +95,17 @@ func TestHandlerErrorsRenderedInsideTheCapture(t *testing.T) {
 	defaultPolicy := nethttp.StorePolicy{Success: true, Redirection: true, ClientError: true}
 	recordAll := nethttp.StorePolicy{Success: true, Redirection: true, ClientError: true, ServerError: true, Panic: true}
 	for _, c := range []struct {
-		name     string
-		err      error
-		policy   nethttp.StorePolicy
-		status   int
-		body     string
-		replayed bool // the retry replays (else: runs again)
+		name   string
+		err    error
+		policy nethttp.StorePolicy
+		want   httpsuite.ErrorRendering
 	}{
-		{"HTTPError 4xx is recorded", echo.NewHTTPError(http.StatusPaymentRequired, "card declined"), defaultPolicy, 402, `{"message":"card declined"}`, true},
-		{"HTTPError 409 is recorded", echo.NewHTTPError(http.StatusConflict, "already shipped"), defaultPolicy, 409, `{"message":"already shipped"}`, true},
-		{"HTTPError 5xx is forgotten", echo.NewHTTPError(http.StatusServiceUnavailable, "try later"), defaultPolicy, 503, `{"message":"try later"}`, false},
-		{"plain error renders 500, forgotten", errors.New("boom"), defaultPolicy, 500, `{"message":"Internal Server Error"}`, false},
-		{"plain error, Stripe policy records it", errors.New("boom"), recordAll, 500, `{"message":"Internal Server Error"}`, true},
-		{"wrapped HTTPError", fmt.Errorf("charge: %w", echo.NewHTTPError(http.StatusBadRequest, "no amount")), defaultPolicy, 500, `{"message":"Internal Server Error"}`, false},
+		{"HTTPError 4xx is recorded", echo.NewHTTPError(http.StatusPaymentRequired, "card declined"), defaultPolicy, httpsuite.ErrorRendering{Status: 402, Body: `{"message":"card declined"}`, Replayed: true}},
+		{"HTTPError 409 is recorded", echo.NewHTTPError(http.StatusConflict, "already shipped"), defaultPolicy, httpsuite.ErrorRendering{Status: 409, Body: `{"message":"already shipped"}`, Replayed: true}},
+		{"HTTPError 5xx is forgotten", echo.NewHTTPError(http.StatusServiceUnavailable, "try later"), defaultPolicy, httpsuite.ErrorRendering{Status: 503, Body: `{"message":"try later"}`, Replayed: false}},
+		{"plain error renders 500, forgotten", errors.New("boom"), defaultPolicy, httpsuite.ErrorRendering{Status: 500, Body: `{"message":"Internal Server Error"}`, Replayed: false}},
+		{"plain error, Stripe policy records it", errors.New("boom"), recordAll, httpsuite.ErrorRendering{Status: 500, Body: `{"message":"Internal Server Error"}`, Replayed: true}},
+		{"wrapped HTTPError", fmt.Errorf("charge: %w", echo.NewHTTPError(http.StatusBadRequest, "no amount")), defaultPolicy, httpsuite.ErrorRendering{Status: 500, Body: `{"message":"Internal Server Error"}`, Replayed: false}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var runs, rendered, escaped atomic.Int32
@@ -147,25 +124,7 @@ func TestHandlerErrorsRenderedInsideTheCapture(t *testing.T) {
 				}
 			}, newIdem(t, httpsuite.NewGuard(t), echoadapter.WithHTTPOptions(nethttp.WithStorePolicy(c.policy))))
 			e.POST("/orders", func(echo.Context) error { runs.Add(1); return c.err })
-			url := httpsuite.Serve(t, e)
-
-			first := httpsuite.Post(t, url+"/orders", "k", `{}`)
-			again := httpsuite.Post(t, url+"/orders", "k", `{}`)
-			for i, got := range []httpsuite.Reply{first, again} {
-				if got.Status != c.status || strings.TrimSpace(got.Body) != c.body {
-					t.Fatalf("request %d: %d %q; want %d %s", i, got.Status, got.Body, c.status, c.body)
-				}
-			}
-			wantRuns, wantRendered := int32(2), int32(2)
-			if c.replayed {
-				wantRuns, wantRendered = 1, 1
-			}
-			if again.Replayed() != c.replayed || runs.Load() != wantRuns {
-				t.Fatalf("retry replayed=%v after %d runs; want replayed=%v, %d runs", again.Replayed(), runs.Load(), c.replayed, wantRuns)
-			}
-			if rendered.Load() != wantRendered || escaped.Load() != 0 {
-				t.Fatalf("the error handler ran %d times and %d errors left the middleware; want %d and 0", rendered.Load(), escaped.Load(), wantRendered)
-			}
+			httpsuite.CheckErrorRendered(t, httpsuite.Serve(t, e), c.want, runs.Load, rendered.Load, escaped.Load)
 		})
 	}
 }
@@ -192,14 +151,7 @@ func TestErrorRenderedOnce(t *testing.T) {
 }
 
 func TestOuterMiddlewareSeesTheResponse(t *testing.T) {
-	type seen struct {
-		status    int
-		size      int64
-		committed bool
-		err       error
-		before    int
-	}
-	obs := make(chan seen, 8)
+	obs := make(chan httpsuite.FrontSaw, 8)
 	var runs, after atomic.Int32
 	e := newEcho()
 	e.Use(func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -207,7 +159,7 @@ func TestOuterMiddlewareSeesTheResponse(t *testing.T) {
 			before := 0
 			c.Response().Before(func() { before++ })
 			err := next(c)
-			obs <- seen{c.Response().Status, c.Response().Size, c.Response().Committed, err, before}
+			obs <- httpsuite.FrontSaw{Status: c.Response().Status, Size: c.Response().Size, Committed: c.Response().Committed, Err: err, Before: before}
 			return err
 		}
 	}, newIdem(t, httpsuite.NewGuard(t), echoadapter.WithHTTPOptions(nethttp.WithKeyRequired(true))))
@@ -216,31 +168,7 @@ func TestOuterMiddlewareSeesTheResponse(t *testing.T) {
 	}, func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error { after.Add(1); return next(c) }
 	})
-	url := httpsuite.Serve(t, e)
-	for _, c := range []struct {
-		name     string
-		key      string
-		body     string
-		status   int
-		replayed bool
-	}{
-		{"first", "k", `{"a":1}`, http.StatusCreated, false},
-		{"replay", "k", `{"a":1}`, http.StatusCreated, true},
-		{"mismatch", "k", `{"a":2}`, http.StatusUnprocessableEntity, false},
-		{"no key", "", `{}`, http.StatusBadRequest, false},
-	} {
-		got := httpsuite.Post(t, url+"/orders", c.key, c.body)
-		o := <-obs
-		if got.Status != c.status || got.Replayed() != c.replayed {
-			t.Fatalf("%s: %d replayed=%v; want %d replayed=%v", c.name, got.Status, got.Replayed(), c.status, c.replayed)
-		}
-		if o.status != c.status || o.size != int64(len(got.Body)) || !o.committed || o.err != nil || o.before != 1 {
-			t.Fatalf("%s: the middleware in front saw %+v; want status %d, size %d, committed, no error, its Before hook run once", c.name, o, c.status, len(got.Body))
-		}
-	}
-	if runs.Load() != 1 || after.Load() != 1 {
-		t.Fatalf("handler ran %d times, route middleware %d; want 1 and 1", runs.Load(), after.Load())
-	}
+	httpsuite.CheckFrontSeesResponse(t, httpsuite.Serve(t, e), obs, runs.Load, after.Load)
 }
 
 func TestRouteParams(t *testing.T) {
@@ -300,27 +228,7 @@ func TestStreamedIsNotReplayable(t *testing.T) {
 		}
 		return nil
 	}, newIdem(t, httpsuite.NewGuard(t)))
-	url := httpsuite.Serve(t, e)
-	first := httpsuite.Post(t, url+"/stream", "s", `{}`)
-	if first.Status != http.StatusOK || first.Body != "data: 0\n\ndata: 1\n\ndata: 2\n\n" {
-		t.Fatalf("stream: %d %q", first.Status, first.Body)
-	}
-	httpsuite.WantProblem(t, httpsuite.Post(t, url+"/stream", "s", `{}`), http.StatusConflict, "response-not-replayable")
-	if runs.Load() != 1 {
-		t.Fatalf("ran %d times", runs.Load())
-	}
-}
-
-func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
-	if _, err := echoadapter.New(nil); err == nil {
-		t.Fatal("a nil guard was accepted")
-	}
-	g := httpsuite.NewGuard(t)
-	for _, o := range httpsuite.InvalidOptions() {
-		if mw, err := echoadapter.New(g, echoadapter.WithHTTPOptions(o)); err == nil || mw != nil {
-			t.Fatal("an invalid option was accepted")
-		}
-	}
+	httpsuite.CheckStreamedNotReplayable(t, httpsuite.Serve(t, e)+"/stream", runs.Load)
 }
 
 func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
@@ -350,21 +258,7 @@ func TestGzipInsideTheGuard(t *testing.T) {
 		runs.Add(1)
 		return c.JSON(http.StatusCreated, map[string]string{"order": "42"})
 	})
-	url := httpsuite.Serve(t, e)
-	// http.DefaultClient asks for gzip and decompresses transparently.
-	first := httpsuite.Post(t, url+"/orders", "gz-1", `{}`)
-	second := httpsuite.Post(t, url+"/orders", "gz-1", `{}`)
-	if first.Status != http.StatusCreated || !strings.Contains(first.Body, `"order":"42"`) {
-		t.Fatalf("first: %d %q", first.Status, first.Body)
-	}
-	if !second.Replayed() || second.Status != first.Status || second.Body != first.Body || second.Header.Get("Vary") != "Accept-Encoding" {
-		t.Fatalf("replay: %d %q replayed=%v Vary %q; want the first answer", second.Status, second.Body, second.Replayed(), second.Header.Get("Vary"))
-	}
-	identity := httpsuite.Post(t, url+"/orders", "gz-1", `{}`, "Accept-Encoding", "identity")
-	httpsuite.WantProblem(t, identity, http.StatusConflict, "response-not-replayable")
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("the handler ran %d times", n)
-	}
+	httpsuite.CheckCompressedInsideTheGuard(t, httpsuite.Serve(t, e), runs.Load)
 }
 
 // TestDecompressInFront: echo's Decompress before the idempotency
@@ -414,26 +308,7 @@ func TestOutcomeWatchedByEchoMiddleware(t *testing.T) {
 	e.POST("/orders/:id", func(c echo.Context) error {
 		return c.JSON(http.StatusCreated, map[string]string{"order": c.Param("id")})
 	})
-	url := httpsuite.Serve(t, e)
-	for _, c := range []struct {
-		key, body string
-		kind      middleware.EventKind
-	}{
-		{"k", `{"a":1}`, middleware.EventExecuted},
-		{"k", `{"a":1}`, middleware.EventReplayed},
-		{"k", `{"a":2}`, middleware.EventMismatch},
-		{"", `{}`, middleware.EventRejected},
-	} {
-		httpsuite.Post(t, url+"/orders/1", c.key, c.body)
-		select {
-		case ev := <-outcomes:
-			if ev.Kind != c.kind || ev.Operation != "POST /orders/:id" {
-				t.Fatalf("%s: the middleware in front saw %s %q; want %s POST /orders/:id", c.body, ev.Kind, ev.Operation, c.kind)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the middleware in front saw no request")
-		}
-	}
+	httpsuite.CheckOutcomesWatched(t, httpsuite.Serve(t, e), outcomes, "POST /orders/:id")
 }
 
 // TestErrorHandlerRendersRefusals: with WithErrorHandler(true), refusals
@@ -444,15 +319,9 @@ func TestOutcomeWatchedByEchoMiddleware(t *testing.T) {
 // 500 of a panic is rendered by the error handler inside the guard, so a
 // store policy that records panics replays what the client got.
 func TestErrorHandlerRendersRefusals(t *testing.T) {
-	type seen struct {
-		status     int
-		kind       string
-		retry      string
-		sameStatus bool // the Problem's status is the HTTPError's
-	}
 	for _, custom := range []bool{false, true} {
 		t.Run(fmt.Sprint("custom=", custom), func(t *testing.T) {
-			front := make(chan seen, 16)
+			front := make(chan httpsuite.ErrorSeen, 16)
 			var runs atomic.Int32
 			e := newEcho()
 			if custom {
@@ -470,12 +339,12 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 					err := next(c)
 					var he *echo.HTTPError
 					var p nethttp.Problem
-					s := seen{retry: c.Response().Header().Get("Retry-After")}
+					s := httpsuite.ErrorSeen{RetryAfter: c.Response().Header().Get("Retry-After")}
 					if errors.As(err, &he) {
-						s.status = he.Code
+						s.Status = he.Code
 					}
 					if errors.As(err, &p) {
-						s.kind, s.sameStatus = p.Kind, p.Status == s.status
+						s.Kind, s.SameStatus = p.Kind, p.Status == s.Status
 					}
 					front <- s
 					return err
@@ -493,59 +362,14 @@ func TestErrorHandlerRendersRefusals(t *testing.T) {
 				}
 				return c.JSON(http.StatusCreated, map[string]int32{"order": n})
 			})
-			url := httpsuite.Serve(t, e)
-			check := func(name string, got httpsuite.Reply, status int, kind, retry string) {
+			httpsuite.CheckRefusalsReturned(t, httpsuite.Serve(t, e), front, runs.Load, func(t *testing.T, got httpsuite.Reply, status int, kind string) {
 				t.Helper()
-				s := <-front
-				if s.status != status || s.kind != kind || !s.sameStatus || s.retry != retry {
-					t.Fatalf("%s: the middleware in front saw %+v; want an error with status %d, problem %s, Retry-After %q", name, s, status, kind, retry)
-				}
-				if got.Status != status || got.Header.Get("Cache-Control") != "no-store" || got.Header.Get("Retry-After") != retry {
-					t.Fatalf("%s: %d %v; want %d, no-store, Retry-After %q", name, got.Status, got.Header, status, retry)
-				}
-				var body map[string]any
-				if err := json.Unmarshal([]byte(got.Body), &body); err != nil {
-					t.Fatalf("%s: %q: %v", name, got.Body, err)
-				}
 				if custom {
-					if e, _ := body["error"].(map[string]any); e["code"] != kind {
-						t.Fatalf("%s: %q; want the custom error handler's format", name, got.Body)
-					}
-				} else if body["type"] != "urn:idemkit:problem:"+kind || body["status"] != float64(status) || body["title"] == "" {
-					t.Fatalf("%s: %q; want the problem's fields", name, got.Body)
+					httpsuite.WantErrorCode(t, got, kind)
+					return
 				}
-			}
-			check("no key", httpsuite.Post(t, url+"/orders", "", `{}`), http.StatusBadRequest, "idempotency-key-missing", "")
-			httpsuite.Post(t, url+"/orders", "k", `{"a":1}`)
-			if s := <-front; s.status != 0 {
-				t.Fatalf("an execution reached the middleware in front as an error: %+v", s)
-			}
-			check("mismatch", httpsuite.Post(t, url+"/orders", "k", `{"a":2}`), http.StatusUnprocessableEntity, "idempotency-key-reused", "")
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				httpsuite.Post(t, url+"/orders?sleep=1", "slow", `{}`)
-			}()
-			for deadline := time.Now().Add(10 * time.Second); runs.Load() < 2; time.Sleep(time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatal("the slow request did not start")
-				}
-			}
-			check("in progress", httpsuite.Post(t, url+"/orders?sleep=1", "slow", `{}`), http.StatusConflict, "idempotency-key-in-progress", "2")
-			<-done
-			<-front
-
-			// The panic's 500: rendered inside the guard, recorded, replayed.
-			first := httpsuite.Post(t, url+"/orders?panic=1", "p", `{}`)
-			<-front
-			again := httpsuite.Post(t, url+"/orders?panic=1", "p", `{}`)
-			<-front
-			if first.Status != http.StatusInternalServerError || !again.Replayed() || again.Body != first.Body || !strings.Contains(first.Body, "internal-error") {
-				t.Fatalf("panic: %d %q, then %d %q replayed=%v", first.Status, first.Body, again.Status, again.Body, again.Replayed())
-			}
-			if runs.Load() != 3 {
-				t.Fatalf("the handler ran %d times; want 3", runs.Load())
-			}
+				httpsuite.WantProblemFields(t, got, status, kind)
+			})
 		})
 	}
 }

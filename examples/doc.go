@@ -3,11 +3,14 @@
 //
 //   - quickstart: what `make demo` runs, on the memory backend; a nested
 //     module of its own that needs only the root module, so it builds fast.
-//   - nethttp, gin, echo: the same demo service (POST /orders, POST /notes,
-//     GET /stats) on net/http, gin and echo, on any backend (-store memory,
-//     redis, redis-cluster, postgres, firestore).
+//   - nethttp, gin, echo, echo5: the same demo service (POST /orders, POST
+//     /notes, GET /stats) on net/http, gin, echo v4 and echo v5, on any
+//     backend (-store memory, redis, redis-cluster, postgres, firestore).
 //   - grpc: grpc.testing.TestService with UnaryCall guarded, on the same
 //     backends.
+//   - connect: the same TestService as Connect handlers behind
+//     connectinterceptor, one port for the Connect, gRPC and gRPC-Web
+//     protocols.
 //   - redisauth: the program to copy: a net/http order service run as any
 //     number of instances over one Redis, with bearer-token authentication
 //     and a scope hook that takes the principal from the verified token.

@@ -4,8 +4,11 @@ go 1.26.0
 
 require (
 	cloud.google.com/go/firestore v1.29.2
+	connectrpc.com/connect v1.21.1
 	github.com/gin-gonic/gin v1.12.0
 	github.com/idemkit/idemkit v0.1.0
+	github.com/idemkit/idemkit/connectinterceptor v0.1.0
+	github.com/idemkit/idemkit/echo5adapter v0.1.0
 	github.com/idemkit/idemkit/echoadapter v0.1.0
 	github.com/idemkit/idemkit/ginadapter v0.1.0
 	github.com/idemkit/idemkit/grpcinterceptor v0.1.0
@@ -15,6 +18,7 @@ require (
 	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/labstack/echo/v5 v5.4.6
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
@@ -59,7 +63,7 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
-	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261012220534-4341edf3f941
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 

@@ -345,18 +345,6 @@ func TestPassThroughKeepsGinsWriter(t *testing.T) {
 	}
 }
 
-func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
-	if _, err := ginadapter.New(nil); err == nil {
-		t.Fatal("a nil guard was accepted")
-	}
-	g := httpsuite.NewGuard(t)
-	for _, o := range httpsuite.InvalidOptions() {
-		if h, err := ginadapter.New(g, o); err == nil || h != nil {
-			t.Fatal("an invalid option was accepted")
-		}
-	}
-}
-
 func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
 	httpsuite.CheckMisconfigurationsRefused(t, func(g *middleware.Guard, opts ...nethttp.Option) error {
 		h, err := ginadapter.New(g, opts...)
@@ -410,26 +398,5 @@ func TestOutcomeWatchedByGinMiddleware(t *testing.T) {
 		outcomes <- e
 	}, newIdem(t, httpsuite.NewGuard(t), nethttp.WithKeyRequired(true)))
 	r.POST("/orders/:id", func(c *gin.Context) { c.JSON(http.StatusCreated, gin.H{"order": c.Param("id")}) })
-	url := httpsuite.Serve(t, r)
-	for _, c := range []struct {
-		path, key, body string
-		kind            middleware.EventKind
-		op              string
-	}{
-		{"/orders/1", "k", `{"a":1}`, middleware.EventExecuted, "POST /orders/:id"},
-		{"/orders/1", "k", `{"a":1}`, middleware.EventReplayed, "POST /orders/:id"},
-		{"/orders/1", "k", `{"a":2}`, middleware.EventMismatch, "POST /orders/:id"},
-		{"/orders/1", "", `{}`, middleware.EventRejected, "POST /orders/:id"},
-		{"/nowhere", "n", `{}`, middleware.EventExecuted, ""},
-	} {
-		httpsuite.Post(t, url+c.path, c.key, c.body)
-		select {
-		case e := <-outcomes:
-			if e.Kind != c.kind || e.Operation != c.op {
-				t.Fatalf("%s %s: the middleware in front saw %s %q; want %s %q", c.path, c.body, e.Kind, e.Operation, c.kind, c.op)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the middleware in front saw no request")
-		}
-	}
+	httpsuite.CheckOutcomesWatched(t, httpsuite.Serve(t, r), outcomes, "POST /orders/:id")
 }

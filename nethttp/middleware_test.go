@@ -102,18 +102,6 @@ func TestPathsUnderOnePatternAreDifferentRoutes(t *testing.T) {
 	}
 }
 
-func TestNewRefusesNilGuardAndInvalidOptions(t *testing.T) {
-	g := httpsuite.NewGuard(t)
-	if mw, err := nethttp.New(nil); err == nil || mw != nil {
-		t.Fatal("a nil guard was accepted")
-	}
-	for _, o := range httpsuite.InvalidOptions() {
-		if mw, err := nethttp.New(g, o); err == nil || mw != nil {
-			t.Fatal("an invalid option was accepted")
-		}
-	}
-}
-
 func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
 	httpsuite.CheckMisconfigurationsRefused(t, func(g *middleware.Guard, opts ...nethttp.Option) error {
 		mw, err := nethttp.New(g, opts...)

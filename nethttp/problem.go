@@ -59,7 +59,7 @@ type Problem struct {
 	RetryAfter time.Duration // when positive, sent as Retry-After in whole seconds, rounded up
 }
 
-// Error returns the problem's title and detail: echoadapter returns a
+// Error returns the problem's title and detail: the echo adapters return a
 // Problem as an error.
 func (p Problem) Error() string {
 	if p.Detail == "" {

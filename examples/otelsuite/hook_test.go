@@ -25,8 +25,8 @@ type scenario struct {
 }
 
 // TestOutcomes runs every outcome an adapter can reach through net/http,
-// gin, echo and gRPC servers on loopback listeners, with real clients, and
-// checks the call's span (its parent is the server span in front of the
+// gin, echo v4 and v5, gRPC and Connect servers on loopback listeners,
+// with real clients, and checks the call's span (its parent is the server span in front of the
 // adapter) and the metrics.
 func TestOutcomes(t *testing.T) {
 	for _, tr := range transports() {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/labstack/echo/v4"
+	echo5 "github.com/labstack/echo/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit/echo5adapter"
 	"github.com/idemkit/idemkit/echoadapter"
 	"github.com/idemkit/idemkit/ginadapter"
 	"github.com/idemkit/idemkit/grpcinterceptor"
@@ -75,7 +77,9 @@ func transports() []transport {
 		{name: "nethttp", operation: "POST /orders", passOperation: "POST /orders", start: startNetHTTP},
 		{name: "gin", operation: "POST /orders", passOperation: "POST /orders", start: startGin},
 		{name: "echo", operation: "POST /orders", passOperation: "POST /orders", start: startEcho},
+		{name: "echo5", operation: "POST /orders/:id", passOperation: "POST /orders/:id", start: startEcho5},
 		{name: "grpc", grpc: true, operation: unaryCall, passOperation: emptyCall, start: startGRPC},
+		{name: "connect", grpc: true, operation: unaryCall, passOperation: emptyCall, start: startConnect},
 	}
 }
 
@@ -144,20 +148,35 @@ func startEcho(t *testing.T, f *fixture, cfg serverConfig) client {
 	return serveHTTP(t, f.outerHTTP(e))
 }
 
+// startEcho5 serves the handler under the route /orders/:id, so that the
+// operation is echo v5's route, not the path the client sends.
+func startEcho5(t *testing.T, f *fixture, cfg serverConfig) client {
+	idem, err := echo5adapter.New(f.guard, echo5adapter.WithHTTPOptions(httpOptions(cfg)...)) // its default operation: "POST /orders/:id"
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := echo5.New()
+	e.POST("/orders/:id", echo5.WrapHandler(f.handler()), idem)
+	c := serveHTTP(t, f.outerHTTP(e)).(*httpClient)
+	c.path = "/orders/1"
+	return c
+}
+
 // serveHTTP serves h on a loopback listener until the test ends.
 func serveHTTP(t *testing.T, h http.Handler) client {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &httpClient{url: srv.URL, c: srv.Client()}
+	return &httpClient{url: srv.URL, path: "/orders", c: srv.Client()}
 }
 
 type httpClient struct {
-	url string
-	c   *http.Client
+	url  string
+	path string // the guarded route's path
+	c    *http.Client
 }
 
 func (c *httpClient) call(ctx context.Context, r request) answer {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+"/orders?flags="+r.flags, strings.NewReader(r.body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url+c.path+"?flags="+r.flags, strings.NewReader(r.body))
 	if err != nil {
 		panic(err)
 	}

@@ -147,9 +147,9 @@ func wantProblem(t *testing.T, r Reply, status int, kind string) problemBody {
 	return p
 }
 
-// InvalidOptions are options that every adapter's constructor must refuse
-// with an error (and no middleware).
-func InvalidOptions() []nethttp.Option {
+// invalidOptions are options that every adapter's constructor must refuse
+// with an InvalidArgument error (and no middleware).
+func invalidOptions() []nethttp.Option {
 	return []nethttp.Option{
 		nethttp.WithKey(nethttp.HeaderKey("bad header")),
 		nethttp.WithKey(nethttp.KeySource{}),
@@ -175,9 +175,10 @@ type Build func(guard *middleware.Guard, opts ...nethttp.Option) error
 // request: a nil guard, a zero middleware.Guard (not made by
 // middleware.New), a nil option, an empty method list, a method name in
 // lower case, a method name that is no token, credential headers with a
-// scope hook, none or with a name that is no token; and that it still
-// accepts the upper-case methods it refused in lower case, and header
-// names in any case.
+// scope hook, none or with a name that is no token; that it refuses
+// invalid values of the other options (key sources, TTLs, limits) with an
+// InvalidArgument error; and that it still accepts the upper-case methods
+// it refused in lower case, and header names in any case.
 func CheckMisconfigurationsRefused(t *testing.T, build Build) {
 	t.Helper()
 	g := NewGuard(t)
@@ -207,6 +208,11 @@ func CheckMisconfigurationsRefused(t *testing.T, build Build) {
 		}
 		if !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), c.fix) {
 			t.Errorf("%s: %v; want an InvalidArgument error that says %q", c.name, err, c.fix)
+		}
+	}
+	for i, o := range invalidOptions() {
+		if err := build(g, o); !errors.Is(err, idemkit.ErrInvalidArgument) {
+			t.Errorf("invalid option %d: %v; want an InvalidArgument error", i, err)
 		}
 	}
 	if err := build(g, nethttp.WithMethods("POST", "PUT", "QUERY")); err != nil {

@@ -22,7 +22,7 @@
 //	}
 //
 // [TxBackend] is the harness of the transactional mode's tests (pgstore.Tx
-// through ginadapter, echoadapter and grpcinterceptor): a guard on a
+// through ginadapter, echoadapter, echo5adapter and grpcinterceptor): a guard on a
 // PostgreSQL table of the test's own, an orders table its handlers write
 // in the work's transaction; [RunTxHTTP] is the HTTP adapters' proof.
 package demotest
