@@ -60,14 +60,16 @@ func classify(err error) (idemkit.Code, string) {
 		return idemkit.CodeRateLimited, "DynamoDB refused the request for throughput or account limits"
 	case errors.As(err, &internal):
 		return idemkit.CodeServiceUnavailable, "DynamoDB reported an internal error"
-	case errors.As(err, &quota):
-		return idemkit.CodeServiceUnavailable, "DynamoDB is failing: the client's retry quota is spent"
 	case errors.As(err, &ne) && ne.Timeout():
 		return idemkit.CodeNetworkTimeout, "timed out talking to DynamoDB"
 	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, net.ErrClosed):
 		return idemkit.CodeServiceUnavailable, "DynamoDB is unreachable"
+	case errors.As(err, &quota):
+		// The SDK's retry quota runs out when requests keep failing; the
+		// cause it wraps, when it has one, was classified above.
+		return idemkit.CodeServiceUnavailable, "DynamoDB is failing: the client's retry quota is spent"
 	case errors.As(err, &api):
 		return classifyCode(api.ErrorCode(), api.ErrorFault())
 	}

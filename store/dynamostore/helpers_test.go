@@ -4,6 +4,9 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +28,8 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // meets).
 type conn struct {
 	requests atomic.Int64
+	mu       sync.Mutex
+	targets  map[string]int // requests by API operation (X-Amz-Target), since the last take
 	broken   atomic.Bool
 	closed   string // a loopback address nothing listens on
 	idle     func() // closes the idle connections
@@ -57,7 +62,30 @@ type countingTransport struct {
 
 func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	t.c.requests.Add(1)
+	op := r.Header.Get("X-Amz-Target")
+	op = op[strings.LastIndexByte(op, '.')+1:]
+	t.c.mu.Lock()
+	if t.c.targets == nil {
+		t.c.targets = map[string]int{}
+	}
+	t.c.targets[op]++
+	t.c.mu.Unlock()
 	return t.next.RoundTrip(r)
+}
+
+// take returns the requests sent since the last call, in total and by
+// operation ("GetItem=1 PutItem=1"), and resets them.
+func (c *conn) take() (total int, by string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := make([]string, 0, len(c.targets))
+	for op, n := range c.targets {
+		total += n
+		names = append(names, op+"="+strconv.Itoa(n))
+	}
+	sort.Strings(names)
+	c.targets = map[string]int{}
+	return total, strings.Join(names, " ")
 }
 
 // newClient returns a real client of the DynamoDB endpoint url, with dummy
