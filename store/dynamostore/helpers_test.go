@@ -1,7 +1,9 @@
 package dynamostore_test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -9,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,9 +33,12 @@ type conn struct {
 	requests atomic.Int64
 	mu       sync.Mutex
 	targets  map[string]int // requests by API operation (X-Amz-Target), since the last take
-	broken   atomic.Bool
-	closed   string // a loopback address nothing listens on
-	idle     func() // closes the idle connections
+	// loseAnswer, once set, makes the next request whose body holds it
+	// reach the server and its answer be lost (a reset connection), once.
+	loseAnswer atomic.Pointer[string]
+	broken     atomic.Bool
+	closed     string // a loopback address nothing listens on
+	idle       func() // closes the idle connections
 }
 
 func (c *conn) RoundTrips() int { return int(c.requests.Load()) }
@@ -70,6 +76,21 @@ func (t countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 	t.c.targets[op]++
 	t.c.mu.Unlock()
+	if lose := t.c.loseAnswer.Load(); lose != nil && r.Body != nil {
+		body, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if bytes.Contains(body, []byte(*lose)) && t.c.loseAnswer.CompareAndSwap(lose, nil) {
+			resp, err := t.next.RoundTrip(r)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return nil, &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+		}
+	}
 	return t.next.RoundTrip(r)
 }
 
