@@ -3,6 +3,7 @@ package dynamostore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -184,13 +185,18 @@ func (s *Store) refused(ctx context.Context, op, key string, old map[string]type
 // refusal with the item (a replay or a busy key: one round trip; dynalite
 // sends none back, so there it reads it: two). A refusal by a claimable
 // item whose fence is not lower (a clock behind, claims within one ms) is
-// tried again with that fence plus one.
+// tried again with that fence plus one. A refusal by this call's own claim
+// (its write id: the SDK retried a PutItem whose first answer was lost) is
+// the claim made.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp)); err != nil {
 		return store.Record{}, false, err
 	}
-	var floor idemkit.Fence // the fence of the claimable item the last attempt met
+	var (
+		floor idemkit.Fence // the fence of the claimable item the last attempt met
+		ids   []string      // the write ids of this call's PutItems
+	)
 	for attempt := 0; ; attempt++ {
 		if attempt == maxAttempts {
 			return store.Record{}, false, contention(op)
@@ -203,8 +209,9 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		expires := sat(now, ttl.Milliseconds())
 		c := &contents{
 			key: key, fp: fp, state: store.StateClaimed, fence: fence, expires: expires, created: now,
-			expireAt: expireAt(expires, fence, true, s.cfg.step, s.cfg.skew),
+			expireAt: expireAt(expires, fence, true, s.cfg.step, s.cfg.skew), writeID: newWriteID(),
 		}
+		ids = append(ids, c.writeID)
 		out, err := s.client.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName:                           &s.cfg.table,
 			Item:                                c.item(),
@@ -233,6 +240,9 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		}
 		if it == nil {
 			continue // deleted since: claim again
+		}
+		if it.state == store.StateClaimed && slices.Contains(ids, it.writeID) {
+			return it.record(), true, nil // a PutItem whose answer was lost
 		}
 		if it.live(s.now(), s.cfg.skew.Milliseconds()) {
 			return it.record(), false, nil

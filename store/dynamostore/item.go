@@ -28,7 +28,7 @@ const (
 	attrResponse    = "rs"       // the encoded response (binary); absent when empty
 	attrExpireAt    = "expireAt" // when DynamoDB's TTL may delete the item, in Unix seconds: the TTL attribute
 	attrLockID      = "lockId"   // only on a claim whose fingerprint is a lock id: the fingerprint again, the key of the lock-id index
-	attrWriteID     = "wid"      // only on an outcome Complete wrote: a random id of that write
+	attrWriteID     = "wid"      // on a claim and on an outcome Complete wrote: a random id of that write
 )
 
 // lockIndex is the global secondary index on attrLockID that

@@ -339,3 +339,28 @@ func TestMissingTableIsMisconfigured(t *testing.T) {
 		t.Fatalf("Delete on a missing table: %v; want Misconfigured", err)
 	}
 }
+
+// TestClaimWhoseAnswerWasLost: a Claim whose PutItem reached DynamoDB but
+// whose answer was lost is sent again by the SDK; the retry meets the
+// claim the first one wrote and is refused, and the store, seeing its own
+// write, returns that claim as made, not as a busy key.
+func TestClaimWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	client, c := newClient(t, testenv.Dynamo(t).URL)
+	opt, _ := newTable(t, client)
+	s := newStore(t, client, opt)
+	lose := "lost-claim"
+	c.loseAnswer.Store(&lose)
+	c.take()
+	rec, claimed, err := s.Claim(t.Context(), "lost-claim", testFP, time.Minute)
+	if err != nil || !claimed || rec.State != store.StateClaimed || rec.Fingerprint != testFP {
+		t.Fatalf("Claim whose first answer was lost: %+v, %v, %v; want the claim made", rec, claimed, err)
+	}
+	if n, by := c.take(); c.loseAnswer.Load() != nil || n < 2 {
+		t.Fatalf("the answer was not lost and the request not retried: %d requests (%s)", n, by)
+	}
+	rec.State, rec.Response = store.StateCompleted, []byte("once")
+	if ok, err := s.Complete(t.Context(), rec, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete of that claim: %v, %v", ok, err)
+	}
+}
