@@ -2,8 +2,8 @@
 // for Go v2: one item per record, carrying its own lease and fence
 // ([store.Store]), serving the guard
 // ([github.com/idemkit/idemkit/middleware]) and the lock library
-// ([github.com/idemkit/idemkit/lock]) alike. It is also a [store.Records]
-// and a lock-id finder ([Store.FindClaim]).
+// ([github.com/idemkit/idemkit/lock]) alike. It is also a [store.Records],
+// a [store.Lister] and a lock-id finder ([Store.FindClaim]).
 //
 //	client := dynamodb.NewFromConfig(awsConfig)
 //	if err := dynamostore.CreateTable(ctx, client); err != nil { ... } // or the table of docs/backends.md

@@ -106,8 +106,8 @@ func checkTable(name string) string {
 	return ""
 }
 
-// Store is the DynamoDB engine: a [store.Store] and [store.Records], and a
-// finder of lock claims ([Store.FindClaim]). Its methods are safe for
+// Store is the DynamoDB engine: a [store.Store], [store.Records] and
+// [store.Lister], and a finder of lock claims ([Store.FindClaim]). Its methods are safe for
 // concurrent use. The zero value is not usable; call [New].
 type Store struct {
 	client *dynamodb.Client

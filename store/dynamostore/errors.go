@@ -82,7 +82,7 @@ func classifyCode(code string, fault smithy.ErrorFault) (idemkit.Code, string) {
 	case "ThrottlingException":
 		return idemkit.CodeRateLimited, "DynamoDB throttled the request"
 	case "AccessDeniedException":
-		return idemkit.CodeAuthFailed, "access denied: the role needs dynamodb:GetItem, PutItem, UpdateItem and Query on the table and its lock-id index"
+		return idemkit.CodeAuthFailed, "access denied: the role needs dynamodb:GetItem, PutItem, UpdateItem and Query on the table and its lock-id index (Scan to list)"
 	case "UnrecognizedClientException", "InvalidSignatureException", "MissingAuthenticationTokenException", "ExpiredTokenException":
 		return idemkit.CodeAuthFailed, "the credentials were refused"
 	case "ValidationException", "SerializationException":

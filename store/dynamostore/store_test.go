@@ -3,6 +3,7 @@ package dynamostore_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -362,5 +363,54 @@ func TestClaimWhoseAnswerWasLost(t *testing.T) {
 	rec.State, rec.Response = store.StateCompleted, []byte("once")
 	if ok, err := s.Complete(t.Context(), rec, time.Hour); err != nil || !ok {
 		t.Fatalf("Complete of that claim: %v, %v", ok, err)
+	}
+}
+
+// TestListEncodedKeys: List finds, under a readable prefix, the records
+// whose keys are held encoded (not UTF-8, or starting with "#"), and
+// under an empty prefix every live record, across pages of one item.
+func TestListEncodedKeys(t *testing.T) {
+	t.Parallel()
+	client, _ := newClient(t, testenv.Dynamo(t).URL)
+	opt, _ := newTable(t, client)
+	s := newStore(t, client, opt)
+	ctx := t.Context()
+	keys := []string{"p/plain", "p\xff", "#p", "q"}
+	for _, k := range keys {
+		if _, claimed, err := s.Claim(ctx, k, testFP, time.Hour); err != nil || !claimed {
+			t.Fatalf("Claim %q: %v, %v", k, claimed, err)
+		}
+	}
+	list := func(prefix string) []string {
+		var got []string
+		after := ""
+		for range 20 {
+			recs, next, err := s.List(ctx, prefix, after, 1)
+			if err != nil {
+				t.Fatalf("List %q: %v", prefix, err)
+			}
+			for _, r := range recs {
+				got = append(got, r.Key)
+			}
+			if next == "" {
+				slices.Sort(got)
+				return got
+			}
+			after = next
+		}
+		t.Fatalf("List %q did not end", prefix)
+		return nil
+	}
+	if got, want := list("p"), []string{"p/plain", "p\xff"}; !slices.Equal(got, want) {
+		t.Errorf("List under p: %q; want %q", got, want)
+	}
+	if got, want := list("#"), []string{"#p"}; !slices.Equal(got, want) {
+		t.Errorf("List under #: %q; want %q", got, want)
+	}
+	if got, want := list(""), []string{"#p", "p/plain", "p\xff", "q"}; !slices.Equal(got, want) {
+		t.Errorf("List of everything: %q; want %q", got, want)
+	}
+	if _, _, err := s.List(ctx, "", "not base64!", 1); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
+		t.Errorf("List with a foreign cursor: %v; want InvalidArgument", err)
 	}
 }
