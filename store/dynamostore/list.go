@@ -16,13 +16,22 @@ import (
 
 var _ store.Lister = (*Store)(nil)
 
-// List implements [store.Lister]: one strongly consistent Scan per page,
-// which reads up to limit items of the table after the item the cursor
-// names (its partition key in unpadded base64url), in DynamoDB's order,
-// keeping the live records under prefix. Under a prefix an item's
-// partition key holds verbatim, DynamoDB filters the items (and the
-// encoded keys, which it cannot judge); a listing still reads the whole
-// table over its pages, each one's capacity counted on what it read.
+// listScanItems is the fewest items one Scan of List reads, and
+// listMaxScans bounds the Scans of one page (items that are not listed
+// are read and skipped); its cursor goes on.
+const (
+	listScanItems = 100
+	listMaxScans  = 8
+)
+
+// List implements [store.Lister]: strongly consistent Scans, in
+// DynamoDB's order, after the item the cursor names (its partition key in
+// unpadded base64url), of at least 100 items each, until the page holds
+// limit records or 8 Scans were made, keeping the live records under
+// prefix. Under a prefix an item's partition key holds verbatim, DynamoDB
+// filters the items (and the encoded keys, which it cannot judge); a
+// listing still reads the whole table over its pages, each one's capacity
+// counted on what it read.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]store.Record, string, error) {
 	const op = "list"
 	var start map[string]types.AttributeValue
@@ -38,7 +47,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 		return nil, "", err
 	}
 	in := &dynamodb.ScanInput{
-		TableName: &s.cfg.table, ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit)), ExclusiveStartKey: start,
+		TableName: &s.cfg.table, ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(max(limit, listScanItems))),
 		FilterExpression:          aws.String("st > :released"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":released": num(int64(released))},
 	}
@@ -48,35 +57,49 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 		in.ExpressionAttributeValues[":prefix"] = &types.AttributeValueMemberS{Value: prefix}
 		in.ExpressionAttributeValues[":encoded"] = &types.AttributeValueMemberS{Value: encodedPrefix}
 	}
-	out, err := s.client.Scan(ctx, in)
-	if err != nil {
-		return nil, "", mapError(ctx, op, err)
-	}
-	now, skew := s.now(), s.cfg.skew.Milliseconds()
+	cursor := func(pk string) string { return base64.RawURLEncoding.EncodeToString([]byte(pk)) }
 	var recs []store.Record
-	for _, m := range out.Items {
-		pk, ok := m[attrKey].(*types.AttributeValueMemberS)
-		if !ok {
-			return nil, "", malformed(op, "an item without a partition key")
-		}
-		key, ok := decodeKey(pk.Value)
-		if !ok {
-			return nil, "", malformed(op, "the partition key is not a record key's encoding")
-		}
-		if !strings.HasPrefix(key, prefix) {
-			continue
-		}
-		it, err := decode(op, key, m)
+	for range listMaxScans {
+		in.ExclusiveStartKey = start
+		out, err := s.client.Scan(ctx, in)
 		if err != nil {
-			return nil, "", err
+			return nil, "", mapError(ctx, op, err)
 		}
-		if it.live(now, skew) {
-			recs = append(recs, it.record())
+		now, skew := s.now(), s.cfg.skew.Milliseconds()
+		for i, m := range out.Items {
+			pk, ok := m[attrKey].(*types.AttributeValueMemberS)
+			if !ok {
+				return nil, "", malformed(op, "an item without a partition key")
+			}
+			key, ok := decodeKey(pk.Value)
+			if !ok {
+				return nil, "", malformed(op, "the partition key is not a record key's encoding")
+			}
+			if !strings.HasPrefix(key, prefix) {
+				continue
+			}
+			it, err := decode(op, key, m)
+			if err != nil {
+				return nil, "", err
+			}
+			if !it.live(now, skew) {
+				continue
+			}
+			if recs = append(recs, it.record()); len(recs) == limit {
+				if i == len(out.Items)-1 && len(out.LastEvaluatedKey) == 0 {
+					return recs, "", nil
+				}
+				return recs, cursor(pk.Value), nil // the next page goes on after this item
+			}
 		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return recs, "", nil
+		}
+		start = out.LastEvaluatedKey
 	}
-	next := ""
-	if pk, ok := out.LastEvaluatedKey[attrKey].(*types.AttributeValueMemberS); ok {
-		next = base64.RawURLEncoding.EncodeToString([]byte(pk.Value))
+	pk, ok := start[attrKey].(*types.AttributeValueMemberS)
+	if !ok {
+		return nil, "", malformed(op, "DynamoDB's last evaluated key has no partition key")
 	}
-	return recs, next, nil
+	return recs, cursor(pk.Value), nil
 }
