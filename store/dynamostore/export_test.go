@@ -37,3 +37,6 @@ func Stored(ctx context.Context, s *Store, key string) (fence idemkit.Fence, rec
 	}
 	return it.fence, it.state != released, nil
 }
+
+// MaxResponse is the largest response an item of key and fp holds.
+var MaxResponse = maxResponse

@@ -1,6 +1,7 @@
 package dynamostore_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -412,5 +413,44 @@ func TestListEncodedKeys(t *testing.T) {
 	}
 	if _, _, err := s.List(ctx, "", "not base64!", 1); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Errorf("List with a foreign cursor: %v; want InvalidArgument", err)
+	}
+}
+
+// TestLargestResponseFitsAnItem: with the default limit, a response of
+// the largest size the store accepts beside its key and fingerprint is
+// written and read back whole (DynamoDB's 400 KB item limit is counted
+// conservatively), and one byte more is refused with store.ErrTooLarge
+// before any request.
+func TestLargestResponseFitsAnItem(t *testing.T) {
+	t.Parallel()
+	client, c := newClient(t, testenv.Dynamo(t).URL)
+	opt, _ := newTable(t, client)
+	s := newStore(t, client, opt)
+	ctx := t.Context()
+	for _, key := range []string{"short", strings.Repeat("\xff", store.MaxKeyBytes)} {
+		rec, _, err := s.Claim(ctx, key, testFP, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := dynamostore.MaxResponse(key, testFP)
+		rec.State, rec.Response = store.StateCompleted, make([]byte, limit+1)
+		c.take()
+		if ok, err := s.Complete(ctx, rec, time.Hour); ok || !errors.Is(err, store.ErrTooLarge) {
+			t.Fatalf("Complete with %d bytes: %v, %v; want store.ErrTooLarge", limit+1, ok, err)
+		}
+		if n, _ := c.take(); n != 0 {
+			t.Fatalf("a refused oversized Complete sent %d requests", n)
+		}
+		rec.Response = rec.Response[:limit]
+		for i := range rec.Response {
+			rec.Response[i] = byte(i)
+		}
+		if ok, err := s.Complete(ctx, rec, time.Hour); err != nil || !ok {
+			t.Fatalf("Complete with %d bytes (a %d-byte key): %v, %v", limit, len(key), ok, err)
+		}
+		got, _, err := s.Get(ctx, key)
+		if err != nil || !bytes.Equal(got.Response, rec.Response) {
+			t.Fatalf("the %d-byte response did not round-trip: %d bytes, %v", limit, len(got.Response), err)
+		}
 	}
 }
