@@ -224,6 +224,7 @@ var snippetImports = map[string]string{
 	"redisstore":      "github.com/idemkit/idemkit/store/redisstore",
 	"pgstore":         "github.com/idemkit/idemkit/store/pgstore",
 	"firestorestore":  "github.com/idemkit/idemkit/store/firestorestore",
+	"dynamostore":     "github.com/idemkit/idemkit/store/dynamostore",
 	"ginadapter":      "github.com/idemkit/idemkit/ginadapter",
 	"echoadapter":     "github.com/idemkit/idemkit/echoadapter",
 	"grpcinterceptor": "github.com/idemkit/idemkit/grpcinterceptor",
@@ -235,6 +236,7 @@ var snippetImports = map[string]string{
 	"redis":           "github.com/redis/go-redis/v9",
 	"pgxpool":         "github.com/jackc/pgx/v5/pgxpool",
 	"firestore":       "cloud.google.com/go/firestore",
+	"dynamodb":        "github.com/aws/aws-sdk-go-v2/service/dynamodb",
 }
 
 // snippetSource returns the source of a block's package, with a //line

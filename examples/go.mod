@@ -5,6 +5,9 @@ go 1.26.0
 require (
 	cloud.google.com/go/firestore v1.29.2
 	connectrpc.com/connect v1.21.1
+	github.com/aws/aws-sdk-go-v2 v1.48.0
+	github.com/aws/aws-sdk-go-v2/config v1.33.19
+	github.com/aws/aws-sdk-go-v2/service/dynamodb v1.74.1
 	github.com/gin-gonic/gin v1.12.0
 	github.com/idemkit/idemkit v0.1.0
 	github.com/idemkit/idemkit/connectinterceptor v0.1.0
@@ -13,6 +16,7 @@ require (
 	github.com/idemkit/idemkit/ginadapter v0.1.0
 	github.com/idemkit/idemkit/grpcinterceptor v0.1.0
 	github.com/idemkit/idemkit/idemkitotel v0.1.0
+	github.com/idemkit/idemkit/store/dynamostore v0.1.0
 	github.com/idemkit/idemkit/store/firestorestore v0.1.0
 	github.com/idemkit/idemkit/store/pgstore v0.1.0
 	github.com/idemkit/idemkit/store/redisstore v0.1.0
@@ -73,6 +77,19 @@ require (
 	cloud.google.com/go/auth/oauth2adapt v0.3.0 // indirect
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
 	cloud.google.com/go/longrunning v1.3.0 // indirect
+	github.com/aws/aws-sdk-go-v2/credentials v1.21.1 // indirect
+	github.com/aws/aws-sdk-go-v2/feature/ec2/imds v1.20.9 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
+	github.com/aws/aws-sdk-go-v2/internal/v4a v1.5.12 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/accept-encoding v1.13.25 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.12 // indirect
+	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.12 // indirect
+	github.com/aws/aws-sdk-go-v2/service/signin v1.13.1 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sso v1.39.5 // indirect
+	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.5 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0 // indirect
+	github.com/aws/smithy-go v1.28.9 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect

@@ -13,10 +13,14 @@
 #                            Google's Firestore emulator, from Google's Cloud
 #                            SDK apt repository (added when apt does not
 #                            know the package yet)
+#   nodejs, npm, dynalite    dynalite (npm's dynalite@4.0.0, installed with
+#                            npm install -g, so its command is on PATH), a
+#                            DynamoDB server for the DynamoDB engine's tests
 #
 # Java and the emulator are not needed when FIRESTORE_EMULATOR_HOST (a
 # running emulator) or IDEMKIT_FIRESTORE_EMULATOR_JAR (the emulator's jar) is
-# set. It is idempotent: when everything is there it installs nothing and
+# set, nor dynalite when IDEMKIT_DYNAMODB_URL (a running endpoint) is. It
+# is idempotent: when everything is there it installs nothing and
 # prints nothing. `make test`, `make check` and .ci/run call it first.
 #
 #   scripts/deps.sh             install what is missing
@@ -58,10 +62,18 @@ if [ -z "${FIRESTORE_EMULATOR_HOST:-}" ] && [ -z "${IDEMKIT_FIRESTORE_EMULATOR_J
 		firestore=1
 	fi
 fi
-[ ${#missing[@]} -eq 0 ] && exit 0
+dynalite=""
+if [ -z "${IDEMKIT_DYNAMODB_URL:-}" ] && ! command -v dynalite >/dev/null; then
+	command -v node >/dev/null || missing+=(nodejs)
+	command -v npm >/dev/null || missing+=(npm)
+	dynalite=1
+fi
+[ ${#missing[@]} -eq 0 ] && [ -z "$dynalite" ] && exit 0
 
-echo "$me: installing what the tests need: ${missing[*]}"
-if ! command -v apt-get >/dev/null; then
+wanted=("${missing[@]}")
+[ -n "$dynalite" ] && wanted+=(dynalite)
+echo "$me: installing what the tests need: ${wanted[*]}"
+if [ ${#missing[@]} -gt 0 ] && ! command -v apt-get >/dev/null; then
 	echo "$me: apt-get not found: install these yourself: ${missing[*]}" >&2
 	exit 1
 fi
@@ -105,6 +117,33 @@ apt_install() {
 	rm -f "$log"
 }
 
+# npm_install installs dynalite for every user (npm install -g: its
+# command lands beside node's, on PATH); its output goes to a log, shown
+# only when it fails.
+npm_install() {
+	if [ -n "$dry" ]; then
+		run "${sudo[@]}" npm install -g --no-fund --no-audit dynalite@4.0.0
+		return
+	fi
+	local log
+	log=$(mktemp)
+	if ! "${sudo[@]}" npm install -g --no-fund --no-audit dynalite@4.0.0 >"$log" 2>&1; then
+		cat "$log" >&2
+		rm -f "$log"
+		echo "$me: npm install -g dynalite@4.0.0 failed" >&2
+		return 1
+	fi
+	rm -f "$log"
+}
+
+if [ ${#missing[@]} -eq 0 ]; then
+	npm_install
+	[ -n "$dry" ] && exit 0
+	command -v dynalite >/dev/null || { echo "$me: installed dynalite, but its command is not on PATH (see npm prefix -g)" >&2; exit 1; }
+	echo "$me: installed dynalite"
+	exit 0
+fi
+
 run "${sudo[@]}" apt-get update -qq
 
 # The emulator comes from Google's Cloud SDK repository: add it when apt
@@ -134,7 +173,14 @@ for i in "${!missing[@]}"; do
 	fi
 done
 apt_install "${missing[@]}"
+if [ -n "$dynalite" ]; then
+	npm_install
+fi
 [ -n "$dry" ] && exit 0
+if [ -n "$dynalite" ] && ! command -v dynalite >/dev/null; then
+	echo "$me: installed dynalite, but its command is not on PATH (see npm prefix -g)" >&2
+	exit 1
+fi
 
 # apt-get's status covers the rest; the emulator's jar must be where the
 # tests look for it.
@@ -142,4 +188,4 @@ if [ -n "$firestore" ] && { ! command -v java >/dev/null || ! firestore_jar; }; 
 	echo "$me: installed google-cloud-cli-firestore-emulator, but Java or the emulator's jar is still missing" >&2
 	exit 1
 fi
-echo "$me: installed ${missing[*]}"
+echo "$me: installed ${wanted[*]}"

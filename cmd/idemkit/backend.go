@@ -10,11 +10,15 @@ import (
 	"strings"
 
 	"cloud.google.com/go/firestore"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/firestorestore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
@@ -27,6 +31,7 @@ const (
 	kindRedis kind = iota + 1
 	kindPostgres
 	kindFirestore
+	kindDynamo
 )
 
 // target is a parsed backend URL: what to connect to, before connecting.
@@ -41,12 +46,14 @@ type target struct {
 	pgURL string // PostgreSQL: the URL as it was given
 
 	project, database string // Firestore; database "" is the default one
+
+	region, endpoint string // DynamoDB; "" for the AWS configuration's region, AWS's endpoint
 }
 
 // backend is an open backend.
 type backend struct {
 	store store.Store
-	sweep func(context.Context) (int, error) // nil for Redis, which expires records itself
+	sweep func(context.Context) (int, error) // nil for Redis and DynamoDB, which expire records themselves
 	close func()
 }
 
@@ -77,8 +84,10 @@ func parseTarget(raw string) (*target, error) {
 		return &target{kind: kindPostgres, pgURL: raw}, nil
 	case "firestore":
 		return parseFirestore(rest)
+	case "dynamodb":
+		return parseDynamo(rest)
 	}
-	return nil, usagef("-url: unknown scheme %q; want redis, rediss, redis+cluster, redis+sentinel, postgres or firestore", scheme)
+	return nil, usagef("-url: unknown scheme %q; want redis, rediss, redis+cluster, redis+sentinel, postgres, firestore or dynamodb", scheme)
 }
 
 // hostList is the authority of a URL with several hosts:
@@ -200,6 +209,27 @@ func parseFirestore(rest string) (*target, error) {
 	return &target{kind: kindFirestore, project: u.Host, database: db}, nil
 }
 
+// parseDynamo parses dynamodb://[region][?endpoint=URL].
+func parseDynamo(rest string) (*target, error) {
+	u, err := url.Parse("dynamodb://" + rest)
+	if err != nil {
+		return nil, usagef("-url: %v", hideURL(err))
+	}
+	q := u.Query()
+	endpoint := q.Get("endpoint")
+	q.Del("endpoint")
+	if u.User != nil || u.Fragment != "" || strings.Trim(u.Path, "/") != "" || len(q) > 0 {
+		return nil, usagef("-url: want dynamodb://[region][?endpoint=URL], nothing else (credentials come from the AWS configuration)")
+	}
+	if endpoint != "" {
+		e, err := url.Parse(endpoint)
+		if err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "" {
+			return nil, usagef("-url: the endpoint must be an http:// or https:// URL")
+		}
+	}
+	return &target{kind: kindDynamo, region: u.Host, endpoint: endpoint}, nil
+}
+
 // open connects to the target with the command's store options.
 func (t *target) open(ctx context.Context, c *command) (*backend, error) {
 	switch t.kind {
@@ -244,6 +274,30 @@ func (t *target) open(ctx context.Context, c *command) (*backend, error) {
 			return nil, optionError("-table", err)
 		}
 		return &backend{store: s, sweep: s.Sweep, close: pool.Close}, nil
+
+	case kindDynamo:
+		var opts []func(*config.LoadOptions) error
+		if t.region != "" {
+			opts = append(opts, config.WithRegion(t.region))
+		}
+		cfg, err := config.LoadDefaultConfig(ctx, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("load the AWS configuration: %w", err)
+		}
+		client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			if t.endpoint != "" {
+				o.BaseEndpoint = aws.String(t.endpoint)
+			}
+		})
+		var sopts []dynamostore.Option
+		if c.table != "" {
+			sopts = append(sopts, dynamostore.WithTable(c.table))
+		}
+		s, err := dynamostore.New(client, sopts...)
+		if err != nil {
+			return nil, optionError("-table", err)
+		}
+		return &backend{store: s, close: func() {}}, nil
 
 	default:
 		var client *firestore.Client

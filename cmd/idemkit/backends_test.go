@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"reflect"
 	"strings"
 	"sync"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -29,6 +32,7 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/firestorestore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
@@ -54,8 +58,8 @@ type backendCase struct {
 
 // backends are the real servers testenv starts: Redis as a single node (a
 // key prefix set) and as a cluster, PostgreSQL (a table of the test's own)
-// and the Firestore emulator (a project of the test's own, another
-// collection).
+// the Firestore emulator (a project of the test's own, another
+// collection) and dynalite (a table of the test's own).
 var backends = []backendCase{
 	{"redis", func(t *testing.T) env {
 		addr := testenv.Redis(t).Addr
@@ -129,7 +133,36 @@ var backends = []backendCase{
 		}
 		return env{store: s, flags: []string{"-url", "firestore://" + project, "-collection", collection}, ns: testenv.Name(t), held: held}
 	}},
+	{"dynamodb", func(t *testing.T) env {
+		url := testenv.Dynamo(t).URL
+		dynamoCredentials.Do(func() {
+			// The tool's AWS configuration comes from the environment;
+			// dynalite checks that requests are signed, not by whom.
+			for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"} {
+				if os.Getenv(k) == "" {
+					_ = os.Setenv(k, v)
+				}
+			}
+		})
+		client := dynamodb.New(dynamodb.Options{
+			Region: "us-east-1", BaseEndpoint: aws.String(url),
+			Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+				return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
+			}),
+		})
+		table := testenv.Name(t)
+		if err := dynamostore.CreateTable(t.Context(), client, dynamostore.WithTable(table)); err != nil {
+			t.Fatal(err)
+		}
+		s, err := dynamostore.New(client, dynamostore.WithTable(table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env{store: s, flags: []string{"-url", "dynamodb://us-east-1?endpoint=" + url, "-table", table}, ns: testenv.Name(t)}
+	}},
 }
+
+var dynamoCredentials sync.Once
 
 // eachBackend runs f on every backend, in parallel subtests.
 func eachBackend(t *testing.T, f func(t *testing.T, e env)) {

@@ -1,5 +1,5 @@
 // Command idemkit lets an operator inspect and forget one idempotency key
-// on a guard's backend (Redis, PostgreSQL or Firestore), list the keys of
+// on a guard's backend (Redis, PostgreSQL, Firestore or DynamoDB), list the keys of
 // a scope or with a prefix, and sweep expired records from the backends
 // that need it. It sees the records as the guard does: through
 // middleware.Guard.Inspect, Guard.List and Guard.Forget, with the same
@@ -66,7 +66,8 @@
 // sweep deletes the expired records of PostgreSQL (pgstore) and Firestore
 // (firestorestore) in batches, as Store.Sweep does, and prints how many
 // it deleted; run it from a scheduled job if no process runs a sweeper.
-// Redis needs none (every key carries its TTL): sweep says so and exits 0.
+// Redis and DynamoDB need none (every key carries its TTL; DynamoDB's TTL
+// deletes expired items): sweep says so and exits 0.
 //
 // # Keys, scopes and namespaces
 //
@@ -100,12 +101,17 @@
 //	firestore://project-id[/database]                Firestore; credentials come from the environment
 //	                                                 (Application Default Credentials), and the client
 //	                                                 follows FIRESTORE_EMULATOR_HOST
+//	dynamodb://[region][?endpoint=URL]               DynamoDB; credentials and, without one in the URL,
+//	                                                 the region come from the AWS configuration (the
+//	                                                 environment, shared files, the instance's role);
+//	                                                 endpoint= for another endpoint (DynamoDB Local)
 //
 // Redis options are go-redis's URL options (dial_timeout=3s, ...). The
 // store options of the application must be repeated: -prefix for Redis
 // (redisstore.WithKeyPrefix), -table for PostgreSQL (pgstore.WithTable,
-// "table" or "schema.table"), -collection for Firestore
-// (firestorestore.WithCollection); each is refused with another backend.
+// "table" or "schema.table") and DynamoDB (dynamostore.WithTable),
+// -collection for Firestore (firestorestore.WithCollection); each is
+// refused with another backend.
 //
 // -timeout bounds the whole command, backend calls included (default 1m).
 //

@@ -38,7 +38,7 @@ const usageText = `usage:
   idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-force] [-json]
   idemkit list    -url URL [-scope SCOPE | -all-scopes] [-key-prefix P] [-namespace NS] [-limit N] [-after CURSOR] [-json]
   idemkit sweep   -url URL [-json]
-  store options, as the application has them: -prefix (Redis), -table (PostgreSQL), -collection (Firestore)
+  store options, as the application has them: -prefix (Redis), -table (PostgreSQL, DynamoDB), -collection (Firestore)
 
 URL (default: $IDEMKIT_URL):
   redis://[user:pass@]host:port[/db]                       one Redis node (rediss:// for TLS)
@@ -46,6 +46,7 @@ URL (default: $IDEMKIT_URL):
   redis+sentinel://[user:pass@]host:port,.../master[/db]   Sentinel failover (rediss+sentinel://)
   postgres://... or postgresql://...                       PostgreSQL (-table)
   firestore://project-id[/database]                        Firestore (-collection; FIRESTORE_EMULATOR_HOST is followed)
+  dynamodb://[region][?endpoint=URL]                       DynamoDB (-table; credentials from the AWS configuration)
 
 Run "idemkit <command> -h" for the flags of a command.
 -key takes the key as the client sent it, in the header's string form ("k1",
@@ -156,7 +157,7 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 		fs.BoolVar(&c.force, "force", false, "delete the key's claim even while its lease is live: its request, if it still runs, cannot record its outcome, and a retry runs it a second time")
 	}
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
-	fs.StringVar(&c.table, "table", "", "PostgreSQL only: the record `table`, \"table\" or \"schema.table\" (pgstore.WithTable; default idemkit_records)")
+	fs.StringVar(&c.table, "table", "", "PostgreSQL and DynamoDB only: the record `table`, for PostgreSQL \"table\" or \"schema.table\" (pgstore.WithTable, dynamostore.WithTable; default idemkit_records)")
 	fs.StringVar(&c.prefix, "prefix", "", "Redis only: the store's key `prefix` (redisstore.WithKeyPrefix; default none)")
 	fs.StringVar(&c.collection, "collection", "", "Firestore only: the record `collection` (firestorestore.WithCollection; default idemkit_records)")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "how long the command may take, backend calls included")
@@ -205,8 +206,11 @@ func (c *command) run(ctx context.Context, stdout, stderr io.Writer) error {
 	if err := c.checkFlags(t.kind); err != nil {
 		return err
 	}
-	if c.name == "sweep" && t.kind == kindRedis {
+	if c.name == "sweep" && (t.kind == kindRedis || t.kind == kindDynamo) {
 		msg := "Redis expires every record by itself (each key carries its TTL): there is nothing to sweep"
+		if t.kind == kindDynamo {
+			msg = "DynamoDB deletes every expired record by itself (TTL on expireAt): there is nothing to sweep"
+		}
 		if c.json {
 			return writeJSON(stdout, sweepResult{Deleted: 0, Note: msg})
 		}
@@ -233,8 +237,8 @@ func (c *command) run(ctx context.Context, stdout, stderr io.Writer) error {
 // checkFlags refuses the flags of other backends.
 func (c *command) checkFlags(k kind) error {
 	switch {
-	case c.table != "" && k != kindPostgres:
-		return usagef("-table applies to PostgreSQL URLs only")
+	case c.table != "" && k != kindPostgres && k != kindDynamo:
+		return usagef("-table applies to PostgreSQL and DynamoDB URLs only")
 	case c.collection != "" && k != kindFirestore:
 		return usagef("-collection applies to Firestore URLs only")
 	case c.prefix != "" && k != kindRedis:

@@ -37,7 +37,12 @@ func TestUsage(t *testing.T) {
 		{"firestore query", []string{"inspect", "-url", "firestore://p?x=1", "-key", "k"}, "nothing else"},
 		{"firestore project", []string{"inspect", "-url", "firestore:///db", "-key", "k"}, "project-id"},
 		{"postgres url", []string{"inspect", "-url", "postgres://u:hunter2@h:port/db", "-key", "k"}, "PostgreSQL URL"},
-		{"table on redis", []string{"inspect", "-url", redisURL, "-key", "k", "-table", "t"}, "-table applies to PostgreSQL"},
+		{"dynamodb path", []string{"inspect", "-url", "dynamodb://eu-west-1/t", "-key", "k"}, "nothing else"},
+		{"dynamodb option", []string{"inspect", "-url", "dynamodb://eu-west-1?x=1", "-key", "k"}, "nothing else"},
+		{"dynamodb endpoint", []string{"inspect", "-url", "dynamodb://?endpoint=localhost:8000", "-key", "k"}, "http:// or https://"},
+		{"bad dynamodb table", []string{"inspect", "-url", "dynamodb://eu-west-1", "-key", "k", "-table", "a/b"}, "-table:"},
+		{"collection on dynamodb", []string{"inspect", "-url", "dynamodb://eu-west-1", "-key", "k", "-collection", "c"}, "-collection applies to Firestore"},
+		{"table on redis", []string{"inspect", "-url", redisURL, "-key", "k", "-table", "t"}, "-table applies to PostgreSQL and DynamoDB"},
 		{"collection on postgres", []string{"sweep", "-url", "postgres://h/db", "-collection", "c"}, "-collection applies to Firestore"},
 		{"prefix on firestore", []string{"forget", "-url", "firestore://p", "-key", "k", "-prefix", "p:"}, "-prefix applies to Redis"},
 		{"bad table", []string{"inspect", "-url", "postgres://127.0.0.1:1/db", "-key", "k", "-table", "no such table!"}, "-table:"},
@@ -140,6 +145,10 @@ func TestParseTarget(t *testing.T) {
 	fs, err := parseTarget("firestore://my-project/audit-db")
 	if err != nil || fs.kind != kindFirestore || fs.project != "my-project" || fs.database != "audit-db" {
 		t.Fatalf("firestore:// target %+v, %v", fs, err)
+	}
+	dy, err := parseTarget("dynamodb://eu-west-1?endpoint=http://127.0.0.1:8000")
+	if err != nil || dy.kind != kindDynamo || dy.region != "eu-west-1" || dy.endpoint != "http://127.0.0.1:8000" {
+		t.Fatalf("dynamodb:// target %+v, %v", dy, err)
 	}
 	pg, err := parseTarget("postgresql://u@db:5432/app?sslmode=disable")
 	if err != nil || pg.kind != kindPostgres {

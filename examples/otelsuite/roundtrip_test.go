@@ -3,16 +3,20 @@ package otelsuite_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
@@ -73,11 +77,16 @@ func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
+// roundTrips are the round trips of a first execution and of a replay.
+type roundTrips struct{ first, replay int64 }
+
 // roundTripBackend opens a backend for one test and returns the count of
-// what reached it so far.
+// what reached it so far; want is what a first execution and a replay
+// cost on it.
 type roundTripBackend struct {
 	name string
 	open func(t *testing.T) (s store.Store, count func() int64)
+	want roundTrips
 }
 
 func roundTripBackends() []roundTripBackend {
@@ -87,7 +96,7 @@ func roundTripBackends() []roundTripBackend {
 			t.Cleanup(func() { _ = m.Close() })
 			c := &countingStore{Store: m}
 			return c, c.n.Load
-		}},
+		}, roundTrips{2, 1}},
 		{"redis", func(t *testing.T) (store.Store, func() int64) {
 			client := redis.NewClient(&redis.Options{Addr: testenv.Redis(t).Addr, ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = client.Close() })
@@ -101,18 +110,51 @@ func roundTripBackends() []roundTripBackend {
 				t.Fatal(err)
 			}
 			return s, n.n.Load
-		}},
+		}, roundTrips{2, 1}},
+		// A replay's refused claim reads the item on dynalite, which does
+		// not send it back with the refusal as DynamoDB does.
+		{"dynamodb", func(t *testing.T) (store.Store, func() int64) {
+			var n atomic.Int64
+			client := dynamodb.New(dynamodb.Options{
+				Region: "us-east-1", BaseEndpoint: aws.String(testenv.Dynamo(t).URL),
+				Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+					return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
+				}),
+				HTTPClient: &http.Client{Transport: requestCounter{n: &n, next: http.DefaultTransport}},
+			})
+			table := dynamostore.WithTable(testenv.Name(t))
+			if err := dynamostore.CreateTable(t.Context(), client, table); err != nil {
+				t.Fatal(err)
+			}
+			s, err := dynamostore.New(client, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, n.Load
+		}, roundTrips{2, 2}},
 	}
+}
+
+// requestCounter counts the HTTP requests a client sends.
+type requestCounter struct {
+	n    *atomic.Int64
+	next http.RoundTripper
+}
+
+func (c requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.n.Add(1)
+	return c.next.RoundTrip(r)
 }
 
 // TestNoAddedRoundTrip counts what reaches the backend for a first
 // execution and for a replay, with the hook and the store decorator and
-// without them: the same on memory and on a real Redis (two and one), and
-// the decorator counts exactly those operations.
+// without them: the same on memory, on a real Redis (two and one) and on
+// dynalite (two and two), and the decorator counts exactly the
+// operations (a claim and a completion, a claim).
 func TestNoAddedRoundTrip(t *testing.T) {
 	for _, b := range roundTripBackends() {
 		t.Run(b.name, func(t *testing.T) {
-			type trips struct{ first, replay int64 }
+			type trips = roundTrips
 			measure := func(t *testing.T, instrumented bool) (trips, *telemetry) {
 				s, count := b.open(t)
 				var tm *telemetry
@@ -161,13 +203,14 @@ func TestNoAddedRoundTrip(t *testing.T) {
 			if on != off {
 				t.Fatalf("with the hook: %+v round trips; without: %+v", on, off)
 			}
-			if off != (trips{2, 1}) {
-				t.Fatalf("round trips %+v; want 2 for a first execution and 1 for a replay", off)
+			if off != b.want {
+				t.Fatalf("round trips %+v; want %d for a first execution and %d for a replay", off, b.want.first, b.want.replay)
 			}
 			m := tm.metrics(t)
-			// The warm-up's two calls and three measured pairs.
-			if n, want := int64(m.total("idemkit.backend.operations")), 4*(on.first+on.replay); n != want {
-				t.Fatalf("the decorator counted %d operations; the backend saw %d", n, want)
+			// The warm-up's two calls and three measured pairs, each a
+			// claim and a completion, then a claim.
+			if n, want := int64(m.total("idemkit.backend.operations")), int64(4*(2+1)); n != want {
+				t.Fatalf("the decorator counted %d operations; the guard made %d", n, want)
 			}
 		})
 	}

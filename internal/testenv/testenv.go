@@ -1,16 +1,17 @@
 // Package testenv starts real servers for idemkit's tests: redis-server as
-// a single node and as a 3-master Redis Cluster, PostgreSQL, and Google's
-// Firestore emulator. Each runs on a free loopback port in a temporary
+// a single node and as a 3-master Redis Cluster, PostgreSQL, Google's
+// Firestore emulator and dynalite (DynamoDB's API). Each runs on a free loopback port in a temporary
 // directory and is stopped when the test binary ends (call [Main] from
 // TestMain), or when its test ends for the dedicated servers of fault tests
-// ([NewRedis], [NewPostgres], [NewFirestore]), which can also be frozen
+// ([NewRedis], [NewPostgres], [NewFirestore], [NewDynamo]), which can also be frozen
 // with SIGSTOP (Stall) to test a server that stops answering. Dedicated
 // servers and a Sentinel group's replica can run on a [Clock] of the test's
 // own ([NewRedisWithClock], [NewPostgresWithClock], [ReplicaClock]), which
 // moves their wall clock while they run (an LD_PRELOAD shim built with cc).
 //
 // Binaries are found on PATH and, for PostgreSQL, in Debian's
-// /usr/lib/postgresql/<version>/bin; the emulator's jar in the Cloud SDK's
+// /usr/lib/postgresql/<version>/bin (dynalite, an npm package, where npm
+// install -g puts its command); the emulator's jar in the Cloud SDK's
 // usual places. A missing binary fails the test with a message naming the
 // package to install. Environment variables point the shared servers at
 // running ones instead:
@@ -20,6 +21,7 @@
 //	IDEMKIT_POSTGRES_URL=postgres://user@host:port/db?sslmode=disable
 //	FIRESTORE_EMULATOR_HOST=host:port
 //	IDEMKIT_FIRESTORE_EMULATOR_JAR=/path/to/cloud-firestore-emulator.jar
+//	IDEMKIT_DYNAMODB_URL=http://host:port
 //
 // It uses the standard library only, so every module's tests can use it.
 package testenv

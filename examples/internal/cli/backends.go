@@ -8,12 +8,16 @@ import (
 	"strings"
 
 	"cloud.google.com/go/firestore"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit/idemkitotel"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/firestorestore"
 	"github.com/idemkit/idemkit/store/memstore"
 	"github.com/idemkit/idemkit/store/pgstore"
@@ -28,17 +32,19 @@ type Flags struct {
 	RedisAddrs  string
 	PostgresURL string
 	Project     string
+	DynamoURL   string
 	Metrics     bool
 }
 
 // Register defines the flags on fs.
 func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "listen address")
-	fs.StringVar(&f.Store, "store", "memory", "the guard's backend: memory, redis, redis-cluster, postgres, firestore")
+	fs.StringVar(&f.Store, "store", "memory", "the guard's backend: memory, redis, redis-cluster, postgres, firestore, dynamodb")
 	fs.StringVar(&f.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address, with -store redis")
 	fs.StringVar(&f.RedisAddrs, "redis-addrs", "", "comma-separated Redis Cluster node addresses, with -store redis-cluster")
 	fs.StringVar(&f.PostgresURL, "postgres-url", "", "PostgreSQL connection URL, with -store postgres (the tables are created if missing)")
 	fs.StringVar(&f.Project, "firestore-project", "", "Google Cloud project id, with -store firestore (FIRESTORE_EMULATOR_HOST points the client at an emulator)")
+	fs.StringVar(&f.DynamoURL, "dynamodb-endpoint", "", "DynamoDB endpoint URL, with -store dynamodb (default: AWS's, for the region of the AWS configuration; credentials and region come from it; the table is created if missing)")
 	fs.BoolVar(&f.Metrics, "metrics", false, "serve the guard's metrics (Prometheus text format) at /metrics on the demo's own address")
 }
 
@@ -72,8 +78,8 @@ func (f *Flags) Guard(ctx context.Context, logger *slog.Logger, hook *idemkitote
 
 // backend builds the one backend the -store flag names: records that
 // carry their own lease, on that engine. PostgreSQL and Firestore get a
-// sweeper that deletes what expired (Redis expires its keys itself, and
-// the memory store sweeps as it goes).
+// sweeper that deletes what expired (Redis and DynamoDB expire records
+// themselves, and the memory store sweeps as it goes).
 func (f *Flags) backend(ctx context.Context, logger *slog.Logger) (store.Store, func(), error) {
 	switch f.Store {
 	case "memory":
@@ -132,6 +138,24 @@ func (f *Flags) backend(ctx context.Context, logger *slog.Logger) (store.Store, 
 		}
 		stop := s.StartSweeper(ctx, 0)
 		return s, func() { stop(); _ = client.Close() }, nil
+	case "dynamodb":
+		cfg, err := config.LoadDefaultConfig(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dynamodb: %w", err)
+		}
+		client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			if f.DynamoURL != "" {
+				o.BaseEndpoint = aws.String(f.DynamoURL)
+			}
+		})
+		if err := dynamostore.CreateTable(ctx, client); err != nil {
+			return nil, nil, err
+		}
+		s, err := dynamostore.New(client)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, func() {}, nil
 	}
-	return nil, nil, fmt.Errorf("unknown -store %q (memory, redis, redis-cluster, postgres, firestore)", f.Store)
+	return nil, nil, fmt.Errorf("unknown -store %q (memory, redis, redis-cluster, postgres, firestore, dynamodb)", f.Store)
 }

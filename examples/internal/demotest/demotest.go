@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -44,11 +46,26 @@ func backends() []backend {
 			testenv.Firestore(t) // sets FIRESTORE_EMULATOR_HOST, which the program's client follows
 			return []string{"-store", "firestore", "-firestore-project", testenv.FirestoreProject(t)}
 		}, true},
+		{"dynamodb", func(t *testing.T) []string {
+			dynamoCredentials.Do(func() {
+				// The program's AWS configuration comes from the
+				// environment; dynalite checks that requests are signed,
+				// not by whom.
+				for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_REGION": "us-east-1"} {
+					if os.Getenv(k) == "" {
+						_ = os.Setenv(k, v)
+					}
+				}
+			})
+			return []string{"-store", "dynamodb", "-dynamodb-endpoint", testenv.Dynamo(t).URL}
+		}, true},
 	}
 }
 
+var dynamoCredentials sync.Once
+
 // Run runs one subtest per backend (memory, redis, redis-cluster,
-// postgres, firestore on the emulator): it starts run with that backend's flags and -addr
+// postgres, firestore on the emulator, dynamodb on dynalite): it starts run with that backend's flags and -addr
 // 127.0.0.1:0, calls check with the address the program listens on, then
 // cancels the program's ctx and fails the test unless run returns nil
 // within 15 seconds.
