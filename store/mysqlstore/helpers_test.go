@@ -156,11 +156,12 @@ func table(t testing.TB, admin DB) Option {
 func tableOf(s *Store) string { return s.cfg.table.quoted() }
 
 // immortal returns the keys of the rows of s's table with no finite
-// expiry or keep-until time (a time past the year 9999, or NULL).
+// expiry or keep-until time: NULL, or past 10^18 µs (the year 33658), above
+// what any fence (at most idemkit.FenceMax ms) plus a clock step reaches.
 func immortal(admin *sql.DB, s *Store) func(ctx context.Context) ([]string, error) {
 	return func(ctx context.Context) ([]string, error) {
 		rows, err := admin.QueryContext(ctx, `SELECT record_key FROM `+tableOf(s)+`
-			WHERE expires_at IS NULL OR keep_until IS NULL OR expires_at > 253402300800000000 OR keep_until > 253402300800000000`)
+			WHERE expires_at IS NULL OR keep_until IS NULL OR expires_at > 1000000000000000000 OR keep_until > 1000000000000000000`)
 		if err != nil {
 			return nil, err
 		}

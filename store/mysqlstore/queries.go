@@ -165,7 +165,9 @@ func (q *queries) releaseSQL(key string, fence idemkit.Fence, again bool) string
 
 func (q *queries) getSQL(key string) string { return fmt.Sprintf(q.get, bytesLit([]byte(key))) }
 
-func (q *queries) findClaimSQL(fp string) string { return fmt.Sprintf(q.findClaim, bytesLit([]byte(fp))) }
+func (q *queries) findClaimSQL(fp string) string {
+	return fmt.Sprintf(q.findClaim, bytesLit([]byte(fp)))
+}
 
 func (q *queries) deleteSQL(key string) string { return fmt.Sprintf(q.delete, bytesLit([]byte(key))) }
 
