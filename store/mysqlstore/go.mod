@@ -7,4 +7,7 @@ require (
 	github.com/idemkit/idemkit v0.1.0
 )
 
-require filippo.io/edwards25519 v1.2.0 // indirect
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	golang.org/x/text v0.44.0 // indirect
+)
