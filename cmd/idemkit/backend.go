@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -10,12 +11,14 @@ import (
 	"strings"
 
 	"cloud.google.com/go/firestore"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/firestorestore"
+	"github.com/idemkit/idemkit/store/mysqlstore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
@@ -26,6 +29,7 @@ type kind int
 const (
 	kindRedis kind = iota + 1
 	kindPostgres
+	kindMySQL
 	kindFirestore
 )
 
@@ -39,6 +43,8 @@ type target struct {
 	redisFailover *redis.FailoverOptions
 
 	pgURL string // PostgreSQL: the URL as it was given
+
+	mysql *mysql.Config // MySQL and MariaDB
 
 	project, database string // Firestore; database "" is the default one
 }
@@ -75,10 +81,12 @@ func parseTarget(raw string) (*target, error) {
 			return nil, usagef("-url: not a PostgreSQL URL pgx accepts: %v", err) // pgx hides the password
 		}
 		return &target{kind: kindPostgres, pgURL: raw}, nil
+	case "mysql", "mariadb":
+		return parseMySQL(rest)
 	case "firestore":
 		return parseFirestore(rest)
 	}
-	return nil, usagef("-url: unknown scheme %q; want redis, rediss, redis+cluster, redis+sentinel, postgres or firestore", scheme)
+	return nil, usagef("-url: unknown scheme %q; want redis, rediss, redis+cluster, redis+sentinel, postgres, mysql or firestore", scheme)
 }
 
 // hostList is the authority of a URL with several hosts:
@@ -184,6 +192,38 @@ func parseSentinel(scheme, rest string) (*target, error) {
 	return &target{kind: kindRedis, redisFailover: o}, nil
 }
 
+// parseMySQL parses mysql://[user[:pass]@]host[:port]/database[?params],
+// the params those of github.com/go-sql-driver/mysql's DSN (tls=true,
+// timeout=5s, ...).
+func parseMySQL(rest string) (*target, error) {
+	u, err := url.Parse("mysql://" + rest)
+	if err != nil {
+		return nil, usagef("-url: %v", hideURL(err))
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if u.Host == "" || db == "" || strings.Contains(db, "/") || u.Fragment != "" {
+		return nil, usagef("-url: want mysql://[user[:pass]@]host[:port]/database[?params]")
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	// The DSN without its credentials: the driver's errors never see them.
+	dsn := "tcp(" + addr + ")/" + db
+	if u.RawQuery != "" {
+		dsn += "?" + u.RawQuery
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, usagef("-url: not a DSN the MySQL driver accepts: %v", err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	return &target{kind: kindMySQL, mysql: cfg}, nil
+}
+
 // parseFirestore parses firestore://project-id[/database].
 func parseFirestore(rest string) (*target, error) {
 	u, err := url.Parse("firestore://" + rest)
@@ -244,6 +284,24 @@ func (t *target) open(ctx context.Context, c *command) (*backend, error) {
 			return nil, optionError("-table", err)
 		}
 		return &backend{store: s, sweep: s.Sweep, close: pool.Close}, nil
+
+	case kindMySQL:
+		connector, err := mysql.NewConnector(t.mysql)
+		if err != nil {
+			return nil, usagef("-url: %v", err)
+		}
+		db := sql.OpenDB(connector)
+		db.SetMaxOpenConns(2)
+		var opts []mysqlstore.Option
+		if c.table != "" {
+			opts = append(opts, mysqlstore.WithTable(c.table))
+		}
+		s, err := mysqlstore.New(db, opts...)
+		if err != nil {
+			_ = db.Close()
+			return nil, optionError("-table", err)
+		}
+		return &backend{store: s, sweep: s.Sweep, close: func() { _ = db.Close() }}, nil
 
 	default:
 		var client *firestore.Client

@@ -97,6 +97,9 @@
 //	                                                 password are the Sentinels'; the data nodes' go in the
 //	                                                 username= and password= options
 //	postgres://... or postgresql://...               PostgreSQL, any URL pgx accepts (sslmode, ...)
+//	mysql://[user[:pass]@]host[:port]/database[?params]
+//	                                                 MySQL or MariaDB (mariadb:// too); params are
+//	                                                 go-sql-driver/mysql's DSN parameters (tls=true, ...)
 //	firestore://project-id[/database]                Firestore; credentials come from the environment
 //	                                                 (Application Default Credentials), and the client
 //	                                                 follows FIRESTORE_EMULATOR_HOST
@@ -104,7 +107,8 @@
 // Redis options are go-redis's URL options (dial_timeout=3s, ...). The
 // store options of the application must be repeated: -prefix for Redis
 // (redisstore.WithKeyPrefix), -table for PostgreSQL (pgstore.WithTable,
-// "table" or "schema.table"), -collection for Firestore
+// "table" or "schema.table") and MySQL (mysqlstore.WithTable, "table" or
+// "database.table"), -collection for Firestore
 // (firestorestore.WithCollection); each is refused with another backend.
 //
 // -timeout bounds the whole command, backend calls included (default 1m).

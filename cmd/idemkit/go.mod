@@ -4,9 +4,11 @@ go 1.26.0
 
 require (
 	cloud.google.com/go/firestore v1.29.2
+	github.com/go-sql-driver/mysql v1.10.2
 	github.com/idemkit/idemkit v0.1.0
 	github.com/idemkit/idemkit/grpcinterceptor v0.1.0
 	github.com/idemkit/idemkit/store/firestorestore v0.1.0
+	github.com/idemkit/idemkit/store/mysqlstore v0.1.0
 	github.com/idemkit/idemkit/store/pgstore v0.1.0
 	github.com/idemkit/idemkit/store/redisstore v0.1.0
 	github.com/jackc/pgx/v5 v5.12.0
@@ -20,6 +22,7 @@ require (
 	cloud.google.com/go/auth/oauth2adapt v0.3.0 // indirect
 	cloud.google.com/go/compute/metadata v0.10.0 // indirect
 	cloud.google.com/go/longrunning v1.3.0 // indirect
+	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect

@@ -38,13 +38,14 @@ const usageText = `usage:
   idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-force] [-json]
   idemkit list    -url URL [-scope SCOPE | -all-scopes] [-key-prefix P] [-namespace NS] [-limit N] [-after CURSOR] [-json]
   idemkit sweep   -url URL [-json]
-  store options, as the application has them: -prefix (Redis), -table (PostgreSQL), -collection (Firestore)
+  store options, as the application has them: -prefix (Redis), -table (PostgreSQL, MySQL), -collection (Firestore)
 
 URL (default: $IDEMKIT_URL):
   redis://[user:pass@]host:port[/db]                       one Redis node (rediss:// for TLS)
   redis+cluster://[user:pass@]host:port,host:port          Redis Cluster (rediss+cluster://)
   redis+sentinel://[user:pass@]host:port,.../master[/db]   Sentinel failover (rediss+sentinel://)
   postgres://... or postgresql://...                       PostgreSQL (-table)
+  mysql://[user:pass@]host[:port]/database[?params]        MySQL or MariaDB (-table)
   firestore://project-id[/database]                        Firestore (-collection; FIRESTORE_EMULATOR_HOST is followed)
 
 Run "idemkit <command> -h" for the flags of a command.
@@ -76,7 +77,7 @@ type command struct {
 	limit      int    // list
 	after      string // list
 	json       bool
-	table      string // PostgreSQL
+	table      string // PostgreSQL, MySQL
 	collection string // Firestore
 	prefix     string // Redis
 	timeout    time.Duration
@@ -156,7 +157,7 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 		fs.BoolVar(&c.force, "force", false, "delete the key's claim even while its lease is live: its request, if it still runs, cannot record its outcome, and a retry runs it a second time")
 	}
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
-	fs.StringVar(&c.table, "table", "", "PostgreSQL only: the record `table`, \"table\" or \"schema.table\" (pgstore.WithTable; default idemkit_records)")
+	fs.StringVar(&c.table, "table", "", "PostgreSQL and MySQL only: the record `table`, \"table\" or \"schema.table\" (pgstore.WithTable, mysqlstore.WithTable; default idemkit_records)")
 	fs.StringVar(&c.prefix, "prefix", "", "Redis only: the store's key `prefix` (redisstore.WithKeyPrefix; default none)")
 	fs.StringVar(&c.collection, "collection", "", "Firestore only: the record `collection` (firestorestore.WithCollection; default idemkit_records)")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "how long the command may take, backend calls included")
@@ -233,8 +234,8 @@ func (c *command) run(ctx context.Context, stdout, stderr io.Writer) error {
 // checkFlags refuses the flags of other backends.
 func (c *command) checkFlags(k kind) error {
 	switch {
-	case c.table != "" && k != kindPostgres:
-		return usagef("-table applies to PostgreSQL URLs only")
+	case c.table != "" && k != kindPostgres && k != kindMySQL:
+		return usagef("-table applies to PostgreSQL and MySQL URLs only")
 	case c.collection != "" && k != kindFirestore:
 		return usagef("-collection applies to Firestore URLs only")
 	case c.prefix != "" && k != kindRedis:
