@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
@@ -346,5 +348,83 @@ func TestStoreOnConn(t *testing.T) {
 	}
 	if ok, err := s.Delete(ctx, "k"); err != nil || ok {
 		t.Fatalf("Delete again: %v, %v; want nothing deleted", ok, err)
+	}
+}
+
+// TestTxDeadlockFailsTheCommit: a statement of the work loses a deadlock
+// (InnoDB rolls its whole transaction back, and the connection would go on
+// outside any transaction) and the work ignores it and returns: the
+// guard's commit fails with store.ErrWorkConflict, nothing of the work
+// lands (neither its write before the deadlock nor the outcome), and the
+// claim is released, so a retry runs the work again.
+func TestTxDeadlockFailsTheCommit(t *testing.T) {
+	t.Parallel()
+	nodes, admin, _ := txCluster(t, 1)
+	ctx := t.Context()
+	accounts := strings.TrimSuffix(tableOf(nodes[0].store), "`records`") + "`accounts`"
+	if _, err := admin.ExecContext(ctx, `CREATE TABLE `+accounts+` (id INT PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	// Row 1 for the work; rows 2 to 201 for the other transaction, which
+	// changes them all and so weighs more: InnoDB rolls the work back.
+	var values []string
+	for id := 1; id <= 201; id++ {
+		values = append(values, fmt.Sprintf("(%d, 0)", id))
+	}
+	if _, err := admin.ExecContext(ctx, `INSERT INTO `+accounts+` VALUES `+strings.Join(values, ", ")); err != nil {
+		t.Fatal(err)
+	}
+	other := make(chan error, 1)
+	var deadlocked error
+	_, _, err := middleware.Do(ctx, nodes[0].guard, "deadlock", "payload", func(ctx context.Context) (string, error) {
+		tx, err := Tx(ctx)
+		if err != nil {
+			return "", err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+accounts+` SET n = n + 1 WHERE id = 1`); err != nil {
+			return "", err
+		}
+		otx, err := admin.BeginTx(ctx, nil)
+		if err != nil {
+			return "", err
+		}
+		if _, err := otx.ExecContext(ctx, `UPDATE `+accounts+` SET n = n + 1 WHERE id >= 2`); err != nil {
+			return "", err
+		}
+		go func() { // waits for the work's row 1
+			_, err := otx.ExecContext(context.WithoutCancel(ctx), `UPDATE `+accounts+` SET n = n + 1 WHERE id = 1`)
+			if err == nil {
+				err = otx.Commit()
+			} else {
+				_ = otx.Rollback()
+			}
+			other <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // the other transaction now waits for row 1
+		_, deadlocked = tx.ExecContext(ctx, `UPDATE `+accounts+` SET n = n + 1 WHERE id = 2`)
+		return "done", nil // as if the work had not seen its statement fail
+	})
+	if oerr := <-other; oerr != nil {
+		t.Fatalf("the other transaction: %v; want it to win the deadlock and commit", oerr)
+	}
+	var me *mysql.MySQLError
+	if !errors.As(deadlocked, &me) || me.Number != erLockDeadlock {
+		t.Fatalf("the work's statement: %v; want a deadlock (1213)", deadlocked)
+	}
+	if !errors.Is(err, store.ErrWorkConflict) {
+		t.Fatalf("the call: %v; want store.ErrWorkConflict", err)
+	}
+	var n int
+	if err := admin.QueryRowContext(ctx, `SELECT n FROM `+accounts+` WHERE id = 1`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("row 1: n = %d, %v; want 1, the other transaction's write alone", n, err)
+	}
+	if _, ok, err := nodes[0].store.Get(ctx, "idempotency::deadlock"); err != nil || ok {
+		t.Fatalf("a record after the failed commit: %v, %v; want none", ok, err)
+	}
+	v, replayed, err := middleware.Do(ctx, nodes[0].guard, "deadlock", "payload", func(ctx context.Context) (string, error) {
+		return "retried", nil
+	})
+	if err != nil || replayed || v != "retried" {
+		t.Fatalf("the retry: %q, replayed %v, %v; want it to run", v, replayed, err)
 	}
 }
