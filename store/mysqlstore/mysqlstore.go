@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/idemkit/idemkit"
@@ -14,9 +15,10 @@ import (
 )
 
 // DB is what the store needs of a MySQL or MariaDB client through
-// database/sql (github.com/go-sql-driver/mysql): a *sql.DB, a *sql.Conn
-// (never used by two goroutines at once) or a *sql.Tx (whose commit
-// carries every operation).
+// database/sql (github.com/go-sql-driver/mysql): a *sql.DB (the only one
+// that offers [Tx]), a *sql.Conn (never used by two goroutines at once) or
+// a *sql.Tx (whose commit carries every operation). Its autocommit must be
+// on.
 type DB interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -127,6 +129,9 @@ type Store struct {
 	inTx bool // db is a caller's transaction: no retries
 	cfg  config
 	q    queries
+
+	renewer *renewer    // on a *sql.DB: renews leases while works hold transactions (see Tx)
+	starved atomic.Bool // a starved pool was logged
 }
 
 // New returns a store on db and the table named by opts, which must exist
@@ -141,7 +146,11 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	_, inTx := db.(*sql.Tx)
-	return &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, cfg.maxStep)}, nil
+	s := &Store{db: db, inTx: inTx, cfg: cfg, q: buildQueries(cfg.table, cfg.maxStep)}
+	if pool, ok := db.(*sql.DB); ok {
+		s.renewer = newRenewer(pool)
+	}
+	return s, nil
 }
 
 // checkFence refuses a fence no record can carry (above idemkit.FenceMax,
@@ -230,7 +239,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		// lease runs out, a delay, never a second execution.
 		found, err := s.read(ctx, op, query, append([]any{&claimed}, r.dest()...)...)
 		if err != nil {
-			return store.Record{}, false, err
+			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
 		if found {
 			rec, err := r.record(op, key)
@@ -263,9 +272,19 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl), checkFence(op, fence)); err != nil {
 		return time.Time{}, false, err
 	}
-	until, err := s.exec(ctx, op, true, s.q.extendSQL(key, fence, ttl))
+	var (
+		until int64
+		err   error
+	)
+	if s.renewer.active() {
+		// Works hold transactions, and may hold every connection of the
+		// pool: renew on the connection kept for it.
+		until, err = s.renewer.extend(ctx, s.q.extendSQL(key, fence, ttl))
+	} else {
+		until, err = s.exec(ctx, op, true, s.q.extendSQL(key, fence, ttl))
+	}
 	if err != nil || until == 0 {
-		return time.Time{}, false, err
+		return time.Time{}, false, s.starvedPool(ctx, err)
 	}
 	return micros(until), true, nil
 }
@@ -278,7 +297,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		return false, err
 	}
 	n, err := s.exec(ctx, op, true, s.q.completeSQL(rec, ttl))
-	return n != 0 && err == nil, err
+	return n != 0 && err == nil, s.starvedPool(ctx, err)
 }
 
 // Release implements [store.Store]: one UPDATE that leaves a tombstone;
@@ -420,4 +439,32 @@ func lastID(res sql.Result, err error) (int64, error) {
 		return 0, err
 	}
 	return res.LastInsertId()
+}
+
+// starvedPool returns a timeout while every connection of the store's
+// *sql.DB is in use with a detail that says so and names the setting to
+// raise, logged the first time; anything else as it is.
+func (s *Store) starvedPool(ctx context.Context, err error) error {
+	pool, ok := s.db.(*sql.DB)
+	if err == nil || !ok {
+		return err
+	}
+	var e *idemkit.Error
+	if !errors.As(err, &e) || e.Code != idemkit.CodeNetworkTimeout {
+		return err
+	}
+	st := pool.Stats()
+	if st.MaxOpenConnections == 0 || st.InUse < st.MaxOpenConnections {
+		return err
+	}
+	detail := fmt.Sprintf("the connection pool is too small: all %d of its connections (sql.DB.SetMaxOpenConns) were in use, "+
+		"%d callers waiting; the transactions of guarded work (mysqlstore.Tx) each hold one until their work ends, and one more is kept for their lease renewals: "+
+		"raise SetMaxOpenConns above the number of transactional requests that run at once, plus one", st.MaxOpenConnections, st.WaitCount)
+	if s.starved.CompareAndSwap(false, true) {
+		s.cfg.logger.ErrorContext(ctx, "mysqlstore: "+detail, slog.String("error", err.Error()))
+	}
+	if e.Detail != "" {
+		detail = e.Detail + ": " + detail
+	}
+	return idemkit.NewError(e.Code, e.Op, detail, e.Err)
 }

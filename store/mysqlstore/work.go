@@ -18,18 +18,16 @@ import (
 var _ store.Transactor = (*Store)(nil)
 
 // ErrNoTransaction is what [Tx] returns outside work guarded by a [Store]
-// that can begin transactions (on a *sql.DB or a *sql.Conn).
-var ErrNoTransaction = errors.New("mysqlstore: no transaction: the context is not that of work guarded by a mysqlstore.Store over a *sql.DB or a *sql.Conn")
-
-// beginner is what a [DB] needs to begin transactions: *sql.DB and
-// *sql.Conn have it.
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
-}
+// on a *sql.DB.
+var ErrNoTransaction = errors.New("mysqlstore: no transaction: the context is not that of work guarded by a mysqlstore.Store over a *sql.DB")
 
 // Tx returns the transaction of the guarded work whose context is ctx,
-// begun on the first call on a connection held until the work ends, at
-// the isolation level of [WithTxIsolation]. The guard completes the record
+// begun on the first call on a connection of the pool held until the work
+// ends, at the isolation level of [WithTxIsolation]. While works hold
+// transactions, the store keeps one more connection of the pool for their
+// lease renewals, so that they never wait behind the work: give the
+// *sql.DB (SetMaxOpenConns) room for the transactional requests that run at
+// once, plus one. The guard completes the record
 // in it, under the claim's fence, and commits both at once. A claim taken
 // over or a lease lost before the work returned rolls it back
 // (idemkit.ErrLeaseLost), as do an error, a panic, an outcome not stored
@@ -52,21 +50,23 @@ func Tx(ctx context.Context) (DB, error) {
 type workKey struct{}
 
 // Work implements [store.Transactor]: the work of the claim (key, fence),
-// whose transaction [Tx] begins. A store on a *sql.Tx, or on a DB that
-// cannot begin transactions, has none (a nil Work).
+// whose transaction [Tx] begins. Only a store on a *sql.DB has one: on a
+// *sql.Conn the renewals of the claim's lease would run inside the work's
+// transaction, invisible to the other processes until it commits, and a
+// *sql.Tx is the caller's.
 func (s *Store) Work(ctx context.Context, key string, fence idemkit.Fence) (context.Context, store.Work) {
-	b, ok := s.db.(beginner)
-	if !ok || s.inTx {
+	pool, ok := s.db.(*sql.DB)
+	if !ok {
 		return ctx, nil
 	}
-	w := &work{s: s, db: b}
+	w := &work{s: s, db: pool}
 	return context.WithValue(ctx, workKey{}, w), w
 }
 
 // work is one claim's transaction: begun by Tx, ended by the guard.
 type work struct {
 	s  *Store
-	db beginner
+	db *sql.DB
 
 	mu       sync.Mutex
 	tx       *sql.Tx // nil until begun
@@ -87,11 +87,18 @@ func (w *work) begin(ctx context.Context) (DB, error) {
 	if err := idemkit.CheckContext(ctx, op); err != nil {
 		return nil, err
 	}
+	// The renewals' connection first: the transaction may take the
+	// pool's last one.
+	if err := w.s.renewer.hold(ctx); err != nil {
+		return nil, w.s.starvedPool(ctx, mapError(ctx, op, err))
+	}
 	// database/sql rolls a transaction back when the ctx it began with
-	// ends: the guard ends this one, after the work's ctx may have.
-	tx, err := w.db.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: w.s.cfg.txIso})
+	// ends: the guard ends this one, after the work's ctx may have. Its
+	// BEGIN alone is bounded by ctx.
+	tx, err := beginTx(ctx, w.db, w.s.cfg.txIso)
 	if err != nil {
-		return nil, mapError(ctx, op, err)
+		w.s.renewer.release()
+		return nil, w.s.starvedPool(ctx, mapError(ctx, op, err))
 	}
 	w.tx = tx
 	return guardedTx{w}, nil
@@ -119,7 +126,7 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 	if w.tx == nil || w.ended {
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "no transaction under way", nil)
 	}
-	w.ended = true
+	w.end()
 	if w.deadlock != nil {
 		w.rollback()
 		return false, w.failed(ctx, op, w.deadlock)
@@ -162,9 +169,46 @@ func (w *work) Rollback(context.Context) {
 	if w.ended {
 		return
 	}
-	w.ended = true
+	w.end()
 	if w.tx != nil {
 		w.rollback()
+	}
+}
+
+// end marks the transaction ended, once: its renewals no longer need the
+// renewer's connection. The caller holds w.mu.
+func (w *work) end() {
+	if w.ended {
+		return
+	}
+	w.ended = true
+	if w.tx != nil {
+		w.s.renewer.release()
+	}
+}
+
+// beginTx begins a transaction on db that outlives ctx, waiting for a
+// connection and sending BEGIN within ctx.
+func beginTx(ctx context.Context, db *sql.DB, iso sql.IsolationLevel) (*sql.Tx, error) {
+	type begun struct {
+		tx  *sql.Tx
+		err error
+	}
+	done := make(chan begun, 1)
+	go func() {
+		tx, err := db.BeginTx(context.WithoutCancel(ctx), &sql.TxOptions{Isolation: iso})
+		done <- begun{tx, err}
+	}()
+	select {
+	case b := <-done:
+		return b.tx, b.err
+	case <-ctx.Done():
+		go func() { // a transaction begun too late is given back
+			if b := <-done; b.err == nil {
+				_ = b.tx.Rollback()
+			}
+		}()
+		return nil, ctx.Err()
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/store"
@@ -384,7 +385,7 @@ func TestTxDeadlockFailsTheCommit(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `UPDATE `+accounts+` SET n = n + 1 WHERE id = 1`); err != nil {
 			return "", err
 		}
-		otx, err := admin.BeginTx(ctx, nil)
+		otx, err := admin.BeginTx(t.Context(), nil) // not the work's ctx, which ends when it returns
 		if err != nil {
 			return "", err
 		}
@@ -426,5 +427,79 @@ func TestTxDeadlockFailsTheCommit(t *testing.T) {
 	})
 	if err != nil || replayed || v != "retried" {
 		t.Fatalf("the retry: %q, replayed %v, %v; want it to run", v, replayed, err)
+	}
+}
+
+// TestTxRenewalsDoNotStarveBehindTheirWork: on a pool of two connections,
+// a transactional work that runs past three leases (so its claim must be
+// renewed) holds one for its transaction while everything else takes
+// whatever the pool has left; its renewals do not wait behind them, and
+// it commits its row with its outcome. A claim that finds no connection
+// free meanwhile fails by its deadline, and the store's log says the pool
+// is too small, naming SetMaxOpenConns.
+func TestTxRenewalsDoNotStarveBehindTheirWork(t *testing.T) {
+	t.Parallel()
+	const lease = time.Second
+	srv := testenv.MySQL(t)
+	admin := newDB(t, srv.DSN, 2, nil)
+	opt := table(t, admin)
+	pool := newDB(t, srv.DSN, 2, nil)
+	var storeLogs guardtest.Log
+	s, err := New(pool, opt, WithLogger(storeLogs.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := strings.TrimSuffix(tableOf(s), "`records`") + "`orders`"
+	if _, err := admin.ExecContext(t.Context(), `CREATE TABLE `+orders+` (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(255) NOT NULL, who VARCHAR(64) NOT NULL) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	g, err := middleware.New(s, middleware.WithLogger(discard()), middleware.WithLeaseTTL(lease), middleware.WithOpTimeout(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var (
+		taken   []*sql.Conn
+		claimed error
+	)
+	v, _, err := middleware.Do(ctx, g, "long", "payload", func(ctx context.Context) (string, error) {
+		if err := insertOrder(ctx, orders, "long"); err != nil {
+			return "", err
+		}
+		// Everything else takes what the pool has left.
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			c, err := pool.Conn(cctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			taken = append(taken, c)
+		}
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, _, claimed = s.Claim(cctx, "other", fp, time.Minute)
+		cancel()
+		// Past three leases: renewals are due all along.
+		select {
+		case <-time.After(3 * lease):
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
+		return "done", nil
+	})
+	for _, c := range taken {
+		_ = c.Close()
+	}
+	if err != nil || v != "done" {
+		t.Fatalf("the long work: %q, %v; want it done and committed", v, err)
+	}
+	if who := orderRows(t, admin, orders, "long"); len(who) != 1 {
+		t.Fatalf("rows of long: %v; want one", who)
+	}
+	if idemkit.CodeOf(claimed) != idemkit.CodeNetworkTimeout || !strings.Contains(claimed.Error(), "pool is too small") {
+		t.Fatalf("the claim on the full pool: %v; want a timeout saying the pool is too small", claimed)
+	}
+	if l := storeLogs.String(); !strings.Contains(l, "pool is too small") || !strings.Contains(l, "SetMaxOpenConns") {
+		t.Fatalf("the store's log does not name the pool as too small: %q", l)
 	}
 }
