@@ -503,3 +503,45 @@ func TestTxRenewalsDoNotStarveBehindTheirWork(t *testing.T) {
 		t.Fatalf("the store's log does not name the pool as too small: %q", l)
 	}
 }
+
+// TestTxIsolationLevels: at each isolation level WithTxIsolation allows,
+// work that writes in its transaction and runs past renewals of its lease
+// commits its row with its outcome, and a duplicate replays it.
+func TestTxIsolationLevels(t *testing.T) {
+	t.Parallel()
+	srv := testenv.MySQL(t)
+	admin := newDB(t, srv.DSN, 2, nil)
+	for _, level := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable} {
+		t.Run(level.String(), func(t *testing.T) {
+			opt := table(t, admin)
+			s, err := New(newDB(t, srv.DSN, 4, nil), opt, WithTxIsolation(level))
+			if err != nil {
+				t.Fatal(err)
+			}
+			orders := strings.TrimSuffix(tableOf(s), "`records`") + "`orders`"
+			if _, err := admin.ExecContext(t.Context(), `CREATE TABLE `+orders+` (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(255) NOT NULL, who VARCHAR(64) NOT NULL) ENGINE=InnoDB`); err != nil {
+				t.Fatal(err)
+			}
+			g, err := middleware.New(s, middleware.WithLogger(discard()), middleware.WithLeaseTTL(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			work := func(ctx context.Context) (string, error) {
+				if err := insertOrder(ctx, orders, "first"); err != nil {
+					return "", err
+				}
+				time.Sleep(time.Second) // past three renewals
+				return "order-1", nil
+			}
+			for i, wantReplay := range []bool{false, true} {
+				v, replayed, err := middleware.Do(t.Context(), g, "k", "payload", work)
+				if err != nil || replayed != wantReplay || v != "order-1" {
+					t.Fatalf("call %d: %q, replayed %v, %v", i, v, replayed, err)
+				}
+			}
+			if who := orderRows(t, admin, orders, "k"); len(who) != 1 {
+				t.Fatalf("rows of k: %v; want one", who)
+			}
+		})
+	}
+}
