@@ -2,6 +2,7 @@ package mysqlstore
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,6 +79,37 @@ func TestConformanceClock(t *testing.T) {
 				_, err := s.Sweep(ctx)
 				return err
 			},
+		}
+	})
+}
+
+// TestConformanceAnyDSN runs the store suite on a pool whose DSN changes
+// what the driver and the session do: affected rows counted as found
+// rows, arguments interpolated, times parsed, ANSI_QUOTES and
+// NO_BACKSLASH_ESCAPES, and a session time zone far from UTC. The store
+// sends the same statements and reads the same answers whatever they are.
+func TestConformanceAnyDSN(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) *storetest.Env {
+		srv, stall := server(t)
+		admin := newDB(t, srv.DSN, 2, nil)
+		opt := table(t, admin)
+		var rt roundTrips
+		dsn := srv.DSN + "?clientFoundRows=true&interpolateParams=true&parseTime=true" +
+			"&sql_mode=%27ANSI_QUOTES,NO_BACKSLASH_ESCAPES,STRICT_ALL_TABLES%27&time_zone=%27%2B05:30%27"
+		db := newDB(t, dsn, 8, nil)
+		var tz, mode string
+		if err := db.QueryRowContext(t.Context(), "SELECT @@session.time_zone, @@session.sql_mode").Scan(&tz, &mode); err != nil ||
+			tz != "+05:30" || !strings.Contains(mode, "ANSI_QUOTES") || !strings.Contains(mode, "NO_BACKSLASH_ESCAPES") {
+			t.Fatalf("the session: time zone %q, sql_mode %q, %v; want the DSN's", tz, mode, err)
+		}
+		db = newDB(t, dsn, 8, &rt)
+		s, err := New(db, opt, WithMaxResponseBytes(1<<20))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &storetest.Env{
+			Store: s, Margin: margin, Break: func() { _ = db.Close() }, Stall: stall, MaxResponseBytes: 1 << 20,
+			RoundTrips: rt.count, Keys: immortal(admin, s),
 		}
 	})
 }
