@@ -223,6 +223,8 @@ var snippetImports = map[string]string{
 	"memstore":        "github.com/idemkit/idemkit/store/memstore",
 	"redisstore":      "github.com/idemkit/idemkit/store/redisstore",
 	"pgstore":         "github.com/idemkit/idemkit/store/pgstore",
+	"mysqlstore":      "github.com/idemkit/idemkit/store/mysqlstore",
+	"sql":             "database/sql",
 	"firestorestore":  "github.com/idemkit/idemkit/store/firestorestore",
 	"dynamostore":     "github.com/idemkit/idemkit/store/dynamostore",
 	"ginadapter":      "github.com/idemkit/idemkit/ginadapter",

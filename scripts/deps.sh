@@ -8,6 +8,9 @@
 #                            shim that shifts a test server's clock
 #   redis-server             the tests start Redis and a Redis Cluster
 #   postgresql               the tests run initdb and postgres
+#   mariadb-server           the tests run mariadb-install-db and mariadbd
+#                            in temporary directories (the system service
+#                            the package may start is not used)
 #   openjdk-17-jre-headless  Java, for the Firestore emulator
 #   google-cloud-cli-firestore-emulator
 #                            Google's Firestore emulator, from Google's Cloud
@@ -48,12 +51,17 @@ has_initdb() {
 	command -v initdb >/dev/null || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null
 }
 
+has_mariadbd() {
+	command -v mariadbd >/dev/null || command -v mysqld >/dev/null || [ -x /usr/sbin/mariadbd ] || [ -x /usr/sbin/mysqld ]
+}
+
 missing=()
 command -v make >/dev/null || missing+=(make)
 command -v gcc >/dev/null || missing+=(gcc)
 [ -e /usr/include/stdio.h ] || missing+=(libc6-dev)
 command -v redis-server >/dev/null || missing+=(redis-server)
 has_initdb || missing+=(postgresql)
+has_mariadbd || missing+=(mariadb-server)
 firestore=""
 if [ -z "${FIRESTORE_EMULATOR_HOST:-}" ] && [ -z "${IDEMKIT_FIRESTORE_EMULATOR_JAR:-}" ]; then
 	command -v java >/dev/null || missing+=(openjdk-17-jre-headless)

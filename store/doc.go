@@ -20,8 +20,9 @@
 // These rules hold on every engine; they are stated here once.
 //
 // Time is the backend's: leases and record expiry are judged by the
-// backend's clock (Redis TIME, PostgreSQL clock_timestamp(), Firestore's
-// commit and read times, the process clock in memory), never a client's. A
+// backend's clock (Redis TIME, PostgreSQL clock_timestamp(), MySQL's
+// UTC_TIMESTAMP(6), Firestore's commit and read times, the process clock in
+// memory), never a client's. A
 // record is live while now < ExpiresAt.
 //
 // Every claim has a fence, greater than any fence its key's record ever
@@ -59,7 +60,7 @@
 // # Engines
 //
 // [github.com/idemkit/idemkit/store/memstore] in this module, and Redis,
-// PostgreSQL and Firestore engines in modules of their own. Every engine
+// PostgreSQL, MySQL/MariaDB and Firestore engines in modules of their own. Every engine
 // passes the conformance suites in
 // [github.com/idemkit/idemkit/store/storetest] and
 // [github.com/idemkit/idemkit/lock/locktest]; the helpers engines share are

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/firestorestore"
+	"github.com/idemkit/idemkit/store/mysqlstore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
@@ -30,6 +33,7 @@ type kind int
 const (
 	kindRedis kind = iota + 1
 	kindPostgres
+	kindMySQL
 	kindFirestore
 	kindDynamo
 )
@@ -44,6 +48,8 @@ type target struct {
 	redisFailover *redis.FailoverOptions
 
 	pgURL string // PostgreSQL: the URL as it was given
+
+	mysql *mysql.Config // MySQL and MariaDB
 
 	project, database string // Firestore; database "" is the default one
 
@@ -82,12 +88,14 @@ func parseTarget(raw string) (*target, error) {
 			return nil, usagef("-url: not a PostgreSQL URL pgx accepts: %v", err) // pgx hides the password
 		}
 		return &target{kind: kindPostgres, pgURL: raw}, nil
+	case "mysql", "mariadb":
+		return parseMySQL(rest)
 	case "firestore":
 		return parseFirestore(rest)
 	case "dynamodb":
 		return parseDynamo(rest)
 	}
-	return nil, usagef("-url: unknown scheme %q; want redis, rediss, redis+cluster, redis+sentinel, postgres, firestore or dynamodb", scheme)
+	return nil, usagef("-url: unknown scheme %q; want redis, rediss, redis+cluster, redis+sentinel, postgres, mysql, firestore or dynamodb", scheme)
 }
 
 // hostList is the authority of a URL with several hosts:
@@ -191,6 +199,38 @@ func parseSentinel(scheme, rest string) (*target, error) {
 	}
 	o.ContextTimeoutEnabled = true
 	return &target{kind: kindRedis, redisFailover: o}, nil
+}
+
+// parseMySQL parses mysql://[user[:pass]@]host[:port]/database[?params],
+// the params those of github.com/go-sql-driver/mysql's DSN (tls=true,
+// timeout=5s, ...).
+func parseMySQL(rest string) (*target, error) {
+	u, err := url.Parse("mysql://" + rest)
+	if err != nil {
+		return nil, usagef("-url: %v", hideURL(err))
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	if u.Host == "" || db == "" || strings.Contains(db, "/") || u.Fragment != "" {
+		return nil, usagef("-url: want mysql://[user[:pass]@]host[:port]/database[?params]")
+	}
+	addr := u.Host
+	if u.Port() == "" {
+		addr = net.JoinHostPort(u.Hostname(), "3306")
+	}
+	// The DSN without its credentials: the driver's errors never see them.
+	dsn := "tcp(" + addr + ")/" + db
+	if u.RawQuery != "" {
+		dsn += "?" + u.RawQuery
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, usagef("-url: not a DSN the MySQL driver accepts: %v", err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	return &target{kind: kindMySQL, mysql: cfg}, nil
 }
 
 // parseFirestore parses firestore://project-id[/database].
@@ -298,6 +338,23 @@ func (t *target) open(ctx context.Context, c *command) (*backend, error) {
 			return nil, optionError("-table", err)
 		}
 		return &backend{store: s, close: func() {}}, nil
+	case kindMySQL:
+		connector, err := mysql.NewConnector(t.mysql)
+		if err != nil {
+			return nil, usagef("-url: %v", err)
+		}
+		db := sql.OpenDB(connector)
+		db.SetMaxOpenConns(2)
+		var opts []mysqlstore.Option
+		if c.table != "" {
+			opts = append(opts, mysqlstore.WithTable(c.table))
+		}
+		s, err := mysqlstore.New(db, opts...)
+		if err != nil {
+			_ = db.Close()
+			return nil, optionError("-table", err)
+		}
+		return &backend{store: s, sweep: s.Sweep, close: func() { _ = db.Close() }}, nil
 
 	default:
 		var client *firestore.Client

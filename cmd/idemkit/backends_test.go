@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 	"cloud.google.com/go/firestore"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -34,6 +36,7 @@ import (
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/firestorestore"
+	"github.com/idemkit/idemkit/store/mysqlstore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
@@ -57,8 +60,8 @@ type backendCase struct {
 }
 
 // backends are the real servers testenv starts: Redis as a single node (a
-// key prefix set) and as a cluster, PostgreSQL (a table of the test's own)
-// the Firestore emulator (a project of the test's own, another
+// key prefix set) and as a cluster, PostgreSQL and MariaDB (a table of the
+// test's own), the Firestore emulator (a project of the test's own, another
 // collection) and dynalite (a table of the test's own).
 var backends = []backendCase{
 	{"redis", func(t *testing.T) env {
@@ -104,6 +107,36 @@ var backends = []backendCase{
 			}
 			return n > 0
 		}
+		return env{store: s, flags: []string{"-url", u, "-table", table}, ns: testenv.Name(t), held: held}
+	}},
+	{"mysql", func(t *testing.T) env {
+		cfg, err := mysql.ParseDSN(testenv.MySQL(t).DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		connector, err := mysql.NewConnector(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := sql.OpenDB(connector)
+		t.Cleanup(func() { _ = db.Close() })
+		table := testenv.Name(t)
+		if err := mysqlstore.SetupSchema(t.Context(), db, mysqlstore.WithTable(table)); err != nil {
+			t.Fatal(err)
+		}
+		// No clock step: an expired record may go at its expiry (TestSweep).
+		s, err := mysqlstore.New(db, mysqlstore.WithTable(table), mysqlstore.WithMaxClockStep(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := func(t *testing.T, recordKey string) bool {
+			var n int
+			if err := db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM `"+table+"` WHERE record_key = ?", []byte(recordKey)).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+		u := "mysql://" + cfg.User + "@" + cfg.Addr + "/" + cfg.DBName
 		return env{store: s, flags: []string{"-url", u, "-table", table}, ns: testenv.Name(t), held: held}
 	}},
 	{"firestore", func(t *testing.T) env {

@@ -98,6 +98,9 @@
 //	                                                 password are the Sentinels'; the data nodes' go in the
 //	                                                 username= and password= options
 //	postgres://... or postgresql://...               PostgreSQL, any URL pgx accepts (sslmode, ...)
+//	mysql://[user[:pass]@]host[:port]/database[?params]
+//	                                                 MySQL or MariaDB (mariadb:// too); params are
+//	                                                 go-sql-driver/mysql's DSN parameters (tls=true, ...)
 //	firestore://project-id[/database]                Firestore; credentials come from the environment
 //	                                                 (Application Default Credentials), and the client
 //	                                                 follows FIRESTORE_EMULATOR_HOST
@@ -109,9 +112,10 @@
 // Redis options are go-redis's URL options (dial_timeout=3s, ...). The
 // store options of the application must be repeated: -prefix for Redis
 // (redisstore.WithKeyPrefix), -table for PostgreSQL (pgstore.WithTable,
-// "table" or "schema.table") and DynamoDB (dynamostore.WithTable),
-// -collection for Firestore (firestorestore.WithCollection); each is
-// refused with another backend.
+// "table" or "schema.table"), MySQL (mysqlstore.WithTable, "table" or
+// "database.table") and DynamoDB (dynamostore.WithTable), -collection for
+// Firestore (firestorestore.WithCollection); each is refused with another
+// backend.
 //
 // -timeout bounds the whole command, backend calls included (default 1m).
 //

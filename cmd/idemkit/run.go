@@ -38,13 +38,14 @@ const usageText = `usage:
   idemkit forget  -url URL -key KEY [-scope SCOPE] [-namespace NS] [-force] [-json]
   idemkit list    -url URL [-scope SCOPE | -all-scopes] [-key-prefix P] [-namespace NS] [-limit N] [-after CURSOR] [-json]
   idemkit sweep   -url URL [-json]
-  store options, as the application has them: -prefix (Redis), -table (PostgreSQL, DynamoDB), -collection (Firestore)
+  store options, as the application has them: -prefix (Redis), -table (PostgreSQL, MySQL, DynamoDB), -collection (Firestore)
 
 URL (default: $IDEMKIT_URL):
   redis://[user:pass@]host:port[/db]                       one Redis node (rediss:// for TLS)
   redis+cluster://[user:pass@]host:port,host:port          Redis Cluster (rediss+cluster://)
   redis+sentinel://[user:pass@]host:port,.../master[/db]   Sentinel failover (rediss+sentinel://)
   postgres://... or postgresql://...                       PostgreSQL (-table)
+  mysql://[user:pass@]host[:port]/database[?params]        MySQL or MariaDB (-table)
   firestore://project-id[/database]                        Firestore (-collection; FIRESTORE_EMULATOR_HOST is followed)
   dynamodb://[region][?endpoint=URL]                       DynamoDB (-table; credentials from the AWS configuration)
 
@@ -77,7 +78,7 @@ type command struct {
 	limit      int    // list
 	after      string // list
 	json       bool
-	table      string // PostgreSQL
+	table      string // PostgreSQL, MySQL
 	collection string // Firestore
 	prefix     string // Redis
 	timeout    time.Duration
@@ -157,7 +158,7 @@ func parse(name string, args []string, stderr io.Writer) (*command, error) {
 		fs.BoolVar(&c.force, "force", false, "delete the key's claim even while its lease is live: its request, if it still runs, cannot record its outcome, and a retry runs it a second time")
 	}
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of text")
-	fs.StringVar(&c.table, "table", "", "PostgreSQL and DynamoDB only: the record `table`, for PostgreSQL \"table\" or \"schema.table\" (pgstore.WithTable, dynamostore.WithTable; default idemkit_records)")
+	fs.StringVar(&c.table, "table", "", "PostgreSQL, MySQL and DynamoDB only: the record `table`, for PostgreSQL and MySQL \"table\" or \"schema.table\" (pgstore.WithTable, mysqlstore.WithTable, dynamostore.WithTable; default idemkit_records)")
 	fs.StringVar(&c.prefix, "prefix", "", "Redis only: the store's key `prefix` (redisstore.WithKeyPrefix; default none)")
 	fs.StringVar(&c.collection, "collection", "", "Firestore only: the record `collection` (firestorestore.WithCollection; default idemkit_records)")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "how long the command may take, backend calls included")
@@ -237,8 +238,8 @@ func (c *command) run(ctx context.Context, stdout, stderr io.Writer) error {
 // checkFlags refuses the flags of other backends.
 func (c *command) checkFlags(k kind) error {
 	switch {
-	case c.table != "" && k != kindPostgres && k != kindDynamo:
-		return usagef("-table applies to PostgreSQL and DynamoDB URLs only")
+	case c.table != "" && k != kindPostgres && k != kindMySQL && k != kindDynamo:
+		return usagef("-table applies to PostgreSQL, MySQL and DynamoDB URLs only")
 	case c.collection != "" && k != kindFirestore:
 		return usagef("-collection applies to Firestore URLs only")
 	case c.prefix != "" && k != kindRedis:

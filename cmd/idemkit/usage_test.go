@@ -26,7 +26,11 @@ func TestUsage(t *testing.T) {
 		{"empty key", []string{"inspect", "-url", redisURL, "-key", ""}, "-key is required"},
 		{"argument", []string{"inspect", "-url", redisURL, "-key", "k", "extra"}, `unexpected argument "extra"`},
 		{"timeout", []string{"sweep", "-url", redisURL, "-timeout", "0s"}, "-timeout must be positive"},
-		{"scheme", []string{"inspect", "-url", "mysql://h/db", "-key", "k"}, `unknown scheme "mysql"`},
+		{"scheme", []string{"inspect", "-url", "mongodb://h/db", "-key", "k"}, `unknown scheme "mongodb"`},
+		{"mysql database", []string{"inspect", "-url", "mysql://u:hunter2@h:3306", "-key", "k"}, "want mysql://"},
+		{"mysql param", []string{"inspect", "-url", "mysql://u:hunter2@h:3306/db?timeout=soon", "-key", "k"}, "not a DSN the MySQL driver accepts"},
+		{"collection on mysql", []string{"sweep", "-url", "mysql://h/db", "-collection", "c"}, "-collection applies to Firestore"},
+		{"bad mysql table", []string{"inspect", "-url", "mysql://127.0.0.1:1/db", "-key", "k", "-table", "no such table!"}, "-table:"},
 		{"no scheme", []string{"inspect", "-url", "localhost:6379", "-key", "k"}, "want scheme://"},
 		{"redis port", []string{"inspect", "-url", "redis://user:hunter2@h:port/0", "-key", "k"}, "-url:"},
 		{"redis db", []string{"inspect", "-url", "redis://h:1/x", "-key", "k"}, "invalid database number"},
@@ -153,6 +157,11 @@ func TestParseTarget(t *testing.T) {
 	pg, err := parseTarget("postgresql://u@db:5432/app?sslmode=disable")
 	if err != nil || pg.kind != kindPostgres {
 		t.Fatalf("postgresql:// target %+v, %v", pg, err)
+	}
+	my, err := parseTarget("mysql://app:p%40ss:w%2Frd@db.internal/orders?timeout=5s")
+	if err != nil || my.kind != kindMySQL || my.mysql.User != "app" || my.mysql.Passwd != "p@ss:w/rd" ||
+		my.mysql.Addr != "db.internal:3306" || my.mysql.DBName != "orders" || my.mysql.Timeout != 5*time.Second {
+		t.Fatalf("mysql:// target %+v, %v", my, err)
 	}
 }
 

@@ -2,6 +2,8 @@ package otelsuite_test
 
 import (
 	"context"
+	"database/sql"
+	"database/sql/driver"
 	"fmt"
 	"net/http"
 	"sync/atomic"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit"
@@ -18,6 +21,7 @@ import (
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/mysqlstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
 
@@ -79,6 +83,41 @@ func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // roundTrips are the round trips of a first execution and of a replay.
 type roundTrips struct{ first, replay int64 }
+// statements is a database/sql connector that counts the statements and
+// prepares its connections send, each a round trip (mysqlstore sends every
+// statement without arguments: one COM_QUERY).
+type statements struct {
+	driver.Connector
+	n atomic.Int64
+}
+
+func (s *statements) Connect(ctx context.Context) (driver.Conn, error) {
+	c, err := s.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countedConn{Conn: c, n: &s.n}, nil
+}
+
+type countedConn struct {
+	driver.Conn
+	n *atomic.Int64
+}
+
+func (c *countedConn) Prepare(query string) (driver.Stmt, error) {
+	c.n.Add(1)
+	return c.Conn.Prepare(query)
+}
+
+func (c *countedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	c.n.Add(1)
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, query, args)
+}
+
+func (c *countedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	c.n.Add(1)
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, query, args)
+}
 
 // roundTripBackend opens a backend for one test and returns the count of
 // what reached it so far; want is what a first execution and a replay
@@ -132,6 +171,28 @@ func roundTripBackends() []roundTripBackend {
 			}
 			return s, n.Load
 		}, roundTrips{2, 2}},
+		{"mysql", func(t *testing.T) (store.Store, func() int64) {
+			cfg, err := mysql.ParseDSN(testenv.MySQL(t).DSN)
+			if err != nil {
+				t.Fatal(err)
+			}
+			connector, err := mysql.NewConnector(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := &statements{Connector: connector}
+			db := sql.OpenDB(n)
+			t.Cleanup(func() { _ = db.Close() })
+			table := mysqlstore.WithTable(testenv.Name(t))
+			if err := mysqlstore.SetupSchema(t.Context(), db, table); err != nil {
+				t.Fatal(err)
+			}
+			s, err := mysqlstore.New(db, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s, n.n.Load
+		}, roundTrips{2, 1}},
 	}
 }
 
@@ -148,9 +209,9 @@ func (c requestCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // TestNoAddedRoundTrip counts what reaches the backend for a first
 // execution and for a replay, with the hook and the store decorator and
-// without them: the same on memory, on a real Redis (two and one) and on
-// dynalite (two and two), and the decorator counts exactly the
-// operations (a claim and a completion, a claim).
+// without them: the same on memory, on a real Redis and on MariaDB (two
+// and one) and on dynalite (two and two), and the decorator counts exactly
+// the operations (a claim and a completion, a claim).
 func TestNoAddedRoundTrip(t *testing.T) {
 	for _, b := range roundTripBackends() {
 		t.Run(b.name, func(t *testing.T) {

@@ -1,24 +1,27 @@
 // Package testenv starts real servers for idemkit's tests: redis-server as
-// a single node and as a 3-master Redis Cluster, PostgreSQL, Google's
-// Firestore emulator and dynalite (DynamoDB's API). Each runs on a free loopback port in a temporary
-// directory and is stopped when the test binary ends (call [Main] from
-// TestMain), or when its test ends for the dedicated servers of fault tests
-// ([NewRedis], [NewPostgres], [NewFirestore], [NewDynamo]), which can also be frozen
-// with SIGSTOP (Stall) to test a server that stops answering. Dedicated
-// servers and a Sentinel group's replica can run on a [Clock] of the test's
-// own ([NewRedisWithClock], [NewPostgresWithClock], [ReplicaClock]), which
-// moves their wall clock while they run (an LD_PRELOAD shim built with cc).
+// a single node and as a 3-master Redis Cluster, PostgreSQL, MariaDB,
+// Google's Firestore emulator and dynalite (DynamoDB's API). Each runs on a
+// free loopback port in a temporary directory and is stopped when the test
+// binary ends (call [Main] from TestMain), or when its test ends for the
+// dedicated servers of fault tests ([NewRedis], [NewPostgres], [NewMySQL],
+// [NewFirestore], [NewDynamo]), which can also be frozen with SIGSTOP
+// (Stall) to test a server that stops answering. Dedicated servers and a
+// Sentinel group's replica can run on a [Clock] of the test's own
+// ([NewRedisWithClock], [NewPostgresWithClock], [NewMySQLWithClock],
+// [ReplicaClock]), which moves their wall clock while they run (an
+// LD_PRELOAD shim built with cc).
 //
 // Binaries are found on PATH and, for PostgreSQL, in Debian's
-// /usr/lib/postgresql/<version>/bin (dynalite, an npm package, where npm
-// install -g puts its command); the emulator's jar in the Cloud SDK's
-// usual places. A missing binary fails the test with a message naming the
-// package to install. Environment variables point the shared servers at
-// running ones instead:
+// /usr/lib/postgresql/<version>/bin, for MariaDB in /usr/sbin (dynalite, an
+// npm package, where npm install -g puts its command); the emulator's jar
+// in the Cloud SDK's usual places. A missing binary fails the test with a
+// message naming the package to install. Environment variables point the
+// shared servers at running ones instead:
 //
 //	IDEMKIT_REDIS_ADDR=host:port
 //	IDEMKIT_REDIS_CLUSTER_ADDRS=host:port,host:port,host:port
 //	IDEMKIT_POSTGRES_URL=postgres://user@host:port/db?sslmode=disable
+//	IDEMKIT_MYSQL_DSN=user@tcp(host:port)/db
 //	FIRESTORE_EMULATOR_HOST=host:port
 //	IDEMKIT_FIRESTORE_EMULATOR_JAR=/path/to/cloud-firestore-emulator.jar
 //	IDEMKIT_DYNAMODB_URL=http://host:port

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/firestorestore"
 	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/mysqlstore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
@@ -31,6 +34,7 @@ type Flags struct {
 	RedisAddr   string
 	RedisAddrs  string
 	PostgresURL string
+	MySQLDSN    string
 	Project     string
 	DynamoURL   string
 	Metrics     bool
@@ -39,10 +43,11 @@ type Flags struct {
 // Register defines the flags on fs.
 func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "listen address")
-	fs.StringVar(&f.Store, "store", "memory", "the guard's backend: memory, redis, redis-cluster, postgres, firestore, dynamodb")
+	fs.StringVar(&f.Store, "store", "memory", "the guard's backend: memory, redis, redis-cluster, postgres, mysql, firestore, dynamodb")
 	fs.StringVar(&f.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address, with -store redis")
 	fs.StringVar(&f.RedisAddrs, "redis-addrs", "", "comma-separated Redis Cluster node addresses, with -store redis-cluster")
 	fs.StringVar(&f.PostgresURL, "postgres-url", "", "PostgreSQL connection URL, with -store postgres (the tables are created if missing)")
+	fs.StringVar(&f.MySQLDSN, "mysql-dsn", "", "MySQL or MariaDB DSN (go-sql-driver/mysql's form, user:password@tcp(host:port)/db), with -store mysql (the table is created if missing)")
 	fs.StringVar(&f.Project, "firestore-project", "", "Google Cloud project id, with -store firestore (FIRESTORE_EMULATOR_HOST points the client at an emulator)")
 	fs.StringVar(&f.DynamoURL, "dynamodb-endpoint", "", "DynamoDB endpoint URL, with -store dynamodb (default: AWS's, for the region of the AWS configuration; credentials and region come from it; the table is created if missing)")
 	fs.BoolVar(&f.Metrics, "metrics", false, "serve the guard's metrics (Prometheus text format) at /metrics on the demo's own address")
@@ -77,9 +82,9 @@ func (f *Flags) Guard(ctx context.Context, logger *slog.Logger, hook *idemkitote
 }
 
 // backend builds the one backend the -store flag names: records that
-// carry their own lease, on that engine. PostgreSQL and Firestore get a
-// sweeper that deletes what expired (Redis and DynamoDB expire records
-// themselves, and the memory store sweeps as it goes).
+// carry their own lease, on that engine. PostgreSQL, MySQL and Firestore
+// get a sweeper that deletes what expired (Redis and DynamoDB expire
+// records themselves, and the memory store sweeps as it goes).
 func (f *Flags) backend(ctx context.Context, logger *slog.Logger) (store.Store, func(), error) {
 	switch f.Store {
 	case "memory":
@@ -123,6 +128,30 @@ func (f *Flags) backend(ctx context.Context, logger *slog.Logger) (store.Store, 
 		}
 		stop := s.StartSweeper(ctx, 0)
 		return s, func() { stop(); pool.Close() }, nil
+	case "mysql":
+		if f.MySQLDSN == "" {
+			return nil, nil, fmt.Errorf("-store mysql needs -mysql-dsn")
+		}
+		cfg, err := mysql.ParseDSN(f.MySQLDSN)
+		if err != nil {
+			return nil, nil, fmt.Errorf("mysql: %w", err)
+		}
+		connector, err := mysql.NewConnector(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("mysql: %w", err)
+		}
+		db := sql.OpenDB(connector)
+		if err := mysqlstore.SetupSchema(ctx, db); err != nil {
+			_ = db.Close()
+			return nil, nil, err
+		}
+		s, err := mysqlstore.New(db, mysqlstore.WithLogger(logger))
+		if err != nil {
+			_ = db.Close()
+			return nil, nil, err
+		}
+		stop := s.StartSweeper(ctx, 0)
+		return s, func() { stop(); _ = db.Close() }, nil
 	case "firestore":
 		if f.Project == "" {
 			return nil, nil, fmt.Errorf("-store firestore needs -firestore-project")
@@ -157,5 +186,5 @@ func (f *Flags) backend(ctx context.Context, logger *slog.Logger) (store.Store, 
 		}
 		return s, func() {}, nil
 	}
-	return nil, nil, fmt.Errorf("unknown -store %q (memory, redis, redis-cluster, postgres, firestore, dynamodb)", f.Store)
+	return nil, nil, fmt.Errorf("unknown -store %q (memory, redis, redis-cluster, postgres, mysql, firestore, dynamodb)", f.Store)
 }

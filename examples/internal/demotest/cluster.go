@@ -45,7 +45,7 @@ func ClusterSleep(round int) time.Duration {
 const ClusterTimeout = 2 * time.Minute
 
 // RunCluster runs one subtest per backend that separate processes can
-// share (redis, redis-cluster, postgres, firestore on the emulator,
+// share (redis, redis-cluster, postgres, mysql, firestore on the emulator,
 // dynamodb on dynalite; not memory): it starts one server of that backend, then n instances of run
 // on it with the same flags and -addr 127.0.0.1:0, each building its own
 // clients (connection pools) as separate nodes would. Once all of them

@@ -42,6 +42,9 @@ func backends() []backend {
 		{"postgres", func(t *testing.T) []string {
 			return []string{"-store", "postgres", "-postgres-url", testenv.NewPostgres(t).URL}
 		}, true},
+		{"mysql", func(t *testing.T) []string {
+			return []string{"-store", "mysql", "-mysql-dsn", testenv.NewMySQL(t).DSN}
+		}, true},
 		{"firestore", func(t *testing.T) []string {
 			testenv.Firestore(t) // sets FIRESTORE_EMULATOR_HOST, which the program's client follows
 			return []string{"-store", "firestore", "-firestore-project", testenv.FirestoreProject(t)}
@@ -65,7 +68,7 @@ func backends() []backend {
 var dynamoCredentials sync.Once
 
 // Run runs one subtest per backend (memory, redis, redis-cluster,
-// postgres, firestore on the emulator, dynamodb on dynalite): it starts run with that backend's flags and -addr
+// postgres, mysql, firestore on the emulator, dynamodb on dynalite): it starts run with that backend's flags and -addr
 // 127.0.0.1:0, calls check with the address the program listens on, then
 // cancels the program's ctx and fails the test unless run returns nil
 // within 15 seconds.
