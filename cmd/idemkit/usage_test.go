@@ -46,7 +46,7 @@ func TestUsage(t *testing.T) {
 		{"dynamodb endpoint", []string{"inspect", "-url", "dynamodb://?endpoint=localhost:8000", "-key", "k"}, "http:// or https://"},
 		{"bad dynamodb table", []string{"inspect", "-url", "dynamodb://eu-west-1", "-key", "k", "-table", "a/b"}, "-table:"},
 		{"collection on dynamodb", []string{"inspect", "-url", "dynamodb://eu-west-1", "-key", "k", "-collection", "c"}, "-collection applies to Firestore"},
-		{"table on redis", []string{"inspect", "-url", redisURL, "-key", "k", "-table", "t"}, "-table applies to PostgreSQL and DynamoDB"},
+		{"table on redis", []string{"inspect", "-url", redisURL, "-key", "k", "-table", "t"}, "-table applies to PostgreSQL, MySQL and DynamoDB"},
 		{"collection on postgres", []string{"sweep", "-url", "postgres://h/db", "-collection", "c"}, "-collection applies to Firestore"},
 		{"prefix on firestore", []string{"forget", "-url", "firestore://p", "-key", "k", "-prefix", "p:"}, "-prefix applies to Redis"},
 		{"bad table", []string{"inspect", "-url", "postgres://127.0.0.1:1/db", "-key", "k", "-table", "no such table!"}, "-table:"},
