@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -17,6 +19,9 @@ import (
 	"time"
 
 	"cloud.google.com/go/firestore"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/gofiber/fiber/v3"
 	"github.com/gofiber/fiber/v3/middleware/idempotency"
 	fiberredis "github.com/gofiber/storage/redis/v3"
@@ -27,8 +32,10 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
+	"github.com/idemkit/idemkit/store/dynamostore"
 	"github.com/idemkit/idemkit/store/firestorestore"
 	"github.com/idemkit/idemkit/store/memstore"
+	"github.com/idemkit/idemkit/store/mysqlstore"
 	"github.com/idemkit/idemkit/store/pgstore"
 	"github.com/idemkit/idemkit/store/redisstore"
 )
@@ -68,8 +75,8 @@ func (o *orders) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // httpScenarios loads the demo handler through real loopback connections
 // from a load generator process of its own (see [runLoad]): on net/http,
-// bare and behind the middleware on memory, Redis, PostgreSQL and
-// Firestore, and on Fiber v3, bare and behind its idempotency middleware on
+// bare and behind the middleware on memory, Redis, PostgreSQL, Firestore,
+// MySQL (MariaDB) and DynamoDB (dynalite), and on Fiber v3, bare and behind its idempotency middleware on
 // its memory storage and on Redis; unique keys (every request a first
 // execution), then all requests retries of one key (replays). Redis (one
 // server for both libraries) runs with appendonly yes and appendfsync
@@ -111,6 +118,8 @@ func httpScenarios(t *testing.T, d time.Duration) []HTTPResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ds := dynamoStore(t)
+	ms := mysqlStore(t)
 
 	type config struct {
 		name  string
@@ -127,6 +136,8 @@ func httpScenarios(t *testing.T, d time.Duration) []HTTPResult {
 		{name: "fiber idempotency, Redis (appendfsync everysec)", bare: 1, serve: fiberServer(true, fiberRedis), meter: redisCPU(rdb)},
 		{name: "middleware, PostgreSQL (fsync off)", bare: 0, serve: netHTTPServer(func() store.Store { return ps })},
 		{name: "middleware, Firestore emulator", bare: 0, serve: netHTTPServer(func() store.Store { return fs })},
+		{name: "middleware, MySQL (MariaDB)", bare: 0, serve: netHTTPServer(func() store.Store { return ms })},
+		{name: "middleware, DynamoDB (dynalite)", bare: 0, serve: netHTTPServer(func() store.Store { return ds })},
 	}
 	body := `{"item":"book","quantity":1}`
 	// Each mode runs in rounds, every configuration once a round, so that
@@ -302,4 +313,46 @@ func combine(rs []Result) Result {
 		out.P50 = p50s[len(p50s)/2]
 	}
 	return out
+}
+
+// dynamoStore returns a store on the shared dynalite, in a table of the
+// test's own.
+func dynamoStore(t *testing.T) store.Store {
+	client := dynamodb.New(dynamodb.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(testenv.Dynamo(t).URL),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: "bench", SecretAccessKey: "bench"}, nil
+		}),
+	})
+	table := dynamostore.WithTable(testenv.Name(t))
+	if err := dynamostore.CreateTable(t.Context(), client, table); err != nil {
+		t.Fatal(err)
+	}
+	s, err := dynamostore.New(client, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// mysqlStore returns a store on the shared MariaDB, in a table of the
+// test's own.
+func mysqlStore(t *testing.T) store.Store {
+	db, err := sql.Open("mysql", testenv.MySQL(t).DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	t.Cleanup(func() { _ = db.Close() })
+	table := mysqlstore.WithTable(testenv.Name(t))
+	if err := mysqlstore.SetupSchema(t.Context(), db, table); err != nil {
+		t.Fatal(err)
+	}
+	s, err := mysqlstore.New(db, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
