@@ -153,11 +153,15 @@ func (s *Store) values(now int64, more map[string]types.AttributeValue, exprs ..
 
 // The conditions, over the values of [Store.values]. A claim runs out for
 // its takers at :cut (now less the skew margin), for its holder at :now.
+// They are written as ORs of flat ANDs: dynalite's expression parser
+// backtracks on nested parentheses, and the nested form of the claim's
+// condition cost it 25 ms per request against 1.7 ms for this one
+// (DynamoDB reads both alike).
 const (
-	condLive      = "((st = :claimed AND ex > :cut) OR (st > :claimed AND ex > :now))"
-	condClaimable = "(attribute_not_exists(pk) OR (fe < :fence AND (st = :released OR (st = :claimed AND ex <= :cut) OR (st > :claimed AND ex <= :now))))"
-	condHeld      = "(fe = :fence AND st = :claimed AND ex > :now)"
-	condPut       = "attribute_not_exists(pk) OR fe <= :fence OR NOT " + condLive
+	condLive      = "(st = :claimed AND ex > :cut) OR (st > :claimed AND ex > :now)"
+	condClaimable = "attribute_not_exists(pk) OR (fe < :fence AND st = :released) OR (fe < :fence AND st = :claimed AND ex <= :cut) OR (fe < :fence AND st > :claimed AND ex <= :now)"
+	condHeld      = "fe = :fence AND st = :claimed AND ex > :now"
+	condPut       = "attribute_not_exists(pk) OR fe <= :fence OR NOT (" + condLive + ")"
 )
 
 // read reads key's item with a strongly consistent read.
