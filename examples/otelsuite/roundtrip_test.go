@@ -83,6 +83,7 @@ func (c *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 
 // roundTrips are the round trips of a first execution and of a replay.
 type roundTrips struct{ first, replay int64 }
+
 // statements is a database/sql connector that counts the statements and
 // prepares its connections send, each a round trip (mysqlstore sends every
 // statement without arguments: one COM_QUERY).
