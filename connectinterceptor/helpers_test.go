@@ -106,7 +106,14 @@ func serve(t *testing.T, svc *service, idem connect.Interceptor) string {
 	mux.Handle(createOrder, connect.NewUnaryHandler(createOrder, svc.create, connect.WithInterceptors(idem)))
 	mux.Handle(getOrder, connect.NewUnaryHandler(getOrder, svc.get, connect.WithInterceptors(idem),
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects)))
-	srv := httptest.NewUnstartedServer(mux)
+	return listen(t, mux)
+}
+
+// listen serves h on a loopback listener that speaks HTTP/1.1 and HTTP/2
+// without TLS, closed when the test ends, and returns its URL.
+func listen(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)

@@ -39,10 +39,10 @@ type recordedDetail struct {
 // verdict encodes the outcome of a call for the record, unless store is
 // false: the response or the error, with the headers and trailers the
 // handler set (through the response, the error's metadata or the call's
-// info).
-func (s *server) verdict(ctx context.Context, info connect.CallInfo, resp connect.AnyResponse, ce *connect.Error, store bool) middleware.Result {
+// info). oversized says that it is not replayable only for its size.
+func (s *server) verdict(ctx context.Context, info connect.CallInfo, resp connect.AnyResponse, ce *connect.Error, store bool) (res middleware.Result, oversized bool) {
 	if !store {
-		return forget(ctx)
+		return forget(ctx), false
 	}
 	var rec record
 	if info != nil {
@@ -57,20 +57,23 @@ func (s *server) verdict(ctx context.Context, info connect.CallInfo, resp connec
 	} else {
 		m, ok := resp.Any().(proto.Message)
 		if !ok {
-			return middleware.Result{NotReplayable: true}
+			return middleware.Result{NotReplayable: true}, false
 		}
 		b, merr := proto.Marshal(m)
 		if merr != nil {
-			return middleware.Result{NotReplayable: true}
+			return middleware.Result{NotReplayable: true}, false
 		}
 		rec.Type, rec.Message = m.ProtoReflect().Descriptor().FullName(), b
 		rec.Header, rec.Trailer = kept(rec.Header, resp.Header()), kept(rec.Trailer, resp.Trailer())
 	}
 	b, merr := json.Marshal(rec)
-	if merr != nil || len(b) > s.cfg.maxResponse {
-		return middleware.Result{NotReplayable: true}
+	switch {
+	case merr != nil:
+		return middleware.Result{NotReplayable: true}, false
+	case len(b) > s.cfg.maxResponse:
+		return middleware.Result{NotReplayable: true}, true
 	}
-	return middleware.Result{Value: b}
+	return middleware.Result{Value: b}, false
 }
 
 // kept adds to into the fields of from that are recorded and replayed:

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"reflect"
 	"runtime/debug"
@@ -139,21 +140,65 @@ func (s *server) serve(ctx context.Context, req connect.AnyRequest, next connect
 		opts = append(opts, middleware.FailOpen())
 	}
 	var (
-		resp    connect.AnyResponse
-		callErr error
+		resp            connect.AnyResponse
+		callErr         error
+		begun, tooLarge bool
 	)
+	// Connect sends nothing before the interceptors return, but it sends
+	// the headers and trailers set through the call's info with any
+	// error: those of a rolled-back transaction are taken back.
+	info, _ := connect.CallInfoForHandlerContext(ctx)
+	before := snapshot(info)
 	out, err := s.guard.Execute(ctx, key, fp, func(ctx context.Context) (middleware.Result, error) {
-		var res middleware.Result
-		res, resp, callErr = s.run(ctx, req, next)
+		var (
+			res       middleware.Result
+			oversized bool
+		)
+		res, oversized, resp, callErr = s.run(ctx, req, next)
+		if begun, _ = middleware.TransactionBegun(ctx); begun && oversized {
+			// A commit cannot record it, and a transaction's outcome is
+			// recorded or rolled back: rolled back.
+			tooLarge = true
+			return forget(ctx), nil
+		}
 		return res, nil
 	}, opts...)
+	if begun && (err != nil || tooLarge) {
+		before.restore(info)
+	}
 	switch {
 	case err != nil:
 		return nil, s.refuse(ctx, err)
+	case tooLarge:
+		s.cfg.logger.ErrorContext(ctx, "connectinterceptor: the handler's response is larger than the response limit, so its transaction was rolled back",
+			slog.String("procedure", spec.Procedure), slog.Int("limit", s.cfg.maxResponse))
+		return nil, refusal(connect.CodeInternal, "IDEMPOTENCY_RESPONSE_TOO_LARGE", fmt.Sprintf(
+			"the response exceeds %d bytes, the most a call's database transaction can record; the transaction was rolled back, so nothing of the call was kept", s.cfg.maxResponse), 0)
 	case out.Replayed:
 		return s.replay(ctx, out.Value)
 	}
 	return resp, callErr
+}
+
+// callMeta is a copy of the headers and trailers of a call's info.
+type callMeta struct{ header, trailer http.Header }
+
+func snapshot(info connect.CallInfo) callMeta {
+	if info == nil {
+		return callMeta{}
+	}
+	return callMeta{info.ResponseHeader().Clone(), info.ResponseTrailer().Clone()}
+}
+
+// restore puts info's headers and trailers back as they were.
+func (m callMeta) restore(info connect.CallInfo) {
+	if info == nil {
+		return
+	}
+	clear(info.ResponseHeader())
+	clear(info.ResponseTrailer())
+	maps.Copy(info.ResponseHeader(), m.header)
+	maps.Copy(info.ResponseTrailer(), m.trailer)
 }
 
 // key returns the call's key: the key field of msg when it is set, else
@@ -205,7 +250,9 @@ func fingerprintOf(procedure string, msg proto.Message) (fingerprint.Fingerprint
 
 // run calls the handler and decides what the guard records. A panic is
 // answered Internal, recorded only as the store policy says.
-func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (res middleware.Result, resp connect.AnyResponse, err error) {
+// oversized says that the outcome was not recorded only because it is
+// larger than the response limit.
+func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.UnaryFunc) (res middleware.Result, oversized bool, resp connect.AnyResponse, err error) {
 	info, _ := connect.CallInfoForHandlerContext(ctx)
 	defer func() {
 		if p := recover(); p != nil {
@@ -213,12 +260,13 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 				slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 			ce := connect.NewError(connect.CodeInternal, errors.New("connectinterceptor: the handler panicked"))
 			resp, err = nil, ce
-			res = s.verdict(ctx, info, nil, ce, s.cfg.policy.Panic)
+			res, oversized = s.verdict(ctx, info, nil, ce, s.cfg.policy.Panic)
 		}
 	}()
 	resp, err = next(ctx, req)
 	if err == nil {
-		return s.verdict(ctx, info, resp, nil, true), resp, nil
+		res, oversized = s.verdict(ctx, info, resp, nil, true)
+		return res, oversized, resp, nil
 	}
 	// As connect answers it: a context error with its code, any other
 	// error that is no *connect.Error as Unknown.
@@ -232,7 +280,8 @@ func (s *server) run(ctx context.Context, req connect.AnyRequest, next connect.U
 	default:
 		ce = connect.NewError(connect.CodeUnknown, err)
 	}
-	return s.verdict(ctx, info, nil, ce, !s.forget[ce.Code()] && (s.cfg.policy.TryAgain || !hasRetryInfo(ce))), resp, err
+	res, oversized = s.verdict(ctx, info, nil, ce, !s.forget[ce.Code()] && (s.cfg.policy.TryAgain || !hasRetryInfo(ce)))
+	return res, oversized, resp, err
 }
 
 // hasRetryInfo reports whether e carries a google.rpc.RetryInfo detail:
@@ -297,6 +346,12 @@ func (s *server) refuse(ctx context.Context, err error) error {
 		s.cfg.logger.ErrorContext(ctx, "connectinterceptor: a recorded answer cannot be opened", slog.String("error", err.Error()))
 		return refusal(connect.CodeUnavailable, "IDEMPOTENCY_RECORD_UNREADABLE",
 			"the call with this idempotency key ran, but its recorded answer is unreadable; it will not be executed again", s.cfg.retryDelay)
+	case errors.Is(err, store.ErrWorkConflict):
+		return refusal(connect.CodeAborted, "IDEMPOTENCY_TRANSACTION_CONFLICT",
+			"the call's database transaction conflicted with a concurrent one and was rolled back, so nothing of it was kept; retry with the same key and request", s.cfg.retryDelay)
+	case errors.Is(err, store.ErrWorkFailed):
+		return refusal(connect.CodeInternal, "IDEMPOTENCY_TRANSACTION_FAILED",
+			"the call's database transaction failed at its commit and was rolled back, so nothing of it was kept", 0)
 	case errors.Is(err, middleware.ErrUnavailable) && idemkit.CodeOf(err).Permanent():
 		return refusal(connect.CodeInternal, "IDEMPOTENCY_MISCONFIGURED",
 			"the idempotency backend refuses this service until its setup is fixed, so the call was not executed", 0)
