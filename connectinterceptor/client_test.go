@@ -47,14 +47,14 @@ func (f *flaky) seen() []string {
 
 // serveFlaky serves f at createOrder and getOrder (NO_SIDE_EFFECTS) and
 // returns a client of each through the client interceptor built with opts.
-func serveFlaky(t *testing.T, f *flaky, opts ...connectinterceptor.ClientOption) caller {
+func serveFlaky(t *testing.T, f *flaky, opts ...connectinterceptor.Option) caller {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(createOrder, connect.NewUnaryHandler(createOrder, f.handle))
 	mux.Handle(getOrder, connect.NewUnaryHandler(getOrder, f.handle, connect.WithIdempotency(connect.IdempotencyNoSideEffects)))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	keys, err := connectinterceptor.NewClient(append([]connectinterceptor.ClientOption{
+	keys, err := connectinterceptor.NewClient(append([]connectinterceptor.Option{
 		connectinterceptor.WithBackoff(idemkit.Backoff{Base: time.Millisecond, Max: 50 * time.Millisecond}),
 	}, opts...)...)
 	if err != nil {
@@ -158,13 +158,13 @@ func TestClientRetriesWhatMayPass(t *testing.T) {
 func TestClientOptionsValidated(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		opts []connectinterceptor.ClientOption
+		opts []connectinterceptor.Option
 		fix  string
 	}{
-		{"nil option", []connectinterceptor.ClientOption{nil}, "an option is nil; remove it"},
-		{"nil key function", []connectinterceptor.ClientOption{connectinterceptor.WithNewKey(nil)}, "must not be nil"},
-		{"no attempts", []connectinterceptor.ClientOption{connectinterceptor.WithMaxAttempts(0)}, "at least 1"},
-		{"bad back-off", []connectinterceptor.ClientOption{connectinterceptor.WithBackoff(idemkit.Backoff{Base: time.Second})}, "0 < Base <= Max"},
+		{"nil option", []connectinterceptor.Option{nil}, "an option is nil; remove it"},
+		{"nil key function", []connectinterceptor.Option{connectinterceptor.WithNewKey(nil)}, "must not be nil"},
+		{"no attempts", []connectinterceptor.Option{connectinterceptor.WithMaxAttempts(0)}, "at least 1"},
+		{"bad back-off", []connectinterceptor.Option{connectinterceptor.WithBackoff(idemkit.Backoff{Base: time.Second})}, "0 < Base <= Max"},
 	} {
 		i, err := connectinterceptor.NewClient(c.opts...)
 		if i != nil || !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), c.fix) {

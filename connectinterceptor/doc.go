@@ -24,9 +24,15 @@
 // the wait budget Aborted, a backend outage Unavailable, each with a
 // google.rpc.ErrorInfo detail whose reason is stable, and a RetryInfo
 // where a retry helps. Without a scope hook ([WithScope]) every call is
-// bound to its Authorization header. Procedures declared
-// NO_SIDE_EFFECTS or IDEMPOTENT (connect.WithIdempotency, or the schema)
-// and streaming procedures are not guarded.
+// bound to its Authorization header ([WithCredentialHeaders] adds
+// others). By default procedures declared NO_SIDE_EFFECTS or IDEMPOTENT
+// (connect.WithIdempotency, or the schema) and gRPC's health and
+// reflection services are not guarded ([WithSelector]); streaming
+// procedures never are. A handler that writes in the guarded work's
+// transaction (pgstore.Tx) commits its writes with the record.
+//
+// Both interceptors take the same [Option]s, so one list can serve both
+// ends; an option of one given to the other is refused.
 //
 // docs/grpc.md has the table of every situation and its code and reason.
 package connectinterceptor

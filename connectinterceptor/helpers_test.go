@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idemkit/connectinterceptor"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/store/memstore"
 )
 
 const (
@@ -46,7 +47,7 @@ func protocols() []protocol {
 // says how ("sleep", "panic", "internal", "plain": an error that is no
 // *connect.Error, "declined": FailedPrecondition with a detail and
 // metadata, "try-again": FailedPrecondition with a RetryInfo,
-// "echo-auth": the Authorization as a response header).
+// "echo-auth": the Authorization and X-Api-Key as response headers).
 type service struct {
 	runs atomic.Int32
 }
@@ -89,6 +90,7 @@ func (s *service) create(ctx context.Context, req *connect.Request[wrapperspb.St
 	res.Trailer().Set("X-Total", fmt.Sprint(n*10))
 	if req.Header().Get("X-Test") == "echo-auth" {
 		res.Header().Set("Authorization", req.Header().Get("Authorization"))
+		res.Header().Set("X-Api-Key", req.Header().Get("X-Api-Key"))
 	}
 	return res, nil
 }
@@ -106,13 +108,30 @@ func serve(t *testing.T, svc *service, idem connect.Interceptor) string {
 	mux.Handle(createOrder, connect.NewUnaryHandler(createOrder, svc.create, connect.WithInterceptors(idem)))
 	mux.Handle(getOrder, connect.NewUnaryHandler(getOrder, svc.get, connect.WithInterceptors(idem),
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects)))
-	srv := httptest.NewUnstartedServer(mux)
+	return listen(t, mux)
+}
+
+// listen serves h on a loopback listener that speaks HTTP/1.1 and HTTP/2
+// without TLS, closed when the test ends, and returns its URL.
+func listen(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// newGuard returns a guard on a memory store of its own.
+func newGuard(t *testing.T) *middleware.Guard {
+	t.Helper()
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return guard
 }
 
 // newIdem builds the server interceptor on guard, logging nothing.

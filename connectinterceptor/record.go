@@ -6,12 +6,12 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/idemkit/idemkit/middleware"
@@ -39,49 +39,59 @@ type recordedDetail struct {
 // verdict encodes the outcome of a call for the record, unless store is
 // false: the response or the error, with the headers and trailers the
 // handler set (through the response, the error's metadata or the call's
-// info).
-func (s *server) verdict(ctx context.Context, info connect.CallInfo, resp connect.AnyResponse, ce *connect.Error, store bool) middleware.Result {
+// info). oversized says that it is not replayable only for its size.
+func (s *server) verdict(ctx context.Context, info connect.CallInfo, resp connect.AnyResponse, ce *connect.Error, store bool) (res middleware.Result, oversized bool) {
 	if !store {
-		return forget(ctx)
+		return forget(ctx), false
 	}
 	var rec record
 	if info != nil {
-		rec.Header, rec.Trailer = kept(nil, info.ResponseHeader()), kept(nil, info.ResponseTrailer())
+		rec.Header, rec.Trailer = s.kept(nil, info.ResponseHeader()), s.kept(nil, info.ResponseTrailer())
 	}
 	if ce != nil {
 		rec.Code, rec.Error = ce.Code(), ce.Message()
 		for _, d := range ce.Details() {
 			rec.Details = append(rec.Details, recordedDetail{Type: d.Type(), Value: d.Bytes()})
 		}
-		rec.Header = kept(rec.Header, ce.Meta())
+		rec.Header = s.kept(rec.Header, ce.Meta())
 	} else {
 		m, ok := resp.Any().(proto.Message)
 		if !ok {
-			return middleware.Result{NotReplayable: true}
+			return middleware.Result{NotReplayable: true}, false
 		}
 		b, merr := proto.Marshal(m)
 		if merr != nil {
-			return middleware.Result{NotReplayable: true}
+			return middleware.Result{NotReplayable: true}, false
 		}
 		rec.Type, rec.Message = m.ProtoReflect().Descriptor().FullName(), b
-		rec.Header, rec.Trailer = kept(rec.Header, resp.Header()), kept(rec.Trailer, resp.Trailer())
+		if _, err := s.cfg.types.FindMessageByName(rec.Type); err != nil {
+			// No replay could rebuild it: say so now rather than keep a
+			// record that is unreadable until it expires.
+			s.cfg.logger.ErrorContext(ctx, "connectinterceptor: the response type is not in the message types; recorded as not replayable",
+				slog.String("type", string(rec.Type)))
+			return middleware.Result{NotReplayable: true}, false
+		}
+		rec.Header, rec.Trailer = s.kept(rec.Header, resp.Header()), s.kept(rec.Trailer, resp.Trailer())
 	}
 	b, merr := json.Marshal(rec)
-	if merr != nil || len(b) > s.cfg.maxResponse {
-		return middleware.Result{NotReplayable: true}
+	switch {
+	case merr != nil:
+		return middleware.Result{NotReplayable: true}, false
+	case len(b) > s.cfg.maxResponse:
+		return middleware.Result{NotReplayable: true}, true
 	}
-	return middleware.Result{Value: b}
+	return middleware.Result{Value: b}, false
 }
 
 // kept adds to into the fields of from that are recorded and replayed:
-// not the protocols' own (Content-Type, Connect-*, Grpc-*) nor credentials.
-func kept(into, from http.Header) http.Header {
+// not the protocols' own nor credentials (Authorization, cookies and the
+// headers WithCredentialHeaders names).
+func (s *server) kept(into, from http.Header) http.Header {
 	for name, values := range from {
 		switch name = http.CanonicalHeaderKey(name); {
-		case len(values) == 0, name == "Content-Type", name == "Content-Encoding", name == "Content-Length",
-			strings.HasPrefix(name, "Connect-"), strings.HasPrefix(name, "Grpc-"),
-			name == "Authorization", name == "Proxy-Authorization", name == "Cookie", name == "Set-Cookie",
-			name == replayedHeader:
+		case len(values) == 0, reserved(name), name == replayedHeader,
+			name == credentialsHeader, name == "Proxy-Authorization", name == "Cookie", name == "Set-Cookie",
+			slices.Contains(s.cfg.credentialHeaders, name):
 			continue
 		}
 		if into == nil {
@@ -90,6 +100,13 @@ func kept(into, from http.Header) http.Header {
 		into[name] = append(into[name], values...)
 	}
 	return into
+}
+
+// reserved reports whether the canonical header name belongs to the
+// protocols (Content-Type, Connect-*, Grpc-*, ...).
+func reserved(name string) bool {
+	return name == "Content-Type" || name == "Content-Encoding" || name == "Content-Length" ||
+		strings.HasPrefix(name, "Connect-") || strings.HasPrefix(name, "Grpc-")
 }
 
 // replayed is a replayed response: connect's handler sends what Any,
@@ -113,23 +130,23 @@ func (s *server) replay(ctx context.Context, value []byte) (connect.AnyResponse,
 	var msg proto.Message
 	if err == nil && rec.Code == 0 {
 		var mt protoreflect.MessageType
-		if mt, err = protoregistry.GlobalTypes.FindMessageByName(rec.Type); err == nil {
+		if mt, err = s.cfg.types.FindMessageByName(rec.Type); err == nil {
 			msg = mt.New().Interface()
 			err = proto.Unmarshal(rec.Message, msg)
 		}
 	}
 	if err != nil {
 		s.cfg.logger.ErrorContext(ctx, "connectinterceptor: a recorded answer cannot be rebuilt", slog.String("error", err.Error()))
-		return nil, refusal(connect.CodeUnavailable, "IDEMPOTENCY_RECORD_UNREADABLE",
+		return nil, s.refusal(connect.CodeUnavailable, "IDEMPOTENCY_RECORD_UNREADABLE",
 			"the call with this idempotency key ran, but its recorded answer cannot be rebuilt by this server", s.cfg.retryDelay)
 	}
-	header := kept(nil, rec.Header)
+	header := s.kept(nil, rec.Header)
 	if header == nil {
 		header = make(http.Header, 1)
 	}
 	header.Set(replayedHeader, "true")
 	if rec.Code == 0 {
-		return &replayed{AnyResponse: connect.NewResponse(new(struct{})), msg: msg, header: header, trailer: kept(nil, rec.Trailer)}, nil
+		return &replayed{AnyResponse: connect.NewResponse(new(struct{})), msg: msg, header: header, trailer: s.kept(nil, rec.Trailer)}, nil
 	}
 	e := connect.NewError(rec.Code, errors.New(rec.Error))
 	for _, d := range rec.Details {

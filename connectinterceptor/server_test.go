@@ -321,6 +321,17 @@ func TestNewRefusesMisconfigurationNamingTheFix(t *testing.T) {
 		{"bad key field", guard, []connectinterceptor.Option{connectinterceptor.WithKeyField("request id")}, "such as request_id"},
 		{"no response room", guard, []connectinterceptor.Option{connectinterceptor.WithMaxResponseBytes(0)}, "must be positive"},
 		{"negative retry delay", guard, []connectinterceptor.Option{connectinterceptor.WithRetryDelay(-time.Second)}, "must not be negative"},
+		{"no key length", guard, []connectinterceptor.Option{connectinterceptor.WithMaxKeyLength(0)}, "maximum key length must be positive"},
+		{"record TTL under 1ms", guard, []connectinterceptor.Option{connectinterceptor.WithRecordTTL(time.Microsecond)}, "at least 1ms"},
+		{"zero record TTL", guard, []connectinterceptor.Option{connectinterceptor.WithRecordTTL(0)}, "at least 1ms"},
+		{"empty error domain", guard, []connectinterceptor.Option{connectinterceptor.WithErrorDomain("")}, `the default is "idemkit.dev"`},
+		{"nil message types", guard, []connectinterceptor.Option{connectinterceptor.WithMessageTypes(nil)}, "protoregistry.GlobalTypes"},
+		{"credential headers with a scope", guard, []connectinterceptor.Option{connectinterceptor.WithCredentialHeaders("X-Api-Key"),
+			connectinterceptor.WithScope(func(context.Context, connect.AnyRequest) string { return "" })}, "drop WithCredentialHeaders"},
+		{"no credential header", guard, []connectinterceptor.Option{connectinterceptor.WithCredentialHeaders()}, "at least one header name"},
+		{"bad credential header", guard, []connectinterceptor.Option{connectinterceptor.WithCredentialHeaders("X Api Key")}, `such as "X-Api-Key"`},
+		{"protocol header as credentials", guard, []connectinterceptor.Option{connectinterceptor.WithCredentialHeaders("grpc-timeout")}, `such as "X-Api-Key"`},
+		{"key header as credentials", guard, []connectinterceptor.Option{connectinterceptor.WithCredentialHeaders("idempotency-key")}, `such as "X-Api-Key"`},
 	} {
 		idem, err := connectinterceptor.New(c.guard, c.opts...)
 		if idem != nil || !errors.Is(err, idemkit.ErrInvalidArgument) || !strings.Contains(err.Error(), c.fix) {

@@ -14,6 +14,11 @@
 //	EmptyCall   not guarded; the response header X-Executions holds the
 //	            count.
 //
+// The health service (grpc.health.v1; the demo's TestService and the
+// server as a whole SERVING until shutdown begins) and server reflection
+// (v1 and v1alpha) are registered, so grpcurl and grpc-health-probe work
+// over gRPC, and the health check over Connect and gRPC-Web too.
+//
 // Calls may carry Authorization: Bearer alice-1 (or Bearer alice-2, Alice
 // after a token refresh) or Bearer bob-1; other credentials are refused
 // with Unauthenticated, and a call without any is the anonymous caller.
@@ -40,6 +45,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/idemkit/idemkit/connectinterceptor"
@@ -53,8 +60,9 @@ const maxPayload = 4 << 20
 
 // The procedures, as protoc-gen-connect-go names them.
 const (
-	unaryCallProcedure = "/grpc.testing.TestService/UnaryCall"
-	emptyCallProcedure = "/grpc.testing.TestService/EmptyCall"
+	testService        = "grpc.testing.TestService"
+	unaryCallProcedure = "/" + testService + "/UnaryCall"
+	emptyCallProcedure = "/" + testService + "/EmptyCall"
 )
 
 func main() { cli.Main(program()) }
@@ -105,9 +113,9 @@ func (s *service) emptyCall(context.Context, *connect.Request[testgrpc.Empty]) (
 }
 
 // build builds the server: TestService's two procedures behind the
-// authentication and (UnaryCall) the interceptor, and with metrics GET
-// /metrics, on one http.Server that speaks HTTP/1.1 and HTTP/2 without
-// TLS.
+// authentication and (UnaryCall) the interceptor, the health service and
+// server reflection, and with metrics GET /metrics, on one http.Server
+// that speaks HTTP/1.1 and HTTP/2 without TLS.
 func build(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (cli.Server, func() int64, error) {
 	idem, err := connectinterceptor.New(guard,
 		connectinterceptor.WithKeyRequired(true), // as POST /orders in the HTTP demos (default: served unguarded)
@@ -120,6 +128,11 @@ func build(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (
 	mux := http.NewServeMux()
 	mux.Handle(unaryCallProcedure, connect.NewUnaryHandler(unaryCallProcedure, svc.unaryCall, connect.WithInterceptors(authenticate, idem)))
 	mux.Handle(emptyCallProcedure, connect.NewUnaryHandler(emptyCallProcedure, svc.emptyCall, connect.WithInterceptors(authenticate)))
+	health := grpchealth.NewStaticChecker(testService)
+	mux.Handle(grpchealth.NewHandler(health))
+	reflector := grpcreflect.NewStaticReflector(testService)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector))
 	if metrics != nil {
 		mux.Handle("GET /metrics", metrics)
 	}
@@ -127,7 +140,21 @@ func build(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
-	return srv, svc.executions.Load, nil
+	return server{Server: srv, health: health}, svc.executions.Load, nil
+}
+
+// server is the HTTP server with its health service, as a [cli.Server].
+type server struct {
+	*http.Server
+	health *grpchealth.StaticChecker
+}
+
+// Shutdown reports NOT_SERVING (load balancers stop sending new calls),
+// then shuts the server down gracefully.
+func (s server) Shutdown(ctx context.Context) error {
+	s.health.SetStatus("", grpchealth.StatusNotServing)
+	s.health.SetStatus(testService, grpchealth.StatusNotServing)
+	return s.Server.Shutdown(ctx)
 }
 
 // authorization returns the call's single Authorization value ("" when it

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 
@@ -42,9 +45,9 @@ type clients struct {
 // protocolOptions are the three protocols: Connect, gRPC and gRPC-Web.
 var protocolOptions = [][]connect.ClientOption{nil, {connect.WithGRPC()}, {connect.WithGRPCWeb()}}
 
-// newClients returns clients of addr over protocol p (an index of
-// protocolOptions), with opts.
-func newClients(t *testing.T, addr string, p int, opts ...connect.ClientOption) clients {
+// httpClient returns an HTTP client for protocol p (an index of
+// protocolOptions), without TLS.
+func httpClient(t *testing.T, p int) *http.Client {
 	tr := &http.Transport{Protocols: new(http.Protocols)}
 	tr.Protocols.SetHTTP1(true)
 	tr.Protocols.SetUnencryptedHTTP2(true)
@@ -52,7 +55,13 @@ func newClients(t *testing.T, addr string, p int, opts ...connect.ClientOption) 
 		tr.Protocols.SetHTTP1(false) // gRPC needs HTTP/2
 	}
 	t.Cleanup(tr.CloseIdleConnections)
-	hc := &http.Client{Transport: tr}
+	return &http.Client{Transport: tr}
+}
+
+// newClients returns clients of addr over protocol p (an index of
+// protocolOptions), with opts.
+func newClients(t *testing.T, addr string, p int, opts ...connect.ClientOption) clients {
+	hc := httpClient(t, p)
 	opts = append(append([]connect.ClientOption(nil), protocolOptions[p]...), opts...)
 	return clients{
 		unary: connect.NewClient[testgrpc.SimpleRequest, testgrpc.SimpleResponse](hc, "http://"+addr+unaryCallProcedure, opts...),
@@ -158,6 +167,23 @@ func checkDemo(t *testing.T, addr string) {
 		if n := c.executions(t); n != executions {
 			t.Fatalf("protocol %d: %d executions; want %d", p, n, executions)
 		}
+		// The health service answers over every protocol.
+		for _, service := range []string{"", testService} {
+			hr, err := grpchealth.NewClient(httpClient(t, p), "http://"+addr, protocolOptions[p]...).
+				Check(t.Context(), &grpchealth.CheckRequest{Service: service})
+			if err != nil || hr.Status != grpchealth.StatusServing {
+				t.Fatalf("protocol %d: health of %q: %v %v", p, service, hr, err)
+			}
+		}
+	}
+	// Server reflection (a bidirectional stream: gRPC over HTTP/2).
+	stream := grpcreflect.NewClient(httpClient(t, 1), "http://"+addr, connect.WithGRPC()).NewStream(t.Context())
+	services, err := stream.ListServices()
+	if err != nil || !slices.Contains(services, testService) {
+		t.Fatalf("reflection lists %v, %v; want %s among them", services, err, testService)
+	}
+	if _, err := stream.Close(); err != nil {
+		t.Fatalf("reflection: %v", err)
 	}
 	// The client interceptor: a duplicate of a slow call retries the
 	// in-progress Aborted with the same key until the replay.
@@ -256,4 +282,41 @@ func checkCluster(t *testing.T, addrs []string) {
 			t.Fatalf("round %d: %d executions over the %d instances, want %d", round, total, len(addrs), round)
 		}
 	}
+}
+
+// TestDemoMetrics starts the demo with -metrics on the memory backend,
+// drives its whole contract (the three protocols, health, reflection)
+// through the port that serves GET /metrics too, and checks what a
+// scrape counts: UnaryCall executed 19 times (per protocol a, b, c twice,
+// Alice's and Bob's calls; and the slow call; c's are not recorded) and
+// replayed 10 times (per protocol a, b and Alice's retry; and the slow
+// call's duplicate), 3 calls refused for their missing key, and 13
+// completions (one per recorded execution). EmptyCall is mounted without
+// the interceptor, so the guard never sees it.
+func TestDemoMetrics(t *testing.T) {
+	demotest.RunMemory(t, program().Run, []string{"-metrics"}, func(t *testing.T, addr string) {
+		checkDemo(t, addr)
+		m := demotest.Scrape(t, addr)
+		op := []string{"idemkit_operation", unaryCallProcedure}
+		for _, c := range []struct {
+			name    string
+			outcome string
+			want    float64
+		}{
+			{"idemkit_call_duration_seconds", "executed", 19},
+			{"idemkit_call_duration_seconds", "replayed", 10},
+			{"idemkit_call_duration_seconds", "rejected", 3},
+			{"idemkit_calls_not_recorded_total", "executed", 6},
+		} {
+			if n := m.Count(c.name, append([]string{"idemkit_outcome", c.outcome}, op...)...); n != c.want {
+				t.Errorf("%s{%s} = %v, want %v", c.name, c.outcome, n, c.want)
+			}
+		}
+		if n := m.Count("idemkit_call_duration_seconds", "idemkit_operation", emptyCallProcedure); n != 0 {
+			t.Errorf("EmptyCall counted %v times, want 0", n)
+		}
+		if n := m.Count("idemkit_backend_operations_total", "idemkit_backend_operation", "complete", "idemkit_backend_result", "ok"); n != 13 {
+			t.Errorf("%v completions, want 13 (one per recorded execution)", n)
+		}
+	})
 }
