@@ -352,8 +352,13 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		return false, err
 	}
 	sk := storedKey(rec.Key)
-	done, err := s.fenced(ctx, op, true, nil, s.q.complete, sk, int64(rec.Fence), int16(rec.State),
-		response(rec), []byte(rec.Fingerprint), ttl.Microseconds())
+	var done bool
+	err := retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
+		tag, err := s.db.Exec(ctx, s.q.complete, sk, int64(rec.Fence), int16(rec.State),
+			response(rec), []byte(rec.Fingerprint), ttl.Microseconds())
+		done = err == nil && tag.RowsAffected() == 1
+		return true, err
+	})
 	s.ended(sk, done)
 	return done, s.starvedPool(ctx, err)
 }

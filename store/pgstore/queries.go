@@ -78,8 +78,7 @@ RETURNING r.expires_at`,
 	created_at = statement_timestamp(), expires_at = statement_timestamp() + {{ttl6}},
 	keep_until = {{outcomeKeep ttl6 r.fence at statement_timestamp()}}
 WHERE r.key = $1::text AND r.fence = $2::bigint
-	AND (r.state = 1 OR (r.state = $3::smallint AND r.fingerprint = $5::bytea AND r.response = $4::bytea))
-RETURNING true`,
+	AND (r.state = 1 OR (r.state = $3::smallint AND r.fingerprint = $5::bytea AND r.response = $4::bytea))`,
 
 		release: `UPDATE {{t}} AS r SET state = {{notify then}} 0 END, fingerprint = '', response = '', expires_at = n.t,
 	keep_until = {{tombKeep r.fence}}

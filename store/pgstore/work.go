@@ -152,16 +152,15 @@ func (w *work) Commit(ctx context.Context, rec store.Record, ttl time.Duration) 
 		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, "no transaction under way", nil)
 	}
 	w.end()
-	var done bool
-	err := w.tx.QueryRow(ctx, w.s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
-		response(rec), []byte(rec.Fingerprint), ttl.Microseconds()).Scan(&done)
-	if errors.Is(err, pgx.ErrNoRows) {
-		w.rollback(ctx)
-		return false, nil
-	}
+	tag, err := w.tx.Exec(ctx, w.s.q.complete, storedKey(rec.Key), int64(rec.Fence), int16(rec.State),
+		response(rec), []byte(rec.Fingerprint), ttl.Microseconds())
 	if err != nil {
 		w.rollback(ctx)
 		return false, w.failed(ctx, op, err, false)
+	}
+	if tag.RowsAffected() != 1 {
+		w.rollback(ctx)
+		return false, nil
 	}
 	if err := w.tx.Commit(ctx); err != nil {
 		return false, w.failed(ctx, op, err, true)
