@@ -209,7 +209,15 @@ type countingWatcher struct {
 	claims int
 }
 
-func (s *countingWatcher) arm() { s.mu.Lock(); s.armed = true; s.mu.Unlock() }
+// Complete starts counting the claims as the outcome is written, not
+// earlier: a duplicate's claim right after its watch was set may still be
+// on its way when the work ends.
+func (s *countingWatcher) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+	s.mu.Lock()
+	s.armed = true
+	s.mu.Unlock()
+	return s.Store.Complete(ctx, rec, ttl)
+}
 
 func (s *countingWatcher) count() int { s.mu.Lock(); defer s.mu.Unlock(); return s.claims }
 
@@ -255,7 +263,6 @@ func TestWokenDuplicatesShareOneClaim(t *testing.T) {
 		_, err := g.Execute(ctx, "k", fpA, func(context.Context) (middleware.Result, error) {
 			close(started)
 			<-release
-			s.arm() // the completion is not counted; the claims after it are
 			return middleware.Result{Value: []byte("v")}, nil
 		})
 		first <- err
