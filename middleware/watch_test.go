@@ -203,21 +203,32 @@ func TestLostNotificationFallsBackToPolling(t *testing.T) {
 // duplicate is on its way before that claim answers.
 type countingWatcher struct {
 	*memstore.Store
-	hold   time.Duration
-	mu     sync.Mutex
-	armed  bool
-	claims int
+	hold     time.Duration
+	mu       sync.Mutex
+	armed    bool
+	claims   int
+	watches  int       // Watch calls
+	inflight int       // claims under way
+	lastEnd  time.Time // when the last claim returned
 }
 
-// Complete starts counting the claims as the outcome is written, not
-// earlier: a duplicate's claim right after its watch was set may still be
-// on its way when the work ends.
-func (s *countingWatcher) Complete(ctx context.Context, rec store.Record, ttl time.Duration) (bool, error) {
+func (s *countingWatcher) Watch(ctx context.Context, key string) (<-chan struct{}, func()) {
 	s.mu.Lock()
-	s.armed = true
+	s.watches++
 	s.mu.Unlock()
-	return s.Store.Complete(ctx, rec, ttl)
+	return s.Store.Watch(ctx, key)
 }
+
+// settled reports whether n watches were set and no claim has been under
+// way for a while: every duplicate has made the claim that follows its
+// watch, and waits.
+func (s *countingWatcher) settled(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.watches >= n && s.inflight == 0 && time.Since(s.lastEnd) > 50*time.Millisecond
+}
+
+func (s *countingWatcher) arm() { s.mu.Lock(); s.armed = true; s.mu.Unlock() }
 
 func (s *countingWatcher) count() int { s.mu.Lock(); defer s.mu.Unlock(); return s.claims }
 
@@ -227,10 +238,17 @@ func (s *countingWatcher) Claim(ctx context.Context, key, fp string, ttl time.Du
 	if s.armed {
 		s.claims++
 	}
+	s.inflight++
 	s.mu.Unlock()
 	if first {
 		time.Sleep(s.hold)
 	}
+	defer func() {
+		s.mu.Lock()
+		s.inflight--
+		s.lastEnd = time.Now()
+		s.mu.Unlock()
+	}()
 	return s.Store.Claim(ctx, key, fp, ttl)
 }
 
@@ -263,6 +281,7 @@ func TestWokenDuplicatesShareOneClaim(t *testing.T) {
 		_, err := g.Execute(ctx, "k", fpA, func(context.Context) (middleware.Result, error) {
 			close(started)
 			<-release
+			s.arm() // the completion is not counted; the claims after it are
 			return middleware.Result{Value: []byte("v")}, nil
 		})
 		first <- err
@@ -281,7 +300,7 @@ func TestWokenDuplicatesShareOneClaim(t *testing.T) {
 			}
 		})
 	}
-	for waiting() < n {
+	for waiting() < n || !s.settled(n) {
 		time.Sleep(time.Millisecond)
 	}
 	close(release)
