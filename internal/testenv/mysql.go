@@ -9,11 +9,9 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 const mysqlMissing = "MariaDB (mariadb-install-db and mariadbd, or mysql_install_db and mysqld) was not found on PATH or in /usr/sbin: " +
@@ -185,22 +183,7 @@ func (m *MySQLServer) launch(name string) error {
 	if err != nil {
 		return err
 	}
-	err = waitFor(proc, name, func() error {
-		lines := readLines(logPath)
-		if len(lines) > before && strings.Contains(strings.Join(lines[before:], "\n"), "ready for connections") {
-			c, err := net.DialTimeout("tcp", m.Addr, time.Second)
-			if err != nil {
-				return err
-			}
-			return c.Close()
-		}
-		return errors.New("not ready yet")
-	})
-	if err == nil {
-		err = proc.ready()
-	}
-	if err != nil {
-		proc.stop(syscall.SIGKILL)
+	if err := awaitListening(proc, name, logPath, before, "ready for connections", m.Addr); err != nil {
 		return err
 	}
 	m.mu.Lock()

@@ -8,11 +8,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 )
 
 const postgresMissing = "PostgreSQL (initdb and postgres) was not found on PATH or in /usr/lib/postgresql/*/bin: " +
@@ -133,22 +131,7 @@ func (p *PostgresServer) launch(name string) error {
 		return err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port))
-	err = waitFor(proc, name, func() error {
-		lines := readLines(logPath)
-		if len(lines) > before && strings.Contains(strings.Join(lines[before:], "\n"), "ready to accept connections") {
-			c, err := net.DialTimeout("tcp", addr, time.Second)
-			if err != nil {
-				return err
-			}
-			return c.Close()
-		}
-		return errors.New("not ready yet")
-	})
-	if err == nil {
-		err = proc.ready()
-	}
-	if err != nil {
-		proc.stop(syscall.SIGKILL)
+	if err := awaitListening(proc, name, logPath, before, "ready to accept connections", addr); err != nil {
 		return err
 	}
 	p.mu.Lock()

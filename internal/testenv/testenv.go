@@ -265,6 +265,30 @@ func waitFor(p *process, what string, ready func() error) error {
 	return fmt.Errorf("testenv: %s not ready after %v: %v\n%s", what, startTimeout, last, tail)
 }
 
+// awaitListening waits until the log at logPath, past its first before
+// lines, has said marker and addr accepts a connection, then until proc
+// reports ready; a server that does not get there is killed.
+func awaitListening(proc *process, name, logPath string, before int, marker, addr string) error {
+	err := waitFor(proc, name, func() error {
+		lines := readLines(logPath)
+		if len(lines) > before && strings.Contains(strings.Join(lines[before:], "\n"), marker) {
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}
+		return errors.New("not ready yet")
+	})
+	if err == nil {
+		err = proc.ready()
+	}
+	if err != nil {
+		proc.stop(syscall.SIGKILL)
+	}
+	return err
+}
+
 // unprivileged returns credentials to run a server as an unprivileged user
 // when the tests run as root (PostgreSQL refuses to run as root), and nil
 // otherwise.
