@@ -1,8 +1,9 @@
 // Package engine holds what the authors of store engines share and users
 // of stores never need: the argument checks the [store.Store] contract asks
 // of every operation before any I/O, the error for a response too large for
-// the backend, the background sweeper of engines that delete expired
-// records in batches, and the form of the lock ids a
+// the backend, the retries of a statement with the one back-off, the
+// background sweeper of engines that delete expired records in batches,
+// and the form of the lock ids a
 // [github.com/idemkit/idemkit/lock.Finder] indexes. Every engine of this
 // repository uses it, and an engine of your own can too.
 package engine

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"syscall"
 	"time"
@@ -15,14 +14,15 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // maxRetries is how many times [retry] tries a statement again.
 const maxRetries = 3
 
-// retryBase is the first back-off between tries; it doubles each time,
-// with jitter.
-const retryBase = 2 * time.Millisecond
+// retryBackoff is the back-off between tries: from 2 ms, doubling, with
+// jitter.
+var retryBackoff = idemkit.Backoff{Base: 2 * time.Millisecond, Max: time.Second}
 
 // retry runs one statement of op: f(ctx, try), try from 0, up to four
 // times with a jittered back-off from 2 ms, doubling, until ctx ends; it
@@ -33,24 +33,9 @@ const retryBase = 2 * time.Millisecond
 // which a deadlock rolls back whole. database/sql itself retries a
 // statement the driver could not send on a pooled connection gone stale.
 func retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context, try int) (repeatable bool, err error)) error {
-	delay := retryBase
-	for try := 0; ; try++ {
-		repeatable, err := f(ctx, try)
-		if err == nil {
-			return nil
-		}
-		if inTx || try == maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
-			return mapError(ctx, op, err)
-		}
-		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return mapError(ctx, op, err)
-		case <-t.C:
-		}
-		delay *= 2
-	}
+	return engine.Retry(ctx, retryBackoff, maxRetries, f,
+		func(err error, repeatable bool) bool { return !inTx && retryable(err, repeatable) },
+		func(err error) error { return mapError(ctx, op, err) })
 }
 
 // MySQL and MariaDB error numbers the store maps (ER_* in the servers'

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"syscall"
@@ -15,14 +14,15 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/idemkit/idemkit"
+	"github.com/idemkit/idemkit/store/engine"
 )
 
 // maxRetries is how many times [retry] tries a statement again.
 const maxRetries = 3
 
-// retryBase is the first back-off between tries; it doubles each time, with
+// retryBackoff is the back-off between tries: from 2 ms, doubling, with
 // jitter.
-const retryBase = 2 * time.Millisecond
+var retryBackoff = idemkit.Backoff{Base: 2 * time.Millisecond, Max: time.Second}
 
 // retry runs one statement of op: f(ctx, try), try from 0, up to four
 // times with a jittered back-off from 2 ms, doubling, until ctx ends; it
@@ -32,24 +32,9 @@ const retryBase = 2 * time.Millisecond
 // again after a commit leaves the same state and answer); nothing in a
 // caller's transaction (inTx), which any failure aborts.
 func retry(ctx context.Context, op string, inTx bool, f func(ctx context.Context, try int) (repeatable bool, err error)) error {
-	delay := retryBase
-	for try := 0; ; try++ {
-		repeatable, err := f(ctx, try)
-		if err == nil {
-			return nil
-		}
-		if inTx || try == maxRetries || ctx.Err() != nil || !retryable(err, repeatable) {
-			return mapError(ctx, op, err)
-		}
-		t := time.NewTimer(delay/2 + rand.N(delay/2+1))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return mapError(ctx, op, err)
-		case <-t.C:
-		}
-		delay *= 2
-	}
+	return engine.Retry(ctx, retryBackoff, maxRetries, f,
+		func(err error, repeatable bool) bool { return !inTx && retryable(err, repeatable) },
+		func(err error) error { return mapError(ctx, op, err) })
 }
 
 // retryable reports whether a failed try is worth repeating.
