@@ -50,6 +50,15 @@
 // claim, [ClaimRetention] past it. Every record, claim, outcome or
 // tombstone, has an expiry on the backend: nothing is kept forever.
 //
+// # Steps
+//
+// An engine that is a [Stepper] records a claim's steps (recovery points:
+// the steps of multi-step work that finished, with their results) in the
+// claim's record, under its fence, and carries them over to the next claim
+// of the same fingerprint when the claim ends without an outcome, so that
+// the work resumes instead of starting over. The limits are [MaxSteps],
+// [MaxStepNameBytes] and [MaxStepBytes].
+//
 // # Composition and sealing
 //
 // [Records] is a plain record store with a fenced put, which

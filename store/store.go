@@ -55,6 +55,10 @@ type Record struct {
 	CreatedAt   time.Time     // when the claim was made or the outcome written, by the store's clock
 	ExpiresAt   time.Time     // a claim: when its lease runs out; an outcome: when it is forgotten
 
+	// Steps are a claim's recorded steps, in order, on an engine that is
+	// a [Stepper] (nil otherwise, and for an outcome).
+	Steps []Step
+
 	// Replaced is what a Claim that took over a record still holding a
 	// response reports of it (see [Store.Claim]); never written.
 	Replaced *Record

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/store"
@@ -69,6 +70,29 @@ func ValidateComplete(rec store.Record, ttl time.Duration) error {
 		return idemkit.NewError(idemkit.CodeInvalidArgument, "complete", fmt.Sprintf("a completion needs an outcome state (got %v)", rec.State), nil)
 	}
 	return ValidateTTL("complete", ttl)
+}
+
+// ValidateStep checks a [store.Stepper.RecordStep]'s arguments: a valid
+// key and fence, an index from 0 to [store.MaxSteps] − 1, a name of 1 to
+// [store.MaxStepNameBytes] bytes of UTF-8, a step of at most
+// [store.MaxStepBytes] (matching [store.ErrTooLarge] when over) and a keep
+// of at least one millisecond.
+func ValidateStep(key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) error {
+	const op = "record-step"
+	if err := ValidateFenced(op, key, fence); err != nil {
+		return err
+	}
+	switch {
+	case index < 0 || index >= store.MaxSteps:
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("step index must be 0 to %d (got %d)", store.MaxSteps-1, index), nil)
+	case step.Name == "" || len(step.Name) > store.MaxStepNameBytes:
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("step name must be 1 to %d bytes (got %d)", store.MaxStepNameBytes, len(step.Name)), nil)
+	case !utf8.ValidString(step.Name):
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, "step name must be UTF-8", nil)
+	case step.Size() > store.MaxStepBytes:
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("step of %d bytes exceeds %d", step.Size(), store.MaxStepBytes), store.ErrTooLarge)
+	}
+	return ValidateTTL(op, keep)
 }
 
 // TooLarge is the error a store reports for a response of size bytes above
