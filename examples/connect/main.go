@@ -116,7 +116,8 @@ func (s *service) emptyCall(context.Context, *connect.Request[testgrpc.Empty]) (
 // authentication and (UnaryCall) the interceptor, the health service and
 // server reflection, and with metrics GET /metrics, on one http.Server
 // that speaks HTTP/1.1 and HTTP/2 without TLS.
-func build(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (cli.Server, func() int64, error) {
+func build(d cli.Deps) (cli.Server, func() int64, error) {
+	guard, logger, metrics := d.Guard, d.Logger, d.Metrics
 	idem, err := connectinterceptor.New(guard,
 		connectinterceptor.WithKeyRequired(true), // as POST /orders in the HTTP demos (default: served unguarded)
 		connectinterceptor.WithScope(principal),

@@ -125,7 +125,8 @@ func (s *service) EmptyCall(ctx context.Context, _ *testgrpc.Empty) (*testgrpc.E
 // build builds the gRPC server: TestService behind the interceptor (on
 // UnaryCall), the health service and server reflection; and, with
 // metrics, the HTTP server of GET /metrics on the same listener.
-func build(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (cli.Server, func() int64, error) {
+func build(d cli.Deps) (cli.Server, func() int64, error) {
+	guard, logger, metrics := d.Guard, d.Logger, d.Metrics
 	idem, err := grpcinterceptor.New(guard,
 		grpcinterceptor.WithKeyRequired(true), // as POST /orders in the HTTP demos (default: served unguarded)
 		grpcinterceptor.WithSelector(grpcinterceptor.SelectMethods(testgrpc.TestService_UnaryCall_FullMethodName)),

@@ -12,7 +12,10 @@ import (
 	"github.com/idemkit/idemkit/middleware"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	demotest.Child(map[string]demotest.RunFunc{"nethttp": program().Run, "steps": stepsProgram().Run})
+	testenv.Main(m)
+}
 
 // TestDemoServer starts the demo on a free port on every backend,
 // exercises its contract with a real client and stops it gracefully.

@@ -38,6 +38,7 @@ type Flags struct {
 	Project     string
 	DynamoURL   string
 	Metrics     bool
+	Faults      bool
 }
 
 // Register defines the flags on fs.
@@ -51,6 +52,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Project, "firestore-project", "", "Google Cloud project id, with -store firestore (FIRESTORE_EMULATOR_HOST points the client at an emulator)")
 	fs.StringVar(&f.DynamoURL, "dynamodb-endpoint", "", "DynamoDB endpoint URL, with -store dynamodb (default: AWS's, for the region of the AWS configuration; credentials and region come from it; the table is created if missing)")
 	fs.BoolVar(&f.Metrics, "metrics", false, "serve the guard's metrics (Prometheus text format) at /metrics on the demo's own address")
+	fs.BoolVar(&f.Faults, "faults", false, "enable the demo's crash switches: POST /checkout?crash=after-reserve (or after-charge) ends the process once that step is recorded")
 }
 
 // Guard builds the guard on the chosen backend and checks that the

@@ -41,12 +41,22 @@ type Program struct {
 	Name string
 	// Addr is the default listen address (-addr).
 	Addr string
-	// Build builds the server on the guard that the flags chose. With
-	// -metrics, metrics serves the guard's metrics, and the server must
-	// answer GET /metrics with it on its own address; without, it is nil.
-	// Build also returns a function that reports how many times the
-	// business logic ran, which the program logs when it stops.
-	Build func(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (srv Server, executions func() int64, err error)
+	// Build builds the server on what the flags chose ([Deps]). It also
+	// returns a function that reports how many times the business logic
+	// ran, which the program logs when it stops.
+	Build func(d Deps) (srv Server, executions func() int64, err error)
+}
+
+// Deps is what a [Program]'s server is built on.
+type Deps struct {
+	Guard  *middleware.Guard // the guard on the backend the flags chose
+	Logger *slog.Logger
+	// Metrics serves the guard's metrics with -metrics, and the server
+	// must answer GET /metrics with it on its own address; without, it is
+	// nil.
+	Metrics http.Handler
+	// Faults is -faults: the demo's crash switches are on.
+	Faults bool
 }
 
 // HTTP returns the Program of an HTTP demo: the demo service
@@ -59,15 +69,15 @@ func HTTP(name string, routes func(svc *demo.Service, guard *middleware.Guard, l
 	return Program{
 		Name: name,
 		Addr: "127.0.0.1:8080",
-		Build: func(guard *middleware.Guard, logger *slog.Logger, metrics http.Handler) (Server, func() int64, error) {
-			svc := &demo.Service{}
-			h, err := routes(svc, guard, logger)
+		Build: func(d Deps) (Server, func() int64, error) {
+			svc := &demo.Service{Faults: d.Faults}
+			h, err := routes(svc, d.Guard, d.Logger)
 			if err != nil {
 				return nil, nil, err
 			}
-			if metrics != nil {
+			if d.Metrics != nil {
 				mux := http.NewServeMux()
-				mux.Handle("GET /metrics", metrics)
+				mux.Handle("GET /metrics", d.Metrics)
 				mux.Handle("/", h)
 				h = mux
 			}
@@ -90,9 +100,9 @@ func Main(p Program) {
 	}
 }
 
-// Run parses args (the backend flags of [Flags], -addr and -metrics),
-// builds the guard (observed by the idemkitotel hook with -metrics) and the
-// server, and serves until ctx ends; then it shuts the server down
+// Run parses args (the backend flags of [Flags], -addr, -metrics and
+// -faults), builds the guard (observed by the idemkitotel hook with
+// -metrics) and the server, and serves until ctx ends; then it shuts the server down
 // gracefully (within [ShutdownTimeout]) and closes the backend. If ready is
 // not nil, it receives the address the server listens on.
 func (p Program) Run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- string) error {
@@ -119,7 +129,7 @@ func (p Program) Run(ctx context.Context, args []string, logger *slog.Logger, re
 		return err
 	}
 	defer closeBackends()
-	srv, executions, err := p.Build(guard, logger, metrics)
+	srv, executions, err := p.Build(Deps{Guard: guard, Logger: logger, Metrics: metrics, Faults: f.Faults})
 	if err != nil {
 		return err
 	}

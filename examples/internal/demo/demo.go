@@ -1,6 +1,8 @@
 // Package demo is the demo service that every adapter's example serves
 // with the same contract: POST /orders (guarded, key required), POST /notes
-// (guarded, key optional) and GET /stats (not guarded).
+// (guarded, key optional) and GET /stats (not guarded); the net/http demo
+// also serves POST /checkout, a handler of three steps with recovery
+// points ([Service.Checkout]).
 //
 // The business handler counts its executions and answers 201 Created with
 // Location: /orders/<n> and {"order": <n>, "request": <the request body>}.
@@ -30,9 +32,13 @@ import (
 	"time"
 )
 
-// Service is the demo's business logic and its execution counter.
+// Service is the demo's business logic and its execution counters.
 type Service struct {
+	// Faults enables the checkout's crash switch (see [Service.Checkout]).
+	Faults bool
+
 	executions atomic.Int64
+	checkout   checkoutStats
 }
 
 // Executions returns how many times the business handler ran.
@@ -126,10 +132,26 @@ func (s *Service) Business() http.Handler {
 	})
 }
 
-// Stats answers GET /stats: {"executions": <n>}.
+// Stats is what GET /stats answers: the business handler's executions,
+// and the checkouts finished here beside each of their steps' executions.
+type Stats struct {
+	Executions int64            `json:"executions"`
+	Checkouts  int64            `json:"checkouts"`
+	Steps      map[string]int64 `json:"steps"`
+}
+
+// Stats answers GET /stats with [Stats].
 func (s *Service) Stats() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]int64{"executions": s.Executions()})
+		_ = json.NewEncoder(w).Encode(Stats{
+			Executions: s.Executions(),
+			Checkouts:  s.checkout.done.Load(),
+			Steps: map[string]int64{
+				StepReserve: s.checkout.reserve.Load(),
+				StepCharge:  s.checkout.charge.Load(),
+				StepEmail:   s.checkout.email.Load(),
+			},
+		})
 	})
 }

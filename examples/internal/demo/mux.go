@@ -8,9 +8,9 @@ import (
 	"github.com/idemkit/idemkit/nethttp"
 )
 
-// NetHTTP returns the demo service on net/http: POST /orders guarded with a
-// required key, POST /notes guarded with an optional key, GET /stats
-// unguarded, all behind [Authenticate], and the keys scoped by principal
+// NetHTTP returns the demo service on net/http: POST /orders and POST
+// /checkout guarded with a required key, POST /notes guarded with an
+// optional key, GET /stats unguarded, all behind [Authenticate], and the keys scoped by principal
 // ([Scope]).
 func NetHTTP(s *Service, guard *middleware.Guard, opts ...nethttp.Option) (http.Handler, error) {
 	opts = append([]nethttp.Option{nethttp.WithScope(Scope)}, opts...)
@@ -25,6 +25,7 @@ func NetHTTP(s *Service, guard *middleware.Guard, opts ...nethttp.Option) (http.
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", required(s.Business()))
 	mux.Handle("POST /notes", optional(s.Business()))
+	mux.Handle("POST /checkout", required(s.Checkout()))
 	mux.Handle("GET /stats", s.Stats())
 	return Authenticate(mux), nil
 }

@@ -191,3 +191,17 @@ func HTTPContract(t *testing.T, addr string) {
 		resp.Body.Close()
 	}
 }
+
+// BackendArgs returns the flags that point a demo program at a server of
+// the shared backend name (redis, redis-cluster, postgres, mysql,
+// firestore, dynamodb), started for t.
+func BackendArgs(t *testing.T, name string) []string {
+	t.Helper()
+	for _, b := range backends() {
+		if b.name == name && b.shared {
+			return b.args(t)
+		}
+	}
+	t.Fatalf("demotest: no shared backend %q", name)
+	return nil
+}
