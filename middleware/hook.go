@@ -102,7 +102,7 @@ type Event struct {
 	ScopeHash string        // the scope, hashed the same way; "" when the call has no scope or an empty one
 	Fence     idemkit.Fence // the fence of the claim fn ran under, or of the one that wrote the replayed record
 	Recorded  bool          // EventExecuted: whether the outcome was stored
-	Size      int           // outcomes: the bytes of the response recorded (executed) or replayed
+	Size      int           // outcomes: the bytes of the response recorded (executed) or replayed; step events: of the step's result
 	Attempts  int           // claims made by this call
 	Waited    time.Duration // time spent waiting for a running duplicate
 	Ran       time.Duration // time fn ran (executed, not-recorded, failed-open), or the step's fn (step-recorded)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/middleware"
+	"github.com/idemkit/idemkit/nethttp"
 	"github.com/idemkit/idemkit/store"
 	"github.com/idemkit/idemkit/store/memstore"
 )
@@ -673,5 +676,57 @@ func TestInspectShowsTheSteps(t *testing.T) {
 	}
 	if in, _, _ := g.Inspect(t.Context(), "", "k", true); len(in.Steps) != 0 {
 		t.Fatalf("the outcome shows steps %+v", in.Steps)
+	}
+}
+
+// TestStepsThroughTheHTTPMiddleware: a handler behind the net/http
+// adapter, reached by a real client over a real listener, marks its steps
+// with the request's ctx. A 5xx after its first step is not recorded (the
+// claim is released) but its step is: the client's retry resumes after
+// it, and a third request replays the response.
+func TestStepsThroughTheHTTPMiddleware(t *testing.T) {
+	g := newGuard(t, memstore.New())
+	mw, err := nethttp.New(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reserves, handled atomic.Int32
+	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := middleware.StepOf(r.Context(), "reserve", func(context.Context) (string, error) {
+			return fmt.Sprint("res_", reserves.Add(1)), nil
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if handled.Add(1) == 1 {
+			http.Error(w, "the payment provider timed out", http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "order with ", id)
+	})))
+	defer srv.Close()
+	post := func() (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(`{"item":"book"}`))
+		req.Header.Set("Idempotency-Key", "order-1")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := post(); code != http.StatusBadGateway {
+		t.Fatalf("first request: %d; want 502", code)
+	}
+	for i := range 2 {
+		if code, body := post(); code != http.StatusCreated || body != "order with res_1" {
+			t.Fatalf("request %d: %d %q; want 201 with the first reservation", i+2, code, body)
+		}
+	}
+	if reserves.Load() != 1 || handled.Load() != 2 {
+		t.Fatalf("reserve ran %d times, the handler %d; want 1 and 2 (the third request replayed)", reserves.Load(), handled.Load())
 	}
 }
