@@ -22,6 +22,16 @@
 // deadline; when the backend fails the guard answers [ErrUnavailable]
 // rather than guess.
 //
+// Work of several steps marks recovery points with [Step] (or [StepOf]):
+// each step's result is recorded under the claim's fence before Step
+// returns, and a run that follows a crash, a lost lease or an error (whose
+// release keeps the steps) returns the recorded results without running
+// those steps again, resuming after the last one. A step must depend on
+// nothing but its result; the crash window between a step's effect and
+// its recording remains. Misuse (outside guarded work, concurrent steps)
+// is InvalidArgument, a store that records no steps Misconfigured, and a
+// name other than the recorded one [ErrStepMismatch].
+//
 // Hooks ([WithHook]) see every call's start, what happens while it runs
 // and exactly one outcome ([EventKind.Outcome]); [WatchOutcome] gives the
 // outcome to code in front of an adapter. The work reads its call from
@@ -30,6 +40,6 @@
 // [Guard.Inspect], [Guard.Forget], [Guard.List] and, at startup,
 // [Guard.Check].
 //
-// The algorithm, the options and the errors are explained in docs/guard.md;
-// outcomes, hooks and logs in docs/operations.md.
+// The algorithm, the options, steps and the errors are explained in
+// docs/guard.md; outcomes, hooks and logs in docs/operations.md.
 package middleware

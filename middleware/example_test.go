@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -219,4 +220,77 @@ func ExampleGuard_Inspect() {
 	// forgotten: true <nil>
 	// still there: false
 	// replayed: false runs: 2
+}
+
+// Step marks the recovery points of work of several steps: a run that
+// failed after charging the card is resumed by the retry, which gets the
+// recorded charge back instead of charging again, and sends the mail.
+func ExampleStep() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	charges, mails := 0, 0
+	work := func(ctx context.Context) (middleware.Result, error) {
+		charge, err := middleware.Step(ctx, "charge", func(ctx context.Context) ([]byte, error) {
+			charges++
+			return fmt.Appendf(nil, "ch_%d", charges), nil // the charge's id: all the rest needs of it
+		})
+		if err != nil {
+			return middleware.Result{}, err
+		}
+		if mails++; mails == 1 {
+			return middleware.Result{}, errors.New("the mail server is down") // releases the claim; the step stays
+		}
+		return middleware.Result{Value: append([]byte("paid "), charge...)}, nil
+	}
+	fp := fingerprint.HTTP(fingerprint.HTTPRequest{Method: "POST", Route: "/orders/7/pay"})
+	for attempt := 1; attempt <= 3; attempt++ {
+		out, err := guard.Execute(context.Background(), "order-7", fp, work)
+		fmt.Printf("%d %q replayed=%v err=%v\n", attempt, out.Value, out.Replayed, err)
+	}
+	fmt.Println("charges:", charges)
+	// Output:
+	// 1 "" replayed=false err=the mail server is down
+	// 2 "paid ch_1" replayed=false err=<nil>
+	// 3 "paid ch_1" replayed=true err=<nil>
+	// charges: 1
+}
+
+// StepOf records a typed result as JSON: a redelivered message resumes
+// after its reservation, whose recorded value comes back decoded.
+func ExampleStepOf() {
+	guard, err := middleware.New(memstore.New())
+	if err != nil {
+		panic(err)
+	}
+	type Reservation struct {
+		ID    string
+		Units int
+	}
+	reserved := 0
+	consume := func(ctx context.Context, fail bool) (string, error) {
+		r, err := middleware.StepOf(ctx, "reserve", func(ctx context.Context) (Reservation, error) {
+			reserved++
+			return Reservation{ID: "res_1", Units: 3}, nil
+		})
+		if err != nil {
+			return "", err
+		}
+		if fail {
+			return "", errors.New("the shipping service timed out")
+		}
+		return fmt.Sprintf("shipped %d units of %s", r.Units, r.ID), nil
+	}
+	for delivery, fail := range []bool{true, false} {
+		v, _, err := middleware.Do(context.Background(), guard, "msg-9", "order-9", func(ctx context.Context) (string, error) {
+			return consume(ctx, fail)
+		})
+		fmt.Printf("%d %q %v\n", delivery+1, v, err)
+	}
+	fmt.Println("reserved:", reserved)
+	// Output:
+	// 1 "" the shipping service timed out
+	// 2 "shipped 3 units of res_1" <nil>
+	// reserved: 1
 }

@@ -382,6 +382,7 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		}
 	}
 	l := g.hold(fnParent, recordKey, fence, c, sent)
+	c.lease, c.recordKey, c.steps.recorded = l, recordKey, claim.Steps
 	res, err := g.run(l, fn)
 	if err != nil {
 		l.stop()
@@ -416,6 +417,18 @@ func (g *Guard) Execute(ctx context.Context, key string, fp fingerprint.Fingerpr
 		}
 		out.Recorded = true
 		c.end(Event{Kind: EventExecuted, Fence: fence, Recorded: true, Size: len(rec.Response)})
+		return out, nil
+	}
+	if c.steps.lost.Load() {
+		// A step's recording was refused: the claim is no longer this
+		// call's (the loss was reported when fn's ctx ended), and its
+		// outcome is not written.
+		l.stop()
+		cause := l.fn.leaseLost()
+		if cause == nil {
+			cause = errStepRefused
+		}
+		c.notRecorded(ctx, rec, cause)
 		return out, nil
 	}
 	var cause error
@@ -1084,6 +1097,9 @@ type call struct {
 	fence      idemkit.Fence // the claim's, once fn runs
 	work       store.Work    // the claim's transaction, when the store is a Transactor (nil otherwise)
 	noRecord   atomic.Bool   // DoNotRecord was called
+	lease      *lease        // the claim's lease, once fn runs under it (nil when the call failed open)
+	recordKey  string        // with lease
+	steps      steps         // the work's steps (see Step)
 	claimOp    opContext     // the op context of the first claim
 }
 

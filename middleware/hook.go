@@ -11,8 +11,8 @@ import (
 type EventKind uint8
 
 // The events. A call starts with EventStart (given to
-// [Hook.IdempotencyStart]), may report EventWaiting, EventLeaseLost and
-// EventBackendError, and ends with exactly one outcome
+// [Hook.IdempotencyStart]), may report EventWaiting, EventLeaseLost,
+// EventBackendError, EventStepRecorded and EventStepReplayed, and ends with exactly one outcome
 // ([EventKind.Outcome]). A call refused before it starts, and a request an
 // adapter did not hand to the guard ([Guard.Bypass]), have only their
 // outcome.
@@ -28,6 +28,14 @@ const (
 	// EventBackendError: a backend call failed and the guard carries on
 	// (an extension, a release, a retried completion).
 	EventBackendError
+	// EventStepRecorded: a step of the work ([Step]) ran and its result
+	// was recorded; StepName and StepIndex name it, Size is its result's
+	// bytes and Ran the time it ran.
+	EventStepRecorded
+	// EventStepReplayed: a step of the work returned the result recorded
+	// by an earlier run (its recovery point) without running; StepName,
+	// StepIndex and Size as for EventStepRecorded.
+	EventStepReplayed
 
 	// EventExecuted (outcome): fn ran in this call; Recorded tells whether
 	// its outcome was stored; Err is fn's error.
@@ -67,6 +75,7 @@ const (
 
 var eventNames = [...]string{
 	EventStart: "start", EventWaiting: "waiting", EventLeaseLost: "lease-lost", EventBackendError: "backend-error",
+	EventStepRecorded: "step-recorded", EventStepReplayed: "step-replayed",
 	EventExecuted: "executed", EventNotRecorded: "not-recorded", EventReplayed: "replayed", EventMismatch: "mismatch",
 	EventCredentialsMismatch: "credentials-mismatch", EventInProgress: "in-progress", EventNotReplayable: "not-replayable",
 	EventUnavailable: "unavailable", EventCanceled: "canceled", EventFailedOpen: "failed-open", EventPassedThrough: "passed-through", EventRejected: "rejected",
@@ -93,10 +102,12 @@ type Event struct {
 	ScopeHash string        // the scope, hashed the same way; "" when the call has no scope or an empty one
 	Fence     idemkit.Fence // the fence of the claim fn ran under, or of the one that wrote the replayed record
 	Recorded  bool          // EventExecuted: whether the outcome was stored
-	Size      int           // outcomes: the bytes of the response recorded (executed) or replayed
+	Size      int           // outcomes: the bytes of the response recorded (executed) or replayed; step events: of the step's result
 	Attempts  int           // claims made by this call
 	Waited    time.Duration // time spent waiting for a running duplicate
-	Ran       time.Duration // time fn ran (executed, not-recorded, failed-open)
+	Ran       time.Duration // time fn ran (executed, not-recorded, failed-open), or the step's fn (step-recorded)
+	StepName  string        // step events: the step's name, as the work gave it to Step
+	StepIndex int           // step events: the step's place in the work, from 0
 	Duration  time.Duration // the whole call so far
 	Err       error         // the error, for failures and fn errors
 }

@@ -26,6 +26,19 @@ type Inspection struct {
 	Size      int           // bytes the response takes in the backend (sealed: its envelope)
 	Sealed    bool          // the response is sealed (see store.Seal)
 	Response  []byte        // the recorded response, only when asked for (and not sealed beyond this guard's reach)
+	// Steps are a live claim's recorded steps (see [Step]), in order,
+	// including those it carried over from earlier claims of the key: at
+	// most store.MaxSteps, their names and results at most
+	// store.MaxStepBytes in all.
+	Steps []InspectedStep
+}
+
+// InspectedStep is one recorded step of a claim, as [Guard.Inspect] shows
+// it.
+type InspectedStep struct {
+	Name   string // the step's name, as the work gave it to Step
+	Size   int    // the bytes of its result
+	Result []byte // its result, only when the response was asked for
 }
 
 // Inspect reads the record of key in scope in one round trip, without
@@ -40,16 +53,27 @@ func (g *Guard) Inspect(ctx context.Context, scope, key string, withResponse boo
 	if err != nil || !ok {
 		return Inspection{}, false, err
 	}
-	return inspection(recordKey, scope, key, in), true, nil
+	return inspection(recordKey, scope, key, in, withResponse), true, nil
 }
 
 // inspection is the operator's view of the store's record of key in scope.
-func inspection(recordKey, scope, key string, in store.Inspection) Inspection {
+// Step results are shown only withResults.
+func inspection(recordKey, scope, key string, in store.Inspection, withResults bool) Inspection {
 	stored, binding := splitStored(in.Fingerprint)
 	alg, _, _ := strings.Cut(stored, ":")
+	var steps []InspectedStep
+	if len(in.Steps) > 0 {
+		steps = make([]InspectedStep, len(in.Steps))
+		for i, st := range in.Steps {
+			steps[i] = InspectedStep{Name: st.Name, Size: len(st.Result)}
+			if withResults {
+				steps[i].Result = st.Result
+			}
+		}
+	}
 	return Inspection{
 		RecordKey: recordKey, Scope: scope, Key: key, State: in.State, Algorithm: alg, Bound: binding != "", Fence: in.Fence,
-		CreatedAt: in.CreatedAt, ExpiresAt: in.ExpiresAt, Size: in.Size, Sealed: in.Sealed, Response: in.Response,
+		CreatedAt: in.CreatedAt, ExpiresAt: in.ExpiresAt, Size: in.Size, Sealed: in.Sealed, Response: in.Response, Steps: steps,
 	}
 }
 
@@ -99,7 +123,7 @@ func (g *Guard) List(ctx context.Context, q ListQuery) (Listing, error) {
 		if !ok {
 			continue // not a record of this guard (another application's key under the namespace)
 		}
-		l.Records = append(l.Records, inspection(in.Key, scope, key, in))
+		l.Records = append(l.Records, inspection(in.Key, scope, key, in, false))
 	}
 	return l, nil
 }

@@ -21,7 +21,10 @@
 // algorithm, whether it is bound to the credentials of the request that
 // made it, its fence, when it was written and when it expires (a claim:
 // the end of its lease), the size of the recorded response and whether it
-// is sealed. The response itself only with -response (it may hold
+// is sealed, and a running claim's recorded steps (middleware.Step: each
+// one's name and result size, and what they take of the limits of 32
+// steps and 64 KiB; with -response the start of each result). The
+// response itself only with -response (it may hold
 // personal data), decoded by the adapter that recorded it: for the HTTP
 // middleware (net/http, gin, echo) its status, the headers a replay sends
 // and the body; for the gRPC interceptor the error's code, message and

@@ -15,7 +15,8 @@ import (
 )
 
 // record is what inspect prints: the JSON of the operators' HTTP handler
-// (nethttp.NewAdmin), field for field, and the response decoded.
+// (nethttp.NewAdmin), field for field, the response decoded, and a running
+// claim's steps.
 type record struct {
 	RecordKey     string    `json:"record_key"`
 	State         string    `json:"state"`
@@ -34,7 +35,24 @@ type record struct {
 	HTTP  *httpResponse `json:"http,omitempty"`
 	GRPC  *grpcCall     `json:"grpc,omitempty"`
 	Value *body         `json:"value,omitempty"` // Do and Execute's: the bytes the work returned
+
+	// A claim's recorded steps (middleware.Step), with the limits they
+	// count against; omitted when it has none.
+	Steps        []step `json:"steps,omitempty"`
+	StepBytes    int    `json:"step_bytes,omitempty"`     // the bytes its steps' names and results take
+	MaxSteps     int    `json:"max_steps,omitempty"`      // store.MaxSteps
+	MaxStepBytes int    `json:"max_step_bytes,omitempty"` // store.MaxStepBytes
 }
+
+// step is one recorded step of a claim.
+type step struct {
+	Name   string `json:"name"`
+	Size   int    `json:"size"`             // its result's bytes
+	Result *body  `json:"result,omitempty"` // with -response
+}
+
+// stepPrefix is how many bytes of a step's result the text form shows.
+const stepPrefix = 48
 
 // newRecord returns the printable form of in; withResponse tells whether
 // the response was asked for.
@@ -43,6 +61,18 @@ func newRecord(in middleware.Inspection, withResponse bool) record {
 		RecordKey: in.RecordKey, State: in.State.String(), Algorithm: in.Algorithm, Bound: in.Bound,
 		Fence: uint64(in.Fence), Created: in.CreatedAt.UTC(), Expires: in.ExpiresAt.UTC(),
 		Size: in.Size, Sealed: in.Sealed,
+	}
+	for _, st := range in.Steps {
+		s := step{Name: st.Name, Size: st.Size}
+		if withResponse && st.Result != nil {
+			b := newBody(st.Result)
+			s.Result = &b
+		}
+		r.Steps = append(r.Steps, s)
+		r.StepBytes += len(st.Name) + st.Size
+	}
+	if len(r.Steps) > 0 {
+		r.MaxSteps, r.MaxStepBytes = store.MaxSteps, store.MaxStepBytes
 	}
 	switch {
 	case !withResponse:
@@ -98,6 +128,17 @@ func (r record) writeText(w io.Writer) error {
 	case r.Response != nil:
 		lines = append(lines, [2]string{"response", fmt.Sprintf("(%d bytes this tool cannot decode; -raw writes them) %s (base64)",
 			len(*r.Response), base64.StdEncoding.EncodeToString(*r.Response))})
+	}
+	if len(r.Steps) > 0 {
+		lines = append(lines, [2]string{"steps", fmt.Sprintf("%d of at most %d, %d of at most %d bytes (recovery points: a retry resumes after the last)",
+			len(r.Steps), r.MaxSteps, r.StepBytes, r.MaxStepBytes)})
+		for i, s := range r.Steps {
+			line := fmt.Sprintf("%s, %d bytes", quote(s.Name), s.Size)
+			if s.Result != nil {
+				line += ": " + s.Result.prefix(stepPrefix)
+			}
+			lines = append(lines, [2]string{fmt.Sprintf("step %d", i), line})
+		}
 	}
 	return writeLines(w, lines)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -41,6 +42,25 @@ type body struct {
 	Size   int     `json:"size"`
 	Text   *string `json:"text,omitempty"`
 	Base64 *string `json:"base64,omitempty"`
+}
+
+// prefix returns at most n bytes of b's text, quoted, or of its base64,
+// with "..." when it goes on: a glimpse that is safe on a terminal.
+func (b body) prefix(n int) string {
+	if b.Text != nil {
+		t := *b.Text
+		if len(t) <= n {
+			return strconv.Quote(t)
+		}
+		for n > 0 && !utf8.RuneStart(t[n]) {
+			n--
+		}
+		return strconv.Quote(t[:n]) + "..."
+	}
+	if len(*b.Base64) <= n {
+		return *b.Base64 + " (base64)"
+	}
+	return (*b.Base64)[:n] + "... (base64)"
 }
 
 func newBody(b []byte) body {

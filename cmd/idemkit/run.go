@@ -53,7 +53,9 @@ Run "idemkit <command> -h" for the flags of a command.
 -key takes the key as the client sent it, in the header's string form ("k1",
 quotes included) or bare (k1).
 inspect -response shows the recorded response decoded (HTTP: status, headers,
-body; gRPC: code and message, or the response message); -raw writes its bytes.
+body; gRPC: code and message, or the response message), and the start of each
+recorded step's result (a running claim's steps are always listed); -raw writes
+the response's bytes.
 forget deletes an outcome: the next request with the key runs the work again.
 It refuses a claim whose lease is live (its request may still be running)
 unless -force is given.

@@ -12,6 +12,13 @@
 // lock.Finder (an index of the claims whose fingerprint is a lock id), so
 // a [github.com/idemkit/idemkit/lock.Client] over it resolves any lock id.
 //
+// It is a [store.Stepper]: a claim's steps live in its record (nothing
+// when there are none); a Release of a claim with steps leaves its
+// fingerprint, fence and steps (invisible to Get, claimable at once) until
+// the claim's retention and the steps' keep have passed, and a Delete
+// removes them even then. Steps count their names and results against
+// WithMaxBytes and, like an outcome, always land (their work ran).
+//
 // The store is bounded in keys and bytes ([WithMaxEntries], [WithMaxBytes]):
 // a full store sweeps at once and refuses what still does not fit with
 // RateLimited, which the guard reports as unavailable (HTTP 503 with

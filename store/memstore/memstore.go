@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,42 +87,68 @@ type keyWatch struct {
 // is live, kept until keepUntil.
 type entry struct {
 	rec store.Record
+	// stepsUntil is the latest keep a step of the claim (or of the claims
+	// it carried its steps from) asked for: the entry is kept until then
+	// at least. Zero without steps.
+	stepsUntil time.Time
+	// released marks what a Release of a claim with steps leaves behind:
+	// its fingerprint, fence and steps, invisible and claimable at once,
+	// for the next claim of the same fingerprint.
+	released bool
 }
 
 // entryOverhead is what an entry counts against [WithMaxBytes] besides its
 // key, fingerprint and response: the map slot, the entry and its times.
 const entryOverhead = 128
 
-// sizeOf returns what an entry holding rec counts against [WithMaxBytes].
-// Only a write changes it: an extension changes no length.
+// sizeOf returns what an entry holding rec counts against [WithMaxBytes]:
+// its key, fingerprint, response and steps. Only a write changes it: an
+// extension changes no length.
 func sizeOf(rec *store.Record) int {
-	return entryOverhead + len(rec.Key) + len(rec.Fingerprint) + len(rec.Response)
+	n := entryOverhead + len(rec.Key) + len(rec.Fingerprint) + len(rec.Response)
+	for _, st := range rec.Steps {
+		n += st.Size()
+	}
+	return n
 }
 
 // keepUntil is when the entry may be removed: at its expiry, and for a
-// claim [store.ClaimRetention] later (it still completes meanwhile). No
-// fence needs it longer: the store's floor carries them all.
+// claim [store.ClaimRetention] later (it still completes meanwhile) or,
+// when its steps asked for longer, at their keep. No fence needs it
+// longer: the store's floor carries them all.
 func (e *entry) keepUntil() time.Time {
 	if e.rec.State == store.StateClaimed {
-		return e.rec.ExpiresAt.Add(store.ClaimRetention)
+		until := e.rec.ExpiresAt.Add(store.ClaimRetention)
+		if e.stepsUntil.After(until) {
+			return e.stepsUntil
+		}
+		return until
 	}
 	return e.rec.ExpiresAt
 }
 
 // live reports whether the entry's record is visible at now.
 func (e *entry) live(now time.Time) bool {
-	return now.Before(e.rec.ExpiresAt)
+	return !e.released && now.Before(e.rec.ExpiresAt)
 }
 
 // holds reports whether the entry still carries the claim fence: a claim
-// with that fence, live or run out, that nobody replaced.
+// with that fence, live or run out, that nobody replaced or released.
 func (e *entry) holds(fence idemkit.Fence) bool {
-	return e.rec.State == store.StateClaimed && e.rec.Fence == fence
+	return !e.released && e.rec.State == store.StateClaimed && e.rec.Fence == fence
+}
+
+// carries reports whether a new claim of fp at now takes over e's steps:
+// e is a claim that ended without an outcome (its lease ran out, or it
+// was released) of the same fingerprint, still within its keep.
+func (e *entry) carries(fp string, now time.Time) bool {
+	return len(e.rec.Steps) > 0 && e.rec.State == store.StateClaimed && e.rec.Fingerprint == fp && now.Before(e.keepUntil())
 }
 
 var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 // New returns an empty in-memory store.
@@ -186,10 +213,17 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		// Taken over below: the expired outcome's fingerprint and response.
 		replaced = &store.Record{Fingerprint: e.rec.Fingerprint, Response: e.rec.Response}
 	}
+	var stepsUntil time.Time
+	if e != nil && e.carries(fp, now) {
+		// The steps move to the new claim, with the keep they asked for.
+		rec.Steps, stepsUntil = e.rec.Steps, e.stepsUntil
+	}
 	if err := s.set(op, key, e, rec, now, false); err != nil {
 		return store.Record{}, false, err
 	}
+	s.entries[key].stepsUntil = stepsUntil
 	rec.Replaced = replaced
+	rec.Steps = cloneSteps(rec.Steps)
 	return rec, true, nil
 }
 
@@ -285,8 +319,50 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	if e == nil || !e.holds(fence) || !e.live(now) {
 		return false, nil
 	}
-	s.remove(key, e)
+	if len(e.rec.Steps) > 0 {
+		// What is left for the next claim of the fingerprint: kept as
+		// long as the claim would have been, and as its steps asked.
+		s.unindex(e)
+		e.released = true
+	} else {
+		s.remove(key, e)
+	}
 	s.notify(key)
+	return true, nil
+}
+
+// RecordStep implements [store.Stepper]. A step always lands, even beyond
+// the byte limit, as an outcome does: its work already ran.
+func (s *Store) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
+	const op = "record-step"
+	if err := engine.ValidateStep(key, fence, index, step, keep); err != nil {
+		return false, err
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false, closedErr(op)
+	}
+	e := s.entries[key]
+	if e == nil || !e.holds(fence) || len(e.rec.Steps) != index {
+		return false, nil
+	}
+	total := step.Size()
+	for _, st := range e.rec.Steps {
+		total += st.Size()
+	}
+	if total > store.MaxStepBytes {
+		return false, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("the claim's steps would take %d bytes, over the limit of %d", total, store.MaxStepBytes), store.ErrTooLarge)
+	}
+	// Readers get copies (clone), so the slice grows in place.
+	e.rec.Steps = append(e.rec.Steps, store.Step{Name: step.Name, Result: bytes.Clone(step.Result)})
+	s.bytes += step.Size()
+	if until := s.now().Add(keep); until.After(e.stepsUntil) {
+		e.stepsUntil = until // never shortened; keepUntil only grows
+	}
 	return true, nil
 }
 
@@ -367,6 +443,11 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	now := s.now()
 	e := s.entries[key]
 	if e == nil || !e.live(now) {
+		if e != nil && len(e.rec.Steps) > 0 {
+			// Steps left for a next claim (after a release or a lease
+			// that ran out) go with the key.
+			s.remove(key, e)
+		}
 		return false, nil
 	}
 	s.remove(key, e)
@@ -453,7 +534,7 @@ func (s *Store) set(op, key string, e *entry, rec store.Record, now time.Time, o
 	if e.rec.Fence > rec.Fence { // a Put of a lower fence over an expired record
 		s.floor = max(s.floor, e.rec.Fence)
 	}
-	e.rec = rec
+	e.rec, e.stepsUntil, e.released = rec, time.Time{}, false
 	if rec.State == store.StateClaimed && engine.LockID(rec.Fingerprint) {
 		s.byID[rec.Fingerprint] = key
 	}
@@ -537,9 +618,12 @@ func validatePut(rec store.Record, ttl time.Duration) error {
 	return engine.ValidateTTL("put", ttl)
 }
 
-// outcome returns a private copy of rec stamped with now and ttl.
+// outcome returns a private copy of rec stamped with now and ttl, without
+// steps (an outcome has none).
 func outcome(rec *store.Record, now time.Time, ttl time.Duration) store.Record {
-	c := clone(rec)
+	c := *rec
+	c.Steps = nil
+	c = clone(&c)
 	c.CreatedAt, c.ExpiresAt = now, now.Add(ttl)
 	return c
 }
@@ -549,6 +633,29 @@ func clone(r *store.Record) store.Record {
 	c.Replaced = nil // a Claim's report, never stored
 	if r.Response != nil {
 		c.Response = append([]byte(nil), r.Response...)
+	}
+	c.Steps = cloneSteps(r.Steps)
+	return c
+}
+
+// cloneSteps returns a copy of steps that shares no memory with them: the
+// results in one allocation. It costs nothing without steps.
+func cloneSteps(steps []store.Step) []store.Step {
+	if len(steps) == 0 {
+		return nil
+	}
+	n := 0
+	for _, st := range steps {
+		n += len(st.Result)
+	}
+	buf := make([]byte, 0, n)
+	c := make([]store.Step, len(steps))
+	for i, st := range steps {
+		c[i].Name = st.Name
+		if st.Result != nil {
+			buf = append(buf, st.Result...)
+			c[i].Result = buf[len(buf)-len(st.Result) : len(buf) : len(buf)]
+		}
 	}
 	return c
 }
