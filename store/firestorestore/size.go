@@ -58,10 +58,10 @@ func (s *Store) maxResponse(key, fp string) int {
 }
 
 // claimExtras bounds the storage size of the fields a claim may carry
-// that an outcome does not: createdAt and heldUntil (timestamps) and
-// lockId (a 22-byte string).
+// that an outcome does not: createdAt, heldUntil and leaseUntil
+// (timestamps) and lockId (a 22-byte string).
 var claimExtras = stringSize(fieldCreatedAt) + scalarSize + stringSize(fieldHeldUntil) + scalarSize +
-	stringSize(fieldLockID) + stringSize("0123456789012345678901")
+	stringSize(fieldLeaseUntil) + scalarSize + stringSize(fieldLockID) + stringSize("0123456789012345678901")
 
 // stepSize is the storage size step index adds to the steps field: its
 // index (the map key), and its name and result under theirs.
