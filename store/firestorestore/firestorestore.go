@@ -152,10 +152,10 @@ func checkCollection(name string) string {
 	return ""
 }
 
-// Store is the Firestore engine: a [store.Store], [store.Watcher] and
-// [store.Records], and a finder of lock claims ([Store.FindClaim]). Its
-// methods are safe for concurrent use. The zero value is not usable; call
-// [New].
+// Store is the Firestore engine: a [store.Store], [store.Stepper],
+// [store.Watcher] and [store.Records], and a finder of lock claims
+// ([Store.FindClaim]). Its methods are safe for concurrent use. The zero
+// value is not usable; call [New].
 type Store struct {
 	client    *firestore.Client
 	records   *firestore.CollectionRef
@@ -273,6 +273,7 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		c := &contents{
 			key: key, fp: fp, state: store.StateClaimed, fence: fence, ttl: ttl,
 			expireAt: lifetimeEnd(d.now(), ttl, fence, true, s.cfg.step), writeID: newWriteID(),
+			stepped: len(d.steps) > 0,
 		}
 		var steps []store.Step // the steps the claim carries over
 		if d.carries(fp) {
@@ -366,6 +367,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		op: op,
 		update: func(k known) []firestore.Update {
 			c = s.outcome(rec, ttl, k.now())
+			c.stepped = k.steps > 0
 			ids = append(ids, c.writeID)
 			return c.fields()
 		},
@@ -429,7 +431,7 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 		update: func(k known) []firestore.Update {
 			c := s.tombstone(key, fence, newWriteID())
 			if k.steps > 0 {
-				c.fp, c.carry, c.expireAt = k.fp, true, later(c.expireAt, k.keep)
+				c.fp, c.stepped, c.carry, c.expireAt = k.fp, true, true, later(c.expireAt, k.keep)
 			}
 			ids = append(ids, c.writeID)
 			return c.fields()
@@ -613,7 +615,9 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		if !d.live() {
 			return nil
 		}
-		return s.tombstone(key, d.fence, newWriteID())
+		c := s.tombstone(key, d.fence, newWriteID())
+		c.stepped = len(d.steps) > 0
+		return c
 	}, func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) })
 }
 
@@ -631,7 +635,9 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		if d.live() && d.fence > rec.Fence {
 			return nil
 		}
-		return s.outcome(rec, ttl, d.now())
+		c := s.outcome(rec, ttl, d.now())
+		c.stepped = len(d.steps) > 0
+		return c
 	}, func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) })
 }
 

@@ -283,7 +283,8 @@ type contents struct {
 	ttl      time.Duration
 	expireAt time.Time
 	writeID  string
-	carry    bool // an update keeps the document's steps (fieldSteps), which it does not write
+	stepped  bool // the document written over has steps (fieldSteps, and maybe fieldLeaseUntil) ...
+	carry    bool // ... which an update keeps (leaving fieldSteps as it is) or else removes
 }
 
 // updates returns the fields of c.
@@ -319,15 +320,20 @@ func (c *contents) data() map[string]any {
 
 // fields returns the field updates of c for an update of an existing
 // document: every field of c, and the fields only some records carry
-// removed unless c sets them (or, for steps, carries them).
+// removed unless c sets them; those of steps only when the document has
+// steps, so that a write over one without steps is what it was before
+// steps (and the steps themselves not when c carries them).
 func (c *contents) fields() []firestore.Update {
 	u := c.updates()
-	for _, f := range [...]string{fieldCreatedAt, fieldHeldUntil, fieldLeaseUntil, fieldLockID, fieldSteps} {
-		if f == fieldSteps && c.carry {
-			continue
-		}
+	for _, f := range [...]string{fieldCreatedAt, fieldHeldUntil, fieldLockID} {
 		if !slices.ContainsFunc(u, func(u firestore.Update) bool { return u.Path == f }) {
 			u = append(u, firestore.Update{Path: f, Value: firestore.Delete})
+		}
+	}
+	if c.stepped {
+		u = append(u, firestore.Update{Path: fieldLeaseUntil, Value: firestore.Delete})
+		if !c.carry {
+			u = append(u, firestore.Update{Path: fieldSteps, Value: firestore.Delete})
 		}
 	}
 	return u

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"cloud.google.com/go/firestore"
+	pb "cloud.google.com/go/firestore/apiv1/firestorepb"
 	"google.golang.org/grpc/codes"
 
 	"github.com/idemkit/idemkit"
@@ -347,5 +349,72 @@ func TestStepCommitAnswerLost(t *testing.T) {
 	}
 	if got, _, err := s.Get(t.Context(), "order-1"); err != nil || stepNames(got.Steps) != "reserve,charge" {
 		t.Fatalf("Get = %q, %v; want reserve,charge", stepNames(got.Steps), err)
+	}
+}
+
+// TestWritesWithoutStepsNameNoStepFields looks at the commits a key
+// without steps costs (a claim, its extension, release and take-over, a
+// completion, a delete, a put): none names a field of steps, so they are
+// what they were before steps; a completion of a claim with steps removes
+// both.
+func TestWritesWithoutStepsNameNoStepFields(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		paths []string // the field paths of the commits' updates
+	)
+	c := client(t, testenv.FirestoreProject(t), intercept(func(_ string, req any, call func() error) error {
+		if r, ok := req.(*pb.CommitRequest); ok {
+			mu.Lock()
+			for _, w := range r.Writes {
+				paths = append(paths, w.GetUpdateMask().GetFieldPaths()...)
+			}
+			mu.Unlock()
+		}
+		return call()
+	})...)
+	s := newStore(t, c)
+	ctx := t.Context()
+	take := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		p := strings.Join(paths, " ")
+		paths = nil
+		return p
+	}
+	rec := mustClaim(t, s, "order-1", "fp", time.Hour)
+	if _, ok, err := s.Extend(ctx, "order-1", rec.Fence, time.Hour); err != nil || !ok {
+		t.Fatalf("Extend = %v, %v", ok, err)
+	}
+	if ok, err := s.Release(ctx, "order-1", rec.Fence); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	rec = mustClaim(t, s, "order-1", "fp", time.Hour)
+	if ok, err := s.Complete(ctx, store.Record{Key: "order-1", Fingerprint: "fp", State: store.StateCompleted, Fence: rec.Fence}, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	if deleted, err := s.Delete(ctx, "order-1"); err != nil || !deleted {
+		t.Fatalf("Delete = %v, %v", deleted, err)
+	}
+	if ok, err := s.Put(ctx, store.Record{Key: "order-1", State: store.StateCompleted, Fence: rec.Fence + 1}, time.Hour); err != nil || !ok {
+		t.Fatalf("Put = %v, %v", ok, err)
+	}
+	p := take()
+	if p == "" {
+		t.Fatal("no update masks seen")
+	}
+	for _, f := range strings.Fields(p) {
+		if strings.HasPrefix(f, "steps") || f == "leaseUntil" {
+			t.Fatalf("a write of a key without steps names %s (all: %s)", f, p)
+		}
+	}
+	rec = mustClaim(t, s, "order-2", "fp", time.Hour)
+	recordStep(t, s, rec, 0, "reserve", "r-1", time.Hour)
+	take()
+	if ok, err := s.Complete(ctx, store.Record{Key: "order-2", Fingerprint: "fp", State: store.StateCompleted, Fence: rec.Fence}, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete = %v, %v", ok, err)
+	}
+	if p := " " + take() + " "; !strings.Contains(p, " steps ") || !strings.Contains(p, " leaseUntil ") {
+		t.Fatalf("the completion of a claim with steps names %s; want steps and leaseUntil removed", p)
 	}
 }
