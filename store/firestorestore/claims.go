@@ -21,6 +21,10 @@ type known struct {
 	expiresAt  time.Time // when the lease runs out
 	at         time.Time // Firestore's time when the store learnt this (a commit or read time) ...
 	sent       time.Time // ... and the local monotonic time when it sent that request
+	fp         string    // the claim's fingerprint
+	keep       time.Time // the document's expireAt
+	steps      int       // the claim's steps ...
+	stepBytes  int       // ... and their storage size ([stepsSize])
 }
 
 // now bounds Firestore's clock from above: its time after the request was
@@ -29,7 +33,10 @@ func (k known) now() time.Time { return k.at.Add(time.Since(k.sent)) }
 
 // known is the claim d holds, as read.
 func (d *doc) known() known {
-	return known{createdAt: d.createdAt, updateTime: d.updateTime, expiresAt: d.expiresAt(), at: d.readTime, sent: d.readLocally}
+	return known{
+		createdAt: d.createdAt, updateTime: d.updateTime, expiresAt: d.expiresAt(), at: d.readTime, sent: d.readLocally,
+		fp: d.fp, keep: d.expireAt, steps: len(d.steps), stepBytes: stepsSize(d.steps),
+	}
 }
 
 // claims remembers the claims this store made and still holds, so that

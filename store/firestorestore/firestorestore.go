@@ -20,6 +20,7 @@ import (
 var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 const (
@@ -151,10 +152,10 @@ func checkCollection(name string) string {
 	return ""
 }
 
-// Store is the Firestore engine: a [store.Store], [store.Watcher] and
-// [store.Records], and a finder of lock claims ([Store.FindClaim]). Its
-// methods are safe for concurrent use. The zero value is not usable; call
-// [New].
+// Store is the Firestore engine: a [store.Store], [store.Stepper],
+// [store.Watcher] and [store.Records], and a finder of lock claims
+// ([Store.FindClaim]). Its methods are safe for concurrent use. The zero
+// value is not usable; call [New].
 type Store struct {
 	client    *firestore.Client
 	records   *firestore.CollectionRef
@@ -223,10 +224,14 @@ func (s *Store) tombstone(key string, fence idemkit.Fence, writeID string) *cont
 	return &contents{key: key, state: released, fence: fence, expireAt: fenceFloor(fence, s.cfg.step), writeID: writeID}
 }
 
-// Claim implements [store.Store]: one read, judged by its read time, then
-// for a free key one commit conditioned on the document being as read. A
-// contender that loses fails fast, reads again and answers with the
-// winner's claim; that read also settles a commit whose answer was lost.
+// Claim implements [store.Store] and [store.Stepper]: one read, judged by
+// its read time, then for a free key one commit conditioned on the
+// document being as read. A contender that loses fails fast, reads again
+// and answers with the winner's claim; that read also settles a commit
+// whose answer was lost. A take-over of a claim of fp whose lease ran
+// out, or of its release's tombstone, leaves the document's steps in
+// place (the commit does not touch them; its precondition keeps them as
+// read) and returns them; any other claim removes them.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp)); err != nil {
@@ -268,6 +273,12 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		c := &contents{
 			key: key, fp: fp, state: store.StateClaimed, fence: fence, ttl: ttl,
 			expireAt: lifetimeEnd(d.now(), ttl, fence, true, s.cfg.step), writeID: newWriteID(),
+			stepped: len(d.steps) > 0,
+		}
+		var steps []store.Step // the steps the claim carries over
+		if d.carries(fp) {
+			steps, c.carry = d.steps, true
+			c.expireAt = later(c.expireAt, d.expireAt) // what the steps were kept for
 		}
 		var r *store.Record
 		if d.exists && len(d.response) > 0 {
@@ -277,12 +288,15 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		sent := time.Now()
 		wr, err := write(ctx, ref, d, c)
 		if err == nil {
-			k := known{createdAt: wr.UpdateTime, updateTime: wr.UpdateTime, expiresAt: wr.UpdateTime.Add(micros(ttl)), at: wr.UpdateTime, sent: sent}
+			k := known{
+				createdAt: wr.UpdateTime, updateTime: wr.UpdateTime, expiresAt: wr.UpdateTime.Add(micros(ttl)), at: wr.UpdateTime, sent: sent,
+				fp: fp, keep: c.expireAt, steps: len(steps), stepBytes: stepsSize(steps),
+			}
 			s.claims.put(key, fence, k)
 			s.wrote(c, k.updateTime)
 			return store.Record{
 				Key: key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
-				CreatedAt: k.createdAt, ExpiresAt: k.expiresAt, Replaced: r,
+				CreatedAt: k.createdAt, ExpiresAt: k.expiresAt, Steps: cloneSteps(steps), Replaced: r,
 			}, true, nil
 		}
 		if ctx.Err() != nil {
@@ -297,24 +311,36 @@ func isReleased(s store.State) bool { return s == released }
 
 // Extend implements [store.Store]; see [Store.writeClaim] for its RPCs.
 // The new lease runs from the commit time. An extension that commits once
-// the lease ran out is void ([doc.expiresAt]): Extend answers false.
+// the lease ran out is void ([doc.expiresAt]): Extend answers false. It
+// leaves the claim's steps alone and, when it has some, never moves the
+// document's expireAt earlier (a step's keep stands).
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl)); err != nil {
 		return time.Time{}, false, err
 	}
-	var sent time.Time // when the write that landed was sent
+	var (
+		sent time.Time // when the write that landed was sent
+		keep time.Time // the expireAt it wrote
+	)
 	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
 		op: op, live: true,
 		update: func(k known) []firestore.Update {
 			sent = time.Now()
-			return extension(ttl, k.createdAt, k.expiresAt, lifetimeEnd(k.now(), ttl, fence, true, s.cfg.step), newWriteID())
+			keep = lifetimeEnd(k.now(), ttl, fence, true, s.cfg.step)
+			if k.steps == 0 {
+				return extension(ttl, k.createdAt, k.expiresAt, keep, newWriteID())
+			}
+			keep = later(keep, k.keep)
+			// The lease runs from this commit, not until a step's
+			// leaseUntil.
+			return append(extension(ttl, k.createdAt, k.expiresAt, keep, newWriteID()), firestore.Update{Path: fieldLeaseUntil, Value: firestore.Delete})
 		},
 	})
 	if err != nil || !ok {
 		return time.Time{}, false, err
 	}
-	was.updateTime = at
+	was.updateTime, was.keep = at, keep
 	if !at.Before(was.expiresAt) {
 		s.claims.put(key, fence, was) // void: the claim still runs out when it did
 		return time.Time{}, false, nil
@@ -341,6 +367,7 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 		op: op,
 		update: func(k known) []firestore.Update {
 			c = s.outcome(rec, ttl, k.now())
+			c.stepped = k.steps > 0
 			ids = append(ids, c.writeID)
 			return c.fields()
 		},
@@ -390,6 +417,9 @@ func (s *Store) outcomeError(ctx context.Context, op string, rec store.Record, e
 // Release implements [store.Store]: it leaves a tombstone; see
 // [Store.writeClaim] for its RPCs. A tombstone that commits once the lease
 // ran out stands, but Release answers false: the key was free either way.
+// The tombstone of a claim with steps keeps its fingerprint and steps (the
+// commit does not touch them) for the next claim of that fingerprint, and
+// the document's expireAt when later than its fence's floor.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence)); err != nil {
@@ -398,8 +428,11 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	var ids []string // the write ids of this call's commits
 	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
 		op: op, live: true,
-		update: func(known) []firestore.Update {
+		update: func(k known) []firestore.Update {
 			c := s.tombstone(key, fence, newWriteID())
+			if k.steps > 0 {
+				c.fp, c.stepped, c.carry, c.expireAt = k.fp, true, true, later(c.expireAt, k.keep)
+			}
 			ids = append(ids, c.writeID)
 			return c.fields()
 		},
@@ -412,10 +445,64 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	return ok && at.Before(was.expiresAt), err
 }
 
+// RecordStep implements [store.Stepper]; see [Store.writeClaim] for its
+// RPCs: for a claim this store made or last wrote, one commit conditioned
+// on the update time of its last write, which is as good as a fence and a
+// step count (the store knows both as of that write). It writes the step
+// alone, under its index in the steps field, with the document's expireAt
+// moved to at least keep past the commit. A step the record document could
+// not hold (a fingerprint near Firestore's 1 MiB) is refused with
+// InvalidArgument matching [store.ErrTooLarge], without a write.
+func (s *Store) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
+	const op = "record-step"
+	if err := engine.Ready(ctx, op, engine.ValidateStep(key, fence, index, step, keep)); err != nil {
+		return false, err
+	}
+	var (
+		ids   []string  // the write ids of this call's commits
+		until time.Time // the expireAt of the last one
+	)
+	at, was, ok, err := s.writeClaim(ctx, key, fence, claimWrite{
+		op: op,
+		applies: func(k known) (bool, error) {
+			if k.steps != index {
+				return false, nil
+			}
+			if size := claimSize(s.cfg.collection, key, k.fp, k.stepBytes+stepSize(index, step)); size > s.cfg.docLimit {
+				return false, idemkit.NewError(idemkit.CodeInvalidArgument, op,
+					fmt.Sprintf("with this step the claim's record document would be %d bytes, over the %d the store writes", size, s.cfg.docLimit), store.ErrTooLarge)
+			}
+			return true, nil
+		},
+		update: func(k known) []firestore.Update {
+			until = later(k.keep, clampTime(k.now().Add(micros(keep)+expireSlack)))
+			id := newWriteID()
+			ids = append(ids, id)
+			return []firestore.Update{
+				{FieldPath: stepPath(index), Value: stepValue(step)},
+				// The lease as it was: the commit moves the update time
+				// the lease and the claim's time are read from.
+				{Path: fieldCreatedAt, Value: k.createdAt},
+				{Path: fieldLeaseUntil, Value: k.expiresAt},
+				{Path: fieldExpireAt, Value: until},
+				{Path: fieldWriteID, Value: id},
+			}
+		},
+		landed: func(d *doc) bool { return d.wrote(ids, isClaimed) },
+	})
+	if ok {
+		was.updateTime, was.keep = at, until
+		was.steps, was.stepBytes = index+1, was.stepBytes+stepSize(index, step)
+		s.claims.put(key, fence, was)
+	}
+	return ok, err
+}
+
 // claimWrite is one write to a claim.
 type claimWrite struct {
 	op        string
 	live      bool                               // only while the lease has not run out (else while nobody claimed since)
+	applies   func(k known) (bool, error)        // whether to write over the claim k (nil: always); known claims for which it is false are read first
 	update    func(k known) []firestore.Update   // what to write over the claim k
 	landed    func(d *doc) bool                  // whether a read shows this call's write (nil: writing again is harmless)
 	commitErr func(context.Context, error) error // maps a failed commit; nil: mapCommitError
@@ -423,25 +510,33 @@ type claimWrite struct {
 
 // writeClaim makes w to the claim (key, fence) and returns the commit time
 // of the write that landed and the claim as it was before it. For a claim
-// this store made (for w.live: while [known.now] is before its expiry) it
-// is one commit conditioned on the update time of the store's last write;
+// this store made or last wrote (for w.live: while [known.now] is before
+// its expiry), when w applies to it as the store knows it, it is one
+// commit conditioned on the update time of the store's last write;
 // otherwise, or when that write is no longer the last, a read and a
 // commit conditioned on the update time read: ok = false, nothing written,
 // once the document no longer carries the claim (for w.live: live at the
-// read time). The read also settles a failed commit (w.landed).
+// read time) or w does not apply to it as read. The read also settles a
+// failed commit (w.landed).
 func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence, w claimWrite) (at time.Time, was known, ok bool, err error) {
 	ref := s.ref(key)
 	var lastErr error // the error of the last commit
 	if k, ok := s.claims.get(key, fence); ok && (!w.live || k.now().Before(k.expiresAt)) {
-		was = k
-		wr, err := ref.Update(ctx, w.update(k), firestore.LastUpdateTime(k.updateTime))
-		if err == nil {
-			return wr.UpdateTime, k, true, nil
+		write, err := w.judge(k)
+		if err != nil {
+			return at, was, false, err
 		}
-		if ctx.Err() != nil {
-			return at, was, false, mapError(ctx, w.op, err)
+		if write {
+			was = k
+			wr, err := ref.Update(ctx, w.update(k), firestore.LastUpdateTime(k.updateTime))
+			if err == nil {
+				return wr.UpdateTime, k, true, nil
+			}
+			if ctx.Err() != nil {
+				return at, was, false, mapError(ctx, w.op, err)
+			}
+			lastErr = err
 		}
-		lastErr = err
 	}
 	for attempt := 0; ; attempt++ {
 		d, err := s.read(ctx, w.op, key, ref)
@@ -457,6 +552,9 @@ func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence,
 		}
 		if w.live && !d.live() {
 			return at, was, false, nil
+		}
+		if write, err := w.judge(d.known()); err != nil || !write {
+			return at, was, false, err
 		}
 		if lastErr != nil && !contended(lastErr) {
 			if w.commitErr == nil {
@@ -484,6 +582,14 @@ func (s *Store) writeClaim(ctx context.Context, key string, fence idemkit.Fence,
 	}
 }
 
+// judge reports whether w writes over the claim k.
+func (w claimWrite) judge(k known) (bool, error) {
+	if w.applies == nil {
+		return true, nil
+	}
+	return w.applies(k)
+}
+
 // Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
@@ -509,7 +615,9 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 		if !d.live() {
 			return nil
 		}
-		return s.tombstone(key, d.fence, newWriteID())
+		c := s.tombstone(key, d.fence, newWriteID())
+		c.stepped = len(d.steps) > 0
+		return c
 	}, func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) })
 }
 
@@ -527,7 +635,9 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		if d.live() && d.fence > rec.Fence {
 			return nil
 		}
-		return s.outcome(rec, ttl, d.now())
+		c := s.outcome(rec, ttl, d.now())
+		c.stepped = len(d.steps) > 0
+		return c
 	}, func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) })
 }
 

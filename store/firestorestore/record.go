@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -28,6 +29,14 @@ const (
 	fieldExpireAt    = "expireAt"    // when the document may be deleted (by Firestore's clock): the TTL-policy field, which Sweep queries
 	fieldHeldUntil   = "heldUntil"   // only on an extended claim: the expiry the extension moved; an extension committed at or after it is void
 	fieldLockID      = "lockId"      // only on a claim whose fingerprint is a lock id: the fingerprint again, the field FindClaim queries
+	fieldSteps       = "steps"       // only on a claim with steps, or the tombstone its release left: a map of step index ("0", "1", ...) to {name, result}
+	fieldLeaseUntil  = "leaseUntil"  // only on a claim whose last write recorded a step: when its lease runs out (a step's commit does not move it)
+)
+
+// The fields of a step, in the map under its index in fieldSteps.
+const (
+	stepName   = "name"   // a string
+	stepResult = "result" // bytes
 )
 
 // released is the state of a tombstone: what a release or delete leaves,
@@ -54,18 +63,25 @@ type doc struct {
 	fence       idemkit.Fence
 	createdAt   time.Time
 	heldUntil   time.Time // see fieldHeldUntil; zero when absent
+	leaseUntil  time.Time // see fieldLeaseUntil; zero when absent
 	ttl         time.Duration
 	writeID     string
-	updateTime  time.Time // the document's update time: its last write's commit time, and the precondition of the next write
-	readTime    time.Time // Firestore's clock when it was read
-	readLocally time.Time // the local (monotonic) clock when the read was sent
+	steps       []store.Step // see fieldSteps; nil when absent
+	expireAt    time.Time    // the fieldExpireAt: when the document may go
+	updateTime  time.Time    // the document's update time: its last write's commit time, and the precondition of the next write
+	readTime    time.Time    // Firestore's clock when it was read
+	readLocally time.Time    // the local (monotonic) clock when the read was sent
 }
 
 // expiresAt is when the record's lease or lifetime runs out, from the
 // commit time of the document's last write, unless that was an extension
 // committed once the lease it moved had run out: such an extension is
-// void, so that one sent blind cannot take back a claim judged free.
+// void, so that one sent blind cannot take back a claim judged free. A
+// step's write keeps the lease as it was (leaseUntil).
 func (d *doc) expiresAt() time.Time {
+	if !d.leaseUntil.IsZero() {
+		return d.leaseUntil
+	}
 	if !d.heldUntil.IsZero() && !d.updateTime.Before(d.heldUntil) {
 		return d.heldUntil
 	}
@@ -90,7 +106,8 @@ func (d *doc) wrote(ids []string, state func(store.State) bool) bool {
 	return d.exists && state(d.state) && slices.Contains(ids, d.writeID)
 }
 
-// record is the record the document holds.
+// record is the record the document holds, with a copy of a claim's
+// steps (the document may be a listener's, shared).
 func (d *doc) record() store.Record {
 	rec := store.Record{
 		Key: d.key, Fingerprint: d.fp, State: d.state, Fence: d.fence,
@@ -99,7 +116,31 @@ func (d *doc) record() store.Record {
 	if len(d.response) > 0 {
 		rec.Response = d.response
 	}
+	if d.state == store.StateClaimed {
+		rec.Steps = cloneSteps(d.steps)
+	}
 	return rec
+}
+
+// carries reports whether a claim of fp that takes over the document,
+// not live at its read time, carries its steps: the document is a claim
+// whose lease ran out or a release's tombstone, of fp, with steps, and
+// not yet past its expireAt (past it, Firestore may delete it any time).
+func (d *doc) carries(fp string) bool {
+	return d.exists && (d.state == store.StateClaimed || d.state == released) && d.fp == fp &&
+		len(d.steps) > 0 && d.readTime.Before(d.expireAt)
+}
+
+// cloneSteps returns a copy of steps that shares no memory with it.
+func cloneSteps(steps []store.Step) []store.Step {
+	if len(steps) == 0 {
+		return nil
+	}
+	c := make([]store.Step, len(steps))
+	for i, s := range steps {
+		c[i] = store.Step{Name: s.Name, Result: slices.Clone(s.Result)}
+	}
+	return c
 }
 
 // now bounds Firestore's clock from above, as [known.now] does.
@@ -116,6 +157,9 @@ func keepUntil(snap *firestore.DocumentSnapshot, step time.Duration) (until time
 		return time.Time{}, false
 	}
 	rec := store.Record{State: store.State(state), Fence: idemkit.Fence(fence), ExpiresAt: snap.UpdateTime.Add(time.Duration(ttl) * time.Microsecond)}
+	if lease, ok := m[fieldLeaseUntil].(time.Time); ok {
+		rec.ExpiresAt = lease
+	}
 	return keepRecord(rec, step), true
 }
 
@@ -169,12 +213,11 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 		return nil, malformed(op, "the response field is not bytes")
 	}
 	d.createdAt = d.updateTime
-	var expireAt time.Time
 	for _, f := range [...]struct {
 		name     string
 		to       *time.Time
 		required bool
-	}{{fieldCreatedAt, &d.createdAt, false}, {fieldHeldUntil, &d.heldUntil, false}, {fieldExpireAt, &expireAt, true}} {
+	}{{fieldCreatedAt, &d.createdAt, false}, {fieldHeldUntil, &d.heldUntil, false}, {fieldLeaseUntil, &d.leaseUntil, false}, {fieldExpireAt, &d.expireAt, true}} {
 		if v, ok := m[f.name]; ok || f.required {
 			if *f.to, ok = v.(time.Time); !ok {
 				return nil, malformed(op, "the "+f.name+" field is missing or not a timestamp")
@@ -184,7 +227,48 @@ func decode(op, key string, snap *firestore.DocumentSnapshot) (*doc, error) {
 	if d.writeID, ok = m[fieldWriteID].(string); !ok {
 		return nil, malformed(op, "the writeId field is missing or not a string")
 	}
+	if v, ok := m[fieldSteps]; ok {
+		if d.steps, ok = decodeSteps(v); !ok {
+			return nil, malformed(op, "the steps field is not a map of step indexes 0 to n-1 to a name and a result")
+		}
+	}
 	return d, nil
+}
+
+// decodeSteps reads the value of fieldSteps.
+func decodeSteps(v any) ([]store.Step, bool) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) > store.MaxSteps {
+		return nil, false
+	}
+	steps := make([]store.Step, len(m))
+	for i := range steps {
+		s, ok := m[strconv.Itoa(i)].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		name, ok1 := s[stepName].(string)
+		result, ok2 := s[stepResult].([]byte)
+		if !ok1 || !ok2 || len(s) != 2 {
+			return nil, false
+		}
+		steps[i] = store.Step{Name: name, Result: result}
+	}
+	return steps, true
+}
+
+// stepPath is the field path of step index in a record document.
+func stepPath(index int) firestore.FieldPath {
+	return firestore.FieldPath{fieldSteps, strconv.Itoa(index)}
+}
+
+// stepValue is step as its record document holds it.
+func stepValue(step store.Step) map[string]any {
+	result := step.Result
+	if result == nil {
+		result = []byte{} // nil would be stored as null
+	}
+	return map[string]any{stepName: step.Name, stepResult: result}
 }
 
 // micros is a lifetime in whole microseconds, as Firestore keeps times.
@@ -199,6 +283,8 @@ type contents struct {
 	ttl      time.Duration
 	expireAt time.Time
 	writeID  string
+	stepped  bool // the document written over has steps (fieldSteps, and maybe fieldLeaseUntil) ...
+	carry    bool // ... which an update keeps (leaving fieldSteps as it is) or else removes
 }
 
 // updates returns the fields of c.
@@ -234,12 +320,20 @@ func (c *contents) data() map[string]any {
 
 // fields returns the field updates of c for an update of an existing
 // document: every field of c, and the fields only some records carry
-// removed unless c sets them.
+// removed unless c sets them; those of steps only when the document has
+// steps, so that a write over one without steps is what it was before
+// steps (and the steps themselves not when c carries them).
 func (c *contents) fields() []firestore.Update {
 	u := c.updates()
 	for _, f := range [...]string{fieldCreatedAt, fieldHeldUntil, fieldLockID} {
 		if !slices.ContainsFunc(u, func(u firestore.Update) bool { return u.Path == f }) {
 			u = append(u, firestore.Update{Path: f, Value: firestore.Delete})
+		}
+	}
+	if c.stepped {
+		u = append(u, firestore.Update{Path: fieldLeaseUntil, Value: firestore.Delete})
+		if !c.carry {
+			u = append(u, firestore.Update{Path: fieldSteps, Value: firestore.Delete})
 		}
 	}
 	return u

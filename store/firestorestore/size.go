@@ -1,6 +1,11 @@
 package firestorestore
 
-import "unicode/utf8"
+import (
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/idemkit/idemkit/store"
+)
 
 const (
 	maxDocumentBytes = 1 << 20 // Firestore's limit on a document's storage size
@@ -50,4 +55,32 @@ func documentSize(collection, key, fp string, n int) int {
 // negative when not even an empty response fits.
 func (s *Store) maxResponse(key, fp string) int {
 	return min(s.cfg.maxResponse, s.cfg.docLimit-documentSize(s.cfg.collection, key, fp, 0))
+}
+
+// claimExtras bounds the storage size of the fields a claim may carry
+// that an outcome does not: createdAt, heldUntil and leaseUntil
+// (timestamps) and lockId (a 22-byte string).
+var claimExtras = stringSize(fieldCreatedAt) + scalarSize + stringSize(fieldHeldUntil) + scalarSize +
+	stringSize(fieldLeaseUntil) + scalarSize + stringSize(fieldLockID) + stringSize("0123456789012345678901")
+
+// stepSize is the storage size step index adds to the steps field: its
+// index (the map key), and its name and result under theirs.
+func stepSize(index int, step store.Step) int {
+	return stringSize(strconv.Itoa(index)) + stringSize(stepName) + stringSize(step.Name) + stringSize(stepResult) + len(step.Result)
+}
+
+// stepsSize is the storage size of steps in the steps field, but the
+// field's own name.
+func stepsSize(steps []store.Step) int {
+	n := 0
+	for i, s := range steps {
+		n += stepSize(i, s)
+	}
+	return n
+}
+
+// claimSize bounds the storage size of the claim document of key with
+// fingerprint fp and steps of stepBytes ([stepsSize]).
+func claimSize(collection, key, fp string, stepBytes int) int {
+	return documentSize(collection, key, fp, 0) + claimExtras + stringSize(fieldSteps) + stepBytes
 }

@@ -26,7 +26,7 @@ func (s *Store) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	var after *firestore.DocumentSnapshot // the last document the previous batch named
 	for {
-		q := s.records.Select(fieldState, fieldFence, fieldTTL, fieldExpireAt).
+		q := s.records.Select(fieldState, fieldFence, fieldTTL, fieldLeaseUntil, fieldExpireAt).
 			OrderBy(fieldExpireAt, firestore.Asc).Limit(s.cfg.sweepBatch)
 		if after != nil {
 			q = q.StartAfter(after)
