@@ -336,29 +336,36 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	}
 	now := s.now()
 	expires := sat(now, ttl.Milliseconds())
-	ok, err := s.raise(ctx, op, &dynamodb.UpdateItemInput{
+	ok, err := s.raise(ctx, op, key, fence, &dynamodb.UpdateItemInput{
 		TableName:        &s.cfg.table,
 		Key:              s.pk(key),
 		UpdateExpression: aws.String("SET ex = :ex"),
 		ExpressionAttributeValues: s.values(now, map[string]types.AttributeValue{
 			":fence": num(int64(fence)), ":ex": num(expires),
 		}, condHeld),
-	}, condHeld, expireAt(expires, fence, true, s.cfg.step, s.cfg.skew))
+	}, condHeld, expireAt(expires, fence, true, s.cfg.step, s.cfg.skew), "")
 	if !ok || err != nil {
 		return time.Time{}, false, err
 	}
 	return time.UnixMilli(expires), true, nil
 }
 
-// raise makes the conditional update in, whose condition is cond, and
-// raises the item's expireAt to until (s) in the same write when it is no
-// later: in's UpdateExpression (a SET) with expireAt = until, under cond
-// and expireAt <= until. When that is refused by an item whose expireAt is
-// later (sent back with the refusal, or, on an endpoint that sends none,
-// possibly), in is sent as it is under cond and expireAt > until: no
-// write ever lowers an expireAt, and at most one of the two lands, since
-// expireAt only grows. ok = false when cond failed.
-func (s *Store) raise(ctx context.Context, op string, in *dynamodb.UpdateItemInput, cond string, until int64) (bool, error) {
+// raise makes the conditional update in of key's item, whose condition
+// is cond (which requires the claim of fence), and raises the item's
+// expireAt to until (s) in the same write when it is no later: in's
+// UpdateExpression (a SET) with expireAt = until, under cond and expireAt
+// <= until. When that is refused by an item that may have met cond with a
+// later expireAt (the claim's item, sent back with the refusal; or any, on
+// an endpoint that sends none), in is sent as it is under cond and
+// expireAt > until: no write ever lowers an expireAt, and at most one of
+// the two lands, since a claim's expireAt only grows. ok = false when cond
+// failed, unless wid is not "" (in sets wid = :wid) and the item that
+// refused carries the claim with that write id: the SDK retried a write
+// whose answer was lost, and the write landed.
+func (s *Store) raise(ctx context.Context, op, key string, fence idemkit.Fence, in *dynamodb.UpdateItemInput, cond string, until int64, wid string) (bool, error) {
+	own := func(it *item) bool {
+		return wid != "" && it != nil && it.state == store.StateClaimed && it.fence == fence && it.writeID == wid
+	}
 	set := *in.UpdateExpression
 	in.ExpressionAttributeValues[":expireAt"] = num(until)
 	in.UpdateExpression = aws.String(set + ", expireAt = :expireAt")
@@ -373,14 +380,30 @@ func (s *Store) raise(ctx context.Context, op string, in *dynamodb.UpdateItemInp
 		return false, mapError(ctx, op, err)
 	}
 	if len(sent) > 0 {
-		if v, ok := number(sent[attrExpireAt]); !ok || v <= until {
+		it, err := decode(op, key, sent)
+		if err != nil || own(it) {
+			return err == nil, err
+		}
+		if it.state != store.StateClaimed || it.fence != fence || it.expireAt <= until {
 			return false, nil // cond failed
 		}
 	}
 	in.UpdateExpression = aws.String(set)
 	in.ConditionExpression = aws.String(cond + " AND expireAt > :expireAt")
-	in.ReturnValuesOnConditionCheckFailure = ""
-	return s.update(ctx, op, in)
+	if wid == "" {
+		in.ReturnValuesOnConditionCheckFailure = ""
+	}
+	if _, err = s.client.UpdateItem(ctx, in); err == nil {
+		return true, nil
+	}
+	if failed, sent = conditionFailed(err); !failed {
+		return false, mapError(ctx, op, err)
+	}
+	if wid == "" {
+		return false, nil
+	}
+	it, err := s.refused(ctx, op, key, sent)
+	return err == nil && own(it), err
 }
 
 // Complete implements [store.Store]: one PutItem of the outcome

@@ -28,7 +28,7 @@ const (
 	attrResponse    = "rs"       // the encoded response (binary); absent when empty
 	attrExpireAt    = "expireAt" // when DynamoDB's TTL may delete the item, in Unix seconds: the TTL attribute
 	attrLockID      = "lockId"   // only on a claim whose fingerprint is a lock id: the fingerprint again, the key of the lock-id index
-	attrWriteID     = "wid"      // on a claim and on an outcome Complete wrote: a random id of that write
+	attrWriteID     = "wid"      // on a claim and on an outcome Complete wrote: a random id of that write (of the last step's, once a claim recorded one)
 	attrSteps       = "sp"       // only once a claim recorded a step: its steps, a list of maps {n: name (S), r: result (B, absent when empty)}
 	attrStepCount   = "sc"       // only with sp: how many steps it holds, which RecordStep's condition checks
 )
@@ -44,7 +44,8 @@ const (
 const lockIndex = "lockId-index"
 
 // released is the state of a tombstone: what a release or delete leaves,
-// its fence alone, invisible and claimable.
+// invisible and claimable, with its fence (and after a release the
+// claim's fingerprint and steps, for the next claim).
 const released store.State = 0
 
 // encodedPrefix marks a partition key that is its record key in base64url.

@@ -194,10 +194,11 @@ func TestTakeOverWithStepsRoundTrips(t *testing.T) {
 }
 
 // TestLargestFingerprintHoldsAllSteps: a claim whose fingerprint is the
-// largest the store accepts records steps up to store.MaxSteps and
-// store.MaxStepBytes (DynamoDB's 400 KB counted as dynalite counts it,
-// as DynamoDB does) and carries them through a release; a fingerprint one
-// byte larger is refused with InvalidArgument before any request.
+// largest the store accepts, under the longest key, records steps up to
+// store.MaxSteps and store.MaxStepBytes and carries them through a
+// release (dynalite refuses an item over 400 KB, counted as DynamoDB
+// counts it); a fingerprint one byte larger is refused with
+// InvalidArgument before any request.
 func TestLargestFingerprintHoldsAllSteps(t *testing.T) {
 	t.Parallel()
 	client, c := newClient(t, testenv.Dynamo(t).URL)
@@ -239,5 +240,41 @@ func TestLargestFingerprintHoldsAllSteps(t *testing.T) {
 		if st.Name != name || !bytes.Equal(st.Result, result) {
 			t.Fatalf("step %d came back changed", i)
 		}
+	}
+}
+
+// TestStepWhoseAnswerWasLost: a RecordStep whose write reached DynamoDB
+// but whose answer was lost is sent again by the SDK; the retry meets the
+// step the first one recorded and is refused, and the store, seeing its
+// own write, reports the step recorded, once. A step kept less than the
+// lease (whose second write is the one that lands) is the same.
+func TestStepWhoseAnswerWasLost(t *testing.T) {
+	t.Parallel()
+	client, c := newClient(t, testenv.Dynamo(t).URL)
+	opt, _ := newTable(t, client)
+	s := newStore(t, client, opt)
+	ctx := t.Context()
+	rec, _, err := s.Claim(ctx, "k", testFP, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, keep := range []time.Duration{time.Hour, time.Millisecond} {
+		name := "charge-" + keep.String()
+		c.loseAnswer.Store(&name)
+		c.take()
+		ok, err := s.RecordStep(ctx, "k", rec.Fence, i, store.Step{Name: name, Result: []byte("ch_1")}, keep)
+		if err != nil || !ok {
+			t.Fatalf("RecordStep (keep %v) whose answer was lost: %v, %v; want recorded", keep, ok, err)
+		}
+		if n, by := c.take(); c.loseAnswer.Load() != nil || n < 2 {
+			t.Fatalf("keep %v: the answer was not lost and the request not retried: %d requests (%s)", keep, n, by)
+		}
+		if ok, err := s.RecordStep(ctx, "k", rec.Fence, i, store.Step{Name: name, Result: []byte("ch_2")}, keep); err != nil || ok {
+			t.Fatalf("keep %v: the step again: %v, %v; want refused", keep, ok, err)
+		}
+	}
+	got, _, err := s.Get(ctx, "k")
+	if err != nil || len(got.Steps) != 2 || string(got.Steps[0].Result) != "ch_1" || string(got.Steps[1].Result) != "ch_1" {
+		t.Fatalf("the claim's steps: %+v, %v; want the two first ones", got.Steps, err)
 	}
 }
