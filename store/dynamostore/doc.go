@@ -3,7 +3,8 @@
 // ([store.Store]), serving the guard
 // ([github.com/idemkit/idemkit/middleware]) and the lock library
 // ([github.com/idemkit/idemkit/lock]) alike. It is also a [store.Records],
-// a [store.Lister] and a lock-id finder ([Store.FindClaim]).
+// a [store.Lister], a [store.Stepper] (a claim's steps live in its item)
+// and a lock-id finder ([Store.FindClaim]).
 //
 //	client := dynamodb.NewFromConfig(awsConfig)
 //	if err := dynamostore.CreateTable(ctx, client); err != nil { ... } // or the table of docs/backends.md
@@ -11,8 +12,10 @@
 //	guard, err := middleware.New(s) // idempotent requests
 //	locks, err := lock.New(s)       // distributed locks with fencing
 //
-// Claims, completions, extensions, releases and deletions are each one
-// conditional write, so a first execution costs two round trips; a claim
+// Claims, completions, extensions, releases, deletions and steps are each
+// one conditional write, so a first execution costs two round trips (a
+// claim that takes over a record with steps, and an extension or a step
+// that would shorten the item's keep, make one more); a claim
 // refused by a live record (a replay, or busy) gets the item back with
 // the refusal: one round trip on DynamoDB (two on emulators that do not
 // send it back, such as dynalite, the one the tests run on). DynamoDB

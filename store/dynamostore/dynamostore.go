@@ -19,6 +19,7 @@ import (
 var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 const (
@@ -156,10 +157,12 @@ func (s *Store) values(now int64, more map[string]types.AttributeValue, exprs ..
 // They are written as ORs of flat ANDs: dynalite's expression parser
 // backtracks on nested parentheses, and the nested form of the claim's
 // condition cost it 25 ms per request against 1.7 ms for this one
-// (DynamoDB reads both alike).
+// (DynamoDB reads both alike). condClaimable leaves out a run-out claim or
+// a tombstone that carries steps (sc): a claim overwriting it would drop
+// steps it may have to carry, so Claim takes it over by [Store.takeOver].
 const (
 	condLive      = "(st = :claimed AND ex > :cut) OR (st > :claimed AND ex > :now)"
-	condClaimable = "attribute_not_exists(pk) OR (fe < :fence AND st = :released) OR (fe < :fence AND st = :claimed AND ex <= :cut) OR (fe < :fence AND st > :claimed AND ex <= :now)"
+	condClaimable = "attribute_not_exists(pk) OR (fe < :fence AND st = :released AND attribute_not_exists(sc)) OR (fe < :fence AND st = :claimed AND ex <= :cut AND attribute_not_exists(sc)) OR (fe < :fence AND st > :claimed AND ex <= :now)"
 	condHeld      = "fe = :fence AND st = :claimed AND ex > :now"
 	condPut       = "attribute_not_exists(pk) OR fe <= :fence OR NOT (" + condLive + ")"
 )
@@ -191,7 +194,10 @@ func (s *Store) refused(ctx context.Context, op, key string, old map[string]type
 // item whose fence is not lower (a clock behind, claims within one ms) is
 // tried again with that fence plus one. A refusal by this call's own claim
 // (its write id: the SDK retried a PutItem whose first answer was lost) is
-// the claim made.
+// the claim made. A run-out claim or a tombstone that carries steps
+// refuses the PutItem too, and is taken over by one more write
+// ([Store.takeOver]) that carries its steps to the new claim when the
+// fingerprint is the same.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl), s.checkFingerprint(op, key, fp)); err != nil {
@@ -252,11 +258,77 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 			return it.record(), false, nil
 		}
 		floor = it.fence
+		if len(it.steps) > 0 {
+			rec, done, err := s.takeOver(ctx, it, fp, ttl, &ids)
+			if done || err != nil {
+				return rec, done, err
+			}
+		}
 	}
 }
 
+// takeOver claims key from it, a run-out claim or a tombstone that
+// carries steps, by one write conditioned on the item being it still (its
+// fence, state, expiry and step count): an UpdateItem that keeps its
+// steps for the new claim when they are fp's and their keep has not run
+// out, else a PutItem of the new claim without them. The new claim is
+// kept at least as long as it was. done = false when the item changed
+// since it was read (the caller tries again).
+func (s *Store) takeOver(ctx context.Context, it *item, fp string, ttl time.Duration, ids *[]string) (store.Record, bool, error) {
+	const op = "claim"
+	now := s.now()
+	fence := max(it.fence+1, idemkit.Fence(max(now, 1)))
+	if fence > idemkit.FenceMax {
+		return store.Record{}, false, idemkit.NewError(idemkit.CodeInternal, op, fmt.Sprintf("fence overflow: the next fence %s exceeds the maximum %s", fence, idemkit.FenceMax), nil)
+	}
+	expires := sat(now, ttl.Milliseconds())
+	c := &contents{
+		key: it.key, fp: fp, state: store.StateClaimed, fence: fence, expires: expires, created: now,
+		expireAt: expireAt(expires, fence, true, s.cfg.step, s.cfg.skew), writeID: newWriteID(),
+	}
+	*ids = append(*ids, c.writeID)
+	const pin = "fe = :of AND st = :os AND ex = :oe AND sc = :on"
+	values := map[string]types.AttributeValue{
+		":of": num(int64(it.fence)), ":os": num(int64(it.state)), ":oe": num(it.expires), ":on": num(int64(len(it.steps))),
+	}
+	rec := store.Record{
+		Key: it.key, Fingerprint: fp, State: store.StateClaimed, Fence: fence,
+		CreatedAt: time.UnixMilli(now), ExpiresAt: time.UnixMilli(expires),
+	}
+	var err error
+	if it.fp == fp && it.stepsKept(now) {
+		set := "SET st = :st, fe = :fe, ex = :ex, ca = :ca, expireAt = :expireAt, wid = :wid"
+		values[":st"], values[":fe"], values[":ex"], values[":ca"] = num(int64(store.StateClaimed)), num(int64(fence)), num(expires), num(now)
+		values[":expireAt"], values[":wid"] = num(max(c.expireAt, it.expireAt)), &types.AttributeValueMemberS{Value: c.writeID}
+		if engine.LockID(fp) {
+			set += ", lockId = :lockId"
+			values[":lockId"] = &types.AttributeValueMemberS{Value: fp}
+		}
+		_, err = s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &s.cfg.table, Key: s.pk(it.key), UpdateExpression: aws.String(set),
+			ConditionExpression: aws.String(pin), ExpressionAttributeValues: values,
+		})
+		rec.Steps = it.steps
+	} else {
+		_, err = s.client.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: &s.cfg.table, Item: c.item(), ConditionExpression: aws.String(pin), ExpressionAttributeValues: values,
+		})
+	}
+	if err != nil {
+		if failed, _ := conditionFailed(err); failed {
+			return store.Record{}, false, nil
+		}
+		return store.Record{}, false, mapError(ctx, op, err)
+	}
+	return rec, true, nil
+}
+
 // Extend implements [store.Store]: one UpdateItem conditioned on the claim
-// being held and live by the client's clock.
+// being held and live by the client's clock, and on its expireAt being no
+// later than the new lease's. An item kept longer (its steps' keep, a
+// lease shortened) refuses it and gets a second UpdateItem that moves the
+// lease alone, so that Extend never shortens a keep (DynamoDB has no max
+// to write in one).
 func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl time.Duration) (time.Time, bool, error) {
 	const op = "extend"
 	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence), engine.ValidateTTL(op, ttl)); err != nil {
@@ -264,23 +336,74 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	}
 	now := s.now()
 	expires := sat(now, ttl.Milliseconds())
-	_, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           &s.cfg.table,
-		Key:                 s.pk(key),
-		UpdateExpression:    aws.String("SET ex = :ex, expireAt = :expireAt"),
-		ConditionExpression: aws.String(condHeld),
+	ok, err := s.raise(ctx, op, key, fence, &dynamodb.UpdateItemInput{
+		TableName:        &s.cfg.table,
+		Key:              s.pk(key),
+		UpdateExpression: aws.String("SET ex = :ex"),
 		ExpressionAttributeValues: s.values(now, map[string]types.AttributeValue{
 			":fence": num(int64(fence)), ":ex": num(expires),
-			":expireAt": num(expireAt(expires, fence, true, s.cfg.step, s.cfg.skew)),
 		}, condHeld),
-	})
-	if err != nil {
-		if failed, _ := conditionFailed(err); failed {
-			return time.Time{}, false, nil
-		}
-		return time.Time{}, false, mapError(ctx, op, err)
+	}, condHeld, expireAt(expires, fence, true, s.cfg.step, s.cfg.skew), "")
+	if !ok || err != nil {
+		return time.Time{}, false, err
 	}
 	return time.UnixMilli(expires), true, nil
+}
+
+// raise makes the conditional update in of key's item, whose condition
+// is cond (which requires the claim of fence), and raises the item's
+// expireAt to until (s) in the same write when it is no later: in's
+// UpdateExpression (a SET) with expireAt = until, under cond and expireAt
+// <= until. When that is refused by an item that may have met cond with a
+// later expireAt (the claim's item, sent back with the refusal; or any, on
+// an endpoint that sends none), in is sent as it is under cond and
+// expireAt > until: no write ever lowers an expireAt, and at most one of
+// the two lands, since a claim's expireAt only grows. ok = false when cond
+// failed, unless wid is not "" (in sets wid = :wid) and the item that
+// refused carries the claim with that write id: the SDK retried a write
+// whose answer was lost, and the write landed.
+func (s *Store) raise(ctx context.Context, op, key string, fence idemkit.Fence, in *dynamodb.UpdateItemInput, cond string, until int64, wid string) (bool, error) {
+	own := func(it *item) bool {
+		return wid != "" && it != nil && it.state == store.StateClaimed && it.fence == fence && it.writeID == wid
+	}
+	set := *in.UpdateExpression
+	in.ExpressionAttributeValues[":expireAt"] = num(until)
+	in.UpdateExpression = aws.String(set + ", expireAt = :expireAt")
+	in.ConditionExpression = aws.String(cond + " AND expireAt <= :expireAt")
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
+	_, err := s.client.UpdateItem(ctx, in)
+	if err == nil {
+		return true, nil
+	}
+	failed, sent := conditionFailed(err)
+	if !failed {
+		return false, mapError(ctx, op, err)
+	}
+	if len(sent) > 0 {
+		it, err := decode(op, key, sent)
+		if err != nil || own(it) {
+			return err == nil, err
+		}
+		if it.state != store.StateClaimed || it.fence != fence || it.expireAt <= until {
+			return false, nil // cond failed
+		}
+	}
+	in.UpdateExpression = aws.String(set)
+	in.ConditionExpression = aws.String(cond + " AND expireAt > :expireAt")
+	if wid == "" {
+		in.ReturnValuesOnConditionCheckFailure = ""
+	}
+	if _, err = s.client.UpdateItem(ctx, in); err == nil {
+		return true, nil
+	}
+	if failed, sent = conditionFailed(err); !failed {
+		return false, mapError(ctx, op, err)
+	}
+	if wid == "" {
+		return false, nil
+	}
+	it, err := s.refused(ctx, op, key, sent)
+	return err == nil && own(it), err
 }
 
 // Complete implements [store.Store]: one PutItem of the outcome
@@ -324,10 +447,11 @@ func (s *Store) outcome(rec store.Record, ttl time.Duration, now int64) *content
 	}
 }
 
-// checkFingerprint refuses a fingerprint a record item cannot hold.
+// checkFingerprint refuses a fingerprint a claim's item cannot hold with
+// its steps.
 func (s *Store) checkFingerprint(op, key, fp string) error {
-	if maxResponse(key, fp) < 0 {
-		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("a %d-byte fingerprint does not fit a record item", len(fp)), nil)
+	if maxResponse(key, fp) < stepsBytes {
+		return idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("a %d-byte fingerprint does not fit a record item beside its steps", len(fp)), nil)
 	}
 	return nil
 }
@@ -344,13 +468,19 @@ func (s *Store) checkOutcome(op string, rec store.Record) error {
 	return nil
 }
 
-// tombstone is the update that turns a record into a tombstone: its fence
-// alone, invisible and claimable. Its expireAt stays: every record's is
-// past its fence floor already.
-const tombstone = "SET st = :released, ex = :now REMOVE fp, rs, ca, lockId, wid"
+// released is the update that turns a claim into a tombstone: invisible
+// and claimable, with its fence, and its fingerprint and steps (if any)
+// for the next claim. tombstone turns a record into a tombstone of its
+// fence alone. Either keeps expireAt: every record's is past its fence
+// floor already, and a claim's past its steps' keep.
+const (
+	releasedClaim = "SET st = :released, ex = :now REMOVE rs, ca, lockId, wid"
+	tombstone     = "SET st = :released, ex = :now REMOVE fp, rs, ca, lockId, wid, sp, sc"
+)
 
 // Release implements [store.Store]: one UpdateItem that leaves a
-// tombstone, conditioned on the claim being held and live.
+// tombstone, conditioned on the claim being held and live. The tombstone
+// keeps the claim's fingerprint and steps.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
 	const op = "release"
 	if err := engine.Ready(ctx, op, engine.ValidateFenced(op, key, fence)); err != nil {
@@ -360,9 +490,9 @@ func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (b
 	return s.update(ctx, op, &dynamodb.UpdateItemInput{
 		TableName:                 &s.cfg.table,
 		Key:                       s.pk(key),
-		UpdateExpression:          aws.String(tombstone),
+		UpdateExpression:          aws.String(releasedClaim),
 		ConditionExpression:       aws.String(condHeld),
-		ExpressionAttributeValues: s.values(now, map[string]types.AttributeValue{":fence": num(int64(fence))}, tombstone, condHeld),
+		ExpressionAttributeValues: s.values(now, map[string]types.AttributeValue{":fence": num(int64(fence))}, releasedClaim, condHeld),
 	})
 }
 

@@ -40,3 +40,6 @@ func Stored(ctx context.Context, s *Store, key string) (fence idemkit.Fence, rec
 
 // MaxResponse is the largest response an item of key and fp holds.
 var MaxResponse = maxResponse
+
+// StepsBytes is the room a claim's item keeps for its steps.
+const StepsBytes = stepsBytes

@@ -20,7 +20,7 @@ import (
 // are Unix milliseconds by the writing client's clock, but for expireAt.
 const (
 	attrKey         = "pk"       // the record key (the partition key, a string: see encodeKey)
-	attrFingerprint = "fp"       // the request's fingerprint: a string, or binary when it is not valid UTF-8; absent on a tombstone
+	attrFingerprint = "fp"       // the request's fingerprint: a string, or binary when it is not valid UTF-8; absent on a deleted record's tombstone
 	attrState       = "st"       // 0 released or deleted, 1 claimed, 2 completed, 3 not replayable
 	attrFence       = "fe"       // the fence of the claim
 	attrExpires     = "ex"       // when the lease or the outcome runs out
@@ -28,7 +28,15 @@ const (
 	attrResponse    = "rs"       // the encoded response (binary); absent when empty
 	attrExpireAt    = "expireAt" // when DynamoDB's TTL may delete the item, in Unix seconds: the TTL attribute
 	attrLockID      = "lockId"   // only on a claim whose fingerprint is a lock id: the fingerprint again, the key of the lock-id index
-	attrWriteID     = "wid"      // on a claim and on an outcome Complete wrote: a random id of that write
+	attrWriteID     = "wid"      // on a claim and on an outcome Complete wrote: a random id of that write (of the last step's, once a claim recorded one)
+	attrSteps       = "sp"       // only once a claim recorded a step: its steps, a list of maps {n: name (S), r: result (B, absent when empty)}
+	attrStepCount   = "sc"       // only with sp: how many steps it holds, which RecordStep's condition checks
+)
+
+// The attributes of a step in attrSteps.
+const (
+	attrStepName   = "n"
+	attrStepResult = "r"
 )
 
 // lockIndex is the global secondary index on attrLockID that
@@ -36,7 +44,8 @@ const (
 const lockIndex = "lockId-index"
 
 // released is the state of a tombstone: what a release or delete leaves,
-// its fence alone, invisible and claimable.
+// invisible and claimable, with its fence (and after a release the
+// claim's fingerprint and steps, for the next claim).
 const released store.State = 0
 
 // encodedPrefix marks a partition key that is its record key in base64url.
@@ -74,6 +83,15 @@ type item struct {
 	response  []byte
 	writeID   string
 	hasLockID bool
+	expireAt  int64        // s; 0 when absent
+	steps     []store.Step // the recorded steps (attrSteps); nil without any
+}
+
+// stepsKept reports whether the item's steps are there for a new claim at
+// now (ms): it has some, and its TTL, which DynamoDB may not have acted on
+// yet, has not passed.
+func (it *item) stepsKept(now int64) bool {
+	return len(it.steps) > 0 && now < it.expireAt*1000
 }
 
 // live reports whether the item holds a claim or an outcome that has not
@@ -98,6 +116,9 @@ func (it *item) record() store.Record {
 	}
 	if len(it.response) > 0 {
 		rec.Response = it.response
+	}
+	if it.state == store.StateClaimed && len(it.steps) > 0 {
+		rec.Steps = it.steps
 	}
 	return rec
 }
@@ -155,8 +176,64 @@ func decode(op, key string, m map[string]types.AttributeValue) (*item, error) {
 		it.writeID = v.Value
 	}
 	_, it.hasLockID = m[attrLockID]
+	if v, present := m[attrExpireAt]; present {
+		if it.expireAt, ok = number(v); !ok {
+			return nil, malformed(op, "the expireAt attribute is not an integer")
+		}
+	}
+	steps, err := decodeSteps(op, m)
+	if err != nil {
+		return nil, err
+	}
+	it.steps = steps
 	it.state, it.fence = store.State(st), idemkit.Fence(fence)
 	return it, nil
+}
+
+// decodeSteps reads the steps of item m (nil without any): attrSteps,
+// which must hold as many steps as attrStepCount says. Each result is a
+// copy, never the response's memory.
+func decodeSteps(op string, m map[string]types.AttributeValue) ([]store.Step, error) {
+	count, present := m[attrStepCount]
+	list, listed := m[attrSteps]
+	if !present && !listed {
+		return nil, nil
+	}
+	n, ok := number(count)
+	l, isList := list.(*types.AttributeValueMemberL)
+	if !ok || !isList || n != int64(len(l.Value)) || n < 1 || n > store.MaxSteps {
+		return nil, malformed(op, "the sp and sc attributes do not hold the same number of steps")
+	}
+	steps := make([]store.Step, len(l.Value))
+	for i, v := range l.Value {
+		sm, ok := v.(*types.AttributeValueMemberM)
+		if !ok {
+			return nil, malformed(op, "a step in sp is not a map")
+		}
+		name, ok := sm.Value[attrStepName].(*types.AttributeValueMemberS)
+		if !ok || name.Value == "" {
+			return nil, malformed(op, "a step in sp has no name")
+		}
+		steps[i].Name = name.Value
+		switch r := sm.Value[attrStepResult].(type) {
+		case nil:
+		case *types.AttributeValueMemberB:
+			steps[i].Result = append([]byte(nil), r.Value...)
+		default:
+			return nil, malformed(op, "a step's result in sp is not binary")
+		}
+	}
+	return steps, nil
+}
+
+// stepValue is the attribute of step in attrSteps: a list of it alone,
+// for list_append.
+func stepValue(step store.Step) types.AttributeValue {
+	m := map[string]types.AttributeValue{attrStepName: &types.AttributeValueMemberS{Value: step.Name}}
+	if len(step.Result) > 0 {
+		m[attrStepResult] = &types.AttributeValueMemberB{Value: step.Result}
+	}
+	return &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberM{Value: m}}}
 }
 
 func number(v types.AttributeValue) (int64, bool) {
@@ -245,10 +322,16 @@ func sat(a, b int64) int64 {
 // DynamoDB's item limit, and what an item holds besides its key,
 // fingerprint and response: the attribute names and numbers of up to 21
 // digits (DynamoDB counts a number as at most 21 bytes), with room to
-// spare.
+// spare. A claim's steps may add stepsBytes: store.MaxStepBytes of names
+// and results and, per step, its list element, its map and the map's
+// attribute names (DynamoDB counts 3 bytes for a list or map, 1 per
+// element, and the names: 8 bytes a step), then sp and sc themselves,
+// with room to spare. A claim has no response and an outcome no steps, so
+// a fingerprint that leaves stepsBytes free holds both.
 const (
 	maxItemBytes = 400 << 10
 	itemOverhead = 256
+	stepsBytes   = store.MaxStepBytes + 16*store.MaxSteps + 64
 )
 
 // maxResponse returns the largest response an item of key and fp holds
