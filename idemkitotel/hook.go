@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -37,6 +38,10 @@ const (
 	keyBackendOp = attribute.Key("idemkit.backend.operation")
 	keyResult    = attribute.Key("idemkit.backend.result")
 	keyErrorType = attribute.Key("error.type")
+
+	keyStepName     = attribute.Key("idemkit.step.name")
+	keyStepIndex    = attribute.Key("idemkit.step.index")
+	keyStepReplayed = attribute.Key("idemkit.step.replayed")
 )
 
 // Option configures [New].
@@ -199,6 +204,11 @@ func (h *Hook) IdempotencyEvent(ctx context.Context, e middleware.Event) {
 			st.span.AddEvent(e.Kind.String(), trace.WithAttributes(eventAttrs(e)...))
 		}
 		return
+	case middleware.EventStepRecorded, middleware.EventStepReplayed:
+		if st != nil {
+			h.step(st, e)
+		}
+		return
 	}
 	if !e.Kind.Outcome() {
 		return
@@ -207,6 +217,20 @@ func (h *Hook) IdempotencyEvent(ctx context.Context, e middleware.Event) {
 	if st != nil {
 		h.end(st.span, e)
 	}
+}
+
+// step records a step of the work ([middleware.Step]) as a span under the
+// call's, named "step <name>": from when the step began to its recording
+// for a step that ran, an instant for one replayed from its recovery
+// point (idemkit.step.replayed).
+func (h *Hook) step(st *callState, e middleware.Event) {
+	end := time.Now()
+	_, span := h.tracer.Start(st, "step "+e.StepName, trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(end.Add(-e.Ran)))
+	if span.IsRecording() {
+		span.SetAttributes(keyStepName.String(e.StepName), keyStepIndex.Int(e.StepIndex),
+			keyStepReplayed.Bool(e.Kind == middleware.EventStepReplayed), keySize.Int(e.Size))
+	}
+	span.End(trace.WithTimestamp(end))
 }
 
 // stateOf returns the state of the call an event of kind belongs to, nil

@@ -19,18 +19,19 @@ const (
 	opGet
 	opDelete
 	opCommit
+	opRecordStep
 	numOps
 )
 
-var opNames = [numOps]string{"claim", "extend", "complete", "release", "get", "delete", "commit"}
+var opNames = [numOps]string{"claim", "extend", "complete", "release", "get", "delete", "commit", "record-step"}
 
 // The results of backend operations, as idemkit.backend.result names them.
 const (
 	resClaimed = iota // claim: a new claim was made
 	resBusy           // claim: a live claim of another call is there
 	resDone           // claim: an outcome is there (completed or not replayable)
-	resOK             // extend, complete, release: it took effect; get: a record was found; delete: one was deleted
-	resRefused        // extend, complete, release: the record no longer carries the claim; get, delete: no record
+	resOK             // extend, complete, release, record-step: it took effect; get: a record was found; delete: one was deleted
+	resRefused        // extend, complete, release, record-step: the record no longer carries the claim; get, delete: no record
 	numResults
 )
 
@@ -72,10 +73,39 @@ func newBackendAttrs() backendAttrs {
 // sealed store through it, in whichever order the two are combined.
 func (h *Hook) Store(s store.Store) store.Store {
 	m := &measuredStore{next: s, h: h}
-	if w, ok := s.(store.Watcher); ok {
+	w, watches := s.(store.Watcher)
+	st, steps := s.(store.Stepper)
+	switch {
+	case watches && steps:
+		return &struct {
+			*watchingStore
+			stepRecorder
+		}{&watchingStore{measuredStore: m, watcher: w}, stepRecorder{m, st}}
+	case watches:
 		return &watchingStore{measuredStore: m, watcher: w}
+	case steps:
+		return &struct {
+			*measuredStore
+			stepRecorder
+		}{m, stepRecorder{m, st}}
 	}
 	return m
+}
+
+// stepRecorder is the store.Stepper of the store [Hook.Store] returns for
+// a store that records steps: its recordings counted and timed as
+// record-step.
+type stepRecorder struct {
+	m  *measuredStore
+	st store.Stepper
+}
+
+// RecordStep calls the store's RecordStep, counted as ok or refused.
+func (r stepRecorder) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
+	start := time.Now()
+	ok, err := r.st.RecordStep(ctx, key, fence, index, step, keep)
+	r.m.record(ctx, opRecordStep, okResult(ok), err, start)
+	return ok, err
 }
 
 // watchingStore is the store [Hook.Store] returns for a store that
