@@ -168,11 +168,12 @@ type row struct {
 	state                int64
 	response             []byte
 	fence                int64
-	createdAt, expiresAt int64 // Unix microseconds
+	createdAt, expiresAt int64  // Unix microseconds
+	steps                []byte // a claim's steps (see encodeStep); NULL (nil) when it has none
 }
 
 func (r *row) dest() []any {
-	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
+	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt, &r.steps}
 }
 
 // micros is a time the table holds, in Unix microseconds.
@@ -192,6 +193,13 @@ func (r *row) record(op, key string) (store.Record, error) {
 		rec.Response = r.response
 	} else if st == store.StateCompleted {
 		rec.Response = []byte{}
+	}
+	if st == store.StateClaimed && len(r.steps) > 0 {
+		steps, err := decodeSteps(op, r.steps)
+		if err != nil {
+			return store.Record{}, err
+		}
+		rec.Steps = steps
 	}
 	return rec, nil
 }
@@ -279,7 +287,8 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	if s.renewer.active() {
 		// Works hold transactions, and may hold every connection of the
 		// pool: renew on the connection kept for it.
-		until, err = s.renewer.extend(ctx, s.q.extendSQL(key, fence, ttl))
+		q := s.q.extendSQL(key, fence, ttl)
+		until, err = s.renewer.exec(ctx, op, func(int) string { return q })
 	} else {
 		until, err = s.exec(ctx, op, true, s.q.extendSQL(key, fence, ttl))
 	}
