@@ -121,7 +121,7 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // Store is the MySQL/MariaDB engine: a [store.Store], [store.Records],
-// [store.Lister] and [store.Transactor], with [Store.FindClaim] for the
+// [store.Lister], [store.Transactor] and [store.Stepper], with [Store.FindClaim] for the
 // lock library, one row per record key. It is safe for concurrent use when
 // its [DB] is (a *sql.DB is; a *sql.Conn or a *sql.Tx is not).
 type Store struct {
@@ -230,7 +230,8 @@ func lockID(fp string) string {
 
 // Claim implements [store.Store]: one CALL of the table's claim procedure
 // ([SetupSchema]); a claim answered by a live record reads it and writes
-// nothing.
+// nothing. A take-over that carries steps ([store.Stepper]) answers them
+// in the same CALL.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl)); err != nil {

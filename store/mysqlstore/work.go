@@ -35,9 +35,11 @@ var ErrNoTransaction = errors.New("mysqlstore: no transaction: the context is no
 // Commit or Rollback: the guard ends the transaction (SAVEPOINT and
 // ROLLBACK TO SAVEPOINT work). A deadlock that InnoDB answered to one of
 // its statements rolled the whole transaction back: the guard's commit
-// then fails with store.ErrWorkConflict, even if the work went on. Outside
-// guarded work: [ErrNoTransaction]. docs/backends.md (Exactly-once
-// effects) tells the whole contract.
+// then fails with store.ErrWorkConflict, even if the work went on. Within
+// an atomic step of the work, Tx returns the step's own transaction,
+// which commits with the step's recovery point; the work's own begins
+// after its last step. Outside guarded work: [ErrNoTransaction].
+// docs/backends.md (Exactly-once effects) tells the whole contract.
 func Tx(ctx context.Context) (DB, error) {
 	w, ok := ctx.Value(workKey{}).(*work)
 	if !ok {
