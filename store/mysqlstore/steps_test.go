@@ -53,7 +53,7 @@ func stepNames(steps []store.Step) string {
 
 // TestStepsKeptForTheirKeep: on a server whose clock the test moves on,
 // with a sweep wherever a sweeper might run, a step's keep outlives the
-// claim's lease and retention, a take-over keeps it, and a release's
+// claim's lease and retention and an Extend, a take-over keeps it, and a release's
 // tombstone keeps it (and its fingerprint) past the fence rule's time;
 // past every keep the steps are gone and the fence still grows.
 func TestStepsKeptForTheirKeep(t *testing.T) {
@@ -77,6 +77,10 @@ func TestStepsKeptForTheirKeep(t *testing.T) {
 	keep := store.ClaimRetention + 10*time.Minute
 	c := mustClaimKey(t, s, k, fp, lease)
 	mustStep(t, s, c, 0, "reserve", "r-1", keep)
+	// An extension of the lease keeps the keep the step set.
+	if _, ok, err := s.Extend(ctx, k, c.Fence, lease); err != nil || !ok {
+		t.Fatalf("Extend: %v, %v", ok, err)
+	}
 	// The holder crashed: past its lease and the claim retention, the
 	// row (else swept) keeps its steps for the retry.
 	clock.Step(lease + store.ClaimRetention + 5*time.Minute)
@@ -294,5 +298,35 @@ func TestDecodeStepsRefusesWhatNoStoreWrote(t *testing.T) {
 		if _, err := decodeSteps("get", bad); err == nil {
 			t.Errorf("decodeSteps(%x): no error", bad)
 		}
+	}
+}
+
+// TestListAndGetReturnALiveClaimsSteps: List, like Get, returns a live
+// claim's steps, and no steps of an outcome.
+func TestListAndGetReturnALiveClaimsSteps(t *testing.T) {
+	t.Parallel()
+	s, _ := stepStore(t)
+	ctx := t.Context()
+	c := mustClaimKey(t, s, "list:claim", fp, time.Minute)
+	mustStep(t, s, c, 0, "reserve", "r-1", time.Hour)
+	mustStep(t, s, c, 1, "charge", "ch_1", time.Hour)
+	o := mustClaimKey(t, s, "list:outcome", fp, time.Minute)
+	mustStep(t, s, o, 0, "reserve", "r-2", time.Hour)
+	o.State, o.Response = store.StateCompleted, []byte("done")
+	if ok, err := s.Complete(ctx, o, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete: %v, %v", ok, err)
+	}
+	recs, _, err := s.List(ctx, "list:", "", 10)
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("List: %d records, %v; want 2", len(recs), err)
+	}
+	if got := stepNames(recs[0].Steps); recs[0].Key != "list:claim" || got != "reserve=r-1,charge=ch_1" {
+		t.Fatalf("List's claim %q: steps %q; want reserve=r-1,charge=ch_1", recs[0].Key, got)
+	}
+	if recs[1].Steps != nil {
+		t.Fatalf("List's outcome: steps %q; want none", stepNames(recs[1].Steps))
+	}
+	if got, ok, err := s.Get(ctx, "list:claim"); err != nil || !ok || stepNames(got.Steps) != "reserve=r-1,charge=ch_1" {
+		t.Fatalf("Get: %q, %v, %v", stepNames(got.Steps), ok, err)
 	}
 }
