@@ -2,10 +2,14 @@ package mysqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idemkit"
 	"github.com/idemkit/idemkit/internal/testenv"
@@ -208,5 +212,82 @@ func TestStepTxRolledBackOnFailure(t *testing.T) {
 		return nil, nil
 	}); idemkit.CodeOf(err) != idemkit.CodeInvalidArgument {
 		t.Fatalf("index MaxSteps: %v; want InvalidArgument", err)
+	}
+}
+
+// TestStepTxDeadlockFailsTheStep: a statement of the step's fn loses a
+// deadlock (InnoDB rolls the step's whole transaction back) and fn
+// returns as if it had not: the step fails with store.ErrWorkConflict,
+// nothing of it lands (neither its write nor its recovery point), and the
+// step can run again.
+func TestStepTxDeadlockFailsTheStep(t *testing.T) {
+	t.Parallel()
+	s, admin, _ := stepTx(t)
+	ctx := t.Context()
+	accounts := strings.TrimSuffix(tableOf(s), "`records`") + "`accounts`"
+	if _, err := admin.ExecContext(ctx, `CREATE TABLE `+accounts+` (id INT PRIMARY KEY, n INT NOT NULL) ENGINE=InnoDB`); err != nil {
+		t.Fatal(err)
+	}
+	// Row 1 for the step; rows 2 to 201 for the other transaction, which
+	// changes them all and so weighs more: InnoDB rolls the step back.
+	var values []string
+	for id := 1; id <= 201; id++ {
+		values = append(values, fmt.Sprintf("(%d, 0)", id))
+	}
+	if _, err := admin.ExecContext(ctx, `INSERT INTO `+accounts+` VALUES `+strings.Join(values, ", ")); err != nil {
+		t.Fatal(err)
+	}
+	pool := admin.(*sql.DB)
+	c := mustClaimKey(t, s, "deadlock", fp, time.Minute)
+	wctx, w := workOf(t, s, c)
+	other := make(chan error, 1)
+	var deadlocked error
+	_, ok, err := w.Step(wctx, 0, "charge", time.Hour, func(ctx context.Context) ([]byte, error) {
+		tx, err := Tx(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+accounts+` SET n = n + 1 WHERE id = 1`); err != nil {
+			return nil, err
+		}
+		otx, err := pool.BeginTx(t.Context(), nil)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := otx.ExecContext(ctx, `UPDATE `+accounts+` SET n = n + 1 WHERE id >= 2`); err != nil {
+			return nil, err
+		}
+		go func() { // waits for the step's row 1
+			_, err := otx.ExecContext(context.WithoutCancel(ctx), `UPDATE `+accounts+` SET n = n + 1 WHERE id = 1`)
+			if err == nil {
+				err = otx.Commit()
+			} else {
+				_ = otx.Rollback()
+			}
+			other <- err
+		}()
+		time.Sleep(300 * time.Millisecond) // the other transaction now waits for row 1
+		_, deadlocked = tx.ExecContext(ctx, `UPDATE `+accounts+` SET n = n + 1 WHERE id = 2`)
+		return []byte("charged"), nil // as if fn had not seen its statement fail
+	})
+	if oerr := <-other; oerr != nil {
+		t.Fatalf("the other transaction: %v; want it to win the deadlock and commit", oerr)
+	}
+	var me *mysql.MySQLError
+	if !errors.As(deadlocked, &me) || me.Number != erLockDeadlock {
+		t.Fatalf("the step's statement: %v; want a deadlock (1213)", deadlocked)
+	}
+	if ok || !errors.Is(err, store.ErrWorkConflict) {
+		t.Fatalf("the step: %v, %v; want store.ErrWorkConflict", ok, err)
+	}
+	var n int
+	if err := admin.QueryRowContext(ctx, `SELECT n FROM `+accounts+` WHERE id = 1`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("row 1: n = %d, %v; want 1, the other transaction's write alone", n, err)
+	}
+	if got, _, _ := s.Get(ctx, "deadlock"); len(got.Steps) != 0 {
+		t.Fatalf("steps after the failed step: %q; want none", stepNames(got.Steps))
+	}
+	if _, ok, err := w.Step(wctx, 0, "charge", time.Hour, func(context.Context) ([]byte, error) { return []byte("again"), nil }); err != nil || !ok {
+		t.Fatalf("the step run again: %v, %v", ok, err)
 	}
 }
