@@ -172,8 +172,14 @@ type row struct {
 	steps                []byte // a claim's steps (see encodeStep); NULL (nil) when it has none
 }
 
-func (r *row) dest() []any {
-	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt, &r.steps}
+// dest is where a row is scanned: the claim procedure's answer (after its
+// claimed column) has no steps column; the selects end with it.
+func (r *row) dest(steps bool) []any {
+	d := []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
+	if steps {
+		d = append(d, &r.steps)
+	}
+	return d
 }
 
 // micros is a time the table holds, in Unix microseconds.
@@ -246,11 +252,16 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		// Repeated after a lost connection too: should the lost try have
 		// committed, the next finds its claim and answers busy until the
 		// lease runs out, a delay, never a second execution.
-		found, err := s.read(ctx, op, query, append([]any{&claimed}, r.dest()...)...)
+		found, err := s.read(ctx, op, query, append([]any{&claimed}, r.dest(false)...)...)
 		if err != nil {
 			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
 		if found {
+			if claimed == 2 {
+				// A take-over that carried steps answers them in the
+				// response column (what it replaced had no response).
+				r.steps, r.response = r.response, nil
+			}
 			rec, err := r.record(op, key)
 			if err != nil || claimed == 0 {
 				return rec, false, err
@@ -334,7 +345,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 		return store.Record{}, false, err
 	}
 	var r row
-	found, err := s.read(ctx, op, s.q.getSQL(key), r.dest()...)
+	found, err := s.read(ctx, op, s.q.getSQL(key), r.dest(true)...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
@@ -359,7 +370,7 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 		r   row
 		key []byte
 	)
-	found, err := s.read(ctx, op, s.q.findClaimSQL(fp), append([]any{&key}, r.dest()...)...)
+	found, err := s.read(ctx, op, s.q.findClaimSQL(fp), append([]any{&key}, r.dest(true)...)...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}

@@ -62,9 +62,8 @@ CREATE TABLE IF NOT EXISTS `idemkit_records` (
 ) ENGINE=InnoDB;
 
 -- Claim: mysqlstore's claim of key k, one CALL that answers one row
--- (claimed, fingerprint, state, response, fence, created_at, expires_at,
--- steps), or none when the row kept changing under it (the caller calls
--- again). A live row (a replay, or busy) is answered by its first,
+-- (claimed, fingerprint, state, response, fence, created_at, expires_at),
+-- or none when the row kept changing under it (the caller calls again). A live row (a replay, or busy) is answered by its first,
 -- consistent read alone: no lock, no write. A key with no row gets a
 -- claim inserted; a dead row (a tombstone, a run-out claim, an expired
 -- outcome) is taken over in place by an UPDATE that matches the row
@@ -73,7 +72,8 @@ CREATE TABLE IF NOT EXISTS `idemkit_records` (
 -- won) is answered as it is. A dead claim or a release's tombstone of the
 -- same fingerprint, still within its keep_until, passes its steps (and
 -- that keep) to the new claim, which answers them; any other take-over
--- drops them. Reads after a lost race are locking reads, which see the
+-- drops them (claimed is then 2, and the response column holds the
+-- steps: what such a row replaced had no response). Reads after a lost race are locking reads, which see the
 -- newest row also inside a caller's REPEATABLE READ transaction. The
 -- fence is the clock in milliseconds, above the row's fence; a row is
 -- kept past its lease plus the retention, and past its fence read as a
@@ -114,11 +114,11 @@ BEGIN
             INSERT INTO `idemkit_records` (record_key, fingerprint, lock_id, state, response, fence, created_at, expires_at, keep_until)
                 VALUES (k, fp, lid, 1, '', ms, t, t + lease, GREATEST(t + lease + retain, (ms + 1) * 1000 + step));
             IF dup = 0 THEN
-                SELECT 1, fp, 1, '', ms, t, t + lease, NULL;
+                SELECT 1, fp, 1, '', ms, t, t + lease;
                 LEAVE claim;
             END IF;
         ELSEIF v_state <> 0 AND v_expires > t THEN
-            SELECT 0, v_fp, v_state, v_response, v_fence, v_created, v_expires, NULL; -- busy, or an outcome
+            SELECT 0, v_fp, v_state, v_response, v_fence, v_created, v_expires; -- busy, or an outcome
             LEAVE claim;
         ELSE
             SET nf = GREATEST(v_fence + 1, ms);
@@ -130,10 +130,11 @@ BEGIN
                 WHERE record_key = k AND fence = v_fence AND state = v_state AND created_at = v_created AND expires_at = v_expires
                     AND step_count = v_count;
             IF ROW_COUNT() > 0 THEN
-                -- With the replaced row's fingerprint and response, and
-                -- the steps carried over.
-                SELECT 1, v_fp, 1, v_response, nf, t, t + lease,
-                    IF(carry, (SELECT r.steps FROM `idemkit_records` AS r WHERE r.record_key = k), NULL);
+                IF carry THEN -- the steps carried over, read back by the primary key
+                    SELECT 2, v_fp, 1, (SELECT r.steps FROM `idemkit_records` AS r WHERE r.record_key = k), nf, t, t + lease;
+                ELSE -- with the replaced row's fingerprint and response
+                    SELECT 1, v_fp, 1, v_response, nf, t, t + lease;
+                END IF;
                 LEAVE claim;
             END IF;
         END IF;
