@@ -63,19 +63,20 @@ CREATE TABLE IF NOT EXISTS `idemkit_records` (
 
 -- Claim: mysqlstore's claim of key k, one CALL that answers one row
 -- (claimed, fingerprint, state, response, fence, created_at, expires_at),
--- or none when the row kept changing under it (the caller calls again). A live row (a replay, or busy) is answered by its first,
--- consistent read alone: no lock, no write. A key with no row gets a
--- claim inserted; a dead row (a tombstone, a run-out claim, an expired
--- outcome) is taken over in place by an UPDATE that matches the row
--- exactly as it was read, its fence above the last one, answering the
+-- or none when the row kept changing under it (the caller calls again).
+-- A live row (a replay, or busy) is answered by its first, consistent
+-- read alone: no lock, no write. A key with no row gets a claim inserted;
+-- a dead row (a tombstone, a run-out claim, an expired outcome) is taken
+-- over in place by an UPDATE that matches the row exactly as it was read
+-- (its step count too), its fence above the last one, answering the
 -- replaced row's fingerprint and response; a live one (a racing claim
 -- won) is answered as it is. A dead claim or a release's tombstone of the
 -- same fingerprint, still within its keep_until, passes its steps (and
--- that keep) to the new claim, which answers them; any other take-over
--- drops them (claimed is then 2, and the response column holds the
--- steps: what such a row replaced had no response). Reads after a lost race are locking reads, which see the
--- newest row also inside a caller's REPEATABLE READ transaction. The
--- fence is the clock in milliseconds, above the row's fence; a row is
+-- that keep) to the new claim, which answers them in the response column
+-- with claimed = 2 (what such a row replaced had no response); any other
+-- take-over drops them. Reads after a lost race are locking reads, which
+-- see the newest row also inside a caller's REPEATABLE READ transaction.
+-- The fence is the clock in milliseconds, above the row's fence; a row is
 -- kept past its lease plus the retention, and past its fence read as a
 -- time plus the step (durations in microseconds).
 DELIMITER //
