@@ -40,7 +40,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 				r   row
 				key []byte
 			)
-			if err := rows.Scan(append([]any{&key}, r.dest()...)...); err != nil {
+			if err := rows.Scan(append([]any{&key}, r.dest(true)...)...); err != nil {
 				return true, err
 			}
 			rec, err := r.record(op, string(key))

@@ -121,7 +121,7 @@ func newConfig(opts []Option) (config, error) {
 }
 
 // Store is the MySQL/MariaDB engine: a [store.Store], [store.Records],
-// [store.Lister] and [store.Transactor], with [Store.FindClaim] for the
+// [store.Lister], [store.Transactor] and [store.Stepper], with [Store.FindClaim] for the
 // lock library, one row per record key. It is safe for concurrent use when
 // its [DB] is (a *sql.DB is; a *sql.Conn or a *sql.Tx is not).
 type Store struct {
@@ -168,11 +168,18 @@ type row struct {
 	state                int64
 	response             []byte
 	fence                int64
-	createdAt, expiresAt int64 // Unix microseconds
+	createdAt, expiresAt int64  // Unix microseconds
+	steps                []byte // a claim's steps (see encodeStep); NULL (nil) when it has none
 }
 
-func (r *row) dest() []any {
-	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
+// dest is where a row is scanned: the claim procedure's answer (after its
+// claimed column) has no steps column; the selects end with it.
+func (r *row) dest(steps bool) []any {
+	d := []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
+	if steps {
+		d = append(d, &r.steps)
+	}
+	return d
 }
 
 // micros is a time the table holds, in Unix microseconds.
@@ -192,6 +199,13 @@ func (r *row) record(op, key string) (store.Record, error) {
 		rec.Response = r.response
 	} else if st == store.StateCompleted {
 		rec.Response = []byte{}
+	}
+	if st == store.StateClaimed && len(r.steps) > 0 {
+		steps, err := decodeSteps(op, r.steps)
+		if err != nil {
+			return store.Record{}, err
+		}
+		rec.Steps = steps
 	}
 	return rec, nil
 }
@@ -222,7 +236,8 @@ func lockID(fp string) string {
 
 // Claim implements [store.Store]: one CALL of the table's claim procedure
 // ([SetupSchema]); a claim answered by a live record reads it and writes
-// nothing.
+// nothing. A take-over that carries steps ([store.Stepper]) answers them
+// in the same CALL.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key), engine.ValidateTTL(op, ttl)); err != nil {
@@ -237,11 +252,16 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 		// Repeated after a lost connection too: should the lost try have
 		// committed, the next finds its claim and answers busy until the
 		// lease runs out, a delay, never a second execution.
-		found, err := s.read(ctx, op, query, append([]any{&claimed}, r.dest()...)...)
+		found, err := s.read(ctx, op, query, append([]any{&claimed}, r.dest(false)...)...)
 		if err != nil {
 			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
 		if found {
+			if claimed == 2 {
+				// A take-over that carried steps answers them in the
+				// response column (what it replaced had no response).
+				r.steps, r.response = r.response, nil
+			}
 			rec, err := r.record(op, key)
 			if err != nil || claimed == 0 {
 				return rec, false, err
@@ -279,7 +299,8 @@ func (s *Store) Extend(ctx context.Context, key string, fence idemkit.Fence, ttl
 	if s.renewer.active() {
 		// Works hold transactions, and may hold every connection of the
 		// pool: renew on the connection kept for it.
-		until, err = s.renewer.extend(ctx, s.q.extendSQL(key, fence, ttl))
+		q := s.q.extendSQL(key, fence, ttl)
+		until, err = s.renewer.exec(ctx, op, func(int) string { return q })
 	} else {
 		until, err = s.exec(ctx, op, true, s.q.extendSQL(key, fence, ttl))
 	}
@@ -324,7 +345,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 		return store.Record{}, false, err
 	}
 	var r row
-	found, err := s.read(ctx, op, s.q.getSQL(key), r.dest()...)
+	found, err := s.read(ctx, op, s.q.getSQL(key), r.dest(true)...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
@@ -349,7 +370,7 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 		r   row
 		key []byte
 	)
-	found, err := s.read(ctx, op, s.q.findClaimSQL(fp), append([]any{&key}, r.dest()...)...)
+	found, err := s.read(ctx, op, s.q.findClaimSQL(fp), append([]any{&key}, r.dest(true)...)...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}

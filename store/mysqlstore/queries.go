@@ -33,6 +33,7 @@ const nowSQL = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(
 // name and clock step; the methods fill in the values.
 type queries struct {
 	claim, extend, complete, release, releaseAgain, get, delete, put, sweep, list, findClaim string
+	recordStep, recordStepAgain                                                              string
 	step                                                                                     int64 // the clock step in microseconds
 }
 
@@ -44,39 +45,63 @@ type queries struct {
 // MySQL assigns SET columns left to right, each seeing those before it:
 // no expression here reads a column the same SET assigned before it.
 const (
-	// Only a live claim: one whose lease ran out is anyone's to take.
-	extendTmpl = `UPDATE {{t}} SET expires_at = LAST_INSERT_ID({{now}} + %s), keep_until = GREATEST({{now}} + %s + {{retention}}, {{fenceTime fence}})
+	// Only a live claim: one whose lease ran out is anyone's to take. The
+	// keep a step set stays.
+	extendTmpl = `UPDATE {{t}} SET expires_at = LAST_INSERT_ID({{now}} + %s),
+	keep_until = GREATEST(IF(step_count > 0, keep_until, 0), {{now}} + %s + {{retention}}, {{fenceTime fence}})
 WHERE record_key = %s AND fence = %s AND state = 1 AND expires_at > {{now}}`
 
 	// The holder's claim, or (a repeat of this very completion whose
 	// answer was lost) the same outcome under the same fence, its response
-	// compared by length and SHA-256, not sent twice.
+	// compared by length and SHA-256, not sent twice. An outcome has no
+	// steps.
 	completeTmpl = `UPDATE {{t}} SET fingerprint = %s, lock_id = NULL, state = %s, response = %s, created_at = {{now}},
-	expires_at = LAST_INSERT_ID({{now}} + %s), keep_until = GREATEST({{now}} + %s, {{fenceTime fence}})
+	expires_at = LAST_INSERT_ID({{now}} + %s), keep_until = GREATEST({{now}} + %s, {{fenceTime fence}}), steps = NULL, step_count = 0
 WHERE record_key = %s AND fence = %s
 	AND (state = 1 OR (state = %s AND fingerprint = %s AND LENGTH(response) = %s AND SHA2(response, 256) = %s))`
 
-	releaseTmpl = `UPDATE {{t}} SET state = 0, fingerprint = '', lock_id = NULL, response = '', expires_at = LAST_INSERT_ID({{now}}),
-	keep_until = GREATEST({{now}}, {{fenceTime fence}})
+	// A claim with steps leaves them in its tombstone, with its
+	// fingerprint and its keep, for the next claim of that fingerprint.
+	releaseTmpl = `UPDATE {{t}} SET state = 0, fingerprint = IF(step_count > 0, fingerprint, ''), lock_id = NULL, response = '',
+	expires_at = LAST_INSERT_ID({{now}}), keep_until = GREATEST(IF(step_count > 0, keep_until, 0), {{now}}, {{fenceTime fence}})
 WHERE record_key = %s AND fence = %s AND state = 1 AND expires_at > {{now}}`
 
 	// After a lost connection: this claim's tombstone says that the try
 	// before released it.
-	releaseAgainTmpl = `UPDATE {{t}} SET state = 0, fingerprint = '', lock_id = NULL, response = '',
+	releaseAgainTmpl = `UPDATE {{t}} SET state = 0, fingerprint = IF(step_count > 0, fingerprint, ''), lock_id = NULL, response = '',
 	keep_until = GREATEST(keep_until, {{now}}, {{fenceTime fence}}), expires_at = LAST_INSERT_ID(LEAST(expires_at, {{now}}))
 WHERE record_key = %s AND fence = %s AND (state = 0 OR (state = 1 AND expires_at > {{now}}))`
 
-	getTmpl = `SELECT fingerprint, state, response, fence, created_at, expires_at
+	// The claim's step number %s (its step count), appended whole to its
+	// steps, also once its lease ran out (nobody claimed since); the keep
+	// raises keep_until, never lowers it.
+	recordStepTmpl = `UPDATE {{t}} SET steps = CONCAT(COALESCE(steps, X''), %s), step_count = LAST_INSERT_ID(step_count + 1),
+	keep_until = GREATEST(keep_until, {{now}} + %s)
+WHERE record_key = %s AND fence = %s AND state = 1 AND step_count = %s`
+
+	// After a lost connection: the claim's steps ending with this very
+	// step at index %s say that the try before landed (a step's encoding
+	// ends with its lengths, so a match at the end is the whole last step).
+	recordStepAgainTmpl = `UPDATE {{t}} SET steps = IF(step_count = %s, CONCAT(COALESCE(steps, X''), %s), steps),
+	step_count = LAST_INSERT_ID(%s), keep_until = GREATEST(keep_until, {{now}} + %s)
+WHERE record_key = %s AND fence = %s AND state = 1
+	AND (step_count = %s OR (step_count = %s AND RIGHT(steps, %s) = %s))`
+
+	getTmpl = `SELECT fingerprint, state, response, fence, created_at, expires_at, steps
 FROM {{t}} WHERE record_key = %s AND state <> 0 AND expires_at > {{now}}`
 
 	// By the index on lock_id, which only a claim whose fingerprint is a
 	// lock id fills.
-	findClaimTmpl = `SELECT record_key, fingerprint, state, response, fence, created_at, expires_at
+	findClaimTmpl = `SELECT record_key, fingerprint, state, response, fence, created_at, expires_at, steps
 FROM {{t}} WHERE lock_id = %s AND state = 1 AND expires_at > {{now}} LIMIT 1`
 
-	deleteTmpl = `UPDATE {{t}} SET state = 0, fingerprint = '', lock_id = NULL, response = '', expires_at = LAST_INSERT_ID({{now}}),
+	// A live record, reported through LAST_INSERT_ID (1, or 0 when
+	// there was none), or a dead claim or a tombstone that carries steps:
+	// a deleted key's next claim starts afresh.
+	deleteTmpl = `UPDATE {{t}} SET expires_at = IF(LAST_INSERT_ID(state <> 0 AND expires_at > {{now}}), {{now}}, expires_at),
+	state = 0, fingerprint = '', lock_id = NULL, response = '', steps = NULL, step_count = 0,
 	keep_until = GREATEST({{now}}, {{fenceTime fence}})
-WHERE record_key = %s AND state <> 0 AND expires_at > {{now}}`
+WHERE record_key = %s AND ((state <> 0 AND expires_at > {{now}}) OR step_count > 0)`
 
 	// A live record with a higher fence is kept; anything else is
 	// replaced. The condition reads the row as it was, in the first
@@ -93,6 +118,8 @@ SELECT n.k, n.fp, NULL, n.st, n.resp, n.f, n.t, n.e, n.ku FROM (
 ON DUPLICATE KEY UPDATE
 	keep_until = IF(LAST_INSERT_ID(IF({{c}}, 2, 1)) = 2, GREATEST(n.ku, {{fenceTime fence}}), keep_until),
 	fence = IF({{c}}, n.f, fence),
+	steps = IF({{c}}, NULL, steps),
+	step_count = IF({{c}}, 0, step_count),
 	fingerprint = IF({{c}}, n.fp, fingerprint),
 	lock_id = IF({{c}}, NULL, lock_id),
 	state = IF({{c}}, n.st, state),
@@ -105,7 +132,7 @@ ON DUPLICATE KEY UPDATE
 
 	// The live rows whose key is in [lo, hi) (hi "" : unbounded) and after
 	// the cursor, in key order (bytewise), at most n.
-	listTmpl = `SELECT record_key, fingerprint, state, response, fence, created_at, expires_at
+	listTmpl = `SELECT record_key, fingerprint, state, response, fence, created_at, expires_at, steps
 FROM {{t}} WHERE record_key >= %s%s AND record_key > %s AND state <> 0 AND expires_at > {{now}}
 ORDER BY record_key LIMIT %s`
 )
@@ -128,10 +155,12 @@ func buildQueries(t tableName, step time.Duration) queries {
 	q := queries{
 		extend: extendTmpl, complete: completeTmpl, release: releaseTmpl, releaseAgain: releaseAgainTmpl,
 		get: getTmpl, findClaim: findClaimTmpl, delete: deleteTmpl, put: putTmpl, sweep: sweepTmpl, list: listTmpl,
+		recordStep: recordStepTmpl, recordStepAgain: recordStepAgainTmpl,
 		claim: "CALL " + t.claimProc() + "(%s, %s, %s, %s, %s, %s)",
 		step:  us,
 	}
-	for _, s := range []*string{&q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.findClaim, &q.delete, &q.put, &q.sweep, &q.list} {
+	for _, s := range []*string{&q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.findClaim, &q.delete, &q.put, &q.sweep, &q.list,
+		&q.recordStep, &q.recordStepAgain} {
 		*s = r.Replace(*s)
 	}
 	return q
@@ -161,6 +190,18 @@ func (q *queries) releaseSQL(key string, fence idemkit.Fence, again bool) string
 		tmpl = q.releaseAgain
 	}
 	return fmt.Sprintf(tmpl, bytesLit([]byte(key)), intLit(int64(fence)))
+}
+
+// recordStepSQL appends enc, a step's encoding, to the claim (key, fence)
+// as its step number index, kept at least keep from now; again, after a
+// lost connection, it also reports the step landed when found there.
+func (q *queries) recordStepSQL(key string, fence idemkit.Fence, index int, enc []byte, keep time.Duration, again bool) string {
+	k, f, e, us := bytesLit([]byte(key)), intLit(int64(fence)), bytesLit(enc), intLit(keep.Microseconds())
+	i, next := intLit(int64(index)), intLit(int64(index)+1)
+	if again {
+		return fmt.Sprintf(q.recordStepAgain, i, e, next, us, k, f, i, next, intLit(int64(len(enc))), e)
+	}
+	return fmt.Sprintf(q.recordStep, e, us, k, f, i)
 }
 
 func (q *queries) getSQL(key string) string { return fmt.Sprintf(q.get, bytesLit([]byte(key))) }

@@ -99,10 +99,11 @@ func (r *renewer) active() bool {
 	return r.open > 0
 }
 
-// extend runs the extend statement on the renewer's connection, taking one
-// when it has none; retried as the store retries its statements.
-func (r *renewer) extend(ctx context.Context, query string) (int64, error) {
-	const op = "extend"
+// exec runs the fenced statement query(try) of op (an Extend, a
+// RecordStep) on the renewer's connection, taking one when it has none,
+// and returns the value it set with LAST_INSERT_ID(expr); retried as the
+// store retries its statements.
+func (r *renewer) exec(ctx context.Context, op string, query func(try int) string) (int64, error) {
 	select {
 	case r.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -110,7 +111,7 @@ func (r *renewer) extend(ctx context.Context, query string) (int64, error) {
 	}
 	defer func() { <-r.sem }()
 	var n int64
-	err := retry(ctx, op, false, func(ctx context.Context, _ int) (bool, error) {
+	err := retry(ctx, op, false, func(ctx context.Context, try int) (bool, error) {
 		if r.conn == nil {
 			c, err := r.db.Conn(ctx)
 			if err != nil {
@@ -119,7 +120,7 @@ func (r *renewer) extend(ctx context.Context, query string) (int64, error) {
 			r.conn = c
 		}
 		var err error
-		n, err = lastID(r.conn.ExecContext(ctx, query))
+		n, err = lastID(r.conn.ExecContext(ctx, query(try)))
 		var me *mysql.MySQLError
 		if err != nil && !errors.As(err, &me) {
 			// A lost connection, or one the driver closed on an ended

@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	_ "embed"
+	"errors"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/idemkit/idemkit"
 )
@@ -68,9 +71,12 @@ type conner interface {
 
 // SetupSchema runs schema.sql for the table named by opts ([WithTable]),
 // creating what does not exist, under GET_LOCK('idemkit:schema', 30) on
-// one connection: idempotent, and safe from several processes at once. An
-// invalid name is InvalidArgument before any SQL. DDL commits by itself in
-// MySQL: on a *sql.Tx, the caller's transaction is committed.
+// one connection: idempotent, and safe from several processes at once. A
+// table made before its steps columns existed gets them first, and its
+// claim procedure is replaced (claims made during that fail with
+// Misconfigured). An invalid name is InvalidArgument before any SQL. DDL
+// commits by itself in MySQL: on a *sql.Tx, the caller's transaction is
+// committed.
 func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
 	const op = "setup-schema"
 	cfg, err := newConfig(opts)
@@ -100,10 +106,43 @@ func SetupSchema(ctx context.Context, db DB, opts ...Option) error {
 		return idemkit.NewError(idemkit.CodeServiceUnavailable, op, "another process held the schema lock (GET_LOCK('"+schemaLock+"')) for 30 s", nil)
 	}
 	defer func() { _, _ = db.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK('"+schemaLock+"')") }()
+	if err := upgrade(ctx, db, cfg.table); err != nil {
+		return mapError(ctx, op, err)
+	}
 	for _, stmt := range statements(cfg.table) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return mapError(ctx, op, err)
 		}
 	}
 	return nil
+}
+
+// stepColumns are the columns schema.sql's table gained for steps, as it
+// defines them, for [upgrade].
+const stepColumns = "ADD COLUMN steps MEDIUMBLOB NULL, ADD COLUMN step_count TINYINT UNSIGNED NOT NULL DEFAULT 0"
+
+// upgrade brings a table of t's name made before its steps columns
+// existed to schema.sql's: it drops the claim procedure of that time
+// first (schema.sql then creates the one that knows them: should the
+// ALTER fail, the next SetupSchema starts over), then adds the columns,
+// an instant ALTER on MariaDB 10.3+ and MySQL 8.0.29+. The server's own
+// name resolution answers whether they are there (a query of the column
+// that fails with error 1054); no table is nothing to upgrade.
+func upgrade(ctx context.Context, db DB, t tableName) error {
+	rows, err := db.QueryContext(ctx, "SELECT step_count FROM "+t.quoted()+" LIMIT 0")
+	if err == nil {
+		return rows.Close()
+	}
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || (me.Number != erBadField && me.Number != erNoSuchTable) {
+		return err
+	}
+	if me.Number == erNoSuchTable {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, "DROP PROCEDURE IF EXISTS "+t.claimProc()); err != nil {
+		return err
+	}
+	_, err = db.ExecContext(ctx, "ALTER TABLE "+t.quoted()+" "+stepColumns)
+	return err
 }

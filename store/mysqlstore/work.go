@@ -35,9 +35,11 @@ var ErrNoTransaction = errors.New("mysqlstore: no transaction: the context is no
 // Commit or Rollback: the guard ends the transaction (SAVEPOINT and
 // ROLLBACK TO SAVEPOINT work). A deadlock that InnoDB answered to one of
 // its statements rolled the whole transaction back: the guard's commit
-// then fails with store.ErrWorkConflict, even if the work went on. Outside
-// guarded work: [ErrNoTransaction]. docs/backends.md (Exactly-once
-// effects) tells the whole contract.
+// then fails with store.ErrWorkConflict, even if the work went on. Within
+// an atomic step of the work, Tx returns the step's own transaction,
+// which commits with the step's recovery point; the work's own begins
+// after its last step. Outside guarded work: [ErrNoTransaction].
+// docs/backends.md (Exactly-once effects) tells the whole contract.
 func Tx(ctx context.Context) (DB, error) {
 	w, ok := ctx.Value(workKey{}).(*work)
 	if !ok {
@@ -59,14 +61,17 @@ func (s *Store) Work(ctx context.Context, key string, fence idemkit.Fence) (cont
 	if !ok {
 		return ctx, nil
 	}
-	w := &work{s: s, db: pool}
+	w := &work{s: s, db: pool, key: key, fence: fence}
 	return context.WithValue(ctx, workKey{}, w), w
 }
 
-// work is one claim's transaction: begun by Tx, ended by the guard.
+// work is one claim's transaction: begun by Tx, ended by the guard (or,
+// for a step's own, by Step).
 type work struct {
-	s  *Store
-	db *sql.DB
+	s     *Store
+	db    *sql.DB
+	key   string        // the claim's record key
+	fence idemkit.Fence // and its fence
 
 	mu       sync.Mutex
 	tx       *sql.Tx // nil until begun
@@ -248,4 +253,92 @@ func (g guardedTx) QueryRowContext(ctx context.Context, query string, args ...an
 	r := g.w.tx.QueryRowContext(ctx, query, args...)
 	g.w.saw(r.Err())
 	return r
+}
+
+// Step runs fn as step number index of the work's claim, named name, in a
+// transaction of the step's own that commits with the step's recovery
+// point: fn's writes and the step land together or not at all, and a
+// retry of the work resumes after the last step that landed. It is the
+// guard's, for atomic steps (the exact contract is the store package's
+// StepWork, as the PostgreSQL engine's work implements it too).
+//
+// fn's ctx carries the step's work, whose transaction [Tx] begins on its
+// first use (held like the work's, its lease renewals on the renewer's
+// connection). When fn succeeds, the step's UPDATE, fenced as
+// [Store.RecordStep]'s (the claim (key, fence) with exactly index steps;
+// kept at least keep from now), runs in that transaction, then COMMIT. fn
+// that never began it has its step recorded by [Store.RecordStep]. Step
+// returns fn's result and true once the step landed; false, with fn's
+// writes rolled back, when the record no longer carries the claim or
+// already has a step at index. fn's error (returned as it is) or panic
+// (which goes on) rolls them back too. A deadlock answered to one of fn's
+// statements, or to the step's UPDATE or COMMIT, and a lock wait timeout
+// of those, wrap [store.ErrWorkConflict]: nothing landed. Arguments
+// RecordStep would refuse are refused (InvalidArgument) before fn runs, as
+// is a step once the work's own transaction began or ended (steps come
+// before it); a result that makes the step too large after fn ran,
+// rolling its writes back. Any other failure of the UPDATE or the COMMIT
+// leaves the step's fate unknown.
+func (w *work) Step(ctx context.Context, index int, name string, keep time.Duration, fn func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+	const op = "record-step"
+	if err := engine.ValidateStep(w.key, w.fence, index, store.Step{Name: name}, keep); err != nil {
+		return nil, false, err
+	}
+	w.mu.Lock()
+	open := w.tx != nil || w.ended
+	w.mu.Unlock()
+	if open {
+		return nil, false, idemkit.NewError(idemkit.CodeInvalidArgument, op,
+			"a step cannot run once the guarded work's transaction began or ended: take mysqlstore.Tx after the work's last step", nil)
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return nil, false, err
+	}
+	sw := &work{s: w.s, db: w.db, key: w.key, fence: w.fence}
+	ran := false
+	defer func() {
+		if !ran { // fn panicked: roll its writes back, then let it go on
+			sw.Rollback(ctx)
+		}
+	}()
+	result, err := fn(context.WithValue(ctx, workKey{}, sw))
+	ran = true
+	step := store.Step{Name: name, Result: result}
+	if err == nil {
+		err = engine.ValidateStep(w.key, w.fence, index, step, keep)
+	}
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	tx := sw.tx
+	sw.end()
+	if tx == nil {
+		if err != nil {
+			return nil, false, err
+		}
+		ok, err := w.s.RecordStep(ctx, w.key, w.fence, index, step, keep)
+		if !ok || err != nil {
+			return nil, false, err
+		}
+		return result, true, nil
+	}
+	if err != nil {
+		sw.rollback()
+		return nil, false, err
+	}
+	if sw.deadlock != nil {
+		sw.rollback()
+		return nil, false, sw.failed(ctx, op, sw.deadlock)
+	}
+	n, err := lastID(tx.ExecContext(ctx, w.s.q.recordStepSQL(w.key, w.fence, index, encodeStep(step), keep, false)))
+	if err != nil || n == 0 {
+		sw.rollback()
+		if err != nil {
+			return nil, false, sw.failed(ctx, op, err)
+		}
+		return nil, false, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, false, sw.failed(ctx, op, err)
+	}
+	return result, true, nil
 }
