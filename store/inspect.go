@@ -55,11 +55,8 @@ func isSealed(response []byte) bool {
 // Store methods), if any.
 func sealedUnder(s Store) (*sealed, bool) {
 	return under(s, func(s Store) (*sealed, bool) {
-		switch t := s.(type) {
-		case *sealed:
-			return t, true
-		case *watchingSealed:
-			return t.sealed, true
+		if t, ok := s.(sealer); ok {
+			return t.sealedStore(), true
 		}
 		return nil, false
 	})
@@ -73,10 +70,8 @@ func under[T any](s Store, match func(Store) (T, bool)) (T, bool) {
 			return v, true
 		}
 		switch t := s.(type) {
-		case *sealed:
-			s = t.next
-		case *watchingSealed:
-			s = t.sealed.next
+		case sealer:
+			s = t.sealedStore().next
 		case interface{ Unwrap() Store }:
 			s = t.Unwrap()
 		default:

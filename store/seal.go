@@ -105,7 +105,10 @@ const sealFields = 1 + 8 + 8
 //
 // Seal returns an InvalidArgument error for a nil store or a bad key,
 // never containing key material. When s is a [Watcher], so is the sealed
-// store; when s is a [Transactor], its work commits sealed outcomes.
+// store; when s is a [Transactor], its work commits sealed outcomes; when
+// s is a [Stepper], so is the sealed store, and it seals each step's
+// result as it seals a response (its envelope, about 60 bytes, counts
+// against [MaxStepBytes] on the backend).
 func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	if s == nil {
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, "seal", "store must not be nil", nil)
@@ -125,10 +128,43 @@ func Seal(s Store, current SealKey, older ...SealKey) (Store, error) {
 	ss.header = append([]byte(sealMagic), byte(len(current.ID)))
 	ss.header = append(ss.header, current.ID...)
 	ss.current = ss.keys[current.ID]
-	if w, ok := s.(Watcher); ok {
+	w, watches := s.(Watcher)
+	st, steps := s.(Stepper)
+	switch {
+	case watches && steps:
+		return &struct {
+			*watchingSealed
+			sealedSteps
+		}{&watchingSealed{sealed: ss, watcher: w}, sealedSteps{ss, st}}, nil
+	case watches:
 		return &watchingSealed{sealed: ss, watcher: w}, nil
+	case steps:
+		return &struct {
+			*sealed
+			sealedSteps
+		}{ss, sealedSteps{ss, st}}, nil
 	}
 	return ss, nil
+}
+
+// sealer is every Store Seal returns (a *sealed, alone or with the
+// wrapped store's capabilities).
+type sealer interface{ sealedStore() *sealed }
+
+func (s *sealed) sealedStore() *sealed { return s }
+
+// sealedSteps is the [Stepper] of a sealed store over one: each step's
+// result is sealed like a response, bound to the record key, the step's
+// index and its name.
+type sealedSteps struct {
+	s  *sealed
+	st Stepper
+}
+
+// RecordStep implements [Stepper] with the step's result sealed.
+func (r sealedSteps) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step Step, keep time.Duration) (bool, error) {
+	step.Result = r.s.sealStep(key, index, step)
+	return r.st.RecordStep(ctx, key, fence, index, step, keep)
 }
 
 // watchingSealed is the Store Seal returns for a store that notifies: a
@@ -268,6 +304,14 @@ func (s *sealed) Claim(ctx context.Context, key, fp string, ttl time.Duration) (
 	}
 	replaced := rec.Replaced
 	rec.Replaced = nil
+	opened, err := s.openSteps(op, key, rec)
+	if err != nil {
+		// Steps that do not open are like a response that does not: the
+		// key stays taken until they expire or an operator deletes it.
+		_, _ = s.next.Release(ctx, key, rec.Fence)
+		return Record{}, false, err
+	}
+	rec = opened
 	if replaced == nil {
 		s.grant(key, rec.Fence)
 		return rec, true, nil
@@ -445,7 +489,7 @@ func (e envelope) response() []byte {
 func (s *sealed) open(op, key string, rec Record) (Record, error) {
 	if !rec.State.Done() {
 		rec.Response = nil
-		return rec, nil
+		return s.openSteps(op, key, rec)
 	}
 	env, err := s.openEnvelope(op, key, rec.Fingerprint, rec.Response)
 	if err != nil {
@@ -463,6 +507,13 @@ func (s *sealed) open(op, key string, rec Record) (Record, error) {
 // openEnvelope opens the envelope env of the record key and fingerprint
 // fp. Its errors match ErrUnsealable and never name the record key.
 func (s *sealed) openEnvelope(op, key, fp string, env []byte) (envelope, error) {
+	return s.openSealed(op, key, fp, env, false)
+}
+
+// openSealed opens the envelope env of an outcome (step false) or of a
+// step's result (bound to binding where an outcome is to its
+// fingerprint).
+func (s *sealed) openSealed(op, key, fp string, env []byte, step bool) (envelope, error) {
 	fail := func(detail string) (envelope, error) {
 		return envelope{}, idemkit.NewError(idemkit.CodeInternal, op, detail, ErrUnsealable)
 	}
@@ -480,7 +531,7 @@ func (s *sealed) openEnvelope(op, key, fp string, env []byte) (envelope, error) 
 	id := string(rest[1 : 1+int(rest[0])])
 	fields := rest[1+len(id):]
 	state := State(fields[0])
-	if !validSealKeyID(id) || !state.Done() {
+	if !validSealKeyID(id) || (step && state != stepState) || (!step && !state.Done()) {
 		return fail("the record's sealed outcome is malformed (its key id or state is not a valid one)")
 	}
 	aead := s.keys[id]
@@ -498,6 +549,43 @@ func (s *sealed) openEnvelope(op, key, fp string, env []byte) (envelope, error) 
 	fence := idemkit.Fence(binary.BigEndian.Uint64(fields[1:9]))
 	life := time.Duration(binary.BigEndian.Uint64(fields[9:17])) * time.Millisecond
 	return envelope{state: state, fence: fence, expiresAt: time.UnixMilli(int64(fence)).Add(life), plain: plain}, nil
+}
+
+// stepState marks the envelope of a step's result where an outcome's
+// carries its state.
+const stepState = 0
+
+// sealStep returns the envelope of the result of step number index of the
+// claim of key: an outcome's layout with state 0, fence 0 and lifetime 0,
+// authenticated with the key and, where an outcome has its fingerprint,
+// the step's index and name.
+func (s *sealed) sealStep(key string, index int, step Step) []byte {
+	header := make([]byte, len(s.header), len(s.header)+sealFields+s.current.Overhead()+len(step.Result))
+	copy(header, s.header)
+	header = append(header, stepState)
+	header = append(header, make([]byte, 16)...)
+	return s.current.Seal(header, nil, step.Result, sealAAD(header, key, stepBinding(index, step.Name)))
+}
+
+// stepBinding is what a step's envelope is bound to besides its key.
+func stepBinding(index int, name string) string { return fmt.Sprintf("step %d %s", index, name) }
+
+// openSteps returns the claim rec with its steps' results opened: a copy
+// of its steps. Its errors match ErrUnsealable and never name the key.
+func (s *sealed) openSteps(op, key string, rec Record) (Record, error) {
+	if len(rec.Steps) == 0 {
+		return rec, nil
+	}
+	steps := make([]Step, len(rec.Steps))
+	for i, st := range rec.Steps {
+		plain, err := s.openSealed(op, key, stepBinding(i, st.Name), st.Result, true)
+		if err != nil {
+			return Record{}, err
+		}
+		steps[i] = Step{Name: st.Name, Result: plain.plain}
+	}
+	rec.Steps = steps
+	return rec, nil
 }
 
 // sealAAD returns the additional authenticated data of an envelope: its

@@ -797,3 +797,60 @@ func TestSealTimesTheWork(t *testing.T) {
 		t.Fatalf("Claim over the tampered record: %+v, %v, %v; want the authentic outcome until %v", rec, claimed, err, expiresAt)
 	}
 }
+
+// TestSealSteps: a sealed store over a store.Stepper records steps; the
+// backend holds each result sealed (never the plain text), a claim that
+// carries them and Get open them, and a step result altered on the
+// backend is refused (ErrUnsealable) rather than returned.
+func TestSealSteps(t *testing.T) {
+	ctx := context.Background()
+	inner := memstore.New()
+	defer inner.Close()
+	s := mustSeal(t, inner, sealQ4)
+	st, ok := s.(store.Stepper)
+	if !ok {
+		t.Fatalf("%T over memstore is no store.Stepper", s)
+	}
+	if _, ok := mustSeal(t, store.Store(struct{ store.Store }{inner}), sealQ4).(store.Stepper); ok {
+		t.Fatal("a sealed store over a store that records no steps claims to")
+	}
+	c, _, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.RecordStep(ctx, sealKey, c.Fence, 0, store.Step{Name: "charge", Result: []byte(sealMarker)}, time.Hour); err != nil || !ok {
+		t.Fatalf("RecordStep: %v, %v", ok, err)
+	}
+	raw, _, _ := inner.Get(ctx, sealKey)
+	if len(raw.Steps) != 1 || bytes.Contains(raw.Steps[0].Result, []byte(sealMarker)) {
+		t.Fatalf("the backend holds the step %q; want it sealed", raw.Steps)
+	}
+	got, _, err := s.Get(ctx, sealKey)
+	if err != nil || len(got.Steps) != 1 || string(got.Steps[0].Result) != sealMarker {
+		t.Fatalf("Get: %+v, %v", got.Steps, err)
+	}
+	if ok, err := s.Release(ctx, sealKey, c.Fence); err != nil || !ok {
+		t.Fatalf("Release: %v, %v", ok, err)
+	}
+	n, claimed, err := s.Claim(ctx, sealKey, sealFP, time.Minute)
+	if err != nil || !claimed || len(n.Steps) != 1 || n.Steps[0].Name != "charge" || string(n.Steps[0].Result) != sealMarker {
+		t.Fatalf("the claim after a release: %+v, %v, %v", n.Steps, claimed, err)
+	}
+	if ok, err := st.RecordStep(ctx, sealKey, n.Fence, 1, store.Step{Name: "email", Result: []byte("x")}, time.Hour); err != nil || !ok {
+		t.Fatalf("RecordStep 1: %v, %v", ok, err)
+	}
+	raw, _, _ = inner.Get(ctx, sealKey)
+	// The two steps' results swapped on a backend: each is bound to its
+	// index and name.
+	swapped := memstore.New()
+	defer swapped.Close()
+	c2, _, _ := swapped.Claim(ctx, sealKey, sealFP, time.Minute)
+	for i, r := range []store.Step{{Name: "charge", Result: raw.Steps[1].Result}, {Name: "email", Result: raw.Steps[0].Result}} {
+		if ok, err := swapped.RecordStep(ctx, sealKey, c2.Fence, i, r, time.Hour); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+	}
+	if _, _, err := mustSeal(t, swapped, sealQ4).Get(ctx, sealKey); !errors.Is(err, store.ErrUnsealable) {
+		t.Fatalf("Get of swapped step results: %v; want ErrUnsealable", err)
+	}
+}
