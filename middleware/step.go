@@ -60,7 +60,8 @@ type steps struct {
 //     in all (matching store.ErrTooLarge; refused before fn runs when the
 //     name does not fit, after it when its result does not);
 //   - Misconfigured: the guard's store records no steps (it is not a
-//     [store.Stepper]: [Compose], a sealed store);
+//     [store.Stepper]: [Compose], or a decorator that does not pass the
+//     capability through);
 //   - the ctx's error when it ended before the step.
 //
 // A recording the backend refuses means the claim was lost: Step returns
@@ -142,7 +143,7 @@ func (c *call) step(ctx context.Context, name string, fn func(ctx context.Contex
 	}
 	stepper, ok := c.g.store.(store.Stepper)
 	if !ok {
-		return nil, idemkit.NewError(idemkit.CodeMisconfigured, op, fmt.Sprintf("the guard's store (%T) records no steps: it is not a store.Stepper; use an engine that is (memstore, redisstore, pgstore)", c.g.store), nil)
+		return nil, idemkit.NewError(idemkit.CodeMisconfigured, op, fmt.Sprintf("the guard's store (%T) records no steps: it is not a store.Stepper; every engine of idemkit is one (memstore, redisstore, pgstore, mysqlstore, firestorestore, dynamostore), and so is a sealed store over one", c.g.store), nil)
 	}
 	if i < len(st.recorded) {
 		rec := st.recorded[i]
