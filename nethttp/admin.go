@@ -112,6 +112,21 @@ type adminRecord struct {
 	Sealed        bool      `json:"sealed"`
 	Response      *[]byte   `json:"response,omitempty"`
 	ResponseError string    `json:"response_error,omitempty"`
+
+	// A claim's recorded steps, with the limits they count against;
+	// omitted when it has none.
+	Steps        []adminStep `json:"steps,omitempty"`
+	StepBytes    int         `json:"step_bytes,omitempty"`
+	MaxSteps     int         `json:"max_steps,omitempty"`
+	MaxStepBytes int         `json:"max_step_bytes,omitempty"`
+}
+
+// adminStep is one recorded step of a claim: its result only when the
+// response was asked for.
+type adminStep struct {
+	Name   string  `json:"name"`
+	Size   int     `json:"size"`
+	Result *[]byte `json:"result,omitempty"`
 }
 
 // adminQuery is what a request asks for.
@@ -164,6 +179,18 @@ func (a *admin) inspect(w http.ResponseWriter, r *http.Request) {
 		RecordKey: in.RecordKey, State: in.State.String(), Algorithm: in.Algorithm, Bound: in.Bound,
 		Fence: uint64(in.Fence), Created: in.CreatedAt.UTC(), Expires: in.ExpiresAt.UTC(),
 		Size: in.Size, Sealed: in.Sealed, ResponseError: responseErr,
+	}
+	for _, st := range in.Steps {
+		as := adminStep{Name: st.Name, Size: st.Size}
+		if q.response && st.Result != nil {
+			b := st.Result
+			as.Result = &b
+		}
+		rec.Steps = append(rec.Steps, as)
+		rec.StepBytes += len(st.Name) + st.Size
+	}
+	if len(rec.Steps) > 0 {
+		rec.MaxSteps, rec.MaxStepBytes = store.MaxSteps, store.MaxStepBytes
 	}
 	switch {
 	case !q.response || responseErr != "":

@@ -2,6 +2,7 @@ package nethttp_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -41,7 +42,8 @@ type adminApp struct {
 // newAdminApp serves POST /orders/{id} behind nethttp.New(guard, opts...)
 // and guard's admin handler. The handler answers 201 {"order":<n>}; for an
 // "X-Stream: 1" request it marks its response not replayable, for an
-// "X-Block: 1" request it waits for a.release once it has run.
+// "X-Block: 1" request it waits for a.release once it has run, and an
+// "X-Step: 1" request first records the step "charge" (result "ch_1").
 func newAdminApp(t *testing.T, guard *middleware.Guard, opts []nethttp.Option, adminOpts ...nethttp.AdminOption) *adminApp {
 	t.Helper()
 	a := &adminApp{started: make(chan struct{}, 1), release: make(chan struct{})}
@@ -52,6 +54,12 @@ func newAdminApp(t *testing.T, guard *middleware.Guard, opts []nethttp.Option, a
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders/{id}", mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := a.runs.Add(1)
+		if r.Header.Get("X-Step") == "1" {
+			if _, err := middleware.Step(r.Context(), "charge", func(context.Context) ([]byte, error) { return []byte("ch_1"), nil }); err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
 		if r.Header.Get("X-Block") == "1" {
 			a.started <- struct{}{}
 			<-a.release
@@ -546,4 +554,44 @@ func ExampleNewAdmin() {
 	// completed
 	// {"deleted":true}
 	// 404
+}
+
+// TestAdminInspectSteps: a running claim's recorded steps are in the
+// inspection (name, size, the limits), their results only when the
+// response is asked for.
+func TestAdminInspectSteps(t *testing.T) {
+	a := newAdminApp(t, adminGuard(t, nil, middleware.WithLeaseTTL(time.Minute), middleware.WithWaitBudget(0)), nil)
+	release := sync.OnceFunc(func() { close(a.release) })
+	t.Cleanup(release)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequest(http.MethodPost, a.app+"/orders/1", strings.NewReader(`{"item":"book"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", `"k"`)
+		req.Header.Set("X-Block", "1")
+		req.Header.Set("X-Step", "1")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-a.started
+	m := a.inspect(t, "", "k", false)
+	steps, _ := m["steps"].([]any)
+	if m["state"] != "claimed" || len(steps) != 1 || m["max_steps"] != float64(store.MaxSteps) ||
+		m["max_step_bytes"] != float64(store.MaxStepBytes) || m["step_bytes"] != float64(len("charge")+4) {
+		t.Fatalf("running claim with a step: %v", m)
+	}
+	if st := steps[0].(map[string]any); st["name"] != "charge" || st["size"] != float64(4) || st["result"] != nil {
+		t.Fatalf("its step without the response: %v", st)
+	}
+	m = a.inspect(t, "", "k", true)
+	if st := m["steps"].([]any)[0].(map[string]any); st["result"] != base64.StdEncoding.EncodeToString([]byte("ch_1")) {
+		t.Fatalf("its step with the response: %v", st)
+	}
+	release()
+	<-done
+	if m := a.inspect(t, "", "k", false); m["state"] != "completed" || m["steps"] != nil {
+		t.Fatalf("the outcome: %v; want it without steps", m)
+	}
 }
