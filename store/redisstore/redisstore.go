@@ -172,6 +172,7 @@ var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
 	_ store.Watcher = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 // New returns a store on client. It does no I/O.
@@ -344,7 +345,7 @@ func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration, re
 	case cur.live(now):
 		// A replay, a busy answer, or this very claim, found again by a
 		// transaction go-redis sent again after a lost reply.
-		return cur.rec, cur.form == 'c' && cur.token == token, nil
+		return cur.rec, cur.claim() && cur.token == token, nil
 	}
 	return s.claimScript(ctx, key, fp, ms, token)
 }
@@ -433,6 +434,19 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	return s.flag(ctx, scriptComplete, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), outcomeForm(rec.State), rec.Fingerprint, rec.Response, s.notify)
 }
 
+// RecordStep implements [store.Stepper]: one script, which appends step to
+// the claim (key, fence) while it holds exactly index steps, even after
+// its lease ran out as long as nobody claimed the key since, and keeps
+// the key at least keep from now (by the server's clock). With
+// [WithWaitForReplicas] or [WithWaitForAOF] the step counts only once
+// acknowledged, as a completion does, in the same round trip.
+func (s *Store) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
+	if err := engine.ValidateStep(key, fence, index, step, keep); err != nil {
+		return false, err
+	}
+	return s.flag(ctx, scriptStep, key, fenceArg(fence), index, step.Name, step.Result, keep.Milliseconds())
+}
+
 // Release implements [store.Store]: one script, which notifies the key's
 // watchers and leaves a tombstone.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
@@ -510,8 +524,8 @@ func (s *Store) flag(ctx context.Context, sc *luaScript, key string, args ...any
 }
 
 // write runs a script whose reply is a number (0: refused). With a
-// durability wait, an extension, a completion and a put that wrote count
-// only once acknowledged.
+// durability wait, an extension, a completion, a step and a put that
+// wrote count only once acknowledged.
 func (s *Store) write(ctx context.Context, sc *luaScript, key string, args ...any) (int64, error) {
 	op := sc.name
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -522,7 +536,7 @@ func (s *Store) write(ctx context.Context, sc *luaScript, key string, args ...an
 		err error
 		ack *redis.Cmd
 	)
-	if s.wait.timeout > 0 && (sc == scriptExtend || sc == scriptComplete || sc == scriptPut) {
+	if s.wait.timeout > 0 && sc.acked {
 		v, ack, err = s.runAcked(ctx, key, sc, args...)
 	} else {
 		v, err = s.run(ctx, key, sc, args...)
