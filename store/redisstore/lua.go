@@ -148,6 +148,31 @@ local now = now_ms()
 // fingerprint, carries the steps (and how long they are kept). Error
 // FENCEMAX past idemkit.FenceMax.
 var luaClaim = `
+-- check_steps checks the steps of v from position at on (see record.go):
+-- their count, then each step's name and result after its length, to the
+-- end of v; a malformed record is an error, before anything is written.
+local function check_steps(v, at)
+  local c, p = string.match(v, '^(%d+):()', at)
+  c = tonumber(c)
+  if not c or c < 1 or c > ` + maxSteps + ` then
+    malformed()
+  end
+  for i = 1, c do
+    local n, q = string.match(v, '^(%d+):()', p)
+    if not n or tonumber(n) < 1 then
+      malformed()
+    end
+    local r, e = string.match(v, '^(%d+):()', q + tonumber(n))
+    if not r then
+      malformed()
+    end
+    p = e + tonumber(r)
+  end
+  if p ~= #v + 1 then
+    malformed()
+  end
+end
+
 local t, f, cr, ex, fp, tok, v, at, ke = read()
 if live(t, ex, now) then
   if (t == 'c' or t == 's') and tok == ARGV[4] then
@@ -165,6 +190,7 @@ if nf > ` + fenceMax + ` then
 end
 local steps
 if (t == 's' or t == 't') and fp == ARGV[2] then
+  check_steps(v, at)
   steps = string.sub(v, at)
 end
 local nv, nke = set_claim(nf, now, now + tonumber(ARGV[3]), ARGV[4], ARGV[2], steps, ke)
@@ -325,13 +351,14 @@ set_outcome(ARGV[4], nf, now, now + tonumber(ARGV[3]), ARGV[5], ARGV[6], math.ma
 return 1
 `
 
-// step fence index name result keep → 1 recorded, 0 refused: step number
-// index (from 0) appended to the claim fence (whose lease may have run
-// out) only while it holds exactly index steps. The key is kept at least
-// keep ms from now (never less than it was), and the claim's keep moves
-// with it, so that fence = PEXPIRETIME − keep still holds. Written out
-// alone like the completion: the clock is the key's expiry less what
-// remains of it.
+// step fence index name result keep → 1 recorded (or this very step is
+// the claim's last: a RecordStep retried after its reply was lost), 0
+// refused: step number index (from 0) appended to the claim fence (whose
+// lease may have run out) only while it holds exactly index steps. The key
+// is kept at least keep ms from now (never less than it was), and the
+// claim's keep moves with it, so that fence = PEXPIRETIME − keep still
+// holds. Every step runs it, so, like the completion, it is written out
+// alone; the clock is the key's expiry less what remains of it.
 const luaStep = `#!lua
 local k = KEYS[1]
 local v = redis.call('GET', k)
@@ -370,14 +397,34 @@ elseif fpend <= #v then
   -- A claim of form c holds nothing after its fingerprint.
   return redis.error_reply('MALFORMED a malformed record in Redis')
 end
-if count ~= tonumber(ARGV[3]) then
-  return 0
+local index, name, result = tonumber(ARGV[3]), ARGV[4], ARGV[5]
+local step = string.format('%d', #name) .. ':' .. name .. string.format('%d', #result) .. ':' .. result
+if count ~= index then
+  if count ~= index + 1 then
+    return 0
+  end
+  -- Is the last step this one?
+  local p = steps
+  for i = 1, count - 1 do
+    local n, q = string.match(v, '^(%d+):()', p)
+    local r, s
+    if n then
+      r, s = string.match(v, '^(%d+):()', q + tonumber(n))
+    end
+    if not r then
+      return redis.error_reply('MALFORMED a malformed record in Redis')
+    end
+    p = s + tonumber(r)
+  end
+  if string.sub(v, p) ~= step then
+    return 0
+  end
+  redis.call('PEXPIREAT', k, string.format('%d', ke)) -- the same expiry again: see the claim's retry
+  return 1
 end
 local nke = math.max(ke, ke - redis.call('PTTL', k) + tonumber(ARGV[6]))
-local name, result = ARGV[4], ARGV[5]
 redis.call('SET', k, 's' .. e .. ':' .. string.format('%d', nke - fence) .. ':' .. string.sub(v, at, fpend - 1) ..
-  string.format('%d', count + 1) .. ':' .. string.sub(v, steps) ..
-  string.format('%d', #name) .. ':' .. name .. string.format('%d', #result) .. ':' .. result,
+  string.format('%d', count + 1) .. ':' .. string.sub(v, steps) .. step,
   'PXAT', string.format('%d', nke))
 return 1
 `
@@ -438,4 +485,5 @@ var (
 var (
 	fenceMax    = strconv.FormatUint(uint64(idemkit.FenceMax), 10)
 	retentionMs = strconv.FormatInt(store.ClaimRetention.Milliseconds(), 10)
+	maxSteps    = strconv.Itoa(store.MaxSteps)
 )

@@ -437,7 +437,9 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 // RecordStep implements [store.Stepper]: one script, which appends step to
 // the claim (key, fence) while it holds exactly index steps, even after
 // its lease ran out as long as nobody claimed the key since, and keeps
-// the key at least keep from now (by the server's clock). With
+// the key at least keep from now (by the server's clock). A RecordStep
+// retried after a lost reply, which finds this very step (name and result)
+// recorded last under the fence, reports ok, as Complete does. With
 // [WithWaitForReplicas] or [WithWaitForAOF] the step counts only once
 // acknowledged, as a completion does, in the same round trip.
 func (s *Store) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
