@@ -89,6 +89,9 @@ func TestStepsLeaveRecordsWithoutStepsAsTheyWere(t *testing.T) {
 			if v[0] != 's' || !strings.HasSuffix(v, ":"+fpr+steps) {
 				t.Fatalf("a claim with two steps is %q; want form s ending in the fingerprint and %q", v, steps)
 			}
+			if recs, _, err := s.List(ctx, "stepped", "", 10); err != nil || len(recs) != 1 || len(recs[0].Steps) != 2 || string(recs[0].Steps[0].Result) != "r:1" {
+				t.Fatalf("List of the claim with two steps: %+v, %v; want it with its steps", recs, err)
+			}
 			if ok, err := s.Release(ctx, "stepped", rec.Fence); err != nil || !ok {
 				t.Fatal(ok, err)
 			}
@@ -321,5 +324,45 @@ func TestRecordStepOutOfMemory(t *testing.T) {
 	}
 	if v, _ := raw(t, c, s, "k"); v[0] != 't' || !strings.HasSuffix(v, "1:7:reserve3:r-1") {
 		t.Fatalf("the release left %q; want the tombstone t with the step", v)
+	}
+}
+
+// TestStepsKeptForTheirKeepOnAClockedServer: on a server whose clock the
+// test moves forward, a step's keep holds the steps past the claim's
+// lease and retention, for a take-over and, past the take-over's own lease
+// and retention, after its release; once the clock passes the keep they
+// are gone, the next fence still greater.
+func TestStepsKeptForTheirKeepOnAClockedServer(t *testing.T) {
+	ctx := t.Context()
+	clock := testenv.NewClock(t)
+	c := nodeClient(t, testenv.NewRedisWithClock(t, clock).Addr)
+	s := newStore(t, c)
+	claim := func(what string, lease time.Duration, steps int) store.Record {
+		t.Helper()
+		rec, claimed, err := s.Claim(ctx, "k", fp.String(), lease)
+		if err != nil || !claimed || len(rec.Steps) != steps {
+			t.Fatalf("%s: %+v, %v, %v; want a claim with %d steps", what, rec, claimed, err, steps)
+		}
+		return rec
+	}
+	lease, keep := 10*time.Second, store.ClaimRetention+10*time.Minute
+	first := claim("the first claim", lease, 0)
+	mustStep(t, s, first, 0, "reserve", "r-1", keep)
+	clock.Step(lease + store.ClaimRetention + 5*time.Minute)
+	taken := claim("a take-over past the lease and retention, within the keep", time.Minute, 1)
+	if ok, err := s.Release(ctx, "k", taken.Fence); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	// Past the take-over's own lease and retention (8m10s after the step),
+	// within the step's keep (11m).
+	clock.Step(3 * time.Minute)
+	again := claim("a claim after a release, past the take-over's lease and retention, within the keep", lease, 1)
+	if ok, err := s.Release(ctx, "k", again.Fence); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	clock.Step(keep)
+	last := claim("a claim past the keep", time.Minute, 0)
+	if last.Fence <= again.Fence {
+		t.Fatalf("fence %v once the steps expired; want above %v", last.Fence, again.Fence)
 	}
 }
