@@ -74,8 +74,8 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // Default: one minute.
 func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
 
-// WithWaitForReplicas makes a claim, an extension and an outcome count
-// only once n replicas of the key's master have acknowledged them (Redis
+// WithWaitForReplicas makes a claim, an extension, a step and an outcome
+// count only once n replicas of the key's master have acknowledged them (Redis
 // WAIT, for at most timeout), so that a failover cannot lose them (Redis
 // replicates asynchronously): when fewer acknowledge in time, the
 // operation fails closed with ServiceUnavailable, and a new claim is
@@ -284,7 +284,9 @@ func isDirect(client redis.UniversalClient) bool {
 // the key is kept for the lease plus [store.ClaimRetention], so that a
 // holder whose lease ran out still completes as long as nobody claimed the
 // key since. A Claim the client retries after a lost reply gets its own
-// claim back, not "busy".
+// claim back, not "busy". A take-over of a claim with steps that ended
+// without an outcome (its lease ran out, or it was released), of the same
+// fingerprint, carries its steps ([store.Stepper]) in the same script.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.ValidateKey(key); err != nil {
