@@ -404,9 +404,9 @@ if count ~= index then
     return 0
   end
   -- Is the last step this one?
-  local p = steps
+  local last = steps
   for i = 1, count - 1 do
-    local n, q = string.match(v, '^(%d+):()', p)
+    local n, q = string.match(v, '^(%d+):()', last)
     local r, s
     if n then
       r, s = string.match(v, '^(%d+):()', q + tonumber(n))
@@ -414,9 +414,9 @@ if count ~= index then
     if not r then
       return redis.error_reply('MALFORMED a malformed record in Redis')
     end
-    p = s + tonumber(r)
+    last = s + tonumber(r)
   end
-  if string.sub(v, p) ~= step then
+  if string.sub(v, last) ~= step then
     return 0
   end
   redis.call('PEXPIREAT', k, string.format('%d', ke)) -- the same expiry again: see the claim's retry
