@@ -17,13 +17,21 @@ import (
 // without a script:
 //
 //	c<expires>:<keep>:<created>:<token>:<n>:<fingerprint>     a claim
+//	s<expires>:<keep>:<created>:<token>:<n>:<fingerprint><steps>  a claim with steps
 //	o<fence>:<created>:<expires>:<n>:<fingerprint><response>  a completed outcome
 //	n<fence>:<created>:<expires>:<n>:<fingerprint>            a not-replayable outcome
 //	r<fence>, d<fence>                                        a released or deleted record's tombstone
+//	t<fence>:<n>:<fingerprint><steps>                         a released claim's tombstone that keeps its steps
 //
-// where n is the fingerprint's length in bytes. (A claim never holds a
-// response; one found after it, written there by hand, is reported by the
-// claim that takes the record over, as an outcome's would be.)
+// where n is the fingerprint's length in bytes, and steps is their count
+// and each step's name and result, each preceded by its length:
+// <count>:<len>:<name><len>:<result>…. A claim takes the form s with its
+// first step (RecordStep), and a claim's release leaves t only when it had
+// steps: a claim without steps, and every fast path that reads no further
+// than its fingerprint, are as they were before steps. (A claim of form c
+// never holds anything after its fingerprint; a response found there,
+// written by hand, is reported by the claim that takes the record over,
+// as an outcome's would be.)
 //
 // A claim's times are relative to its fence, and its fence to the key's
 // expiry: fence = PEXPIRETIME − keep. So a claim is written by a plain
@@ -33,7 +41,9 @@ import (
 // which is never before the clock passed its fence plus the clock step: so
 // a new claim's fence is above every earlier one (the fence rule of
 // store.Store), as the scripts' max(fence + 1, now) makes it on a key that
-// is not free. Redis keeps absolute expiries, and replicates them so.
+// is not free. Redis keeps absolute expiries, and replicates them so. A
+// step that moves the key's expiry later raises keep by as much, so that
+// the rule fence = PEXPIRETIME − keep holds.
 //
 // A record is live while it is a claim or an outcome and the server's
 // clock is before its expires; a tombstone is never live.
@@ -57,7 +67,7 @@ func claimValue(ttl, keep int64, token, fp string) string {
 
 // stored is a record as Redis holds it.
 type stored struct {
-	form  byte // c, o, n, r, d
+	form  byte // c, s, o, n, r, d, t
 	rec   store.Record
 	token string // a claim's
 	body  string // what follows the fingerprint: an outcome's response
@@ -66,8 +76,11 @@ type stored struct {
 // live reports whether s is a claim or an outcome the clock (Unix ms) has
 // not passed.
 func (s stored) live(now int64) bool {
-	return s.form != 'r' && s.form != 'd' && now < s.rec.ExpiresAt.UnixMilli()
+	return s.form != 'r' && s.form != 'd' && s.form != 't' && now < s.rec.ExpiresAt.UnixMilli()
 }
+
+// claim reports whether s is a claim (with or without steps).
+func (s stored) claim() bool { return s.form == 'c' || s.form == 's' }
 
 // malformed is the error of a value the store cannot read.
 func malformed(op string) error {
@@ -96,7 +109,7 @@ func parseStored(op, key, v string, keep int64) (stored, error) {
 	}
 	const bad = -1 << 62
 	switch s.form {
-	case 'c':
+	case 'c', 's':
 		exp, k, created := num(), num(), num()
 		i := strings.IndexByte(rest, ':')
 		if i < 0 {
@@ -109,10 +122,26 @@ func parseStored(op, key, v string, keep int64) (stored, error) {
 			return stored{}, malformed(op)
 		}
 		s.rec.Fingerprint, s.body = rest[:n], rest[n:]
+		if s.form == 's' {
+			steps, ok := parseSteps(s.body)
+			if !ok {
+				return stored{}, malformed(op)
+			}
+			s.rec.Steps, s.body = steps, ""
+		}
 		s.rec.State = store.StateClaimed
 		s.rec.Fence = idemkit.Fence(f)
 		s.rec.CreatedAt = time.UnixMilli(f + created)
 		s.rec.ExpiresAt = time.UnixMilli(f + exp)
+	case 't':
+		// A released claim's steps, kept for the next claim of its
+		// fingerprint, which the claim script carries them to: a read
+		// needs only the fence.
+		f := num()
+		if f < 0 || uint64(f) > uint64(idemkit.FenceMax) {
+			return stored{}, malformed(op)
+		}
+		s.rec.Fence = idemkit.Fence(f)
 	case 'r', 'd':
 		if !strings.Contains(rest, ":") {
 			f, err := strconv.ParseUint(rest, 10, 64)
@@ -146,6 +175,44 @@ func parseStored(op, key, v string, keep int64) (stored, error) {
 		return stored{}, malformed(op)
 	}
 	return s, nil
+}
+
+// parseSteps decodes the steps of a claim of form s, "<count>:" and each
+// step's "<len>:<name><len>:<result>", into steps of their own (a result
+// is a copy; an empty one is nil); ok false when v is malformed.
+func parseSteps(v string) (steps []store.Step, ok bool) {
+	length := func() int {
+		i := strings.IndexByte(v, ':')
+		if i < 1 || i > 8 {
+			return -1
+		}
+		n, err := strconv.Atoi(v[:i])
+		if err != nil || n < 0 || n > len(v)-i-1 {
+			return -1
+		}
+		v = v[i+1:]
+		return n
+	}
+	count := length()
+	if count < 1 || count > store.MaxSteps {
+		return nil, false
+	}
+	steps = make([]store.Step, count)
+	for i := range steps {
+		n := length()
+		if n < 1 {
+			return nil, false
+		}
+		steps[i].Name, v = strings.Clone(v[:n]), v[n:] // not holding on to the whole value
+		if n = length(); n < 0 {
+			return nil, false
+		}
+		if n > 0 {
+			steps[i].Result = []byte(v[:n])
+		}
+		v = v[n:]
+	}
+	return steps, v == ""
 }
 
 // outcomeForm is an outcome state's form.

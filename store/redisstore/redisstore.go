@@ -74,8 +74,8 @@ func WithMaxResponseBytes(n int) Option { return func(c *config) { c.maxResponse
 // Default: one minute.
 func WithMaxClockStep(d time.Duration) Option { return func(c *config) { c.step = d } }
 
-// WithWaitForReplicas makes a claim, an extension and an outcome count
-// only once n replicas of the key's master have acknowledged them (Redis
+// WithWaitForReplicas makes a claim, an extension, a step and an outcome
+// count only once n replicas of the key's master have acknowledged them (Redis
 // WAIT, for at most timeout), so that a failover cannot lose them (Redis
 // replicates asynchronously): when fewer acknowledge in time, the
 // operation fails closed with ServiceUnavailable, and a new claim is
@@ -172,6 +172,7 @@ var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
 	_ store.Watcher = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 // New returns a store on client. It does no I/O.
@@ -283,7 +284,9 @@ func isDirect(client redis.UniversalClient) bool {
 // the key is kept for the lease plus [store.ClaimRetention], so that a
 // holder whose lease ran out still completes as long as nobody claimed the
 // key since. A Claim the client retries after a lost reply gets its own
-// claim back, not "busy".
+// claim back, not "busy". A take-over of a claim with steps that ended
+// without an outcome (its lease ran out, or it was released), of the same
+// fingerprint, carries its steps ([store.Stepper]) in the same script.
 func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (store.Record, bool, error) {
 	const op = "claim"
 	if err := engine.ValidateKey(key); err != nil {
@@ -344,7 +347,7 @@ func (s *Store) claim(ctx context.Context, key, fp string, ttl time.Duration, re
 	case cur.live(now):
 		// A replay, a busy answer, or this very claim, found again by a
 		// transaction go-redis sent again after a lost reply.
-		return cur.rec, cur.form == 'c' && cur.token == token, nil
+		return cur.rec, cur.claim() && cur.token == token, nil
 	}
 	return s.claimScript(ctx, key, fp, ms, token)
 }
@@ -433,6 +436,21 @@ func (s *Store) Complete(ctx context.Context, rec store.Record, ttl time.Duratio
 	return s.flag(ctx, scriptComplete, rec.Key, fenceArg(rec.Fence), ttl.Milliseconds(), outcomeForm(rec.State), rec.Fingerprint, rec.Response, s.notify)
 }
 
+// RecordStep implements [store.Stepper]: one script, which appends step to
+// the claim (key, fence) while it holds exactly index steps, even after
+// its lease ran out as long as nobody claimed the key since, and keeps
+// the key at least keep from now (by the server's clock). A RecordStep
+// retried after a lost reply, which finds this very step (name and result)
+// recorded last under the fence, reports ok, as Complete does. With
+// [WithWaitForReplicas] or [WithWaitForAOF] the step counts only once
+// acknowledged, as a completion does, in the same round trip.
+func (s *Store) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
+	if err := engine.ValidateStep(key, fence, index, step, keep); err != nil {
+		return false, err
+	}
+	return s.flag(ctx, scriptStep, key, fenceArg(fence), index, step.Name, step.Result, keep.Milliseconds())
+}
+
 // Release implements [store.Store]: one script, which notifies the key's
 // watchers and leaves a tombstone.
 func (s *Store) Release(ctx context.Context, key string, fence idemkit.Fence) (bool, error) {
@@ -510,8 +528,8 @@ func (s *Store) flag(ctx context.Context, sc *luaScript, key string, args ...any
 }
 
 // write runs a script whose reply is a number (0: refused). With a
-// durability wait, an extension, a completion and a put that wrote count
-// only once acknowledged.
+// durability wait, an extension, a completion, a step and a put that
+// wrote count only once acknowledged.
 func (s *Store) write(ctx context.Context, sc *luaScript, key string, args ...any) (int64, error) {
 	op := sc.name
 	if err := idemkit.CheckContext(ctx, op); err != nil {
@@ -522,7 +540,7 @@ func (s *Store) write(ctx context.Context, sc *luaScript, key string, args ...an
 		err error
 		ack *redis.Cmd
 	)
-	if s.wait.timeout > 0 && (sc == scriptExtend || sc == scriptComplete || sc == scriptPut) {
+	if s.wait.timeout > 0 && sc.acked {
 		v, ack, err = s.runAcked(ctx, key, sc, args...)
 	} else {
 		v, err = s.run(ctx, key, sc, args...)
