@@ -36,6 +36,7 @@ var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
 	_ store.Watcher = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 // Option configures [New] and [SetupSchema].
@@ -221,10 +222,11 @@ type row struct {
 	response             []byte
 	fence                int64
 	createdAt, expiresAt time.Time
+	steps                []byte // the steps column (see encodeStep); nil when NULL
 }
 
 func (r *row) dest() []any {
-	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
+	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt, &r.steps}
 }
 
 // record checks the row and turns it into the record under key.
@@ -241,6 +243,13 @@ func (r *row) record(op, key string) (store.Record, error) {
 		rec.Response = r.response
 	} else if st == store.StateCompleted {
 		rec.Response = []byte{}
+	}
+	if st == store.StateClaimed && r.steps != nil {
+		steps, err := decodeSteps(r.steps)
+		if err != nil {
+			return store.Record{}, idemkit.NewError(idemkit.CodeInternal, op, "the stored steps are not as pgstore writes them", err)
+		}
+		rec.Steps = steps
 	}
 	return rec, nil
 }
@@ -433,6 +442,19 @@ func scanOne(row pgx.Row, dest any) (bool, error) {
 		return false, nil
 	}
 	return b && err == nil, err
+}
+
+// RecordStep implements [store.Stepper]: one UPDATE guarded by the fence,
+// the claimed state and the number of steps, that appends the step and
+// keeps the row at least keep from now. Not repeated after a lost
+// connection: a repeat of one that landed would be refused, as the step
+// it recorded is there.
+func (s *Store) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
+	const op = "record-step"
+	if err := engine.Ready(ctx, op, engine.ValidateStep(key, fence, index, step, keep), checkFence(op, fence)); err != nil {
+		return false, err
+	}
+	return s.fenced(ctx, op, false, nil, s.q.recordStep, storedKey(key), int64(fence), index, encodeStep(step), keep.Microseconds())
 }
 
 // Get implements [store.Store] and [store.Records]: one read.
