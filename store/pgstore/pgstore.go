@@ -225,9 +225,13 @@ type row struct {
 	steps                []byte // the steps column (see encodeStep); nil when NULL
 }
 
+// dest returns the scan destinations of the record's columns without
+// steps; withSteps, with them.
 func (r *row) dest() []any {
-	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt, &r.steps}
+	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
 }
+
+func (r *row) withSteps() []any { return append(r.dest(), &r.steps) }
 
 // record checks the row and turns it into the record under key.
 func (r *row) record(op, key string) (store.Record, error) {
@@ -304,7 +308,7 @@ func (s *Store) claim(ctx context.Context, key, sk, fp string, ttl time.Duration
 		// Repeated after a lost connection too: should the lost try have
 		// committed, the next finds its claim and answers busy until the
 		// lease runs out, a delay, never a second execution.
-		found, err := s.read(ctx, op, s.q.claim, []any{sk, fpb, micros}, append([]any{&claimed}, r.dest()...)...)
+		found, err := s.read(ctx, op, s.q.claim, []any{sk, fpb, micros}, append([]any{&claimed}, r.withSteps()...)...)
 		if err != nil {
 			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
@@ -464,7 +468,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 		return store.Record{}, false, err
 	}
 	var r row
-	found, err := s.read(ctx, op, s.q.get, []any{storedKey(key)}, r.dest()...)
+	found, err := s.read(ctx, op, s.q.get, []any{storedKey(key)}, r.withSteps()...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
@@ -488,7 +492,7 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 		r  row
 		sk string
 	)
-	found, err := s.read(ctx, op, s.q.findClaim, []any{[]byte(fp)}, append([]any{&sk}, r.dest()...)...)
+	found, err := s.read(ctx, op, s.q.findClaim, []any{[]byte(fp)}, append([]any{&sk}, r.withSteps()...)...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
