@@ -27,8 +27,10 @@
 // that takes over the dead claim of the same fingerprint carries them in
 // the same statement. Waiters are woken by LISTEN/NOTIFY on one connection
 // per store ([Store.Watch]). Guarded work that writes to the same database
-// commits its writes with its record, exactly once ([Tx]). Failures are
-// [idemkit.Error] values mapped by SQLSTATE and error type.
+// commits its writes with its record, exactly once ([Tx]), and each of its
+// steps may commit its own writes with its recovery point
+// ([store.StepWork]). Failures are [idemkit.Error] values mapped by
+// SQLSTATE and error type.
 //
 // The repository's docs/backends.md (section PostgreSQL) describes the
 // table, statements, notifications, transactions, retries and error
