@@ -98,7 +98,6 @@ DECLARE
 BEGIN
     FOR try IN 1..3 LOOP
         t := clock_timestamp();
-        steps := NULL; -- only a take-over carries steps
         ms := greatest(floor(extract(epoch FROM t) * 1000)::bigint, 1);
         IF NOT seen THEN
             -- DO NOTHING waits for a racing inserter, then inserts nothing.
@@ -129,6 +128,9 @@ BEGIN
             -- its waiters watch the new claim. Steps (only a claim or a
             -- release's tombstone has them) go to a claim of the same
             -- fingerprint, with their keep (the SET reads the old row).
+            -- Only this RETURNING sets the output steps (NULL from the
+            -- start, and again when it finds no row), so no other answer
+            -- carries any.
             waited := state = 1 AND response <> '';
             UPDATE "idemkit_records" AS r SET fingerprint = fp, state = 1, response = '',
                 fence = greatest(r.fence + 1, ms), created_at = t, expires_at = t + lease * interval '1 microsecond',
