@@ -53,6 +53,40 @@ type Work interface {
 	Rollback(ctx context.Context)
 }
 
+// StepWork is an optional interface of a [Work] of a store that is also a
+// [Stepper]: a step of the work may write in a transaction of its own
+// that commits with the step's recovery point, so that each step lands
+// whole (its writes and its record) or not at all, and a retry resumes
+// after the last step that landed.
+type StepWork interface {
+	// Step runs fn as step number index (from 0) of the work's claim,
+	// named name, and records what fn returned as that step. fn's ctx
+	// carries a transaction of the step's own, which the work's code joins
+	// as it joins the work's (pgstore.Tx), begun on its first use. When fn
+	// succeeds, Step writes the step in that transaction as
+	// [Stepper.RecordStep] writes it (only while the record still carries
+	// the claim and exactly index steps; kept at least keep from now), then
+	// commits: fn's writes and the step land together or not at all. fn
+	// that never began the transaction has its step recorded as RecordStep
+	// records it. Step returns fn's result and true once the step landed.
+	//
+	// It reports false, with nothing landed, when the record no longer
+	// carries the claim or already has a step at index (the claim was
+	// lost; fn's writes are rolled back). fn's error rolls the
+	// transaction back and is returned unchanged; so is a panic of fn,
+	// which goes on after the rollback. An error matching [ErrWorkFailed]
+	// or [ErrWorkConflict] is the step transaction's own failure: rolled
+	// back, nothing landed, the claim is still the holder's. A name or
+	// index or keep [Stepper.RecordStep] would refuse is refused
+	// (InvalidArgument) before fn runs, as is a step while the work's own
+	// transaction is open or has ended (the work begins it after its
+	// last step); a result that makes the step too large (InvalidArgument,
+	// [ErrTooLarge]) after fn ran, rolling fn's writes back. Any other
+	// error leaves the step's fate unknown: either it landed with fn's
+	// writes or nothing did.
+	Step(ctx context.Context, index int, name string, keep time.Duration, fn func(ctx context.Context) ([]byte, error)) (result []byte, ok bool, err error)
+}
+
 // The failures of the work's own transaction (not the backend's) that
 // [Work.Commit] reports: rolled back, nothing landed, the claim is still
 // the holder's.

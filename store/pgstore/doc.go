@@ -21,10 +21,16 @@
 // asynchronously (a release lost in a crash only lets its lease run out).
 // Rows and the tombstones of releases and deletions are kept as the fence
 // rule of [store.Store] says, with [WithMaxClockStep]; [Store.Sweep]
-// removes them after. Waiters are woken by LISTEN/NOTIFY on one connection
+// removes them after. A claim's steps ([store.Stepper]) live in its row
+// (one column, NULL when there are none, so that records without steps
+// cost what they did): [Store.RecordStep] is one fenced UPDATE, and a claim
+// that takes over the dead claim of the same fingerprint carries them in
+// the same statement. Waiters are woken by LISTEN/NOTIFY on one connection
 // per store ([Store.Watch]). Guarded work that writes to the same database
-// commits its writes with its record, exactly once ([Tx]). Failures are
-// [idemkit.Error] values mapped by SQLSTATE and error type.
+// commits its writes with its record, exactly once ([Tx]), and each of its
+// steps may commit its own writes with its recovery point
+// ([store.StepWork]). Failures are [idemkit.Error] values mapped by
+// SQLSTATE and error type.
 //
 // The repository's docs/backends.md (section PostgreSQL) describes the
 // table, statements, notifications, transactions, retries and error

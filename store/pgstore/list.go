@@ -44,13 +44,14 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 	var (
 		keys               []string
 		fps, responses     [][]byte
+		steps              [][]byte
 		states             []int16
 		fences             []int64
 		created, expiresAt []time.Time
 	)
 	err = retry(ctx, op, s.inTx, func(ctx context.Context, _ int) (bool, error) {
 		return true, s.db.QueryRow(ctx, s.q.list, lo, hi, hexLo, hexHi, string(from), limit+1).
-			Scan(&keys, &fps, &states, &responses, &fences, &created, &expiresAt)
+			Scan(&keys, &fps, &states, &responses, &fences, &created, &expiresAt, &steps)
 	})
 	if err != nil {
 		return nil, "", err
@@ -66,7 +67,7 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) ([]st
 		if !ok {
 			return nil, "", idemkit.NewError(idemkit.CodeInternal, op, "a stored key is neither verbatim nor \\x and hex", nil)
 		}
-		r := row{fp: fps[i], state: states[i], response: responses[i], fence: fences[i], createdAt: created[i], expiresAt: expiresAt[i]}
+		r := row{fp: fps[i], state: states[i], response: responses[i], fence: fences[i], createdAt: created[i], expiresAt: expiresAt[i], steps: steps[i]}
 		if recs[i], err = r.record(op, key); err != nil {
 			return nil, "", err
 		}

@@ -36,6 +36,7 @@ var (
 	_ store.Store   = (*Store)(nil)
 	_ store.Records = (*Store)(nil)
 	_ store.Watcher = (*Store)(nil)
+	_ store.Stepper = (*Store)(nil)
 )
 
 // Option configures [New] and [SetupSchema].
@@ -221,11 +222,16 @@ type row struct {
 	response             []byte
 	fence                int64
 	createdAt, expiresAt time.Time
+	steps                []byte // the steps column (see encodeStep); nil when NULL
 }
 
+// dest returns the scan destinations of the record's columns without
+// steps; withSteps, with them.
 func (r *row) dest() []any {
 	return []any{&r.fp, &r.state, &r.response, &r.fence, &r.createdAt, &r.expiresAt}
 }
+
+func (r *row) withSteps() []any { return append(r.dest(), &r.steps) }
 
 // record checks the row and turns it into the record under key.
 func (r *row) record(op, key string) (store.Record, error) {
@@ -241,6 +247,13 @@ func (r *row) record(op, key string) (store.Record, error) {
 		rec.Response = r.response
 	} else if st == store.StateCompleted {
 		rec.Response = []byte{}
+	}
+	if st == store.StateClaimed && r.steps != nil {
+		steps, err := decodeSteps(r.steps)
+		if err != nil {
+			return store.Record{}, idemkit.NewError(idemkit.CodeInternal, op, "the stored steps are not as pgstore writes them", err)
+		}
+		rec.Steps = steps
 	}
 	return rec, nil
 }
@@ -295,7 +308,7 @@ func (s *Store) claim(ctx context.Context, key, sk, fp string, ttl time.Duration
 		// Repeated after a lost connection too: should the lost try have
 		// committed, the next finds its claim and answers busy until the
 		// lease runs out, a delay, never a second execution.
-		found, err := s.read(ctx, op, s.q.claim, []any{sk, fpb, micros}, append([]any{&claimed}, r.dest()...)...)
+		found, err := s.read(ctx, op, s.q.claim, []any{sk, fpb, micros}, append([]any{&claimed}, r.withSteps()...)...)
 		if err != nil {
 			return store.Record{}, false, s.starvedPool(ctx, err)
 		}
@@ -435,6 +448,19 @@ func scanOne(row pgx.Row, dest any) (bool, error) {
 	return b && err == nil, err
 }
 
+// RecordStep implements [store.Stepper]: one UPDATE guarded by the fence,
+// the claimed state and the number of steps, that appends the step and
+// keeps the row at least keep from now. Not repeated after a lost
+// connection: a repeat of one that landed would be refused, as the step
+// it recorded is there.
+func (s *Store) RecordStep(ctx context.Context, key string, fence idemkit.Fence, index int, step store.Step, keep time.Duration) (bool, error) {
+	const op = "record-step"
+	if err := engine.Ready(ctx, op, engine.ValidateStep(key, fence, index, step, keep), checkFence(op, fence)); err != nil {
+		return false, err
+	}
+	return s.fenced(ctx, op, false, nil, s.q.recordStep, storedKey(key), int64(fence), index, encodeStep(step), keep.Microseconds())
+}
+
 // Get implements [store.Store] and [store.Records]: one read.
 func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error) {
 	const op = "get"
@@ -442,7 +468,7 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 		return store.Record{}, false, err
 	}
 	var r row
-	found, err := s.read(ctx, op, s.q.get, []any{storedKey(key)}, r.dest()...)
+	found, err := s.read(ctx, op, s.q.get, []any{storedKey(key)}, r.withSteps()...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}
@@ -466,7 +492,7 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 		r  row
 		sk string
 	)
-	found, err := s.read(ctx, op, s.q.findClaim, []any{[]byte(fp)}, append([]any{&sk}, r.dest()...)...)
+	found, err := s.read(ctx, op, s.q.findClaim, []any{[]byte(fp)}, append([]any{&sk}, r.withSteps()...)...)
 	if err != nil || !found {
 		return store.Record{}, false, err
 	}

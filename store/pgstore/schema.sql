@@ -33,10 +33,34 @@ CREATE TABLE IF NOT EXISTS "idemkit_records" (
     -- A claim: when its lease runs out; an outcome: when it is forgotten.
     expires_at  timestamptz NOT NULL,
     -- When Sweep may delete the row: past expires_at (a claim: one minute
-    -- past it), and past the fence read as Unix milliseconds plus the
-    -- largest clock step (pgstore.WithMaxClockStep).
-    keep_until  timestamptz NOT NULL
+    -- past it), past the fence read as Unix milliseconds plus the
+    -- largest clock step (pgstore.WithMaxClockStep), and past the keep
+    -- its last step asked for.
+    keep_until  timestamptz NOT NULL,
+    -- A claim's recorded steps (store.Step), NULL when it has none: one
+    -- byte, their number, then each step as the uvarint length of its
+    -- name, the name, the uvarint length of its result, the result. A
+    -- released claim's tombstone keeps them, with its fingerprint, for the
+    -- next claim of that fingerprint.
+    steps       bytea
 );
+-- A table made before steps: add the column (nullable, no default: no
+-- rewrite), looked up first, since ALTER TABLE locks the table even when
+-- it has nothing to do. A claim function from before steps answers no
+-- steps, and CREATE OR REPLACE cannot change what a function answers:
+-- drop it, to be created again below, in this transaction.
+DO $migrate$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('"idemkit_records"')
+            AND attname = 'steps' AND NOT attisdropped) THEN
+        ALTER TABLE "idemkit_records" ADD COLUMN steps bytea;
+    END IF;
+    IF EXISTS (SELECT FROM pg_proc WHERE oid = to_regprocedure('"idemkit_records_claim"(text, bytea, bigint, bigint, bigint)')
+            AND NOT 'steps' = ANY (proargnames)) THEN
+        DROP FUNCTION "idemkit_records_claim"(text, bytea, bigint, bigint, bigint);
+    END IF;
+END
+$migrate$;
 -- Sweep: the rows past keep_until, oldest first, without a scan of the table.
 CREATE INDEX IF NOT EXISTS "idemkit_records_keep_until_idx" ON "idemkit_records" (keep_until);
 -- FindClaim: the rows whose fingerprint is a lock id (22 base64url
@@ -50,9 +74,12 @@ CREATE INDEX IF NOT EXISTS "idemkit_records_lock_id_idx" ON "idemkit_records" (f
 -- gets a claim inserted (tried first: most keys claimed are new); a dead
 -- row (a tombstone, a run-out claim, an expired outcome) is taken over in place,
 -- its fence above the last one, answering the replaced row's fingerprint
--- and response; a live one (a racing claim won) is answered as it is. It
--- answers one row (claimed, fingerprint, state, response, fence,
--- created_at, expires_at), or none when the row kept changing under it
+-- and response; a live one (a racing claim won) is answered as it is. A
+-- take-over of a claim that ended without an outcome (run out or
+-- released) of the same fingerprint, within its keep_until, carries its
+-- steps and keep_until over. It answers one row (claimed, fingerprint,
+-- state, response, fence, created_at, expires_at, steps), or none when
+-- the row kept changing under it
 -- (the caller calls again). Each statement in it sees what committed
 -- before it, so a claim that lost a race reads the winner's row on its
 -- next turn. The fence is the clock in milliseconds, above the row's
@@ -60,7 +87,7 @@ CREATE INDEX IF NOT EXISTS "idemkit_records_lock_id_idx" ON "idemkit_records" (f
 -- fence read as a time plus the step.
 CREATE OR REPLACE FUNCTION "idemkit_records_claim"(k text, fp bytea, lease bigint, retain bigint, step bigint)
 RETURNS TABLE (claimed boolean, fingerprint bytea, state smallint, response bytea,
-    fence bigint, created_at timestamptz, expires_at timestamptz)
+    fence bigint, created_at timestamptz, expires_at timestamptz, steps bytea)
 LANGUAGE plpgsql VOLATILE AS $claim$
 #variable_conflict use_column
 DECLARE
@@ -98,14 +125,21 @@ BEGIN
             -- Take the dead row over. READ COMMITTED checks the WHERE again
             -- on the newest version, so of racing take-overs one wins. A
             -- claim marked as waited for (response \x01) notifies, so that
-            -- its waiters watch the new claim.
+            -- its waiters watch the new claim. Steps (only a claim or a
+            -- release's tombstone has them) go to a claim of the same
+            -- fingerprint, with their keep (the SET reads the old row).
+            -- Only this RETURNING sets the output steps (NULL from the
+            -- start, and again when it finds no row), so no other answer
+            -- carries any.
             waited := state = 1 AND response <> '';
             UPDATE "idemkit_records" AS r SET fingerprint = fp, state = 1, response = '',
                 fence = greatest(r.fence + 1, ms), created_at = t, expires_at = t + lease * interval '1 microsecond',
                 keep_until = greatest(t + (lease + retain) * interval '1 microsecond',
-                    timestamptz 'epoch' + (greatest(r.fence + 1, ms) + 1) * interval '1 millisecond' + step * interval '1 microsecond')
+                    timestamptz 'epoch' + (greatest(r.fence + 1, ms) + 1) * interval '1 millisecond' + step * interval '1 microsecond',
+                    CASE WHEN r.steps IS NOT NULL AND r.fingerprint = fp AND r.keep_until > t THEN r.keep_until END),
+                steps = CASE WHEN r.fingerprint = fp AND r.keep_until > t THEN r.steps END
             WHERE r.key = k AND (r.state = 0 OR r.expires_at <= t)
-            RETURNING r.state, r.fence, r.created_at, r.expires_at INTO state, fence, created_at, expires_at;
+            RETURNING r.state, r.fence, r.created_at, r.expires_at, r.steps INTO state, fence, created_at, expires_at, steps;
             IF FOUND THEN
                 IF waited THEN
                     PERFORM pg_notify('idemkit:idemkit_records', k);

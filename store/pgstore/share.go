@@ -85,6 +85,7 @@ func (sh *sharing) claim(ctx context.Context, sk string, claim func() (store.Rec
 	sh.mu.Lock()
 	c.rec, c.err = rec, err
 	c.rec.Replaced = nil // the sender's alone
+	c.rec.Steps = nil    // the sender's too: the others are answered busy
 	k.inflight = nil
 	close(c.done)
 	sh.drop(sk, k)

@@ -17,7 +17,10 @@ import (
 	"github.com/idemkit/idemkit/store/engine"
 )
 
-var _ store.Transactor = (*Store)(nil)
+var (
+	_ store.Transactor = (*Store)(nil)
+	_ store.StepWork   = (*work)(nil)
+)
 
 // ErrNoTransaction is what [Tx] returns outside work guarded by a [Store]
 // that can begin transactions (on a pool or a connection).
@@ -41,7 +44,11 @@ type beginner interface {
 // an outcome not stored and middleware.DoNotRecord, releasing the claim; a
 // transaction that fails by itself fails the call with
 // store.ErrWorkFailed or store.ErrWorkConflict. Commit and Rollback answer
-// [ErrGuardCommits]; savepoints work. Outside guarded work: [ErrNoTransaction].
+// [ErrGuardCommits]; savepoints work. Inside a step of the work
+// ([store.StepWork], the guard's middleware.Step), Tx returns the step's
+// own transaction instead, which commits with the step's recovery point
+// when the step returns (the work's transaction must begin after its last
+// step). Outside guarded work: [ErrNoTransaction].
 // docs/backends.md (Exactly-once effects) tells the whole contract.
 func Tx(ctx context.Context) (pgx.Tx, error) {
 	w, ok := ctx.Value(workKey{}).(*work)
@@ -62,7 +69,7 @@ func (s *Store) Work(ctx context.Context, key string, fence idemkit.Fence) (cont
 	if !ok || s.inTx {
 		return ctx, nil
 	}
-	w := &work{s: s, db: b, id: workID{storedKey(key), int64(fence)}}
+	w := &work{s: s, db: b, key: key, id: workID{storedKey(key), int64(fence)}}
 	return context.WithValue(ctx, workKey{}, w), w
 }
 
@@ -74,9 +81,10 @@ type workID struct {
 
 // work is one claim's transaction: begun by Tx, ended by the guard.
 type work struct {
-	s  *Store
-	db beginner
-	id workID
+	s   *Store
+	db  beginner
+	key string // the record key
+	id  workID
 
 	mu    sync.Mutex
 	tx    pgx.Tx // nil until begun
@@ -231,3 +239,68 @@ type guardedTx struct{ pgx.Tx }
 
 func (guardedTx) Commit(context.Context) error   { return ErrGuardCommits }
 func (guardedTx) Rollback(context.Context) error { return ErrGuardCommits }
+
+// Step implements [store.StepWork]: fn runs with a context in which [Tx]
+// begins the step's own transaction (a *work of the same claim, held like
+// the work's for the lease renewals); the step's UPDATE runs in it, fenced
+// as [Store.RecordStep]'s, then a durable commit.
+func (w *work) Step(ctx context.Context, index int, name string, keep time.Duration, fn func(ctx context.Context) ([]byte, error)) ([]byte, bool, error) {
+	const op = "record-step"
+	fence := idemkit.Fence(w.id.fence)
+	if err := engine.ValidateStep(w.key, fence, index, store.Step{Name: name}, keep); err != nil {
+		return nil, false, err
+	}
+	w.mu.Lock()
+	open := w.tx != nil || w.ended
+	w.mu.Unlock()
+	if open {
+		return nil, false, idemkit.NewError(idemkit.CodeInvalidArgument, op,
+			"a step cannot run once the guarded work's transaction began or ended: take pgstore.Tx after the work's last step", nil)
+	}
+	if err := idemkit.CheckContext(ctx, op); err != nil {
+		return nil, false, err
+	}
+	sw := &work{s: w.s, db: w.db, key: w.key, id: w.id}
+	ran := false
+	defer func() {
+		if !ran { // fn panicked: free the step's transaction, then go on
+			sw.Rollback(ctx)
+		}
+	}()
+	result, err := fn(context.WithValue(ctx, workKey{}, sw))
+	ran = true
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	tx := sw.tx
+	sw.end()
+	step := store.Step{Name: name, Result: result}
+	if err == nil {
+		err = engine.ValidateStep(w.key, fence, index, step, keep)
+	}
+	if tx == nil {
+		if err != nil {
+			return nil, false, err
+		}
+		ok, err := w.s.RecordStep(ctx, w.key, fence, index, step, keep)
+		if !ok || err != nil {
+			return nil, false, err
+		}
+		return result, true, nil
+	}
+	if err != nil {
+		sw.rollback(ctx)
+		return nil, false, err
+	}
+	ok, err := scanOne(tx.QueryRow(ctx, w.s.q.recordStep, w.id.key, w.id.fence, index, encodeStep(step), keep.Microseconds()), nil)
+	if err != nil || !ok {
+		sw.rollback(ctx)
+		if err != nil {
+			return nil, false, sw.failed(ctx, op, err, false)
+		}
+		return nil, false, nil
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, false, sw.failed(ctx, op, err, true)
+	}
+	return result, true, nil
+}
