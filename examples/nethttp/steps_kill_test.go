@@ -147,10 +147,23 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 		procs = append(procs, demotest.StartProcess(t, "steps", env, args...))
 	}
 	killed := map[int]bool{}
+	inflight := map[string]int{} // requests under way, by address
 	live := func() string {
 		mu.Lock()
 		defer mu.Unlock()
 		return procs[rand.N(len(procs))].Addr
+	}
+	send := func(ctx context.Context, key string) answer {
+		addr := live()
+		mu.Lock()
+		inflight[addr]++
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			inflight[addr]--
+			mu.Unlock()
+		}()
+		return work(ctx, addr, key)
 	}
 
 	// The clients: every key retried until it completes.
@@ -162,9 +175,9 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 	for i := range keys {
 		wg.Go(func() {
 			key := fmt.Sprintf("%s-%d", prefix, i)
-			time.Sleep(time.Duration(i) * 40 * time.Millisecond)
+			time.Sleep(time.Duration(i) * 90 * time.Millisecond)
 			for ctx.Err() == nil {
-				a := work(ctx, live(), key)
+				a := send(ctx, key)
 				if a.err == nil && a.status == http.StatusCreated {
 					bodies[i] = a.body
 					return
@@ -174,11 +187,26 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 		})
 	}
 
-	// The killer: a random node dies, another starts.
+	// The killer: a node in the middle of some work dies, another starts.
 	for range kills {
 		time.Sleep(150*time.Millisecond + rand.N(250*time.Millisecond))
+		i := -1
+		for wait := time.Now().Add(5 * time.Second); i < 0 && time.Now().Before(wait); {
+			mu.Lock()
+			for j, p := range procs {
+				if inflight[p.Addr] > 0 && (i < 0 || rand.N(2) == 0) {
+					i = j
+				}
+			}
+			mu.Unlock()
+			if i < 0 {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if i < 0 {
+			t.Fatal("no node had work under way for 5 s")
+		}
 		mu.Lock()
-		i := rand.N(len(procs))
 		victim := procs[i]
 		mu.Unlock()
 		victim.Kill()
@@ -197,7 +225,7 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 	// Every key has one recorded response: every retry replays it.
 	for i := range keys {
 		key := fmt.Sprintf("%s-%d", prefix, i)
-		a := work(t.Context(), live(), key)
+		a := send(t.Context(), key)
 		if a.err != nil || a.status != http.StatusCreated || a.replayed != "true" || a.body != bodies[i] {
 			t.Errorf("key %d: a retry got %v %d replayed=%q %q; want the replay of %q", i, a.err, a.status, a.replayed, a.body, bodies[i])
 		}
@@ -219,11 +247,17 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 		}
 		runs[fs[1]+" "+fs[2]] = append(runs[fs[1]+" "+fs[2]], run{fs[0], fs[3]})
 	}
-	total, cut := 0, 0
+	total, cut, resumed := 0, 0, 0
 	for i := range keys {
+		pids := map[string]bool{}
 		for _, step := range killSteps {
 			ks := fmt.Sprintf("%s-%d %s", prefix, i, step)
 			rs := runs[ks]
+			for _, r := range rs {
+				if r.what == "recorded" {
+					pids[r.pid] = true
+				}
+			}
 			recorded := false
 			for j, r := range rs {
 				switch r.what {
@@ -259,8 +293,14 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 				t.Errorf("%s: never ran", ks)
 			}
 		}
+		if len(pids) > 1 {
+			resumed++ // its steps were recorded by more than one process
+		}
 	}
-	t.Logf("%d keys, %d processes killed: %d step runs for %d steps; %d runs cut by a kill", keys, kills, total, keys*len(killSteps), cut)
+	t.Logf("%d keys, %d processes killed during work: %d step runs for %d steps; %d runs cut by a kill; %d keys resumed on another process", keys, kills, total, keys*len(killSteps), cut, resumed)
+	if resumed == 0 {
+		t.Error("no key resumed on another process: the kills proved nothing")
+	}
 
 	if pool != nil {
 		rows, err := pool.Query(t.Context(), `SELECT key, step, count(*) FROM step_effects GROUP BY key, step`)
