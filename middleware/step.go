@@ -47,7 +47,10 @@ type steps struct {
 // what a step must not do.
 //
 // ctx is the ctx the guard gives the work, or one derived from it; fn gets
-// it. Steps run one at a time, in the same order on every run, each under
+// it. On a store whose work is transactional ([store.StepWork]: pgstore,
+// mysqlstore), fn's writes through the engine's Tx(ctx) are a transaction
+// of the step's own, which commits with the step's recording: both land or
+// neither does. Steps run one at a time, in the same order on every run, each under
 // a name of 1 to [store.MaxStepNameBytes] bytes of UTF-8 that does not
 // change between runs. A name other than the recorded one at its place is
 // an error matching [ErrStepMismatch]. fn's error records nothing and is
@@ -162,22 +165,89 @@ func (c *call) step(ctx context.Context, name string, fn func(ctx context.Contex
 		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("step %q does not fit: the steps before it take %d of the %d bytes a run's steps may take", name, st.bytes, store.MaxStepBytes), store.ErrTooLarge)
 	}
 	start := time.Now()
-	res, err := fn(ctx)
-	if err != nil {
-		return nil, err
+	var res []byte
+	if sw, ok := c.work.(store.StepWork); ok {
+		// Transactional steps: fn's writes commit with its recovery point.
+		var err error
+		if res, err = c.stepWork(ctx, sw, i, name, fn); err != nil {
+			return nil, err
+		}
+	} else {
+		var err error
+		if res, err = fn(ctx); err != nil {
+			return nil, err
+		}
+		s := store.Step{Name: name, Result: res}
+		if total := st.bytes + s.Size(); total > store.MaxStepBytes {
+			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("the result of step %q (%d bytes) takes the run's steps to %d bytes, over the limit of %d: it ran, but is not recorded; record an id, not a document", name, len(res), total, store.MaxStepBytes), store.ErrTooLarge)
+		}
+		if err := c.recordStep(ctx, stepper, i, s); err != nil {
+			return nil, err
+		}
 	}
 	ran := time.Since(start)
 	s := store.Step{Name: name, Result: res}
-	if total := st.bytes + s.Size(); total > store.MaxStepBytes {
-		return nil, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("the result of step %q (%d bytes) takes the run's steps to %d bytes, over the limit of %d: it ran, but is not recorded; record an id, not a document", name, len(res), total, store.MaxStepBytes), store.ErrTooLarge)
-	}
-	if err := c.recordStep(ctx, stepper, i, s); err != nil {
-		return nil, err
-	}
 	st.next++
 	st.bytes += s.Size()
 	c.emit(Event{Kind: EventStepRecorded, Fence: c.fence, StepName: name, StepIndex: i, Size: len(res), Ran: ran})
 	return res, nil
+}
+
+// stepWork runs fn as step i of the call's claim in a transaction of its
+// own that commits with the step's recovery point ([store.StepWork]): fn's
+// writes and the step land together or not at all. A step that would take
+// the run's steps over [store.MaxStepBytes] is refused after fn ran, its
+// writes rolled back; a refusal means the claim is lost, as for
+// recordStep.
+func (c *call) stepWork(ctx context.Context, sw store.StepWork, i int, name string, fn func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+	const op = "step"
+	var fnErr, over error
+	res, ok, err := sw.Step(ctx, i, name, c.stepKeep(), func(ctx context.Context) ([]byte, error) {
+		res, err := fn(ctx)
+		if err != nil {
+			fnErr = err
+			return nil, err
+		}
+		if total := c.steps.bytes + len(name) + len(res); total > store.MaxStepBytes {
+			over = idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("the result of step %q (%d bytes) takes the run's steps to %d bytes, over the limit of %d: its writes are rolled back and nothing is recorded; record an id, not a document", name, len(res), total, store.MaxStepBytes), store.ErrTooLarge)
+			return nil, over
+		}
+		return res, nil
+	})
+	switch {
+	case err != nil && fnErr != nil && errors.Is(err, fnErr):
+		return nil, fnErr // fn's own error, its writes rolled back
+	case err != nil && over != nil && errors.Is(err, over):
+		return nil, over
+	case err != nil && idemkit.CodeOf(err) == idemkit.CodeInvalidArgument:
+		return nil, err // a misuse: a step once the work's own transaction began
+	case err != nil && ctx.Err() != nil:
+		// The lease was lost (or the caller went away) while the step
+		// ran: its transaction was rolled back.
+		return nil, &UnavailableError{Op: op, Err: fmt.Errorf("%w (step %d %q was rolled back)", context.Cause(ctx), i, name)}
+	case err != nil:
+		// The step's transaction failed (rolled back: the step can run
+		// again) or the backend did (its fate unknown).
+		c.g.failures.report(ctx, op, err)
+		e := &UnavailableError{Op: op, Err: err}
+		c.emit(Event{Kind: EventBackendError, Fence: c.fence, Err: e})
+		return nil, e
+	case !ok:
+		lost := fmt.Errorf("%w: the record no longer carries this claim; step %d (%q) was rolled back", idemkit.ErrLeaseLost, i, name)
+		c.steps.lost.Store(true)
+		c.lease.lost(lost)
+		return nil, &UnavailableError{Op: op, Err: lost}
+	}
+	return res, nil
+}
+
+// stepKeep is how long a step keeps the key's record: as long as its
+// outcome would be kept.
+func (c *call) stepKeep() time.Duration {
+	if c.recordTTLSet {
+		return c.recordTTL
+	}
+	return c.g.cfg.recordTTL
 }
 
 // recordStep records s as step i of the call's claim, kept as long as its
@@ -187,10 +257,7 @@ func (c *call) step(ctx context.Context, name string, fn func(ctx context.Contex
 // and the call will not complete.
 func (c *call) recordStep(ctx context.Context, st store.Stepper, i int, s store.Step) error {
 	g := c.g
-	keep := g.cfg.recordTTL
-	if c.recordTTLSet {
-		keep = c.recordTTL
-	}
+	keep := c.stepKeep()
 	start := time.Now()
 	uncertain := false // a failed attempt may have landed
 	for attempt := 1; ; attempt++ {

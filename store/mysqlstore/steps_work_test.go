@@ -16,15 +16,6 @@ import (
 	"github.com/idemkit/idemkit/store"
 )
 
-// stepWork is the method of the guarded work's unit that runs a step in a
-// transaction of its own (the shape of the PostgreSQL engine's, the
-// store package's StepWork).
-type stepWork interface {
-	Step(ctx context.Context, index int, name string, keep time.Duration, fn func(ctx context.Context) ([]byte, error)) (result []byte, ok bool, err error)
-}
-
-var _ stepWork = (*work)(nil)
-
 // stepTx sets up an atomic-step test: a store on a pool of its own, the
 // operator's pool, and the orders table in the records' database (a row
 // per order, with the key and step it was written under).
@@ -45,10 +36,10 @@ func stepTx(t *testing.T) (s *Store, admin DB, orders string) {
 }
 
 // workOf returns the step runner of the claim c's work.
-func workOf(t *testing.T, s *Store, c store.Record) (context.Context, stepWork) {
+func workOf(t *testing.T, s *Store, c store.Record) (context.Context, store.StepWork) {
 	t.Helper()
 	ctx, w := s.Work(t.Context(), c.Key, c.Fence)
-	sw, ok := w.(stepWork)
+	sw, ok := w.(store.StepWork)
 	if !ok {
 		t.Fatalf("the store's work (%T) runs no steps", w)
 	}

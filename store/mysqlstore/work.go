@@ -15,7 +15,10 @@ import (
 	"github.com/idemkit/idemkit/store/engine"
 )
 
-var _ store.Transactor = (*Store)(nil)
+var (
+	_ store.Transactor = (*Store)(nil)
+	_ store.StepWork   = (*work)(nil)
+)
 
 // ErrNoTransaction is what [Tx] returns outside work guarded by a [Store]
 // on a *sql.DB.
