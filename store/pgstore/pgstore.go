@@ -506,7 +506,8 @@ func (s *Store) FindClaim(ctx context.Context, fp string) (store.Record, bool, e
 
 // Delete implements [store.Store] and [store.Records]: one UPDATE that
 // leaves a tombstone; not repeated after a lost connection (it would find
-// nothing).
+// nothing). When nothing live was there, a second UPDATE drops the steps
+// a released or run-out claim may have left.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key)); err != nil {
@@ -515,6 +516,11 @@ func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	sk := storedKey(key)
 	done, err := s.fenced(ctx, op, false, nil, s.q.delete, sk)
 	s.ended(sk, done)
+	if err == nil && !done {
+		// Nothing live: the steps a released or run-out claim left go
+		// too (a second statement, on this operator's path only).
+		_, err = s.fenced(ctx, op, false, nil, s.q.dropSteps, sk)
+	}
 	return done, err
 }
 

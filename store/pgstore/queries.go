@@ -17,7 +17,7 @@ const (
 
 // queries holds the store's SQL, built once with its table name.
 type queries struct {
-	claim, extend, complete, release, releaseAgain, get, delete, put, sweep, list, findClaim string
+	claim, extend, complete, release, releaseAgain, get, delete, dropSteps, put, sweep, list, findClaim string
 	// recordStep appends a step to a claim (see [Store.RecordStep]).
 	recordStep string
 	// watched marks the key's live claim as waited for (see [Store.Watch]).
@@ -133,6 +133,10 @@ FROM (SELECT clock_timestamp() AS t) AS n
 WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
 RETURNING true`,
 
+		// Drops the steps a released or run-out claim left (after a
+		// delete that found nothing live).
+		dropSteps: `UPDATE {{t}} SET steps = NULL WHERE key = $1::text AND steps IS NOT NULL RETURNING true`,
+
 		// Marks the key's claim as waited for (the byte \x01 in its
 		// unused response column): true when it is marked, now or
 		// before; false when the key holds no claim.
@@ -209,7 +213,7 @@ WHERE r.key IN (
 		"{{tombKeep r.fence}}", "greatest(n.t, "+fenceTime("r.fence")+")",
 		"{{fenceTime r.fence}}", fenceTime("r.fence"),
 	)
-	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.put, &q.sweep, &q.watched, &q.list, &q.findClaim, &q.recordStep} {
+	for _, s := range []*string{&q.claim, &q.extend, &q.complete, &q.release, &q.releaseAgain, &q.get, &q.delete, &q.dropSteps, &q.put, &q.sweep, &q.watched, &q.list, &q.findClaim, &q.recordStep} {
 		*s = r.Replace(*s)
 	}
 	return q

@@ -222,6 +222,20 @@ func testStepsEnd(t *testing.T, e *Env, s store.Stepper) {
 	}
 	n, _ = claim(t, e, k, fp, longTTL)
 	wantSteps(t, "the claim after a delete", n.Steps)
+
+	// A deletion removes the steps a release left too (it may report
+	// that nothing live was there): an operator drops steps that no
+	// longer fit the work's code.
+	k = key(t, "steps-delete-released")
+	c = mustClaim(t, e, k, longTTL)
+	recordStep(t, s, c, 0, "reserve", "r-1", longTTL)
+	release(t, e, k, c.Fence)
+	del(t, e, k)
+	n, claimed = claim(t, e, k, fp, longTTL)
+	if !claimed || n.Fence <= c.Fence {
+		t.Fatalf("claim after deleting a released claim: %+v, %v", n, claimed)
+	}
+	wantSteps(t, "the claim after deleting a released claim", n.Steps)
 }
 
 func testStepsBytes(t *testing.T, e *Env, s store.Stepper) {
