@@ -14,6 +14,10 @@
 //	POST /orders       guarded, Idempotency-Key required; body
 //	                   {"item": "book", "quantity": 2}: 201 Created with
 //	                   Location /orders/<id> and the order
+//	POST /checkouts    guarded, Idempotency-Key required; body
+//	                   {"item": "book", "quantity": 2, "card": "tok_visa"}:
+//	                   the order placed, charged and confirmed in three
+//	                   steps with recovery points (see checkout)
 //	GET  /orders/{id}  the order, or 404
 //
 // At start it creates, if missing, the idempotency records (as the other
@@ -32,6 +36,15 @@
 //     back in stock, it creates the order);
 //   - a failure of the database is answered 500, which is not recorded
 //     either: rolled back, and run again by a retry.
+//
+// POST /checkouts is the same order in steps (middleware.StepOf): its
+// order and its confirmation are transactional steps, each committing its
+// rows with its recovery point, and its charge goes to a payment provider
+// between them. A retry after a failure or a crash part-way resumes after
+// the last finished step, so it never orders or charges twice:
+//
+//	curl -i -H 'Idempotency-Key: co-1' -H 'X-Fail: after-charge' -d '{"item":"pen","quantity":1,"card":"tok_visa"}' http://127.0.0.1:8080/checkouts  # 500 after the charge
+//	curl -i -H 'Idempotency-Key: co-1' -d '{"item":"pen","quantity":1,"card":"tok_visa"}' http://127.0.0.1:8080/checkouts  # resumes: confirmed, charged once
 //
 // The 201 is held by the middleware until the transaction has committed;
 // if the commit fails, the client gets a problem instead (503 when the
@@ -94,6 +107,15 @@ CREATE TABLE IF NOT EXISTS orders (
 );
 INSERT INTO stock (item, available) VALUES ('book', 1000), ('pen', 1000), ('umbrella', 0)
 	ON CONFLICT (item) DO NOTHING;
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS status text NOT NULL DEFAULT 'placed';
+ALTER TABLE orders ADD COLUMN IF NOT EXISTS payment bigint;
+CREATE TABLE IF NOT EXISTS payments (
+	id              bigserial PRIMARY KEY,
+	idempotency_key text NOT NULL UNIQUE,
+	card            text NOT NULL,
+	amount_cents    bigint NOT NULL,
+	created_at      timestamptz NOT NULL DEFAULT now()
+);
 `
 
 func main() {
@@ -188,8 +210,8 @@ func run(ctx context.Context, args []string, logger *slog.Logger, ready chan<- s
 	return nil
 }
 
-// routes mounts the service: POST /orders behind the idempotency
-// middleware (a key required), GET /orders/{id} unguarded.
+// routes mounts the service: POST /orders and POST /checkouts behind the
+// idempotency middleware (a key required), GET /orders/{id} unguarded.
 func routes(guard *middleware.Guard, pool *pgxpool.Pool, logger *slog.Logger) (http.Handler, error) {
 	idem, err := nethttp.New(guard, nethttp.WithKeyRequired(true), nethttp.WithLogger(logger))
 	if err != nil {
@@ -198,6 +220,7 @@ func routes(guard *middleware.Guard, pool *pgxpool.Pool, logger *slog.Logger) (h
 	svc := &service{pool: pool, logger: logger}
 	mux := http.NewServeMux()
 	mux.Handle("POST /orders", idem(http.HandlerFunc(svc.create)))
+	mux.Handle("POST /checkouts", idem(http.HandlerFunc(svc.checkout)))
 	mux.HandleFunc("GET /orders/{id}", svc.get)
 	return mux, nil
 }
@@ -274,6 +297,133 @@ func (s *service) create(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/orders/"+strconv.FormatInt(o.ID, 10))
 	writeJSON(w, http.StatusCreated, o)
+}
+
+// checkoutRequest is the body of POST /checkouts.
+type checkoutRequest struct {
+	Item     string `json:"item"`
+	Quantity int    `json:"quantity"`
+	Card     string `json:"card"`
+}
+
+// checkoutAnswer is what POST /checkouts answers.
+type checkoutAnswer struct {
+	Order   int64  `json:"order"`
+	Payment int64  `json:"payment"`
+	Status  string `json:"status"`
+}
+
+// unitCents is the price of every item, in cents.
+const unitCents = 1250
+
+// errOutOfStock and errNotInCatalogue are the order step's refusals.
+var (
+	errOutOfStock     = errors.New("out of stock")
+	errNotInCatalogue = errors.New("not in the catalogue")
+)
+
+// checkout answers POST /checkouts: an order placed and paid in three
+// steps, each a recovery point (middleware.StepOf), so that a retry after
+// a crash or a failure part-way resumes after the last step that finished
+// instead of ordering or charging again:
+//
+//  1. "order", a transactional step: the order's row and the stock it
+//     takes are written in the step's own transaction (pgstore.Tx inside
+//     the step), which commits with the step's recovery point;
+//  2. "charge", a call to the payment provider, outside the database's
+//     transactions: the step is recorded once the provider answered, and
+//     the provider is given an idempotency key of its own (the request's
+//     scope and key, and the step), so that a crash between its answer and
+//     the recording cannot charge twice either;
+//  3. "confirm", a transactional step: the order is marked paid.
+//
+// The provider here is the payments table, written outside the work's
+// transactions as a remote service would be. With the header X-Fail:
+// after-charge (a fault switch of this demo, not part of the request's
+// fingerprint), the handler fails with 500 once the charge is recorded:
+// the answer is not recorded and the claim is released, and the retry
+// resumes at "confirm".
+func (s *service) checkout(w http.ResponseWriter, r *http.Request) {
+	var req checkoutRequest
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || req.Item == "" || req.Quantity < 1 || req.Quantity > maxQuantity || req.Card == "" {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf(`the body must be {"item": "<an item>", "quantity": <1 to %d>, "card": "<a card token>"}`, maxQuantity))
+		return
+	}
+	ctx := r.Context()
+	orderID, err := middleware.StepOf(ctx, "order", func(ctx context.Context) (int64, error) {
+		tx, err := pgstore.Tx(ctx)
+		if err != nil {
+			return 0, err
+		}
+		tag, err := tx.Exec(ctx, `UPDATE stock SET available = available - $2 WHERE item = $1 AND available >= $2`, req.Item, req.Quantity)
+		if err != nil {
+			return 0, err
+		}
+		if tag.RowsAffected() == 0 {
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM stock WHERE item = $1`, req.Item).Scan(&n); err != nil {
+				return 0, err
+			}
+			if n == 0 {
+				return 0, errNotInCatalogue
+			}
+			return 0, errOutOfStock
+		}
+		var id int64
+		err = tx.QueryRow(ctx, `INSERT INTO orders (item, quantity, status) VALUES ($1, $2, 'placed') RETURNING id`, req.Item, req.Quantity).Scan(&id)
+		return id, err
+	})
+	switch {
+	case errors.Is(err, errNotInCatalogue):
+		writeError(w, http.StatusUnprocessableEntity, fmt.Sprintf("%q is not in the catalogue", req.Item))
+		return
+	case errors.Is(err, errOutOfStock):
+		middleware.DoNotRecord(ctx)
+		writeError(w, http.StatusConflict, fmt.Sprintf("%q is out of stock; retry later with the same key", req.Item))
+		return
+	case err != nil:
+		s.failed(w, r, err)
+		return
+	}
+	info, _ := middleware.CallInfoFrom(ctx)
+	paymentID, err := middleware.StepOf(ctx, "charge", func(ctx context.Context) (int64, error) {
+		return s.charge(ctx, fmt.Sprintf("%q %q charge", info.Scope, info.Key), req.Card, int64(req.Quantity)*unitCents)
+	})
+	if err != nil {
+		s.failed(w, r, err)
+		return
+	}
+	if r.Header.Get("X-Fail") == "after-charge" {
+		s.failed(w, r, errors.New("failing after the charge, as asked (X-Fail)"))
+		return
+	}
+	if _, err := middleware.StepOf(ctx, "confirm", func(ctx context.Context) (bool, error) {
+		tx, err := pgstore.Tx(ctx)
+		if err != nil {
+			return false, err
+		}
+		_, err = tx.Exec(ctx, `UPDATE orders SET status = 'paid', payment = $2 WHERE id = $1`, orderID, paymentID)
+		return true, err
+	}); err != nil {
+		s.failed(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/orders/"+strconv.FormatInt(orderID, 10))
+	writeJSON(w, http.StatusCreated, checkoutAnswer{Order: orderID, Payment: paymentID, Status: "paid"})
+}
+
+// charge is the payment provider's API: it charges card amount cents once
+// per idempotency key and returns the payment's id (the first one's, for
+// a key it has seen).
+func (s *service) charge(ctx context.Context, key, card string, cents int64) (int64, error) {
+	var id int64
+	err := s.pool.QueryRow(ctx, `WITH p AS (
+	INSERT INTO payments (idempotency_key, card, amount_cents) VALUES ($1, $2, $3)
+	ON CONFLICT (idempotency_key) DO NOTHING RETURNING id)
+SELECT id FROM p UNION ALL SELECT id FROM payments WHERE idempotency_key = $1 LIMIT 1`, key, card, cents).Scan(&id)
+	return id, err
 }
 
 // get answers GET /orders/{id}.

@@ -363,3 +363,58 @@ func TestNeedsPostgreSQL(t *testing.T) {
 		}
 	}
 }
+
+// postCheckout sends POST /checkouts with key and body to addr, with the
+// fault switch X-Fail when fail is not empty.
+func postCheckout(ctx context.Context, addr, key, body, fail string) answer {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/checkouts", strings.NewReader(body))
+	if err != nil {
+		return answer{err: err}
+	}
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	if fail != "" {
+		req.Header.Set("X-Fail", fail)
+	}
+	return do(req)
+}
+
+// TestCheckoutResumesAfterTheCharge: a checkout that fails after its
+// charge step (500, not recorded) is retried on another instance, which
+// resumes at its last step: one order, the stock taken once, one payment,
+// and the order paid with it; later retries replay the answer.
+func TestCheckoutResumesAfterTheCharge(t *testing.T) {
+	s := newShop(t)
+	addrs := s.start(t, 2)
+	body := `{"item":"pen","quantity":3,"card":"tok_visa"}`
+	before := s.stock(t, "pen")
+	if a := postCheckout(t.Context(), addrs[0], "checkout-1", body, "after-charge"); a.err != nil || a.status != http.StatusInternalServerError {
+		t.Fatalf("the failing checkout: %v; want 500", a)
+	}
+	first := postCheckout(t.Context(), addrs[1], "checkout-1", body, "")
+	if first.err != nil || first.status != http.StatusCreated || first.replayed() {
+		t.Fatalf("the retry: %v; want 201, the first execution of its answer", first)
+	}
+	var got checkoutAnswer
+	if err := json.Unmarshal([]byte(first.body), &got); err != nil || got.Status != "paid" || got.Order == 0 || got.Payment == 0 {
+		t.Fatalf("the retry's answer %q: %v", first.body, err)
+	}
+	orders := s.orders(t, "pen")
+	if len(orders) != 1 || orders[0].ID != got.Order || s.stock(t, "pen") != before-3 {
+		t.Fatalf("orders %+v, stock %d → %d; want one order, the stock taken once", orders, before, s.stock(t, "pen"))
+	}
+	var payments int
+	var status string
+	var paidWith int64
+	if err := s.admin.QueryRow(t.Context(), `SELECT count(*) FROM payments`).Scan(&payments); err != nil || payments != 1 {
+		t.Fatalf("%d payments (%v); want one charge", payments, err)
+	}
+	if err := s.admin.QueryRow(t.Context(), `SELECT status, payment FROM orders WHERE id = $1`, got.Order).Scan(&status, &paidWith); err != nil || status != "paid" || paidWith != got.Payment {
+		t.Fatalf("order %d: %q, paid with %d (%v); want paid with payment %d", got.Order, status, paidWith, err, got.Payment)
+	}
+	for _, addr := range addrs {
+		if a := postCheckout(t.Context(), addr, "checkout-1", body, "after-charge"); a.status != http.StatusCreated || !a.replayed() || a.body != first.body {
+			t.Fatalf("a later retry at %s: %v; want the replay of %s", addr, a, first.body)
+		}
+	}
+}
