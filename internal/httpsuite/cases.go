@@ -59,6 +59,7 @@ var cases = []testCase{
 	{"FuncKey", testFuncKey},
 	{"ProblemWriter", testProblemWriter},
 	{"HandlerReadsCallInfo", testHandlerReadsCallInfo},
+	{"StepsResumeThroughTheAdapter", testStepsResumeThroughTheAdapter},
 	{"DoNotRecordLeavesNothing", testDoNotRecordLeavesNothing},
 	{"OutcomesReachHooksAndWatchers", testOutcomesReachHooksAndWatchers},
 	{"RecordTTLPerRoute", testRecordTTLPerRoute},

@@ -267,3 +267,34 @@ func testRecordTTLPerRoute(t *testing.T, s *suite) {
 		}
 	}
 }
+
+// testStepsResumeThroughTheAdapter: the handler reads the step helper
+// from its request's context. A request that fails after its first step
+// (503, not recorded) is retried: the retry resumes at the second step
+// (the first is not run again, its recorded result is answered), and
+// later retries replay the answer. On a store that records no steps
+// (Compose), the step is refused as Misconfigured.
+func testStepsResumeThroughTheAdapter(t *testing.T, s *suite) {
+	srv := s.serve(t, nil)
+	path := "/orders?steps=1&fail=1"
+	if _, ok := srv.backends.Store.(store.Stepper); !ok {
+		// Compose records no steps: the handler is told so.
+		if r := Post(t, srv.url+path, "steps-1", `{}`); r.Status != http.StatusInternalServerError || !strings.Contains(r.Body, "Misconfigured") {
+			t.Fatalf("a step on a store that records none: %d %s; want the Misconfigured error", r.Status, r.Body)
+		}
+		return
+	}
+	if r := Post(t, srv.url+path, "steps-1", `{}`); r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("first run: %d %s; want the 503 after the first step", r.Status, r.Body)
+	}
+	r := Post(t, srv.url+path, "steps-1", `{}`)
+	if r.Status != http.StatusCreated || r.Replayed() || strings.TrimSpace(r.Body) != `{"charge":"1","reserve":"1"}` {
+		t.Fatalf("retry: %d %s replayed=%v; want 201 with the first run's reserve and one charge", r.Status, r.Body, r.Replayed())
+	}
+	if again := Post(t, srv.url+path, "steps-1", `{}`); !again.Replayed() || again.Body != r.Body {
+		t.Fatalf("later retry: %d %s; want the replay", again.Status, again.Body)
+	}
+	if n0, n1 := srv.app.stepRuns[0].Load(), srv.app.stepRuns[1].Load(); n0 != 1 || n1 != 1 {
+		t.Fatalf("the steps ran %d and %d times; want once each", n0, n1)
+	}
+}

@@ -2,6 +2,7 @@ package httpsuite
 
 import (
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -137,6 +138,11 @@ func (s *suite) serveGuard(t *testing.T, g *middleware.Guard, b Backends, app *a
 //	norecord=1        ask the guard not to record the outcome
 //	                  (middleware.DoNotRecord), and answer 400, as for a wrong
 //	                  one-time code
+//	steps=1           run two steps (middleware.Step "reserve" then "charge",
+//	                  each counted in stepRuns and answering its run's
+//	                  number) and answer 201 {"reserve": r, "charge": c};
+//	                  with fail=1, the first request that gets past
+//	                  "reserve" answers 503 before "charge"
 //
 // Every execution keeps the middleware.CallInfo of its context (see
 // lastInfo).
@@ -146,6 +152,9 @@ type app struct {
 	// gate, when set, holds a stream=1 response after its first chunk
 	// until it is closed.
 	gate chan struct{}
+	// stepRuns counts the runs of the steps of steps=1: reserve, charge.
+	stepRuns [2]atomic.Int32
+	failed   atomic.Bool // fail=1 has failed once
 }
 
 // runs returns how many times the handler ran.
@@ -177,6 +186,10 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"operation": info.Operation, "scope": info.Scope, "key": info.Key, "fence": info.Fence.Uint64(),
 			"hooked": r.Context().Value(startedKey{}) != nil,
 		})
+		return
+	}
+	if q.Get("steps") == "1" {
+		a.serveSteps(w, r, q.Get("fail") == "1")
 		return
 	}
 	if q.Get("norecord") == "1" {
@@ -343,4 +356,26 @@ func waitExecutions(t *testing.T, s *server, n int32) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// serveSteps answers steps=1 (see app).
+func (a *app) serveSteps(w http.ResponseWriter, r *http.Request, fail bool) {
+	var got [2]string
+	for i, name := range []string{"reserve", "charge"} {
+		if i == 1 && fail && a.failed.CompareAndSwap(false, true) {
+			http.Error(w, "failing after the first step, as asked", http.StatusServiceUnavailable)
+			return
+		}
+		res, err := middleware.Step(r.Context(), name, func(context.Context) ([]byte, error) {
+			return []byte(strconv.Itoa(int(a.stepRuns[i].Add(1)))), nil
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		got[i] = string(res)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	_ = json.NewEncoder(w).Encode(map[string]string{"reserve": got[0], "charge": got[1]})
 }
