@@ -605,20 +605,31 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 
 // Delete implements [store.Store] and [store.Records]: a read and, when it
 // finds a live record, a conditioned commit of a tombstone in its place
-// (as [Store.Release] leaves), so later fences stay greater.
+// (as [Store.Release] leaves), so later fences stay greater. A document
+// that is not live but keeps steps for a next claim (a release's
+// tombstone, or a claim whose lease ran out, with steps) is replaced the
+// same way, so the steps and the fingerprint kept for them go and a claim
+// that ran out can no longer complete; Delete still reports false. Any
+// other document (none, or one without steps) costs the read alone.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return false, err
 	}
-	return s.rewrite(ctx, op, key, isReleased, func(d *doc) *contents {
-		if !d.live() {
+	var deletes []string // the write ids of this call's commits over a live record
+	id, err := s.rewrite(ctx, op, key, isReleased, func(d *doc) *contents {
+		live := d.live()
+		if !live && !d.keepsSteps() {
 			return nil
 		}
 		c := s.tombstone(key, d.fence, newWriteID())
 		c.stepped = len(d.steps) > 0
+		if live {
+			deletes = append(deletes, c.writeID)
+		}
 		return c
 	}, func(ctx context.Context, err error) error { return mapCommitError(ctx, op, err) })
+	return slices.Contains(deletes, id), err
 }
 
 // Put implements [store.Records]: a read and, unless the live record there
@@ -631,7 +642,7 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 	if err := engine.Ready(ctx, op, validatePut(rec, ttl), s.checkOutcome(op, rec)); err != nil {
 		return false, err
 	}
-	return s.rewrite(ctx, op, rec.Key, store.State.Done, func(d *doc) *contents {
+	id, err := s.rewrite(ctx, op, rec.Key, store.State.Done, func(d *doc) *contents {
 		if d.live() && d.fence > rec.Fence {
 			return nil
 		}
@@ -639,14 +650,16 @@ func (s *Store) Put(ctx context.Context, rec store.Record, ttl time.Duration) (b
 		c.stepped = len(d.steps) > 0
 		return c
 	}, func(ctx context.Context, err error) error { return s.outcomeError(ctx, op, rec, err) })
+	return id != "", err
 }
 
 // rewrite reads key's document and commits what next makes of it (nil:
-// nothing, ok = false), conditioned on the document being as read. A
-// read settles a failed commit: it landed when the document carries one
-// of the call's write ids with a state done accepts. Contention is retried
-// up to maxAttempts; commitErr maps any other failed commit.
-func (s *Store) rewrite(ctx context.Context, op, key string, done func(store.State) bool, next func(*doc) *contents, commitErr func(context.Context, error) error) (bool, error) {
+// nothing), conditioned on the document being as read, and returns the
+// write id of the commit that landed ("" when none did). A read settles
+// a failed commit: it landed when the document carries one of the call's
+// write ids with a state done accepts. Contention is retried up to
+// maxAttempts; commitErr maps any other failed commit.
+func (s *Store) rewrite(ctx context.Context, op, key string, done func(store.State) bool, next func(*doc) *contents, commitErr func(context.Context, error) error) (string, error) {
 	ref := s.ref(key)
 	var (
 		ids     []string
@@ -655,35 +668,35 @@ func (s *Store) rewrite(ctx context.Context, op, key string, done func(store.Sta
 	for attempt := 0; ; attempt++ {
 		d, err := s.read(ctx, op, key, ref)
 		if err != nil {
-			return false, err
+			return "", err
 		}
 		if d.wrote(ids, done) {
-			return true, nil // a commit whose answer was lost
+			return d.writeID, nil // a commit whose answer was lost
 		}
 		c := next(d)
 		if c == nil {
-			return false, nil
+			return "", nil
 		}
 		if lastErr != nil && !contended(lastErr) {
-			return false, commitErr(ctx, lastErr)
+			return "", commitErr(ctx, lastErr)
 		}
 		if attempt == maxAttempts {
-			return false, contention(op)
+			return "", contention(op)
 		}
 		ids = append(ids, c.writeID)
 		wr, err := write(ctx, ref, d, c)
 		if err == nil {
 			s.claims.drop(key, d.fence)
 			s.wrote(c, wr.UpdateTime)
-			return true, nil
+			return c.writeID, nil
 		}
 		if ctx.Err() != nil {
-			return false, mapError(ctx, op, err)
+			return "", mapError(ctx, op, err)
 		}
 		lastErr = err
 		if contended(err) {
 			if err := pause(ctx, op, attempt+1); err != nil {
-				return false, err
+				return "", err
 			}
 		}
 	}

@@ -123,11 +123,16 @@ func (d *doc) record() store.Record {
 }
 
 // carries reports whether a claim of fp that takes over the document,
-// not live at its read time, carries its steps: the document is a claim
-// whose lease ran out or a release's tombstone, of fp, with steps, and
-// not yet past its expireAt (past it, Firestore may delete it any time).
-func (d *doc) carries(fp string) bool {
-	return d.exists && (d.state == store.StateClaimed || d.state == released) && d.fp == fp &&
+// not live at its read time, carries its steps: the document keeps steps
+// ([doc.keepsSteps]) of fp.
+func (d *doc) carries(fp string) bool { return d.keepsSteps() && d.fp == fp }
+
+// keepsSteps reports whether the document, not live at its read time,
+// keeps steps for a next claim: it is a claim whose lease ran out or a
+// release's tombstone, with steps, and not yet past its expireAt (past
+// it, Firestore may delete it any time).
+func (d *doc) keepsSteps() bool {
+	return d.exists && (d.state == store.StateClaimed || d.state == released) &&
 		len(d.steps) > 0 && d.readTime.Before(d.expireAt)
 }
 

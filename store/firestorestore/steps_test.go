@@ -418,3 +418,114 @@ func TestWritesWithoutStepsNameNoStepFields(t *testing.T) {
 		t.Fatalf("the completion of a claim with steps names %s; want steps and leaseUntil removed", p)
 	}
 }
+
+// TestDeleteDropsLeftSteps deletes the steps a claim left for the next
+// claim of its fingerprint: a release's tombstone with steps, and a claim
+// with steps whose lease ran out, become a plain tombstone of the same
+// fence (no fingerprint, no steps, expireAt its fence's floor) in a read
+// and a commit; Delete reports false (nothing live was there), the run-out
+// claim can no longer complete, and the next claim starts without steps
+// and with a greater fence. A Delete that finds nothing with steps (no
+// document, a tombstone without steps, a run-out claim without steps)
+// stays a read alone, and that of a live claim a read and a commit.
+func TestDeleteDropsLeftSteps(t *testing.T) {
+	t.Parallel()
+	c, rc := countingClient(t, testenv.FirestoreProject(t))
+	s := newStore(t, c)
+	ctx := t.Context()
+	del := func(key string, want bool, rpcs string) {
+		t.Helper()
+		rc.take()
+		if deleted, err := s.Delete(ctx, key); err != nil || deleted != want {
+			t.Fatalf("Delete of %s = %v, %v; want %v", key, deleted, err, want)
+		}
+		if _, by := rc.take(); by != rpcs {
+			t.Fatalf("Delete of %s sent %s; want %s", key, by, rpcs)
+		}
+	}
+	plain := func(key string, fence idemkit.Fence) {
+		t.Helper()
+		snap := snapshot(t, c, key)
+		m := snap.Data()
+		for _, f := range []string{"steps", "leaseUntil", "lockId"} {
+			if v, ok := m[f]; ok {
+				t.Fatalf("%s after the delete: the document has %s = %v", key, f, v)
+			}
+		}
+		floor := time.UnixMilli(int64(fence) + 1).Add(time.Minute) // the fence's floor under the default clock step
+		if m["state"] != int64(0) || m["fingerprint"] != "" || m["fence"] != int64(fence) || !expireAt(t, snap).Equal(floor) {
+			t.Fatalf("%s after the delete: state %v, fingerprint %q, fence %v, expireAt %v; want a tombstone of fence %v expiring at %v",
+				key, m["state"], m["fingerprint"], m["fence"], expireAt(t, snap), fence, floor)
+		}
+	}
+	fresh := func(key string, after idemkit.Fence) {
+		t.Helper()
+		n := mustClaim(t, s, key, "fp", time.Hour)
+		if len(n.Steps) != 0 || n.Fence <= after {
+			t.Fatalf("the claim of %s after the delete: fence %v, steps %q; want none and a fence above %v", key, n.Fence, stepNames(n.Steps), after)
+		}
+	}
+
+	rec := mustClaim(t, s, "released", "fp", time.Hour)
+	recordStep(t, s, rec, 0, "reserve", "r-1", time.Hour)
+	if ok, err := s.Release(ctx, "released", rec.Fence); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	del("released", false, "BatchGetDocuments=1 Commit=1")
+	plain("released", rec.Fence)
+	del("released", false, "BatchGetDocuments=1") // nothing with steps left
+	fresh("released", rec.Fence)
+
+	rec = mustClaim(t, s, "ran-out", "fp", 50*time.Millisecond)
+	recordStep(t, s, rec, 0, "reserve", "r-1", time.Hour)
+	time.Sleep(100 * time.Millisecond)
+	del("ran-out", false, "BatchGetDocuments=1 Commit=1")
+	plain("ran-out", rec.Fence)
+	if ok, err := s.Complete(ctx, store.Record{Key: "ran-out", Fingerprint: "fp", State: store.StateCompleted, Fence: rec.Fence}, time.Hour); err != nil || ok {
+		t.Fatalf("Complete of the run-out claim after the delete = %v, %v; want false", ok, err)
+	}
+	fresh("ran-out", rec.Fence)
+
+	del("none", false, "BatchGetDocuments=1")
+	rec = mustClaim(t, s, "plain-released", "fp", time.Hour)
+	if ok, err := s.Release(ctx, "plain-released", rec.Fence); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	del("plain-released", false, "BatchGetDocuments=1")
+	rec = mustClaim(t, s, "plain-ran-out", "fp", 50*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	del("plain-ran-out", false, "BatchGetDocuments=1")
+	if ok, err := s.Complete(ctx, store.Record{Key: "plain-ran-out", Fingerprint: "fp", State: store.StateCompleted, Fence: rec.Fence}, time.Hour); err != nil || !ok {
+		t.Fatalf("Complete of a run-out claim without steps after a delete = %v, %v; want true, as before", ok, err)
+	}
+	rec = mustClaim(t, s, "live", "fp", time.Hour)
+	recordStep(t, s, rec, 0, "reserve", "r-1", time.Hour)
+	del("live", true, "BatchGetDocuments=1 Commit=1")
+	plain("live", rec.Fence)
+}
+
+// TestDeleteOfLeftStepsAnswerLost loses the answer to the commit that
+// drops a release's steps after it landed: the read that settles it finds
+// the write, and Delete still reports false (nothing live was there),
+// without an error; the steps are gone.
+func TestDeleteOfLeftStepsAnswerLost(t *testing.T) {
+	t.Parallel()
+	f := &commitFault{fault: codes.Unavailable, landed: true}
+	s := newStore(t, faultyClient(t, testenv.FirestoreProject(t), f))
+	ctx := t.Context()
+	rec := mustClaim(t, s, "order-1", "fp", time.Hour)
+	recordStep(t, s, rec, 0, "reserve", "r-1", time.Hour)
+	if ok, err := s.Release(ctx, "order-1", rec.Fence); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	f.armed.Store(true)
+	if deleted, err := s.Delete(ctx, "order-1"); err != nil || deleted {
+		t.Fatalf("Delete = %v, %v; want false, nil", deleted, err)
+	}
+	if n := f.commits.Load(); n < 2 {
+		t.Fatalf("%d commits; want the client's retry of the lost one", n)
+	}
+	if n := mustClaim(t, s, "order-1", "fp", time.Hour); len(n.Steps) != 0 {
+		t.Fatalf("the claim after the delete carries %q; want none", stepNames(n.Steps))
+	}
+}
