@@ -134,8 +134,10 @@ WHERE r.key = $1::text AND r.state <> 0 AND r.expires_at > n.t
 RETURNING true`,
 
 		// Drops the steps a released or run-out claim left (after a
-		// delete that found nothing live).
-		dropSteps: `UPDATE {{t}} SET steps = NULL WHERE key = $1::text AND steps IS NOT NULL RETURNING true`,
+		// delete that found nothing live); a claim made since keeps its.
+		dropSteps: `UPDATE {{t}} SET steps = NULL
+WHERE key = $1::text AND steps IS NOT NULL AND (state = 0 OR expires_at <= clock_timestamp())
+RETURNING true`,
 
 		// Marks the key's claim as waited for (the byte \x01 in its
 		// unused response column): true when it is marked, now or
