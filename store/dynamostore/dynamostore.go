@@ -160,10 +160,13 @@ func (s *Store) values(now int64, more map[string]types.AttributeValue, exprs ..
 // (DynamoDB reads both alike). condClaimable leaves out a run-out claim or
 // a tombstone that carries steps (sc): a claim overwriting it would drop
 // steps it may have to carry, so Claim takes it over by [Store.takeOver].
+// condDeletable is a live record, or any item that carries steps (an
+// outcome never does).
 const (
 	condLive      = "(st = :claimed AND ex > :cut) OR (st > :claimed AND ex > :now)"
 	condClaimable = "attribute_not_exists(pk) OR (fe < :fence AND st = :released AND attribute_not_exists(sc)) OR (fe < :fence AND st = :claimed AND ex <= :cut AND attribute_not_exists(sc)) OR (fe < :fence AND st > :claimed AND ex <= :now)"
 	condHeld      = "fe = :fence AND st = :claimed AND ex > :now"
+	condDeletable = condLive + " OR attribute_exists(sc)"
 	condPut       = "attribute_not_exists(pk) OR fe <= :fence OR NOT (" + condLive + ")"
 )
 
@@ -523,20 +526,41 @@ func (s *Store) Get(ctx context.Context, key string) (store.Record, bool, error)
 }
 
 // Delete implements [store.Store] and [store.Records]: one UpdateItem
-// that leaves a tombstone (as [Store.Release] does), so later fences stay
-// greater, conditioned on a live record being there.
+// that leaves a tombstone of the fence alone (as [Store.Release] does,
+// without the fingerprint and steps), so later fences stay greater,
+// conditioned on a live record being there or the item carrying steps (sc:
+// a tombstone a release left them on, or a claim whose lease ran out,
+// which is ended with them, as a Delete ends it on memstore and
+// redisstore). The tombstone keeps fe and expireAt, all the fence and
+// expiry rules need. The item's old st and ex, sent back (UPDATED_OLD),
+// tell whether it was live, judged by the same clock as the condition;
+// a key with nothing live and no steps costs the refused write alone.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
 	const op = "delete"
 	if err := engine.Ready(ctx, op, engine.ValidateKey(key)); err != nil {
 		return false, err
 	}
-	return s.update(ctx, op, &dynamodb.UpdateItemInput{
+	now := s.now()
+	out, err := s.client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 &s.cfg.table,
 		Key:                       s.pk(key),
 		UpdateExpression:          aws.String(tombstone),
-		ConditionExpression:       aws.String(condLive),
-		ExpressionAttributeValues: s.values(s.now(), nil, tombstone, condLive),
+		ConditionExpression:       aws.String(condDeletable),
+		ExpressionAttributeValues: s.values(now, nil, tombstone, condDeletable),
+		ReturnValues:              types.ReturnValueUpdatedOld,
 	})
+	if err != nil {
+		if failed, _ := conditionFailed(err); failed {
+			return false, nil
+		}
+		return false, mapError(ctx, op, err)
+	}
+	// st and ex are SET, so sent back; one missing can only be a state
+	// the write did not change (a tombstone's), which is not live.
+	st, okState := number(out.Attributes[attrState])
+	ex, okExpires := number(out.Attributes[attrExpires])
+	old := item{state: store.State(st), expires: ex}
+	return okState && okExpires && old.live(now, s.cfg.skew.Milliseconds()), nil
 }
 
 // Put implements [store.Records]: one PutItem of the whole record, unless

@@ -2,6 +2,8 @@ package dynamostore_test
 
 import (
 	"bytes"
+	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -276,5 +278,123 @@ func TestStepWhoseAnswerWasLost(t *testing.T) {
 	got, _, err := s.Get(ctx, "k")
 	if err != nil || len(got.Steps) != 2 || string(got.Steps[0].Result) != "ch_1" || string(got.Steps[1].Result) != "ch_1" {
 		t.Fatalf("the claim's steps: %+v, %v; want the two first ones", got.Steps, err)
+	}
+}
+
+// TestDeleteDropsLeftSteps: a Delete is one UpdateItem whatever the key
+// holds. It reports deleted a live record (a claim, also within the skew
+// margin past its lease, with steps or without; an outcome), and leaves
+// its tombstone without steps. A tombstone or a run-out claim that
+// carries steps is not live (false), but loses its steps and, for the
+// claim, its holder's late Complete; its fence and expireAt stay, and the
+// next claim of the fingerprint starts with no steps in the one PutItem
+// of a claimable key. Nothing, a tombstone or a run-out claim without
+// steps and an expired outcome are left as they are.
+func TestDeleteDropsLeftSteps(t *testing.T) {
+	t.Parallel()
+	client, c := newClient(t, testenv.Dynamo(t).URL)
+	opt, table := newTable(t, client)
+	clk := newClock()
+	s := newStore(t, client, opt, dynamostore.WithClock(clk.Now)) // the default skew margin: a second
+	ctx := t.Context()
+	claim := func(key string, steps int) store.Record {
+		t.Helper()
+		rec, claimed, err := s.Claim(ctx, key, testFP, time.Second)
+		if err != nil || !claimed {
+			t.Fatalf("Claim %s: %v, %v", key, claimed, err)
+		}
+		for i := range steps {
+			if ok, err := s.RecordStep(ctx, key, rec.Fence, i, store.Step{Name: "reserve", Result: []byte("r-1")}, time.Hour); err != nil || !ok {
+				t.Fatalf("RecordStep %s: %v, %v", key, ok, err)
+			}
+		}
+		return rec
+	}
+	complete := func(rec store.Record, ttl time.Duration) (bool, error) {
+		rec.State, rec.Response = store.StateCompleted, []byte("ok")
+		return s.Complete(ctx, rec, ttl)
+	}
+	for _, tc := range []struct {
+		what    string
+		deleted bool
+		steps   int                                // the steps the claim records before it ends
+		end     func(rec store.Record)             // ends it (nil: stays as it is)
+		after   func(key string, rec store.Record) // checks after the Delete
+	}{
+		{what: "a live claim", deleted: true},
+		{what: "a live claim with steps", deleted: true, steps: 1},
+		{what: "a claim within the skew margin past its lease", deleted: true, steps: 1,
+			end: func(store.Record) { clk.advance(1500 * time.Millisecond) }},
+		{what: "a live outcome", deleted: true, end: func(rec store.Record) {
+			if ok, err := complete(rec, time.Hour); err != nil || !ok {
+				t.Fatalf("Complete: %v, %v", ok, err)
+			}
+		}},
+		{what: "a released claim with steps", steps: 2,
+			end: func(rec store.Record) { s.Release(ctx, rec.Key, rec.Fence) }},
+		{what: "a run-out claim with steps", steps: 1,
+			end: func(store.Record) { clk.advance(3 * time.Second) },
+			after: func(key string, rec store.Record) {
+				if ok, err := complete(rec, time.Hour); err != nil || ok {
+					t.Fatalf("the late Complete of the run-out claim with steps deleted: %v, %v; want refused", ok, err)
+				}
+			}},
+		{what: "a released claim",
+			end: func(rec store.Record) { s.Release(ctx, rec.Key, rec.Fence) }},
+		{what: "a run-out claim",
+			end: func(store.Record) { clk.advance(3 * time.Second) },
+			after: func(key string, rec store.Record) {
+				if ok, err := complete(rec, time.Hour); err != nil || !ok {
+					t.Fatalf("the late Complete of the run-out claim without steps: %v, %v; want it recorded", ok, err)
+				}
+			}},
+		{what: "an expired outcome", end: func(rec store.Record) {
+			if ok, err := complete(rec, time.Second); err != nil || !ok {
+				t.Fatalf("Complete: %v, %v", ok, err)
+			}
+			clk.advance(2 * time.Second)
+		}},
+	} {
+		key := strings.ReplaceAll(tc.what, " ", "-")
+		rec := claim(key, tc.steps)
+		if tc.end != nil {
+			tc.end(rec)
+		}
+		before := rawItem(t, client, table, key)
+		c.take()
+		deleted, err := s.Delete(ctx, key)
+		if err != nil || deleted != tc.deleted {
+			t.Fatalf("Delete of %s: %v, %v; want %v", tc.what, deleted, err, tc.deleted)
+		}
+		if _, by := c.take(); by != "UpdateItem=1" {
+			t.Fatalf("Delete of %s sent %s; want UpdateItem=1", tc.what, by)
+		}
+		item := rawItem(t, client, table, key)
+		if tc.deleted || tc.steps > 0 {
+			wantNoStepAttrs(t, "the item after the Delete of "+tc.what, item)
+			if _, ok := item["fp"]; ok || numAttr(t, item, "st") != 0 {
+				t.Fatalf("the item after the Delete of %s is no tombstone of the fence alone: %v", tc.what, item)
+			}
+			for _, name := range []string{"fe", dynamostore.AttrExpireAt} {
+				if got, was := numAttr(t, item, name), numAttr(t, before, name); got != was {
+					t.Fatalf("the Delete of %s changed %s from %d to %d", tc.what, name, was, got)
+				}
+			}
+		} else if !maps.EqualFunc(item, before, func(a, b types.AttributeValue) bool { return reflect.DeepEqual(a, b) }) {
+			t.Fatalf("the Delete of %s changed the item: %v; was %v", tc.what, item, before)
+		}
+		if tc.after != nil {
+			tc.after(key, rec)
+			continue
+		}
+		clk.advance(time.Millisecond) // a fence above the tombstone's
+		c.take()
+		n, claimed, err := s.Claim(ctx, key, testFP, time.Minute)
+		if err != nil || !claimed || n.Fence <= rec.Fence || len(n.Steps) != 0 {
+			t.Fatalf("the claim after the Delete of %s: %+v, %v, %v; want one above fence %v without steps", tc.what, n, claimed, err, rec.Fence)
+		}
+		if _, by := c.take(); by != "PutItem=1" {
+			t.Fatalf("the claim after the Delete of %s sent %s; want PutItem=1", tc.what, by)
+		}
 	}
 }
