@@ -38,7 +38,6 @@ package main
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -52,7 +51,6 @@ import (
 	"github.com/idemkit/idemkit/connectinterceptor"
 	"github.com/idemkit/idemkit/examples/internal/cli"
 	"github.com/idemkit/idemkit/examples/internal/demo"
-	"github.com/idemkit/idemkit/middleware"
 )
 
 // maxPayload bounds response_size.

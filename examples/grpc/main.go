@@ -46,7 +46,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -65,7 +64,6 @@ import (
 	"github.com/idemkit/idemkit/examples/internal/cli"
 	"github.com/idemkit/idemkit/examples/internal/demo"
 	"github.com/idemkit/idemkit/grpcinterceptor"
-	"github.com/idemkit/idemkit/middleware"
 )
 
 // maxPayload bounds response_size.

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/idemkit/idemkit/examples/internal/cli"
 	"github.com/idemkit/idemkit/grpcinterceptor"
 	"github.com/idemkit/idemkit/internal/guardtest"
 	"github.com/idemkit/idemkit/internal/testenv"
@@ -40,7 +41,7 @@ func TestMisconfiguredBackendIsInternal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, _, err := build(guard, slog.New(slog.DiscardHandler), nil)
+	srv, _, err := build(cli.Deps{Guard: guard, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
