@@ -228,7 +228,8 @@ func (s *Store) tombstone(key string, fence idemkit.Fence, writeID string) *cont
 // its read time, then for a free key one commit conditioned on the
 // document being as read. A contender that loses fails fast, reads again
 // and answers with the winner's claim; that read also settles a commit
-// whose answer was lost. A take-over of a claim of fp whose lease ran
+// whose answer was lost; from its third loss in a row it waits a little
+// before it reads again. A take-over of a claim of fp whose lease ran
 // out, or of its release's tombstone, leaves the document's steps in
 // place (the commit does not touch them; its precondition keeps them as
 // read) and returns them; any other claim removes them.
@@ -303,6 +304,14 @@ func (s *Store) Claim(ctx context.Context, key, fp string, ttl time.Duration) (s
 			return store.Record{}, false, mapError(ctx, op, err)
 		}
 		lastErr = err
+		if contended(err) && attempt >= 2 {
+			// A third loss in a row: the key is being claimed and released
+			// faster than this read and write go round. Spaced out, the
+			// next read finds the winner's claim instead of racing on.
+			if err := pause(ctx, op, attempt-1); err != nil {
+				return store.Record{}, false, err
+			}
+		}
 	}
 }
 
