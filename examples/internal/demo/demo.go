@@ -133,25 +133,29 @@ func (s *Service) Business() http.Handler {
 }
 
 // Stats is what GET /stats answers: the business handler's executions,
-// and the checkouts finished here beside each of their steps' executions.
+// and, once a checkout ran a step here, the checkouts finished here beside
+// each of their steps' executions.
 type Stats struct {
 	Executions int64            `json:"executions"`
-	Checkouts  int64            `json:"checkouts"`
-	Steps      map[string]int64 `json:"steps"`
+	Checkouts  int64            `json:"checkouts,omitempty"`
+	Steps      map[string]int64 `json:"steps,omitempty"`
 }
 
 // Stats answers GET /stats with [Stats].
 func (s *Service) Stats() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(Stats{
-			Executions: s.Executions(),
-			Checkouts:  s.checkout.done.Load(),
-			Steps: map[string]int64{
-				StepReserve: s.checkout.reserve.Load(),
-				StepCharge:  s.checkout.charge.Load(),
-				StepEmail:   s.checkout.email.Load(),
-			},
-		})
+		st := Stats{Executions: s.Executions(), Checkouts: s.checkout.done.Load()}
+		steps := map[string]int64{
+			StepReserve: s.checkout.reserve.Load(),
+			StepCharge:  s.checkout.charge.Load(),
+			StepEmail:   s.checkout.email.Load(),
+		}
+		for _, n := range steps {
+			if n > 0 {
+				st.Steps = steps
+			}
+		}
+		_ = json.NewEncoder(w).Encode(st)
 	})
 }
