@@ -177,11 +177,10 @@ func (c *call) step(ctx context.Context, name string, fn func(ctx context.Contex
 		if res, err = fn(ctx); err != nil {
 			return nil, err
 		}
-		s := store.Step{Name: name, Result: res}
-		if total := st.bytes + s.Size(); total > store.MaxStepBytes {
-			return nil, idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("the result of step %q (%d bytes) takes the run's steps to %d bytes, over the limit of %d: it ran, but is not recorded; record an id, not a document", name, len(res), total, store.MaxStepBytes), store.ErrTooLarge)
+		if err := c.overLimit(name, res, "it ran, but is not recorded"); err != nil {
+			return nil, err
 		}
-		if err := c.recordStep(ctx, stepper, i, s); err != nil {
+		if err := c.recordStep(ctx, stepper, i, store.Step{Name: name, Result: res}); err != nil {
 			return nil, err
 		}
 	}
@@ -208,8 +207,7 @@ func (c *call) stepWork(ctx context.Context, sw store.StepWork, i int, name stri
 			fnErr = err
 			return nil, err
 		}
-		if total := c.steps.bytes + len(name) + len(res); total > store.MaxStepBytes {
-			over = idemkit.NewError(idemkit.CodeInvalidArgument, op, fmt.Sprintf("the result of step %q (%d bytes) takes the run's steps to %d bytes, over the limit of %d: its writes are rolled back and nothing is recorded; record an id, not a document", name, len(res), total, store.MaxStepBytes), store.ErrTooLarge)
+		if over = c.overLimit(name, res, "its writes are rolled back and nothing is recorded"); over != nil {
 			return nil, over
 		}
 		return res, nil
@@ -228,17 +226,41 @@ func (c *call) stepWork(ctx context.Context, sw store.StepWork, i int, name stri
 	case err != nil:
 		// The step's transaction failed (rolled back: the step can run
 		// again) or the backend did (its fate unknown).
-		c.g.failures.report(ctx, op, err)
-		e := &UnavailableError{Op: op, Err: err}
-		c.emit(Event{Kind: EventBackendError, Fence: c.fence, Err: e})
-		return nil, e
+		return nil, c.backendFailed(ctx, err)
 	case !ok:
-		lost := fmt.Errorf("%w: the record no longer carries this claim; step %d (%q) was rolled back", idemkit.ErrLeaseLost, i, name)
-		c.steps.lost.Store(true)
-		c.lease.lost(lost)
-		return nil, &UnavailableError{Op: op, Err: lost}
+		return nil, c.claimLost(i, name, "was rolled back")
 	}
 	return res, nil
+}
+
+// overLimit returns the error of a step whose result res takes the run's
+// steps over [store.MaxStepBytes] (what became of it said by fate), or
+// nil.
+func (c *call) overLimit(name string, res []byte, fate string) error {
+	total := c.steps.bytes + len(name) + len(res)
+	if total <= store.MaxStepBytes {
+		return nil
+	}
+	return idemkit.NewError(idemkit.CodeInvalidArgument, "step", fmt.Sprintf("the result of step %q (%d bytes) takes the run's steps to %d bytes, over the limit of %d: %s; record an id, not a document", name, len(res), total, store.MaxStepBytes, fate), store.ErrTooLarge)
+}
+
+// claimLost ends the call's lease because the record refused step i
+// (name; what became of it said by fate): the claim is lost, and the call
+// will not complete.
+func (c *call) claimLost(i int, name, fate string) error {
+	lost := fmt.Errorf("%w: the record no longer carries this claim; step %d (%q) %s", idemkit.ErrLeaseLost, i, name, fate)
+	c.steps.lost.Store(true)
+	c.lease.lost(lost)
+	return &UnavailableError{Op: "step", Err: lost}
+}
+
+// backendFailed reports a failure of the backend while recording a step,
+// to the failure log and the hooks, and returns it as the step's error.
+func (c *call) backendFailed(ctx context.Context, err error) *UnavailableError {
+	c.g.failures.report(ctx, "step", err)
+	e := &UnavailableError{Op: "step", Err: err}
+	c.emit(Event{Kind: EventBackendError, Fence: c.fence, Err: e})
+	return e
 }
 
 // stepKeep is how long a step keeps the key's record: as long as its
@@ -272,20 +294,12 @@ func (c *call) recordStep(ctx context.Context, st store.Stepper, i int, s store.
 		case err == nil && uncertain && c.stepLanded(ctx, i, s):
 			return nil
 		case err == nil:
-			lost := fmt.Errorf("%w: the record no longer carries this claim; step %d (%q) ran but is not recorded", idemkit.ErrLeaseLost, i, s.Name)
-			c.steps.lost.Store(true)
-			c.lease.lost(lost)
-			return &UnavailableError{Op: "step", Err: lost}
+			return c.claimLost(i, s.Name, "ran but is not recorded")
 		case idemkit.CodeOf(err) == idemkit.CodeInvalidArgument || idemkit.CodeOf(err) == idemkit.CodeMisconfigured:
-			// Trying again cannot help.
-			g.failures.report(ctx, "step", err)
-			e := &UnavailableError{Op: "step", Err: err}
-			c.emit(Event{Kind: EventBackendError, Fence: c.fence, Err: e})
-			return e
+			return c.backendFailed(ctx, err) // trying again cannot help
 		}
 		uncertain = true
-		g.failures.report(ctx, "step", err)
-		c.emit(Event{Kind: EventBackendError, Fence: c.fence, Err: &UnavailableError{Op: "step", Err: err}})
+		c.backendFailed(ctx, err)
 		delay := g.cfg.backoff.Delay(attempt)
 		if !time.Now().Add(delay).Before(start.Add(g.cfg.recordWriteTimeout)) {
 			return &UnavailableError{Op: "step", Err: fmt.Errorf("gave up after %d attempts: %w", attempt, err)}
