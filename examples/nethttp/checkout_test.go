@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,7 +34,7 @@ func TestCheckoutResumesOnAnotherInstanceAfterACrash(t *testing.T) {
 				key := fmt.Sprintf("%s-checkout-%d", testenv.Name(t), i)
 				body := fmt.Sprintf(`{"item":"book","amount":"12.5%d"}`, i)
 				path := "/checkout?crash=" + crash
-				if a := checkout(t, victim.Addr, path, key, body); a.err == nil {
+				if a := post(t.Context(), victim.Addr, path, key, body); a.err == nil {
 					t.Fatalf("%s: the crashing instance answered %d %s", crash, a.status, a.body)
 				}
 				if !victim.Exited(10 * time.Second) {
@@ -46,7 +47,7 @@ func TestCheckoutResumesOnAnotherInstanceAfterACrash(t *testing.T) {
 				var first answer
 				deadline := time.Now().Add(time.Minute)
 				for {
-					first = checkout(t, survivor.Addr, path, key, body)
+					first = post(t.Context(), survivor.Addr, path, key, body)
 					if first.err == nil && first.status == http.StatusCreated {
 						break
 					}
@@ -83,7 +84,7 @@ func TestCheckoutResumesOnAnotherInstanceAfterACrash(t *testing.T) {
 				}
 				again := demotest.StartProcess(t, "nethttp", nil, args...)
 				for _, addr := range []string{survivor.Addr, again.Addr} {
-					r := checkout(t, addr, path, key, body)
+					r := post(t.Context(), addr, path, key, body)
 					if r.err != nil || r.status != http.StatusCreated || r.replayed != "true" || r.body != first.body {
 						t.Errorf("%s: a later retry at %s: %v %d replayed=%q %s; want the replay of %s", crash, addr, r.err, r.status, r.replayed, r.body, first.body)
 					}
@@ -100,16 +101,19 @@ type answer struct {
 	err      error
 }
 
-func checkout(t *testing.T, addr, path, key, body string) answer {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+path, strings.NewReader(body))
+// client sends each request on a connection of its own, so that a killed
+// node's connection is never reused.
+var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// post sends POST path with key and the JSON body to addr.
+func post(ctx context.Context, addr, path, key, body string) answer {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, strings.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return answer{err: err}
 	}
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return answer{err: err}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -163,7 +162,7 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 			inflight[addr]--
 			mu.Unlock()
 		}()
-		return work(ctx, addr, key)
+		return post(ctx, addr, "/work", key, `{}`)
 	}
 
 	// The clients: every key retried until it completes.
@@ -332,24 +331,4 @@ func runKilled(t *testing.T, args, env []string, journal string, pool *pgxpool.P
 			t.Errorf("business rows of no key: %v", counts)
 		}
 	}
-}
-
-func work(ctx context.Context, addr, key string) answer {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/work", strings.NewReader(`{}`))
-	if err != nil {
-		return answer{err: err}
-	}
-	req.Header.Set("Idempotency-Key", key)
-	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := c.Do(req)
-	if err != nil {
-		return answer{err: err}
-	}
-	defer resp.Body.Close()
-	var b strings.Builder
-	_, err = bufio.NewReader(resp.Body).WriteTo(&b)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		return answer{err: err}
-	}
-	return answer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed"), body: b.String()}
 }
