@@ -151,10 +151,8 @@ func (s *Service) Stats() http.Handler {
 			StepCharge:  s.checkout.charge.Load(),
 			StepEmail:   s.checkout.email.Load(),
 		}
-		for _, n := range steps {
-			if n > 0 {
-				st.Steps = steps
-			}
+		if steps[StepReserve]+steps[StepCharge]+steps[StepEmail] > 0 {
+			st.Steps = steps
 		}
 		_ = json.NewEncoder(w).Encode(st)
 	})
