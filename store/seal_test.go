@@ -373,8 +373,13 @@ func TestSealConformance(t *testing.T) {
 		clock := fakeclock.New()
 		inner := memstore.New(memstore.WithClock(clock.Now), memstore.WithMaxResponseBytes(limit))
 		t.Cleanup(func() { _ = inner.Close() })
+		// The sealed store times claims on the same injected clock: on the
+		// process clock, a machine slow between a claim and its completion
+		// lengthens the sealed lifetime past the store's injected expiry.
+		sealed := mustSeal(t, inner, sealQ4, sealQ3)
+		store.SetSealClock(sealed, clock.Now)
 		return &storetest.Env{
-			Store:            mustSeal(t, inner, sealQ4, sealQ3),
+			Store:            sealed,
 			Advance:          clock.Advance,
 			Break:            func() { _ = inner.Close() },
 			MaxResponseBytes: limit - sealEnvelopeOverhead - len(sealQ4.ID),
